@@ -1,0 +1,2 @@
+//! Stage-2 translation tables. (Being written.)
+#![cfg_attr(not(test), no_std)]

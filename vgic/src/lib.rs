@@ -1,0 +1,2 @@
+//! Virtual GIC. (Being written.)
+#![cfg_attr(not(test), no_std)]
