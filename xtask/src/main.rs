@@ -1,1 +1,137 @@
-fn main() {}
+//! `cargo xtask <command>`: see `cargo xtask help`.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use xtask::bundle::{self, BundleOptions, VmEntry};
+use xtask::qemu::{self, Machine};
+use xtask::util::{run, step};
+use xtask::{images, setup, XtaskError};
+
+const HELP: &str = "\
+cargo xtask <command> [options]
+
+Commands:
+  qemu    build the hypervisor and a guest, and boot them on QEMU's virt board
+  test    run every test: host tests, bare-metal builds, and the system tests under QEMU
+  build   build the hypervisor and test guest images into target/images/
+  help    this text
+
+Options of `qemu`:
+  --guest NAME     the guest to run: `selftest` (default; checks the hypervisor from the inside)
+  --gic 2|3        GIC version of the board (default 3)
+  --smp N          physical CPUs (default 4)
+  --memory MIB     board RAM in MiB (default 1024)
+  --timeout SECS   stop QEMU after this long (default: 120 for selftest)
+
+Missing tools are installed first: Rust targets with rustup, QEMU 10 from Debian
+bookworm-backports with apt-get (as root; otherwise the command to run is printed).
+";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("qemu") => cmd_qemu(&args[1..]),
+        Some("test") => cmd_test(&args[1..]),
+        Some("build") => setup::ensure_rust_targets().and_then(|_| build_all()).map(|_| ()),
+        Some("help") | Some("--help") | Some("-h") | None => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(XtaskError::Usage(format!("unknown command `{other}`; see `cargo xtask help`"))),
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: error: {e}");
+        std::process::exit(match e {
+            XtaskError::Usage(_) => 2,
+            _ => 1,
+        });
+    }
+}
+
+fn build_all() -> Result<(PathBuf, PathBuf), XtaskError> {
+    let hyp = images::build_hypervisor()?;
+    let guest = images::build_test_guest("selftest")?;
+    step(&format!("images: {} and {}", hyp.display(), guest.display()));
+    Ok((hyp, guest))
+}
+
+struct QemuArgs {
+    guest: String,
+    machine: Machine,
+    timeout: Option<u64>,
+}
+
+fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
+    let mut parsed = QemuArgs { guest: "selftest".into(), machine: Machine::default(), timeout: None };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().cloned().ok_or_else(|| XtaskError::Usage(format!("{flag} needs a value")));
+        let number = |v: String| v.parse::<u64>().map_err(|_| XtaskError::Usage(format!("{flag}: `{v}` is not a number")));
+        match flag.as_str() {
+            "--guest" => parsed.guest = value()?,
+            "--gic" => {
+                parsed.machine.gic_version = match value()?.as_str() {
+                    "2" => 2,
+                    "3" => 3,
+                    v => return Err(XtaskError::Usage(format!("--gic: `{v}` is not 2 or 3"))),
+                }
+            }
+            "--smp" => parsed.machine.smp = number(value()?)? as u32,
+            "--memory" => parsed.machine.memory_mib = number(value()?)? as u32,
+            "--timeout" => parsed.timeout = Some(number(value()?)?),
+            other => return Err(XtaskError::Usage(format!("unknown option `{other}`; see `cargo xtask help`"))),
+        }
+    }
+    if parsed.guest != "selftest" {
+        return Err(XtaskError::Usage(format!("unknown guest `{}`: the guests are: selftest", parsed.guest)));
+    }
+    Ok(parsed)
+}
+
+fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
+    let args = parse_qemu_args(args)?;
+    setup::ensure_rust_targets()?;
+    setup::ensure_qemu()?;
+    let (hyp, guest) = build_all()?;
+    let vm = VmEntry { name: args.guest.clone(), vcpus: 1, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None };
+    let options = BundleOptions { semihosting_exit: true };
+    let bundle_path = images::images_dir().join("selftest.bundle");
+    let blob = bundle::write(&[vm], &options)?;
+    std::fs::write(&bundle_path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let machine = Machine { semihosting: true, ..args.machine };
+    let timeout = Duration::from_secs(args.timeout.unwrap_or(120));
+    step(&format!(
+        "booting on QEMU virt (GICv{}, {} CPUs, {} MiB), stopping after {} s",
+        machine.gic_version, machine.smp, machine.memory_mib, timeout.as_secs()
+    ));
+    let out = qemu::run_captured(machine.command(&hyp, &bundle_path), timeout, true)?;
+    match (out.timed_out, out.status) {
+        (true, _) => Err(XtaskError::Failed(format!("QEMU did not finish within {} s and was stopped", timeout.as_secs()))),
+        (false, Some(0)) => {
+            step("QEMU exited with status 0: every VM ended cleanly");
+            Ok(())
+        }
+        (false, status) => Err(XtaskError::Failed(format!("QEMU exited with status {status:?}: a VM failed"))),
+    }
+}
+
+fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
+    if let Some(a) = args.first() {
+        return Err(XtaskError::Usage(format!("`test` takes no options (got `{a}`)")));
+    }
+    setup::ensure_rust_targets()?;
+    setup::ensure_qemu()?;
+    let root = images::workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    step("host tests: cargo test (hyp-core, stage2, vgic, xtask)");
+    run(Command::new(&cargo).current_dir(&root).arg("test"))?;
+    step("the logic crates build for aarch64-unknown-none (no_std)");
+    run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET])
+        .args(["-p", "hyp-core", "-p", "stage2", "-p", "vgic"]))?;
+    step("system tests: the hypervisor and its guests under QEMU");
+    run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;
+    step("all tests passed");
+    Ok(())
+}

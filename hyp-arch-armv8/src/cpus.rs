@@ -1,0 +1,109 @@
+//! The physical CPUs: which one this is, starting the others through PSCI CPU_ON with their
+//! own stacks, and handing them work.
+
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use hyp_core::platform::{Platform, MAX_CPUS};
+
+use crate::mmu::{self, MmuRegisters};
+use crate::firmware;
+
+const STACK_SIZE: usize = 64 * 1024;
+
+#[repr(C, align(16))]
+struct Stack([u8; STACK_SIZE]);
+
+static mut STACKS: [Stack; MAX_CPUS] = [const { Stack([0; STACK_SIZE]) }; MAX_CPUS];
+
+/// What a starting CPU reads with its MMU off (layout used by `secondary_entry`).
+#[repr(C)]
+pub struct SecondaryBoot {
+    stack_top: u64,
+    mmu: MmuRegisters,
+    cpu_index: u64,
+}
+
+static mut SECONDARY_BOOT: [SecondaryBoot; MAX_CPUS] = [const {
+    SecondaryBoot { stack_top: 0, mmu: MmuRegisters { mair: 0, tcr: 0, ttbr0: 0, sctlr: 0 }, cpu_index: 0 }
+}; MAX_CPUS];
+
+static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+/// MPIDR affinity of each CPU index, as the device tree listed them.
+static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(usize::MAX) }; MAX_CPUS];
+/// Work for a CPU: 0 = none, n = run VM n-1's vCPU (see `main::cpu_loop`).
+pub static WORK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+
+const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
+
+fn mpidr() -> u64 {
+    crate::exceptions::sysreg!("mpidr_el1") & MPIDR_AFFINITY_MASK
+}
+
+/// This CPU's index in the device tree's CPU list.
+pub fn current_index() -> usize {
+    let me = mpidr() as usize;
+    MPIDRS.iter().position(|m| m.load(Ordering::Relaxed) == me).unwrap_or(0)
+}
+
+pub fn record_cpus(platform: &Platform<'_>) {
+    for (i, m) in platform.cpus.iter().enumerate() {
+        MPIDRS[i].store((*m & MPIDR_AFFINITY_MASK) as usize, Ordering::Relaxed);
+    }
+}
+
+pub fn online_count() -> usize {
+    ONLINE.iter().filter(|o| o.load(Ordering::Acquire)).count()
+}
+
+pub fn is_online(index: usize) -> bool {
+    ONLINE.get(index).is_some_and(|o| o.load(Ordering::Acquire))
+}
+
+/// Starts every other CPU and waits for each to report online (or gives up on it after a
+/// bounded wait, saying so).
+pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
+    let me = current_index();
+    ONLINE[me].store(true, Ordering::Release);
+    println!("hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", mpidr());
+    for (index, &target) in platform.cpus.iter().enumerate() {
+        if index == me {
+            continue;
+        }
+        // SAFETY: only the boot CPU writes these, before starting the CPU that reads them.
+        let boot = unsafe {
+            let stack_top = (&raw const STACKS[index]) as u64 + STACK_SIZE as u64;
+            let boot = &mut (*(&raw mut SECONDARY_BOOT))[index];
+            *boot = SecondaryBoot { stack_top, mmu: *mmu_regs, cpu_index: index as u64 };
+            boot as *const SecondaryBoot as u64
+        };
+        // The new CPU reads it with its MMU off, from memory.
+        mmu::clean_dcache_range(boot, boot + core::mem::size_of::<SecondaryBoot>() as u64);
+        let status = firmware::cpu_on(target, crate::boot::secondary_entry as *const () as u64, boot);
+        if status != 0 {
+            println!("hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON returned {status}");
+            continue;
+        }
+        let mut spins = 0u64;
+        while !ONLINE[index].load(Ordering::Acquire) && spins < 200_000_000 {
+            core::hint::spin_loop();
+            spins += 1;
+        }
+        if !ONLINE[index].load(Ordering::Acquire) {
+            println!("hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
+        }
+    }
+}
+
+#[no_mangle]
+extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
+    let index = boot.cpu_index as usize;
+    println!("hypervisor: cpu{index} (MPIDR {:#x}) online", mpidr());
+    ONLINE[index].store(true, Ordering::Release);
+    crate::cpu_loop(index)
+}
+
+pub fn park() -> ! {
+    loop {
+        aarch64_cpu::asm::wfe();
+    }
+}

@@ -1,0 +1,201 @@
+//! EL2 exception vectors (ARM ARM D1.10.2, "Exception vectors"), guest entry and exit, and
+//! the report of an exception the hypervisor did not expect.
+//!
+//! A guest exit saves only the guest's general registers, PC and PSTATE into the running
+//! vCPU's `GuestContext` (TPIDR_EL2 points at it) and returns from `enter_guest` into the
+//! Rust run loop on the hypervisor stack: EL1 system registers stay live in the CPU while
+//! the same vCPU keeps running (DESIGN.md, "Performance principles").
+
+use core::arch::global_asm;
+
+use hyp_core::exit::GuestContext;
+use hyp_core::syndrome::Syndrome;
+
+use crate::{cpus, println_unlocked};
+
+/// What brought the guest out, as `enter_guest` returns it.
+pub const EXIT_SYNC: u64 = 0;
+pub const EXIT_IRQ: u64 = 1;
+pub const EXIT_FIQ: u64 = 2;
+pub const EXIT_SERROR: u64 = 3;
+
+global_asm!(
+    r#"
+.macro HYP_TRAP kind
+    .balign 0x80
+    sub     sp, sp, #(32 * 8)
+    stp     x0, x1, [sp, #0]
+    mov     x0, #\kind
+    b       hyp_trap_common
+.endm
+
+.macro GUEST_EXIT reason
+    .balign 0x80
+    stp     x0, x1, [sp, #-16]!
+    mov     x0, #\reason
+    b       guest_exit
+.endm
+
+    .section .text.vectors, "ax"
+    .balign 2048
+    .global hyp_vectors
+hyp_vectors:
+    HYP_TRAP 0      // current EL with SP_EL0: synchronous
+    HYP_TRAP 1      //   IRQ
+    HYP_TRAP 2      //   FIQ
+    HYP_TRAP 3      //   SError
+    HYP_TRAP 0      // current EL with SP_ELx
+    HYP_TRAP 1
+    HYP_TRAP 2
+    HYP_TRAP 3
+    GUEST_EXIT 0    // lower EL, AArch64
+    GUEST_EXIT 1
+    GUEST_EXIT 2
+    GUEST_EXIT 3
+    GUEST_EXIT 0    // lower EL, AArch32 (a guest's 32-bit EL0)
+    GUEST_EXIT 1
+    GUEST_EXIT 2
+    GUEST_EXIT 3
+
+hyp_trap_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x19, [sp, #144]
+    stp     x20, x21, [sp, #160]
+    stp     x22, x23, [sp, #176]
+    stp     x24, x25, [sp, #192]
+    stp     x26, x27, [sp, #208]
+    stp     x28, x29, [sp, #224]
+    str     x30, [sp, #240]
+    mov     x1, sp
+    bl      hyp_exception
+1:  wfe
+    b       1b
+
+    // u64 enter_guest(GuestContext *ctx): runs the guest until it exits; returns EXIT_*.
+    .section .text, "ax"
+    .global enter_guest
+enter_guest:
+    sub     sp, sp, #96
+    stp     x19, x20, [sp, #0]
+    stp     x21, x22, [sp, #16]
+    stp     x23, x24, [sp, #32]
+    stp     x25, x26, [sp, #48]
+    stp     x27, x28, [sp, #64]
+    stp     x29, x30, [sp, #80]
+    msr     tpidr_el2, x0
+    ldp     x2, x3, [x0, #248]
+    msr     elr_el2, x2
+    msr     spsr_el2, x3
+    ldp     x2, x3, [x0, #16]
+    ldp     x4, x5, [x0, #32]
+    ldp     x6, x7, [x0, #48]
+    ldp     x8, x9, [x0, #64]
+    ldp     x10, x11, [x0, #80]
+    ldp     x12, x13, [x0, #96]
+    ldp     x14, x15, [x0, #112]
+    ldp     x16, x17, [x0, #128]
+    ldp     x18, x19, [x0, #144]
+    ldp     x20, x21, [x0, #160]
+    ldp     x22, x23, [x0, #176]
+    ldp     x24, x25, [x0, #192]
+    ldp     x26, x27, [x0, #208]
+    ldp     x28, x29, [x0, #224]
+    ldr     x30, [x0, #240]
+    ldp     x0, x1, [x0, #0]
+    eret
+    dsb     nsh             // no speculation past the ERET (SB where FEAT_SB exists)
+    isb
+
+guest_exit:
+    // The guest's x0 and x1 are on the stack, x0 holds the reason.
+    mrs     x1, tpidr_el2
+    stp     x2, x3, [x1, #16]
+    stp     x4, x5, [x1, #32]
+    stp     x6, x7, [x1, #48]
+    stp     x8, x9, [x1, #64]
+    stp     x10, x11, [x1, #80]
+    stp     x12, x13, [x1, #96]
+    stp     x14, x15, [x1, #112]
+    stp     x16, x17, [x1, #128]
+    stp     x18, x19, [x1, #144]
+    stp     x20, x21, [x1, #160]
+    stp     x22, x23, [x1, #176]
+    stp     x24, x25, [x1, #192]
+    stp     x26, x27, [x1, #208]
+    stp     x28, x29, [x1, #224]
+    str     x30, [x1, #240]
+    ldp     x2, x3, [sp], #16
+    stp     x2, x3, [x1, #0]
+    mrs     x2, elr_el2
+    mrs     x3, spsr_el2
+    stp     x2, x3, [x1, #248]
+    ldp     x19, x20, [sp, #0]
+    ldp     x21, x22, [sp, #16]
+    ldp     x23, x24, [sp, #32]
+    ldp     x25, x26, [sp, #48]
+    ldp     x27, x28, [sp, #64]
+    ldp     x29, x30, [sp, #80]
+    add     sp, sp, #96
+    ret
+"#
+);
+
+extern "C" {
+    fn enter_guest(ctx: *mut GuestContext) -> u64;
+}
+
+/// Runs the guest whose context this is until it exits.
+pub fn run_guest(ctx: &mut GuestContext) -> u64 {
+    // SAFETY: `ctx` is a valid, exclusively borrowed GuestContext (the asm relies on its
+    // repr(C) layout: x0..x30 at 0, pc at 248, pstate at 256); the stage-2 tables, HCR_EL2
+    // and the EL1 state of this guest were loaded by the caller, so the guest can reach
+    // nothing but what its VM's capabilities map.
+    unsafe { enter_guest(ctx) }
+}
+
+const _: () = assert!(core::mem::offset_of!(GuestContext, pc) == 248);
+const _: () = assert!(core::mem::offset_of!(GuestContext, pstate) == 256);
+
+macro_rules! sysreg {
+    ($name:literal) => {{
+        let v: u64;
+        // SAFETY: reading an EL2 system register has no side effect.
+        unsafe { core::arch::asm!(concat!("mrs {}, ", $name), out(reg) v, options(nomem, nostack)) };
+        v
+    }};
+}
+pub(crate) use sysreg;
+
+/// An exception taken at EL2 itself: a hypervisor bug or a hardware fault. Prints everything
+/// a person needs to find it, then stops this CPU only; the other CPUs keep running.
+#[no_mangle]
+extern "C" fn hyp_exception(kind: u64, regs: &[u64; 32]) {
+    let esr = sysreg!("esr_el2");
+    let kind_name = ["synchronous", "IRQ", "FIQ", "SError"].get(kind as usize).copied().unwrap_or("?");
+    println_unlocked!(
+        "\nhypervisor: unexpected {kind_name} exception at EL2 on cpu{}: {}",
+        cpus::current_index(),
+        Syndrome(esr).class()
+    );
+    println_unlocked!(
+        "  ESR_EL2 {esr:#018x}  FAR_EL2 {:#018x}  ELR_EL2 {:#018x}  SPSR_EL2 {:#018x}",
+        sysreg!("far_el2"),
+        sysreg!("elr_el2"),
+        sysreg!("spsr_el2")
+    );
+    for row in 0..8 {
+        let i = row * 4;
+        println_unlocked!(
+            "  x{:<2} {:#018x}  x{:<2} {:#018x}  x{:<2} {:#018x}  x{:<2} {:#018x}",
+            i, regs[i], i + 1, regs[i + 1], i + 2, regs[i + 2], i + 3, regs.get(i + 3).copied().unwrap_or(0)
+        );
+    }
+    println_unlocked!("hypervisor: cpu{} stopped", cpus::current_index());
+}

@@ -1,0 +1,264 @@
+//! The AArch64 hypervisor image: boots at EL2, discovers the board from the device tree,
+//! starts every CPU, creates the VMs the boot bundle describes and runs them.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+mod boot;
+#[macro_use]
+mod console;
+mod cpus;
+mod exceptions;
+mod firmware;
+mod memory;
+mod mmu;
+mod vm;
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use hyp_core::bundle::{BootBundle, RAM_GRANULE};
+use hyp_core::memory_map::free_ranges;
+use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
+use spin::Once;
+
+use crate::vm::{Vm, VmEnd};
+
+macro_rules! println_unlocked {
+    ($($arg:tt)*) => { $crate::console::print_unlocked(format_args!("{}\n", format_args!($($arg)*))) };
+}
+pub(crate) use println_unlocked;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+static VMS: Once<Vec<Vm>> = Once::new();
+static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+static VMS_FAILED: AtomicUsize = AtomicUsize::new(0);
+static SEMIHOSTING_EXIT: Once<bool> = Once::new();
+
+/// The device tree blob at `dtb`, sized by its header (the loader guarantees it is mapped).
+fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
+    if dtb == 0 || dtb % 8 != 0 {
+        return Err(PlatformError::NotADeviceTree);
+    }
+    // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned; the
+    // first 8 bytes are its magic and total size, and it is never written or freed.
+    let header = unsafe { core::slice::from_raw_parts(dtb as *const u8, 8) };
+    if header[0..4] != [0xd0, 0x0d, 0xfe, 0xed] {
+        return Err(PlatformError::NotADeviceTree);
+    }
+    let size = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
+    // SAFETY: as above, for the size the header states.
+    Ok(unsafe { core::slice::from_raw_parts(dtb as *const u8, size) })
+}
+
+#[no_mangle]
+extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
+    // The MMU is off: no locks and no heap until it is on.
+    let Ok(platform) = device_tree(dtb).and_then(Platform::from_device_tree) else {
+        // Without a device tree there is no known UART to complain on.
+        cpus::park()
+    };
+    let Ok(mmu_regs) = mmu::build(&platform) else { cpus::park() };
+    let (image_start, image_end) = boot::image_range();
+    mmu::invalidate_dcache_range(image_start, image_end);
+    mmu::enable(&mmu_regs);
+    console::init(platform.uart.base);
+    firmware::init(platform.psci);
+    cpus::record_cpus(&platform);
+
+    print_banner(&platform, image_start, image_end);
+
+    let dtb_range = PhysRange { base: dtb, size: device_tree(dtb).map_or(0, |d| d.len() as u64) };
+    let mut used: heapless::Vec<PhysRange, 32> = heapless::Vec::new();
+    let in_use = [PhysRange { base: image_start, size: image_end - image_start }, dtb_range];
+    for range in in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter()) {
+        if used.push(*range).is_err() {
+            halt(format_args!("more reserved memory ranges than the hypervisor can track"));
+        }
+    }
+    let (free, dropped) = free_ranges(&platform.memory, &used, RAM_GRANULE);
+    if dropped > 0 {
+        println!("hypervisor: {dropped} free memory range(s) not used: too fragmented");
+    }
+    let Some(heap) = free.iter().copied().filter(|r| r.size >= memory::HEAP_SIZE).max_by_key(|r| r.size) else {
+        halt(format_args!("no free memory range of {} MiB for the hypervisor heap", memory::HEAP_SIZE >> 20))
+    };
+    // SAFETY: `heap` is free RAM (not the image, device tree, bundle or reserved memory),
+    // identity-mapped Normal, and from here on belongs to the heap alone.
+    unsafe { memory::init_heap(heap.base, memory::HEAP_SIZE) };
+    let mut untyped: Vec<PhysRange> = free.iter().copied().collect();
+    take_from(&mut untyped, heap.base, memory::HEAP_SIZE);
+    let untyped_total: u64 = untyped.iter().map(|r| r.size).sum();
+    println!("  free memory {} MiB for VMs in {} range(s), heap {} MiB", untyped_total >> 20, untyped.len(), memory::HEAP_SIZE >> 20);
+
+    cpus::start_secondaries(&platform, &mmu_regs);
+    println!("hypervisor: {} of {} CPUs online", cpus::online_count(), platform.cpus.len());
+
+    let Some(initrd) = platform.initrd else {
+        halt(format_args!("no boot bundle: pass one as the initrd (`cargo xtask qemu` builds it)"))
+    };
+    // SAFETY: the loader put the initrd at this range in RAM; it is in `used`, so nothing
+    // else allocates or writes it.
+    let blob = unsafe { core::slice::from_raw_parts(initrd.base as *const u8, initrd.size as usize) };
+    let bundle = match BootBundle::parse(blob) {
+        Ok(b) => b,
+        Err(e) => halt(format_args!("boot bundle: {e}")),
+    };
+    SEMIHOSTING_EXIT.call_once(|| bundle.options.semihosting_exit);
+    let pa_bits = physical_address_bits();
+    let mut vms = Vec::new();
+    for (id, spec) in bundle.vms().enumerate() {
+        let Some(ram) = allocate_ram(&mut untyped, spec.memory) else {
+            halt(format_args!("vm{id} {}: needs {} MiB of RAM but no free range has that much left", spec.name, spec.memory >> 20))
+        };
+        match Vm::create(id, spec, ram, pa_bits) {
+            Ok(vm) => vms.push(vm),
+            Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
+        }
+    }
+    let me = cpus::current_index();
+    let cpus_for_vms: Vec<usize> =
+        core::iter::once(me).chain((0..platform.cpus.len()).filter(|&c| c != me && cpus::is_online(c))).collect();
+    if vms.len() > cpus_for_vms.len() {
+        halt(format_args!("{} VMs but only {} CPUs online: each VM needs a CPU of its own for now", vms.len(), cpus_for_vms.len()));
+    }
+    VMS_RUNNING.store(vms.len(), Ordering::Release);
+    let vms = VMS.call_once(|| vms);
+    for (i, _) in vms.iter().enumerate() {
+        cpus::WORK[cpus_for_vms[i]].store(i + 1, Ordering::Release);
+    }
+    aarch64_cpu::asm::sev();
+    cpu_loop(me)
+}
+
+/// Removes `[base, base + size)` from the front of the untyped range that starts there.
+fn take_from(untyped: &mut Vec<PhysRange>, base: u64, size: u64) {
+    if let Some(i) = untyped.iter().position(|r| r.base == base) {
+        untyped[i].base += size;
+        untyped[i].size -= size;
+        if untyped[i].size == 0 {
+            untyped.remove(i);
+        }
+    }
+}
+
+/// First fit, 1 GiB-aligned when the VM has at least 1 GiB (so stage 2 can use 1 GiB
+/// blocks), 2 MiB-aligned otherwise. Skipped alignment slack stays free.
+fn allocate_ram(untyped: &mut Vec<PhysRange>, size: u64) -> Option<PhysRange> {
+    let align = if size >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
+    for pass_align in [align, RAM_GRANULE] {
+        for i in 0..untyped.len() {
+            let r = untyped[i];
+            let base = r.base.next_multiple_of(pass_align);
+            if base.checked_add(size).is_some_and(|end| end <= r.end()) {
+                let before = PhysRange { base: r.base, size: base - r.base };
+                let after = PhysRange { base: base + size, size: r.end() - base - size };
+                untyped.remove(i);
+                untyped.extend([before, after].into_iter().filter(|p| p.size > 0));
+                return Some(PhysRange { base, size });
+            }
+        }
+    }
+    None
+}
+
+/// ID_AA64MMFR0_EL1.PARange in bits (ARM ARM D24.2.64).
+fn physical_address_bits() -> u8 {
+    match exceptions::sysreg!("id_aa64mmfr0_el1") & 0xf {
+        0 => 32,
+        1 => 36,
+        2 => 40,
+        3 => 42,
+        4 => 44,
+        5 => 48,
+        _ => 52,
+    }
+}
+
+fn print_banner(platform: &Platform<'_>, image_start: u64, image_end: u64) {
+    println!();
+    println!("hypervisor {VERSION} (AArch64, EL2) on {}", platform.model);
+    println!("  image       {:#x}..{:#x}", image_start, image_end);
+    for m in &platform.memory {
+        println!("  memory      {m} ({} MiB)", m.size >> 20);
+    }
+    println!("  cpus        {} (MPIDR {:x?}){}", platform.cpus.len(), platform.cpus.as_slice(),
+        if platform.cpus_left_off > 0 { " and some left off" } else { "" });
+    let gic = &platform.gic;
+    match gic.version {
+        GicVersion::V3 => println!("  gic         GICv3: GICD {} GICR {}", gic.distributor, gic.redistributors.unwrap_or(PhysRange { base: 0, size: 0 })),
+        GicVersion::V2 => println!(
+            "  gic         GICv2: GICD {} GICC {} GICH {} GICV {}",
+            gic.distributor,
+            gic.cpu_interface.unwrap_or(PhysRange { base: 0, size: 0 }),
+            gic.hyp_interface.unwrap_or(PhysRange { base: 0, size: 0 }),
+            gic.virtual_cpu_interface.unwrap_or(PhysRange { base: 0, size: 0 })
+        ),
+    }
+    if let Some(intid) = gic.maintenance_intid {
+        println!("              maintenance interrupt INTID {intid}");
+    }
+    println!("  uart        PL011 at {}", platform.uart);
+    let psci = firmware::psci_version();
+    println!("  psci        {:?} conduit, firmware PSCI {}.{}", platform.psci, psci >> 16, psci & 0xffff);
+    let t = platform.timer;
+    println!(
+        "  timer       INTIDs: EL1 physical {}, virtual {}, EL2 physical {}, secure physical {}",
+        t.nonsecure_physical, t.virtual_timer, t.hyp_physical, t.secure_physical
+    );
+    match platform.initrd {
+        Some(r) => println!("  boot bundle {r}"),
+        None => println!("  boot bundle none"),
+    }
+}
+
+/// Nothing can run: say why and stop the machine with a failure status.
+fn halt(message: core::fmt::Arguments<'_>) -> ! {
+    println!("hypervisor: error: {message}");
+    finish(false)
+}
+
+/// Every VM has ended, or nothing can run: stop the machine, with a failure status when
+/// the run enabled semihosting.
+fn finish(clean: bool) -> ! {
+    if !clean && SEMIHOSTING_EXIT.get().copied().unwrap_or(false) {
+        firmware::semihosting_exit(1)
+    }
+    firmware::system_off()
+}
+
+
+/// A CPU's life after boot: wait for a VM to run, run it, report how it ended.
+pub(crate) fn cpu_loop(cpu: usize) -> ! {
+    loop {
+        let work = cpus::WORK[cpu].swap(0, Ordering::AcqRel);
+        if work == 0 {
+            aarch64_cpu::asm::wfe();
+            continue;
+        }
+        let Some(vm) = VMS.get().and_then(|vms| vms.get(work - 1)) else { continue };
+        let end = vm.run();
+        vm_ended(vm, end);
+    }
+}
+
+fn vm_ended(vm: &Vm, end: VmEnd) {
+    if !end.is_clean() {
+        VMS_FAILED.fetch_add(1, Ordering::AcqRel);
+    }
+    println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if end.is_clean() { "clean" } else { "failed" });
+    if VMS_RUNNING.fetch_sub(1, Ordering::AcqRel) == 1 {
+        let failed = VMS_FAILED.load(Ordering::Acquire);
+        let total = VMS.get().map_or(0, |v| v.len());
+        println!("hypervisor: all {total} VM(s) ended: {} clean, {failed} failed", total - failed);
+        finish(failed == 0)
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    println_unlocked!("\nhypervisor: panic on cpu{}: {info}", cpus::current_index());
+    cpus::park()
+}

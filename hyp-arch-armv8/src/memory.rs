@@ -1,0 +1,124 @@
+//! Physical memory at run time: the hypervisor heap, the frames stage-2 tables live in
+//! (`TableMemory` over the identity map), TLB maintenance for stage 2, and cache maintenance
+//! for memory a guest will read with its MMU off.
+
+use core::alloc::Layout;
+use core::arch::asm;
+
+use alloc::alloc::{alloc_zeroed, dealloc};
+use buddy_system_allocator::LockedHeap;
+use stage2::{Ipa, PhysAddr, TableMemory, TlbMaintenance};
+
+#[global_allocator]
+static HEAP: LockedHeap<33> = LockedHeap::empty();
+
+/// Bytes of the hypervisor heap (VM objects, stage-2 tables, device models).
+pub const HEAP_SIZE: u64 = 32 << 20;
+
+/// # Safety
+/// `[base, base + size)` is identity-mapped RAM that nothing else uses, now or later.
+pub unsafe fn init_heap(base: u64, size: u64) {
+    // SAFETY: the caller gives memory nobody else owns.
+    unsafe { HEAP.lock().init(base as usize, size as usize) };
+}
+
+/// Stage-2 table frames from the hypervisor heap: hypervisor memory, never any VM's.
+pub struct HeapTableMemory;
+
+const FRAME: usize = 4096;
+
+fn frames_layout(count: usize) -> Option<Layout> {
+    Layout::from_size_align(FRAME * count, FRAME * count).ok()
+}
+
+impl TableMemory for HeapTableMemory {
+    fn allocate_zeroed_frames(&mut self, count: usize) -> Option<PhysAddr> {
+        let layout = frames_layout(count)?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        (!ptr.is_null()).then(|| PhysAddr(ptr as u64))
+    }
+
+    fn free_frames(&mut self, base: PhysAddr, count: usize) {
+        if let Some(layout) = frames_layout(count) {
+            // SAFETY: `base` came from `allocate_zeroed_frames(count)` (the stage2 crate frees
+            // only what it allocated, with the same count).
+            unsafe { dealloc(base.0 as *mut u8, layout) };
+        }
+    }
+
+    fn read_descriptor(&self, table: PhysAddr, index: usize) -> u64 {
+        // SAFETY: `table` is a table frame this pool handed out (identity-mapped) and the
+        // walker keeps `index` below 512 entries per frame of the table.
+        unsafe { core::ptr::read_volatile((table.0 as *const u64).add(index)) }
+    }
+
+    fn write_descriptor(&mut self, table: PhysAddr, index: usize, value: u64) {
+        // SAFETY: as for `read_descriptor`; a single aligned 64-bit store is single-copy
+        // atomic, so the table walker never sees a torn descriptor.
+        unsafe { core::ptr::write_volatile((table.0 as *mut u64).add(index), value) }
+    }
+}
+
+/// Stage-2 TLB maintenance for one VMID (ARM ARM D8.14.5 and the TLBI IPAS2E1IS
+/// description): by-IPA invalidation only reaches the VMID in VTTBR_EL2, so the VM's VTTBR
+/// is loaded around the operation.
+pub struct Stage2Tlb {
+    pub vttbr: u64,
+}
+
+impl Stage2Tlb {
+    fn with_vmid(&self, f: impl FnOnce()) {
+        let saved: u64;
+        // SAFETY: switching VTTBR_EL2 while at EL2 does not affect EL2's own translation;
+        // it is restored before returning to any guest.
+        unsafe {
+            asm!("mrs {}, vttbr_el2", out(reg) saved, options(nomem, nostack));
+            asm!("msr vttbr_el2, {}", "isb", in(reg) self.vttbr, options(nostack));
+        }
+        f();
+        // SAFETY: as above.
+        unsafe { asm!("msr vttbr_el2, {}", "isb", in(reg) saved, options(nostack)) };
+    }
+}
+
+impl TlbMaintenance for Stage2Tlb {
+    fn invalidate_ipa(&mut self, _vmid: u16, ipa: Ipa) {
+        self.with_vmid(|| {
+            // SAFETY: TLB maintenance has no effect on memory; the DSBs order it after the
+            // descriptor store and before the next one (break-before-make).
+            unsafe {
+                asm!(
+                    "dsb ishst",
+                    "tlbi ipas2e1is, {}",
+                    "dsb ish",
+                    "tlbi vmalle1is",
+                    "dsb ish",
+                    "isb",
+                    in(reg) ipa.0 >> 12,
+                    options(nostack)
+                )
+            }
+        });
+    }
+
+    fn invalidate_vmid(&mut self, _vmid: u16) {
+        self.with_vmid(|| {
+            // SAFETY: as above.
+            unsafe { asm!("dsb ishst", "tlbi vmalls12e1is", "dsb ish", "isb", options(nostack)) }
+        });
+    }
+
+    fn publish(&mut self) {
+        // SAFETY: a barrier.
+        unsafe { asm!("dsb ishst", options(nostack)) };
+    }
+}
+
+/// Cleans `[start, start + len)` to the point of coherency and invalidates the instruction
+/// cache: a guest starting with its MMU off reads memory, not the caches.
+pub fn make_visible_to_guest(start: u64, len: u64) {
+    crate::mmu::clean_dcache_range(start, start + len);
+    // SAFETY: instruction cache invalidation has no effect on data.
+    unsafe { asm!("ic ialluis", "dsb ish", "isb", options(nostack)) };
+}

@@ -1,0 +1,194 @@
+//! The hypervisor's own translation tables (EL2 stage 1): an identity map of the board's RAM
+//! (Normal write-back) and of the devices the hypervisor drives (Device-nGnRE, never
+//! executable), in 2 MiB blocks, or 1 GiB blocks where a whole gigabyte is RAM.
+//!
+//! Built with the MMU off before anything else needs memory; every CPU then uses the same
+//! tables. ARM ARM D8 (VMSAv8-64), D8.3 (descriptor formats).
+
+use core::arch::asm;
+
+use hyp_core::platform::{PhysRange, Platform};
+
+const GIB: u64 = 1 << 30;
+const BLOCK_2M: u64 = 2 << 20;
+/// Gigabytes of address space that may need 2 MiB granularity (devices beside RAM).
+const MAX_L2_TABLES: usize = 16;
+/// T0SZ = 25: 39-bit VA, translation starts at level 1 with 512 1 GiB entries.
+const T0SZ: u64 = 25;
+
+#[repr(C, align(4096))]
+struct Table([u64; 512]);
+
+static mut L1_TABLE: Table = Table([0; 512]);
+static mut L2_TABLES: [Table; MAX_L2_TABLES] = [const { Table([0; 512]) }; MAX_L2_TABLES];
+
+/// MAIR_EL2: Attr0 Normal inner/outer write-back non-transient RW-allocate; Attr1
+/// Device-nGnRE (D24.2.102).
+const MAIR: u64 = 0xff | (0x04 << 8);
+const ATTR_NORMAL: u64 = 0 << 2;
+const ATTR_DEVICE: u64 = 1 << 2;
+/// AP[1] is RES1 in the EL2 regime; AP[2] = 0 is read/write.
+const AP_RW: u64 = 1 << 6;
+const SH_INNER: u64 = 3 << 8;
+const AF: u64 = 1 << 10;
+const XN: u64 = 1 << 54;
+const BLOCK: u64 = 0b01;
+const TABLE: u64 = 0b11;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Normal,
+    Device,
+}
+
+impl Kind {
+    fn block_attributes(self) -> u64 {
+        match self {
+            Kind::Normal => BLOCK | ATTR_NORMAL | AP_RW | SH_INNER | AF,
+            Kind::Device => BLOCK | ATTR_DEVICE | AP_RW | AF | XN,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum MmuError {
+    TooManyTables,
+    BeyondVaSize,
+}
+
+/// The register values every CPU loads to turn its MMU on.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct MmuRegisters {
+    pub mair: u64,
+    pub tcr: u64,
+    pub ttbr0: u64,
+    pub sctlr: u64,
+}
+
+/// Builds the identity map. Called once, by the boot CPU, with the MMU off.
+pub fn build(platform: &Platform<'_>) -> Result<MmuRegisters, MmuError> {
+    // SAFETY: the boot CPU runs alone with the MMU off; nothing else references the tables.
+    let (l1, l2) = unsafe { (&mut *(&raw mut L1_TABLE), &mut *(&raw mut L2_TABLES)) };
+    let mut l2_used = 0;
+    let mut map = |range: PhysRange, kind: Kind| -> Result<(), MmuError> {
+        // RAM is rounded inward (never map what is not RAM as Normal), devices outward.
+        let (start, end) = match kind {
+            Kind::Normal => (range.base.next_multiple_of(BLOCK_2M), range.end() & !(BLOCK_2M - 1)),
+            Kind::Device => (range.base & !(BLOCK_2M - 1), range.end().next_multiple_of(BLOCK_2M)),
+        };
+        let mut addr = start;
+        while addr < end {
+            let gib = (addr / GIB) as usize;
+            if gib >= 512 {
+                return Err(MmuError::BeyondVaSize);
+            }
+            if kind == Kind::Normal && addr % GIB == 0 && end - addr >= GIB && l1.0[gib] == 0 {
+                l1.0[gib] = addr | kind.block_attributes();
+                addr += GIB;
+                continue;
+            }
+            if l1.0[gib] & 0b11 != TABLE {
+                if l2_used == MAX_L2_TABLES {
+                    return Err(MmuError::TooManyTables);
+                }
+                l1.0[gib] = (&raw const l2[l2_used] as u64) | TABLE;
+                l2_used += 1;
+            }
+            let table = (l1.0[gib] & 0x0000_ffff_ffff_f000) as *mut Table;
+            // SAFETY: `table` is one of L2_TABLES, installed just above or earlier.
+            let table = unsafe { &mut *table };
+            table.0[((addr % GIB) / BLOCK_2M) as usize] = addr | kind.block_attributes();
+            addr += BLOCK_2M;
+        }
+        Ok(())
+    };
+    for region in &platform.memory {
+        map(*region, Kind::Normal)?;
+    }
+    map(platform.uart, Kind::Device)?;
+    let gic = &platform.gic;
+    for frame in [Some(gic.distributor), gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface]
+        .into_iter()
+        .flatten()
+    {
+        map(frame, Kind::Device)?;
+    }
+
+    let parange = aarch64_cpu::registers::ID_AA64MMFR0_EL1.get() & 0xf;
+    let tcr = T0SZ
+        | (0b01 << 8)   // IRGN0: write-back read/write-allocate
+        | (0b01 << 10)  // ORGN0: write-back read/write-allocate
+        | (0b11 << 12)  // SH0: inner shareable
+        | (0b00 << 14)  // TG0: 4 KiB
+        | (parange.min(0b101) << 16) // PS
+        | (1 << 23) | (1 << 31); // RES1
+    // SCTLR_EL2: RES1 bits, M, C, SA, I.
+    let sctlr = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
+    Ok(MmuRegisters { mair: MAIR, tcr, ttbr0: &raw const L1_TABLE as u64, sctlr })
+}
+
+use aarch64_cpu::registers::Readable;
+
+/// Turns this CPU's MMU and caches on. Memory written with the MMU off must have no stale
+/// lines in the caches: the boot CPU invalidates its image first (`invalidate_dcache_range`).
+pub fn enable(regs: &MmuRegisters) {
+    // SAFETY: the tables identity-map the code running now, its stack and the devices it
+    // uses, so execution continues at the same addresses once translation is on.
+    unsafe {
+        asm!(
+            "msr mair_el2, {mair}",
+            "msr tcr_el2, {tcr}",
+            "msr ttbr0_el2, {ttbr0}",
+            "isb",
+            "tlbi alle2",
+            "dsb ish",
+            "ic iallu",
+            "dsb ish",
+            "isb",
+            "msr sctlr_el2, {sctlr}",
+            "isb",
+            mair = in(reg) regs.mair,
+            tcr = in(reg) regs.tcr,
+            ttbr0 = in(reg) regs.ttbr0,
+            sctlr = in(reg) regs.sctlr,
+            options(nostack),
+        );
+    }
+}
+
+fn dcache_line_size() -> u64 {
+    let ctr: u64;
+    // SAFETY: CTR_EL0 is a read-only identification register.
+    unsafe { asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack)) };
+    4 << ((ctr >> 16) & 0xf)
+}
+
+/// DC IVAC over `[start, end)`: drops stale (clean) lines so memory written with the caches
+/// off is read back correctly once they are on.
+pub fn invalidate_dcache_range(start: u64, end: u64) {
+    let line = dcache_line_size();
+    let mut addr = start & !(line - 1);
+    while addr < end {
+        // SAFETY: cache maintenance by VA on memory this image owns; no data is lost because
+        // nothing was written with the caches on yet.
+        unsafe { asm!("dc ivac, {}", in(reg) addr, options(nostack)) };
+        addr += line;
+    }
+    // SAFETY: a barrier.
+    unsafe { asm!("dsb sy", options(nostack)) };
+}
+
+/// DC CVAC over `[start, end)`: makes what this CPU wrote visible to a CPU that still runs
+/// with its MMU off.
+pub fn clean_dcache_range(start: u64, end: u64) {
+    let line = dcache_line_size();
+    let mut addr = start & !(line - 1);
+    while addr < end {
+        // SAFETY: cache maintenance by VA on mapped memory.
+        unsafe { asm!("dc cvac, {}", in(reg) addr, options(nostack)) };
+        addr += line;
+    }
+    // SAFETY: a barrier.
+    unsafe { asm!("dsb sy", options(nostack)) };
+}

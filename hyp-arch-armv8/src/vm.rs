@@ -1,0 +1,292 @@
+//! VMs at run time on AArch64: building one from its manifest entry (stage 2, emulated
+//! devices, the kernel loaded per the arm64 boot protocol), and running a vCPU on this CPU.
+
+use alloc::boxed::Box;
+use core::arch::asm;
+use core::fmt;
+
+use hyp_core::bundle::VmSpec;
+use hyp_core::exit::{self, GuestContext, InjectedException, Outcome, SyncExit};
+use hyp_core::image::{Arm64Image, ImageError};
+use hyp_core::mmio::MmioBus;
+use hyp_core::pl011::Pl011;
+use hyp_core::platform::PhysRange;
+use hyp_core::smccc::{psci_status, Hypercall};
+use hyp_core::syndrome::Syndrome;
+use spin::Mutex;
+use stage2::{
+    Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, Permissions, PhysAddr, Stage2Error, Stage2Table,
+    TableFormat,
+};
+
+use crate::console::VmConsole;
+use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
+use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
+
+/// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
+pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
+pub const GUEST_UART_IPA: u64 = 0x0900_0000;
+const GUEST_UART_SIZE: u64 = 0x1000;
+/// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
+pub const GUEST_IPA_BITS: u8 = 40;
+
+/// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
+const PSTATE_EL1H_MASKED: u64 = 0x3c5;
+/// SCTLR_EL1 at reset with MMU and caches off: RES1 bits only (ARMv8.0).
+const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+/// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
+/// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
+/// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
+/// set/way cache maintenance), RW (EL1 is AArch64).
+const HCR_GUEST: u64 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 9) | (1 << 10)
+    | (1 << 19) | (1 << 20) | (1 << 21) | (1 << 22) | (1 << 31);
+
+#[derive(Debug)]
+pub enum VmError {
+    Image(ImageError),
+    Stage2(Stage2Error),
+    /// The VM's RAM is smaller than its manifest says (an internal inconsistency).
+    RamMismatch,
+}
+
+impl fmt::Display for VmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VmError::Image(e) => write!(f, "kernel: {e}"),
+            VmError::Stage2(e) => write!(f, "stage-2 tables: {e}"),
+            VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
+        }
+    }
+}
+
+/// How a VM's run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmEnd {
+    /// PSCI SYSTEM_OFF: a clean end.
+    PoweredOff,
+    /// HYP_VM_EXIT with a status.
+    Exited(u64),
+    /// Every vCPU called CPU_OFF.
+    AllVcpusOff,
+    /// An SError or another fault the VM cannot recover from.
+    Crashed,
+}
+
+impl VmEnd {
+    pub fn is_clean(self) -> bool {
+        matches!(self, VmEnd::PoweredOff | VmEnd::Exited(0))
+    }
+}
+
+pub struct Vm {
+    pub id: usize,
+    pub spec: VmSpec<'static>,
+    ram: PhysRange,
+    entry_offset: u64,
+    stage2: Stage2Table,
+    bus: Mutex<MmioBus>,
+}
+
+macro_rules! vm_log {
+    ($vm:expr, $vcpu:expr, $($arg:tt)*) => {
+        println!("hypervisor: vm{} {} vcpu{}: {}", $vm.id, $vm.spec.name, $vcpu, format_args!($($arg)*))
+    };
+}
+
+impl Vm {
+    /// Builds a VM whose RAM is the physical range `ram` (owned by it alone).
+    pub fn create(id: usize, spec: VmSpec<'static>, ram: PhysRange, pa_bits: u8) -> Result<Vm, VmError> {
+        let image = Arm64Image::parse(spec.kernel).map_err(VmError::Image)?;
+        let entry_offset = image.load_offset(spec.memory).map_err(VmError::Image)?;
+        if ram.size < spec.memory {
+            return Err(VmError::RamMismatch);
+        }
+        let format = TableFormat::Vmsav8_64 { ipa_bits: GUEST_IPA_BITS.min(pa_bits), pa_bits };
+        let vmid = u16::try_from(id + 1).unwrap_or(u16::MAX);
+        let mut stage2 = Stage2Table::new(format, vmid, &mut HeapTableMemory).map_err(VmError::Stage2)?;
+        let ram_ipa = IpaRange::new(Ipa(GUEST_RAM_IPA), spec.memory).map_err(VmError::Stage2)?;
+        let attrs = MappingAttributes {
+            memory: MemoryType::NormalWriteBack,
+            permissions: Permissions { read: true, write: true, execute: true },
+        };
+        let mut tlb = Stage2Tlb { vttbr: stage2.vttbr() };
+        stage2
+            .map_range(&mut HeapTableMemory, &mut tlb, ram_ipa, PhysAddr(ram.base), attrs, OwnershipState::Owned)
+            .map_err(VmError::Stage2)?;
+        let mut bus = MmioBus::new();
+        let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(VmError::Stage2)?;
+        let console = VmConsole::new(spec.name);
+        // The bus is empty, so the window cannot overlap another.
+        let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
+        let vm = Vm { id, spec, ram, entry_offset, stage2, bus: Mutex::new(bus) };
+        println!(
+            "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
+            spec.name,
+            spec.memory >> 20,
+            ram.base,
+            spec.vcpus,
+            vm.stage2.table_frame_count(&HeapTableMemory)
+        );
+        Ok(vm)
+    }
+
+    /// Zeroes the VM's RAM (no data of an earlier VM leaks) and loads the kernel.
+    fn load(&self) {
+        // SAFETY: `ram` belongs to this VM alone, is identity-mapped Normal memory at EL2, and
+        // no vCPU of this VM runs while it is loaded.
+        let ram = unsafe { core::slice::from_raw_parts_mut(self.ram.base as *mut u8, self.spec.memory as usize) };
+        ram.fill(0);
+        let start = self.entry_offset as usize;
+        ram[start..start + self.spec.kernel.len()].copy_from_slice(self.spec.kernel);
+        make_visible_to_guest(self.ram.base, self.spec.memory);
+    }
+
+    /// Runs vCPU 0 on this CPU until the VM ends. A SYSTEM_RESET reboots the VM in place.
+    pub fn run(&self) -> VmEnd {
+        loop {
+            self.load();
+            vm_log!(self, 0, "starting at IPA {:#x}", GUEST_RAM_IPA + self.entry_offset);
+            match self.run_vcpu(0) {
+                Some(end) => return end,
+                None => vm_log!(self, 0, "SYSTEM_RESET: rebooting the VM"),
+            }
+        }
+    }
+
+    fn enter_el2_state(&self, vcpu: usize) {
+        let mdcr_hpmn = (sysreg!("pmcr_el0") >> 11) & 0x1f;
+        let midr = sysreg!("midr_el1");
+        // SAFETY: configures this CPU's EL2 and EL1 state for this VM's vCPU; the stage-2
+        // tables at VTTBR_EL2 map only this VM's memory.
+        unsafe {
+            asm!(
+                "msr vtcr_el2, {vtcr}",
+                "msr vttbr_el2, {vttbr}",
+                "msr hcr_el2, {hcr}",
+                "msr vmpidr_el2, {vmpidr}",
+                "msr vpidr_el2, {midr}",
+                "msr cnthctl_el2, {cnthctl}",
+                "msr cntvoff_el2, xzr",
+                "msr mdcr_el2, {mdcr}",
+                "msr sctlr_el1, {sctlr}",
+                "msr cpacr_el1, xzr",
+                "msr vbar_el1, xzr",
+                "msr tcr_el1, xzr",
+                "msr ttbr0_el1, xzr",
+                "msr ttbr1_el1, xzr",
+                "msr mair_el1, xzr",
+                "msr sp_el1, xzr",
+                "msr sp_el0, xzr",
+                "msr tpidr_el1, xzr",
+                "msr cntkctl_el1, xzr",
+                "msr cntv_ctl_el0, xzr",
+                "isb",
+                "tlbi vmalls12e1",
+                "dsb nsh",
+                "isb",
+                vtcr = in(reg) self.stage2.vtcr(),
+                vttbr = in(reg) self.stage2.vttbr(),
+                hcr = in(reg) HCR_GUEST,
+                vmpidr = in(reg) (1u64 << 31) | vcpu as u64,
+                midr = in(reg) midr,
+                // EL1PCTEN, EL1PCEN: the guest reads the physical counter and timer directly.
+                cnthctl = in(reg) 0b11u64,
+                // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF).
+                mdcr = in(reg) mdcr_hpmn | (1 << 5) | (1 << 6),
+                sctlr = in(reg) SCTLR_EL1_RESET,
+                options(nostack)
+            );
+        }
+    }
+
+    /// Runs one vCPU from reset until the VM ends (Some) or asks to reboot (None).
+    fn run_vcpu(&self, vcpu: usize) -> Option<VmEnd> {
+        self.enter_el2_state(vcpu);
+        let mut ctx = GuestContext { pc: GUEST_RAM_IPA + self.entry_offset, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
+        loop {
+            match run_guest(&mut ctx) {
+                EXIT_SYNC => {
+                    let exit = SyncExit {
+                        syndrome: Syndrome(sysreg!("esr_el2")),
+                        far: sysreg!("far_el2"),
+                        hpfar: sysreg!("hpfar_el2"),
+                    };
+                    let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut self.bus.lock());
+                    if let Some(incident) = incident {
+                        vm_log!(self, vcpu, "{incident}");
+                    }
+                    let il = exit.syndrome.instruction_is_32bit();
+                    match outcome {
+                        Outcome::Resume | Outcome::WaitForInterrupt => {}
+                        Outcome::InjectAbort { instruction: false, far } => inject(&mut ctx, InjectedException::DataAbort { far }, il),
+                        Outcome::InjectAbort { instruction: true, far } => inject(&mut ctx, InjectedException::InstructionAbort { far }, il),
+                        Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
+                        Outcome::Call(call) => {
+                            if let Some(end) = self.vm_call(&mut ctx, vcpu, call) {
+                                return end;
+                            }
+                        }
+                    }
+                }
+                // No physical interrupt is routed to guests yet: nothing to forward.
+                EXIT_IRQ | EXIT_FIQ => {}
+                EXIT_SERROR | _ => {
+                    vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
+                    return Some(VmEnd::Crashed);
+                }
+            }
+        }
+    }
+
+    /// PSCI and VM calls that change the VM's state. Returns Some(Some(end)) when the VM ends,
+    /// Some(None) when it reboots.
+    fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall) -> Option<Option<VmEnd>> {
+        let own_mpidr = vcpu as u64;
+        match call {
+            Hypercall::SystemOff => {
+                vm_log!(self, vcpu, "PSCI SYSTEM_OFF: the VM powered off");
+                return Some(Some(VmEnd::PoweredOff));
+            }
+            Hypercall::SystemReset => return Some(None),
+            Hypercall::VmExit { status } => {
+                vm_log!(self, vcpu, "HYP_VM_EXIT with status {status}");
+                return Some(Some(VmEnd::Exited(status)));
+            }
+            Hypercall::CpuOff => {
+                vm_log!(self, vcpu, "PSCI CPU_OFF of its last vCPU: the VM stopped");
+                return Some(Some(VmEnd::AllVcpusOff));
+            }
+            Hypercall::CpuOn { target_mpidr, .. } => {
+                ctx.x[0] = if target_mpidr == own_mpidr { psci_status::ALREADY_ON } else { psci_status::INVALID_PARAMETERS };
+            }
+            Hypercall::AffinityInfo { target_mpidr, .. } => {
+                ctx.x[0] = if target_mpidr == own_mpidr { psci_status::AFFINITY_ON } else { psci_status::INVALID_PARAMETERS };
+            }
+            Hypercall::CpuSuspend => ctx.x[0] = psci_status::SUCCESS,
+            Hypercall::Return(_) | Hypercall::Unknown { .. } => {}
+        }
+        None
+    }
+}
+
+/// Delivers `exception` to the guest's EL1 vector (the registers are live in this CPU).
+fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
+    let e = exit::exception_to_el1(ctx, sysreg!("vbar_el1"), exception, il);
+    // SAFETY: writes the guest's EL1 exception registers, which belong to the running vCPU.
+    unsafe {
+        asm!(
+            "msr esr_el1, {esr}",
+            "msr elr_el1, {elr}",
+            "msr spsr_el1, {spsr}",
+            esr = in(reg) e.esr_el1,
+            elr = in(reg) e.elr_el1,
+            spsr = in(reg) e.spsr_el1,
+            options(nostack)
+        );
+        if let Some(far) = e.far_el1 {
+            asm!("msr far_el1, {}", in(reg) far, options(nostack));
+        }
+    }
+    ctx.pc = e.pc;
+    ctx.pstate = e.pstate;
+}

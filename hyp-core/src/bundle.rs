@@ -1,0 +1,132 @@
+//! The boot bundle: the VM manifest and the guest images, in one flattened device tree that
+//! the loader passes as the initrd (docs/boot-bundle.md). `cargo xtask` writes it from a
+//! readable manifest; the hypervisor checks it again here, before anything boots.
+
+use core::fmt;
+
+use fdt::node::FdtNode;
+use fdt::Fdt;
+
+pub const COMPATIBLE: &str = "hyp,boot-bundle-v1";
+/// vCPUs one VM may have.
+pub const MAX_VCPUS: u32 = 8;
+/// VM RAM is carved in 2 MiB blocks so stage 2 can map it with block descriptors.
+pub const RAM_GRANULE: u64 = 2 << 20;
+
+/// One VM as the manifest describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmSpec<'a> {
+    pub name: &'a str,
+    pub vcpus: u32,
+    pub memory: u64,
+    pub kernel: &'a [u8],
+    pub initrd: Option<&'a [u8]>,
+    pub bootargs: Option<&'a str>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BundleOptions {
+    /// The QEMU run enabled semihosting, so a failed run can set QEMU's exit status.
+    pub semihosting_exit: bool,
+}
+
+pub struct BootBundle<'a> {
+    fdt: Fdt<'a>,
+    pub options: BundleOptions,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleError<'a> {
+    /// Not a device tree, or not one xtask wrote.
+    NotABundle,
+    NoVms,
+    /// A VM's field is missing or wrong: names the VM (or its node) and the field.
+    BadField { vm: &'a str, field: &'static str, problem: &'static str },
+    DuplicateName { vm: &'a str },
+}
+
+impl fmt::Display for BundleError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotABundle => write!(f, "the initrd is not a boot bundle ({COMPATIBLE}); build one with `cargo xtask`"),
+            Self::NoVms => write!(f, "the boot bundle describes no VM"),
+            Self::BadField { vm, field, problem } => write!(f, "VM {vm}: field `{field}` {problem}"),
+            Self::DuplicateName { vm } => write!(f, "VM {vm}: two VMs have this name"),
+        }
+    }
+}
+
+impl<'a> BootBundle<'a> {
+    pub fn parse(blob: &'a [u8]) -> Result<Self, BundleError<'a>> {
+        let fdt = Fdt::new(blob).map_err(|_| BundleError::NotABundle)?;
+        let root = fdt.find_node("/").ok_or(BundleError::NotABundle)?;
+        if root.property("compatible").and_then(|p| p.as_str()) != Some(COMPATIBLE) {
+            return Err(BundleError::NotABundle);
+        }
+        let semihosting_exit =
+            fdt.find_node("/options").is_some_and(|o| o.property("semihosting-exit").is_some());
+        let bundle = BootBundle { fdt, options: BundleOptions { semihosting_exit } };
+        bundle.check()?;
+        Ok(bundle)
+    }
+
+    fn vm_nodes(&self) -> impl Iterator<Item = FdtNode<'_, 'a>> {
+        self.fdt.find_node("/vms").into_iter().flat_map(|n| n.children())
+    }
+
+    /// Every VM, in manifest order. All were checked by `parse`.
+    pub fn vms(&self) -> impl Iterator<Item = VmSpec<'a>> + '_ {
+        self.vm_nodes().filter_map(|n| vm_spec(n).ok())
+    }
+
+    fn check(&self) -> Result<(), BundleError<'a>> {
+        let mut count = 0;
+        for (i, node) in self.vm_nodes().enumerate() {
+            let vm = vm_spec(node)?;
+            if self.vm_nodes().take(i).filter_map(|n| vm_spec(n).ok()).any(|other| other.name == vm.name) {
+                return Err(BundleError::DuplicateName { vm: vm.name });
+            }
+            count += 1;
+        }
+        if count == 0 {
+            return Err(BundleError::NoVms);
+        }
+        Ok(())
+    }
+}
+
+fn u32_prop(node: FdtNode<'_, '_>, name: &str) -> Option<u32> {
+    let v = node.property(name)?.value;
+    Some(u32::from_be_bytes(v.try_into().ok()?))
+}
+
+fn u64_prop(node: FdtNode<'_, '_>, name: &str) -> Option<u64> {
+    let v = node.property(name)?.value;
+    Some(u64::from_be_bytes(v.try_into().ok()?))
+}
+
+fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
+    let name = node.property("name").and_then(|p| p.as_str()).unwrap_or(node.name);
+    let bad = |field, problem| BundleError::BadField { vm: name, field, problem };
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err(bad("name", "must be letters, digits, '-' or '_'"));
+    }
+    let vcpus = u32_prop(node, "vcpus").ok_or(bad("vcpus", "is missing"))?;
+    if vcpus == 0 || vcpus > MAX_VCPUS {
+        return Err(bad("vcpus", "must be between 1 and 8"));
+    }
+    let memory = u64_prop(node, "memory").ok_or(bad("memory", "is missing"))?;
+    if memory == 0 || memory % RAM_GRANULE != 0 {
+        return Err(bad("memory", "must be a non-zero multiple of 2 MiB"));
+    }
+    let kernel = node.property("kernel").map(|p| p.value).ok_or(bad("kernel", "is missing"))?;
+    if kernel.is_empty() {
+        return Err(bad("kernel", "is empty"));
+    }
+    let initrd = node.property("initrd").map(|p| p.value);
+    let bootargs = match node.property("bootargs") {
+        Some(p) => Some(p.as_str().ok_or(bad("bootargs", "is not a string"))?),
+        None => None,
+    };
+    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs })
+}

@@ -1,0 +1,407 @@
+//! What to do with a guest's synchronous exit: hypercalls, emulated MMIO, and the
+//! architected fault for everything else. Pure logic over the saved guest registers; the arch
+//! crate reads the syndrome registers, calls `handle_sync`, and applies the outcome.
+//!
+//! Every path a guest can drive ends in a result for the guest (a value, an external abort,
+//! an undefined instruction) and, where the guest did something wrong, an `Incident` the
+//! hypervisor logs with the VM and vCPU. None ends in a panic.
+
+use core::fmt;
+
+use stage2::Ipa;
+
+use crate::mmio::{MmioBus, MmioError};
+use crate::smccc::{self, Hypercall};
+use crate::syndrome::{ExceptionClass, Syndrome};
+
+/// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
+/// assembly: x0..x30 at 0, pc at 248, pstate at 256).
+#[repr(C)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuestContext {
+    pub x: [u64; 31],
+    pub pc: u64,
+    pub pstate: u64,
+}
+
+impl GuestContext {
+    /// Register `n` as an instruction sees it: 31 is the zero register.
+    pub fn reg(&self, n: u8) -> u64 {
+        self.x.get(usize::from(n)).copied().unwrap_or(0)
+    }
+    pub fn set_reg(&mut self, n: u8, value: u64) {
+        if let Some(r) = self.x.get_mut(usize::from(n)) {
+            *r = value;
+        }
+    }
+    fn skip_instruction(&mut self, syndrome: Syndrome) {
+        self.pc = self.pc.wrapping_add(if syndrome.instruction_is_32bit() { 4 } else { 2 });
+    }
+}
+
+/// The syndrome registers of one synchronous exit.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncExit {
+    pub syndrome: Syndrome,
+    /// FAR_EL2: the faulting virtual address.
+    pub far: u64,
+    /// HPFAR_EL2: the faulting IPA's page (FIPA, bits [43:4] = IPA[51:12]).
+    pub hpfar: u64,
+}
+
+impl SyncExit {
+    pub fn fault_ipa(&self) -> Ipa {
+        Ipa(((self.hpfar & 0x0000_0fff_ffff_fff0) << 8) | (self.far & 0xfff))
+    }
+}
+
+/// What the arch crate does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Re-enter the guest (registers and PC already updated).
+    Resume,
+    /// A synchronous external abort for the guest at its own EL1 vector.
+    InjectAbort { instruction: bool, far: u64 },
+    /// An undefined-instruction exception for the guest.
+    InjectUndefined,
+    /// A PSCI or VM call the VM layer carries out; the PC is already past the call.
+    Call(Hypercall),
+    /// WFI: the vCPU waits for an interrupt.
+    WaitForInterrupt,
+}
+
+/// Something a guest did that the hypervisor logs (with the VM and vCPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Incident {
+    UnknownHypercall { function: u32 },
+    NonZeroCallImmediate { immediate: u16 },
+    /// A load or store at an IPA where the VM has neither memory nor a device.
+    NoMemoryOrDevice { ipa: Ipa, va: u64, write: bool },
+    /// A device refused the access (no such register, wrong width...).
+    DeviceRefused { ipa: Ipa, error: MmioError },
+    /// An access to a device window the hardware gave no syndrome for (e.g. LDP, writeback).
+    NotEmulatable { ipa: Ipa },
+    InstructionFetchOutsideMemory { ipa: Ipa },
+    /// MSR/MRS to a system register the hypervisor does not emulate (ISS of EC 0x18).
+    SystemRegister { iss: u32 },
+    UnexpectedClass { class: ExceptionClass },
+}
+
+impl fmt::Display for Incident {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::UnknownHypercall { function } => write!(f, "unknown SMCCC function {function:#010x}: returned NOT_SUPPORTED"),
+            Self::NonZeroCallImmediate { immediate } => write!(f, "HVC/SMC with immediate {immediate:#x} (only #0 is defined): returned NOT_SUPPORTED"),
+            Self::NoMemoryOrDevice { ipa, va, write } => write!(
+                f, "{} at IPA {:#x} (VA {va:#x}): no memory or device there: external abort injected",
+                if *write { "store" } else { "load" }, ipa.0
+            ),
+            Self::DeviceRefused { ipa, error } => write!(f, "device access at IPA {:#x} refused ({error}): external abort injected", ipa.0),
+            Self::NotEmulatable { ipa } => write!(f, "device access at IPA {:#x} with no instruction syndrome (pair, writeback or SIMD access): external abort injected", ipa.0),
+            Self::InstructionFetchOutsideMemory { ipa } => write!(f, "instruction fetch from IPA {:#x}, outside the VM's memory: external abort injected", ipa.0),
+            Self::SystemRegister { iss } => {
+                let (op0, op1, crn, crm, op2) = (iss >> 20 & 3, iss >> 14 & 7, iss >> 10 & 0xf, iss >> 1 & 0xf, iss >> 17 & 7);
+                let dir = if iss & 1 != 0 { "read" } else { "write" };
+                write!(f, "{dir} of system register S{op0}_{op1}_C{crn}_C{crm}_{op2}: not emulated, undefined instruction injected")
+            }
+            Self::UnexpectedClass { class } => write!(f, "trap {class} not handled: undefined instruction injected"),
+        }
+    }
+}
+
+/// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64.
+pub fn handle_sync(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut MmioBus) -> (Outcome, Option<Incident>) {
+    let s = exit.syndrome;
+    match s.class() {
+        ExceptionClass::HVC64 | ExceptionClass::SMC64 => {
+            // HVC's preferred return is the next instruction; a trapped SMC's is the SMC.
+            if s.class() == ExceptionClass::SMC64 {
+                ctx.skip_instruction(s);
+            }
+            if s.call_immediate() != 0 {
+                ctx.x[0] = smccc::NOT_SUPPORTED;
+                return (Outcome::Resume, Some(Incident::NonZeroCallImmediate { immediate: s.call_immediate() }));
+            }
+            match smccc::decode([ctx.x[0], ctx.x[1], ctx.x[2], ctx.x[3]]) {
+                Hypercall::Return(value) => {
+                    ctx.x[0] = value;
+                    (Outcome::Resume, None)
+                }
+                Hypercall::Unknown { function } => {
+                    ctx.x[0] = smccc::NOT_SUPPORTED;
+                    (Outcome::Resume, Some(Incident::UnknownHypercall { function }))
+                }
+                call => (Outcome::Call(call), None),
+            }
+        }
+        ExceptionClass::DATA_ABORT_LOWER => data_abort(ctx, exit, bus),
+        ExceptionClass::INSTRUCTION_ABORT_LOWER => (
+            Outcome::InjectAbort { instruction: true, far: exit.far },
+            Some(Incident::InstructionFetchOutsideMemory { ipa: exit.fault_ipa() }),
+        ),
+        ExceptionClass::WFX => {
+            ctx.skip_instruction(s);
+            // ISS.TI[1:0]: 0 is WFI; WFE and the others only yield.
+            if s.iss() & 0b11 == 0 {
+                (Outcome::WaitForInterrupt, None)
+            } else {
+                (Outcome::Resume, None)
+            }
+        }
+        ExceptionClass::SYSREG64 => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss: s.iss() })),
+        class => (Outcome::InjectUndefined, Some(Incident::UnexpectedClass { class })),
+    }
+}
+
+fn data_abort(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut MmioBus) -> (Outcome, Option<Incident>) {
+    let abort = exit.syndrome.data_abort();
+    let ipa = exit.fault_ipa();
+    let inject = Outcome::InjectAbort { instruction: false, far: exit.far };
+    let Some(access) = abort.mmio_access() else {
+        let incident = match bus.device_name(ipa) {
+            Some(_) => Incident::NotEmulatable { ipa },
+            None => Incident::NoMemoryOrDevice { ipa, va: exit.far, write: abort.is_write() },
+        };
+        return (inject, Some(incident));
+    };
+    let result = if access.is_write {
+        bus.write(ipa, access.width, ctx.reg(access.register))
+    } else {
+        bus.read(ipa, access.width).map(|value| ctx.set_reg(access.register, access.load_result(value)))
+    };
+    match result {
+        Ok(()) => {
+            ctx.skip_instruction(exit.syndrome);
+            (Outcome::Resume, None)
+        }
+        Err(MmioError::Unmapped { .. }) => {
+            (inject, Some(Incident::NoMemoryOrDevice { ipa, va: exit.far, write: access.is_write }))
+        }
+        Err(error) => (inject, Some(Incident::DeviceRefused { ipa, error })),
+    }
+}
+
+/// An exception delivered to the guest's EL1 (ARM ARM D1.10, "Exception entry"): the values
+/// of its EL1 registers and its new PC and PSTATE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct El1Exception {
+    pub esr_el1: u64,
+    /// FAR_EL1, for aborts.
+    pub far_el1: Option<u64>,
+    pub elr_el1: u64,
+    pub spsr_el1: u64,
+    pub pc: u64,
+    pub pstate: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedException {
+    /// Synchronous external abort on a data access (DFSC 0b010000).
+    DataAbort { far: u64 },
+    /// Synchronous external abort on an instruction fetch (IFSC 0b010000).
+    InstructionAbort { far: u64 },
+    Undefined,
+}
+
+/// PSTATE on exception entry to EL1: EL1h with D, A, I and F masked.
+const PSTATE_EL1H_MASKED: u64 = 0x3c5;
+const FSC_SYNC_EXTERNAL_ABORT: u64 = 0x10;
+
+/// Computes the entry into the guest's EL1 synchronous vector for `exception`, taken from the
+/// guest state in `ctx` (vector offsets: ARM ARM D1.10.2, table D1-7).
+pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedException, il: bool) -> El1Exception {
+    let mode = ctx.pstate & 0x1f;
+    let from_el1 = mode & 0x10 == 0 && (mode >> 2) & 0b11 == 1;
+    let vector_offset = match mode {
+        m if m & 0x10 != 0 => 0x600, // lower EL using AArch32
+        0b0100 => 0x000,             // EL1t: current EL with SP_EL0
+        0b0101 => 0x200,             // EL1h: current EL with SP_ELx
+        _ => 0x400,                  // EL0t: lower EL using AArch64
+    };
+    let (class, iss, far) = match exception {
+        InjectedException::DataAbort { far } => (if from_el1 { 0x25 } else { 0x24 }, FSC_SYNC_EXTERNAL_ABORT, Some(far)),
+        InjectedException::InstructionAbort { far } => (if from_el1 { 0x21 } else { 0x20 }, FSC_SYNC_EXTERNAL_ABORT, Some(far)),
+        InjectedException::Undefined => (0x00, 0, None),
+    };
+    // An undefined-instruction syndrome always has IL set (ESR_ELx.IL, EC 0x00).
+    let il = il || class == 0;
+    El1Exception {
+        esr_el1: (class << 26) | (u64::from(il) << 25) | iss,
+        far_el1: far,
+        elr_el1: ctx.pc,
+        spsr_el1: ctx.pstate,
+        pc: vbar_el1.wrapping_add(vector_offset),
+        pstate: PSTATE_EL1H_MASKED,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pl011::{ConsoleOutput, Pl011};
+    use crate::syndrome::AccessWidth;
+    use alloc::boxed::Box;
+    use stage2::IpaRange;
+
+    struct Sink;
+    impl ConsoleOutput for Sink {
+        fn put(&mut self, _: u8) {}
+    }
+
+    fn bus_with_uart() -> MmioBus {
+        let mut bus = MmioBus::new();
+        bus.attach(IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(), Box::new(Pl011::new(Box::new(Sink)))).unwrap();
+        bus
+    }
+
+    fn hvc(x0: u64) -> (GuestContext, SyncExit) {
+        let mut ctx = GuestContext { pc: 0x4000_1004, ..Default::default() };
+        ctx.x[0] = x0;
+        (ctx, SyncExit { syndrome: Syndrome((0x16 << 26) | (1 << 25)), far: 0, hpfar: 0 })
+    }
+
+    /// A data abort at `ipa` for `ldr w<reg>` (or `str` when `write`) with a valid syndrome.
+    fn abort(ipa: u64, reg: u64, write: bool, isv: bool) -> SyncExit {
+        let iss = (u64::from(isv) << 24) | (2 << 22) | (reg << 16) | (u64::from(write) << 6) | 0x07;
+        SyncExit { syndrome: Syndrome((0x24 << 26) | (1 << 25) | iss), far: ipa, hpfar: (ipa >> 12) << 4 }
+    }
+
+    #[test]
+    fn psci_version_returns_1_1_and_resumes_after_the_hvc() {
+        let (mut ctx, exit) = hvc(smccc::PSCI_VERSION as u64);
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()), (Outcome::Resume, None));
+        assert_eq!(ctx.x[0], 0x1_0001);
+        assert_eq!(ctx.pc, 0x4000_1004, "HVC's return address is already the next instruction");
+    }
+
+    #[test]
+    fn an_unknown_function_returns_not_supported_and_is_logged() {
+        let (mut ctx, exit) = hvc(0xc200_1234);
+        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new());
+        assert_eq!(outcome, Outcome::Resume);
+        assert_eq!(incident, Some(Incident::UnknownHypercall { function: 0xc200_1234 }));
+        assert_eq!(ctx.x[0] as i64, -1);
+    }
+
+    #[test]
+    fn a_trapped_smc_is_skipped_and_answered_like_an_hvc() {
+        let (mut ctx, mut exit) = hvc(smccc::SMCCC_VERSION as u64);
+        exit.syndrome = Syndrome((0x17 << 26) | (1 << 25));
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()).0, Outcome::Resume);
+        assert_eq!((ctx.x[0], ctx.pc), (0x1_0001, 0x4000_1008));
+    }
+
+    #[test]
+    fn a_non_zero_immediate_is_not_supported() {
+        let (mut ctx, mut exit) = hvc(smccc::PSCI_VERSION as u64);
+        exit.syndrome = Syndrome((0x16 << 26) | (1 << 25) | 0x42);
+        let (_, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new());
+        assert_eq!(incident, Some(Incident::NonZeroCallImmediate { immediate: 0x42 }));
+        assert_eq!(ctx.x[0] as i64, -1);
+    }
+
+    #[test]
+    fn lifecycle_calls_go_to_the_vm_layer() {
+        let (mut ctx, exit) = hvc(smccc::PSCI_SYSTEM_OFF as u64);
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()).0, Outcome::Call(Hypercall::SystemOff));
+    }
+
+    #[test]
+    fn uart_reads_and_writes_are_emulated_and_skip_the_instruction() {
+        let mut bus = bus_with_uart();
+        let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+        ctx.x[3] = b'A' as u64;
+        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 3, true, true), &mut bus);
+        assert_eq!((outcome, incident, ctx.pc), (Outcome::Resume, None, 0x4000_0004));
+        ctx.x[5] = 0xdead;
+        assert_eq!(handle_sync(&mut ctx, &abort(0x0900_0018, 5, false, true), &mut bus).0, Outcome::Resume);
+        assert_eq!(ctx.x[5], 0x90, "UARTFR: TXFE | RXFE");
+    }
+
+    #[test]
+    fn a_load_from_an_unmapped_ipa_gets_an_external_abort_and_a_log_line() {
+        let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+        let exit = abort(0x2000_0000, 1, false, true);
+        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000 });
+        assert_eq!(incident, Some(Incident::NoMemoryOrDevice { ipa: Ipa(0x2000_0000), va: 0x2000_0000, write: false }));
+        assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
+    }
+
+    #[test]
+    fn an_access_to_a_missing_register_gets_an_external_abort() {
+        let mut ctx = GuestContext::default();
+        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
+        assert_eq!(incident, Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0800), error: MmioError::NoRegister { offset: 0x800 } }));
+    }
+
+    #[test]
+    fn a_device_access_without_syndrome_gets_an_external_abort() {
+        let mut ctx = GuestContext::default();
+        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000 });
+        assert_eq!(incident, Some(Incident::NotEmulatable { ipa: Ipa(0x0900_0000) }));
+    }
+
+    #[test]
+    fn a_64_bit_access_to_the_uart_is_refused() {
+        let mut ctx = GuestContext::default();
+        let mut exit = abort(0x0900_0000, 1, false, true);
+        exit.syndrome = Syndrome(exit.syndrome.0 | (3 << 22));
+        let (_, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart());
+        assert_eq!(
+            incident,
+            Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0000), error: MmioError::BadWidth { offset: 0, width: AccessWidth::Doubleword } })
+        );
+    }
+
+    #[test]
+    fn untrapped_classes_and_system_registers_get_undefined() {
+        let mut ctx = GuestContext::default();
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | 1), far: 0, hpfar: 0 };
+        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new());
+        assert_eq!(outcome, Outcome::InjectUndefined);
+        assert!(matches!(incident, Some(Incident::SystemRegister { .. })));
+        let exit = SyncExit { syndrome: Syndrome(0x07 << 26), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()).0, Outcome::InjectUndefined);
+    }
+
+    #[test]
+    fn wfi_waits_and_wfe_resumes() {
+        let mut ctx = GuestContext::default();
+        let wfi = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25)), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, &wfi, &mut MmioBus::new()).0, Outcome::WaitForInterrupt);
+        let wfe = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25) | 1), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, &wfe, &mut MmioBus::new()).0, Outcome::Resume);
+        assert_eq!(ctx.pc, 8);
+    }
+
+    #[test]
+    fn fault_ipa_combines_hpfar_page_and_far_offset() {
+        let exit = SyncExit { syndrome: Syndrome(0), far: 0xffff_0000_1234_5678, hpfar: (0x12_3456_7000 >> 12) << 4 };
+        assert_eq!(exit.fault_ipa(), Ipa(0x12_3456_7678));
+    }
+
+    #[test]
+    fn an_abort_from_el1h_enters_the_current_el_spx_vector() {
+        let ctx = GuestContext { pc: 0x4000_2000, pstate: 0x3c5, ..Default::default() };
+        let e = exception_to_el1(&ctx, 0x4000_0800, InjectedException::DataAbort { far: 0x2000_0000 }, true);
+        assert_eq!(e.esr_el1, (0x25 << 26) | (1 << 25) | 0x10);
+        assert_eq!(e.far_el1, Some(0x2000_0000));
+        assert_eq!((e.elr_el1, e.spsr_el1), (0x4000_2000, 0x3c5));
+        assert_eq!((e.pc, e.pstate), (0x4000_0a00, 0x3c5));
+    }
+
+    #[test]
+    fn vector_offsets_follow_the_mode_the_exception_came_from() {
+        let at = |pstate| exception_to_el1(&GuestContext { pstate, ..Default::default() }, 0, InjectedException::Undefined, false);
+        assert_eq!(at(0b0100).pc, 0x000);
+        assert_eq!(at(0b0101).pc, 0x200);
+        assert_eq!(at(0b0000).pc, 0x400);
+        assert_eq!(at(0b10000).pc, 0x600);
+        assert_eq!(at(0b0000).esr_el1, 1 << 25, "EC 0 with IL");
+        let from_el0 = exception_to_el1(&GuestContext::default(), 0, InjectedException::InstructionAbort { far: 4 }, true);
+        assert_eq!(from_el0.esr_el1 >> 26, 0x20);
+    }
+}

@@ -1,0 +1,104 @@
+//! Which physical memory is free for VMs and for the hypervisor's own pools: the device
+//! tree's memory minus everything that is already in use (the hypervisor image, the device
+//! tree, the boot bundle, reserved regions).
+
+use heapless::Vec as FixedVec;
+
+use crate::platform::PhysRange;
+
+pub const MAX_FREE_RANGES: usize = 16;
+
+/// `memory` minus every range in `used`, each result aligned inward to `align` (a power of
+/// two) and dropped if nothing is left. Ranges that do not fit in the list are dropped from
+/// the end and counted in the second value, never silently reported as free.
+pub fn free_ranges(
+    memory: &[PhysRange],
+    used: &[PhysRange],
+    align: u64,
+) -> (FixedVec<PhysRange, MAX_FREE_RANGES>, usize) {
+    let mut free: FixedVec<PhysRange, MAX_FREE_RANGES> = FixedVec::new();
+    let mut dropped = 0;
+    for region in memory {
+        // Cut the region at each used range in address order.
+        let mut cursor = region.base;
+        let end = region.end();
+        while cursor < end {
+            let next_used = used
+                .iter()
+                .filter(|u| u.size > 0 && u.end() > cursor && u.base < end)
+                .min_by_key(|u| u.base);
+            let (piece_end, resume) = match next_used {
+                Some(u) if u.base <= cursor => (cursor, u.end()),
+                Some(u) => (u.base, u.end()),
+                None => (end, end),
+            };
+            let start = align_up(cursor, align);
+            let stop = piece_end & !(align - 1);
+            if stop > start && free.push(PhysRange { base: start, size: stop - start }).is_err() {
+                dropped += 1;
+            }
+            cursor = resume.min(end);
+        }
+    }
+    (free, dropped)
+}
+
+const fn align_up(value: u64, align: u64) -> u64 {
+    (value + align - 1) & !(align - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+    fn r(base: u64, size: u64) -> PhysRange {
+        PhysRange { base, size }
+    }
+
+    #[test]
+    fn used_ranges_are_cut_out_and_the_rest_aligned() {
+        let memory = [r(0x4000_0000, 1024 * MIB)];
+        let used = [r(0x4000_0000, 3 * MIB + 5), r(0x4800_0000, 0x1000)];
+        let (free, dropped) = free_ranges(&memory, &used, 2 * MIB);
+        assert_eq!(dropped, 0);
+        assert_eq!(free.as_slice(), &[r(0x4040_0000, 0x4800_0000 - 0x4040_0000), r(0x4820_0000, 0x8000_0000 - 0x4820_0000)]);
+    }
+
+    #[test]
+    fn nothing_is_free_when_everything_is_used() {
+        let memory = [r(0x4000_0000, 16 * MIB)];
+        let (free, _) = free_ranges(&memory, &[r(0x3000_0000, 0x2000_0000)], 4096);
+        assert!(free.is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn free_ranges_avoid_every_used_range_and_stay_in_memory(
+            mem in prop::collection::vec((0u64..64, 1u64..64), 1..4),
+            used in prop::collection::vec((0u64..256, 0u64..32), 0..6),
+        ) {
+            let memory: std::vec::Vec<_> = mem.iter().enumerate().map(|(i, (b, s))| r((i as u64 * 256 + b) * MIB, s * MIB)).collect();
+            let used: std::vec::Vec<_> = used.iter().map(|(b, s)| r(b * MIB * 4 + 12345, s * MIB)).collect();
+            let (free, dropped) = free_ranges(&memory, &used, 2 * MIB);
+            prop_assert_eq!(dropped, 0);
+            for f in &free {
+                prop_assert!(f.size > 0 && f.base % (2 * MIB) == 0 && f.size % (2 * MIB) == 0);
+                prop_assert!(memory.iter().any(|m| m.base <= f.base && f.end() <= m.end()));
+                prop_assert!(used.iter().all(|u| u.size == 0 || !u.overlaps(f)));
+            }
+            // Every aligned 2 MiB block of memory that touches no used range is free.
+            for m in &memory {
+                let mut b = align_up(m.base, 2 * MIB);
+                while b + 2 * MIB <= m.end() {
+                    let block = r(b, 2 * MIB);
+                    if used.iter().all(|u| u.size == 0 || !u.overlaps(&block)) {
+                        prop_assert!(free.iter().any(|f| f.base <= b && b + 2 * MIB <= f.end()), "block {:#x} lost", b);
+                    }
+                    b += 2 * MIB;
+                }
+            }
+        }
+    }
+}

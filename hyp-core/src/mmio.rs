@@ -1,0 +1,156 @@
+//! The MMIO bus: which emulated device answers a trapped access at an IPA.
+//!
+//! A device sees offsets within its window, never IPAs, and answers with a value or an
+//! `MmioError`, which the caller turns into a synchronous external abort for the guest.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt;
+
+use stage2::{Ipa, IpaRange};
+
+use crate::syndrome::AccessWidth;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MmioError {
+    /// No register at this offset.
+    NoRegister { offset: u64 },
+    /// The register exists but not for this access width.
+    BadWidth { offset: u64, width: AccessWidth },
+    /// The register cannot be written (or read).
+    ReadOnly { offset: u64 },
+    WriteOnly { offset: u64 },
+    /// No device is mapped at this IPA.
+    Unmapped { ipa: Ipa },
+}
+
+impl fmt::Display for MmioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NoRegister { offset } => write!(f, "no register at offset {offset:#x}"),
+            Self::BadWidth { offset, width } => {
+                write!(f, "register at offset {offset:#x} does not allow {}-byte accesses", width.bytes())
+            }
+            Self::ReadOnly { offset } => write!(f, "register at offset {offset:#x} is read-only"),
+            Self::WriteOnly { offset } => write!(f, "register at offset {offset:#x} is write-only"),
+            Self::Unmapped { ipa } => write!(f, "no memory or device at IPA {:#x}", ipa.0),
+        }
+    }
+}
+
+/// An emulated device register window.
+pub trait MmioDevice {
+    fn name(&self) -> &'static str;
+    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError>;
+    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError>;
+}
+
+/// The emulated devices of one VM, by IPA window.
+#[derive(Default)]
+pub struct MmioBus {
+    windows: Vec<(IpaRange, Box<dyn MmioDevice + Send>)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct WindowOverlap {
+    pub existing: &'static str,
+}
+
+impl MmioBus {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn attach(&mut self, window: IpaRange, device: Box<dyn MmioDevice + Send>) -> Result<(), WindowOverlap> {
+        if let Some((_, d)) = self.windows.iter().find(|(w, _)| w.overlaps(&window)) {
+            return Err(WindowOverlap { existing: d.name() });
+        }
+        self.windows.push((window, device));
+        Ok(())
+    }
+
+    fn find(&mut self, ipa: Ipa, width: AccessWidth) -> Result<(u64, &mut (dyn MmioDevice + Send)), MmioError> {
+        let (window, device) = self
+            .windows
+            .iter_mut()
+            .find(|(w, _)| w.contains(ipa))
+            .ok_or(MmioError::Unmapped { ipa })?;
+        let offset = ipa.0 - window.start().0;
+        // An access that straddles the end of the window is not the device's.
+        if offset + width.bytes() > window.size() {
+            return Err(MmioError::BadWidth { offset, width });
+        }
+        Ok((offset, device.as_mut()))
+    }
+
+    pub fn read(&mut self, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+        let (offset, device) = self.find(ipa, width)?;
+        device.read(offset, width).map(|v| v & width.mask())
+    }
+
+    pub fn write(&mut self, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let (offset, device) = self.find(ipa, width)?;
+        device.write(offset, width, value & width.mask())
+    }
+
+    /// The name of the device at `ipa`, for log lines.
+    pub fn device_name(&self, ipa: Ipa) -> Option<&'static str> {
+        self.windows.iter().find(|(w, _)| w.contains(ipa)).map(|(_, d)| d.name())
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Scratch(u64);
+    impl MmioDevice for Scratch {
+        fn name(&self) -> &'static str {
+            "scratch"
+        }
+        fn read(&mut self, offset: u64, _: AccessWidth) -> Result<u64, MmioError> {
+            if offset == 0 { Ok(self.0) } else { Err(MmioError::NoRegister { offset }) }
+        }
+        fn write(&mut self, offset: u64, _: AccessWidth, value: u64) -> Result<(), MmioError> {
+            if offset == 0 { self.0 = value; Ok(()) } else { Err(MmioError::NoRegister { offset }) }
+        }
+    }
+
+    fn bus() -> MmioBus {
+        let mut bus = MmioBus::new();
+        bus.attach(IpaRange::new(Ipa(0x1000), 0x1000).unwrap(), Box::new(Scratch(0))).unwrap();
+        bus
+    }
+
+    #[test]
+    fn accesses_reach_the_device_at_an_offset_and_are_narrowed() {
+        let mut bus = bus();
+        bus.write(Ipa(0x1000), AccessWidth::Halfword, 0x1234_5678).unwrap();
+        assert_eq!(bus.read(Ipa(0x1000), AccessWidth::Doubleword), Ok(0x5678));
+        assert_eq!(bus.read(Ipa(0x1004), AccessWidth::Word), Err(MmioError::NoRegister { offset: 4 }));
+    }
+
+    #[test]
+    fn an_ipa_outside_every_window_is_unmapped() {
+        let mut bus = bus();
+        assert_eq!(bus.read(Ipa(0x2000), AccessWidth::Word), Err(MmioError::Unmapped { ipa: Ipa(0x2000) }));
+        assert_eq!(bus.write(Ipa(0xfff), AccessWidth::Byte, 1), Err(MmioError::Unmapped { ipa: Ipa(0xfff) }));
+    }
+
+    #[test]
+    fn an_access_straddling_the_window_end_is_refused() {
+        let mut bus = bus();
+        assert_eq!(
+            bus.read(Ipa(0x1ffc), AccessWidth::Doubleword),
+            Err(MmioError::BadWidth { offset: 0xffc, width: AccessWidth::Doubleword })
+        );
+    }
+
+    #[test]
+    fn overlapping_windows_are_refused() {
+        let mut bus = bus();
+        let err = bus.attach(IpaRange::new(Ipa(0x1800), 0x1000).unwrap(), Box::new(Scratch(0))).unwrap_err();
+        assert_eq!(err, WindowOverlap { existing: "scratch" });
+    }
+}

@@ -1,0 +1,285 @@
+//! An emulated ARM PrimeCell UART (PL011), as a guest's console: the registers Linux's
+//! `amba-pl011` driver and earlycon use (ARM DDI 0183G, PrimeCell UART (PL011) Technical
+//! Reference Manual, section 3.2 "Summary of registers").
+//!
+//! Transmission is instantaneous: each byte written to UARTDR goes to the VM's console
+//! output at once, so the transmit FIFO always reads empty. Received bytes wait in a 32-entry
+//! FIFO (section 2.4.3). Interrupts are modelled as level sources (section 3.4): the
+//! caller reads `interrupt_asserted` after each access and drives the VM's interrupt line.
+
+use alloc::boxed::Box;
+use heapless::Deque;
+
+use crate::mmio::{MmioDevice, MmioError};
+use crate::syndrome::AccessWidth;
+
+/// Where a VM's console bytes go.
+pub trait ConsoleOutput {
+    fn put(&mut self, byte: u8);
+}
+
+const DR: u64 = 0x000;
+const RSR_ECR: u64 = 0x004;
+const FR: u64 = 0x018;
+const ILPR: u64 = 0x020;
+const IBRD: u64 = 0x024;
+const FBRD: u64 = 0x028;
+const LCR_H: u64 = 0x02c;
+const CR: u64 = 0x030;
+const IFLS: u64 = 0x034;
+const IMSC: u64 = 0x038;
+const RIS: u64 = 0x03c;
+const MIS: u64 = 0x040;
+const ICR: u64 = 0x044;
+const DMACR: u64 = 0x048;
+/// UARTPeriphID0-3 and UARTPCellID0-3 (section 3.3.14 onwards): a PL011 r1p5.
+const ID_REGISTERS: [(u64, u32); 8] = [
+    (0xfe0, 0x11),
+    (0xfe4, 0x10),
+    (0xfe8, 0x34),
+    (0xfec, 0x00),
+    (0xff0, 0x0d),
+    (0xff4, 0xf0),
+    (0xff8, 0x05),
+    (0xffc, 0xb1),
+];
+
+/// UARTFR bits.
+const FR_RXFE: u32 = 1 << 4;
+const FR_TXFF: u32 = 1 << 5;
+const FR_RXFF: u32 = 1 << 6;
+const FR_TXFE: u32 = 1 << 7;
+/// Interrupt bits of RIS/MIS/IMSC/ICR.
+const INT_RX: u32 = 1 << 4;
+const INT_TX: u32 = 1 << 5;
+const INT_RT: u32 = 1 << 6;
+const INT_ALL: u32 = 0x7ff;
+/// UARTCR reset value: TXE and RXE set (section 3.3.8).
+const CR_RESET: u32 = 0x300;
+
+const RX_FIFO_DEPTH: usize = 32;
+
+pub struct Pl011 {
+    output: Box<dyn ConsoleOutput + Send>,
+    rx: Deque<u8, RX_FIFO_DEPTH>,
+    ibrd: u32,
+    fbrd: u32,
+    lcr_h: u32,
+    cr: u32,
+    ifls: u32,
+    imsc: u32,
+    raw_interrupts: u32,
+    dmacr: u32,
+    ilpr: u32,
+}
+
+impl Pl011 {
+    pub fn new(output: Box<dyn ConsoleOutput + Send>) -> Self {
+        Pl011 {
+            output,
+            rx: Deque::new(),
+            ibrd: 0,
+            fbrd: 0,
+            lcr_h: 0,
+            cr: CR_RESET,
+            ifls: 0x12,
+            imsc: 0,
+            raw_interrupts: 0,
+            dmacr: 0,
+            ilpr: 0,
+        }
+    }
+
+    /// A byte typed by the user for this VM. Returns false when the FIFO is full and the
+    /// byte was dropped (the overrun a real UART would report).
+    pub fn receive(&mut self, byte: u8) -> bool {
+        let accepted = self.rx.push_back(byte).is_ok();
+        self.raw_interrupts |= INT_RX | INT_RT;
+        accepted
+    }
+
+    /// UARTMIS != 0: the UARTINTR line is high.
+    pub fn interrupt_asserted(&self) -> bool {
+        self.raw_interrupts & self.imsc != 0
+    }
+
+    fn flags(&self) -> u32 {
+        let mut fr = FR_TXFE;
+        if self.rx.is_empty() {
+            fr |= FR_RXFE;
+        }
+        if self.rx.is_full() {
+            fr |= FR_RXFF;
+        }
+        fr & !FR_TXFF
+    }
+
+    fn read_data(&mut self) -> u32 {
+        let byte = self.rx.pop_front().unwrap_or(0);
+        if self.rx.is_empty() {
+            self.raw_interrupts &= !(INT_RX | INT_RT);
+        }
+        u32::from(byte)
+    }
+}
+
+impl MmioDevice for Pl011 {
+    fn name(&self) -> &'static str {
+        "pl011"
+    }
+
+    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        if width == AccessWidth::Doubleword {
+            return Err(MmioError::BadWidth { offset, width });
+        }
+        let value = match offset {
+            DR => self.read_data(),
+            RSR_ECR => 0,
+            FR => self.flags(),
+            ILPR => self.ilpr,
+            IBRD => self.ibrd,
+            FBRD => self.fbrd,
+            LCR_H => self.lcr_h,
+            CR => self.cr,
+            IFLS => self.ifls,
+            IMSC => self.imsc,
+            RIS => self.raw_interrupts,
+            MIS => self.raw_interrupts & self.imsc,
+            ICR => return Err(MmioError::WriteOnly { offset }),
+            DMACR => self.dmacr,
+            _ => match ID_REGISTERS.iter().find(|(o, _)| *o == offset) {
+                Some((_, id)) => *id,
+                None => return Err(MmioError::NoRegister { offset }),
+            },
+        };
+        Ok(u64::from(value))
+    }
+
+    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        if width == AccessWidth::Doubleword {
+            return Err(MmioError::BadWidth { offset, width });
+        }
+        let value = value as u32;
+        match offset {
+            DR => {
+                self.output.put(value as u8);
+                // The byte left at once: the transmit FIFO is below any trigger level.
+                self.raw_interrupts |= INT_TX;
+            }
+            RSR_ECR => {}
+            FR => return Err(MmioError::ReadOnly { offset }),
+            ILPR => self.ilpr = value & 0xff,
+            IBRD => self.ibrd = value & 0xffff,
+            FBRD => self.fbrd = value & 0x3f,
+            LCR_H => self.lcr_h = value & 0xff,
+            CR => self.cr = value & 0xff87,
+            IFLS => self.ifls = value & 0x3f,
+            IMSC => self.imsc = value & INT_ALL,
+            ICR => {
+                self.raw_interrupts &= !(value & INT_ALL);
+                // Receive interrupts come back while data waits (level behaviour).
+                if !self.rx.is_empty() {
+                    self.raw_interrupts |= INT_RX & value;
+                }
+            }
+            DMACR => self.dmacr = value & 0x7,
+            RIS | MIS => return Err(MmioError::ReadOnly { offset }),
+            _ if ID_REGISTERS.iter().any(|(o, _)| *o == offset) => return Err(MmioError::ReadOnly { offset }),
+            _ => return Err(MmioError::NoRegister { offset }),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::sync::Arc;
+    use alloc::vec::Vec;
+    use std::sync::Mutex;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl ConsoleOutput for Captured {
+        fn put(&mut self, byte: u8) {
+            self.0.lock().unwrap().push(byte);
+        }
+    }
+
+    fn uart() -> (Pl011, Captured) {
+        let out = Captured::default();
+        (Pl011::new(Box::new(out.clone())), out)
+    }
+
+    #[test]
+    fn bytes_written_to_dr_reach_the_console_in_any_width() {
+        let (mut u, out) = uart();
+        u.write(DR, AccessWidth::Byte, b'o' as u64).unwrap();
+        u.write(DR, AccessWidth::Word, 0xffff_ff00 | b'k' as u64).unwrap();
+        assert_eq!(out.0.lock().unwrap().as_slice(), b"ok");
+    }
+
+    #[test]
+    fn flags_say_transmit_empty_and_receive_empty_at_reset() {
+        let (mut u, _) = uart();
+        assert_eq!(u.read(FR, AccessWidth::Word), Ok(u64::from(FR_TXFE | FR_RXFE)));
+        assert_eq!(u.read(CR, AccessWidth::Word), Ok(0x300));
+    }
+
+    #[test]
+    fn received_bytes_come_out_of_dr_in_order_and_raise_rx_when_unmasked() {
+        let (mut u, _) = uart();
+        assert!(u.receive(b'a'));
+        assert!(u.receive(b'b'));
+        assert!(!u.interrupt_asserted(), "masked");
+        u.write(IMSC, AccessWidth::Word, u64::from(INT_RX)).unwrap();
+        assert!(u.interrupt_asserted());
+        assert_eq!(u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFE, 0);
+        assert_eq!(u.read(DR, AccessWidth::Word), Ok(b'a' as u64));
+        assert_eq!(u.read(DR, AccessWidth::Word), Ok(b'b' as u64));
+        assert!(!u.interrupt_asserted(), "the FIFO drained");
+        assert_ne!(u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFE, 0);
+    }
+
+    #[test]
+    fn a_full_fifo_drops_and_reports() {
+        let (mut u, _) = uart();
+        for i in 0..RX_FIFO_DEPTH {
+            assert!(u.receive(i as u8));
+        }
+        assert!(!u.receive(0xff));
+        assert_ne!(u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFF, 0);
+    }
+
+    #[test]
+    fn tx_interrupt_follows_writes_and_icr_clears_it() {
+        let (mut u, _) = uart();
+        u.write(IMSC, AccessWidth::Word, u64::from(INT_TX)).unwrap();
+        u.write(DR, AccessWidth::Word, b'x' as u64).unwrap();
+        assert!(u.interrupt_asserted());
+        assert_eq!(u.read(MIS, AccessWidth::Word), Ok(u64::from(INT_TX)));
+        u.write(ICR, AccessWidth::Word, u64::from(INT_TX)).unwrap();
+        assert!(!u.interrupt_asserted());
+    }
+
+    #[test]
+    fn identification_registers_say_pl011() {
+        let (mut u, _) = uart();
+        let id: Vec<u64> = [0xfe0, 0xfe4, 0xfe8, 0xfec].iter().map(|o| u.read(*o, AccessWidth::Word).unwrap()).collect();
+        assert_eq!(id, [0x11, 0x10, 0x34, 0x00]);
+    }
+
+    #[test]
+    fn bad_accesses_are_errors_not_panics() {
+        let (mut u, _) = uart();
+        assert_eq!(u.read(0x100, AccessWidth::Word), Err(MmioError::NoRegister { offset: 0x100 }));
+        assert_eq!(u.read(DR, AccessWidth::Doubleword), Err(MmioError::BadWidth { offset: DR, width: AccessWidth::Doubleword }));
+        assert_eq!(u.write(FR, AccessWidth::Word, 0), Err(MmioError::ReadOnly { offset: FR }));
+        assert_eq!(u.write(0xfe0, AccessWidth::Word, 0), Err(MmioError::ReadOnly { offset: 0xfe0 }));
+        assert_eq!(u.read(ICR, AccessWidth::Word), Err(MmioError::WriteOnly { offset: ICR }));
+        for offset in (0..0x1000).step_by(1) {
+            let _ = u.read(offset, AccessWidth::Byte);
+            let _ = u.write(offset, AccessWidth::Byte, 0xff);
+        }
+    }
+}

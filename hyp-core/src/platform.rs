@@ -1,0 +1,411 @@
+//! The board as the device tree describes it: memory, CPUs, GIC, UART, PSCI conduit, timer
+//! interrupts, reserved memory and the initrd. Nothing here is hard-coded for a board; the
+//! hypervisor discovers one platform at run time (DESIGN.md, "one image per architecture").
+//!
+//! Runs before the heap exists, so it uses fixed-capacity lists.
+
+use core::fmt;
+
+use fdt::node::FdtNode;
+use fdt::Fdt;
+use heapless::Vec as FixedVec;
+
+/// How many physical CPUs the hypervisor manages; further CPUs are reported and left off.
+pub const MAX_CPUS: usize = 8;
+const MAX_MEMORY_RANGES: usize = 8;
+const MAX_RESERVED_RANGES: usize = 16;
+
+/// A physical address range `[base, base + size)` as the device tree states it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PhysRange {
+    pub base: u64,
+    pub size: u64,
+}
+
+impl PhysRange {
+    pub const fn end(&self) -> u64 {
+        self.base.saturating_add(self.size)
+    }
+    pub const fn overlaps(&self, other: &PhysRange) -> bool {
+        self.base < other.end() && other.base < self.end()
+    }
+}
+
+impl fmt::Display for PhysRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}..{:#x}", self.base, self.end())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum GicVersion {
+    V2,
+    V3,
+}
+
+/// The physical GIC. GICv3 has redistributors; GICv2 a CPU interface and, with the
+/// virtualization extensions, the GICH control and GICV virtual CPU interface frames.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct GicDescription {
+    pub version: GicVersion,
+    pub distributor: PhysRange,
+    pub redistributors: Option<PhysRange>,
+    pub cpu_interface: Option<PhysRange>,
+    pub hyp_interface: Option<PhysRange>,
+    pub virtual_cpu_interface: Option<PhysRange>,
+    /// The maintenance interrupt (a PPI), as an INTID.
+    pub maintenance_intid: Option<u32>,
+}
+
+/// How PSCI calls reach the firmware (the `/psci` node's `method`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PsciConduit {
+    Smc,
+    Hvc,
+}
+
+/// The architected timer PPIs, as INTIDs, in the order of the binding
+/// (Documentation/devicetree/bindings/timer/arm,arch_timer.yaml).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct TimerInterrupts {
+    pub secure_physical: u32,
+    pub nonsecure_physical: u32,
+    pub virtual_timer: u32,
+    pub hyp_physical: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Platform<'a> {
+    pub model: &'a str,
+    pub memory: FixedVec<PhysRange, MAX_MEMORY_RANGES>,
+    /// MPIDR affinity values of the CPUs that are enabled, boot CPU order as listed.
+    pub cpus: FixedVec<u64, MAX_CPUS>,
+    /// CPUs the device tree lists but that stay off: disabled, or beyond MAX_CPUS.
+    pub cpus_left_off: usize,
+    pub gic: GicDescription,
+    pub uart: PhysRange,
+    pub psci: PsciConduit,
+    pub timer: TimerInterrupts,
+    /// `/memreserve/` entries and `/reserved-memory` children: never given to a VM.
+    pub reserved: FixedVec<PhysRange, MAX_RESERVED_RANGES>,
+    pub initrd: Option<PhysRange>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PlatformError {
+    /// The blob is not a flattened device tree.
+    NotADeviceTree,
+    NoMemory,
+    NoCpus,
+    TooManyRanges(&'static str),
+    /// No interrupt controller the hypervisor can drive.
+    NoGic,
+    /// A GICv2 without the virtualization extension frames (GICH, GICV).
+    GicWithoutVirtualization,
+    NoUart,
+    NoPsci,
+    UnknownPsciMethod,
+    NoTimer,
+    /// A property is present but malformed.
+    BadProperty(&'static str),
+}
+
+impl fmt::Display for PlatformError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotADeviceTree => write!(f, "x0 does not point to a flattened device tree (bad magic or size); boot through a loader that passes one"),
+            Self::NoMemory => write!(f, "the device tree has no /memory node with a reg property"),
+            Self::NoCpus => write!(f, "the device tree lists no enabled CPU under /cpus"),
+            Self::TooManyRanges(what) => write!(f, "the device tree lists more {what} ranges than the hypervisor supports"),
+            Self::NoGic => write!(f, "no GICv2 (arm,gic-400 / arm,cortex-a15-gic) or GICv3 (arm,gic-v3) node in the device tree"),
+            Self::GicWithoutVirtualization => write!(f, "the GICv2 node has no GICH/GICV frames: this GIC cannot run virtual machines"),
+            Self::NoUart => write!(f, "no PL011 UART (arm,pl011) in the device tree"),
+            Self::NoPsci => write!(f, "no /psci node: the hypervisor needs PSCI to start CPUs"),
+            Self::UnknownPsciMethod => write!(f, "/psci method is neither \"smc\" nor \"hvc\""),
+            Self::NoTimer => write!(f, "no architected timer node (arm,armv8-timer / arm,armv7-timer) with 4 interrupts"),
+            Self::BadProperty(p) => write!(f, "device tree property {p} is malformed"),
+        }
+    }
+}
+
+const GICV2_COMPATIBLES: &[&str] =
+    &["arm,gic-400", "arm,cortex-a15-gic", "arm,cortex-a7-gic", "arm,cortex-a9-gic"];
+const GICV3_COMPATIBLES: &[&str] = &["arm,gic-v3"];
+const TIMER_COMPATIBLES: &[&str] = &["arm,armv8-timer", "arm,armv7-timer"];
+
+impl<'a> Platform<'a> {
+    pub fn from_device_tree(blob: &'a [u8]) -> Result<Self, PlatformError> {
+        let fdt = Fdt::new(blob).map_err(|_| PlatformError::NotADeviceTree)?;
+        let mut reserved = FixedVec::new();
+        for r in fdt.memory_reservations() {
+            let range = PhysRange { base: r.address() as u64, size: r.size() as u64 };
+            reserved.push(range).map_err(|_| PlatformError::TooManyRanges("reserved memory"))?;
+        }
+        if let Some(node) = fdt.find_node("/reserved-memory") {
+            for child in node.children() {
+                for range in regs(child) {
+                    reserved.push(range).map_err(|_| PlatformError::TooManyRanges("reserved memory"))?;
+                }
+            }
+        }
+        let (cpus, cpus_left_off) = cpus(&fdt)?;
+        Ok(Platform {
+            model: fdt.find_node("/").and_then(|n| n.property("model")).and_then(|p| p.as_str()).unwrap_or("unknown"),
+            memory: memory(&fdt)?,
+            cpus,
+            cpus_left_off,
+            gic: gic(&fdt)?,
+            uart: uart(&fdt)?,
+            psci: psci(&fdt)?,
+            timer: timer(&fdt)?,
+            reserved,
+            initrd: initrd(&fdt)?,
+        })
+    }
+}
+
+fn is_enabled(node: FdtNode<'_, '_>) -> bool {
+    node.property("status").and_then(|p| p.as_str()).map_or(true, |s| s == "okay" || s == "ok")
+}
+
+/// The node's `reg` ranges (translated by the parent's cell sizes). Ranges with no size
+/// are skipped: they name registers, not memory.
+fn regs<'b, 'a: 'b>(node: FdtNode<'b, 'a>) -> impl Iterator<Item = PhysRange> + 'a {
+    node.reg().into_iter().flatten().filter_map(|r| {
+        r.size.map(|size| PhysRange { base: r.starting_address as usize as u64, size: size as u64 })
+    })
+}
+
+fn memory(fdt: &Fdt<'_>) -> Result<FixedVec<PhysRange, MAX_MEMORY_RANGES>, PlatformError> {
+    let mut memory = FixedVec::new();
+    let memory_nodes = fdt.all_nodes().filter(|n| {
+        n.property("device_type").and_then(|p| p.as_str()) == Some("memory") && is_enabled(*n)
+    });
+    for node in memory_nodes {
+        for range in regs(node).filter(|r| r.size > 0) {
+            memory.push(range).map_err(|_| PlatformError::TooManyRanges("memory"))?;
+        }
+    }
+    if memory.is_empty() {
+        return Err(PlatformError::NoMemory);
+    }
+    Ok(memory)
+}
+
+fn be_cells(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+}
+
+/// A number of one or two cells, as `linux,initrd-start` or a CPU's `reg` may be.
+fn cells_value(bytes: &[u8], what: &'static str) -> Result<u64, PlatformError> {
+    match bytes.len() {
+        4 => Ok(u64::from(be_cells(bytes).next().unwrap_or(0))),
+        8 => {
+            let mut cells = be_cells(bytes);
+            let hi = u64::from(cells.next().unwrap_or(0));
+            let lo = u64::from(cells.next().unwrap_or(0));
+            Ok(hi << 32 | lo)
+        }
+        _ => Err(PlatformError::BadProperty(what)),
+    }
+}
+
+fn cpus(fdt: &Fdt<'_>) -> Result<(FixedVec<u64, MAX_CPUS>, usize), PlatformError> {
+    let node = fdt.find_node("/cpus").ok_or(PlatformError::NoCpus)?;
+    let mut cpus = FixedVec::new();
+    let mut left_off = 0;
+    let cpu_nodes =
+        node.children().filter(|c| c.property("device_type").and_then(|p| p.as_str()) == Some("cpu"));
+    for cpu in cpu_nodes {
+        let reg = cpu.property("reg").ok_or(PlatformError::BadProperty("/cpus/cpu reg"))?;
+        let mpidr = cells_value(reg.value, "/cpus/cpu reg")?;
+        // CPUs marked disabled are not waited for (a known source of slow boots).
+        if !is_enabled(cpu) || cpus.push(mpidr).is_err() {
+            left_off += 1;
+        }
+    }
+    if cpus.is_empty() {
+        return Err(PlatformError::NoCpus);
+    }
+    Ok((cpus, left_off))
+}
+
+/// Decodes one 3-cell GIC interrupt specifier (type, number, flags) into an INTID
+/// (Documentation/devicetree/bindings/interrupt-controller/arm,gic.yaml: type 0 is an SPI,
+/// INTID 32 + n; type 1 a PPI, INTID 16 + n).
+fn gic_intid(kind: u32, number: u32) -> Option<u32> {
+    match kind {
+        0 => number.checked_add(32),
+        1 => number.checked_add(16),
+        _ => None,
+    }
+}
+
+fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
+    let (node, version) = if let Some(n) = fdt.find_compatible(GICV3_COMPATIBLES) {
+        (n, GicVersion::V3)
+    } else if let Some(n) = fdt.find_compatible(GICV2_COMPATIBLES) {
+        (n, GicVersion::V2)
+    } else {
+        return Err(PlatformError::NoGic);
+    };
+    let mut frames = regs(node);
+    let distributor = frames.next().ok_or(PlatformError::BadProperty("GIC reg"))?;
+    let maintenance_intid = node.property("interrupts").and_then(|p| {
+        let mut cells = be_cells(p.value);
+        gic_intid(cells.next()?, cells.next()?)
+    });
+    let gic = match version {
+        GicVersion::V3 => {
+            // reg = GICD, GICR regions..., then (optional) GICC, GICH, GICV.
+            let redistributors = frames.next().ok_or(PlatformError::BadProperty("GICv3 reg (GICR)"))?;
+            GicDescription {
+                version,
+                distributor,
+                redistributors: Some(redistributors),
+                cpu_interface: None,
+                hyp_interface: None,
+                virtual_cpu_interface: None,
+                maintenance_intid,
+            }
+        }
+        GicVersion::V2 => {
+            let cpu_interface = frames.next();
+            let hyp_interface = frames.next();
+            let virtual_cpu_interface = frames.next();
+            if hyp_interface.is_none() || virtual_cpu_interface.is_none() {
+                return Err(PlatformError::GicWithoutVirtualization);
+            }
+            GicDescription {
+                version,
+                distributor,
+                redistributors: None,
+                cpu_interface,
+                hyp_interface,
+                virtual_cpu_interface,
+                maintenance_intid,
+            }
+        }
+    };
+    Ok(gic)
+}
+
+fn uart(fdt: &Fdt<'_>) -> Result<PhysRange, PlatformError> {
+    let is_pl011 = |n: &FdtNode<'_, '_>| {
+        n.compatible().is_some_and(|c| c.all().any(|s| s == "arm,pl011")) && is_enabled(*n)
+    };
+    // The console the loader chose, if it is a PL011; otherwise the first PL011.
+    let chosen = fdt.chosen().stdout().filter(is_pl011);
+    let node = chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)?;
+    regs(node).next().ok_or(PlatformError::BadProperty("PL011 reg"))
+}
+
+fn psci(fdt: &Fdt<'_>) -> Result<PsciConduit, PlatformError> {
+    let node = fdt.find_node("/psci").ok_or(PlatformError::NoPsci)?;
+    match node.property("method").and_then(|p| p.as_str()) {
+        Some("smc") => Ok(PsciConduit::Smc),
+        Some("hvc") => Ok(PsciConduit::Hvc),
+        _ => Err(PlatformError::UnknownPsciMethod),
+    }
+}
+
+fn timer(fdt: &Fdt<'_>) -> Result<TimerInterrupts, PlatformError> {
+    let node = fdt.find_compatible(TIMER_COMPATIBLES).ok_or(PlatformError::NoTimer)?;
+    let prop = node.property("interrupts").ok_or(PlatformError::NoTimer)?;
+    let cells: FixedVec<u32, 12> = be_cells(prop.value).take(12).collect();
+    let intid = |i: usize| -> Result<u32, PlatformError> {
+        let kind = *cells.get(3 * i).ok_or(PlatformError::NoTimer)?;
+        let number = *cells.get(3 * i + 1).ok_or(PlatformError::NoTimer)?;
+        gic_intid(kind, number).ok_or(PlatformError::BadProperty("timer interrupts"))
+    };
+    Ok(TimerInterrupts {
+        secure_physical: intid(0)?,
+        nonsecure_physical: intid(1)?,
+        virtual_timer: intid(2)?,
+        hyp_physical: intid(3)?,
+    })
+}
+
+fn initrd(fdt: &Fdt<'_>) -> Result<Option<PhysRange>, PlatformError> {
+    let chosen = match fdt.find_node("/chosen") {
+        Some(c) => c,
+        None => return Ok(None),
+    };
+    let (start, end) = match (chosen.property("linux,initrd-start"), chosen.property("linux,initrd-end")) {
+        (Some(s), Some(e)) => (s, e),
+        _ => return Ok(None),
+    };
+    let start = cells_value(start.value, "linux,initrd-start")?;
+    let end = cells_value(end.value, "linux,initrd-end")?;
+    if end < start {
+        return Err(PlatformError::BadProperty("linux,initrd-end"));
+    }
+    Ok(Some(PhysRange { base: start, size: end - start }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VIRT_GICV3: &[u8] = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
+    const VIRT_GICV2: &[u8] = include_bytes!("../tests/data/qemu-virt-gicv2-smp2.dtb");
+
+    #[test]
+    fn qemu_virt_gicv3_is_discovered_from_its_device_tree() {
+        let p = Platform::from_device_tree(VIRT_GICV3).unwrap();
+        assert_eq!(p.model, "linux,dummy-virt");
+        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x4000_0000, size: 0x4000_0000 }]);
+        assert_eq!(p.cpus.as_slice(), &[0, 1, 2, 3]);
+        assert_eq!(p.cpus_left_off, 0);
+        assert_eq!(p.gic.version, GicVersion::V3);
+        assert_eq!(p.gic.distributor, PhysRange { base: 0x0800_0000, size: 0x1_0000 });
+        assert_eq!(p.gic.redistributors, Some(PhysRange { base: 0x080a_0000, size: 0xf6_0000 }));
+        assert_eq!(p.gic.maintenance_intid, Some(25));
+        assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
+        assert_eq!(p.psci, PsciConduit::Smc);
+        assert_eq!(
+            p.timer,
+            TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
+        );
+        assert_eq!(p.initrd, None);
+    }
+
+    #[test]
+    fn qemu_virt_gicv2_has_virtualization_frames() {
+        let p = Platform::from_device_tree(VIRT_GICV2).unwrap();
+        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x4000_0000, size: 0x8000_0000 }]);
+        assert_eq!(p.cpus.as_slice(), &[0, 1]);
+        assert_eq!(p.gic.version, GicVersion::V2);
+        assert_eq!(p.gic.cpu_interface, Some(PhysRange { base: 0x0801_0000, size: 0x1_0000 }));
+        assert_eq!(p.gic.hyp_interface, Some(PhysRange { base: 0x0803_0000, size: 0x1_0000 }));
+        assert_eq!(p.gic.virtual_cpu_interface, Some(PhysRange { base: 0x0804_0000, size: 0x1_0000 }));
+    }
+
+    #[test]
+    fn garbage_is_not_a_device_tree() {
+        assert_eq!(Platform::from_device_tree(&[0u8; 64]).unwrap_err(), PlatformError::NotADeviceTree);
+        assert_eq!(Platform::from_device_tree(&[]).unwrap_err(), PlatformError::NotADeviceTree);
+    }
+
+    #[test]
+    fn a_truncated_device_tree_is_refused_without_panic() {
+        for len in [8, 40, 100, VIRT_GICV3.len() / 2] {
+            assert!(Platform::from_device_tree(&VIRT_GICV3[..len]).is_err(), "length {len}");
+        }
+    }
+
+    #[test]
+    fn cells_value_reads_one_or_two_cells() {
+        assert_eq!(cells_value(&[0, 0, 0x10, 0], "x"), Ok(0x1000));
+        assert_eq!(cells_value(&[0, 0, 0, 1, 0x80, 0, 0, 0], "x"), Ok(0x1_8000_0000));
+        assert_eq!(cells_value(&[1, 2, 3], "x"), Err(PlatformError::BadProperty("x")));
+    }
+
+    #[test]
+    fn gic_specifiers_map_to_intids() {
+        assert_eq!(gic_intid(0, 1), Some(33));
+        assert_eq!(gic_intid(1, 9), Some(25));
+        assert_eq!(gic_intid(2, 1), None);
+        assert_eq!(gic_intid(0, u32::MAX), None);
+    }
+}

@@ -1,0 +1,169 @@
+//! The hypercall ABI a guest sees: SMC Calling Convention 1.1 (ARM DEN 0028) function
+//! identifiers, its own version and features calls, PSCI 1.1 (ARM DEN 0022) and the
+//! hypervisor's vendor-specific calls. Pure decoding: `decode` reads the guest's x0..x3 and
+//! says what to do; the arch crate does it.
+
+/// SMCCC return value for an unknown function (DEN 0028 section 5.2).
+pub const NOT_SUPPORTED: u64 = -1i64 as u64;
+
+pub const SMCCC_VERSION: u32 = 0x8000_0000;
+pub const SMCCC_ARCH_FEATURES: u32 = 0x8000_0001;
+/// SMCCC version 1.1 as the call returns it (major << 16 | minor).
+pub const SMCCC_VERSION_1_1: u64 = 0x1_0001;
+
+pub const PSCI_VERSION: u32 = 0x8400_0000;
+pub const PSCI_CPU_SUSPEND_32: u32 = 0x8400_0001;
+pub const PSCI_CPU_OFF: u32 = 0x8400_0002;
+pub const PSCI_CPU_ON_32: u32 = 0x8400_0003;
+pub const PSCI_AFFINITY_INFO_32: u32 = 0x8400_0004;
+pub const PSCI_MIGRATE_INFO_TYPE: u32 = 0x8400_0006;
+pub const PSCI_SYSTEM_OFF: u32 = 0x8400_0008;
+pub const PSCI_SYSTEM_RESET: u32 = 0x8400_0009;
+pub const PSCI_FEATURES: u32 = 0x8400_000a;
+pub const PSCI_CPU_SUSPEND_64: u32 = 0xc400_0001;
+pub const PSCI_CPU_ON_64: u32 = 0xc400_0003;
+pub const PSCI_AFFINITY_INFO_64: u32 = 0xc400_0004;
+/// PSCI 1.1 as PSCI_VERSION returns it.
+pub const PSCI_VERSION_1_1: u64 = 0x1_0001;
+
+/// PSCI return codes (DEN 0022 section 5.2.2).
+pub mod psci_status {
+    pub const SUCCESS: u64 = 0;
+    pub const NOT_SUPPORTED: u64 = -1i64 as u64;
+    pub const INVALID_PARAMETERS: u64 = -2i64 as u64;
+    pub const ALREADY_ON: u64 = -4i64 as u64;
+    pub const ON_PENDING: u64 = -5i64 as u64;
+    pub const INTERNAL_FAILURE: u64 = -6i64 as u64;
+    /// MIGRATE_INFO_TYPE: no Trusted OS, migration not needed.
+    pub const TRUSTED_OS_NOT_PRESENT: u64 = 2;
+    /// AFFINITY_INFO states.
+    pub const AFFINITY_ON: u64 = 0;
+    pub const AFFINITY_OFF: u64 = 1;
+}
+
+/// Vendor-specific hypervisor service calls (owner 6, DEN 0028 table 6-4), 64-bit fast calls.
+/// `HYP_VM_EXIT(status)`: the VM ends now with an exit status (0 means success); a test guest
+/// uses it to report a failed check.
+pub const HYP_VM_EXIT: u32 = 0xc600_0001;
+
+/// Where a function identifier belongs (DEN 0028 section 2.5: bits [29:24] are the owner).
+pub fn owner(function: u32) -> u8 {
+    ((function >> 24) & 0x3f) as u8
+}
+
+/// What the guest asked for, decoded without side effects.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Hypercall {
+    /// Answer in x0 (x1..x3 are left unchanged, as SMCCC 1.1 allows for these calls).
+    Return(u64),
+    CpuOn { target_mpidr: u64, entry: u64, context: u64 },
+    CpuOff,
+    AffinityInfo { target_mpidr: u64, lowest_level: u64 },
+    /// CPU_SUSPEND: a standby that may return at once, like WFI.
+    CpuSuspend,
+    SystemOff,
+    SystemReset,
+    VmExit { status: u64 },
+    /// Not a call this hypervisor implements: x0 = NOT_SUPPORTED, and a log line.
+    Unknown { function: u32 },
+}
+
+/// The PSCI functions PSCI_FEATURES reports as implemented.
+const PSCI_IMPLEMENTED: &[u32] = &[
+    PSCI_VERSION,
+    PSCI_CPU_OFF,
+    PSCI_CPU_ON_32,
+    PSCI_CPU_ON_64,
+    PSCI_CPU_SUSPEND_32,
+    PSCI_CPU_SUSPEND_64,
+    PSCI_AFFINITY_INFO_32,
+    PSCI_AFFINITY_INFO_64,
+    PSCI_MIGRATE_INFO_TYPE,
+    PSCI_SYSTEM_OFF,
+    PSCI_SYSTEM_RESET,
+    PSCI_FEATURES,
+];
+
+/// Decodes a call made with HVC #0 (or a trapped SMC #0) from the guest's x0..x3.
+///
+/// A 32-bit call (bit 30 clear) uses only the low 32 bits of its arguments (DEN 0028
+/// section 2.6: "the upper 32 bits are ignored"); the function id itself is W0.
+pub fn decode(x: [u64; 4]) -> Hypercall {
+    let function = x[0] as u32;
+    let is_64 = function & (1 << 30) != 0;
+    let arg = |i: usize| if is_64 { x[i] } else { x[i] & 0xffff_ffff };
+    match function {
+        SMCCC_VERSION => Hypercall::Return(SMCCC_VERSION_1_1),
+        SMCCC_ARCH_FEATURES => Hypercall::Return(match arg(1) as u32 {
+            SMCCC_VERSION | SMCCC_ARCH_FEATURES => 0,
+            _ => NOT_SUPPORTED,
+        }),
+        PSCI_VERSION => Hypercall::Return(PSCI_VERSION_1_1),
+        PSCI_FEATURES => {
+            let queried = arg(1) as u32;
+            Hypercall::Return(if PSCI_IMPLEMENTED.contains(&queried) { 0 } else { psci_status::NOT_SUPPORTED })
+        }
+        PSCI_MIGRATE_INFO_TYPE => Hypercall::Return(psci_status::TRUSTED_OS_NOT_PRESENT),
+        PSCI_CPU_ON_32 | PSCI_CPU_ON_64 => {
+            Hypercall::CpuOn { target_mpidr: arg(1), entry: arg(2), context: arg(3) }
+        }
+        PSCI_CPU_OFF => Hypercall::CpuOff,
+        PSCI_CPU_SUSPEND_32 | PSCI_CPU_SUSPEND_64 => Hypercall::CpuSuspend,
+        PSCI_AFFINITY_INFO_32 | PSCI_AFFINITY_INFO_64 => {
+            Hypercall::AffinityInfo { target_mpidr: arg(1), lowest_level: arg(2) }
+        }
+        PSCI_SYSTEM_OFF => Hypercall::SystemOff,
+        PSCI_SYSTEM_RESET => Hypercall::SystemReset,
+        HYP_VM_EXIT => Hypercall::VmExit { status: x[1] },
+        _ => Hypercall::Unknown { function },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_1_1() {
+        assert_eq!(decode([PSCI_VERSION as u64, 0, 0, 0]), Hypercall::Return(0x1_0001));
+        assert_eq!(decode([SMCCC_VERSION as u64, 0, 0, 0]), Hypercall::Return(0x1_0001));
+    }
+
+    #[test]
+    fn unknown_functions_are_not_supported() {
+        for f in [0x8000_ff00u32, 0xc200_0000, 0x8400_00ff, 0x0000_0000, 0xffff_ffff] {
+            assert_eq!(decode([f as u64, 1, 2, 3]), Hypercall::Unknown { function: f });
+        }
+        assert_eq!(NOT_SUPPORTED as i64, -1);
+    }
+
+    #[test]
+    fn the_function_id_is_w0_only() {
+        let x0 = 0xdead_beef_0000_0000 | PSCI_VERSION as u64;
+        assert_eq!(decode([x0, 0, 0, 0]), Hypercall::Return(PSCI_VERSION_1_1));
+    }
+
+    #[test]
+    fn thirty_two_bit_calls_ignore_the_upper_argument_bits() {
+        let call = decode([PSCI_CPU_ON_32 as u64, 0xffff_0000_0000_0001, 0x1_4000_0000, 7]);
+        assert_eq!(call, Hypercall::CpuOn { target_mpidr: 1, entry: 0x4000_0000, context: 7 });
+        let call = decode([PSCI_CPU_ON_64 as u64, 1, 0x1_4000_0000, 7]);
+        assert_eq!(call, Hypercall::CpuOn { target_mpidr: 1, entry: 0x1_4000_0000, context: 7 });
+    }
+
+    #[test]
+    fn psci_features_reports_what_is_implemented() {
+        assert_eq!(decode([PSCI_FEATURES as u64, PSCI_SYSTEM_OFF as u64, 0, 0]), Hypercall::Return(0));
+        assert_eq!(
+            decode([PSCI_FEATURES as u64, 0x8400_0012, 0, 0]),
+            Hypercall::Return(psci_status::NOT_SUPPORTED)
+        );
+    }
+
+    #[test]
+    fn owners_are_read_from_bits_29_24() {
+        assert_eq!(owner(PSCI_VERSION), 4);
+        assert_eq!(owner(HYP_VM_EXIT), 6);
+        assert_eq!(owner(SMCCC_VERSION), 0);
+    }
+}

@@ -1,0 +1,61 @@
+//! Shared by the system tests: build the images once per test binary, write a bundle, boot
+//! QEMU with a timeout, and return what the console showed.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use xtask::bundle::{self, BundleOptions, VmEntry};
+use xtask::images;
+use xtask::qemu::{self, Machine, RunOutput};
+
+/// Every QEMU run of the system tests stops after this long, whatever happens.
+pub const QEMU_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub struct Images {
+    pub hypervisor: PathBuf,
+    pub selftest: PathBuf,
+}
+
+/// Builds the hypervisor and the test guests (once per test binary).
+pub fn images() -> &'static Images {
+    static IMAGES: OnceLock<Images> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let hypervisor = images::build_hypervisor().unwrap_or_else(|e| panic!("building the hypervisor: {e}"));
+        let selftest = images::build_test_guest("selftest").unwrap_or_else(|e| panic!("building the selftest guest: {e}"));
+        Images { hypervisor, selftest }
+    })
+}
+
+/// A unique file under target/system-tests/ for this test's bundle.
+pub fn scratch_file(name: &str) -> PathBuf {
+    let dir = images::workspace_root().join("target").join("system-tests");
+    std::fs::create_dir_all(&dir).expect("create target/system-tests");
+    dir.join(name)
+}
+
+/// Boots the hypervisor with these VMs (semihosting exit on, so a failure shows in the
+/// exit status) and returns the console.
+pub fn boot(test: &str, machine: Machine, vms: &[VmEntry]) -> RunOutput {
+    let blob = bundle::write(vms, &BundleOptions { semihosting_exit: true }).unwrap_or_else(|e| panic!("bundle: {e}"));
+    let path = scratch_file(&format!("{test}.bundle"));
+    std::fs::write(&path, blob).expect("write bundle");
+    boot_with_initrd(machine, &path)
+}
+
+pub fn boot_with_initrd(machine: Machine, initrd: &PathBuf) -> RunOutput {
+    let machine = Machine { semihosting: true, ..machine };
+    let out = qemu::run_captured(machine.command(&images().hypervisor, initrd), QEMU_TIMEOUT, false)
+        .unwrap_or_else(|e| panic!("running QEMU: {e}"));
+    assert!(!out.timed_out, "QEMU did not finish within {:?}; console:\n{}", QEMU_TIMEOUT, out.console);
+    out
+}
+
+pub fn selftest_vm(memory: u64) -> VmEntry {
+    VmEntry { name: "selftest".into(), vcpus: 1, memory, kernel: images().selftest.clone(), initrd: None, bootargs: None }
+}
+
+/// Asserts that `line` occurs in the console, showing the console when it does not.
+pub fn assert_line(out: &RunOutput, line: &str) {
+    assert!(out.console.lines().any(|l| l.contains(line)), "expected a line containing {line:?}; console:\n{}", out.console);
+}

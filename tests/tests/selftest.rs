@@ -1,0 +1,87 @@
+//! The foundation: the hypervisor boots at EL2 on QEMU virt, finds the board in the device
+//! tree, starts every CPU, and runs the selftest guest, whose every check must pass.
+
+use system_tests::{assert_line, boot, boot_with_initrd, scratch_file, selftest_vm};
+use xtask::qemu::Machine;
+
+const SELFTEST_CHECKS: &[&str] = &[
+    "ok 1 - uart: trapped PL011 answers (UARTPeriphID0 0x11, UARTFR 0x90)",
+    "ok 2 - psci: PSCI_VERSION over HVC returns 1.1 (got 0x10001)",
+    "ok 3 - smccc: SMCCC_VERSION returns 1.1 (got 0x10001)",
+    "ok 4 - smccc: an unknown function returns NOT_SUPPORTED (got -1)",
+    "ok 5 - smccc: HVC with a non-zero immediate returns NOT_SUPPORTED (got -1)",
+    "ok 6 - memory: a load from unmapped IPA 0x10000000 gives a synchronous external abort (ESR_EL1 0x96000010)",
+    "ok 7 - memory: a store to an unmapped IPA gives a synchronous external abort (ESR_EL1 0x96000010)",
+    "ok 8 - memory: a jump to an unmapped IPA gives an instruction abort (ESR_EL1 0x86000010)",
+    "ok 9 - mmio: a read of a missing UART register gives an external abort (ESR_EL1 0x96000010)",
+    "ok 10 - mmio: a 64-bit UART access gives an external abort (ESR_EL1 0x96000010)",
+    "ok 11 - sysreg: a PMU register the hypervisor does not offer is an undefined instruction (ESR_EL1 0x2000000)",
+    "ok 12 - memory: RAM at IPA 0x41000000 reads back what was written",
+];
+
+#[test]
+fn selftest_passes_every_check_on_gicv3_with_four_cpus() {
+    let out = boot("gicv3", Machine::default(), &[selftest_vm(64 << 20)]);
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+
+    // The banner: what the device tree said.
+    assert_line(&out, "hypervisor 0.1.0 (AArch64, EL2) on linux,dummy-virt");
+    assert_line(&out, "memory      0x40000000..0x80000000 (1024 MiB)");
+    assert_line(&out, "cpus        4 (MPIDR [0, 1, 2, 3])");
+    assert_line(&out, "gic         GICv3: GICD 0x8000000..0x8010000 GICR 0x80a0000..0x9000000");
+    assert_line(&out, "uart        PL011 at 0x9000000..0x9001000");
+    assert_line(&out, "psci        Smc conduit, firmware PSCI 1.1");
+    assert_line(&out, "timer       INTIDs: EL1 physical 30, virtual 27, EL2 physical 26, secure physical 29");
+    for cpu in 1..4 {
+        assert_line(&out, &format!("hypervisor: cpu{cpu} (MPIDR {cpu:#x}) online"));
+    }
+    assert_line(&out, "hypervisor: 4 of 4 CPUs online");
+
+    // Every check, printed by the guest through its emulated UART and attributed to it.
+    for check in SELFTEST_CHECKS {
+        assert_line(&out, &format!("selftest | {check}"));
+    }
+    assert!(!out.console.contains("not ok"), "a check failed:\n{}", out.console);
+    assert_line(&out, "selftest | selftest: all 12 checks passed; powering off with PSCI SYSTEM_OFF");
+
+    // The hypervisor logged each bad access with the VM and vCPU, and survived them.
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: unknown SMCCC function 0xc2000042: returned NOT_SUPPORTED");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: HVC/SMC with immediate 0x1 (only #0 is defined): returned NOT_SUPPORTED");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: load at IPA 0x10000000 (VA 0x10000000): no memory or device there: external abort injected");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: store at IPA 0x10000008 (VA 0x10000008): no memory or device there: external abort injected");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: instruction fetch from IPA 0x10000000, outside the VM's memory: external abort injected");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: device access at IPA 0x9000800 refused (no register at offset 0x800): external abort injected");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: device access at IPA 0x9000000 refused (register at offset 0x0 does not allow 8-byte accesses): external abort injected");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: read of system register S3_3_C9_C13_0: not emulated, undefined instruction injected");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: PSCI SYSTEM_OFF: the VM powered off");
+    assert_line(&out, "hypervisor: all 1 VM(s) ended: 1 clean, 0 failed");
+}
+
+#[test]
+fn selftest_passes_on_gicv2_with_two_cpus() {
+    let out = boot("gicv2", Machine { gic_version: 2, smp: 2, ..Machine::default() }, &[selftest_vm(64 << 20)]);
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+    assert_line(&out, "gic         GICv2: GICD 0x8000000..0x8010000 GICC 0x8010000..0x8020000 GICH 0x8030000..0x8040000 GICV 0x8040000..0x8050000");
+    assert_line(&out, "hypervisor: 2 of 2 CPUs online");
+    assert_line(&out, "selftest | selftest: all 12 checks passed; powering off with PSCI SYSTEM_OFF");
+}
+
+#[test]
+fn a_guest_whose_check_fails_makes_qemu_exit_non_zero() {
+    // With 8 MiB the RAM check's address (16 MiB into RAM) is outside the VM: the guest takes
+    // an abort it did not expect, reports it and exits with a failure status.
+    let out = boot("failing", Machine::default(), &[selftest_vm(8 << 20)]);
+    assert_eq!(out.status, Some(1), "QEMU exit status; console:\n{}", out.console);
+    assert_line(&out, "selftest | not ok - unexpected exception kind 0: ESR_EL1 0x96000010 FAR_EL1 0x41000000");
+    assert_line(&out, "hypervisor: vm0 selftest vcpu0: HYP_VM_EXIT with status 2");
+    assert_line(&out, "hypervisor: all 1 VM(s) ended: 0 clean, 1 failed");
+}
+
+#[test]
+fn an_initrd_that_is_not_a_boot_bundle_is_refused_before_anything_boots() {
+    let path = scratch_file("not-a-bundle.bin");
+    std::fs::write(&path, vec![0x5au8; 4096]).expect("write");
+    let out = boot_with_initrd(Machine { smp: 1, ..Machine::default() }, &path);
+    assert_line(&out, "hypervisor: error: boot bundle: the initrd is not a boot bundle (hyp,boot-bundle-v1); build one with `cargo xtask`");
+    assert!(!out.console.contains("starting at IPA"), "no VM may start:\n{}", out.console);
+}

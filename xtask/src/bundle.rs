@@ -1,0 +1,134 @@
+//! The boot bundle (docs/boot-bundle.md): the manifest's VMs with their images, written as
+//! one flattened device tree that the loader hands the hypervisor as its initrd. Checked
+//! here with the same code the hypervisor runs at boot, so a bad manifest fails before QEMU.
+
+use std::path::{Path, PathBuf};
+
+use hyp_core::bundle::{BootBundle, COMPATIBLE};
+use hyp_core::image::Arm64Image;
+use vm_fdt::FdtWriter;
+
+use crate::XtaskError;
+
+/// One VM to put in the bundle.
+#[derive(Clone, Debug)]
+pub struct VmEntry {
+    pub name: String,
+    pub vcpus: u32,
+    pub memory: u64,
+    pub kernel: PathBuf,
+    pub initrd: Option<PathBuf>,
+    pub bootargs: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct BundleOptions {
+    pub semihosting_exit: bool,
+}
+
+fn read(path: &Path, vm: &str, what: &str) -> Result<Vec<u8>, XtaskError> {
+    std::fs::read(path).map_err(|e| XtaskError::Usage(format!("VM {vm}: cannot read {what} {}: {e}", path.display())))
+}
+
+fn fdt_error(e: vm_fdt::Error) -> XtaskError {
+    XtaskError::Build(format!("writing the boot bundle: {e}"))
+}
+
+/// Writes the bundle for `vms` and checks it as the hypervisor will.
+pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskError> {
+    let mut fdt = FdtWriter::new().map_err(fdt_error)?;
+    let root = fdt.begin_node("").map_err(fdt_error)?;
+    fdt.property_string("compatible", COMPATIBLE).map_err(fdt_error)?;
+    let opts = fdt.begin_node("options").map_err(fdt_error)?;
+    if options.semihosting_exit {
+        fdt.property_null("semihosting-exit").map_err(fdt_error)?;
+    }
+    fdt.end_node(opts).map_err(fdt_error)?;
+    let list = fdt.begin_node("vms").map_err(fdt_error)?;
+    for (i, vm) in vms.iter().enumerate() {
+        let kernel = read(&vm.kernel, &vm.name, "kernel")?;
+        let image = Arm64Image::parse(&kernel)
+            .map_err(|e| XtaskError::Usage(format!("VM {}: kernel {}: {e}", vm.name, vm.kernel.display())))?;
+        image
+            .load_offset(vm.memory)
+            .map_err(|e| XtaskError::Usage(format!("VM {}: kernel {}: {e}", vm.name, vm.kernel.display())))?;
+        let node = fdt.begin_node(&format!("vm@{i}")).map_err(fdt_error)?;
+        fdt.property_string("name", &vm.name).map_err(fdt_error)?;
+        fdt.property_u32("vcpus", vm.vcpus).map_err(fdt_error)?;
+        fdt.property_u64("memory", vm.memory).map_err(fdt_error)?;
+        fdt.property("kernel", &kernel).map_err(fdt_error)?;
+        if let Some(initrd) = &vm.initrd {
+            fdt.property("initrd", &read(initrd, &vm.name, "initrd")?).map_err(fdt_error)?;
+        }
+        if let Some(args) = &vm.bootargs {
+            fdt.property_string("bootargs", args).map_err(fdt_error)?;
+        }
+        fdt.end_node(node).map_err(fdt_error)?;
+    }
+    fdt.end_node(list).map_err(fdt_error)?;
+    fdt.end_node(root).map_err(fdt_error)?;
+    let blob = fdt.finish().map_err(fdt_error)?;
+    BootBundle::parse(&blob).map_err(|e| XtaskError::Usage(format!("boot bundle: {e}")))?;
+    Ok(blob)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel_file(dir: &Path, image_size: u64) -> PathBuf {
+        let mut k = vec![0u8; 4096];
+        k[16..24].copy_from_slice(&image_size.to_le_bytes());
+        k[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        let path = dir.join(format!("k{image_size}.Image"));
+        std::fs::write(&path, k).unwrap();
+        path
+    }
+
+    fn vm(kernel: PathBuf) -> VmEntry {
+        VmEntry { name: "one".into(), vcpus: 1, memory: 64 << 20, kernel, initrd: None, bootargs: Some("console=ttyAMA0".into()) }
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("xtask-bundle-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_bundle_round_trips_through_the_hypervisor_parser() {
+        let dir = tempdir("roundtrip");
+        let blob = write(&[vm(kernel_file(&dir, 8192))], &BundleOptions { semihosting_exit: true }).unwrap();
+        let bundle = BootBundle::parse(&blob).unwrap();
+        assert!(bundle.options.semihosting_exit);
+        let vms: Vec<_> = bundle.vms().collect();
+        assert_eq!(vms.len(), 1);
+        assert_eq!((vms[0].name, vms[0].vcpus, vms[0].memory), ("one", 1, 64 << 20));
+        assert_eq!(vms[0].kernel.len(), 4096);
+        assert_eq!(vms[0].bootargs, Some("console=ttyAMA0"));
+        assert_eq!(vms[0].initrd, None);
+    }
+
+    #[test]
+    fn bad_vms_are_refused_with_the_vm_and_field_named() {
+        let dir = tempdir("bad");
+        let k = kernel_file(&dir, 8192);
+        let err = |v: VmEntry| write(&[v], &BundleOptions::default()).unwrap_err().to_string();
+        assert_eq!(err(VmEntry { vcpus: 0, ..vm(k.clone()) }), "boot bundle: VM one: field `vcpus` must be between 1 and 8");
+        assert_eq!(err(VmEntry { memory: 3 << 20, ..vm(k.clone()) }), "boot bundle: VM one: field `memory` must be a non-zero multiple of 2 MiB");
+        assert_eq!(err(VmEntry { name: "bad name".into(), ..vm(k.clone()) }), "boot bundle: VM bad name: field `name` must be letters, digits, '-' or '_'");
+        assert!(err(vm(dir.join("missing"))).starts_with("VM one: cannot read kernel"));
+        let huge = kernel_file(&dir, 128 << 20);
+        assert!(err(vm(huge)).contains("the kernel needs 0x8000000 bytes from the start of RAM but the VM has 0x4000000"));
+        let not_image = dir.join("text");
+        std::fs::write(&not_image, vec![b'x'; 100]).unwrap();
+        assert!(err(vm(not_image)).contains("not an arm64 Image"));
+        let two = write(&[vm(k.clone()), vm(k)], &BundleOptions::default()).unwrap_err().to_string();
+        assert_eq!(two, "boot bundle: VM one: two VMs have this name");
+    }
+
+    #[test]
+    fn an_empty_bundle_is_refused() {
+        assert_eq!(write(&[], &BundleOptions::default()).unwrap_err().to_string(), "boot bundle: the boot bundle describes no VM");
+    }
+}

@@ -1,0 +1,57 @@
+//! Building the images: the hypervisor for AArch64 and the bare-metal test guests, each as
+//! an arm64 `Image` under `target/images/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{run, step};
+use crate::{elf, XtaskError};
+
+pub const AARCH64_TARGET: &str = "aarch64-unknown-none";
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+pub fn images_dir() -> PathBuf {
+    workspace_root().join("target").join("images")
+}
+
+fn cargo_build(package: &str, bin: &str, target_subdir: &str, rustflags: &str) -> Result<PathBuf, XtaskError> {
+    let root = workspace_root();
+    let target_dir = root.join("target").join(target_subdir);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args(["build", "--quiet", "--release", "--target", AARCH64_TARGET, "-p", package, "--bin", bin])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
+        .env_remove("RUSTFLAGS");
+    run(&mut cmd)?;
+    Ok(target_dir.join(AARCH64_TARGET).join("release").join(bin))
+}
+
+fn write_image(elf_path: &Path, name: &str) -> Result<PathBuf, XtaskError> {
+    let bytes = std::fs::read(elf_path).map_err(|e| XtaskError::Build(format!("cannot read {}: {e}", elf_path.display())))?;
+    let image = elf::to_image(&bytes, name)?;
+    let dir = images_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    let out = dir.join(format!("{name}.Image"));
+    std::fs::write(&out, image).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", out.display())))?;
+    Ok(out)
+}
+
+/// The hypervisor: a position-independent executable that relocates itself (src/boot.rs).
+pub fn build_hypervisor() -> Result<PathBuf, XtaskError> {
+    step("building the hypervisor (hyp-arch-armv8, aarch64-unknown-none)");
+    let elf = cargo_build("hyp-arch-armv8", "hypervisor", "hyp", "-Crelocation-model=pic")?;
+    write_image(&elf, "hypervisor")
+}
+
+/// A bare-metal test guest from `guest-images/`.
+pub fn build_test_guest(bin: &str) -> Result<PathBuf, XtaskError> {
+    step(&format!("building the test guest `{bin}` (guest-images, aarch64-unknown-none)"));
+    let elf = cargo_build("selftest-guest", bin, "guest", "")?;
+    write_image(&elf, bin)
+}

@@ -1,0 +1,12 @@
+//! `cargo xtask`: everything between `cargo` and a running hypervisor: installing tools,
+//! building the images, writing the boot bundle, and running QEMU. The system tests
+//! (`tests/`) use the same code, so a test runs exactly what a user runs.
+
+pub mod bundle;
+pub mod elf;
+pub mod images;
+pub mod qemu;
+pub mod setup;
+pub mod util;
+
+pub use util::XtaskError;
