@@ -30,8 +30,10 @@ static mut SECONDARY_BOOT: [SecondaryBoot; MAX_CPUS] = [const {
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 /// MPIDR affinity of each CPU index, as the device tree listed them.
 static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(usize::MAX) }; MAX_CPUS];
-/// Work for a CPU: 0 = none, n = run VM n-1's vCPU (see `main::cpu_loop`).
+/// Work for a CPU: 0 = none, `WORK_EL2_FAULT`, or n = run VM n-1's vCPU (`main::cpu_loop`).
 pub static WORK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+
+pub const WORK_EL2_FAULT: usize = usize::MAX;
 
 const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 

@@ -119,8 +119,14 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         }
     }
     let me = cpus::current_index();
-    let cpus_for_vms: Vec<usize> =
-        core::iter::once(me).chain((0..platform.cpus.len()).filter(|&c| c != me && cpus::is_online(c))).collect();
+    let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
+    if let Some(cpu) = fault_cpu {
+        println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault (a test)");
+        cpus::WORK[cpu].store(cpus::WORK_EL2_FAULT, Ordering::Release);
+    }
+    let cpus_for_vms: Vec<usize> = core::iter::once(me)
+        .chain((0..platform.cpus.len()).filter(|&c| c != me && cpus::is_online(c) && Some(c) != fault_cpu))
+        .collect();
     if vms.len() > cpus_for_vms.len() {
         halt(format_args!("{} VMs but only {} CPUs online: each VM needs a CPU of its own for now", vms.len(), cpus_for_vms.len()));
     }
@@ -236,6 +242,14 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
         let work = cpus::WORK[cpu].swap(0, Ordering::AcqRel);
         if work == 0 {
             aarch64_cpu::asm::wfe();
+            continue;
+        }
+        if work == cpus::WORK_EL2_FAULT {
+            // An address in the EL2 VA range that the identity map leaves unmapped.
+            const UNMAPPED_EL2_VA: usize = 0x7f_ffff_f000;
+            // SAFETY: a deliberate translation fault; the EL2 vector reports it and parks
+            // this CPU. Requested only by the boot bundle of a system test.
+            let _ = unsafe { core::ptr::read_volatile(UNMAPPED_EL2_VA as *const u64) };
             continue;
         }
         let Some(vm) = VMS.get().and_then(|vms| vms.get(work - 1)) else { continue };

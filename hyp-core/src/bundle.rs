@@ -28,6 +28,9 @@ pub struct VmSpec<'a> {
 pub struct BundleOptions {
     /// The QEMU run enabled semihosting, so a failed run can set QEMU's exit status.
     pub semihosting_exit: bool,
+    /// For the system tests: this CPU makes a deliberate data abort at EL2 after boot, to
+    /// show that the report works and that only that CPU stops.
+    pub test_el2_fault_cpu: Option<u32>,
 }
 
 pub struct BootBundle<'a> {
@@ -63,9 +66,10 @@ impl<'a> BootBundle<'a> {
         if root.property("compatible").and_then(|p| p.as_str()) != Some(COMPATIBLE) {
             return Err(BundleError::NotABundle);
         }
-        let semihosting_exit =
-            fdt.find_node("/options").is_some_and(|o| o.property("semihosting-exit").is_some());
-        let bundle = BootBundle { fdt, options: BundleOptions { semihosting_exit } };
+        let options = fdt.find_node("/options");
+        let semihosting_exit = options.is_some_and(|o| o.property("semihosting-exit").is_some());
+        let test_el2_fault_cpu = options.and_then(|o| u32_prop(o, "test-el2-fault-cpu"));
+        let bundle = BootBundle { fdt, options: BundleOptions { semihosting_exit, test_el2_fault_cpu } };
         bundle.check()?;
         Ok(bundle)
     }

@@ -37,15 +37,24 @@ pub fn scratch_file(name: &str) -> PathBuf {
 /// Boots the hypervisor with these VMs (semihosting exit on, so a failure shows in the
 /// exit status) and returns the console.
 pub fn boot(test: &str, machine: Machine, vms: &[VmEntry]) -> RunOutput {
-    let blob = bundle::write(vms, &BundleOptions { semihosting_exit: true }).unwrap_or_else(|e| panic!("bundle: {e}"));
+    boot_with_options(test, machine, vms, BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })
+}
+
+pub fn boot_with_options(test: &str, machine: Machine, vms: &[VmEntry], options: BundleOptions) -> RunOutput {
+    let blob = bundle::write(vms, &options).unwrap_or_else(|e| panic!("bundle: {e}"));
     let path = scratch_file(&format!("{test}.bundle"));
     std::fs::write(&path, blob).expect("write bundle");
-    boot_with_initrd(machine, &path)
+    boot_image(&images().hypervisor, machine, &path)
 }
 
 pub fn boot_with_initrd(machine: Machine, initrd: &PathBuf) -> RunOutput {
+    boot_image(&images().hypervisor, machine, initrd)
+}
+
+/// Boots `hypervisor` (an image file) with `initrd`, with semihosting for the exit status.
+pub fn boot_image(hypervisor: &PathBuf, machine: Machine, initrd: &PathBuf) -> RunOutput {
     let machine = Machine { semihosting: true, ..machine };
-    let out = qemu::run_captured(machine.command(&images().hypervisor, initrd), QEMU_TIMEOUT, false)
+    let out = qemu::run_captured(machine.command(hypervisor, initrd), QEMU_TIMEOUT, false)
         .unwrap_or_else(|e| panic!("running QEMU: {e}"));
     assert!(!out.timed_out, "QEMU did not finish within {:?}; console:\n{}", QEMU_TIMEOUT, out.console);
     out

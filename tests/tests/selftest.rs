@@ -85,3 +85,37 @@ fn an_initrd_that_is_not_a_boot_bundle_is_refused_before_anything_boots() {
     assert_line(&out, "hypervisor: error: boot bundle: the initrd is not a boot bundle (hyp,boot-bundle-v1); build one with `cargo xtask`");
     assert!(!out.console.contains("starting at IPA"), "no VM may start:\n{}", out.console);
 }
+
+#[test]
+fn the_image_runs_wherever_it_is_loaded() {
+    // QEMU loads an arm64 Image at RAM base + text_offset: patch the header so it lands at
+    // an address that is neither 2 MiB-aligned nor the usual one.
+    let mut image = std::fs::read(&system_tests::images().hypervisor).expect("read image");
+    image[8..16].copy_from_slice(&0x0123_4000u64.to_le_bytes());
+    let moved = scratch_file("hypervisor-text-offset.Image");
+    std::fs::write(&moved, image).expect("write image");
+    let bundle = scratch_file("moved.bundle");
+    let blob = xtask::bundle::write(&[selftest_vm(64 << 20)], &xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })
+        .expect("bundle");
+    std::fs::write(&bundle, blob).expect("write bundle");
+    let out = system_tests::boot_image(&moved, Machine::default(), &bundle);
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+    assert_line(&out, "image       0x41234000..");
+    assert_line(&out, "hypervisor: 4 of 4 CPUs online");
+    assert_line(&out, "selftest | selftest: all 12 checks passed; powering off with PSCI SYSTEM_OFF");
+}
+
+#[test]
+fn an_unexpected_el2_exception_is_reported_and_stops_only_that_cpu() {
+    let options = xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) };
+    let out = system_tests::boot_with_options("el2-fault", Machine::default(), &[selftest_vm(64 << 20)], options);
+    assert_line(&out, "hypervisor: unexpected synchronous exception at EL2 on cpu3: EC 0x25 (data abort at the same EL)");
+    assert_line(&out, "FAR_EL2 0x0000007ffffff000");
+    for register in ["ESR_EL2 0x", "ELR_EL2 0x", "SPSR_EL2 0x", "x0  0x", "x28 0x"] {
+        assert_line(&out, register);
+    }
+    assert_line(&out, "hypervisor: cpu3 stopped");
+    // The VM on the boot CPU carried on and the run ended cleanly.
+    assert_line(&out, "selftest | selftest: all 12 checks passed; powering off with PSCI SYSTEM_OFF");
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+}

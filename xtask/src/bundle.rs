@@ -24,6 +24,8 @@ pub struct VmEntry {
 #[derive(Clone, Debug, Default)]
 pub struct BundleOptions {
     pub semihosting_exit: bool,
+    /// System tests only: the CPU that takes a deliberate EL2 fault after boot.
+    pub test_el2_fault_cpu: Option<u32>,
 }
 
 fn read(path: &Path, vm: &str, what: &str) -> Result<Vec<u8>, XtaskError> {
@@ -42,6 +44,9 @@ pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskE
     let opts = fdt.begin_node("options").map_err(fdt_error)?;
     if options.semihosting_exit {
         fdt.property_null("semihosting-exit").map_err(fdt_error)?;
+    }
+    if let Some(cpu) = options.test_el2_fault_cpu {
+        fdt.property_u32("test-el2-fault-cpu", cpu).map_err(fdt_error)?;
     }
     fdt.end_node(opts).map_err(fdt_error)?;
     let list = fdt.begin_node("vms").map_err(fdt_error)?;
@@ -98,9 +103,10 @@ mod tests {
     #[test]
     fn a_bundle_round_trips_through_the_hypervisor_parser() {
         let dir = tempdir("roundtrip");
-        let blob = write(&[vm(kernel_file(&dir, 8192))], &BundleOptions { semihosting_exit: true }).unwrap();
+        let blob = write(&[vm(kernel_file(&dir, 8192))], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) }).unwrap();
         let bundle = BootBundle::parse(&blob).unwrap();
         assert!(bundle.options.semihosting_exit);
+        assert_eq!(bundle.options.test_el2_fault_cpu, Some(3));
         let vms: Vec<_> = bundle.vms().collect();
         assert_eq!(vms.len(), 1);
         assert_eq!((vms[0].name, vms[0].vcpus, vms[0].memory), ("one", 1, 64 << 20));

@@ -96,7 +96,7 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_qemu()?;
     let (hyp, guest) = build_all()?;
     let vm = VmEntry { name: args.guest.clone(), vcpus: 1, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None };
-    let options = BundleOptions { semihosting_exit: true };
+    let options = BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None };
     let bundle_path = images::images_dir().join("selftest.bundle");
     let blob = bundle::write(&[vm], &options)?;
     std::fs::write(&bundle_path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
