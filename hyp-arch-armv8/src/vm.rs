@@ -4,9 +4,10 @@
 use alloc::boxed::Box;
 use core::arch::asm;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use hyp_core::bundle::VmSpec;
-use hyp_core::exit::{self, GuestContext, InjectedException, Outcome, SyncExit};
+use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit};
 use hyp_core::image::{Arm64Image, ImageError};
 use hyp_core::mmio::MmioBus;
 use hyp_core::pl011::Pl011;
@@ -40,6 +41,9 @@ const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
 /// set/way cache maintenance), RW (EL1 is AArch64).
 const HCR_GUEST: u64 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 9) | (1 << 10)
     | (1 << 19) | (1 << 20) | (1 << 21) | (1 << 22) | (1 << 31);
+
+const INCIDENTS_LOGGED_IN_FULL: u64 = 64;
+const INCIDENT_LOG_INTERVAL: u64 = 1024;
 
 #[derive(Debug)]
 pub enum VmError {
@@ -80,6 +84,8 @@ impl VmEnd {
 
 pub struct Vm {
     pub id: usize,
+    /// Guest mistakes logged so far: a guest must not be able to flood the console.
+    incidents: AtomicU64,
     pub spec: VmSpec<'static>,
     ram: PhysRange,
     entry_offset: u64,
@@ -118,7 +124,7 @@ impl Vm {
         let console = VmConsole::new(spec.name);
         // The bus is empty, so the window cannot overlap another.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
-        let vm = Vm { id, spec, ram, entry_offset, stage2, bus: Mutex::new(bus) };
+        let vm = Vm { id, incidents: AtomicU64::new(0), spec, ram, entry_offset, stage2, bus: Mutex::new(bus) };
         println!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
             spec.name,
@@ -150,6 +156,17 @@ impl Vm {
                 Some(end) => return end,
                 None => vm_log!(self, 0, "SYSTEM_RESET: rebooting the VM"),
             }
+        }
+    }
+
+    /// Logs the first `INCIDENTS_LOGGED_IN_FULL` incidents of the VM, then one in
+    /// `INCIDENT_LOG_INTERVAL` with the running count.
+    fn log_incident(&self, vcpu: usize, incident: Incident) {
+        let n = self.incidents.fetch_add(1, Ordering::Relaxed) + 1;
+        if n <= INCIDENTS_LOGGED_IN_FULL {
+            vm_log!(self, vcpu, "{incident}");
+        } else if n % INCIDENT_LOG_INTERVAL == 0 {
+            vm_log!(self, vcpu, "{incident} ({n} incidents so far; logging one in {INCIDENT_LOG_INTERVAL})");
         }
     }
 
@@ -213,7 +230,7 @@ impl Vm {
                     };
                     let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut self.bus.lock());
                     if let Some(incident) = incident {
-                        vm_log!(self, vcpu, "{incident}");
+                        self.log_incident(vcpu, incident);
                     }
                     let il = exit.syndrome.instruction_is_32bit();
                     match outcome {

@@ -15,6 +15,8 @@ pub const QEMU_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct Images {
     pub hypervisor: PathBuf,
     pub selftest: PathBuf,
+    pub isolation_secret: PathBuf,
+    pub isolation_probe: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -22,8 +24,13 @@ pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let hypervisor = images::build_hypervisor().unwrap_or_else(|e| panic!("building the hypervisor: {e}"));
-        let selftest = images::build_test_guest("selftest").unwrap_or_else(|e| panic!("building the selftest guest: {e}"));
-        Images { hypervisor, selftest }
+        let guest = |name: &str| images::build_test_guest(name).unwrap_or_else(|e| panic!("building the guest {name}: {e}"));
+        Images {
+            hypervisor,
+            selftest: guest("selftest"),
+            isolation_secret: guest("isolation-secret"),
+            isolation_probe: guest("isolation-probe"),
+        }
     })
 }
 
@@ -61,7 +68,11 @@ pub fn boot_image(hypervisor: &PathBuf, machine: Machine, initrd: &PathBuf) -> R
 }
 
 pub fn selftest_vm(memory: u64) -> VmEntry {
-    VmEntry { name: "selftest".into(), vcpus: 1, memory, kernel: images().selftest.clone(), initrd: None, bootargs: None }
+    test_vm("selftest", &images().selftest, memory)
+}
+
+pub fn test_vm(name: &str, kernel: &PathBuf, memory: u64) -> VmEntry {
+    VmEntry { name: name.into(), vcpus: 1, memory, kernel: kernel.clone(), initrd: None, bootargs: None }
 }
 
 /// Asserts that `line` occurs in the console, showing the console when it does not.

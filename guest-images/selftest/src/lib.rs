@@ -1,0 +1,262 @@
+//! The runtime of the bare-metal test guests: the arm64 Image header and entry, an EL1
+//! vector table that can expect a fault and resume, a console on the VM's PL011, SMCCC
+//! calls, and `ok N - ...` check reporting. Each guest is a binary in `src/bin/` with a
+//! `guest_main`.
+//!
+//! The guests run at EL1 with their MMU off, so every access is to an IPA.
+#![no_std]
+
+use core::arch::{asm, global_asm};
+use core::fmt::{self, Write};
+
+use core::ptr::write_volatile;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub const UART: usize = 0x0900_0000;
+pub const PSCI_VERSION: u64 = 0x8400_0000;
+pub const PSCI_SYSTEM_OFF: u64 = 0x8400_0008;
+pub const SMCCC_VERSION: u64 = 0x8000_0000;
+pub const HYP_VM_EXIT: u64 = 0xc600_0001;
+
+global_asm!(
+    r#"
+    .section .text.head, "ax"
+    .global _start
+_start:
+    b       1f
+    .long   0
+    .quad   0                   // text_offset
+    .quad   0                   // image_size (written by xtask)
+    .quad   0xa                 // flags
+    .quad   0, 0, 0
+    .ascii  "ARM\x64"
+    .long   0
+1:  ldr     x1, =__stack_top
+    mov     sp, x1
+    mov     x1, #(3 << 20)      // CPACR_EL1.FPEN: Rust uses FP/SIMD registers
+    msr     cpacr_el1, x1
+    ldr     x1, =guest_vectors
+    msr     vbar_el1, x1
+    isb
+    ldr     x1, =__bss_start
+    ldr     x2, =__bss_end
+2:  cmp     x1, x2
+    b.hs    3f
+    str     xzr, [x1], #8
+    b       2b
+3:  bl      guest_main
+4:  b       4b
+
+.macro VECTOR kind
+    .balign 0x80
+    sub     sp, sp, #(32 * 8)
+    stp     x0, x1, [sp, #0]
+    mov     x0, #\kind
+    b       vector_common
+.endm
+
+    .section .text, "ax"
+    .balign 2048
+guest_vectors:
+    VECTOR 0
+    VECTOR 1
+    VECTOR 2
+    VECTOR 3
+    VECTOR 0
+    VECTOR 1
+    VECTOR 2
+    VECTOR 3
+    VECTOR 4
+    VECTOR 4
+    VECTOR 4
+    VECTOR 4
+    VECTOR 4
+    VECTOR 4
+    VECTOR 4
+    VECTOR 4
+
+vector_common:
+    stp     x2, x3, [sp, #16]
+    stp     x4, x5, [sp, #32]
+    stp     x6, x7, [sp, #48]
+    stp     x8, x9, [sp, #64]
+    stp     x10, x11, [sp, #80]
+    stp     x12, x13, [sp, #96]
+    stp     x14, x15, [sp, #112]
+    stp     x16, x17, [sp, #128]
+    stp     x18, x29, [sp, #144]
+    str     x30, [sp, #160]
+    mov     x1, sp
+    bl      guest_exception
+    ldp     x2, x3, [sp, #16]
+    ldp     x4, x5, [sp, #32]
+    ldp     x6, x7, [sp, #48]
+    ldp     x8, x9, [sp, #64]
+    ldp     x10, x11, [sp, #80]
+    ldp     x12, x13, [sp, #96]
+    ldp     x14, x15, [sp, #112]
+    ldp     x16, x17, [sp, #128]
+    ldp     x18, x29, [sp, #144]
+    ldr     x30, [sp, #160]
+    ldp     x0, x1, [sp, #0]
+    add     sp, sp, #(32 * 8)
+    eret
+"#
+);
+
+pub struct Uart;
+
+impl Write for Uart {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        for b in s.bytes() {
+            // SAFETY: the VM's PL011 data register; the hypervisor emulates it.
+            unsafe { write_volatile(UART as *mut u32, u32::from(b)) };
+        }
+        Ok(())
+    }
+}
+
+#[macro_export]
+macro_rules! println {
+    ($($arg:tt)*) => {{ use core::fmt::Write as _; let _ = writeln!($crate::Uart, $($arg)*); }};
+}
+
+pub fn hvc(x0: u64, x1: u64) -> u64 {
+    let mut r = x0;
+    // SAFETY: an SMCCC call to the hypervisor; it may clobber x0-x17.
+    unsafe {
+        asm!("hvc #0", inout("x0") r, inout("x1") x1 => _, out("x2") _, out("x3") _, out("x4") _,
+            out("x5") _, out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _,
+            out("x12") _, out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _, options(nostack));
+    }
+    r
+}
+
+pub fn hvc_with_immediate_1(x0: u64) -> u64 {
+    let mut r = x0;
+    // SAFETY: as for `hvc`.
+    unsafe {
+        asm!("hvc #1", inout("x0") r, out("x1") _, out("x2") _, out("x3") _, out("x4") _,
+            out("x5") _, out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _,
+            out("x12") _, out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _, options(nostack));
+    }
+    r
+}
+
+/// Set while a check expects a synchronous exception; the handler records it and resumes.
+static EXPECTING: AtomicBool = AtomicBool::new(false);
+static CAUGHT_ESR: AtomicU64 = AtomicU64::new(0);
+static CAUGHT_FAR: AtomicU64 = AtomicU64::new(0);
+
+#[no_mangle]
+extern "C" fn guest_exception(kind: u64, frame: &mut [u64; 32]) {
+    let (esr, far, elr): (u64, u64, u64);
+    // SAFETY: reads of EL1 exception syndrome registers.
+    unsafe {
+        asm!("mrs {}, esr_el1", out(reg) esr);
+        asm!("mrs {}, far_el1", out(reg) far);
+        asm!("mrs {}, elr_el1", out(reg) elr);
+    }
+    if kind == 0 && EXPECTING.swap(false, Ordering::SeqCst) {
+        CAUGHT_ESR.store(esr, Ordering::SeqCst);
+        CAUGHT_FAR.store(far, Ordering::SeqCst);
+        let class = esr >> 26;
+        // A data abort or undefined instruction: skip the instruction. An instruction abort
+        // came from a branch-and-link: return to the link register.
+        let resume = if class == 0x21 { frame[20] } else { elr + 4 };
+        // SAFETY: sets the return address of this exception.
+        unsafe { asm!("msr elr_el1, {}", in(reg) resume) };
+        return;
+    }
+    crate::println!("not ok - unexpected exception kind {kind}: ESR_EL1 {esr:#x} FAR_EL1 {far:#x} ELR_EL1 {elr:#x}");
+    hvc(HYP_VM_EXIT, 2);
+}
+
+/// Runs `f` expecting one synchronous exception; returns (ESR_EL1, FAR_EL1) if it came.
+pub fn expect_exception(f: impl FnOnce()) -> Option<(u64, u64)> {
+    CAUGHT_ESR.store(0, Ordering::SeqCst);
+    EXPECTING.store(true, Ordering::SeqCst);
+    f();
+    if EXPECTING.swap(false, Ordering::SeqCst) {
+        return None;
+    }
+    Some((CAUGHT_ESR.load(Ordering::SeqCst), CAUGHT_FAR.load(Ordering::SeqCst)))
+}
+
+#[derive(Default)]
+pub struct Checks {
+    pub number: u32,
+    pub failed: u32,
+}
+
+impl Checks {
+    pub fn check(&mut self, passed: bool, what: fmt::Arguments<'_>) {
+        self.number += 1;
+        if passed {
+            crate::println!("ok {} - {}", self.number, what);
+        } else {
+            self.failed += 1;
+            crate::println!("not ok {} - {}", self.number, what);
+        }
+    }
+}
+
+
+pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
+pub const EC_INSTRUCTION_ABORT_SAME_EL: u64 = 0x21;
+pub const FSC_SYNC_EXTERNAL_ABORT: u64 = 0x10;
+
+/// A synchronous external abort of `class` at `far`, as the hypervisor injects them.
+pub fn is_external_abort(caught: Option<(u64, u64)>, class: u64, far: usize) -> bool {
+    matches!(caught, Some((esr, f)) if esr >> 26 == class && esr & 0x3f == FSC_SYNC_EXTERNAL_ABORT && f == far as u64)
+}
+
+pub fn current_el() -> u64 {
+    let el: u64;
+    // SAFETY: CurrentEL is readable at EL1.
+    unsafe { asm!("mrs {}, CurrentEL", out(reg) el) };
+    (el >> 2) & 3
+}
+
+/// The virtual counter and its frequency, for waiting a while.
+pub fn wait_ms(ms: u64) {
+    let (start, freq): (u64, u64);
+    // SAFETY: the virtual counter registers are readable at EL1.
+    unsafe {
+        asm!("mrs {}, cntvct_el0", out(reg) start);
+        asm!("mrs {}, cntfrq_el0", out(reg) freq);
+    }
+    let ticks = freq / 1000 * ms;
+    loop {
+        let now: u64;
+        // SAFETY: as above.
+        unsafe { asm!("isb", "mrs {}, cntvct_el0", out(reg) now) };
+        if now.wrapping_sub(start) >= ticks {
+            break;
+        }
+    }
+}
+
+/// Ends the run: PSCI SYSTEM_OFF when every check passed, HYP_VM_EXIT(1) otherwise.
+pub fn finish(name: &str, checks: &Checks) -> ! {
+    if checks.failed == 0 {
+        println!("{name}: all {} checks passed; powering off with PSCI SYSTEM_OFF", checks.number);
+        hvc(PSCI_SYSTEM_OFF, 0);
+        println!("not ok - SYSTEM_OFF returned");
+    } else {
+        println!("{name}: {} of {} checks failed", checks.failed, checks.number);
+    }
+    hvc(HYP_VM_EXIT, 1);
+    loop {
+        core::hint::spin_loop();
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    println!("not ok - the guest panicked: {info}");
+    hvc(HYP_VM_EXIT, 3);
+    loop {
+        core::hint::spin_loop();
+    }
+}

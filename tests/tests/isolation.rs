@@ -1,0 +1,49 @@
+//! Two VMs separated in space: a probe VM reads every IPA it can name and never sees the
+//! other VM's memory (issue: stage2 and the capability core).
+
+use system_tests::{assert_line, boot, images, test_vm};
+use xtask::qemu::Machine;
+
+/// The RAM ranges the hypervisor reported for each VM: `(name, PA start, size)`.
+fn reported_ram(console: &str) -> Vec<(String, u64, u64)> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("hypervisor: vm")?;
+            let (_, rest) = rest.split_once(' ')?;
+            let (name, rest) = rest.split_once(": ")?;
+            let mib: u64 = rest.split_once(" MiB RAM")?.0.parse().ok()?;
+            let pa = rest.split_once("(PA 0x")?.1.split_once(')')?.0;
+            Some((name.to_string(), u64::from_str_radix(pa, 16).ok()?, mib << 20))
+        })
+        .collect()
+}
+
+#[test]
+fn a_probe_vm_never_reads_another_vms_memory() {
+    let i = images();
+    let out = boot(
+        "isolation",
+        Machine::default(),
+        &[test_vm("secret", &i.isolation_secret, 64 << 20), test_vm("probe", &i.isolation_probe, 64 << 20)],
+    );
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+    assert_line(&out, "secret | ok 1 - isolation: wrote a 16 MiB secret at IPA 0x41000000");
+    assert_line(&out, "probe | ok 1 - isolation: this VM's RAM is IPA 0x40000000..0x44000000");
+    assert_line(&out, "probe | ok 2 - isolation: all 3036 IPAs outside this VM's RAM aborted (0 returned data, 0 the secret)");
+    assert_line(&out, "probe | ok 3 - isolation: no trace of the other VM's secret in this VM's 64 MiB");
+    assert_line(&out, "secret | ok 2 - isolation: the secret is intact after the probe ran");
+    assert_line(&out, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed");
+
+    // The two VMs' RAM is disjoint in physical memory.
+    let ram = reported_ram(&out.console);
+    assert_eq!(ram.len(), 2, "RAM lines: {ram:?}\n{}", out.console);
+    let (a, b) = (&ram[0], &ram[1]);
+    assert!(a.1 + a.2 <= b.1 || b.1 + b.2 <= a.1, "VM RAM overlaps: {ram:?}");
+
+    // The hypervisor logged the probe's aborts, but did not let it flood the console.
+    assert_line(&out, "hypervisor: vm1 probe vcpu0: load at IPA 0x0 (VA 0x0): no memory or device there: external abort injected");
+    let probe_lines = out.console.lines().filter(|l| l.starts_with("hypervisor: vm1 probe vcpu0: load at")).count();
+    assert!(probe_lines <= 64 + 3, "{probe_lines} log lines for one VM's aborts");
+    assert_line(&out, "incidents so far; logging one in 1024)");
+}
