@@ -61,7 +61,7 @@ pub fn boot_with_initrd(machine: Machine, initrd: &PathBuf) -> RunOutput {
 /// Boots `hypervisor` (an image file) with `initrd`, with semihosting for the exit status.
 pub fn boot_image(hypervisor: &PathBuf, machine: Machine, initrd: &PathBuf) -> RunOutput {
     let machine = Machine { semihosting: true, ..machine };
-    let out = qemu::run_captured(machine.command(hypervisor, initrd), QEMU_TIMEOUT, false)
+    let out = qemu::run_captured(machine.command(hypervisor, Some(initrd)), QEMU_TIMEOUT, false)
         .unwrap_or_else(|e| panic!("running QEMU: {e}"));
     assert!(!out.timed_out, "QEMU did not finish within {:?}; console:\n{}", QEMU_TIMEOUT, out.console);
     out

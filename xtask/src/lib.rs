@@ -2,6 +2,7 @@
 //! building the images, writing the boot bundle, and running QEMU. The system tests
 //! (`tests/`) use the same code, so a test runs exactly what a user runs.
 
+pub mod bench;
 pub mod bundle;
 pub mod elf;
 pub mod images;

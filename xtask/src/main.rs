@@ -7,7 +7,7 @@ use std::time::Duration;
 use xtask::bundle::{self, BundleOptions, VmEntry};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
-use xtask::{images, setup, XtaskError};
+use xtask::{bench, images, setup, XtaskError};
 
 const HELP: &str = "\
 cargo xtask <command> [options]
@@ -15,6 +15,7 @@ cargo xtask <command> [options]
 Commands:
   qemu    build the hypervisor and a guest, and boot them on QEMU's virt board
   test    run every test: host tests, bare-metal builds, and the system tests under QEMU
+  bench   measure the hypervisor's costs in instructions, beside the same guest without it
   build   build the hypervisor and test guest images into target/images/
   help    this text
 
@@ -34,6 +35,7 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("qemu") => cmd_qemu(&args[1..]),
         Some("test") => cmd_test(&args[1..]),
+        Some("bench") => cmd_bench(&args[1..]),
         Some("build") => setup::ensure_rust_targets().and_then(|_| build_all()).map(|_| ()),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{HELP}");
@@ -106,7 +108,7 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
         "booting on QEMU virt (GICv{}, {} CPUs, {} MiB), stopping after {} s",
         machine.gic_version, machine.smp, machine.memory_mib, timeout.as_secs()
     ));
-    let out = qemu::run_captured(machine.command(&hyp, &bundle_path), timeout, true)?;
+    let out = qemu::run_captured(machine.command(&hyp, Some(&bundle_path)), timeout, true)?;
     match (out.timed_out, out.status) {
         (true, _) => Err(XtaskError::Failed(format!("QEMU did not finish within {} s and was stopped", timeout.as_secs()))),
         (false, Some(0)) => {
@@ -133,5 +135,17 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     step("system tests: the hypervisor and its guests under QEMU");
     run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;
     step("all tests passed");
+    Ok(())
+}
+
+fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
+    if let Some(a) = args.iter().find(|a| *a != "--quick") {
+        return Err(XtaskError::Usage(format!("unknown option `{a}` for bench (only --quick)")));
+    }
+    setup::ensure_rust_targets()?;
+    setup::ensure_qemu()?;
+    let (under, native) = bench::micro()?;
+    print!("{}", bench::report(&under, &native)?);
+    step("figures written to target/bench/micro.json");
     Ok(())
 }

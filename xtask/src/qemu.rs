@@ -18,6 +18,9 @@ pub struct Machine {
     pub memory_mib: u32,
     /// Count instructions: 1 instruction = 1 ns of virtual time (`-icount shift=0`).
     pub icount: bool,
+    /// Enter the image at EL2 (`virtualization=on`). Off for reference runs of a guest
+    /// directly on QEMU, which then enters it at EL1 and answers PSCI over HVC itself.
+    pub virtualization: bool,
     /// Lets the hypervisor end the run with a non-zero status (trusted test guests only:
     /// semihosting is reachable from EL1 too).
     pub semihosting: bool,
@@ -25,22 +28,24 @@ pub struct Machine {
 
 impl Default for Machine {
     fn default() -> Self {
-        Machine { gic_version: 3, cpu: "cortex-a72".into(), smp: 4, memory_mib: 1024, icount: false, semihosting: false }
+        Machine { gic_version: 3, cpu: "cortex-a72".into(), smp: 4, memory_mib: 1024, icount: false, virtualization: true, semihosting: false }
     }
 }
 
 impl Machine {
-    pub fn command(&self, kernel: &PathBuf, initrd: &PathBuf) -> Command {
+    pub fn command(&self, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
         let mut cmd = Command::new("qemu-system-aarch64");
-        cmd.args(["-M", &format!("virt,virtualization=on,gic-version={}", self.gic_version)])
+        let virtualization = if self.virtualization { "on" } else { "off" };
+        cmd.args(["-M", &format!("virt,virtualization={virtualization},gic-version={}", self.gic_version)])
             .args(["-cpu", &self.cpu])
             .args(["-smp", &self.smp.to_string()])
             .args(["-m", &format!("{}M", self.memory_mib)])
             .arg("-kernel")
             .arg(kernel)
-            .arg("-initrd")
-            .arg(initrd)
             .arg("-no-reboot");
+        if let Some(initrd) = initrd {
+            cmd.arg("-initrd").arg(initrd);
+        }
         if self.icount {
             cmd.args(["-icount", "shift=0"]);
         }

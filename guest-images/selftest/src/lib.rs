@@ -25,7 +25,7 @@ global_asm!(
 _start:
     b       1f
     .long   0
-    .quad   0                   // text_offset
+    .quad   0x200000            // text_offset: loaded at RAM base + 2 MiB
     .quad   0                   // image_size (written by xtask)
     .quad   0xa                 // flags
     .quad   0, 0, 0

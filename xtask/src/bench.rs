@@ -1,0 +1,116 @@
+//! `cargo xtask bench`: the hypervisor's costs in instructions (`-icount shift=0`), next to
+//! the same guest run directly on QEMU without it. Prints a table and writes
+//! `target/bench/micro.json`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::bundle::{self, BundleOptions, VmEntry};
+use crate::images;
+use crate::qemu::{self, Machine};
+use crate::util::step;
+use crate::XtaskError;
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Instructions per iteration, by benchmark, with the loop overhead subtracted.
+pub type Figures = BTreeMap<String, f64>;
+
+/// `bench NAME iterations=N ns=T` lines of the microbench guest.
+pub fn parse(console: &str) -> Figures {
+    let mut raw = BTreeMap::new();
+    for line in console.lines() {
+        let Some((_, rest)) = line.rsplit_once("bench ") else { continue };
+        let mut words = rest.split_whitespace();
+        let (Some(name), Some(iters), Some(ns)) = (words.next(), words.next(), words.next()) else { continue };
+        let iters: Option<f64> = iters.strip_prefix("iterations=").and_then(|v| v.parse().ok());
+        let ns: Option<f64> = ns.strip_prefix("ns=").and_then(|v| v.parse().ok());
+        if let (Some(iters), Some(ns)) = (iters, ns) {
+            if iters > 0.0 {
+                raw.insert(name.to_string(), ns / iters);
+            }
+        }
+    }
+    let base = raw.get("loop").copied().unwrap_or(0.0);
+    raw.into_iter().filter(|(n, _)| n != "loop").map(|(n, v)| (n, (v - base).max(0.0))).collect()
+}
+
+/// Targets from the benchmark issue, in instructions.
+fn target(name: &str) -> Option<f64> {
+    match name {
+        "hvc-unknown" | "hvc-smccc-version" => Some(150.0),
+        "mmio-read" => Some(300.0),
+        _ => None,
+    }
+}
+
+fn run(what: &str, machine: Machine, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Result<Figures, XtaskError> {
+    step(&format!("running the microbenchmarks {what} (-icount shift=0)"));
+    let mut cmd = machine.command(kernel, initrd);
+    if initrd.is_none() {
+        cmd.arg("-append").arg("");
+    }
+    let out = qemu::run_captured(cmd, TIMEOUT, false)?;
+    if out.timed_out || out.status != Some(0) || !out.console.contains("microbench: done") {
+        return Err(XtaskError::Failed(format!("microbenchmarks {what} did not complete (status {:?}):\n{}", out.status, out.console)));
+    }
+    Ok(parse(&out.console))
+}
+
+pub fn micro() -> Result<(Figures, Figures), XtaskError> {
+    let hyp = images::build_hypervisor()?;
+    let guest = images::build_test_guest("microbench")?;
+    let vm = VmEntry { name: "microbench".into(), vcpus: 1, memory: 64 << 20, kernel: guest.clone(), initrd: None, bootargs: None };
+    let blob = bundle::write(&[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
+    let bundle_path = images::images_dir().join("microbench.bundle");
+    std::fs::write(&bundle_path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let machine = Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() };
+    let under = run("under the hypervisor", machine.clone(), &hyp, Some(&bundle_path))?;
+    let native = run("directly on QEMU", Machine { virtualization: false, semihosting: false, ..machine }, &guest, None)?;
+    Ok((under, native))
+}
+
+pub fn report(under: &Figures, native: &Figures) -> Result<String, XtaskError> {
+    let mut table = String::new();
+    table.push_str(&format!("{:<20} {:>12} {:>12} {:>10} {:>8}\n", "instructions/op", "hypervisor", "no hyp.", "target", "met"));
+    let mut json = Vec::new();
+    for (name, value) in under {
+        let reference = native.get(name).copied();
+        let target = target(name);
+        let met = target.map_or("-", |t| if *value <= t { "yes" } else { "NO" });
+        table.push_str(&format!(
+            "{:<20} {:>12.0} {:>12} {:>10} {:>8}\n",
+            name,
+            value,
+            reference.map_or("-".into(), |r| format!("{r:.0}")),
+            target.map_or("-".into(), |t| format!("<= {t:.0}")),
+            met
+        ));
+        json.push(format!(
+            "    {{\"name\": \"{name}\", \"hypervisor\": {value:.1}, \"native\": {}, \"target\": {}}}",
+            reference.map_or("null".into(), |r| format!("{r:.1}")),
+            target.map_or("null".into(), |t| format!("{t:.0}"))
+        ));
+    }
+    let dir = images::workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join("micro.json");
+    std::fs::write(&path, format!("{{\n  \"unit\": \"instructions per operation (-icount shift=0)\",\n  \"micro\": [\n{}\n  ]\n}}\n", json.join(",\n")))
+        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_per_iteration_less_the_loop() {
+        let console = "selftest | microbench: EL1\nmicrobench | bench loop iterations=1000 ns=5000\n\
+                       microbench | bench hvc-unknown iterations=1000 ns=105000\nbench broken iterations=x ns=1\n";
+        let f = parse(console);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f.get("hvc-unknown"), Some(&100.0));
+    }
+}
