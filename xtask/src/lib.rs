@@ -4,8 +4,10 @@
 
 pub mod bench;
 pub mod bundle;
+pub mod cpio;
 pub mod elf;
 pub mod images;
+pub mod linux_guest;
 pub mod qemu;
 pub mod setup;
 pub mod util;

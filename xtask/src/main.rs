@@ -16,7 +16,8 @@ Commands:
   qemu    build the hypervisor and a guest, and boot them on QEMU's virt board
   test    run every test: host tests, bare-metal builds, and the system tests under QEMU
   bench   measure the hypervisor's costs in instructions, beside the same guest without it
-  build   build the hypervisor and test guest images into target/images/
+  image   build every image into target/images/: the hypervisor, the test guests, and the
+          Debian arm64 Linux guest (kernel and busybox initramfs, downloads cached)
   help    this text
 
 Options of `qemu`:
@@ -36,7 +37,7 @@ fn main() {
         Some("qemu") => cmd_qemu(&args[1..]),
         Some("test") => cmd_test(&args[1..]),
         Some("bench") => cmd_bench(&args[1..]),
-        Some("build") => setup::ensure_rust_targets().and_then(|_| build_all()).map(|_| ()),
+        Some("build") | Some("image") => cmd_image(),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{HELP}");
             Ok(())
@@ -147,5 +148,16 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     let (under, native) = bench::micro()?;
     print!("{}", bench::report(&under, &native)?);
     step("figures written to target/bench/micro.json");
+    Ok(())
+}
+
+fn cmd_image() -> Result<(), XtaskError> {
+    setup::ensure_rust_targets()?;
+    build_all()?;
+    for bin in ["isolation-secret", "isolation-probe", "microbench"] {
+        images::build_test_guest(bin)?;
+    }
+    let linux = xtask::linux_guest::debian_arm64()?;
+    step(&format!("Linux guest {}: {} and {}", linux.release, linux.kernel.display(), linux.initrd.display()));
     Ok(())
 }
