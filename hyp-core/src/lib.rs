@@ -13,3 +13,4 @@ pub mod bundle;
 pub mod image;
 pub mod memory_map;
 pub mod exit;
+pub mod guest_fdt;

@@ -1,0 +1,244 @@
+//! The device tree a Linux guest boots with: what it sees of its virtual platform
+//! (DESIGN.md, "The guest's view"), generated from its manifest entry, never from the host
+//! board. Bindings: Documentation/devicetree/bindings (arm,gic-v3, arm,gic, arm,arch_timer,
+//! arm,psci, arm,pl011, virtio,mmio) and the devicetree specification, section 3.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+
+use vm_fdt::FdtWriter;
+
+/// Where a guest's interrupt controller sits and which version it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestGic {
+    /// Distributor at `distributor`, one 128 KiB redistributor per vCPU from `redistributors`.
+    V3 { distributor: u64, redistributors: u64 },
+    /// Distributor, and the CPU interface (the hardware GICV frame mapped there).
+    V2 { distributor: u64, cpu_interface: u64 },
+}
+
+pub const GICD_SIZE: u64 = 0x1_0000;
+pub const GICR_SIZE_PER_CPU: u64 = 0x2_0000;
+pub const GICC_SIZE: u64 = 0x2000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestPlatform {
+    pub vcpus: u32,
+    pub ram_base: u64,
+    pub ram_size: u64,
+    pub gic: GuestGic,
+    pub uart_base: u64,
+    /// SPI number (INTID - 32) of the PL011.
+    pub uart_spi: u32,
+    /// virtio-mmio transports: (base, SPI number).
+    pub virtio_mmio: Vec<(u64, u32)>,
+    pub bootargs: String,
+    /// The initrd's IPA range `[start, end)`.
+    pub initrd: Option<(u64, u64)>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct GuestFdtError(pub String);
+
+impl fmt::Display for GuestFdtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "generating the guest device tree: {}", self.0)
+    }
+}
+
+fn err(e: vm_fdt::Error) -> GuestFdtError {
+    GuestFdtError(e.to_string())
+}
+
+const GIC_PHANDLE: u32 = 1;
+const CLOCK_PHANDLE: u32 = 2;
+/// Interrupt specifier types and flags (dt-bindings/interrupt-controller/arm-gic.h).
+const GIC_SPI: u32 = 0;
+const GIC_PPI: u32 = 1;
+const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
+const IRQ_TYPE_EDGE_RISING: u32 = 1;
+
+fn reg(base: u64, size: u64) -> [u64; 2] {
+    [base, size]
+}
+
+pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
+    if p.vcpus == 0 {
+        return Err(GuestFdtError("a VM needs at least one vCPU".into()));
+    }
+    let mut f = FdtWriter::new().map_err(err)?;
+    let root = f.begin_node("").map_err(err)?;
+    f.property_string("compatible", "linux,dummy-virt").map_err(err)?;
+    f.property_string("model", "hypervisor virtual machine").map_err(err)?;
+    f.property_u32("#address-cells", 2).map_err(err)?;
+    f.property_u32("#size-cells", 2).map_err(err)?;
+    f.property_u32("interrupt-parent", GIC_PHANDLE).map_err(err)?;
+
+    let uart_path = format!("/pl011@{:x}", p.uart_base);
+    let chosen = f.begin_node("chosen").map_err(err)?;
+    f.property_string("bootargs", &p.bootargs).map_err(err)?;
+    f.property_string("stdout-path", &uart_path).map_err(err)?;
+    if let Some((start, end)) = p.initrd {
+        f.property_u64("linux,initrd-start", start).map_err(err)?;
+        f.property_u64("linux,initrd-end", end).map_err(err)?;
+    }
+    f.end_node(chosen).map_err(err)?;
+
+    let memory = f.begin_node(&format!("memory@{:x}", p.ram_base)).map_err(err)?;
+    f.property_string("device_type", "memory").map_err(err)?;
+    f.property_array_u64("reg", &reg(p.ram_base, p.ram_size)).map_err(err)?;
+    f.end_node(memory).map_err(err)?;
+
+    let cpus = f.begin_node("cpus").map_err(err)?;
+    f.property_u32("#address-cells", 1).map_err(err)?;
+    f.property_u32("#size-cells", 0).map_err(err)?;
+    for i in 0..p.vcpus {
+        let cpu = f.begin_node(&format!("cpu@{i:x}")).map_err(err)?;
+        f.property_string("device_type", "cpu").map_err(err)?;
+        f.property_string("compatible", "arm,armv8").map_err(err)?;
+        f.property_u32("reg", i).map_err(err)?;
+        f.property_string("enable-method", "psci").map_err(err)?;
+        f.end_node(cpu).map_err(err)?;
+    }
+    f.end_node(cpus).map_err(err)?;
+
+    let psci = f.begin_node("psci").map_err(err)?;
+    f.property_string_list("compatible", ["arm,psci-1.0".into(), "arm,psci-0.2".into()].to_vec()).map_err(err)?;
+    f.property_string("method", "hvc").map_err(err)?;
+    f.end_node(psci).map_err(err)?;
+
+    // PPI specifiers on GICv2 carry a mask of the CPUs they reach in bits [15:8].
+    let ppi_flags = match p.gic {
+        GuestGic::V3 { .. } => IRQ_TYPE_LEVEL_HIGH,
+        GuestGic::V2 { .. } => IRQ_TYPE_LEVEL_HIGH | (((1u32 << p.vcpus.min(8)) - 1) << 8),
+    };
+    let (gic_name, gic_compatible, gic_reg) = match p.gic {
+        GuestGic::V3 { distributor, redistributors } => (
+            format!("intc@{distributor:x}"),
+            "arm,gic-v3",
+            [distributor, GICD_SIZE, redistributors, GICR_SIZE_PER_CPU * u64::from(p.vcpus)].to_vec(),
+        ),
+        GuestGic::V2 { distributor, cpu_interface } => (
+            format!("intc@{distributor:x}"),
+            "arm,cortex-a15-gic",
+            [distributor, GICD_SIZE, cpu_interface, GICC_SIZE].to_vec(),
+        ),
+    };
+    let gic = f.begin_node(&gic_name).map_err(err)?;
+    f.property_string("compatible", gic_compatible).map_err(err)?;
+    f.property_null("interrupt-controller").map_err(err)?;
+    f.property_u32("#interrupt-cells", 3).map_err(err)?;
+    f.property_array_u64("reg", &gic_reg).map_err(err)?;
+    if let GuestGic::V3 { .. } = p.gic {
+        f.property_u32("#redistributor-regions", 1).map_err(err)?;
+    }
+    f.property_phandle(GIC_PHANDLE).map_err(err)?;
+    f.end_node(gic).map_err(err)?;
+
+    // Secure physical, non-secure physical, virtual, hypervisor physical (PPIs 13, 14, 11, 10).
+    let timer = f.begin_node("timer").map_err(err)?;
+    f.property_string_list("compatible", ["arm,armv8-timer".into(), "arm,armv7-timer".into()].to_vec()).map_err(err)?;
+    let mut cells = Vec::new();
+    for ppi in [13, 14, 11, 10] {
+        cells.extend_from_slice(&[GIC_PPI, ppi, ppi_flags]);
+    }
+    f.property_array_u32("interrupts", &cells).map_err(err)?;
+    f.property_null("always-on").map_err(err)?;
+    f.end_node(timer).map_err(err)?;
+
+    let clock = f.begin_node("apb-pclk").map_err(err)?;
+    f.property_string("compatible", "fixed-clock").map_err(err)?;
+    f.property_u32("#clock-cells", 0).map_err(err)?;
+    f.property_u32("clock-frequency", 24_000_000).map_err(err)?;
+    f.property_string("clock-output-names", "clk24mhz").map_err(err)?;
+    f.property_phandle(CLOCK_PHANDLE).map_err(err)?;
+    f.end_node(clock).map_err(err)?;
+
+    let uart = f.begin_node(&uart_path[1..]).map_err(err)?;
+    f.property_string_list("compatible", ["arm,pl011".into(), "arm,primecell".into()].to_vec()).map_err(err)?;
+    f.property_array_u64("reg", &reg(p.uart_base, 0x1000)).map_err(err)?;
+    f.property_array_u32("interrupts", &[GIC_SPI, p.uart_spi, IRQ_TYPE_LEVEL_HIGH]).map_err(err)?;
+    f.property_array_u32("clocks", &[CLOCK_PHANDLE, CLOCK_PHANDLE]).map_err(err)?;
+    f.property_string_list("clock-names", ["uartclk".into(), "apb_pclk".into()].to_vec()).map_err(err)?;
+    f.end_node(uart).map_err(err)?;
+
+    for (base, spi) in &p.virtio_mmio {
+        let node = f.begin_node(&format!("virtio_mmio@{base:x}")).map_err(err)?;
+        f.property_string("compatible", "virtio,mmio").map_err(err)?;
+        f.property_array_u64("reg", &reg(*base, 0x200)).map_err(err)?;
+        f.property_array_u32("interrupts", &[GIC_SPI, *spi, IRQ_TYPE_EDGE_RISING]).map_err(err)?;
+        f.property_null("dma-coherent").map_err(err)?;
+        f.end_node(node).map_err(err)?;
+    }
+
+    f.end_node(root).map_err(err)?;
+    f.finish().map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::{GicVersion, PhysRange, Platform, PsciConduit, TimerInterrupts};
+
+    fn virt(gic: GuestGic, vcpus: u32) -> GuestPlatform {
+        GuestPlatform {
+            vcpus,
+            ram_base: 0x4000_0000,
+            ram_size: 0x4000_0000,
+            gic,
+            uart_base: 0x0900_0000,
+            uart_spi: 1,
+            virtio_mmio: [(0x0a00_0000, 16), (0x0a00_0200, 17)].to_vec(),
+            bootargs: "console=ttyAMA0 earlycon".into(),
+            initrd: Some((0x4800_0000, 0x4820_0000)),
+        }
+    }
+
+    #[test]
+    fn a_gicv3_guest_tree_reads_back_as_the_platform_it_describes() {
+        let blob = build(&virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 2)).unwrap();
+        let p = Platform::from_device_tree(&blob).unwrap();
+        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x4000_0000, size: 0x4000_0000 }]);
+        assert_eq!(p.cpus.as_slice(), &[0, 1]);
+        assert_eq!(p.gic.version, GicVersion::V3);
+        assert_eq!(p.gic.distributor, PhysRange { base: 0x0800_0000, size: 0x1_0000 });
+        assert_eq!(p.gic.redistributors, Some(PhysRange { base: 0x080a_0000, size: 0x4_0000 }));
+        assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
+        assert_eq!(p.psci, PsciConduit::Hvc);
+        assert_eq!(
+            p.timer,
+            TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
+        );
+        assert_eq!(p.initrd, Some(PhysRange { base: 0x4800_0000, size: 0x20_0000 }));
+    }
+
+    #[test]
+    fn a_gicv2_guest_tree_names_the_cpu_interface_and_cpu_masks() {
+        let blob = build(&virt(GuestGic::V2 { distributor: 0x0800_0000, cpu_interface: 0x0801_0000 }, 4)).unwrap();
+        let fdt = fdt::Fdt::new(&blob).unwrap();
+        let gic = fdt.find_compatible(&["arm,cortex-a15-gic"]).unwrap();
+        let regs: Vec<_> = gic.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
+        assert_eq!(regs, [(0x0800_0000, 0x1_0000), (0x0801_0000, 0x2000)]);
+        let timer = fdt.find_compatible(&["arm,armv8-timer"]).unwrap();
+        let cells: Vec<u32> =
+            timer.property("interrupts").unwrap().value.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(&cells[0..3], &[1, 13, 0xf04], "PPI to all 4 CPUs, level high");
+    }
+
+    #[test]
+    fn chosen_and_virtio_nodes_are_present() {
+        let blob = build(&virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)).unwrap();
+        let fdt = fdt::Fdt::new(&blob).unwrap();
+        assert_eq!(fdt.chosen().bootargs(), Some("console=ttyAMA0 earlycon"));
+        assert_eq!(fdt.chosen().stdout().map(|n| n.name), Some("pl011@9000000"));
+        let virtio: Vec<_> = fdt.all_nodes().filter(|n| n.name.starts_with("virtio_mmio@")).map(|n| n.name).collect();
+        assert_eq!(virtio, ["virtio_mmio@a000000", "virtio_mmio@a000200"]);
+    }
+
+    #[test]
+    fn zero_vcpus_is_an_error() {
+        assert!(build(&virt(GuestGic::V3 { distributor: 0, redistributors: 0 }, 0)).is_err());
+    }
+}
