@@ -53,6 +53,66 @@ pub fn record_cpus(platform: &Platform<'_>) {
     }
 }
 
+pub fn mpidr_of(index: usize) -> u64 {
+    MPIDRS.get(index).map_or(0, |m| m.load(Ordering::Relaxed) as u64)
+}
+
+/// Hands CPU `index` work and wakes it with an SGI.
+pub fn give_work(index: usize, work: usize) {
+    WORK[index].store(work, Ordering::Release);
+    crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
+}
+
+/// Waits (in WFI) until this CPU has work; interrupts that woke it are acknowledged and
+/// ended here, since the hypervisor runs with them masked.
+pub fn wait_for_work(index: usize) -> usize {
+    loop {
+        let work = WORK[index].swap(0, Ordering::AcqRel);
+        if work != 0 {
+            return work;
+        }
+        aarch64_cpu::asm::wfi();
+        drain_interrupts();
+    }
+}
+
+/// Acknowledges and ends every pending physical interrupt (the kick SGIs carry no data).
+pub fn drain_interrupts() {
+    loop {
+        let iar = crate::gic::acknowledge();
+        if crate::gic::interrupt_id(iar) >= crate::gic::SPURIOUS {
+            break;
+        }
+        crate::gic::end_of_interrupt(iar);
+    }
+}
+
+/// Work value of the boot-time SGI check: answer in `PONG`.
+pub const WORK_PING: usize = usize::MAX - 1;
+pub static PONG: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
+/// Sends each other online CPU an SGI and counts the answers: proves the physical GIC path
+/// that later carries vCPU kicks.
+pub fn check_sgis() -> (usize, usize) {
+    let me = current_index();
+    let others: heapless::Vec<usize, MAX_CPUS> = (0..MAX_CPUS).filter(|&c| c != me && is_online(c)).collect();
+    for &c in &others {
+        give_work(c, WORK_PING);
+    }
+    let answered = others
+        .iter()
+        .filter(|&&c| {
+            let mut spins = 0u64;
+            while !PONG[c].load(Ordering::Acquire) && spins < 100_000_000 {
+                core::hint::spin_loop();
+                spins += 1;
+            }
+            PONG[c].load(Ordering::Acquire)
+        })
+        .count();
+    (answered, others.len())
+}
+
 pub fn online_count() -> usize {
     ONLINE.iter().filter(|o| o.load(Ordering::Acquire)).count()
 }
@@ -99,6 +159,10 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
 #[no_mangle]
 extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     let index = boot.cpu_index as usize;
+    if let Err(e) = crate::gic::init_cpu(index, mpidr(), &[]) {
+        println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
+        park()
+    }
     println!("hypervisor: cpu{index} (MPIDR {:#x}) online", mpidr());
     ONLINE[index].store(true, Ordering::Release);
     crate::cpu_loop(index)

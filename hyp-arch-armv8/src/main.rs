@@ -11,6 +11,7 @@ mod console;
 mod cpus;
 mod exceptions;
 mod firmware;
+mod gic;
 mod memory;
 mod mmu;
 mod vm;
@@ -93,8 +94,14 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let untyped_total: u64 = untyped.iter().map(|r| r.size).sum();
     println!("  free memory {} MiB for VMs in {} range(s), heap {} MiB", untyped_total >> 20, untyped.len(), memory::HEAP_SIZE >> 20);
 
+    gic::init_distributor(&platform.gic);
+    if let Err(e) = gic::init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &[]) {
+        halt(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
+    }
     cpus::start_secondaries(&platform, &mmu_regs);
     println!("hypervisor: {} of {} CPUs online", cpus::online_count(), platform.cpus.len());
+    let (answered, asked) = cpus::check_sgis();
+    println!("hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
 
     let Some(initrd) = platform.initrd else {
         halt(format_args!("no boot bundle: pass one as the initrd (`cargo xtask qemu` builds it)"))
@@ -122,7 +129,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
     if let Some(cpu) = fault_cpu {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault (a test)");
-        cpus::WORK[cpu].store(cpus::WORK_EL2_FAULT, Ordering::Release);
+        cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
     }
     let cpus_for_vms: Vec<usize> = core::iter::once(me)
         .chain((0..platform.cpus.len()).filter(|&c| c != me && cpus::is_online(c) && Some(c) != fault_cpu))
@@ -133,9 +140,12 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     VMS_RUNNING.store(vms.len(), Ordering::Release);
     let vms = VMS.call_once(|| vms);
     for (i, _) in vms.iter().enumerate() {
-        cpus::WORK[cpus_for_vms[i]].store(i + 1, Ordering::Release);
+        if cpus_for_vms[i] == me {
+            cpus::WORK[me].store(i + 1, Ordering::Release);
+        } else {
+            cpus::give_work(cpus_for_vms[i], i + 1);
+        }
     }
-    aarch64_cpu::asm::sev();
     cpu_loop(me)
 }
 
@@ -239,9 +249,9 @@ fn finish(clean: bool) -> ! {
 /// A CPU's life after boot: wait for a VM to run, run it, report how it ended.
 pub(crate) fn cpu_loop(cpu: usize) -> ! {
     loop {
-        let work = cpus::WORK[cpu].swap(0, Ordering::AcqRel);
-        if work == 0 {
-            aarch64_cpu::asm::wfe();
+        let work = cpus::wait_for_work(cpu);
+        if work == cpus::WORK_PING {
+            cpus::PONG[cpu].store(true, Ordering::Release);
             continue;
         }
         if work == cpus::WORK_EL2_FAULT {

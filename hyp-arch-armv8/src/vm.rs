@@ -245,8 +245,8 @@ impl Vm {
                         }
                     }
                 }
-                // No physical interrupt is routed to guests yet: nothing to forward.
-                EXIT_IRQ | EXIT_FIQ => {}
+                // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
+                EXIT_IRQ | EXIT_FIQ => crate::cpus::drain_interrupts(),
                 EXIT_SERROR | _ => {
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
                     return Some(VmEnd::Crashed);

@@ -36,6 +36,7 @@ fn selftest_passes_every_check_on_gicv3_with_four_cpus() {
         assert_line(&out, &format!("hypervisor: cpu{cpu} (MPIDR {cpu:#x}) online"));
     }
     assert_line(&out, "hypervisor: 4 of 4 CPUs online");
+    assert_line(&out, "hypervisor: SGIs reach the other CPUs: 3 of 3 answered");
 
     // Every check, printed by the guest through its emulated UART and attributed to it.
     for check in SELFTEST_CHECKS {
@@ -63,6 +64,7 @@ fn selftest_passes_on_gicv2_with_two_cpus() {
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
     assert_line(&out, "gic         GICv2: GICD 0x8000000..0x8010000 GICC 0x8010000..0x8020000 GICH 0x8030000..0x8040000 GICV 0x8040000..0x8050000");
     assert_line(&out, "hypervisor: 2 of 2 CPUs online");
+    assert_line(&out, "hypervisor: SGIs reach the other CPUs: 1 of 1 answered");
     assert_line(&out, "selftest | selftest: all 12 checks passed; powering off with PSCI SYSTEM_OFF");
 }
 

@@ -1,0 +1,197 @@
+//! The physical GIC, as the hypervisor itself uses it: the distributor and this CPU's
+//! redistributor or CPU interface brought up, SGIs between physical CPUs (to hand a CPU work
+//! or make it leave a guest), and acknowledging interrupts at EL2.
+//!
+//! GICv3: IHI 0069 (GICD 12.9, GICR 12.10/12.11, ICC system registers 12.2);
+//! GICv2: IHI 0048B (GICD 4.3, GICC 4.4). EOImode 1 is set, so dropping the running priority
+//! and deactivating are separate: interrupts forwarded to a guest are deactivated by it.
+
+use core::arch::asm;
+use core::ptr::{read_volatile, write_volatile};
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use hyp_core::platform::{GicDescription, GicVersion, MAX_CPUS};
+
+/// The SGI that asks a CPU to look at its work slot.
+pub const SGI_KICK: u32 = 1;
+pub const SPURIOUS: u32 = 1023;
+
+static VERSION: AtomicU8 = AtomicU8::new(0);
+static GICD: AtomicUsize = AtomicUsize::new(0);
+static GICR: AtomicUsize = AtomicUsize::new(0);
+static GICR_END: AtomicUsize = AtomicUsize::new(0);
+static GICC: AtomicUsize = AtomicUsize::new(0);
+/// GICv2 CPU interface number of each CPU index (GICD_SGIR targets interfaces, not MPIDRs).
+static CPU_INTERFACE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(0) }; MAX_CPUS];
+
+fn read32(addr: usize) -> u32 {
+    // SAFETY: `addr` is a register of a GIC frame the device tree names, mapped
+    // Device-nGnRE in the EL2 tables.
+    unsafe { read_volatile(addr as *const u32) }
+}
+
+fn write32(addr: usize, value: u32) {
+    // SAFETY: as for `read32`.
+    unsafe { write_volatile(addr as *mut u32, value) }
+}
+
+fn read64(addr: usize) -> u64 {
+    // SAFETY: as for `read32`; GICR_TYPER is a 64-bit register.
+    unsafe { read_volatile(addr as *const u64) }
+}
+
+fn is_v3() -> bool {
+    VERSION.load(Ordering::Relaxed) == 3
+}
+
+/// Once, on the boot CPU: records the frames and enables the distributor.
+pub fn init_distributor(gic: &GicDescription) {
+    let gicd = gic.distributor.base as usize;
+    GICD.store(gicd, Ordering::Relaxed);
+    match gic.version {
+        GicVersion::V3 => {
+            VERSION.store(3, Ordering::Relaxed);
+            if let Some(r) = gic.redistributors {
+                GICR.store(r.base as usize, Ordering::Relaxed);
+                GICR_END.store(r.end() as usize, Ordering::Relaxed);
+            }
+            // GICD_CTLR: ARE_NS, EnableGrp1A, EnableGrp1 (12.9.4); wait for RWP.
+            write32(gicd, read32(gicd) | (1 << 4) | (1 << 1) | 1);
+            while read32(gicd) & (1 << 31) != 0 {}
+        }
+        GicVersion::V2 => {
+            VERSION.store(2, Ordering::Relaxed);
+            GICC.store(gic.cpu_interface.map_or(0, |c| c.base as usize), Ordering::Relaxed);
+            write32(gicd, read32(gicd) | 1); // GICD_CTLR.EnableGrp1 (non-secure view)
+        }
+    }
+}
+
+/// This CPU's redistributor: the frame whose GICR_TYPER affinity is this CPU's MPIDR.
+fn redistributor(mpidr: u64) -> Option<usize> {
+    let affinity = ((mpidr >> 32 & 0xff) << 24) | (mpidr & 0xff_ffff);
+    let (mut frame, end) = (GICR.load(Ordering::Relaxed), GICR_END.load(Ordering::Relaxed));
+    while frame != 0 && frame < end {
+        let typer = read64(frame + 0x8);
+        if typer >> 32 == affinity {
+            return Some(frame);
+        }
+        if typer & (1 << 4) != 0 {
+            return None; // Last
+        }
+        // RD and SGI frames, plus two more with virtual LPIs (GICv4).
+        frame += if typer & (1 << 1) != 0 { 0x4_0000 } else { 0x2_0000 };
+    }
+    None
+}
+
+#[derive(Debug)]
+pub enum GicError {
+    NoRedistributor,
+}
+
+/// On every CPU: wakes its redistributor or sets up its CPU interface, enables the SGIs and
+/// `ppis` at a middle priority, and turns on this CPU's interface in EOImode 1.
+pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> {
+    let mut enable: u32 = 0xffff; // SGIs 0-15
+    for ppi in ppis.iter().filter(|p| **p < 32) {
+        enable |= 1 << ppi;
+    }
+    if is_v3() {
+        let rd = redistributor(mpidr).ok_or(GicError::NoRedistributor)?;
+        // GICR_WAKER: clear ProcessorSleep, wait until ChildrenAsleep clears (12.11.44).
+        write32(rd + 0x14, read32(rd + 0x14) & !(1 << 1));
+        while read32(rd + 0x14) & (1 << 2) != 0 {}
+        let sgi = rd + 0x1_0000;
+        write32(sgi + 0x80, 0xffff_ffff); // GICR_IGROUPR0: Group 1
+        write32(sgi + 0x180, 0xffff_ffff); // GICR_ICENABLER0
+        for i in 0..8 {
+            write32(sgi + 0x400 + 4 * i, 0xa0a0_a0a0); // GICR_IPRIORITYR<n>
+        }
+        write32(sgi + 0x100, enable); // GICR_ISENABLER0
+        // SAFETY: ICC_SRE_EL2: SRE, DFB, DIB, and Enable (EL1 may use the system register
+        // interface, which reaches the virtual CPU interface for guests); then this CPU's
+        // priority mask, binary point, EOImode 1 and Group 1 enable.
+        unsafe {
+            asm!(
+                "mrs {t}, icc_sre_el2",
+                "orr {t}, {t}, #0xf",
+                "msr icc_sre_el2, {t}",
+                "isb",
+                "msr icc_pmr_el1, {pmr}",
+                "msr icc_bpr1_el1, xzr",
+                "mrs {t}, icc_ctlr_el1",
+                "orr {t}, {t}, #2",
+                "msr icc_ctlr_el1, {t}",
+                "msr icc_igrpen1_el1, {one}",
+                "isb",
+                t = out(reg) _,
+                pmr = in(reg) 0xffu64,
+                one = in(reg) 1u64,
+                options(nostack)
+            );
+        }
+    } else {
+        let gicd = GICD.load(Ordering::Relaxed);
+        let gicc = GICC.load(Ordering::Relaxed);
+        write32(gicd + 0x180, 0xffff_ffff); // GICD_ICENABLER0 (banked)
+        for i in 0..8 {
+            write32(gicd + 0x400 + 4 * i, 0xa0a0_a0a0); // GICD_IPRIORITYR (banked for 0-31)
+        }
+        write32(gicd + 0x100, enable);
+        // GICD_ITARGETSR0 reads as this CPU's own interface mask (IHI 0048B 4.3.12).
+        let mask = read32(gicd + 0x800) & 0xff;
+        CPU_INTERFACE[index].store(mask.trailing_zeros() as u8, Ordering::Relaxed);
+        write32(gicc + 0x4, 0xff); // GICC_PMR
+        write32(gicc, 1 | (1 << 9)); // GICC_CTLR: EnableGrp1, EOImodeNS
+    }
+    Ok(())
+}
+
+/// Sends SGI `intid` to the CPU with this index and MPIDR.
+pub fn send_sgi(index: usize, mpidr: u64, intid: u32) {
+    if is_v3() {
+        // ICC_SGI1R_EL1 (12.2.23): Aff3, Aff2, INTID, Aff1, TargetList (one bit, Aff0 < 16).
+        let value = ((mpidr >> 32 & 0xff) << 48)
+            | ((mpidr >> 16 & 0xff) << 32)
+            | (u64::from(intid & 0xf) << 24)
+            | ((mpidr >> 8 & 0xff) << 16)
+            | (1 << (mpidr & 0xf));
+        // SAFETY: generating an SGI has no effect on memory; the DSB makes earlier stores
+        // visible to the target before it takes the interrupt.
+        unsafe { asm!("dsb ishst", "msr icc_sgi1r_el1, {}", "isb", in(reg) value, options(nostack)) };
+    } else {
+        let interface = u32::from(CPU_INTERFACE[index].load(Ordering::Relaxed));
+        // SAFETY: a barrier, as above.
+        unsafe { asm!("dsb ishst", options(nostack)) };
+        write32(GICD.load(Ordering::Relaxed) + 0xf00, (1 << (16 + interface)) | (intid & 0xf)); // GICD_SGIR
+    }
+}
+
+/// Acknowledges the highest-priority pending interrupt: its INTID, or SPURIOUS.
+pub fn acknowledge() -> u32 {
+    if is_v3() {
+        let intid: u64;
+        // SAFETY: reading ICC_IAR1_EL1 acknowledges an interrupt; nothing else changes.
+        unsafe { asm!("mrs {}, icc_iar1_el1", out(reg) intid, options(nostack)) };
+        intid as u32
+    } else {
+        read32(GICC.load(Ordering::Relaxed) + 0xc) // GICC_IAR (the whole value, CPUID included)
+    }
+}
+
+/// Priority drop and deactivation of an interrupt the hypervisor handled itself.
+pub fn end_of_interrupt(iar: u32) {
+    if is_v3() {
+        // SAFETY: ICC_EOIR1_EL1 then ICC_DIR_EL1 (EOImode 1) for an acknowledged INTID.
+        unsafe { asm!("msr icc_eoir1_el1, {0}", "msr icc_dir_el1, {0}", "isb", in(reg) u64::from(iar), options(nostack)) };
+    } else {
+        let gicc = GICC.load(Ordering::Relaxed);
+        write32(gicc + 0x10, iar); // GICC_EOIR
+        write32(gicc + 0x1000, iar); // GICC_DIR
+    }
+}
+
+pub fn interrupt_id(iar: u32) -> u32 {
+    iar & 0x3ff
+}
