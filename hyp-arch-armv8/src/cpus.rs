@@ -63,6 +63,11 @@ pub fn give_work(index: usize, work: usize) {
     crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
 }
 
+/// Makes CPU `index` leave the guest it runs (or its WFI) and look at its state again.
+pub fn kick(index: usize) {
+    crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
+}
+
 /// Waits (in WFI) until this CPU has work; interrupts that woke it are acknowledged and
 /// ended here, since the hypervisor runs with them masked.
 pub fn wait_for_work(index: usize) -> usize {
@@ -85,6 +90,26 @@ pub fn drain_interrupts() {
         }
         crate::gic::end_of_interrupt(iar);
     }
+}
+
+/// CPUs with nothing to run, as a bitmap by index: where new vCPUs go.
+static IDLE: AtomicUsize = AtomicUsize::new(0);
+
+pub fn mark_idle(index: usize) {
+    IDLE.fetch_or(1 << index, Ordering::AcqRel);
+}
+
+/// Takes an idle CPU for a vCPU, if there is one.
+pub fn claim_idle() -> Option<usize> {
+    let mut idle = IDLE.load(Ordering::Acquire);
+    while idle != 0 {
+        let cpu = idle.trailing_zeros() as usize;
+        match IDLE.compare_exchange(idle, idle & !(1 << cpu), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(cpu),
+            Err(now) => idle = now,
+        }
+    }
+    None
 }
 
 /// Work value of the boot-time SGI check: answer in `PONG`.

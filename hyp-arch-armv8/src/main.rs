@@ -24,7 +24,8 @@ use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use spin::Once;
 
-use crate::vm::{Vm, VmEnd};
+use crate::vm::{Vm, VcpuExit};
+use hyp_core::vcpu_power::EndReason;
 
 macro_rules! println_unlocked {
     ($($arg:tt)*) => { $crate::console::print_unlocked(format_args!("{}\n", format_args!($($arg)*))) };
@@ -126,6 +127,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         }
     }
     let me = cpus::current_index();
+    let vcpus_wanted: u32 = vms.iter().map(|vm| vm.spec.vcpus).sum();
     let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
     if let Some(cpu) = fault_cpu {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault (a test)");
@@ -134,16 +136,25 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let cpus_for_vms: Vec<usize> = core::iter::once(me)
         .chain((0..platform.cpus.len()).filter(|&c| c != me && cpus::is_online(c) && Some(c) != fault_cpu))
         .collect();
-    if vms.len() > cpus_for_vms.len() {
-        halt(format_args!("{} VMs but only {} CPUs online: each VM needs a CPU of its own for now", vms.len(), cpus_for_vms.len()));
+    if vcpus_wanted as usize > cpus_for_vms.len() {
+        halt(format_args!(
+            "the VMs have {vcpus_wanted} vCPUs in all but only {} CPUs can run them: each vCPU is pinned to a CPU of its own",
+            cpus_for_vms.len()
+        ));
     }
     VMS_RUNNING.store(vms.len(), Ordering::Release);
     let vms = VMS.call_once(|| vms);
+    for vm in vms {
+        vm.load();
+    }
+    for &cpu in &cpus_for_vms[vms.len()..] {
+        cpus::mark_idle(cpu);
+    }
     for (i, _) in vms.iter().enumerate() {
         if cpus_for_vms[i] == me {
-            cpus::WORK[me].store(i + 1, Ordering::Release);
+            cpus::WORK[me].store(vm::work_for(i, 0), Ordering::Release);
         } else {
-            cpus::give_work(cpus_for_vms[i], i + 1);
+            cpus::give_work(cpus_for_vms[i], vm::work_for(i, 0));
         }
     }
     cpu_loop(me)
@@ -262,17 +273,32 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             let _ = unsafe { core::ptr::read_volatile(UNMAPPED_EL2_VA as *const u64) };
             continue;
         }
-        let Some(vm) = VMS.get().and_then(|vms| vms.get(work - 1)) else { continue };
-        let end = vm.run();
-        vm_ended(vm, end);
+        let (vm_index, mut vcpu) = vm::work_target(work);
+        let Some(vm) = VMS.get().and_then(|vms| vms.get(vm_index)) else { continue };
+        loop {
+            match vm.run_vcpu(vcpu, cpu) {
+                VcpuExit::Stopped => break,
+                VcpuExit::VmEnded(EndReason::Reset) => {
+                    // This CPU stopped the VM's last vCPU: it reboots the VM on itself.
+                    vm.reset();
+                    vcpu = 0;
+                }
+                VcpuExit::VmEnded(end) => {
+                    vm_ended(vm, end);
+                    break;
+                }
+            }
+        }
+        cpus::mark_idle(cpu);
     }
 }
 
-fn vm_ended(vm: &Vm, end: VmEnd) {
-    if !end.is_clean() {
+fn vm_ended(vm: &Vm, end: EndReason) {
+    let clean = vm::is_clean(end);
+    if !clean {
         VMS_FAILED.fetch_add(1, Ordering::AcqRel);
     }
-    println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if end.is_clean() { "clean" } else { "failed" });
+    println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
     if VMS_RUNNING.fetch_sub(1, Ordering::AcqRel) == 1 {
         let failed = VMS_FAILED.load(Ordering::Acquire);
         let total = VMS.get().map_or(0, |v| v.len());

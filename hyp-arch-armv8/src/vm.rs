@@ -4,7 +4,7 @@
 use alloc::boxed::Box;
 use core::arch::asm;
 use core::fmt;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit};
@@ -14,6 +14,7 @@ use hyp_core::pl011::Pl011;
 use hyp_core::platform::PhysRange;
 use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::syndrome::Syndrome;
+use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{
     Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, Permissions, PhysAddr, Stage2Error, Stage2Table,
@@ -63,24 +64,31 @@ impl fmt::Display for VmError {
     }
 }
 
-/// How a VM's run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VmEnd {
-    /// PSCI SYSTEM_OFF: a clean end.
-    PoweredOff,
-    /// HYP_VM_EXIT with a status.
-    Exited(u64),
-    /// Every vCPU called CPU_OFF.
-    AllVcpusOff,
-    /// An SError or another fault the VM cannot recover from.
-    Crashed,
+/// A clean end: PSCI SYSTEM_OFF, or HYP_VM_EXIT with status 0.
+pub fn is_clean(end: EndReason) -> bool {
+    matches!(end, EndReason::PoweredOff | EndReason::Exited(0))
 }
 
-impl VmEnd {
-    pub fn is_clean(self) -> bool {
-        matches!(self, VmEnd::PoweredOff | VmEnd::Exited(0))
-    }
+/// How a vCPU's run on this CPU ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VcpuExit {
+    /// It stopped; the VM goes on (or others will report its end).
+    Stopped,
+    /// It was the VM's last vCPU: the VM ended, for this reason.
+    VmEnded(EndReason),
 }
+
+/// `cpus::WORK` value that runs vCPU `vcpu` of VM `vm`.
+pub fn work_for(vm: usize, vcpu: usize) -> usize {
+    1 + vm * MAX_VCPUS + vcpu
+}
+
+/// The (VM, vCPU) a `cpus::WORK` value names.
+pub fn work_target(work: usize) -> (usize, usize) {
+    ((work - 1) / MAX_VCPUS, (work - 1) % MAX_VCPUS)
+}
+
+const MAX_VCPUS: usize = hyp_core::bundle::MAX_VCPUS as usize;
 
 pub struct Vm {
     pub id: usize,
@@ -91,6 +99,11 @@ pub struct Vm {
     entry_offset: u64,
     stage2: Stage2Table,
     bus: Mutex<MmioBus>,
+    power: Mutex<VmPower>,
+    /// Set once the VM is ending: every vCPU leaves at its next exit.
+    ending: AtomicBool,
+    /// The physical CPU each vCPU runs on (usize::MAX: none).
+    pcpu: [AtomicUsize; MAX_VCPUS],
 }
 
 macro_rules! vm_log {
@@ -124,7 +137,19 @@ impl Vm {
         let console = VmConsole::new(spec.name);
         // The bus is empty, so the window cannot overlap another.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
-        let vm = Vm { id, incidents: AtomicU64::new(0), spec, ram, entry_offset, stage2, bus: Mutex::new(bus) };
+        let power = VmPower::new(spec.vcpus as usize, GUEST_RAM_IPA, spec.memory, GUEST_RAM_IPA + entry_offset);
+        let vm = Vm {
+            id,
+            incidents: AtomicU64::new(0),
+            spec,
+            ram,
+            entry_offset,
+            stage2,
+            bus: Mutex::new(bus),
+            power: Mutex::new(power),
+            ending: AtomicBool::new(false),
+            pcpu: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
+        };
         println!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
             spec.name,
@@ -137,7 +162,7 @@ impl Vm {
     }
 
     /// Zeroes the VM's RAM (no data of an earlier VM leaks) and loads the kernel.
-    fn load(&self) {
+    pub fn load(&self) {
         // SAFETY: `ram` belongs to this VM alone, is identity-mapped Normal memory at EL2, and
         // no vCPU of this VM runs while it is loaded.
         let ram = unsafe { core::slice::from_raw_parts_mut(self.ram.base as *mut u8, self.spec.memory as usize) };
@@ -147,15 +172,33 @@ impl Vm {
         make_visible_to_guest(self.ram.base, self.spec.memory);
     }
 
-    /// Runs vCPU 0 on this CPU until the VM ends. A SYSTEM_RESET reboots the VM in place.
-    pub fn run(&self) -> VmEnd {
-        loop {
-            self.load();
-            vm_log!(self, 0, "starting at IPA {:#x}", GUEST_RAM_IPA + self.entry_offset);
-            match self.run_vcpu(0) {
-                Some(end) => return end,
-                None => vm_log!(self, 0, "SYSTEM_RESET: rebooting the VM"),
+    /// After a SYSTEM_RESET has stopped every vCPU: reloads the kernel; vCPU 0 starts again.
+    pub fn reset(&self) {
+        self.load();
+        self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset);
+        self.ending.store(false, Ordering::Release);
+        vm_log!(self, 0, "SYSTEM_RESET: the VM reboots");
+    }
+
+    /// Asks the whole VM to end: every other vCPU is kicked out of the guest and stops at
+    /// its next exit.
+    fn end(&self, vcpu: usize, reason: EndReason) {
+        let running = self.power.lock().request_end(reason);
+        self.ending.store(true, Ordering::Release);
+        for v in running.into_iter().filter(|v| *v != vcpu) {
+            let cpu = self.pcpu[v].load(Ordering::Acquire);
+            if cpu != usize::MAX {
+                crate::cpus::kick(cpu);
             }
+        }
+    }
+
+    /// This vCPU stops running here.
+    fn stop(&self, vcpu: usize) -> VcpuExit {
+        self.pcpu[vcpu].store(usize::MAX, Ordering::Release);
+        match self.power.lock().stopped(vcpu) {
+            Some(end) => VcpuExit::VmEnded(end),
+            None => VcpuExit::Stopped,
         }
     }
 
@@ -216,11 +259,20 @@ impl Vm {
         }
     }
 
-    /// Runs one vCPU from reset until the VM ends (Some) or asks to reboot (None).
-    fn run_vcpu(&self, vcpu: usize) -> Option<VmEnd> {
+    /// Runs vCPU `vcpu` on this CPU (`cpu`) from its PSCI entry point until it stops.
+    pub fn run_vcpu(&self, vcpu: usize, cpu: usize) -> VcpuExit {
+        self.pcpu[vcpu].store(cpu, Ordering::Release);
+        let Some((entry, context)) = self.power.lock().started(vcpu) else { return self.stop(vcpu) };
+        if vcpu == 0 {
+            vm_log!(self, vcpu, "starting at IPA {entry:#x}");
+        }
         self.enter_el2_state(vcpu);
-        let mut ctx = GuestContext { pc: GUEST_RAM_IPA + self.entry_offset, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
+        let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
+        ctx.x[0] = context;
         loop {
+            if self.ending.load(Ordering::Acquire) {
+                return self.stop(vcpu);
+            }
             match run_guest(&mut ctx) {
                 EXIT_SYNC => {
                     let exit = SyncExit {
@@ -239,8 +291,8 @@ impl Vm {
                         Outcome::InjectAbort { instruction: true, far } => inject(&mut ctx, InjectedException::InstructionAbort { far }, il),
                         Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
                         Outcome::Call(call) => {
-                            if let Some(end) = self.vm_call(&mut ctx, vcpu, call) {
-                                return end;
+                            if let Some(exit) = self.vm_call(&mut ctx, vcpu, call) {
+                                return exit;
                             }
                         }
                     }
@@ -249,35 +301,52 @@ impl Vm {
                 EXIT_IRQ | EXIT_FIQ => crate::cpus::drain_interrupts(),
                 EXIT_SERROR | _ => {
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
-                    return Some(VmEnd::Crashed);
+                    self.end(vcpu, EndReason::Crashed);
+                    return self.stop(vcpu);
                 }
             }
         }
     }
 
-    /// PSCI and VM calls that change the VM's state. Returns Some(Some(end)) when the VM ends,
-    /// Some(None) when it reboots.
-    fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall) -> Option<Option<VmEnd>> {
-        let own_mpidr = vcpu as u64;
+    /// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if
+    /// it does.
+    fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall) -> Option<VcpuExit> {
+        let ending = |reason: EndReason| {
+            self.end(vcpu, reason);
+            Some(self.stop(vcpu))
+        };
         match call {
             Hypercall::SystemOff => {
-                vm_log!(self, vcpu, "PSCI SYSTEM_OFF: the VM powered off");
-                return Some(Some(VmEnd::PoweredOff));
+                vm_log!(self, vcpu, "PSCI SYSTEM_OFF: the VM powers off");
+                return ending(EndReason::PoweredOff);
             }
-            Hypercall::SystemReset => return Some(None),
+            Hypercall::SystemReset => return ending(EndReason::Reset),
             Hypercall::VmExit { status } => {
                 vm_log!(self, vcpu, "HYP_VM_EXIT with status {status}");
-                return Some(Some(VmEnd::Exited(status)));
+                return ending(EndReason::Exited(status));
             }
-            Hypercall::CpuOff => {
-                vm_log!(self, vcpu, "PSCI CPU_OFF of its last vCPU: the VM stopped");
-                return Some(Some(VmEnd::AllVcpusOff));
+            Hypercall::CpuOff => return Some(self.stop(vcpu)),
+            Hypercall::CpuOn { target_mpidr, entry, context } => {
+                let start = self.power.lock().cpu_on(target_mpidr, entry, context);
+                ctx.x[0] = match start {
+                    Err(status) => status,
+                    Ok(start) => match crate::cpus::claim_idle() {
+                        Some(cpu) => {
+                            self.pcpu[start.vcpu].store(cpu, Ordering::Release);
+                            crate::cpus::give_work(cpu, work_for(self.id, start.vcpu));
+                            psci_status::SUCCESS
+                        }
+                        None => {
+                            // Pinned vCPUs need a CPU each; the manifest check makes this rare.
+                            self.power.lock().stopped(start.vcpu);
+                            vm_log!(self, vcpu, "PSCI CPU_ON of vCPU {}: no free physical CPU", start.vcpu);
+                            psci_status::INTERNAL_FAILURE
+                        }
+                    },
+                };
             }
-            Hypercall::CpuOn { target_mpidr, .. } => {
-                ctx.x[0] = if target_mpidr == own_mpidr { psci_status::ALREADY_ON } else { psci_status::INVALID_PARAMETERS };
-            }
-            Hypercall::AffinityInfo { target_mpidr, .. } => {
-                ctx.x[0] = if target_mpidr == own_mpidr { psci_status::AFFINITY_ON } else { psci_status::INVALID_PARAMETERS };
+            Hypercall::AffinityInfo { target_mpidr, lowest_level } => {
+                ctx.x[0] = self.power.lock().affinity_info(target_mpidr, lowest_level);
             }
             Hypercall::CpuSuspend => ctx.x[0] = psci_status::SUCCESS,
             Hypercall::Return(_) | Hypercall::Unknown { .. } => {}

@@ -14,3 +14,4 @@ pub mod image;
 pub mod memory_map;
 pub mod exit;
 pub mod guest_fdt;
+pub mod vcpu_power;

@@ -67,8 +67,9 @@ pub fn boot_image(hypervisor: &PathBuf, machine: Machine, initrd: &PathBuf) -> R
     out
 }
 
+/// The selftest guest with 2 vCPUs (its SMP checks start the second).
 pub fn selftest_vm(memory: u64) -> VmEntry {
-    test_vm("selftest", &images().selftest, memory)
+    VmEntry { vcpus: 2, ..test_vm("selftest", &images().selftest, memory) }
 }
 
 pub fn test_vm(name: &str, kernel: &PathBuf, memory: u64) -> VmEntry {

@@ -98,7 +98,7 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
     let (hyp, guest) = build_all()?;
-    let vm = VmEntry { name: args.guest.clone(), vcpus: 1, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None };
+    let vm = VmEntry { name: args.guest.clone(), vcpus: 2, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None };
     let options = BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None };
     let bundle_path = images::images_dir().join("selftest.bundle");
     let blob = bundle::write(&[vm], &options)?;

@@ -47,6 +47,20 @@ _start:
 3:  bl      guest_main
 4:  b       4b
 
+    // A vCPU started with PSCI CPU_ON: x0 = its context id.
+    .section .text, "ax"
+    .global secondary_entry
+secondary_entry:
+    ldr     x1, =__secondary_stack_top
+    mov     sp, x1
+    mov     x1, #(3 << 20)
+    msr     cpacr_el1, x1
+    ldr     x1, =guest_vectors
+    msr     vbar_el1, x1
+    isb
+    bl      secondary_rust
+5:  b       5b
+
 .macro VECTOR kind
     .balign 0x80
     sub     sp, sp, #(32 * 8)
@@ -131,6 +145,46 @@ pub fn hvc(x0: u64, x1: u64) -> u64 {
     }
     r
 }
+
+/// An SMCCC call with three arguments.
+pub fn hvc3(x0: u64, x1: u64, x2: u64, x3: u64) -> u64 {
+    let mut r = x0;
+    // SAFETY: as for `hvc`.
+    unsafe {
+        asm!("hvc #0", inout("x0") r, inout("x1") x1 => _, inout("x2") x2 => _, inout("x3") x3 => _, out("x4") _,
+            out("x5") _, out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _,
+            out("x12") _, out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _, options(nostack));
+    }
+    r
+}
+
+extern "C" {
+    /// Where a vCPU started by CPU_ON begins (sets its stack and vectors).
+    pub fn secondary_entry();
+}
+
+/// What a vCPU started with CPU_ON runs, with its context id (set before CPU_ON).
+pub static SECONDARY_MAIN: AtomicU64 = AtomicU64::new(0);
+
+#[no_mangle]
+extern "C" fn secondary_rust(context: u64) {
+    let f = SECONDARY_MAIN.load(Ordering::SeqCst);
+    if f != 0 {
+        // SAFETY: the value was stored from an `extern "C" fn(u64)` by `start_vcpu`.
+        let f: extern "C" fn(u64) = unsafe { core::mem::transmute(f as usize) };
+        f(context);
+    }
+}
+
+/// PSCI CPU_ON of `mpidr` running `main(context)`: the PSCI status.
+pub fn start_vcpu(mpidr: u64, main: extern "C" fn(u64), context: u64) -> i64 {
+    SECONDARY_MAIN.store(main as *const () as u64, Ordering::SeqCst);
+    hvc3(PSCI_CPU_ON_64, mpidr, secondary_entry as *const () as u64, context) as i64
+}
+
+pub const PSCI_CPU_ON_64: u64 = 0xc400_0003;
+pub const PSCI_CPU_OFF: u64 = 0x8400_0002;
+pub const PSCI_AFFINITY_INFO_64: u64 = 0xc400_0004;
 
 pub fn hvc_with_immediate_1(x0: u64) -> u64 {
     let mut r = x0;

@@ -81,5 +81,69 @@ extern "C" fn guest_main() -> ! {
     };
     c.check(ram_ok, format_args!("memory: RAM at IPA 0x41000000 reads back what was written"));
 
+    smp_checks(&mut c);
     finish("selftest", &c)
+}
+
+/// Written by vCPU 1 (the guest runs with its MMU off, so plain volatile accesses are
+/// ordered between vCPUs).
+static mut SEEN_CONTEXT: u64 = 0;
+static mut VCPU1_RAN: u64 = 0;
+static mut VCPU1_RELEASE: u64 = 0;
+
+extern "C" fn vcpu1_main(context: u64) {
+    // SAFETY: these statics are only written here and only read by vCPU 0.
+    unsafe {
+        write_volatile(&raw mut SEEN_CONTEXT, context);
+        write_volatile(&raw mut VCPU1_RAN, 1);
+        while read_volatile(&raw const VCPU1_RELEASE) == 0 {
+            core::hint::spin_loop();
+        }
+    }
+    hvc(PSCI_CPU_OFF, 0);
+    println!("not ok - CPU_OFF returned on vCPU 1");
+}
+
+/// Waits (at most about a second) for `cond`.
+fn wait_until(mut cond: impl FnMut() -> bool) -> bool {
+    for _ in 0..1000 {
+        if cond() {
+            return true;
+        }
+        wait_ms(1);
+    }
+    cond()
+}
+
+fn smp_checks(c: &mut Checks) {
+    const CONTEXT: u64 = 0x5eed_1234;
+    let status = start_vcpu(1, vcpu1_main, CONTEXT);
+    // SAFETY: reads of statics vCPU 1 writes.
+    let ran = wait_until(|| unsafe { read_volatile(&raw const VCPU1_RAN) } == 1);
+    let seen = unsafe { read_volatile(&raw const SEEN_CONTEXT) };
+    c.check(status == 0 && ran && seen == CONTEXT, format_args!("psci: CPU_ON starts vCPU 1 with its context id in x0 (status {status}, context {seen:#x})"));
+    let on = hvc3(PSCI_AFFINITY_INFO_64, 1, 0, 0) as i64;
+    c.check(on == 0, format_args!("psci: AFFINITY_INFO says vCPU 1 is ON (got {on})"));
+    let again = start_vcpu(1, vcpu1_main, 0);
+    c.check(again == -4, format_args!("psci: CPU_ON of a running vCPU returns ALREADY_ON (got {again})"));
+    let bad = start_vcpu(7, vcpu1_main, 0);
+    c.check(bad == -2, format_args!("psci: CPU_ON of a vCPU the VM does not have returns INVALID_PARAMETERS (got {bad})"));
+    let outside = hvc3(PSCI_CPU_ON_64, 1, 0x1000, 0) as i64;
+    c.check(outside == -9, format_args!("psci: CPU_ON with an entry point outside the VM returns INVALID_ADDRESS (got {outside})"));
+    // SAFETY: vCPU 1 waits for this.
+    unsafe { write_volatile(&raw mut VCPU1_RELEASE, 1) };
+    let off = wait_until(|| hvc3(PSCI_AFFINITY_INFO_64, 1, 0, 0) as i64 == 1);
+    c.check(off, format_args!("psci: after its CPU_OFF, AFFINITY_INFO says vCPU 1 is OFF"));
+
+    // Started again, vCPU 1 spins without ever leaving the guest: SYSTEM_OFF must still end
+    // the whole VM (the hypervisor kicks vCPU 1's physical CPU).
+    let status = start_vcpu(1, spin_main, 0);
+    let on = wait_until(|| hvc3(PSCI_AFFINITY_INFO_64, 1, 0, 0) as i64 == 0);
+    c.check(status == 0 && on, format_args!("psci: CPU_ON restarts vCPU 1 after its CPU_OFF (status {status})"));
+}
+
+extern "C" fn spin_main(_: u64) {
+    loop {
+        core::hint::spin_loop();
+    }
 }
