@@ -7,7 +7,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::bundle::VmSpec;
-use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit};
+use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit};
 use hyp_core::image::{Arm64Image, ImageError};
 use hyp_core::mmio::MmioBus;
 use hyp_core::pl011::Pl011;
@@ -43,7 +43,7 @@ const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
 const HCR_GUEST: u64 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 9) | (1 << 10)
     | (1 << 19) | (1 << 20) | (1 << 21) | (1 << 22) | (1 << 31);
 
-const INCIDENTS_LOGGED_IN_FULL: u64 = 64;
+const INCIDENTS_LOGGED_IN_FULL: u64 = 16;
 const INCIDENT_LOG_INTERVAL: u64 = 1024;
 
 #[derive(Debug)]
@@ -269,6 +269,8 @@ impl Vm {
         self.enter_el2_state(vcpu);
         let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
         ctx.x[0] = context;
+        // The last unknown function this vCPU called: a guest repeating it is logged once.
+        let mut last_unknown = None;
         loop {
             if self.ending.load(Ordering::Acquire) {
                 return self.stop(vcpu);
@@ -280,9 +282,16 @@ impl Vm {
                         far: sysreg!("far_el2"),
                         hpfar: sysreg!("hpfar_el2"),
                     };
-                    let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut self.bus.lock());
-                    if let Some(incident) = incident {
-                        self.log_incident(vcpu, incident);
+                    let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut LockedBus(&self.bus));
+                    match incident {
+                        Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
+                        Some(incident) => {
+                            if let Incident::UnknownHypercall { function } = incident {
+                                last_unknown = Some(function);
+                            }
+                            self.log_incident(vcpu, incident);
+                        }
+                        None => {}
                     }
                     let il = exit.syndrome.instruction_is_32bit();
                     match outcome {
@@ -352,6 +361,15 @@ impl Vm {
             Hypercall::Return(_) | Hypercall::Unknown { .. } => {}
         }
         None
+    }
+}
+
+/// A VM's bus, locked only for the exits that use it.
+struct LockedBus<'a>(&'a Mutex<MmioBus>);
+
+impl BusAccess for LockedBus<'_> {
+    fn with_bus<R>(&mut self, f: impl FnOnce(&mut MmioBus) -> R) -> R {
+        f(&mut self.0.lock())
     }
 }
 

@@ -109,8 +109,20 @@ impl fmt::Display for Incident {
     }
 }
 
+/// Access to a VM's MMIO bus, taken only by the exits that need it (a hypercall should not
+/// pay for the bus lock).
+pub trait BusAccess {
+    fn with_bus<R>(&mut self, f: impl FnOnce(&mut MmioBus) -> R) -> R;
+}
+
+impl BusAccess for MmioBus {
+    fn with_bus<R>(&mut self, f: impl FnOnce(&mut MmioBus) -> R) -> R {
+        f(self)
+    }
+}
+
 /// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64.
-pub fn handle_sync(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut MmioBus) -> (Outcome, Option<Incident>) {
+pub fn handle_sync(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut impl BusAccess) -> (Outcome, Option<Incident>) {
     let s = exit.syndrome;
     match s.class() {
         ExceptionClass::HVC64 | ExceptionClass::SMC64 => {
@@ -134,7 +146,7 @@ pub fn handle_sync(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut MmioBus) -
                 call => (Outcome::Call(call), None),
             }
         }
-        ExceptionClass::DATA_ABORT_LOWER => data_abort(ctx, exit, bus),
+        ExceptionClass::DATA_ABORT_LOWER => bus.with_bus(|bus| data_abort(ctx, exit, bus)),
         ExceptionClass::INSTRUCTION_ABORT_LOWER => (
             Outcome::InjectAbort { instruction: true, far: exit.far },
             Some(Incident::InstructionFetchOutsideMemory { ipa: exit.fault_ipa() }),

@@ -44,6 +44,6 @@ fn a_probe_vm_never_reads_another_vms_memory() {
     // The hypervisor logged the probe's aborts, but did not let it flood the console.
     assert_line(&out, "hypervisor: vm1 probe vcpu0: load at IPA 0x0 (VA 0x0): no memory or device there: external abort injected");
     let probe_lines = out.console.lines().filter(|l| l.starts_with("hypervisor: vm1 probe vcpu0: load at")).count();
-    assert!(probe_lines <= 64 + 3, "{probe_lines} log lines for one VM's aborts");
+    assert!(probe_lines <= 16 + 3, "{probe_lines} log lines for one VM's aborts");
     assert_line(&out, "incidents so far; logging one in 1024)");
 }
