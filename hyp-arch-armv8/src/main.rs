@@ -121,7 +121,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         let Some(ram) = allocate_ram(&mut untyped, spec.memory) else {
             halt(format_args!("vm{id} {}: needs {} MiB of RAM but no free range has that much left", spec.name, spec.memory >> 20))
         };
-        match Vm::create(id, spec, ram, pa_bits) {
+        match Vm::create(id, spec, ram, pa_bits, platform.gic.version == GicVersion::V3) {
             Ok(vm) => vms.push(vm),
             Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
         }

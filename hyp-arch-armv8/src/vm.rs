@@ -7,7 +7,8 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::bundle::VmSpec;
-use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit};
+use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
+use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
 use hyp_core::image::{Arm64Image, ImageError};
 use hyp_core::mmio::MmioBus;
 use hyp_core::pl011::Pl011;
@@ -39,9 +40,10 @@ const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
 /// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
-/// set/way cache maintenance), RW (EL1 is AArch64).
+/// set/way cache maintenance), TID3 (trap ID group 3 reads, which are sanitised: sysreg.rs),
+/// RW (EL1 is AArch64).
 const HCR_GUEST: u64 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 9) | (1 << 10)
-    | (1 << 19) | (1 << 20) | (1 << 21) | (1 << 22) | (1 << 31);
+    | (1 << 18) | (1 << 19) | (1 << 20) | (1 << 21) | (1 << 22) | (1 << 31);
 
 const INCIDENTS_LOGGED_IN_FULL: u64 = 16;
 const INCIDENT_LOG_INTERVAL: u64 = 1024;
@@ -104,6 +106,8 @@ pub struct Vm {
     ending: AtomicBool,
     /// The physical CPU each vCPU runs on (usize::MAX: none).
     pcpu: [AtomicUsize; MAX_VCPUS],
+    gic_v3: bool,
+    stage2_ipa_bits: u8,
 }
 
 macro_rules! vm_log {
@@ -114,7 +118,7 @@ macro_rules! vm_log {
 
 impl Vm {
     /// Builds a VM whose RAM is the physical range `ram` (owned by it alone).
-    pub fn create(id: usize, spec: VmSpec<'static>, ram: PhysRange, pa_bits: u8) -> Result<Vm, VmError> {
+    pub fn create(id: usize, spec: VmSpec<'static>, ram: PhysRange, pa_bits: u8, gic_v3: bool) -> Result<Vm, VmError> {
         let image = Arm64Image::parse(spec.kernel).map_err(VmError::Image)?;
         let entry_offset = image.load_offset(spec.memory).map_err(VmError::Image)?;
         if ram.size < spec.memory {
@@ -149,6 +153,8 @@ impl Vm {
             power: Mutex::new(power),
             ending: AtomicBool::new(false),
             pcpu: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
+            gic_v3,
+            stage2_ipa_bits: GUEST_IPA_BITS.min(pa_bits),
         };
         println!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
@@ -282,7 +288,7 @@ impl Vm {
                         far: sysreg!("far_el2"),
                         hpfar: sysreg!("hpfar_el2"),
                     };
-                    let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut LockedBus(&self.bus));
+                    let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut LockedBus(&self.bus), self);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
                         Some(incident) => {
@@ -296,6 +302,7 @@ impl Vm {
                     let il = exit.syndrome.instruction_is_32bit();
                     match outcome {
                         Outcome::Resume | Outcome::WaitForInterrupt => {}
+                        Outcome::CleanInvalidateVm => crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end()),
                         Outcome::InjectAbort { instruction: false, far } => inject(&mut ctx, InjectedException::DataAbort { far }, il),
                         Outcome::InjectAbort { instruction: true, far } => inject(&mut ctx, InjectedException::InstructionAbort { far }, il),
                         Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
@@ -361,6 +368,44 @@ impl Vm {
             Hypercall::Return(_) | Hypercall::Unknown { .. } => {}
         }
         None
+    }
+}
+
+impl SysRegEnv for Vm {
+    fn features(&self) -> VmFeatures {
+        VmFeatures { gic_v3: self.gic_v3, ipa_bits: self.stage2_ipa_bits }
+    }
+    fn id_registers(&self) -> &impl IdRegisters {
+        &HardwareIdRegisters
+    }
+}
+
+/// The ID registers of the CPU this runs on.
+struct HardwareIdRegisters;
+
+/// `mrs` of ID register space encoding S3_0_C0_C<crm>_<op2>, for every CRm 1-7, op2 0-7.
+macro_rules! read_id_space {
+    ($crm:expr, $op2:expr; $($c:literal),*; $($o:literal),*) => {{
+        let mut value = 0u64;
+        read_id_space!(@crm value, $crm, $op2; [$($c),*]; [$($o),*]);
+        value
+    }};
+    (@crm $v:ident, $crm:expr, $op2:expr; [$($c:literal),*]; $os:tt) => {
+        $( if $crm == $c { read_id_space!(@op2 $v, $c, $op2; $os); } )*
+    };
+    (@op2 $v:ident, $c:literal, $op2:expr; [$($o:literal),*]) => {
+        $( if $op2 == $o {
+            // SAFETY: reading an ID register has no side effect; unallocated encodings in this
+            // space read as zero (ARM ARM D23.1).
+            unsafe { core::arch::asm!(concat!("mrs {}, S3_0_C0_C", $c, "_", $o), out(reg) $v, options(nomem, nostack)) };
+        } )*
+    };
+}
+
+impl IdRegisters for HardwareIdRegisters {
+    fn read(&self, register: Encoding) -> u64 {
+        let Encoding(_, _, _, crm, op2) = register;
+        read_id_space!(crm, op2; 1, 2, 3, 4, 5, 6, 7; 0, 1, 2, 3, 4, 5, 6, 7)
     }
 }
 

@@ -13,6 +13,7 @@ use stage2::Ipa;
 use crate::mmio::{MmioBus, MmioError};
 use crate::smccc::{self, Hypercall};
 use crate::syndrome::{ExceptionClass, Syndrome};
+use crate::sysreg::{self, IdRegisters, SysRegAccess, SysRegAction, VmFeatures};
 
 /// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
 /// assembly: x0..x30 at 0, pc at 248, pstate at 256).
@@ -68,6 +69,9 @@ pub enum Outcome {
     Call(Hypercall),
     /// WFI: the vCPU waits for an interrupt.
     WaitForInterrupt,
+    /// Set/way cache maintenance: clean and invalidate the VM's memory, then resume (the PC
+    /// is already past the instruction).
+    CleanInvalidateVm,
 }
 
 /// Something a guest did that the hypervisor logs (with the VM and vCPU).
@@ -121,8 +125,19 @@ impl BusAccess for MmioBus {
     }
 }
 
+/// What a trapped system register access needs from the VM and the CPU.
+pub trait SysRegEnv {
+    fn features(&self) -> VmFeatures;
+    fn id_registers(&self) -> &impl IdRegisters;
+}
+
 /// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64.
-pub fn handle_sync(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut impl BusAccess) -> (Outcome, Option<Incident>) {
+pub fn handle_sync(
+    ctx: &mut GuestContext,
+    exit: &SyncExit,
+    bus: &mut impl BusAccess,
+    sys: &impl SysRegEnv,
+) -> (Outcome, Option<Incident>) {
     let s = exit.syndrome;
     match s.class() {
         ExceptionClass::HVC64 | ExceptionClass::SMC64 => {
@@ -160,7 +175,25 @@ pub fn handle_sync(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut impl BusAc
                 (Outcome::Resume, None)
             }
         }
-        ExceptionClass::SYSREG64 => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss: s.iss() })),
+        ExceptionClass::SYSREG64 => {
+            let access = SysRegAccess::decode(s.iss());
+            match sysreg::emulate(&access, sys.features(), sys.id_registers()) {
+                SysRegAction::Read(value) => {
+                    ctx.set_reg(access.rt, value);
+                    ctx.skip_instruction(s);
+                    (Outcome::Resume, None)
+                }
+                SysRegAction::WriteIgnored => {
+                    ctx.skip_instruction(s);
+                    (Outcome::Resume, None)
+                }
+                SysRegAction::CleanInvalidateVm => {
+                    ctx.skip_instruction(s);
+                    (Outcome::CleanInvalidateVm, None)
+                }
+                SysRegAction::Undefined => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss: s.iss() })),
+            }
+        }
         class => (Outcome::InjectUndefined, Some(Incident::UnexpectedClass { class })),
     }
 }
@@ -260,6 +293,21 @@ mod tests {
         fn put(&mut self, _: u8) {}
     }
 
+    struct Env;
+    impl IdRegisters for Env {
+        fn read(&self, _: crate::sysreg::Encoding) -> u64 {
+            0x1111_1111_1111_1111
+        }
+    }
+    impl SysRegEnv for Env {
+        fn features(&self) -> VmFeatures {
+            VmFeatures { gic_v3: true, ipa_bits: 40 }
+        }
+        fn id_registers(&self) -> &impl IdRegisters {
+            self
+        }
+    }
+
     fn bus_with_uart() -> MmioBus {
         let mut bus = MmioBus::new();
         bus.attach(IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(), Box::new(Pl011::new(Box::new(Sink)))).unwrap();
@@ -281,7 +329,7 @@ mod tests {
     #[test]
     fn psci_version_returns_1_1_and_resumes_after_the_hvc() {
         let (mut ctx, exit) = hvc(smccc::PSCI_VERSION as u64);
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()), (Outcome::Resume, None));
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
         assert_eq!(ctx.x[0], 0x1_0001);
         assert_eq!(ctx.pc, 0x4000_1004, "HVC's return address is already the next instruction");
     }
@@ -289,7 +337,7 @@ mod tests {
     #[test]
     fn an_unknown_function_returns_not_supported_and_is_logged() {
         let (mut ctx, exit) = hvc(0xc200_1234);
-        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new());
+        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env);
         assert_eq!(outcome, Outcome::Resume);
         assert_eq!(incident, Some(Incident::UnknownHypercall { function: 0xc200_1234 }));
         assert_eq!(ctx.x[0] as i64, -1);
@@ -299,7 +347,7 @@ mod tests {
     fn a_trapped_smc_is_skipped_and_answered_like_an_hvc() {
         let (mut ctx, mut exit) = hvc(smccc::SMCCC_VERSION as u64);
         exit.syndrome = Syndrome((0x17 << 26) | (1 << 25));
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env).0, Outcome::Resume);
         assert_eq!((ctx.x[0], ctx.pc), (0x1_0001, 0x4000_1008));
     }
 
@@ -307,7 +355,7 @@ mod tests {
     fn a_non_zero_immediate_is_not_supported() {
         let (mut ctx, mut exit) = hvc(smccc::PSCI_VERSION as u64);
         exit.syndrome = Syndrome((0x16 << 26) | (1 << 25) | 0x42);
-        let (_, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new());
+        let (_, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env);
         assert_eq!(incident, Some(Incident::NonZeroCallImmediate { immediate: 0x42 }));
         assert_eq!(ctx.x[0] as i64, -1);
     }
@@ -315,7 +363,7 @@ mod tests {
     #[test]
     fn lifecycle_calls_go_to_the_vm_layer() {
         let (mut ctx, exit) = hvc(smccc::PSCI_SYSTEM_OFF as u64);
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()).0, Outcome::Call(Hypercall::SystemOff));
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env).0, Outcome::Call(Hypercall::SystemOff));
     }
 
     #[test]
@@ -323,10 +371,10 @@ mod tests {
         let mut bus = bus_with_uart();
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         ctx.x[3] = b'A' as u64;
-        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 3, true, true), &mut bus);
+        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 3, true, true), &mut bus, &Env);
         assert_eq!((outcome, incident, ctx.pc), (Outcome::Resume, None, 0x4000_0004));
         ctx.x[5] = 0xdead;
-        assert_eq!(handle_sync(&mut ctx, &abort(0x0900_0018, 5, false, true), &mut bus).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, &abort(0x0900_0018, 5, false, true), &mut bus, &Env).0, Outcome::Resume);
         assert_eq!(ctx.x[5], 0x90, "UARTFR: TXFE | RXFE");
     }
 
@@ -334,7 +382,7 @@ mod tests {
     fn a_load_from_an_unmapped_ipa_gets_an_external_abort_and_a_log_line() {
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         let exit = abort(0x2000_0000, 1, false, true);
-        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart());
+        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000 });
         assert_eq!(incident, Some(Incident::NoMemoryOrDevice { ipa: Ipa(0x2000_0000), va: 0x2000_0000, write: false }));
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
@@ -343,7 +391,7 @@ mod tests {
     #[test]
     fn an_access_to_a_missing_register_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
-        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart());
+        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
         assert_eq!(incident, Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0800), error: MmioError::NoRegister { offset: 0x800 } }));
     }
@@ -351,7 +399,7 @@ mod tests {
     #[test]
     fn a_device_access_without_syndrome_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
-        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart());
+        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000 });
         assert_eq!(incident, Some(Incident::NotEmulatable { ipa: Ipa(0x0900_0000) }));
     }
@@ -361,7 +409,7 @@ mod tests {
         let mut ctx = GuestContext::default();
         let mut exit = abort(0x0900_0000, 1, false, true);
         exit.syndrome = Syndrome(exit.syndrome.0 | (3 << 22));
-        let (_, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart());
+        let (_, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart(), &Env);
         assert_eq!(
             incident,
             Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0000), error: MmioError::BadWidth { offset: 0, width: AccessWidth::Doubleword } })
@@ -369,23 +417,46 @@ mod tests {
     }
 
     #[test]
+    fn an_id_register_read_is_emulated_into_its_register() {
+        let mut ctx = GuestContext { pc: 0x100, ..Default::default() };
+        // MRS x3, ID_AA64PFR0_EL1.
+        let iss = (3 << 20) | (3 << 5) | (4 << 1) | 1;
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
+        assert_eq!(ctx.x[3], crate::sysreg::sanitised_id(crate::sysreg::ID_AA64PFR0_EL1, 0x1111_1111_1111_1111, Env.features()));
+        assert_eq!(ctx.pc, 0x104);
+    }
+
+    #[test]
+    fn set_way_maintenance_cleans_the_vm_and_moves_on() {
+        let mut ctx = GuestContext::default();
+        // DC CISW, x0: op0 1, op1 0, CRn 7, CRm 14, op2 2, write.
+        let iss = (1 << 20) | (2 << 17) | (7 << 10) | (14 << 1);
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env), (Outcome::CleanInvalidateVm, None));
+        assert_eq!(ctx.pc, 4);
+    }
+
+    #[test]
     fn untrapped_classes_and_system_registers_get_undefined() {
         let mut ctx = GuestContext::default();
-        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | 1), far: 0, hpfar: 0 };
-        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new());
+        // MRS of PMCCNTR_EL0 (op0 3, op1 3, CRn 9, CRm 13, op2 0).
+        let iss = (3 << 20) | (3 << 14) | (9 << 10) | (13 << 1) | 1;
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
+        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env);
         assert_eq!(outcome, Outcome::InjectUndefined);
         assert!(matches!(incident, Some(Incident::SystemRegister { .. })));
         let exit = SyncExit { syndrome: Syndrome(0x07 << 26), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new()).0, Outcome::InjectUndefined);
+        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env).0, Outcome::InjectUndefined);
     }
 
     #[test]
     fn wfi_waits_and_wfe_resumes() {
         let mut ctx = GuestContext::default();
         let wfi = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25)), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &wfi, &mut MmioBus::new()).0, Outcome::WaitForInterrupt);
+        assert_eq!(handle_sync(&mut ctx, &wfi, &mut MmioBus::new(), &Env).0, Outcome::WaitForInterrupt);
         let wfe = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25) | 1), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &wfe, &mut MmioBus::new()).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, &wfe, &mut MmioBus::new(), &Env).0, Outcome::Resume);
         assert_eq!(ctx.pc, 8);
     }
 

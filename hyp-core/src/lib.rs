@@ -15,3 +15,4 @@ pub mod memory_map;
 pub mod exit;
 pub mod guest_fdt;
 pub mod vcpu_power;
+pub mod sysreg;

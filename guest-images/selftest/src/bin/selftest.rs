@@ -82,7 +82,27 @@ extern "C" fn guest_main() -> ! {
     c.check(ram_ok, format_args!("memory: RAM at IPA 0x41000000 reads back what was written"));
 
     smp_checks(&mut c);
+    sysreg_checks(&mut c);
     finish("selftest", &c)
+}
+
+fn sysreg_checks(c: &mut Checks) {
+    let (pfr0, dfr0, mmfr0, actlr): (u64, u64, u64, u64);
+    // SAFETY: reads of ID registers and ACTLR_EL1, which the hypervisor traps and emulates.
+    unsafe {
+        asm!("mrs {}, id_aa64pfr0_el1", out(reg) pfr0);
+        asm!("mrs {}, id_aa64dfr0_el1", out(reg) dfr0);
+        asm!("mrs {}, id_aa64mmfr0_el1", out(reg) mmfr0);
+        asm!("mrs {}, actlr_el1", out(reg) actlr);
+    }
+    let field = |v: u64, lsb: u32| (v >> lsb) & 0xf;
+    c.check(
+        field(pfr0, 8) == 0 && field(pfr0, 32) == 0,
+        format_args!("sysreg: ID_AA64PFR0_EL1 offers neither EL2 nor SVE (EL2 {}, SVE {})", field(pfr0, 8), field(pfr0, 32)),
+    );
+    c.check(field(dfr0, 8) == 0, format_args!("sysreg: ID_AA64DFR0_EL1 offers no PMU (PMUVer {})", field(dfr0, 8)));
+    c.check(field(mmfr0, 0) == 2, format_args!("sysreg: ID_AA64MMFR0_EL1.PARange is the VM's 40-bit IPA size (got {})", field(mmfr0, 0)));
+    c.check(actlr == 0, format_args!("sysreg: ACTLR_EL1 reads as zero (got {actlr:#x})"));
 }
 
 /// Written by vCPU 1 (the guest runs with its MMU off, so plain volatile accesses are

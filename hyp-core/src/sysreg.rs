@@ -1,0 +1,252 @@
+//! Trapped system register accesses (EC 0x18): the ID registers a guest reads, sanitised so
+//! it is not offered what the hypervisor does not virtualise; set/way cache maintenance;
+//! ACTLR_EL1; and UNDEF for the rest.
+//!
+//! ARM ARM D24.2.40 (ISS for EC 0x18), D23.1 (the ID register space: op0 3, op1 0, CRn 0,
+//! CRm 1-7 is RAZ where unallocated), D24.2 field descriptions of each register.
+
+/// One MSR/MRS or system instruction, decoded from the ISS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SysRegAccess {
+    pub op0: u8,
+    pub op1: u8,
+    pub crn: u8,
+    pub crm: u8,
+    pub op2: u8,
+    /// The general register, 0..=30; 31 is XZR.
+    pub rt: u8,
+    pub is_read: bool,
+}
+
+/// A system register's encoding: (op0, op1, CRn, CRm, op2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Encoding(pub u8, pub u8, pub u8, pub u8, pub u8);
+
+impl SysRegAccess {
+    pub fn decode(iss: u32) -> Self {
+        SysRegAccess {
+            op0: (iss >> 20 & 3) as u8,
+            op2: (iss >> 17 & 7) as u8,
+            op1: (iss >> 14 & 7) as u8,
+            crn: (iss >> 10 & 0xf) as u8,
+            rt: (iss >> 5 & 0x1f) as u8,
+            crm: (iss >> 1 & 0xf) as u8,
+            is_read: iss & 1 != 0,
+        }
+    }
+    pub fn encoding(&self) -> Encoding {
+        Encoding(self.op0, self.op1, self.crn, self.crm, self.op2)
+    }
+    /// In the ID register space (op0 3, op1 0, CRn 0, CRm 1-7).
+    pub fn is_id_register(&self) -> bool {
+        self.op0 == 3 && self.op1 == 0 && self.crn == 0 && (1..=7).contains(&self.crm)
+    }
+}
+
+pub const ID_AA64PFR0_EL1: Encoding = Encoding(3, 0, 0, 4, 0);
+pub const ID_AA64PFR1_EL1: Encoding = Encoding(3, 0, 0, 4, 1);
+pub const ID_AA64ZFR0_EL1: Encoding = Encoding(3, 0, 0, 4, 4);
+pub const ID_AA64SMFR0_EL1: Encoding = Encoding(3, 0, 0, 4, 5);
+pub const ID_AA64DFR0_EL1: Encoding = Encoding(3, 0, 0, 5, 0);
+pub const ID_AA64ISAR1_EL1: Encoding = Encoding(3, 0, 0, 6, 1);
+pub const ID_AA64ISAR2_EL1: Encoding = Encoding(3, 0, 0, 6, 2);
+pub const ID_AA64MMFR0_EL1: Encoding = Encoding(3, 0, 0, 7, 0);
+pub const ID_AA64MMFR1_EL1: Encoding = Encoding(3, 0, 0, 7, 1);
+pub const ID_DFR0_EL1: Encoding = Encoding(3, 0, 0, 1, 2);
+pub const ACTLR_EL1: Encoding = Encoding(3, 0, 1, 0, 1);
+/// DC ISW, DC CSW, DC CISW (set/way maintenance, trapped by HCR_EL2.TSW).
+pub const DC_ISW: Encoding = Encoding(1, 0, 7, 6, 2);
+pub const DC_CSW: Encoding = Encoding(1, 0, 7, 10, 2);
+pub const DC_CISW: Encoding = Encoding(1, 0, 7, 14, 2);
+
+/// What the VM is offered, beyond what every VM gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmFeatures {
+    /// The guest's GIC is a GICv3 (its CPU interface is the system registers).
+    pub gic_v3: bool,
+    /// The VM's IPA size, as ID_AA64MMFR0_EL1.PARange says it.
+    pub ipa_bits: u8,
+}
+
+/// The real value of an ID register, from the hardware.
+pub trait IdRegisters {
+    fn read(&self, register: Encoding) -> u64;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SysRegAction {
+    /// Write this value to the access's Rt (the PC moves on).
+    Read(u64),
+    /// A write with no effect (RAZ/WI register).
+    WriteIgnored,
+    /// Set/way maintenance: clean and invalidate the VM's memory to the point of coherency.
+    CleanInvalidateVm,
+    /// Not emulated: the guest gets an undefined instruction.
+    Undefined,
+}
+
+fn clear(value: u64, lsb: u32, width: u32) -> u64 {
+    value & !(((1u64 << width) - 1) << lsb)
+}
+
+fn set(value: u64, lsb: u32, width: u32, field: u64) -> u64 {
+    clear(value, lsb, width) | (field << lsb)
+}
+
+/// ID_AA64MMFR0_EL1.PARange for an address size (D24.2.64).
+fn parange(bits: u8) -> u64 {
+    match bits {
+        0..=32 => 0,
+        33..=36 => 1,
+        37..=40 => 2,
+        41..=42 => 3,
+        43..=44 => 4,
+        45..=48 => 5,
+        _ => 6,
+    }
+}
+
+/// The value a guest reads from an ID register.
+pub fn sanitised_id(register: Encoding, real: u64, vm: VmFeatures) -> u64 {
+    match register {
+        // SVE [35:32], MPAM [43:40], AMU [47:44], EL2 [11:8] (no nested virtualization),
+        // GIC [27:24] (system register interface only for a GICv3 guest).
+        ID_AA64PFR0_EL1 => {
+            let v = clear(clear(clear(clear(real, 32, 4), 40, 4), 44, 4), 8, 4);
+            set(v, 24, 4, u64::from(vm.gic_v3))
+        }
+        // MTE [11:8], MPAM_frac [19:16], SME [27:24], NMI [39:36], GCS [47:44].
+        ID_AA64PFR1_EL1 => clear(clear(clear(clear(clear(real, 8, 4), 16, 4), 24, 4), 36, 4), 44, 4),
+        ID_AA64ZFR0_EL1 | ID_AA64SMFR0_EL1 => 0,
+        // TraceVer [7:4] (trace is trapped), PMUVer [11:8] (no PMU), PMSVer [35:32] (no SPE),
+        // TraceFilt [43:40], TraceBuffer [47:44].
+        ID_AA64DFR0_EL1 => clear(clear(clear(clear(clear(real, 4, 4), 8, 4), 32, 4), 40, 4), 44, 4),
+        // Pointer authentication (APA [7:4], API [11:8], GPA [27:24], GPI [31:28]): its keys
+        // are not switched per vCPU.
+        ID_AA64ISAR1_EL1 => clear(clear(clear(clear(real, 4, 4), 8, 4), 24, 4), 28, 4),
+        // GPA3 [11:8], APA3 [15:12].
+        ID_AA64ISAR2_EL1 => clear(clear(real, 8, 4), 12, 4),
+        // PARange [3:0] is the VM's IPA size, not the host's physical address size.
+        ID_AA64MMFR0_EL1 => set(real, 0, 4, parange(vm.ipa_bits).min(real & 0xf)),
+        // VH [11:8]: no VHE for guests.
+        ID_AA64MMFR1_EL1 => clear(real, 8, 4),
+        // PerfMon [27:24] of the AArch32 view.
+        ID_DFR0_EL1 => clear(real, 24, 4),
+        _ => real,
+    }
+}
+
+pub fn emulate(access: &SysRegAccess, vm: VmFeatures, hw: &impl IdRegisters) -> SysRegAction {
+    let encoding = access.encoding();
+    if access.is_id_register() {
+        return if access.is_read {
+            SysRegAction::Read(sanitised_id(encoding, hw.read(encoding), vm))
+        } else {
+            SysRegAction::Undefined
+        };
+    }
+    match encoding {
+        // IMPLEMENTATION DEFINED auxiliary control: RAZ/WI for guests.
+        ACTLR_EL1 if access.is_read => SysRegAction::Read(0),
+        ACTLR_EL1 => SysRegAction::WriteIgnored,
+        DC_ISW | DC_CSW | DC_CISW if !access.is_read => SysRegAction::CleanInvalidateVm,
+        _ => SysRegAction::Undefined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ID values as QEMU's `-cpu max` reports them (SVE, SME, MTE, PAuth, PMU, SPE, VHE).
+    struct Max;
+    impl IdRegisters for Max {
+        fn read(&self, r: Encoding) -> u64 {
+            match r {
+                ID_AA64PFR0_EL1 => 0x1201_1111_1111_2222,
+                ID_AA64PFR1_EL1 => 0x0000_0000_1101_0321,
+                ID_AA64ZFR0_EL1 => 0x0110_1101_0001_0011,
+                ID_AA64DFR0_EL1 => 0x0000_0101_1030_5719,
+                ID_AA64ISAR1_EL1 => 0x0011_1111_1011_1151,
+                ID_AA64MMFR0_EL1 => 0x0000_1122_3010_1125,
+                ID_AA64MMFR1_EL1 => 0x1001_1111_1021_1122,
+                _ => 0x1111,
+            }
+        }
+    }
+
+    const V3: VmFeatures = VmFeatures { gic_v3: true, ipa_bits: 40 };
+    const V2: VmFeatures = VmFeatures { gic_v3: false, ipa_bits: 40 };
+
+    fn read(e: Encoding, vm: VmFeatures) -> u64 {
+        let access = SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 0, is_read: true };
+        match emulate(&access, vm, &Max) {
+            SysRegAction::Read(v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn field(v: u64, lsb: u32) -> u64 {
+        v >> lsb & 0xf
+    }
+
+    #[test]
+    fn iss_decodes_to_the_register_and_direction() {
+        // MRS x3, ID_AA64PFR0_EL1: op0 3, op2 0, op1 0, CRn 0, Rt 3, CRm 4, read.
+        let iss = (3 << 20) | (3 << 5) | (4 << 1) | 1;
+        let a = SysRegAccess::decode(iss);
+        assert_eq!(a, SysRegAccess { op0: 3, op1: 0, crn: 0, crm: 4, op2: 0, rt: 3, is_read: true });
+        assert!(a.is_id_register());
+    }
+
+    #[test]
+    fn sve_sme_mte_amu_and_nested_virtualization_are_hidden() {
+        let pfr0 = read(ID_AA64PFR0_EL1, V3);
+        assert_eq!((field(pfr0, 32), field(pfr0, 44), field(pfr0, 40), field(pfr0, 8)), (0, 0, 0, 0));
+        assert_eq!(field(pfr0, 0), 2, "EL0 AArch32 support is kept");
+        let pfr1 = read(ID_AA64PFR1_EL1, V3);
+        assert_eq!((field(pfr1, 8), field(pfr1, 24)), (0, 0));
+        assert_eq!(field(pfr1, 4), 2, "SSBS is kept");
+        assert_eq!(read(ID_AA64ZFR0_EL1, V3), 0);
+    }
+
+    #[test]
+    fn the_gic_field_follows_the_vms_gic() {
+        assert_eq!(field(read(ID_AA64PFR0_EL1, V3), 24), 1);
+        assert_eq!(field(read(ID_AA64PFR0_EL1, V2), 24), 0);
+    }
+
+    #[test]
+    fn pmu_spe_trace_and_pointer_authentication_are_hidden() {
+        let dfr0 = read(ID_AA64DFR0_EL1, V3);
+        assert_eq!((field(dfr0, 8), field(dfr0, 32), field(dfr0, 4)), (0, 0, 0));
+        assert_eq!(field(dfr0, 0), 9, "DebugVer is kept");
+        let isar1 = read(ID_AA64ISAR1_EL1, V3);
+        assert_eq!((field(isar1, 4), field(isar1, 8), field(isar1, 24), field(isar1, 28)), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn parange_is_the_ipa_size_and_vhe_is_hidden() {
+        assert_eq!(field(read(ID_AA64MMFR0_EL1, V3), 0), 2, "40 bits");
+        assert_eq!(field(read(ID_AA64MMFR0_EL1, VmFeatures { gic_v3: true, ipa_bits: 48 }), 0), 5);
+        assert_eq!(field(read(ID_AA64MMFR1_EL1, V3), 8), 0);
+    }
+
+    #[test]
+    fn other_id_registers_read_as_the_hardware_and_writes_are_undefined() {
+        assert_eq!(read(Encoding(3, 0, 0, 6, 0), V3), 0x1111);
+        let write = SysRegAccess { op0: 3, op1: 0, crn: 0, crm: 4, op2: 0, rt: 0, is_read: false };
+        assert_eq!(emulate(&write, V3, &Max), SysRegAction::Undefined);
+    }
+
+    #[test]
+    fn actlr_is_raz_wi_and_set_way_cleans_the_vm() {
+        let a = |e: Encoding, is_read| SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 1, is_read };
+        assert_eq!(emulate(&a(ACTLR_EL1, true), V3, &Max), SysRegAction::Read(0));
+        assert_eq!(emulate(&a(ACTLR_EL1, false), V3, &Max), SysRegAction::WriteIgnored);
+        for dc in [DC_ISW, DC_CSW, DC_CISW] {
+            assert_eq!(emulate(&a(dc, false), V3, &Max), SysRegAction::CleanInvalidateVm);
+        }
+        assert_eq!(emulate(&a(Encoding(3, 3, 9, 13, 0), true), V3, &Max), SysRegAction::Undefined, "PMCCNTR_EL0");
+    }
+}
