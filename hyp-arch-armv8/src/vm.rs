@@ -2,6 +2,7 @@
 //! devices, the kernel loaded per the arm64 boot protocol), and running a vCPU on this CPU.
 
 use alloc::boxed::Box;
+use alloc::vec::Vec;
 use core::arch::asm;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -9,7 +10,8 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use hyp_core::bundle::VmSpec;
 use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
-use hyp_core::image::{Arm64Image, ImageError};
+use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
+use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::mmio::MmioBus;
 use hyp_core::pl011::Pl011;
 use hyp_core::platform::PhysRange;
@@ -29,6 +31,12 @@ use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 /// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
 pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
 pub const GUEST_UART_IPA: u64 = 0x0900_0000;
+const GUEST_UART_SPI: u32 = 1;
+const GUEST_GICD_IPA: u64 = 0x0800_0000;
+const GUEST_GICR_IPA: u64 = 0x080a_0000;
+const GUEST_GICC_IPA: u64 = 0x0801_0000;
+/// Bootargs when the manifest gives none: the console on the emulated PL011.
+const DEFAULT_BOOTARGS: &str = "console=ttyAMA0 earlycon";
 const GUEST_UART_SIZE: u64 = 0x1000;
 /// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
 pub const GUEST_IPA_BITS: u8 = 40;
@@ -50,7 +58,8 @@ const INCIDENT_LOG_INTERVAL: u64 = 1024;
 
 #[derive(Debug)]
 pub enum VmError {
-    Image(ImageError),
+    Layout(LayoutError),
+    DeviceTree(GuestFdtError),
     Stage2(Stage2Error),
     /// The VM's RAM is smaller than its manifest says (an internal inconsistency).
     RamMismatch,
@@ -59,7 +68,8 @@ pub enum VmError {
 impl fmt::Display for VmError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            VmError::Image(e) => write!(f, "kernel: {e}"),
+            VmError::Layout(e) => write!(f, "{e}"),
+            VmError::DeviceTree(e) => write!(f, "{e}"),
             VmError::Stage2(e) => write!(f, "stage-2 tables: {e}"),
             VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
         }
@@ -94,6 +104,10 @@ const MAX_VCPUS: usize = hyp_core::bundle::MAX_VCPUS as usize;
 
 pub struct Vm {
     pub id: usize,
+    /// Where kernel, initrd and device tree go in RAM.
+    layout: GuestLayout,
+    /// The guest's device tree (generated from its manifest entry).
+    device_tree: Vec<u8>,
     /// Guest mistakes logged so far: a guest must not be able to flood the console.
     incidents: AtomicU64,
     pub spec: VmSpec<'static>,
@@ -119,10 +133,31 @@ macro_rules! vm_log {
 impl Vm {
     /// Builds a VM whose RAM is the physical range `ram` (owned by it alone).
     pub fn create(id: usize, spec: VmSpec<'static>, ram: PhysRange, pa_bits: u8, gic_v3: bool) -> Result<Vm, VmError> {
-        let image = Arm64Image::parse(spec.kernel).map_err(VmError::Image)?;
-        let entry_offset = image.load_offset(spec.memory).map_err(VmError::Image)?;
         if ram.size < spec.memory {
             return Err(VmError::RamMismatch);
+        }
+        let initrd_len = spec.initrd.map(|i| i.len() as u64);
+        let layout = guest_layout::layout(spec.memory, spec.kernel, initrd_len, 0).map_err(VmError::Layout)?;
+        let entry_offset = layout.kernel;
+        let gic = if gic_v3 {
+            GuestGic::V3 { distributor: GUEST_GICD_IPA, redistributors: GUEST_GICR_IPA }
+        } else {
+            GuestGic::V2 { distributor: GUEST_GICD_IPA, cpu_interface: GUEST_GICC_IPA }
+        };
+        let device_tree = guest_fdt::build(&GuestPlatform {
+            vcpus: spec.vcpus,
+            ram_base: GUEST_RAM_IPA,
+            ram_size: spec.memory,
+            gic,
+            uart_base: GUEST_UART_IPA,
+            uart_spi: GUEST_UART_SPI,
+            virtio_mmio: Vec::new(),
+            bootargs: spec.bootargs.unwrap_or(DEFAULT_BOOTARGS).into(),
+            initrd: layout.initrd.map(|(offset, len)| (GUEST_RAM_IPA + offset, GUEST_RAM_IPA + offset + len)),
+        })
+        .map_err(VmError::DeviceTree)?;
+        if device_tree.len() as u64 > guest_layout::MAX_DTB {
+            return Err(VmError::Layout(LayoutError::DeviceTreeTooBig { size: device_tree.len() as u64 }));
         }
         let format = TableFormat::Vmsav8_64 { ipa_bits: GUEST_IPA_BITS.min(pa_bits), pa_bits };
         let vmid = u16::try_from(id + 1).unwrap_or(u16::MAX);
@@ -141,9 +176,11 @@ impl Vm {
         let console = VmConsole::new(spec.name);
         // The bus is empty, so the window cannot overlap another.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
-        let power = VmPower::new(spec.vcpus as usize, GUEST_RAM_IPA, spec.memory, GUEST_RAM_IPA + entry_offset);
+        let power = VmPower::new(spec.vcpus as usize, GUEST_RAM_IPA, spec.memory, GUEST_RAM_IPA + entry_offset, GUEST_RAM_IPA + layout.dtb);
         let vm = Vm {
             id,
+            layout,
+            device_tree,
             incidents: AtomicU64::new(0),
             spec,
             ram,
@@ -173,15 +210,23 @@ impl Vm {
         // no vCPU of this VM runs while it is loaded.
         let ram = unsafe { core::slice::from_raw_parts_mut(self.ram.base as *mut u8, self.spec.memory as usize) };
         ram.fill(0);
-        let start = self.entry_offset as usize;
-        ram[start..start + self.spec.kernel.len()].copy_from_slice(self.spec.kernel);
+        let mut place = |offset: u64, bytes: &[u8]| {
+            let at = offset as usize;
+            ram[at..at + bytes.len()].copy_from_slice(bytes);
+        };
+        // `guest_layout` checked that each piece fits in RAM without overlapping another.
+        place(self.layout.kernel, self.spec.kernel);
+        if let (Some((offset, _)), Some(initrd)) = (self.layout.initrd, self.spec.initrd) {
+            place(offset, initrd);
+        }
+        place(self.layout.dtb, &self.device_tree);
         make_visible_to_guest(self.ram.base, self.spec.memory);
     }
 
     /// After a SYSTEM_RESET has stopped every vCPU: reloads the kernel; vCPU 0 starts again.
     pub fn reset(&self) {
         self.load();
-        self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset);
+        self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset, GUEST_RAM_IPA + self.layout.dtb);
         self.ending.store(false, Ordering::Release);
         vm_log!(self, 0, "SYSTEM_RESET: the VM reboots");
     }

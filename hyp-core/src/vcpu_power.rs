@@ -57,10 +57,10 @@ pub fn vcpu_of_mpidr(mpidr: u64) -> Option<usize> {
 
 impl VmPower {
     /// A VM whose RAM is `[ram_base, ram_base + ram_size)` in IPA space; vCPU 0 starts at
-    /// `entry`.
-    pub fn new(vcpus: usize, ram_base: u64, ram_size: u64, entry: u64) -> Self {
+    /// `entry` with x0 = `boot_x0` (the device tree, per the arm64 boot protocol).
+    pub fn new(vcpus: usize, ram_base: u64, ram_size: u64, entry: u64, boot_x0: u64) -> Self {
         let mut v = vec![Power::Off; vcpus.max(1)];
-        v[0] = Power::OnPending { entry, context: 0 };
+        v[0] = Power::OnPending { entry, context: boot_x0 };
         VmPower { vcpus: v, ram: (ram_base, ram_size), ending: None }
     }
 
@@ -147,9 +147,9 @@ impl VmPower {
     }
 
     /// After a reset: every vCPU off but vCPU 0, which starts again at `entry`.
-    pub fn reset(&mut self, entry: u64) {
+    pub fn reset(&mut self, entry: u64, boot_x0: u64) {
         self.vcpus.iter_mut().for_each(|p| *p = Power::Off);
-        self.vcpus[0] = Power::OnPending { entry, context: 0 };
+        self.vcpus[0] = Power::OnPending { entry, context: boot_x0 };
         self.ending = None;
     }
 }
@@ -162,8 +162,8 @@ mod tests {
     const RAM: u64 = 0x4000_0000;
 
     fn vm(vcpus: usize) -> VmPower {
-        let mut p = VmPower::new(vcpus, RAM, 64 << 20, RAM + 0x20_0000);
-        assert_eq!(p.started(0), Some((RAM + 0x20_0000, 0)));
+        let mut p = VmPower::new(vcpus, RAM, 64 << 20, RAM + 0x20_0000, RAM + 0x3e0_0000);
+        assert_eq!(p.started(0), Some((RAM + 0x20_0000, RAM + 0x3e0_0000)));
         p
     }
 
@@ -222,9 +222,9 @@ mod tests {
         p.request_end(EndReason::Reset);
         p.stopped(1);
         assert_eq!(p.stopped(0), Some(EndReason::Reset));
-        p.reset(RAM + 0x20_0000);
+        p.reset(RAM + 0x20_0000, RAM + 0x3e0_0000);
         assert_eq!(p.ending(), None);
-        assert_eq!(p.started(0), Some((RAM + 0x20_0000, 0)));
+        assert_eq!(p.started(0), Some((RAM + 0x20_0000, RAM + 0x3e0_0000)));
         assert_eq!(p.state(1), Some(Power::Off));
     }
 

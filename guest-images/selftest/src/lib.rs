@@ -31,7 +31,8 @@ _start:
     .quad   0, 0, 0
     .ascii  "ARM\x64"
     .long   0
-1:  ldr     x1, =__stack_top
+1:  mov     x19, x0             // the device tree, per the arm64 boot protocol
+    ldr     x1, =__stack_top
     mov     sp, x1
     mov     x1, #(3 << 20)      // CPACR_EL1.FPEN: Rust uses FP/SIMD registers
     msr     cpacr_el1, x1
@@ -44,7 +45,9 @@ _start:
     b.hs    3f
     str     xzr, [x1], #8
     b       2b
-3:  bl      guest_main
+3:  ldr     x1, =BOOT_X0
+    str     x19, [x1]
+    bl      guest_main
 4:  b       4b
 
     // A vCPU started with PSCI CPU_ON: x0 = its context id.
@@ -117,6 +120,15 @@ vector_common:
     eret
 "#
 );
+
+/// x0 at the guest's first instruction.
+#[no_mangle]
+pub static mut BOOT_X0: u64 = 0;
+
+pub fn boot_x0() -> u64 {
+    // SAFETY: written once by the entry code before any Rust runs.
+    unsafe { core::ptr::read_volatile(&raw const BOOT_X0) }
+}
 
 pub struct Uart;
 

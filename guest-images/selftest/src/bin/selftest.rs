@@ -83,6 +83,10 @@ extern "C" fn guest_main() -> ! {
 
     smp_checks(&mut c);
     sysreg_checks(&mut c);
+    let dtb = boot_x0();
+    // SAFETY: a read of the VM's own RAM, where x0 says the device tree is.
+    let magic = if (0x4000_0000..0x4400_0000).contains(&dtb) { u32::from_be(unsafe { read_volatile(dtb as *const u32) }) } else { 0 };
+    c.check(magic == 0xd00d_feed, format_args!("boot: x0 points to a device tree in RAM (magic {magic:#x})"));
     finish("selftest", &c)
 }
 
