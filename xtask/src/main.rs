@@ -21,7 +21,8 @@ Commands:
   help    this text
 
 Options of `qemu`:
-  --guest NAME     the guest to run: `selftest` (default; checks the hypervisor from the inside)
+  --guest NAME     the guest to run: `selftest` (default; checks the hypervisor from the inside),
+                   or `linux` (Debian arm64; needs the virtual GIC, still in progress)
   --gic 2|3        GIC version of the board (default 3)
   --smp N          physical CPUs (default 4)
   --memory MIB     board RAM in MiB (default 1024)
@@ -87,8 +88,8 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             other => return Err(XtaskError::Usage(format!("unknown option `{other}`; see `cargo xtask help`"))),
         }
     }
-    if parsed.guest != "selftest" {
-        return Err(XtaskError::Usage(format!("unknown guest `{}`: the guests are: selftest", parsed.guest)));
+    if !["selftest", "linux"].contains(&parsed.guest.as_str()) {
+        return Err(XtaskError::Usage(format!("unknown guest `{}`: the guests are: selftest, linux", parsed.guest)));
     }
     Ok(parsed)
 }
@@ -98,7 +99,19 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
     let (hyp, guest) = build_all()?;
-    let vm = VmEntry { name: args.guest.clone(), vcpus: 2, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None };
+    let vm = if args.guest == "linux" {
+        let linux = xtask::linux_guest::debian_arm64()?;
+        VmEntry {
+            name: "linux".into(),
+            vcpus: 1,
+            memory: 512 << 20,
+            kernel: linux.kernel,
+            initrd: Some(linux.initrd),
+            bootargs: Some("console=ttyAMA0 earlycon".into()),
+        }
+    } else {
+        VmEntry { name: args.guest.clone(), vcpus: 2, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None }
+    };
     let options = BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None };
     let bundle_path = images::images_dir().join("selftest.bundle");
     let blob = bundle::write(&[vm], &options)?;
