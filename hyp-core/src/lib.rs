@@ -3,7 +3,6 @@
 
 extern crate alloc;
 
-pub mod cap;
 pub mod platform;
 pub mod mmio;
 pub mod smccc;

@@ -1,0 +1,42 @@
+//! What a mapping allows: its memory type, its permissions, and who owns the memory.
+
+/// The stage-2 memory type (ARM ARM D8.6.5, "Stage 2 memory type and Cacheability
+/// attributes when FEAT_S2FWB is not implemented").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MemoryType {
+    /// Normal, inner and outer write-back cacheable: RAM.
+    NormalWriteBack,
+    /// Device-nGnRE: passthrough device registers.
+    DeviceNGnRE,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Permissions {
+    pub read: bool,
+    pub write: bool,
+    pub execute: bool,
+}
+
+impl Permissions {
+    pub const RWX: Permissions = Permissions { read: true, write: true, execute: true };
+    pub const RW: Permissions = Permissions { read: true, write: true, execute: false };
+    pub const RO: Permissions = Permissions { read: true, write: false, execute: false };
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MappingAttributes {
+    pub memory: MemoryType,
+    pub permissions: Permissions,
+}
+
+/// Who owns the memory behind a mapping, kept in the descriptor's software bits so the
+/// tables and the ownership can never disagree (CONVENTIONS 4; Hafnium's `mm.h`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OwnershipState {
+    /// Private to this VM.
+    Owned,
+    /// Owned by this VM and shared with another.
+    Shared,
+    /// Owned by another VM, mapped here through a shared-region capability.
+    Borrowed,
+}

@@ -1,0 +1,120 @@
+//! The stage-2 descriptor format shared by VMSAv8-64 and ARMv7 LPAE (ARM ARM D8.3,
+//! "Translation table descriptor formats"; D8.4.2 stage 2 attribute fields; ARMv7 ARM
+//! B3.6.2).
+//!
+//! bits [1:0]   0b11 table or page (level 3), 0b01 block (levels 1 and 2), bit 0 valid
+//! bits [5:2]   MemAttr: 0b1111 Normal write-back, 0b0001 Device-nGnRE
+//! bits [7:6]   S2AP: bit 6 read, bit 7 write
+//! bits [9:8]   SH: 0b11 inner shareable (Normal memory)
+//! bit 10       AF, always set (no access-flag faults)
+//! bits [58:55] software: the ownership state
+//! bits [54:53] VMSAv8-64 XN: 0b10 = execute-never at EL1 and EL0 (bit 54 alone without
+//!              FEAT_XNX); ARMv7 LPAE: XN is bit 54
+
+use crate::{MappingAttributes, MemoryType, OwnershipState, PhysAddr, Permissions};
+
+pub const VALID: u64 = 1;
+const TYPE_TABLE_OR_PAGE: u64 = 1 << 1;
+const MEMATTR_NORMAL_WB: u64 = 0b1111 << 2;
+const MEMATTR_DEVICE_NGNRE: u64 = 0b0001 << 2;
+const MEMATTR_MASK: u64 = 0b1111 << 2;
+const S2AP_READ: u64 = 1 << 6;
+const S2AP_WRITE: u64 = 1 << 7;
+const SH_INNER: u64 = 0b11 << 8;
+const AF: u64 = 1 << 10;
+const XN: u64 = 1 << 54;
+const SW_SHIFT: u32 = 55;
+const SW_MASK: u64 = 0b1111 << SW_SHIFT;
+/// Output address bits [47:12] (a 48-bit PA; ARMv7 LPAE physical addresses are 40 bits and
+/// `TableFormat::geometry` never allows more).
+pub const OA_MASK: u64 = 0x0000_ffff_ffff_f000;
+
+pub fn is_valid(d: u64) -> bool {
+    d & VALID != 0
+}
+
+/// A table descriptor (at levels above 3) or a page descriptor (at level 3).
+pub fn is_table_or_page(d: u64) -> bool {
+    d & 0b11 == 0b11
+}
+
+pub fn output_address(d: u64) -> PhysAddr {
+    PhysAddr(d & OA_MASK)
+}
+
+pub fn table(next: PhysAddr) -> u64 {
+    (next.0 & OA_MASK) | TYPE_TABLE_OR_PAGE | VALID
+}
+
+fn owner_bits(owner: OwnershipState) -> u64 {
+    let v = match owner {
+        OwnershipState::Owned => 0,
+        OwnershipState::Shared => 1,
+        OwnershipState::Borrowed => 2,
+    };
+    v << SW_SHIFT
+}
+
+fn permission_bits(p: Permissions) -> u64 {
+    (if p.read { S2AP_READ } else { 0 }) | (if p.write { S2AP_WRITE } else { 0 }) | (if p.execute { 0 } else { XN })
+}
+
+/// A block (levels 1-2) or page (level 3) descriptor.
+pub fn leaf(pa: PhysAddr, level: u8, attrs: MappingAttributes, owner: OwnershipState) -> u64 {
+    let kind = if level == 3 { TYPE_TABLE_OR_PAGE | VALID } else { VALID };
+    let memory = match attrs.memory {
+        MemoryType::NormalWriteBack => MEMATTR_NORMAL_WB | SH_INNER,
+        MemoryType::DeviceNGnRE => MEMATTR_DEVICE_NGNRE,
+    };
+    (pa.0 & OA_MASK) | kind | memory | permission_bits(attrs.permissions) | AF | owner_bits(owner)
+}
+
+/// The same leaf at a smaller level (for splitting a block): page type at level 3.
+pub fn leaf_at_level(d: u64, pa: PhysAddr, level: u8) -> u64 {
+    let kind = if level == 3 { TYPE_TABLE_OR_PAGE | VALID } else { VALID };
+    (d & !(OA_MASK | 0b11)) | (pa.0 & OA_MASK) | kind
+}
+
+pub fn with_permissions(d: u64, p: Permissions) -> u64 {
+    (d & !(S2AP_READ | S2AP_WRITE | XN | (1 << 53))) | permission_bits(p)
+}
+
+pub fn attributes(d: u64) -> MappingAttributes {
+    let memory = if d & MEMATTR_MASK == MEMATTR_NORMAL_WB { MemoryType::NormalWriteBack } else { MemoryType::DeviceNGnRE };
+    let permissions = Permissions { read: d & S2AP_READ != 0, write: d & S2AP_WRITE != 0, execute: d & XN == 0 };
+    MappingAttributes { memory, permissions }
+}
+
+pub fn owner(d: u64) -> OwnershipState {
+    match (d & SW_MASK) >> SW_SHIFT {
+        1 => OwnershipState::Shared,
+        2 => OwnershipState::Borrowed,
+        _ => OwnershipState::Owned,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ram_and_device_leaves_encode_as_the_arm_arm_says() {
+        let ram = MappingAttributes { memory: MemoryType::NormalWriteBack, permissions: Permissions::RWX };
+        let d = leaf(PhysAddr(0x8000_0000), 2, ram, OwnershipState::Owned);
+        assert_eq!(d, 0x8000_0000 | 0b01 | (0b1111 << 2) | (0b11 << 6) | (0b11 << 8) | (1 << 10));
+        let dev = MappingAttributes { memory: MemoryType::DeviceNGnRE, permissions: Permissions::RW };
+        let d = leaf(PhysAddr(0x0900_0000), 3, dev, OwnershipState::Shared);
+        assert_eq!(d, 0x0900_0000 | 0b11 | (0b0001 << 2) | (0b11 << 6) | (1 << 10) | (1 << 54) | (1 << 55));
+        assert_eq!(attributes(d), dev);
+        assert_eq!(owner(d), OwnershipState::Shared);
+    }
+
+    #[test]
+    fn permissions_change_without_touching_the_rest() {
+        let ram = MappingAttributes { memory: MemoryType::NormalWriteBack, permissions: Permissions::RWX };
+        let d = leaf(PhysAddr(0x4000_0000), 1, ram, OwnershipState::Borrowed);
+        let ro = with_permissions(d, Permissions::RO);
+        assert_eq!(attributes(ro).permissions, Permissions::RO);
+        assert_eq!((output_address(ro), owner(ro), attributes(ro).memory), (PhysAddr(0x4000_0000), OwnershipState::Borrowed, MemoryType::NormalWriteBack));
+    }
+}
