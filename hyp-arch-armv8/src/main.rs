@@ -20,6 +20,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
+use hyp_core::cap::{CapId, CapSpace};
+use stage2::TableFormat;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use spin::Once;
@@ -35,6 +37,8 @@ pub(crate) use println_unlocked;
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 static VMS: Once<Vec<Vm>> = Once::new();
+/// Every VM's rights; it owns their stage-2 tables.
+static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
 static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
 static VMS_FAILED: AtomicUsize = AtomicUsize::new(0);
 static SEMIHOSTING_EXIT: Once<bool> = Once::new();
@@ -115,17 +119,22 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Err(e) => halt(format_args!("boot bundle: {e}")),
     };
     SEMIHOSTING_EXIT.call_once(|| bundle.options.semihosting_exit);
-    let pa_bits = physical_address_bits();
+    // Every VM gets memory through capabilities only: the free memory becomes untyped.
+    let pa_bits = physical_address_bits().min(48);
+    let mut caps = CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: vm::GUEST_IPA_BITS.min(pa_bits), pa_bits });
+    let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {
-        let Some(ram) = allocate_ram(&mut untyped, spec.memory) else {
-            halt(format_args!("vm{id} {}: needs {} MiB of RAM but no free range has that much left", spec.name, spec.memory >> 20))
+        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory) {
+            Ok(g) => g,
+            Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
         };
-        match Vm::create(id, spec, ram, pa_bits, platform.gic.version == GicVersion::V3) {
+        match Vm::create(id, spec, granted, platform.gic.version == GicVersion::V3) {
             Ok(vm) => vms.push(vm),
             Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
         }
     }
+    CAPS.call_once(|| spin::Mutex::new(caps));
     let me = cpus::current_index();
     let vcpus_wanted: u32 = vms.iter().map(|vm| vm.spec.vcpus).sum();
     let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
@@ -169,26 +178,6 @@ fn take_from(untyped: &mut Vec<PhysRange>, base: u64, size: u64) {
             untyped.remove(i);
         }
     }
-}
-
-/// First fit, 1 GiB-aligned when the VM has at least 1 GiB (so stage 2 can use 1 GiB
-/// blocks), 2 MiB-aligned otherwise. Skipped alignment slack stays free.
-fn allocate_ram(untyped: &mut Vec<PhysRange>, size: u64) -> Option<PhysRange> {
-    let align = if size >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
-    for pass_align in [align, RAM_GRANULE] {
-        for i in 0..untyped.len() {
-            let r = untyped[i];
-            let base = r.base.next_multiple_of(pass_align);
-            if base.checked_add(size).is_some_and(|end| end <= r.end()) {
-                let before = PhysRange { base: r.base, size: base - r.base };
-                let after = PhysRange { base: base + size, size: r.end() - base - size };
-                untyped.remove(i);
-                untyped.extend([before, after].into_iter().filter(|p| p.size > 0));
-                return Some(PhysRange { base, size });
-            }
-        }
-    }
-    None
 }
 
 /// ID_AA64MMFR0_EL1.PARange in bits (ARM ARM D24.2.64).
@@ -299,6 +288,12 @@ fn vm_ended(vm: &Vm, end: EndReason) {
         VMS_FAILED.fetch_add(1, Ordering::AcqRel);
     }
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
+    if let Some(caps) = CAPS.get() {
+        match vm::destroy(&mut caps.lock(), vm) {
+            Ok(()) => println!("hypervisor: vm{} {}: capabilities revoked, {} MiB returned to untyped memory", vm.id, vm.spec.name, vm.spec.memory >> 20),
+            Err(e) => println!("hypervisor: vm{} {}: destroying it failed: {e}", vm.id, vm.spec.name),
+        }
+    }
     if VMS_RUNNING.fetch_sub(1, Ordering::AcqRel) == 1 {
         let failed = VMS_FAILED.load(Ordering::Acquire);
         let total = VMS.get().map_or(0, |v| v.len());

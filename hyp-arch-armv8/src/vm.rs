@@ -19,14 +19,13 @@ use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
-use stage2::{
-    Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, Permissions, PhysAddr, Stage2Error, Stage2Table,
-    TableFormat,
-};
+use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
+use stage2::{Ipa, IpaRange};
 
 use crate::console::VmConsole;
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
+use hyp_core::bundle::RAM_GRANULE;
 
 /// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
 pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
@@ -60,7 +59,7 @@ const INCIDENT_LOG_INTERVAL: u64 = 1024;
 pub enum VmError {
     Layout(LayoutError),
     DeviceTree(GuestFdtError),
-    Stage2(Stage2Error),
+    Capability(CapError),
     /// The VM's RAM is smaller than its manifest says (an internal inconsistency).
     RamMismatch,
 }
@@ -70,11 +69,53 @@ impl fmt::Display for VmError {
         match self {
             VmError::Layout(e) => write!(f, "{e}"),
             VmError::DeviceTree(e) => write!(f, "{e}"),
-            VmError::Stage2(e) => write!(f, "stage-2 tables: {e}"),
+            VmError::Capability(e) => write!(f, "{e}"),
             VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
         }
     }
 }
+
+/// What a VM is given through the capability space before it is built.
+pub struct VmResources {
+    pub vm_cap: CapId,
+    pub ram: PhysRange,
+    pub vttbr: u64,
+    pub vtcr: u64,
+    pub ipa_bits: u8,
+    pub table_frames: usize,
+}
+
+/// Creates the VM in the capability space: a VM object with its stage-2 tables, its RAM
+/// retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2 uses
+/// 1 GiB blocks; else 2 MiB-aligned) and mapped at GUEST_RAM_IPA, and its emulated UART
+/// window. Nothing else gives a VM memory.
+pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64) -> Result<VmResources, CapError> {
+    let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
+    let align = if memory >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
+    let retyped = [align, RAM_GRANULE]
+        .iter()
+        .flat_map(|a| untyped.iter().map(move |u| (*u, *a)))
+        .find_map(|(u, a)| caps.retype(u, RegionKind::Ram, memory, a).ok());
+    let region = retyped.ok_or(CapError::OutOfUntyped { size: memory })?;
+    let vm = caps.vm_id(vm_cap)?;
+    let vttbr = caps.vm_table(vm).map_or(0, |t| t.vttbr());
+    let mut tlb = Stage2Tlb { vttbr };
+    caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, region, Ipa(GUEST_RAM_IPA), Rights::RWX)?;
+    let window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(CapError::Stage2)?;
+    caps.add_emulated_window(vm_cap, window, DEVICE_PL011)?;
+    let table = caps.vm_table(vm).ok_or(CapError::WrongType { cap: vm_cap, expected: "a VM" })?;
+    Ok(VmResources {
+        vm_cap,
+        ram: caps.region(region)?.0,
+        vttbr: table.vttbr(),
+        vtcr: table.vtcr(),
+        ipa_bits: table.geometry().ipa_bits,
+        table_frames: table.table_frame_count(&HeapTableMemory),
+    })
+}
+
+/// The device model id of an emulated PL011 window.
+const DEVICE_PL011: u32 = 1;
 
 /// A clean end: PSCI SYSTEM_OFF, or HYP_VM_EXIT with status 0.
 pub fn is_clean(end: EndReason) -> bool {
@@ -113,7 +154,11 @@ pub struct Vm {
     pub spec: VmSpec<'static>,
     ram: PhysRange,
     entry_offset: u64,
-    stage2: Stage2Table,
+    /// The VM's capability: destroying or restarting the VM goes through it.
+    pub cap: CapId,
+    /// VTTBR_EL2 and VTCR_EL2 of the VM's stage-2 tables (which the capability space owns).
+    vttbr: u64,
+    vtcr: u64,
     bus: Mutex<MmioBus>,
     power: Mutex<VmPower>,
     /// Set once the VM is ending: every vCPU leaves at its next exit.
@@ -131,8 +176,9 @@ macro_rules! vm_log {
 }
 
 impl Vm {
-    /// Builds a VM whose RAM is the physical range `ram` (owned by it alone).
-    pub fn create(id: usize, spec: VmSpec<'static>, ram: PhysRange, pa_bits: u8, gic_v3: bool) -> Result<Vm, VmError> {
+    /// Builds the VM `spec` describes, with the resources its capabilities grant.
+    pub fn create(id: usize, spec: VmSpec<'static>, granted: VmResources, gic_v3: bool) -> Result<Vm, VmError> {
+        let ram = granted.ram;
         if ram.size < spec.memory {
             return Err(VmError::RamMismatch);
         }
@@ -159,20 +205,8 @@ impl Vm {
         if device_tree.len() as u64 > guest_layout::MAX_DTB {
             return Err(VmError::Layout(LayoutError::DeviceTreeTooBig { size: device_tree.len() as u64 }));
         }
-        let format = TableFormat::Vmsav8_64 { ipa_bits: GUEST_IPA_BITS.min(pa_bits), pa_bits };
-        let vmid = u16::try_from(id + 1).unwrap_or(u16::MAX);
-        let mut stage2 = Stage2Table::new(format, vmid, &mut HeapTableMemory).map_err(VmError::Stage2)?;
-        let ram_ipa = IpaRange::new(Ipa(GUEST_RAM_IPA), spec.memory).map_err(VmError::Stage2)?;
-        let attrs = MappingAttributes {
-            memory: MemoryType::NormalWriteBack,
-            permissions: Permissions { read: true, write: true, execute: true },
-        };
-        let mut tlb = Stage2Tlb { vttbr: stage2.vttbr() };
-        stage2
-            .map_range(&mut HeapTableMemory, &mut tlb, ram_ipa, PhysAddr(ram.base), attrs, OwnershipState::Owned)
-            .map_err(VmError::Stage2)?;
         let mut bus = MmioBus::new();
-        let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(VmError::Stage2)?;
+        let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
         let console = VmConsole::new(spec.name);
         // The bus is empty, so the window cannot overlap another.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
@@ -185,13 +219,15 @@ impl Vm {
             spec,
             ram,
             entry_offset,
-            stage2,
+            cap: granted.vm_cap,
+            vttbr: granted.vttbr,
+            vtcr: granted.vtcr,
             bus: Mutex::new(bus),
             power: Mutex::new(power),
             ending: AtomicBool::new(false),
             pcpu: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             gic_v3,
-            stage2_ipa_bits: GUEST_IPA_BITS.min(pa_bits),
+            stage2_ipa_bits: granted.ipa_bits,
         };
         println!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
@@ -199,7 +235,7 @@ impl Vm {
             spec.memory >> 20,
             ram.base,
             spec.vcpus,
-            vm.stage2.table_frame_count(&HeapTableMemory)
+            granted.table_frames
         );
         Ok(vm)
     }
@@ -246,6 +282,7 @@ impl Vm {
 
     /// This vCPU stops running here.
     fn stop(&self, vcpu: usize) -> VcpuExit {
+        leave_guest_regime();
         self.pcpu[vcpu].store(usize::MAX, Ordering::Release);
         match self.power.lock().stopped(vcpu) {
             Some(end) => VcpuExit::VmEnded(end),
@@ -295,8 +332,8 @@ impl Vm {
                 "tlbi vmalls12e1",
                 "dsb nsh",
                 "isb",
-                vtcr = in(reg) self.stage2.vtcr(),
-                vttbr = in(reg) self.stage2.vttbr(),
+                vtcr = in(reg) self.vtcr,
+                vttbr = in(reg) self.vttbr,
                 hcr = in(reg) HCR_GUEST,
                 vmpidr = in(reg) (1u64 << 31) | vcpu as u64,
                 midr = in(reg) midr,
@@ -452,6 +489,20 @@ impl IdRegisters for HardwareIdRegisters {
         let Encoding(_, _, _, crm, op2) = register;
         read_id_space!(crm, op2; 1, 2, 3, 4, 5, 6, 7; 0, 1, 2, 3, 4, 5, 6, 7)
     }
+}
+
+/// Takes this CPU out of any VM's translation regime (HCR_EL2.VM off, no VTTBR), so no
+/// walk can reach a VM's tables once they are freed.
+fn leave_guest_regime() {
+    // SAFETY: at EL2 with no guest running on this CPU; RW stays set for the next guest.
+    unsafe { asm!("msr hcr_el2, {}", "msr vttbr_el2, xzr", "isb", in(reg) 1u64 << 31, options(nostack)) };
+}
+
+/// Destroys an ended VM through its capability: every mapping and window revoked, its RAM
+/// back to untyped memory, its stage-2 tables freed and its VMID's TLB entries invalidated.
+pub fn destroy(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
+    let mut tlb = Stage2Tlb { vttbr: vm.vttbr };
+    caps.destroy_vm(&mut HeapTableMemory, &mut tlb, vm.cap)
 }
 
 /// A VM's bus, locked only for the exits that use it.

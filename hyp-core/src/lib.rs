@@ -16,3 +16,4 @@ pub mod guest_fdt;
 pub mod vcpu_power;
 pub mod sysreg;
 pub mod guest_layout;
+pub mod cap;

@@ -34,6 +34,8 @@ fn a_probe_vm_never_reads_another_vms_memory() {
     assert_line(&out, "probe | ok 3 - isolation: no trace of the other VM's secret in this VM's 64 MiB");
     assert_line(&out, "secret | ok 2 - isolation: the secret is intact after the probe ran");
     assert_line(&out, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed");
+    assert_line(&out, "hypervisor: vm0 secret: capabilities revoked, 64 MiB returned to untyped memory");
+    assert_line(&out, "hypervisor: vm1 probe: capabilities revoked, 64 MiB returned to untyped memory");
 
     // The two VMs' RAM is disjoint in physical memory.
     let ram = reported_ram(&out.console);
@@ -46,4 +48,15 @@ fn a_probe_vm_never_reads_another_vms_memory() {
     let probe_lines = out.console.lines().filter(|l| l.starts_with("hypervisor: vm1 probe vcpu0: load at")).count();
     assert!(probe_lines <= 16 + 3, "{probe_lines} log lines for one VM's aborts");
     assert_line(&out, "incidents so far; logging one in 1024)");
+}
+
+#[test]
+fn a_1_gib_guest_is_mapped_with_a_single_block() {
+    // 3 GiB of board RAM leaves a 1 GiB-aligned gigabyte free for the VM: one level-1 block,
+    // so the tables are the two concatenated root tables and nothing else.
+    let machine = Machine { memory_mib: 3072, ..Machine::default() };
+    let out = boot("one-gib", machine, &[system_tests::selftest_vm(1 << 30)]);
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+    assert_line(&out, "hypervisor: vm0 selftest: 1024 MiB RAM at IPA 0x40000000 (PA 0x80000000), 2 vCPU(s), stage-2 tables in 2 frame(s)");
+    assert_line(&out, "hypervisor: vm0 selftest: capabilities revoked, 1024 MiB returned to untyped memory");
 }

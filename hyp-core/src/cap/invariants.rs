@@ -1,0 +1,245 @@
+//! The invariants of docs/capability-model.md as executable predicates over the real state
+//! (the capability table, the objects, and the stage-2 tables the VMs really have).
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use stage2::{MemoryType, PhysAddr, TableMemory};
+
+use super::space::{CapKind, Object, ObjectId, RegionKind};
+use super::{CapSpace, Rights};
+
+/// Which invariant failed, and how.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub detail: String,
+}
+
+type Check = Result<(), Violation>;
+
+fn fail(invariant: &'static str, detail: String) -> Check {
+    Err(Violation { invariant, detail })
+}
+
+/// I1: a derived capability has no right its parent lacks.
+pub fn rights_only_shrink(s: &CapSpace) -> Check {
+    for (id, c) in &s.caps {
+        if let Some(p) = c.parent.and_then(|p| s.caps.get(&p)) {
+            // A mapping's rights are bounded by its region (I9) but never carry GRANT.
+            if !p.rights.contains(c.rights.without(Rights::GRANT)) || (c.rights.contains(Rights::GRANT) && !p.rights.contains(Rights::GRANT)) {
+                return fail("I1", format!("cap {} has rights {:?} beyond its parent's {:?}", id.0, c.rights, p.rights));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// I2: every capability's parent exists.
+pub fn no_orphans(s: &CapSpace) -> Check {
+    for (id, c) in &s.caps {
+        if let Some(p) = c.parent {
+            if !s.caps.contains_key(&p) {
+                return fail("I2", format!("cap {} outlived its parent {}", id.0, p.0));
+            }
+        }
+        let named = match c.kind {
+            CapKind::Object(o) => [Some(o), None],
+            CapKind::Mapping { vm, region, .. } => [Some(vm), Some(region)],
+            CapKind::EmulatedWindow { vm, .. } => [Some(vm), None],
+            CapKind::InterruptGrant { vm, interrupt } => [Some(vm), Some(interrupt)],
+        };
+        if let Some(o) = named.into_iter().flatten().find(|o| !s.objects.contains_key(o)) {
+            return fail("I2", format!("cap {} names object {}, which no longer exists", id.0, o.0));
+        }
+    }
+    Ok(())
+}
+
+/// I3: regions carved from an untyped lie inside it and are pairwise disjoint; every carved
+/// region exists and says it came from that untyped.
+pub fn untyped_carved_once(s: &CapSpace) -> Check {
+    for (uid, o) in &s.objects {
+        let Object::Untyped { range, carved } = o else { continue };
+        for (i, (r, region)) in carved.iter().enumerate() {
+            if r.base < range.base || r.end() > range.end() {
+                return fail("I3", format!("region {:#x}+{:#x} outside its untyped", r.base, r.size));
+            }
+            if carved[i + 1..].iter().any(|(q, _)| q.overlaps(r)) {
+                return fail("I3", format!("two regions overlap at {:#x}", r.base));
+            }
+            match s.objects.get(region) {
+                Some(Object::Region { range: rr, untyped: Some(u), .. }) if rr == r && u == uid => {}
+                _ => return fail("I3", format!("carved piece {:#x} has no matching region", r.base)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mapped_ranges(s: &CapSpace, mem: &impl TableMemory) -> Vec<(ObjectId, u64, u64)> {
+    let mut out = Vec::new();
+    for (id, o) in &s.objects {
+        if let Object::Vm { table, .. } = o {
+            table.for_each_leaf(mem, |l| out.push((*id, l.pa.0, l.pa.0 + l.size)));
+        }
+    }
+    out
+}
+
+fn region_containing(s: &CapSpace, pa: PhysAddr) -> Option<RegionKind> {
+    s.objects.values().find_map(|o| match o {
+        Object::Region { range, kind, .. } if range.base <= pa.0 && pa.0 < range.end() => Some(*kind),
+        _ => None,
+    })
+}
+
+/// I4: a RAM region is mapped into at most one VM, and two VMs' tables share frames only
+/// inside shared regions.
+pub fn private_ram_is_private(s: &CapSpace, mem: &impl TableMemory) -> Check {
+    let mut mapped: Vec<ObjectId> = Vec::new();
+    for c in s.caps.values() {
+        if let CapKind::Mapping { region, .. } = c.kind {
+            let private = matches!(s.objects.get(&region), Some(Object::Region { kind: RegionKind::Ram | RegionKind::DeviceMmio, .. }));
+            if private && mapped.contains(&region) {
+                return fail("I4", format!("private region {} mapped twice", region.0));
+            }
+            mapped.push(region);
+        }
+    }
+    let ranges = mapped_ranges(s, mem);
+    for (i, (vm_a, a0, a1)) in ranges.iter().enumerate() {
+        for (vm_b, b0, b1) in &ranges[i + 1..] {
+            if vm_a != vm_b && a0 < b1 && b0 < a1 {
+                let shared = region_containing(s, PhysAddr(*a0.max(b0))) == Some(RegionKind::Shared);
+                if !shared {
+                    return fail("I4", format!("VMs {} and {} both map {:#x}", vm_a.0, vm_b.0, a0.max(b0)));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// I5: each VM's real stage-2 tables map exactly its mapping capabilities.
+pub fn tables_refine_capabilities(s: &CapSpace, mem: &impl TableMemory) -> Check {
+    for (vm_id, o) in &s.objects {
+        let Object::Vm { table, .. } = o else { continue };
+        // Expected: (IPA start, IPA end, PA start, memory type, permissions), merged into runs.
+        let mut expected = Vec::new();
+        for c in s.caps.values() {
+            if let CapKind::Mapping { vm, region, ipa } = c.kind {
+                if vm != *vm_id {
+                    continue;
+                }
+                let Some(Object::Region { range, kind, .. }) = s.objects.get(&region) else { continue };
+                let memory = if *kind == RegionKind::DeviceMmio { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
+                expected.push((ipa.start().0, ipa.end(), range.base, memory, c.rights.permissions()));
+            }
+        }
+        let mut real = Vec::new();
+        table.for_each_leaf(mem, |l| real.push((l.ipa.0, l.ipa.0 + l.size, l.pa.0, l.attrs.memory, l.attrs.permissions)));
+        if runs(expected.clone()) != runs(real.clone()) {
+            return fail("I5", format!("VM {}: tables map {:x?}, capabilities say {:x?}", vm_id.0, runs(real), runs(expected)));
+        }
+    }
+    Ok(())
+}
+
+type Run = (u64, u64, u64, MemoryType, stage2::Permissions);
+
+fn runs(mut v: Vec<Run>) -> Vec<Run> {
+    v.sort_by_key(|r| r.0);
+    let mut out: Vec<Run> = Vec::new();
+    for r in v {
+        match out.last_mut() {
+            Some(l) if l.1 == r.0 && l.2 + (l.1 - l.0) == r.2 && l.3 == r.3 && l.4 == r.4 => l.1 = r.1,
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// I6: every mapped physical address lies in a memory region (so never in hypervisor
+/// memory, which is in no region).
+pub fn only_region_memory_is_mapped(s: &CapSpace, mem: &impl TableMemory) -> Check {
+    for (vm, start, end) in mapped_ranges(s, mem) {
+        let inside = s.objects.values().any(|o| matches!(o, Object::Region { range, .. } if range.base <= start && end <= range.end()));
+        if !inside {
+            return fail("I6", format!("VM {} maps {start:#x}..{end:#x}, which is in no region", vm.0));
+        }
+    }
+    Ok(())
+}
+
+/// I7: an interrupt is granted to at most one VM.
+pub fn interrupts_have_one_owner(s: &CapSpace) -> Check {
+    let grants: Vec<ObjectId> = s.caps.values().filter_map(|c| if let CapKind::InterruptGrant { interrupt, .. } = c.kind { Some(interrupt) } else { None }).collect();
+    for (i, g) in grants.iter().enumerate() {
+        if grants[i + 1..].contains(g) {
+            return fail("I7", format!("interrupt object {} granted twice", g.0));
+        }
+    }
+    Ok(())
+}
+
+/// I8: a VM's IPA ranges are disjoint and within its IPA size.
+pub fn ipa_ranges_disjoint(s: &CapSpace) -> Check {
+    let bits = s.format.geometry().map(|g| g.ipa_bits).unwrap_or(0);
+    let mut ranges: Vec<(ObjectId, stage2::IpaRange)> = Vec::new();
+    for c in s.caps.values() {
+        if let CapKind::Mapping { vm, ipa, .. } | CapKind::EmulatedWindow { vm, ipa, .. } = c.kind {
+            if ipa.end() > 1 << bits {
+                return fail("I8", format!("VM {} range ends at {:#x}", vm.0, ipa.end()));
+            }
+            if ranges.iter().any(|(v, r)| *v == vm && r.overlaps(&ipa) && *r != ipa) {
+                return fail("I8", format!("VM {} has overlapping ranges at {:#x}", vm.0, ipa.start().0));
+            }
+            // Derived copies of one range are the same range.
+            if !ranges.iter().any(|(v, r)| *v == vm && *r == ipa) {
+                ranges.push((vm, ipa));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// I9: a mapping's rights are within its region capability's; device memory never executes.
+pub fn mapping_rights_bounded(s: &CapSpace) -> Check {
+    for (id, c) in &s.caps {
+        if let CapKind::Mapping { region, .. } = c.kind {
+            if c.rights.contains(Rights::GRANT) {
+                return fail("I9", format!("mapping {} carries GRANT", id.0));
+            }
+            if matches!(s.objects.get(&region), Some(Object::Region { kind: RegionKind::DeviceMmio, .. })) && c.rights.contains(Rights::EXECUTE) {
+                return fail("I9", format!("mapping {} executes device memory", id.0));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// I10: VMIDs are unique.
+pub fn vmids_unique(s: &CapSpace) -> Check {
+    let vmids: Vec<u16> = s.objects.values().filter_map(|o| if let Object::Vm { vmid, .. } = o { Some(*vmid) } else { None }).collect();
+    for (i, v) in vmids.iter().enumerate() {
+        if vmids[i + 1..].contains(v) {
+            return fail("I10", format!("VMID {v} used twice"));
+        }
+    }
+    Ok(())
+}
+
+pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
+    rights_only_shrink(s)?;
+    no_orphans(s)?;
+    untyped_carved_once(s)?;
+    private_ram_is_private(s, mem)?;
+    tables_refine_capabilities(s, mem)?;
+    only_region_memory_is_mapped(s, mem)?;
+    interrupts_have_one_owner(s)?;
+    ipa_ranges_disjoint(s)?;
+    mapping_rights_bounded(s)?;
+    vmids_unique(s)
+}

@@ -1,0 +1,353 @@
+//! The capability model's tests: each operation and each refusal, then every invariant
+//! checked after every step of random operation sequences (proptest) and of every sequence
+//! of four operations over a small universe (exhaustive).
+
+use alloc::vec::Vec;
+
+use proptest::prelude::*;
+use stage2::testing::{RecordingTlb, VecTableMemory};
+use stage2::{Ipa, IpaRange, MemoryType, Permissions, PhysAddr, TableFormat};
+
+use super::invariants::check_all;
+use super::*;
+use crate::platform::PhysRange;
+
+const MIB2: u64 = 2 << 20;
+const FORMAT: TableFormat = TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 44 };
+
+struct World {
+    space: CapSpace,
+    mem: VecTableMemory,
+    tlb: RecordingTlb,
+    untyped: Vec<CapId>,
+    device: CapId,
+    interrupt: CapId,
+    /// Every capability created, in order (operations pick from it by index).
+    made: Vec<CapId>,
+    vms: Vec<CapId>,
+}
+
+impl World {
+    fn new() -> World {
+        let mut space = CapSpace::new(FORMAT);
+        let mem = VecTableMemory::with_capacity(256);
+        let tlb = RecordingTlb::sharing(&mem);
+        let untyped = [0x4000_0000, 0x8000_0000].map(|base| space.add_untyped(PhysRange { base, size: 8 * MIB2 }).unwrap()).to_vec();
+        let device = space.add_device_region(PhysRange { base: 0x0900_0000, size: 0x1000 }).unwrap();
+        let interrupt = space.add_interrupt(33).unwrap();
+        let made = [untyped.clone(), Vec::from([device, interrupt])].concat();
+        World { space, mem, tlb, untyped, device, interrupt, made, vms: Vec::new() }
+    }
+    fn check(&self) {
+        if let Err(v) = check_all(&self.space, &self.mem) {
+            panic!("{} violated: {}", v.invariant, v.detail);
+        }
+    }
+    fn vm(&mut self) -> CapId {
+        let vm = self.space.create_vm(&mut self.mem).unwrap();
+        self.vms.push(vm);
+        vm
+    }
+    fn map(&mut self, vm: CapId, region: CapId, ipa: u64, rights: Rights) -> Result<CapId, CapError> {
+        self.space.map(&mut self.mem, &mut self.tlb, vm, region, Ipa(ipa), rights)
+    }
+}
+
+#[test]
+fn a_vm_gets_ram_through_retype_and_map() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 4 * MIB2, MIB2).unwrap();
+    w.map(vm, ram, 0x4000_0000, Rights::RWX).unwrap();
+    let id = w.space.vm_id(vm).unwrap();
+    let t = w.space.vm_table(id).unwrap().translate(&w.mem, Ipa(0x4000_1234)).unwrap();
+    assert_eq!(t.pa, PhysAddr(0x4000_1234));
+    assert_eq!(t.attrs.memory, MemoryType::NormalWriteBack);
+    let info = w.space.lookup(id, Ipa(0x4000_1234)).unwrap();
+    assert_eq!((info.kind, info.pa), (RangeKind::Region(RegionKind::Ram), Some(PhysAddr(0x4000_1234))));
+    assert_eq!(w.space.lookup(id, Ipa(0x1000)), None);
+    w.check();
+}
+
+#[test]
+fn two_vms_private_ram_never_overlaps() {
+    let mut w = World::new();
+    let (a, b) = (w.vm(), w.vm());
+    let ra = w.space.retype(w.untyped[0], RegionKind::Ram, 4 * MIB2, MIB2).unwrap();
+    let rb = w.space.retype(w.untyped[0], RegionKind::Ram, 4 * MIB2, MIB2).unwrap();
+    let (pa, pb) = (w.space.region(ra).unwrap().0, w.space.region(rb).unwrap().0);
+    assert!(!pa.overlaps(&pb));
+    w.map(a, ra, 0x4000_0000, Rights::RW).unwrap();
+    w.map(b, rb, 0x4000_0000, Rights::RW).unwrap();
+    assert_eq!(w.map(b, ra, 0x8000_0000, Rights::RW), Err(CapError::AlreadyMapped { cap: ra }));
+    assert_eq!(w.space.retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2), Err(CapError::OutOfUntyped { size: MIB2 }));
+    w.check();
+}
+
+#[test]
+fn shared_regions_map_into_several_vms_and_the_tables_say_who_owns_them() {
+    let mut w = World::new();
+    let (a, b) = (w.vm(), w.vm());
+    let chan = w.space.retype(w.untyped[1], RegionKind::Shared, MIB2, MIB2).unwrap();
+    w.map(a, chan, 0x1000_0000, Rights::RW).unwrap();
+    w.map(b, chan, 0x2000_0000, Rights::READ).unwrap();
+    let ta = w.space.vm_table(w.space.vm_id(a).unwrap()).unwrap().translate(&w.mem, Ipa(0x1000_0000)).unwrap();
+    let tb = w.space.vm_table(w.space.vm_id(b).unwrap()).unwrap().translate(&w.mem, Ipa(0x2000_0000)).unwrap();
+    assert_eq!(ta.pa, tb.pa);
+    assert_eq!((ta.owner, tb.owner), (stage2::OwnershipState::Shared, stage2::OwnershipState::Borrowed));
+    assert_eq!(tb.attrs.permissions, Permissions::RO);
+    w.check();
+}
+
+#[test]
+fn derivation_only_removes_rights() {
+    let mut w = World::new();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap();
+    let ro = w.space.derive(ram, Rights::READ).unwrap();
+    assert_eq!(w.space.derive(ro, Rights::RW), Err(CapError::RightsNotASubset { cap: ro }));
+    let vm = w.vm();
+    assert_eq!(w.map(vm, ro, 0x4000_0000, Rights::RW), Err(CapError::RightsNotASubset { cap: ro }));
+    let m = w.map(vm, ro, 0x4000_0000, Rights::READ).unwrap();
+    assert!(matches!(w.space.derive(m, Rights::READ), Err(CapError::WrongType { .. })));
+    let no_grant = w.space.derive(vm, Rights::RW).unwrap();
+    assert_eq!(w.map(no_grant, ram, 0x5000_0000, Rights::READ), Err(CapError::MissingRight { cap: no_grant, right: "grant" }));
+    w.check();
+}
+
+#[test]
+fn revoking_a_region_removes_its_mappings_from_the_tables() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 2 * MIB2, MIB2).unwrap();
+    let copy = w.space.derive(ram, Rights::RW).unwrap();
+    w.map(vm, copy, 0x4000_0000, Rights::RW).unwrap();
+    w.space.revoke(&mut w.mem, &mut w.tlb, ram).unwrap();
+    let id = w.space.vm_id(vm).unwrap();
+    assert_eq!(w.space.vm_table(id).unwrap().translate(&w.mem, Ipa(0x4000_0000)), None);
+    assert_eq!(w.map(vm, copy, 0x4000_0000, Rights::RW), Err(CapError::NoSuchCapability { cap: copy }));
+    w.check();
+}
+
+#[test]
+fn destroying_a_vm_returns_its_memory_for_the_next() {
+    let mut w = World::new();
+    let a = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, MIB2).unwrap();
+    w.map(a, ram, 0x4000_0000, Rights::RWX).unwrap();
+    w.space.grant_interrupt(a, w.interrupt).unwrap();
+    assert_eq!(w.space.retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2), Err(CapError::OutOfUntyped { size: MIB2 }));
+    let frames_before = w.mem.frames_in_use();
+    w.space.destroy_vm(&mut w.mem, &mut w.tlb, a).unwrap();
+    assert!(w.mem.frames_in_use() < frames_before, "the VM's tables were freed");
+    assert_eq!(w.mem.frames_in_use(), 0);
+    let b = w.vm();
+    let again = w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, MIB2).unwrap();
+    assert_eq!(w.space.region(again).unwrap().0.base, 0x4000_0000);
+    w.space.grant_interrupt(b, w.interrupt).unwrap();
+    w.check();
+}
+
+#[test]
+fn an_interrupt_belongs_to_one_vm() {
+    let mut w = World::new();
+    let (a, b) = (w.vm(), w.vm());
+    w.space.grant_interrupt(a, w.interrupt).unwrap();
+    assert_eq!(w.space.grant_interrupt(b, w.interrupt), Err(CapError::InterruptAlreadyGranted { intid: 33 }));
+    assert_eq!(w.space.add_interrupt(33), Err(CapError::DuplicateInterrupt { intid: 33 }));
+    w.check();
+}
+
+#[test]
+fn device_regions_map_as_device_memory_and_never_execute() {
+    let mut w = World::new();
+    let vm = w.vm();
+    assert_eq!(w.map(vm, w.device, 0x0900_0000, Rights::RWX), Err(CapError::Stage2(stage2::Stage2Error::InvalidPermissions)));
+    w.map(vm, w.device, 0x0900_0000, Rights::RW).unwrap();
+    let t = w.space.vm_table(w.space.vm_id(vm).unwrap()).unwrap().translate(&w.mem, Ipa(0x0900_0004)).unwrap();
+    assert_eq!(t.attrs.memory, MemoryType::DeviceNGnRE);
+    assert!(matches!(w.space.retype(w.untyped[0], RegionKind::DeviceMmio, MIB2, MIB2), Err(CapError::WrongType { .. })));
+    w.check();
+}
+
+#[test]
+fn impossible_arguments_are_typed_errors() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap();
+    assert_eq!(w.space.retype(w.untyped[0], RegionKind::Ram, 100, 4096), Err(CapError::Unaligned { what: "size or alignment", value: 100 }));
+    assert_eq!(w.space.retype(w.untyped[0], RegionKind::Ram, 0, 4096), Err(CapError::ZeroSize));
+    assert_eq!(w.space.retype(vm, RegionKind::Ram, MIB2, MIB2), Err(CapError::WrongType { cap: vm, expected: "untyped memory" }));
+    assert_eq!(w.map(vm, ram, 0x4000_0800, Rights::RW), Err(CapError::Unaligned { what: "IPA range", value: 0x4000_0800 }));
+    assert_eq!(w.map(vm, ram, (1 << 40) - 0x1000, Rights::RW), Err(CapError::BeyondIpaSize { end: (1 << 40) - 0x1000 + MIB2 }));
+    assert_eq!(w.map(ram, ram, 0x4000_0000, Rights::RW), Err(CapError::WrongType { cap: ram, expected: "a VM" }));
+    w.map(vm, ram, 0x4000_0000, Rights::RW).unwrap();
+    let window = IpaRange::new(Ipa(0x4010_0000), 0x1000).unwrap();
+    assert_eq!(w.space.add_emulated_window(vm, window, 1), Err(CapError::OverlappingIpa { ipa: 0x4010_0000 }));
+    assert_eq!(w.space.add_untyped(PhysRange { base: 0x4000_1000, size: 0x1000 }), Err(CapError::OverlappingMemory { base: 0x4000_1000 }));
+    assert_eq!(w.space.add_untyped(PhysRange { base: 0x1000_0800, size: 0x1000 }), Err(CapError::Unaligned { what: "memory range", value: 0x1000_0800 }));
+    w.space.delete(&mut w.mem, &mut w.tlb, ram).unwrap();
+    assert_eq!(w.space.revoke(&mut w.mem, &mut w.tlb, ram), Err(CapError::NoSuchCapability { cap: ram }));
+    w.check();
+}
+
+#[test]
+fn emulated_windows_are_ranges_without_mappings() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let window = IpaRange::new(Ipa(0x0a00_0000), 0x1000).unwrap();
+    w.space.add_emulated_window(vm, window, 7).unwrap();
+    let id = w.space.vm_id(vm).unwrap();
+    assert_eq!(w.space.lookup(id, Ipa(0x0a00_0010)).unwrap().kind, RangeKind::Emulated { device: 7 });
+    assert_eq!(w.space.vm_table(id).unwrap().translate(&w.mem, Ipa(0x0a00_0010)), None);
+    w.check();
+}
+
+#[test]
+fn running_out_of_table_frames_changes_nothing() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, MIB2 + 0x1000, 0x1000).unwrap();
+    let caps = w.space.capability_count();
+    w.mem.set_budget(w.mem.frames_in_use());
+    assert_eq!(w.map(vm, ram, 0x4000_0000, Rights::RW), Err(CapError::Stage2(stage2::Stage2Error::OutOfFrames)));
+    assert_eq!(w.space.capability_count(), caps);
+    w.check();
+}
+
+/// One operation of the random and exhaustive searches; indices pick among what exists.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    CreateVm,
+    Retype { untyped: usize, shared: bool, blocks: u64 },
+    Map { vm: usize, cap: usize, ipa: usize, rights: u8 },
+    Derive { cap: usize, rights: u8 },
+    Revoke { cap: usize },
+    Delete { cap: usize },
+    GrantInterrupt { vm: usize },
+    Window { vm: usize, ipa: usize },
+    DestroyVm { vm: usize },
+}
+
+const IPAS: [u64; 4] = [0x4000_0000, 0x4020_0000, 0x0900_0000, 0xff_ffe0_0000];
+
+impl World {
+    fn pick(list: &[CapId], i: usize) -> Option<CapId> {
+        (!list.is_empty()).then(|| list[i % list.len()])
+    }
+
+    /// Applies `op`; errors are fine (they must be typed, which the signature guarantees),
+    /// panics are not.
+    fn apply(&mut self, op: Op) {
+        let made = self.made.clone();
+        let vms = self.vms.clone();
+        let result: Result<Option<CapId>, CapError> = match op {
+            Op::CreateVm => self.space.create_vm(&mut self.mem).map(|c| {
+                self.vms.push(c);
+                Some(c)
+            }),
+            Op::Retype { untyped, shared, blocks } => {
+                let kind = if shared { RegionKind::Shared } else { RegionKind::Ram };
+                self.space.retype(self.untyped[untyped % 2], kind, blocks * MIB2, MIB2).map(Some)
+            }
+            Op::Map { vm, cap, ipa, rights } => match (Self::pick(&vms, vm), Self::pick(&made, cap)) {
+                (Some(v), Some(c)) => self.map(v, c, IPAS[ipa % IPAS.len()], Rights::from_bits(rights)).map(Some),
+                _ => Ok(None),
+            },
+            Op::Derive { cap, rights } => match Self::pick(&made, cap) {
+                Some(c) => self.space.derive(c, Rights::from_bits(rights)).map(Some),
+                None => Ok(None),
+            },
+            Op::Revoke { cap } => match Self::pick(&made, cap) {
+                Some(c) => self.space.revoke(&mut self.mem, &mut self.tlb, c).map(|_| None),
+                None => Ok(None),
+            },
+            Op::Delete { cap } => match Self::pick(&made, cap) {
+                Some(c) => self.space.delete(&mut self.mem, &mut self.tlb, c).map(|_| None),
+                None => Ok(None),
+            },
+            Op::GrantInterrupt { vm } => match Self::pick(&vms, vm) {
+                Some(v) => self.space.grant_interrupt(v, self.interrupt).map(Some),
+                None => Ok(None),
+            },
+            Op::Window { vm, ipa } => match Self::pick(&vms, vm) {
+                Some(v) => self.space.add_emulated_window(v, IpaRange::new(Ipa(IPAS[ipa % IPAS.len()]), 0x1000).unwrap(), 1).map(Some),
+                None => Ok(None),
+            },
+            Op::DestroyVm { vm } => match Self::pick(&vms, vm) {
+                Some(v) => self.space.destroy_vm(&mut self.mem, &mut self.tlb, v).map(|_| None),
+                None => Ok(None),
+            },
+        };
+        if let Ok(Some(c)) = result {
+            self.made.push(c);
+        }
+        // Capabilities that no longer exist stay in `made`: using them must give an error.
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        Just(Op::CreateVm),
+        (0usize..2, any::<bool>(), 1u64..4).prop_map(|(untyped, shared, blocks)| Op::Retype { untyped, shared, blocks }),
+        (0usize..4, 0usize..16, 0usize..4, 0u8..16).prop_map(|(vm, cap, ipa, rights)| Op::Map { vm, cap, ipa, rights }),
+        (0usize..16, 0u8..16).prop_map(|(cap, rights)| Op::Derive { cap, rights }),
+        (0usize..16).prop_map(|cap| Op::Revoke { cap }),
+        (0usize..16).prop_map(|cap| Op::Delete { cap }),
+        (0usize..4).prop_map(|vm| Op::GrantInterrupt { vm }),
+        (0usize..4, 0usize..4).prop_map(|(vm, ipa)| Op::Window { vm, ipa }),
+        (0usize..4).prop_map(|vm| Op::DestroyVm { vm }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// Every invariant holds after every step of any sequence of operations.
+    #[test]
+    fn invariants_hold_after_every_operation(ops in prop::collection::vec(op(), 1..10)) {
+        let mut w = World::new();
+        for op in ops {
+            w.apply(op);
+            if let Err(v) = check_all(&w.space, &w.mem) {
+                prop_assert!(false, "{} violated after {:?}: {}", v.invariant, op, v.detail);
+            }
+        }
+    }
+}
+
+/// Every sequence of four operations drawn from a small universe: two untyped ranges, up
+/// to two VMs, one region kind each, a few IPAs, and the operations on the first
+/// capabilities made.
+#[test]
+fn every_sequence_of_four_operations() {
+    let alphabet = [
+        Op::CreateVm,
+        Op::Retype { untyped: 0, shared: false, blocks: 1 },
+        Op::Retype { untyped: 1, shared: true, blocks: 1 },
+        Op::Map { vm: 0, cap: 5, ipa: 0, rights: 15 },
+        Op::Map { vm: 1, cap: 5, ipa: 1, rights: 3 },
+        Op::Map { vm: 0, cap: 2, ipa: 2, rights: 3 },
+        Op::Derive { cap: 5, rights: 1 },
+        Op::Revoke { cap: 0 },
+        Op::Delete { cap: 5 },
+        Op::GrantInterrupt { vm: 0 },
+        Op::DestroyVm { vm: 0 },
+    ];
+    let n = alphabet.len();
+    let mut sequences = 0;
+    for code in 0..n.pow(4) {
+        let mut w = World::new();
+        w.apply(Op::CreateVm);
+        let mut c = code;
+        for step in 0..4 {
+            let op = alphabet[c % n];
+            c /= n;
+            w.apply(op);
+            if let Err(v) = check_all(&w.space, &w.mem) {
+                panic!("{} violated at step {step} of sequence {code}: {}", v.invariant, v.detail);
+            }
+        }
+        sequences += 1;
+    }
+    assert_eq!(sequences, 14_641);
+}
