@@ -159,6 +159,7 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
         // SAFETY: only the boot CPU writes these, before starting the CPU that reads them.
         let boot = unsafe {
             let stack_top = (&raw const STACKS[index]) as u64 + STACK_SIZE as u64;
+            #[allow(clippy::deref_addrof)] // a `static mut` reached through a raw pointer
             let boot = &mut (*(&raw mut SECONDARY_BOOT))[index];
             *boot = SecondaryBoot { stack_top, mmu: *mmu_regs, cpu_index: index as u64 };
             boot as *const SecondaryBoot as u64

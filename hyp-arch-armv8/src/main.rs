@@ -45,7 +45,7 @@ static SEMIHOSTING_EXIT: Once<bool> = Once::new();
 
 /// The device tree blob at `dtb`, sized by its header (the loader guarantees it is mapped).
 fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
-    if dtb == 0 || dtb % 8 != 0 {
+    if dtb == 0 || !dtb.is_multiple_of(8) {
         return Err(PlatformError::NotADeviceTree);
     }
     // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned; the

@@ -36,7 +36,7 @@ impl TableMemory for HeapTableMemory {
         let layout = frames_layout(count)?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then(|| PhysAddr(ptr as u64))
+        (!ptr.is_null()).then_some(PhysAddr(ptr as u64))
     }
 
     fn free_frames(&mut self, base: PhysAddr, count: usize) {

@@ -69,6 +69,7 @@ pub struct MmuRegisters {
 /// Builds the identity map. Called once, by the boot CPU, with the MMU off.
 pub fn build(platform: &Platform<'_>) -> Result<MmuRegisters, MmuError> {
     // SAFETY: the boot CPU runs alone with the MMU off; nothing else references the tables.
+    #[allow(clippy::deref_addrof)] // references to `static mut` go through raw pointers
     let (l1, l2) = unsafe { (&mut *(&raw mut L1_TABLE), &mut *(&raw mut L2_TABLES)) };
     let mut l2_used = 0;
     let mut map = |range: PhysRange, kind: Kind| -> Result<(), MmuError> {
@@ -116,11 +117,11 @@ pub fn build(platform: &Platform<'_>) -> Result<MmuRegisters, MmuError> {
     }
 
     let parange = aarch64_cpu::registers::ID_AA64MMFR0_EL1.get() & 0xf;
+    // TG0 (bits [15:14]) stays 0: 4 KiB granule.
     let tcr = T0SZ
         | (0b01 << 8)   // IRGN0: write-back read/write-allocate
         | (0b01 << 10)  // ORGN0: write-back read/write-allocate
         | (0b11 << 12)  // SH0: inner shareable
-        | (0b00 << 14)  // TG0: 4 KiB
         | (parange.min(0b101) << 16) // PS
         | (1 << 23) | (1 << 31); // RES1
     // SCTLR_EL2: RES1 bits, M, C, SA, I.

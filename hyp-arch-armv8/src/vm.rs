@@ -296,7 +296,7 @@ impl Vm {
         let n = self.incidents.fetch_add(1, Ordering::Relaxed) + 1;
         if n <= INCIDENTS_LOGGED_IN_FULL {
             vm_log!(self, vcpu, "{incident}");
-        } else if n % INCIDENT_LOG_INTERVAL == 0 {
+        } else if n.is_multiple_of(INCIDENT_LOG_INTERVAL) {
             vm_log!(self, vcpu, "{incident} ({n} incidents so far; logging one in {INCIDENT_LOG_INTERVAL})");
         }
     }
@@ -397,8 +397,13 @@ impl Vm {
                 }
                 // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
                 EXIT_IRQ | EXIT_FIQ => crate::cpus::drain_interrupts(),
-                EXIT_SERROR | _ => {
+                EXIT_SERROR => {
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
+                    self.end(vcpu, EndReason::Crashed);
+                    return self.stop(vcpu);
+                }
+                other => {
+                    vm_log!(self, vcpu, "exit of unknown kind {other}: the VM is stopped");
                     self.end(vcpu, EndReason::Crashed);
                     return self.stop(vcpu);
                 }

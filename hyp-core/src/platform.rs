@@ -165,7 +165,7 @@ impl<'a> Platform<'a> {
 }
 
 fn is_enabled(node: FdtNode<'_, '_>) -> bool {
-    node.property("status").and_then(|p| p.as_str()).map_or(true, |s| s == "okay" || s == "ok")
+    node.property("status").and_then(|p| p.as_str()).is_none_or(|s| s == "okay" || s == "ok")
 }
 
 /// The node's `reg` ranges (translated by the parent's cell sizes). Ranges with no size

@@ -83,7 +83,7 @@ impl VmPower {
             return Err(psci_status::INTERNAL_FAILURE);
         }
         let (base, size) = self.ram;
-        if entry < base || entry >= base + size || entry % 4 != 0 {
+        if entry < base || entry >= base + size || !entry.is_multiple_of(4) {
             return Err(INVALID_ADDRESS);
         }
         match self.vcpus[vcpu] {

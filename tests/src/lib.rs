@@ -1,7 +1,7 @@
 //! Shared by the system tests: build the images once per test binary, write a bundle, boot
 //! QEMU with a timeout, and return what the console showed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -72,8 +72,8 @@ pub fn selftest_vm(memory: u64) -> VmEntry {
     VmEntry { vcpus: 2, ..test_vm("selftest", &images().selftest, memory) }
 }
 
-pub fn test_vm(name: &str, kernel: &PathBuf, memory: u64) -> VmEntry {
-    VmEntry { name: name.into(), vcpus: 1, memory, kernel: kernel.clone(), initrd: None, bootargs: None }
+pub fn test_vm(name: &str, kernel: &Path, memory: u64) -> VmEntry {
+    VmEntry { name: name.into(), vcpus: 1, memory, kernel: kernel.to_path_buf(), initrd: None, bootargs: None }
 }
 
 /// Asserts that `line` occurs in the console, showing the console when it does not.
