@@ -125,7 +125,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {
-        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory) {
+        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory, spec.vcpus) {
             Ok(g) => g,
             Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
         };

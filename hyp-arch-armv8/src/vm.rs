@@ -85,12 +85,15 @@ pub struct VmResources {
     pub table_frames: usize,
 }
 
-/// Creates the VM in the capability space: a VM object with its stage-2 tables, its RAM
+/// Creates the VM in the capability space: a VM object with its stage-2 tables and vCPUs, its RAM
 /// retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2 uses
 /// 1 GiB blocks; else 2 MiB-aligned) and mapped at GUEST_RAM_IPA, and its emulated UART
 /// window. Nothing else gives a VM memory.
-pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64) -> Result<VmResources, CapError> {
+pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32) -> Result<VmResources, CapError> {
     let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
+    for _ in 0..vcpus {
+        caps.create_vcpu(vm_cap, vcpus)?;
+    }
     let align = if memory >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
     let retyped = [align, RAM_GRANULE]
         .iter()

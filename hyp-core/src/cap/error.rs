@@ -26,6 +26,7 @@ pub enum CapError {
     AlreadyMapped { cap: CapId },
     InterruptAlreadyGranted { intid: u32 },
     DuplicateInterrupt { intid: u32 },
+    TooManyVcpus { max: u32 },
     /// All 255 VMIDs are in use.
     NoVmid,
     Stage2(Stage2Error),
@@ -47,6 +48,7 @@ impl fmt::Display for CapError {
             Self::AlreadyMapped { cap } => write!(f, "region of capability {} is private and already mapped into a VM", cap.0),
             Self::InterruptAlreadyGranted { intid } => write!(f, "interrupt {intid} already belongs to a VM"),
             Self::DuplicateInterrupt { intid } => write!(f, "interrupt {intid} already has a capability"),
+            Self::TooManyVcpus { max } => write!(f, "the VM already has its {max} vCPUs"),
             Self::NoVmid => write!(f, "no VMID left: destroy a VM first"),
             Self::Stage2(e) => write!(f, "stage 2: {e}"),
         }

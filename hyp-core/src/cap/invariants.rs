@@ -220,6 +220,20 @@ pub fn mapping_rights_bounded(s: &CapSpace) -> Check {
     Ok(())
 }
 
+/// I11: every vCPU belongs to a live VM, and a VM's vCPU indices are unique.
+pub fn vcpus_belong_to_live_vms(s: &CapSpace) -> Check {
+    let vcpus: Vec<(ObjectId, u32)> = s.objects.values().filter_map(|o| if let Object::Vcpu { vm, index } = o { Some((*vm, *index)) } else { None }).collect();
+    for (i, (vm, index)) in vcpus.iter().enumerate() {
+        if !matches!(s.objects.get(vm), Some(Object::Vm { .. })) {
+            return fail("I11", format!("vCPU {index} outlived its VM {}", vm.0));
+        }
+        if vcpus[i + 1..].contains(&(*vm, *index)) {
+            return fail("I11", format!("VM {} has two vCPUs {index}", vm.0));
+        }
+    }
+    Ok(())
+}
+
 /// I10: VMIDs are unique.
 pub fn vmids_unique(s: &CapSpace) -> Check {
     let vmids: Vec<u16> = s.objects.values().filter_map(|o| if let Object::Vm { vmid, .. } = o { Some(*vmid) } else { None }).collect();
@@ -241,5 +255,6 @@ pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
     interrupts_have_one_owner(s)?;
     ipa_ranges_disjoint(s)?;
     mapping_rights_bounded(s)?;
-    vmids_unique(s)
+    vmids_unique(s)?;
+    vcpus_belong_to_live_vms(s)
 }

@@ -51,6 +51,8 @@ pub(super) enum Object {
     Untyped { range: PhysRange, carved: Vec<(PhysRange, ObjectId)> },
     Region { range: PhysRange, kind: RegionKind, untyped: Option<ObjectId> },
     Vm { vmid: u16, table: Stage2Table },
+    /// vCPU `index` of VM `vm` (its MPIDR Aff0 in the guest).
+    Vcpu { vm: ObjectId, index: u32 },
     Interrupt { intid: u32 },
 }
 
@@ -240,6 +242,24 @@ impl CapSpace {
         Ok(self.new_cap(CapKind::Object(id), Rights::ALL, None))
     }
 
+    /// A new vCPU of the VM, with the lowest index the VM does not use yet.
+    pub fn create_vcpu(&mut self, vm_cap: CapId, max_vcpus: u32) -> Result<CapId, CapError> {
+        let (vm, rights) = self.vm_object(vm_cap)?;
+        Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
+        let used: Vec<u32> = self.objects.values().filter_map(|o| match o {
+            Object::Vcpu { vm: v, index } if *v == vm => Some(*index),
+            _ => None,
+        }).collect();
+        let index = (0..max_vcpus).find(|i| !used.contains(i)).ok_or(CapError::TooManyVcpus { max: max_vcpus })?;
+        let id = self.new_object(Object::Vcpu { vm, index });
+        Ok(self.new_cap(CapKind::Object(id), Rights::ALL, Some(vm_cap)))
+    }
+
+    /// The vCPUs of a VM, by index.
+    pub fn vcpu_count(&self, vm: VmId) -> usize {
+        self.objects.values().filter(|o| matches!(o, Object::Vcpu { vm: v, .. } if v.0 == vm.0)).count()
+    }
+
     fn vm_ranges(&self, vm: ObjectId) -> impl Iterator<Item = (CapId, IpaRange)> + '_ {
         self.caps.iter().filter_map(move |(id, c)| match c.kind {
             CapKind::Mapping { vm: v, ipa, .. } | CapKind::EmulatedWindow { vm: v, ipa, .. } if v == vm => Some((*id, ipa)),
@@ -402,6 +422,16 @@ impl CapSpace {
             .collect();
         for cap in dependents {
             self.delete(mem, tlb, cap)?;
+        }
+        // A VM's vCPUs go with it, whoever holds their capabilities.
+        let vcpus: Vec<ObjectId> =
+            self.objects.iter().filter(|(_, o)| matches!(o, Object::Vcpu { vm, .. } if *vm == object)).map(|(id, _)| *id).collect();
+        for vcpu in vcpus {
+            let caps: Vec<CapId> = self.caps.iter().filter(|(_, c)| c.kind == CapKind::Object(vcpu)).map(|(id, _)| *id).collect();
+            for cap in caps {
+                self.caps.remove(&cap);
+            }
+            self.objects.remove(&vcpu);
         }
         match self.objects.remove(&object) {
             Some(Object::Region { untyped: Some(u), .. }) => {

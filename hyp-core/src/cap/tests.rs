@@ -148,6 +148,22 @@ fn destroying_a_vm_returns_its_memory_for_the_next() {
 }
 
 #[test]
+fn vcpus_are_numbered_per_vm_and_go_with_it() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let v0 = w.space.create_vcpu(vm, 2).unwrap();
+    w.space.create_vcpu(vm, 2).unwrap();
+    assert_eq!(w.space.create_vcpu(vm, 2), Err(CapError::TooManyVcpus { max: 2 }));
+    let id = w.space.vm_id(vm).unwrap();
+    assert_eq!(w.space.vcpu_count(id), 2);
+    assert!(matches!(w.space.create_vcpu(v0, 2), Err(CapError::WrongType { .. })));
+    w.space.destroy_vm(&mut w.mem, &mut w.tlb, vm).unwrap();
+    assert_eq!(w.space.vcpu_count(id), 0);
+    assert_eq!(w.space.derive(v0, Rights::READ), Err(CapError::NoSuchCapability { cap: v0 }));
+    w.check();
+}
+
+#[test]
 fn an_interrupt_belongs_to_one_vm() {
     let mut w = World::new();
     let (a, b) = (w.vm(), w.vm());
@@ -224,6 +240,7 @@ enum Op {
     Revoke { cap: usize },
     Delete { cap: usize },
     GrantInterrupt { vm: usize },
+    CreateVcpu { vm: usize },
     Window { vm: usize, ipa: usize },
     DestroyVm { vm: usize },
 }
@@ -269,6 +286,10 @@ impl World {
                 Some(v) => self.space.grant_interrupt(v, self.interrupt).map(Some),
                 None => Ok(None),
             },
+            Op::CreateVcpu { vm } => match Self::pick(&vms, vm) {
+                Some(v) => self.space.create_vcpu(v, 2).map(Some),
+                None => Ok(None),
+            },
             Op::Window { vm, ipa } => match Self::pick(&vms, vm) {
                 Some(v) => self.space.add_emulated_window(v, IpaRange::new(Ipa(IPAS[ipa % IPAS.len()]), 0x1000).unwrap(), 1).map(Some),
                 None => Ok(None),
@@ -294,6 +315,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..16).prop_map(|cap| Op::Revoke { cap }),
         (0usize..16).prop_map(|cap| Op::Delete { cap }),
         (0usize..4).prop_map(|vm| Op::GrantInterrupt { vm }),
+        (0usize..4).prop_map(|vm| Op::CreateVcpu { vm }),
         (0usize..4, 0usize..4).prop_map(|(vm, ipa)| Op::Window { vm, ipa }),
         (0usize..4).prop_map(|vm| Op::DestroyVm { vm }),
     ]
@@ -331,6 +353,7 @@ fn every_sequence_of_four_operations() {
         Op::Revoke { cap: 0 },
         Op::Delete { cap: 5 },
         Op::GrantInterrupt { vm: 0 },
+        Op::CreateVcpu { vm: 0 },
         Op::DestroyVm { vm: 0 },
     ];
     let n = alphabet.len();
@@ -349,5 +372,5 @@ fn every_sequence_of_four_operations() {
         }
         sequences += 1;
     }
-    assert_eq!(sequences, 14_641);
+    assert_eq!(sequences, 20_736);
 }
