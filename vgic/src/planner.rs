@@ -1,0 +1,38 @@
+//! The list-register planner (CONVENTIONS 10, the shape of Bao's `vgic_add_lr`): pure.
+//! Given how many list registers there are and what the vCPU should see, it says what to
+//! write to which list register and whether to ask for the underflow maintenance interrupt.
+//! It never panics, whatever the number of pending interrupts: those that do not fit wait in
+//! the software state and come in at the next refill.
+
+use alloc::vec::Vec;
+
+use crate::distributor::Candidate;
+use crate::lr::ListRegister;
+
+/// A list register to write: index and contents.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LrSlot {
+    pub index: usize,
+    pub lr: ListRegister,
+}
+
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct EntryPlan {
+    /// Written in order from LR 0: only the list registers in use are touched.
+    pub writes: Vec<LrSlot>,
+    /// More were deliverable than fit: enable the underflow maintenance interrupt
+    /// (ICH_HCR_EL2.UIE / GICH_HCR.UIE) to refill when the guest has taken them.
+    pub underflow: bool,
+}
+
+/// Fills the first list registers with the highest-priority candidates (`candidates` is
+/// already in priority order), active ones first so an interrupt the guest is handling is
+/// never dropped.
+pub fn plan_entry(list_registers: usize, candidates: &[Candidate]) -> EntryPlan {
+    let mut ordered: Vec<&Candidate> = candidates.iter().filter(|c| c.lr.state != crate::LrState::Pending).collect();
+    ordered.extend(candidates.iter().filter(|c| c.lr.state == crate::LrState::Pending));
+    // Keep priority order within the active-first arrangement only where it matters: an
+    // active interrupt must stay visible; among the rest, priority decides.
+    let writes: Vec<LrSlot> = ordered.iter().take(list_registers).enumerate().map(|(index, c)| LrSlot { index, lr: c.lr }).collect();
+    EntryPlan { underflow: candidates.len() > writes.len(), writes }
+}
