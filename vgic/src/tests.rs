@@ -194,7 +194,8 @@ fn reserved_and_read_only_registers_are_raz_wi() {
 
 #[test]
 fn byte_accesses_only_where_the_spec_allows_them() {
-    // IHI 0069 12.1.3: IPRIORITYR is byte-accessible; the bit registers are word-only.
+    // IHI 0069, "GIC memory-mapped register access": IPRIORITYR is byte-accessible; the bit
+    // registers are word-only.
     let mut g = v3(1);
     g.write(0, IPRIORITYR + 41, 1, 0xa0).unwrap();
     assert_eq!(g.read(0, IPRIORITYR + 40, 4).unwrap(), 0xa000);
