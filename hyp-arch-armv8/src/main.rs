@@ -12,6 +12,7 @@ mod cpus;
 mod exceptions;
 mod firmware;
 mod gic;
+mod guest_gic;
 mod memory;
 mod mmu;
 mod vm;
@@ -125,7 +126,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {
-        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory, spec.vcpus) {
+        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory, spec.vcpus, platform.gic.version == GicVersion::V3) {
             Ok(g) => g,
             Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
         };

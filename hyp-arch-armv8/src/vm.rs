@@ -2,6 +2,7 @@
 //! devices, the kernel loaded per the arm64 boot protocol), and running a vCPU on this CPU.
 
 use alloc::boxed::Box;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::arch::asm;
 use core::fmt;
@@ -23,6 +24,9 @@ use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use stage2::{Ipa, IpaRange};
 
 use crate::console::VmConsole;
+use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic};
+use hyp_core::guest_fdt::GICD_SIZE;
+use vgic::{GicVersion, Vgic, GICR_FRAME_SIZE};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
@@ -34,6 +38,8 @@ const GUEST_UART_SPI: u32 = 1;
 const GUEST_GICD_IPA: u64 = 0x0800_0000;
 const GUEST_GICR_IPA: u64 = 0x080a_0000;
 const GUEST_GICC_IPA: u64 = 0x0801_0000;
+/// SPIs each VM's GIC has: INTIDs 32..127 (the UART is SPI 1, virtio from SPI 16).
+const GUEST_SPIS: usize = 96;
 /// Bootargs when the manifest gives none: the console on the emulated PL011.
 const DEFAULT_BOOTARGS: &str = "console=ttyAMA0 earlycon";
 const GUEST_UART_SIZE: u64 = 0x1000;
@@ -89,7 +95,7 @@ pub struct VmResources {
 /// retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2 uses
 /// 1 GiB blocks; else 2 MiB-aligned) and mapped at GUEST_RAM_IPA, and its emulated UART
 /// window. Nothing else gives a VM memory.
-pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32) -> Result<VmResources, CapError> {
+pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32, gic_v3: bool) -> Result<VmResources, CapError> {
     let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
@@ -104,8 +110,12 @@ pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpu
     let vttbr = caps.vm_table(vm).map_or(0, |t| t.vttbr());
     let mut tlb = Stage2Tlb { vttbr };
     caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, region, Ipa(GUEST_RAM_IPA), Rights::RWX)?;
-    let window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(CapError::Stage2)?;
-    caps.add_emulated_window(vm_cap, window, DEVICE_PL011)?;
+    let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
+    caps.add_emulated_window(vm_cap, window(GUEST_UART_IPA, GUEST_UART_SIZE)?, DEVICE_PL011)?;
+    caps.add_emulated_window(vm_cap, window(GUEST_GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
+    if gic_v3 {
+        caps.add_emulated_window(vm_cap, window(GUEST_GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
+    }
     let table = caps.vm_table(vm).ok_or(CapError::WrongType { cap: vm_cap, expected: "a VM" })?;
     Ok(VmResources {
         vm_cap,
@@ -117,8 +127,10 @@ pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpu
     })
 }
 
-/// The device model id of an emulated PL011 window.
+/// Device model ids of the emulated windows.
 const DEVICE_PL011: u32 = 1;
+const DEVICE_GICD: u32 = 2;
+const DEVICE_GICR: u32 = 3;
 
 /// A clean end: PSCI SYSTEM_OFF, or HYP_VM_EXIT with status 0.
 pub fn is_clean(end: EndReason) -> bool {
@@ -163,6 +175,8 @@ pub struct Vm {
     vttbr: u64,
     vtcr: u64,
     bus: Mutex<MmioBus>,
+    /// The VM's virtual GIC (also reached through the bus's GIC windows).
+    vgic: SharedVgic,
     power: Mutex<VmPower>,
     /// Set once the VM is ending: every vCPU leaves at its next exit.
     ending: AtomicBool,
@@ -211,8 +225,16 @@ impl Vm {
         let mut bus = MmioBus::new();
         let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
         let console = VmConsole::new(spec.name);
-        // The bus is empty, so the window cannot overlap another.
+        let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
+        let vgic: SharedVgic = Arc::new(Mutex::new(Vgic::new(version, spec.vcpus as usize, GUEST_SPIS)));
+        let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
+        // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
+        let _ = bus.attach(window(GUEST_GICD_IPA, GICD_SIZE)?, Box::new(DistributorWindow(Arc::clone(&vgic))));
+        if gic_v3 {
+            let size = GICR_FRAME_SIZE * u64::from(spec.vcpus);
+            let _ = bus.attach(window(GUEST_GICR_IPA, size)?, Box::new(RedistributorWindow(Arc::clone(&vgic))));
+        }
         let power = VmPower::new(spec.vcpus as usize, GUEST_RAM_IPA, spec.memory, GUEST_RAM_IPA + entry_offset, GUEST_RAM_IPA + layout.dtb);
         let vm = Vm {
             id,
@@ -226,6 +248,7 @@ impl Vm {
             vttbr: granted.vttbr,
             vtcr: granted.vtcr,
             bus: Mutex::new(bus),
+            vgic,
             power: Mutex::new(power),
             ending: AtomicBool::new(false),
             pcpu: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
@@ -373,7 +396,7 @@ impl Vm {
                         far: sysreg!("far_el2"),
                         hpfar: sysreg!("hpfar_el2"),
                     };
-                    let (outcome, incident) = exit::handle_sync(&mut ctx, &exit, &mut LockedBus(&self.bus), self);
+                    let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut LockedBus(&self.bus), self);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
                         Some(incident) => {

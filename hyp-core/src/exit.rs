@@ -134,6 +134,7 @@ pub trait SysRegEnv {
 /// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64.
 pub fn handle_sync(
     ctx: &mut GuestContext,
+    vcpu: usize,
     exit: &SyncExit,
     bus: &mut impl BusAccess,
     sys: &impl SysRegEnv,
@@ -161,7 +162,7 @@ pub fn handle_sync(
                 call => (Outcome::Call(call), None),
             }
         }
-        ExceptionClass::DATA_ABORT_LOWER => bus.with_bus(|bus| data_abort(ctx, exit, bus)),
+        ExceptionClass::DATA_ABORT_LOWER => bus.with_bus(|bus| data_abort(ctx, vcpu, exit, bus)),
         ExceptionClass::INSTRUCTION_ABORT_LOWER => (
             Outcome::InjectAbort { instruction: true, far: exit.far },
             Some(Incident::InstructionFetchOutsideMemory { ipa: exit.fault_ipa() }),
@@ -198,7 +199,7 @@ pub fn handle_sync(
     }
 }
 
-fn data_abort(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut MmioBus) -> (Outcome, Option<Incident>) {
+fn data_abort(ctx: &mut GuestContext, vcpu: usize, exit: &SyncExit, bus: &mut MmioBus) -> (Outcome, Option<Incident>) {
     let abort = exit.syndrome.data_abort();
     let ipa = exit.fault_ipa();
     let inject = Outcome::InjectAbort { instruction: false, far: exit.far };
@@ -210,9 +211,9 @@ fn data_abort(ctx: &mut GuestContext, exit: &SyncExit, bus: &mut MmioBus) -> (Ou
         return (inject, Some(incident));
     };
     let result = if access.is_write {
-        bus.write(ipa, access.width, ctx.reg(access.register))
+        bus.write(vcpu, ipa, access.width, ctx.reg(access.register))
     } else {
-        bus.read(ipa, access.width).map(|value| ctx.set_reg(access.register, access.load_result(value)))
+        bus.read(vcpu, ipa, access.width).map(|value| ctx.set_reg(access.register, access.load_result(value)))
     };
     match result {
         Ok(()) => {
@@ -329,7 +330,7 @@ mod tests {
     #[test]
     fn psci_version_returns_1_1_and_resumes_after_the_hvc() {
         let (mut ctx, exit) = hvc(smccc::PSCI_VERSION as u64);
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
         assert_eq!(ctx.x[0], 0x1_0001);
         assert_eq!(ctx.pc, 0x4000_1004, "HVC's return address is already the next instruction");
     }
@@ -337,7 +338,7 @@ mod tests {
     #[test]
     fn an_unknown_function_returns_not_supported_and_is_logged() {
         let (mut ctx, exit) = hvc(0xc200_1234);
-        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
         assert_eq!(outcome, Outcome::Resume);
         assert_eq!(incident, Some(Incident::UnknownHypercall { function: 0xc200_1234 }));
         assert_eq!(ctx.x[0] as i64, -1);
@@ -347,7 +348,7 @@ mod tests {
     fn a_trapped_smc_is_skipped_and_answered_like_an_hvc() {
         let (mut ctx, mut exit) = hvc(smccc::SMCCC_VERSION as u64);
         exit.syndrome = Syndrome((0x17 << 26) | (1 << 25));
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env).0, Outcome::Resume);
         assert_eq!((ctx.x[0], ctx.pc), (0x1_0001, 0x4000_1008));
     }
 
@@ -355,7 +356,7 @@ mod tests {
     fn a_non_zero_immediate_is_not_supported() {
         let (mut ctx, mut exit) = hvc(smccc::PSCI_VERSION as u64);
         exit.syndrome = Syndrome((0x16 << 26) | (1 << 25) | 0x42);
-        let (_, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env);
+        let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
         assert_eq!(incident, Some(Incident::NonZeroCallImmediate { immediate: 0x42 }));
         assert_eq!(ctx.x[0] as i64, -1);
     }
@@ -363,7 +364,7 @@ mod tests {
     #[test]
     fn lifecycle_calls_go_to_the_vm_layer() {
         let (mut ctx, exit) = hvc(smccc::PSCI_SYSTEM_OFF as u64);
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env).0, Outcome::Call(Hypercall::SystemOff));
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env).0, Outcome::Call(Hypercall::SystemOff));
     }
 
     #[test]
@@ -371,10 +372,10 @@ mod tests {
         let mut bus = bus_with_uart();
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         ctx.x[3] = b'A' as u64;
-        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 3, true, true), &mut bus, &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &abort(0x0900_0000, 3, true, true), &mut bus, &Env);
         assert_eq!((outcome, incident, ctx.pc), (Outcome::Resume, None, 0x4000_0004));
         ctx.x[5] = 0xdead;
-        assert_eq!(handle_sync(&mut ctx, &abort(0x0900_0018, 5, false, true), &mut bus, &Env).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, 0, &abort(0x0900_0018, 5, false, true), &mut bus, &Env).0, Outcome::Resume);
         assert_eq!(ctx.x[5], 0x90, "UARTFR: TXFE | RXFE");
     }
 
@@ -382,7 +383,7 @@ mod tests {
     fn a_load_from_an_unmapped_ipa_gets_an_external_abort_and_a_log_line() {
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         let exit = abort(0x2000_0000, 1, false, true);
-        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000 });
         assert_eq!(incident, Some(Incident::NoMemoryOrDevice { ipa: Ipa(0x2000_0000), va: 0x2000_0000, write: false }));
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
@@ -391,7 +392,7 @@ mod tests {
     #[test]
     fn an_access_to_a_missing_register_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
-        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
         assert_eq!(incident, Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0800), error: MmioError::NoRegister { offset: 0x800 } }));
     }
@@ -399,7 +400,7 @@ mod tests {
     #[test]
     fn a_device_access_without_syndrome_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
-        let (outcome, incident) = handle_sync(&mut ctx, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000 });
         assert_eq!(incident, Some(Incident::NotEmulatable { ipa: Ipa(0x0900_0000) }));
     }
@@ -409,7 +410,7 @@ mod tests {
         let mut ctx = GuestContext::default();
         let mut exit = abort(0x0900_0000, 1, false, true);
         exit.syndrome = Syndrome(exit.syndrome.0 | (3 << 22));
-        let (_, incident) = handle_sync(&mut ctx, &exit, &mut bus_with_uart(), &Env);
+        let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &Env);
         assert_eq!(
             incident,
             Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0000), error: MmioError::BadWidth { offset: 0, width: AccessWidth::Doubleword } })
@@ -422,7 +423,7 @@ mod tests {
         // MRS x3, ID_AA64PFR0_EL1.
         let iss = (3 << 20) | (3 << 5) | (4 << 1) | 1;
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
         assert_eq!(ctx.x[3], crate::sysreg::sanitised_id(crate::sysreg::ID_AA64PFR0_EL1, 0x1111_1111_1111_1111, Env.features()));
         assert_eq!(ctx.pc, 0x104);
     }
@@ -433,7 +434,7 @@ mod tests {
         // DC CISW, x0: op0 1, op1 0, CRn 7, CRm 14, op2 2, write.
         let iss = (1 << 20) | (2 << 17) | (7 << 10) | (14 << 1);
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env), (Outcome::CleanInvalidateVm, None));
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::CleanInvalidateVm, None));
         assert_eq!(ctx.pc, 4);
     }
 
@@ -443,20 +444,20 @@ mod tests {
         // MRS of PMCCNTR_EL0 (op0 3, op1 3, CRn 9, CRm 13, op2 0).
         let iss = (3 << 20) | (3 << 14) | (9 << 10) | (13 << 1) | 1;
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        let (outcome, incident) = handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
         assert_eq!(outcome, Outcome::InjectUndefined);
         assert!(matches!(incident, Some(Incident::SystemRegister { .. })));
         let exit = SyncExit { syndrome: Syndrome(0x07 << 26), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &exit, &mut MmioBus::new(), &Env).0, Outcome::InjectUndefined);
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env).0, Outcome::InjectUndefined);
     }
 
     #[test]
     fn wfi_waits_and_wfe_resumes() {
         let mut ctx = GuestContext::default();
         let wfi = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25)), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &wfi, &mut MmioBus::new(), &Env).0, Outcome::WaitForInterrupt);
+        assert_eq!(handle_sync(&mut ctx, 0, &wfi, &mut MmioBus::new(), &Env).0, Outcome::WaitForInterrupt);
         let wfe = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25) | 1), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, &wfe, &mut MmioBus::new(), &Env).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, 0, &wfe, &mut MmioBus::new(), &Env).0, Outcome::Resume);
         assert_eq!(ctx.pc, 8);
     }
 

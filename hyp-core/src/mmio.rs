@@ -43,6 +43,14 @@ pub trait MmioDevice {
     fn name(&self) -> &'static str;
     fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError>;
     fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError>;
+    /// An access by vCPU `vcpu`: devices with registers banked per CPU (the GICv2
+    /// distributor) override these.
+    fn read_by(&mut self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.read(offset, width)
+    }
+    fn write_by(&mut self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        self.write(offset, width, value)
+    }
 }
 
 /// The emulated devices of one VM, by IPA window.
@@ -83,14 +91,16 @@ impl MmioBus {
         Ok((offset, device.as_mut()))
     }
 
-    pub fn read(&mut self, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+    /// A read by vCPU `vcpu` of the device at `ipa`.
+    pub fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
         let (offset, device) = self.find(ipa, width)?;
-        device.read(offset, width).map(|v| v & width.mask())
+        device.read_by(vcpu, offset, width).map(|v| v & width.mask())
     }
 
-    pub fn write(&mut self, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    /// A write by vCPU `vcpu` of the device at `ipa`.
+    pub fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let (offset, device) = self.find(ipa, width)?;
-        device.write(offset, width, value & width.mask())
+        device.write_by(vcpu, offset, width, value & width.mask())
     }
 
     /// The name of the device at `ipa`, for log lines.
@@ -126,23 +136,23 @@ mod tests {
     #[test]
     fn accesses_reach_the_device_at_an_offset_and_are_narrowed() {
         let mut bus = bus();
-        bus.write(Ipa(0x1000), AccessWidth::Halfword, 0x1234_5678).unwrap();
-        assert_eq!(bus.read(Ipa(0x1000), AccessWidth::Doubleword), Ok(0x5678));
-        assert_eq!(bus.read(Ipa(0x1004), AccessWidth::Word), Err(MmioError::NoRegister { offset: 4 }));
+        bus.write(0, Ipa(0x1000), AccessWidth::Halfword, 0x1234_5678).unwrap();
+        assert_eq!(bus.read(0, Ipa(0x1000), AccessWidth::Doubleword), Ok(0x5678));
+        assert_eq!(bus.read(0, Ipa(0x1004), AccessWidth::Word), Err(MmioError::NoRegister { offset: 4 }));
     }
 
     #[test]
     fn an_ipa_outside_every_window_is_unmapped() {
         let mut bus = bus();
-        assert_eq!(bus.read(Ipa(0x2000), AccessWidth::Word), Err(MmioError::Unmapped { ipa: Ipa(0x2000) }));
-        assert_eq!(bus.write(Ipa(0xfff), AccessWidth::Byte, 1), Err(MmioError::Unmapped { ipa: Ipa(0xfff) }));
+        assert_eq!(bus.read(0, Ipa(0x2000), AccessWidth::Word), Err(MmioError::Unmapped { ipa: Ipa(0x2000) }));
+        assert_eq!(bus.write(0, Ipa(0xfff), AccessWidth::Byte, 1), Err(MmioError::Unmapped { ipa: Ipa(0xfff) }));
     }
 
     #[test]
     fn an_access_straddling_the_window_end_is_refused() {
         let mut bus = bus();
         assert_eq!(
-            bus.read(Ipa(0x1ffc), AccessWidth::Doubleword),
+            bus.read(0, Ipa(0x1ffc), AccessWidth::Doubleword),
             Err(MmioError::BadWidth { offset: 0xffc, width: AccessWidth::Doubleword })
         );
     }
