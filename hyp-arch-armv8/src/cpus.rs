@@ -185,7 +185,7 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
 #[no_mangle]
 extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     let index = boot.cpu_index as usize;
-    if let Err(e) = crate::gic::init_cpu(index, mpidr(), &[]) {
+    if let Err(e) = crate::gic::init_cpu(index, mpidr(), &crate::board_ppis()) {
         println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
         park()
     }

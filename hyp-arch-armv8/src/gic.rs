@@ -192,6 +192,17 @@ pub fn end_of_interrupt(iar: u32) {
     }
 }
 
+/// Priority drop only (EOImode 1): the interrupt stays active until a guest deactivates it
+/// through a hardware-mapped list register.
+pub fn priority_drop(iar: u32) {
+    if is_v3() {
+        // SAFETY: ICC_EOIR1_EL1 for an acknowledged INTID.
+        unsafe { asm!("msr icc_eoir1_el1, {0}", "isb", in(reg) u64::from(iar), options(nostack)) };
+    } else {
+        write32(GICC.load(Ordering::Relaxed) + 0x10, iar); // GICC_EOIR
+    }
+}
+
 pub fn interrupt_id(iar: u32) -> u32 {
     iar & 0x3ff
 }

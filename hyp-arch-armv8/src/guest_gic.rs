@@ -6,9 +6,35 @@ use alloc::sync::Arc;
 use hyp_core::mmio::{MmioDevice, MmioError};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vgic::{AccessError, Vgic};
+use core::sync::atomic::{AtomicBool, Ordering};
+use vgic::{AccessError, Vgic, MAX_VCPUS};
 
-pub type SharedVgic = Arc<Mutex<Vgic>>;
+/// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
+/// exit path checks only the hint (one load) before taking the lock and planning LRs.
+pub struct VgicHandle {
+    pub vgic: Mutex<Vgic>,
+    hints: [AtomicBool; MAX_VCPUS],
+}
+
+impl VgicHandle {
+    pub fn new(vgic: Vgic) -> Self {
+        VgicHandle { vgic: Mutex::new(vgic), hints: [const { AtomicBool::new(false) }; MAX_VCPUS] }
+    }
+    /// Something may have changed for the vCPUs in `mask`.
+    pub fn hint(&self, mask: u32) {
+        for (v, h) in self.hints.iter().enumerate() {
+            if mask & (1 << v) != 0 {
+                h.store(true, Ordering::Release);
+            }
+        }
+    }
+    pub fn take_hint(&self, vcpu: usize) -> bool {
+        // A plain load first: the common case (no hint) costs no atomic read-modify-write.
+        self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) && h.swap(false, Ordering::AcqRel))
+    }
+}
+
+pub type SharedVgic = Arc<VgicHandle>;
 
 fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
     match e {
@@ -31,10 +57,12 @@ impl MmioDevice for DistributorWindow {
         self.write_by(0, offset, width, value)
     }
     fn read_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.lock().read(vcpu, offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
+        self.0.vgic.lock().read(vcpu, offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
     }
     fn write_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        self.0.lock().write(vcpu, offset, width.bytes() as u8, value).map(|_| ()).map_err(|e| to_mmio(e, width))
+        let changed = self.0.vgic.lock().write(vcpu, offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
+        self.0.hint(changed);
+        Ok(())
     }
 }
 
@@ -46,9 +74,11 @@ impl MmioDevice for RedistributorWindow {
         "gic-redistributor"
     }
     fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.lock().read_redistributor(offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
+        self.0.vgic.lock().read_redistributor(offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
     }
     fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        self.0.lock().write_redistributor(offset, width.bytes() as u8, value).map(|_| ()).map_err(|e| to_mmio(e, width))
+        let changed = self.0.vgic.lock().write_redistributor(offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
+        self.0.hint(changed);
+        Ok(())
     }
 }

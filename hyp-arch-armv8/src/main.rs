@@ -12,6 +12,7 @@ mod cpus;
 mod exceptions;
 mod firmware;
 mod gic;
+mod ich;
 mod guest_gic;
 mod memory;
 mod mmu;
@@ -101,7 +102,9 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     println!("  free memory {} MiB for VMs in {} range(s), heap {} MiB", untyped_total >> 20, untyped.len(), memory::HEAP_SIZE >> 20);
 
     gic::init_distributor(&platform.gic);
-    if let Err(e) = gic::init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &[]) {
+    let ppis = gic_ppis(&platform);
+    PPIS.call_once(|| ppis);
+    if let Err(e) = gic::init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &ppis) {
         halt(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
     }
     cpus::start_secondaries(&platform, &mmu_regs);
@@ -168,6 +171,18 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         }
     }
     cpu_loop(me)
+}
+
+/// The PPIs the hypervisor takes at EL2: the GIC maintenance interrupt and the virtual
+/// timer (forwarded to the vCPU running on this CPU).
+pub(crate) fn gic_ppis(platform: &Platform<'_>) -> [u32; 2] {
+    [platform.gic.maintenance_intid.unwrap_or(25), platform.timer.virtual_timer]
+}
+
+static PPIS: Once<[u32; 2]> = Once::new();
+
+pub(crate) fn board_ppis() -> [u32; 2] {
+    PPIS.get().copied().unwrap_or([25, 27])
 }
 
 /// Removes `[base, base + size)` from the front of the untyped range that starts there.

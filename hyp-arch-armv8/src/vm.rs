@@ -24,9 +24,10 @@ use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use stage2::{Ipa, IpaRange};
 
 use crate::console::VmConsole;
-use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic};
+use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
+use crate::ich;
 use hyp_core::guest_fdt::GICD_SIZE;
-use vgic::{GicVersion, Vgic, GICR_FRAME_SIZE};
+use vgic::{plan_entry, GicVersion, IchLr, IntId, Vgic, GICR_FRAME_SIZE};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
@@ -40,6 +41,8 @@ const GUEST_GICR_IPA: u64 = 0x080a_0000;
 const GUEST_GICC_IPA: u64 = 0x0801_0000;
 /// SPIs each VM's GIC has: INTIDs 32..127 (the UART is SPI 1, virtio from SPI 16).
 const GUEST_SPIS: usize = 96;
+/// The virtual timer's PPI, the same INTID for the guest and the board (DESIGN.md).
+const VTIMER_PPI: u32 = 27;
 /// Bootargs when the manifest gives none: the console on the emulated PL011.
 const DEFAULT_BOOTARGS: &str = "console=ttyAMA0 earlycon";
 const GUEST_UART_SIZE: u64 = 0x1000;
@@ -226,7 +229,7 @@ impl Vm {
         let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
         let console = VmConsole::new(spec.name);
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
-        let vgic: SharedVgic = Arc::new(Mutex::new(Vgic::new(version, spec.vcpus as usize, GUEST_SPIS)));
+        let vgic: SharedVgic = Arc::new(VgicHandle::new(Vgic::new(version, spec.vcpus as usize, GUEST_SPIS)));
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
@@ -299,6 +302,58 @@ impl Vm {
         let running = self.power.lock().request_end(reason);
         self.ending.store(true, Ordering::Release);
         for v in running.into_iter().filter(|v| *v != vcpu) {
+            let cpu = self.pcpu[v].load(Ordering::Acquire);
+            if cpu != usize::MAX {
+                crate::cpus::kick(cpu);
+            }
+        }
+    }
+
+    /// Writes the list registers for what `vcpu` should see now; returns how many are used.
+    fn load_list_registers(&self, vcpu: usize, list_registers: usize, in_use: usize) -> usize {
+        let plan = {
+            let vgic = self.vgic.vgic.lock();
+            plan_entry(list_registers, &vgic.candidates(vcpu))
+        };
+        for w in &plan.writes {
+            ich::write_lr(w.index, IchLr::encode(&w.lr).0);
+        }
+        for stale in plan.writes.len()..in_use {
+            ich::write_lr(stale, 0);
+        }
+        ich::write_hcr(ich::HCR_EN | if plan.underflow { ich::HCR_UIE } else { 0 });
+        plan.writes.len()
+    }
+
+    /// Takes the state of the list registers in use back into the vGIC.
+    fn save_list_registers(&self, vcpu: usize, in_use: usize) {
+        let lrs: [vgic::ListRegister; 16] = core::array::from_fn(|i| IchLr(if i < in_use { ich::read_lr(i) } else { 0 }).decode());
+        self.vgic.vgic.lock().sync_from_lrs(vcpu, &lrs[..in_use]);
+    }
+
+    /// Physical interrupts that brought the guest out: the virtual timer's becomes the
+    /// vCPU's (hardware-mapped, left active until the guest deactivates it); the kick SGIs
+    /// and the maintenance interrupt only make the exit path look again.
+    fn physical_interrupts(&self, vcpu: usize) {
+        loop {
+            let iar = crate::gic::acknowledge();
+            let intid = crate::gic::interrupt_id(iar);
+            if intid >= crate::gic::SPURIOUS {
+                break;
+            }
+            if intid == VTIMER_PPI && self.gic_v3 {
+                crate::gic::priority_drop(iar);
+                self.vgic.vgic.lock().set_level(vcpu, IntId(VTIMER_PPI), true);
+            } else {
+                crate::gic::end_of_interrupt(iar);
+            }
+            self.vgic.hint(1 << vcpu);
+        }
+    }
+
+    /// Makes the vCPUs in `mask` leave their guests and look at their interrupts.
+    fn kick_vcpus(&self, mask: u32) {
+        for v in (0..MAX_VCPUS).filter(|v| mask & (1 << v) != 0) {
             let cpu = self.pcpu[v].load(Ordering::Acquire);
             if cpu != usize::MAX {
                 crate::cpus::kick(cpu);
@@ -385,11 +440,28 @@ impl Vm {
         ctx.x[0] = context;
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let mut last_unknown = None;
+        // List registers: how many the hardware has (GICv3 guests), and how many are in use.
+        let list_registers = if self.gic_v3 { ich::list_register_count() } else { 0 };
+        let mut lrs_in_use = 0;
+        if self.gic_v3 {
+            ich::reset_vmcr();
+            ich::write_hcr(ich::HCR_EN);
+            // The virtual timer's PPI is the physical one, deactivated by the guest.
+            self.vgic.vgic.lock().set_hw(vcpu, IntId(VTIMER_PPI), Some(VTIMER_PPI));
+        }
         loop {
             if self.ending.load(Ordering::Acquire) {
                 return self.stop(vcpu);
             }
-            match run_guest(&mut ctx) {
+            // The common case, nothing in flight and nothing new: one load, no lock.
+            if list_registers > 0 && (lrs_in_use > 0 || self.vgic.take_hint(vcpu)) {
+                lrs_in_use = self.load_list_registers(vcpu, list_registers, lrs_in_use);
+            }
+            let exit_kind = run_guest(&mut ctx);
+            if lrs_in_use > 0 {
+                self.save_list_registers(vcpu, lrs_in_use);
+            }
+            match exit_kind {
                 EXIT_SYNC => {
                     let exit = SyncExit {
                         syndrome: Syndrome(sysreg!("esr_el2")),
@@ -411,6 +483,11 @@ impl Vm {
                     match outcome {
                         Outcome::Resume | Outcome::WaitForInterrupt => {}
                         Outcome::CleanInvalidateVm => crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end()),
+                        Outcome::GenerateSgi(value) => {
+                            let targets = self.vgic.vgic.lock().generate_sgi(vcpu, value);
+                            self.vgic.hint(targets);
+                            self.kick_vcpus(targets & !(1 << vcpu));
+                        }
                         Outcome::InjectAbort { instruction: false, far } => inject(&mut ctx, InjectedException::DataAbort { far }, il),
                         Outcome::InjectAbort { instruction: true, far } => inject(&mut ctx, InjectedException::InstructionAbort { far }, il),
                         Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
@@ -422,7 +499,7 @@ impl Vm {
                     }
                 }
                 // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
-                EXIT_IRQ | EXIT_FIQ => crate::cpus::drain_interrupts(),
+                EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
                 EXIT_SERROR => {
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
                     self.end(vcpu, EndReason::Crashed);
@@ -525,8 +602,9 @@ impl IdRegisters for HardwareIdRegisters {
 /// Takes this CPU out of any VM's translation regime (HCR_EL2.VM off, no VTTBR), so no
 /// walk can reach a VM's tables once they are freed.
 fn leave_guest_regime() {
-    // SAFETY: at EL2 with no guest running on this CPU; RW stays set for the next guest.
-    unsafe { asm!("msr hcr_el2, {}", "msr vttbr_el2, xzr", "isb", in(reg) 1u64 << 31, options(nostack)) };
+    // SAFETY: at EL2 with no guest running on this CPU; RW stays set for the next guest. The
+    // guest's virtual timer is stopped so it cannot interrupt an idle CPU.
+    unsafe { asm!("msr hcr_el2, {}", "msr vttbr_el2, xzr", "msr cntv_ctl_el0, xzr", "isb", in(reg) 1u64 << 31, options(nostack)) };
 }
 
 /// Destroys an ended VM through its capability: every mapping and window revoked, its RAM

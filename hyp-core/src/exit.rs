@@ -72,6 +72,9 @@ pub enum Outcome {
     /// Set/way cache maintenance: clean and invalidate the VM's memory, then resume (the PC
     /// is already past the instruction).
     CleanInvalidateVm,
+    /// A write of ICC_SGI1R_EL1 (or ASGI1R/SGI0R) with this value: generate the SGIs, then
+    /// resume (the PC is already past the instruction).
+    GenerateSgi(u64),
 }
 
 /// Something a guest did that the hypervisor logs (with the VM and vCPU).
@@ -191,6 +194,10 @@ pub fn handle_sync(
                 SysRegAction::CleanInvalidateVm => {
                     ctx.skip_instruction(s);
                     (Outcome::CleanInvalidateVm, None)
+                }
+                SysRegAction::GenerateSgi => {
+                    ctx.skip_instruction(s);
+                    (Outcome::GenerateSgi(ctx.reg(access.rt)), None)
                 }
                 SysRegAction::Undefined => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss: s.iss() })),
             }
@@ -426,6 +433,17 @@ mod tests {
         assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
         assert_eq!(ctx.x[3], crate::sysreg::sanitised_id(crate::sysreg::ID_AA64PFR0_EL1, 0x1111_1111_1111_1111, Env.features()));
         assert_eq!(ctx.pc, 0x104);
+    }
+
+    #[test]
+    fn an_sgi1r_write_generates_sgis_with_the_value_of_rt() {
+        let mut ctx = GuestContext::default();
+        ctx.x[2] = (1 << 24) | 0b10;
+        // MSR ICC_SGI1R_EL1, x2: op0 3, op1 0, CRn 12, CRm 11, op2 5, Rt 2, write.
+        let iss = (3 << 20) | (5 << 17) | (12 << 10) | (2 << 5) | (11 << 1);
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::GenerateSgi((1 << 24) | 0b10), None));
+        assert_eq!(ctx.pc, 4);
     }
 
     #[test]

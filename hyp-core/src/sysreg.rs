@@ -58,6 +58,10 @@ pub const ACTLR_EL1: Encoding = Encoding(3, 0, 1, 0, 1);
 pub const DC_ISW: Encoding = Encoding(1, 0, 7, 6, 2);
 pub const DC_CSW: Encoding = Encoding(1, 0, 7, 10, 2);
 pub const DC_CISW: Encoding = Encoding(1, 0, 7, 14, 2);
+/// SGI generation (IHI 0069 12.2.22-24), trapped with HCR_EL2.IMO/FMO.
+pub const ICC_SGI1R_EL1: Encoding = Encoding(3, 0, 12, 11, 5);
+pub const ICC_ASGI1R_EL1: Encoding = Encoding(3, 0, 12, 11, 6);
+pub const ICC_SGI0R_EL1: Encoding = Encoding(3, 0, 12, 11, 7);
 
 /// What the VM is offered, beyond what every VM gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +85,8 @@ pub enum SysRegAction {
     WriteIgnored,
     /// Set/way maintenance: clean and invalidate the VM's memory to the point of coherency.
     CleanInvalidateVm,
+    /// A write to an SGI generation register: the value written (from Rt).
+    GenerateSgi,
     /// Not emulated: the guest gets an undefined instruction.
     Undefined,
 }
@@ -150,6 +156,7 @@ pub fn emulate(access: &SysRegAccess, vm: VmFeatures, hw: &impl IdRegisters) -> 
         ACTLR_EL1 if access.is_read => SysRegAction::Read(0),
         ACTLR_EL1 => SysRegAction::WriteIgnored,
         DC_ISW | DC_CSW | DC_CISW if !access.is_read => SysRegAction::CleanInvalidateVm,
+        ICC_SGI1R_EL1 | ICC_ASGI1R_EL1 | ICC_SGI0R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi,
         _ => SysRegAction::Undefined,
     }
 }
@@ -248,5 +255,8 @@ mod tests {
             assert_eq!(emulate(&a(dc, false), V3, &Max), SysRegAction::CleanInvalidateVm);
         }
         assert_eq!(emulate(&a(Encoding(3, 3, 9, 13, 0), true), V3, &Max), SysRegAction::Undefined, "PMCCNTR_EL0");
+        assert_eq!(emulate(&a(ICC_SGI1R_EL1, false), V3, &Max), SysRegAction::GenerateSgi);
+        assert_eq!(emulate(&a(ICC_SGI1R_EL1, false), V2, &Max), SysRegAction::Undefined, "no system register interface on GICv2");
+        assert_eq!(emulate(&a(ICC_SGI1R_EL1, true), V3, &Max), SysRegAction::Undefined, "write-only");
     }
 }

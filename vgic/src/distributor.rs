@@ -307,6 +307,11 @@ impl Vgic {
             if let Some(irq) = self.irq_mut(vcpu, IntId(lr.vintid)) {
                 irq.active = active;
                 irq.pending_latch = pending && (irq.trigger == Trigger::Edge || irq.pending_latch);
+                // A hardware-mapped interrupt the guest deactivated deactivated the physical
+                // one too: if its source is still asserted, the physical interrupt fires again.
+                if irq.hw.is_some() && lr.state == LrState::Invalid {
+                    irq.line_level = false;
+                }
             }
         }
     }

@@ -251,8 +251,12 @@ fn hardware_mapped_interrupts_are_deactivated_by_the_guest() {
     g.write_redistributor(SGI + 0x80, 4, 1 << 27).unwrap();
     g.set_hw(0, IntId(27), Some(27));
     g.set_level(0, IntId(27), true);
-    let lr = plan_entry(4, &g.candidates(0)).writes[0].lr;
+    let plan = plan_entry(4, &g.candidates(0));
+    let lr = plan.writes[0].lr;
     assert_eq!((lr.vintid, lr.hw, lr.eoi_maintenance), (27, Some(27), false));
+    // Deactivated by the guest: the line is the hardware's again, not pending here.
+    complete_all(&mut g, 0, &plan);
+    assert!(g.candidates(0).is_empty());
 }
 
 #[test]

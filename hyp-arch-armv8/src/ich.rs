@@ -1,0 +1,82 @@
+//! The GICv3 virtual CPU interface control registers at EL2 (IHI 0069 12.5): list
+//! registers, ICH_HCR_EL2, ICH_VTR_EL2, ICH_VMCR_EL2. Written by their generic encodings
+//! (S3_4_C12_...) so no assembler GIC extension is needed.
+
+use core::arch::asm;
+
+/// ICH_HCR_EL2.En: the virtual CPU interface is on.
+pub const HCR_EN: u64 = 1 << 0;
+/// ICH_HCR_EL2.UIE: maintenance interrupt when at most one list register is valid.
+pub const HCR_UIE: u64 = 1 << 1;
+
+/// Reads ICH_LR<n>_EL2 (n < 16).
+pub fn read_lr(n: usize) -> u64 {
+    let v: u64;
+    // SAFETY: reading a list register of this CPU's virtual interface has no side effect.
+    unsafe {
+        match n {
+            0 => asm!("mrs {}, S3_4_C12_C12_0", out(reg) v),
+            1 => asm!("mrs {}, S3_4_C12_C12_1", out(reg) v),
+            2 => asm!("mrs {}, S3_4_C12_C12_2", out(reg) v),
+            3 => asm!("mrs {}, S3_4_C12_C12_3", out(reg) v),
+            4 => asm!("mrs {}, S3_4_C12_C12_4", out(reg) v),
+            5 => asm!("mrs {}, S3_4_C12_C12_5", out(reg) v),
+            6 => asm!("mrs {}, S3_4_C12_C12_6", out(reg) v),
+            7 => asm!("mrs {}, S3_4_C12_C12_7", out(reg) v),
+            8 => asm!("mrs {}, S3_4_C12_C13_0", out(reg) v),
+            9 => asm!("mrs {}, S3_4_C12_C13_1", out(reg) v),
+            10 => asm!("mrs {}, S3_4_C12_C13_2", out(reg) v),
+            11 => asm!("mrs {}, S3_4_C12_C13_3", out(reg) v),
+            12 => asm!("mrs {}, S3_4_C12_C13_4", out(reg) v),
+            13 => asm!("mrs {}, S3_4_C12_C13_5", out(reg) v),
+            14 => asm!("mrs {}, S3_4_C12_C13_6", out(reg) v),
+            _ => asm!("mrs {}, S3_4_C12_C13_7", out(reg) v),
+        }
+    }
+    v
+}
+
+/// Writes ICH_LR<n>_EL2 (n < 16).
+pub fn write_lr(n: usize, v: u64) {
+    // SAFETY: list registers belong to the vCPU running on this CPU; the hypervisor writes
+    // only the ones the planner chose, below ICH_VTR_EL2.ListRegs.
+    unsafe {
+        match n {
+            0 => asm!("msr S3_4_C12_C12_0, {}", in(reg) v),
+            1 => asm!("msr S3_4_C12_C12_1, {}", in(reg) v),
+            2 => asm!("msr S3_4_C12_C12_2, {}", in(reg) v),
+            3 => asm!("msr S3_4_C12_C12_3, {}", in(reg) v),
+            4 => asm!("msr S3_4_C12_C12_4, {}", in(reg) v),
+            5 => asm!("msr S3_4_C12_C12_5, {}", in(reg) v),
+            6 => asm!("msr S3_4_C12_C12_6, {}", in(reg) v),
+            7 => asm!("msr S3_4_C12_C12_7, {}", in(reg) v),
+            8 => asm!("msr S3_4_C12_C13_0, {}", in(reg) v),
+            9 => asm!("msr S3_4_C12_C13_1, {}", in(reg) v),
+            10 => asm!("msr S3_4_C12_C13_2, {}", in(reg) v),
+            11 => asm!("msr S3_4_C12_C13_3, {}", in(reg) v),
+            12 => asm!("msr S3_4_C12_C13_4, {}", in(reg) v),
+            13 => asm!("msr S3_4_C12_C13_5, {}", in(reg) v),
+            14 => asm!("msr S3_4_C12_C13_6, {}", in(reg) v),
+            _ => asm!("msr S3_4_C12_C13_7, {}", in(reg) v),
+        }
+    }
+}
+
+/// Implemented list registers: ICH_VTR_EL2.ListRegs + 1.
+pub fn list_register_count() -> usize {
+    let vtr: u64;
+    // SAFETY: ICH_VTR_EL2 is read-only.
+    unsafe { asm!("mrs {}, S3_4_C12_C11_1", out(reg) vtr, options(nomem, nostack)) };
+    ((vtr & 0x1f) + 1) as usize
+}
+
+pub fn write_hcr(v: u64) {
+    // SAFETY: ICH_HCR_EL2 controls this CPU's virtual interface for the running vCPU.
+    unsafe { asm!("msr S3_4_C12_C11_0, {}", "isb", in(reg) v, options(nostack)) };
+}
+
+/// Resets the virtual CPU interface state a vCPU starts with (ICH_VMCR_EL2: all off).
+pub fn reset_vmcr() {
+    // SAFETY: as for `write_hcr`.
+    unsafe { asm!("msr S3_4_C12_C11_7, xzr", "isb", options(nostack)) };
+}
