@@ -17,6 +17,7 @@ pub struct Images {
     pub selftest: PathBuf,
     pub isolation_secret: PathBuf,
     pub isolation_probe: PathBuf,
+    pub gic: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -30,6 +31,7 @@ pub fn images() -> &'static Images {
             selftest: guest("selftest"),
             isolation_secret: guest("isolation-secret"),
             isolation_probe: guest("isolation-probe"),
+            gic: guest("gic"),
         }
     })
 }

@@ -209,6 +209,13 @@ pub fn hvc_with_immediate_1(x0: u64) -> u64 {
     r
 }
 
+/// What an IRQ at EL1 runs (0: none, the IRQ is unexpected).
+static IRQ_HANDLER: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_irq_handler(f: extern "C" fn()) {
+    IRQ_HANDLER.store(f as *const () as u64, Ordering::SeqCst);
+}
+
 /// Set while a check expects a synchronous exception; the handler records it and resumes.
 static EXPECTING: AtomicBool = AtomicBool::new(false);
 static CAUGHT_ESR: AtomicU64 = AtomicU64::new(0);
@@ -222,6 +229,13 @@ extern "C" fn guest_exception(kind: u64, frame: &mut [u64; 32]) {
         asm!("mrs {}, esr_el1", out(reg) esr);
         asm!("mrs {}, far_el1", out(reg) far);
         asm!("mrs {}, elr_el1", out(reg) elr);
+    }
+    let handler = IRQ_HANDLER.load(Ordering::SeqCst);
+    if kind == 1 && handler != 0 {
+        // SAFETY: stored from an `extern "C" fn()` by `set_irq_handler`.
+        let f: extern "C" fn() = unsafe { core::mem::transmute(handler as usize) };
+        f();
+        return;
     }
     if kind == 0 && EXPECTING.swap(false, Ordering::SeqCst) {
         CAUGHT_ESR.store(esr, Ordering::SeqCst);
