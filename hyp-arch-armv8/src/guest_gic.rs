@@ -6,7 +6,7 @@ use alloc::sync::Arc;
 use hyp_core::mmio::{MmioDevice, MmioError};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use vgic::{AccessError, Vgic, MAX_VCPUS};
 
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
@@ -14,11 +14,27 @@ use vgic::{AccessError, Vgic, MAX_VCPUS};
 pub struct VgicHandle {
     pub vgic: Mutex<Vgic>,
     hints: [AtomicBool; MAX_VCPUS],
+    /// The physical CPU each vCPU runs on (usize::MAX: none), to kick it.
+    pub running_on: [AtomicUsize; MAX_VCPUS],
 }
 
 impl VgicHandle {
     pub fn new(vgic: Vgic) -> Self {
-        VgicHandle { vgic: Mutex::new(vgic), hints: [const { AtomicBool::new(false) }; MAX_VCPUS] }
+        VgicHandle {
+            vgic: Mutex::new(vgic),
+            hints: [const { AtomicBool::new(false) }; MAX_VCPUS],
+            running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
+        }
+    }
+
+    /// Makes the vCPUs in `mask` leave their guests and look at their interrupts.
+    pub fn kick(&self, mask: u32) {
+        for (v, cpu) in self.running_on.iter().enumerate() {
+            let cpu = cpu.load(Ordering::Acquire);
+            if mask & (1 << v) != 0 && cpu != usize::MAX {
+                crate::cpus::kick(cpu);
+            }
+        }
     }
     /// Something may have changed for the vCPUs in `mask`.
     pub fn hint(&self, mask: u32) {
@@ -62,6 +78,8 @@ impl MmioDevice for DistributorWindow {
     fn write_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = self.0.vgic.lock().write(vcpu, offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
         self.0.hint(changed);
+        // GICv2 SGIs (GICD_SGIR) and pending bits set for others: make them look.
+        self.0.kick(changed & !(1 << vcpu));
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ mod exceptions;
 mod firmware;
 mod gic;
 mod ich;
+mod list_registers;
 mod guest_gic;
 mod memory;
 mod mmu;
@@ -22,7 +23,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
-use hyp_core::cap::{CapId, CapSpace};
+use hyp_core::cap::{CapId, CapSpace, RegionKind};
+use crate::list_registers::ListRegisterFile;
 use stage2::TableFormat;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
@@ -127,9 +129,17 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let pa_bits = physical_address_bits().min(48);
     let mut caps = CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: vm::GUEST_IPA_BITS.min(pa_bits), pa_bits });
     let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
+    // GICv2: every VM's CPU interface is this CPU's bank of the hardware GICV frame.
+    let gicv = platform.gic.virtual_cpu_interface.and_then(|r| {
+        caps.add_device_region(PhysRange { base: r.base, size: hyp_core::guest_fdt::GICC_SIZE }, RegionKind::BankedDevice).ok()
+    });
+    LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
+        (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
+        _ => ListRegisterFile::V3,
+    });
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {
-        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory, spec.vcpus, platform.gic.version == GicVersion::V3) {
+        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory, spec.vcpus, gicv) {
             Ok(g) => g,
             Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
         };
@@ -180,6 +190,8 @@ pub(crate) fn gic_ppis(platform: &Platform<'_>) -> [u32; 2] {
 }
 
 static PPIS: Once<[u32; 2]> = Once::new();
+/// This board's list registers (the same kind on every CPU).
+pub(crate) static LIST_REGISTERS: Once<ListRegisterFile> = Once::new();
 
 pub(crate) fn board_ppis() -> [u32; 2] {
     PPIS.get().copied().unwrap_or([25, 27])

@@ -6,7 +6,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::arch::asm;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
@@ -25,9 +25,9 @@ use stage2::{Ipa, IpaRange};
 
 use crate::console::VmConsole;
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
-use crate::ich;
+use crate::list_registers::ListRegisterFile;
 use hyp_core::guest_fdt::GICD_SIZE;
-use vgic::{plan_entry, GicVersion, IchLr, IntId, Vgic, GICR_FRAME_SIZE};
+use vgic::{plan_entry, GicVersion, IntId, Vgic, GICR_FRAME_SIZE};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
@@ -98,7 +98,9 @@ pub struct VmResources {
 /// retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2 uses
 /// 1 GiB blocks; else 2 MiB-aligned) and mapped at GUEST_RAM_IPA, and its emulated UART
 /// window. Nothing else gives a VM memory.
-pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32, gic_v3: bool) -> Result<VmResources, CapError> {
+/// `gicv` is the GICv2 virtual CPU interface to map at the guest's GICC address (None on a
+/// GICv3 board, where the guest's CPU interface is system registers).
+pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32, gicv: Option<CapId>) -> Result<VmResources, CapError> {
     let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
@@ -116,8 +118,13 @@ pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpu
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
     caps.add_emulated_window(vm_cap, window(GUEST_UART_IPA, GUEST_UART_SIZE)?, DEVICE_PL011)?;
     caps.add_emulated_window(vm_cap, window(GUEST_GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
-    if gic_v3 {
-        caps.add_emulated_window(vm_cap, window(GUEST_GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
+    match gicv {
+        None => {
+            caps.add_emulated_window(vm_cap, window(GUEST_GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
+        }
+        Some(gicv) => {
+            caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, gicv, Ipa(GUEST_GICC_IPA), Rights::RW)?;
+        }
     }
     let table = caps.vm_table(vm).ok_or(CapError::WrongType { cap: vm_cap, expected: "a VM" })?;
     Ok(VmResources {
@@ -183,8 +190,6 @@ pub struct Vm {
     power: Mutex<VmPower>,
     /// Set once the VM is ending: every vCPU leaves at its next exit.
     ending: AtomicBool,
-    /// The physical CPU each vCPU runs on (usize::MAX: none).
-    pcpu: [AtomicUsize; MAX_VCPUS],
     gic_v3: bool,
     stage2_ipa_bits: u8,
 }
@@ -254,7 +259,6 @@ impl Vm {
             vgic,
             power: Mutex::new(power),
             ending: AtomicBool::new(false),
-            pcpu: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             gic_v3,
             stage2_ipa_bits: granted.ipa_bits,
         };
@@ -302,7 +306,7 @@ impl Vm {
         let running = self.power.lock().request_end(reason);
         self.ending.store(true, Ordering::Release);
         for v in running.into_iter().filter(|v| *v != vcpu) {
-            let cpu = self.pcpu[v].load(Ordering::Acquire);
+            let cpu = self.vgic.running_on[v].load(Ordering::Acquire);
             if cpu != usize::MAX {
                 crate::cpus::kick(cpu);
             }
@@ -310,24 +314,25 @@ impl Vm {
     }
 
     /// Writes the list registers for what `vcpu` should see now; returns how many are used.
-    fn load_list_registers(&self, vcpu: usize, list_registers: usize, in_use: usize) -> usize {
+    fn load_list_registers(&self, lr_file: ListRegisterFile, vcpu: usize, list_registers: usize, in_use: usize) -> usize {
         let plan = {
             let vgic = self.vgic.vgic.lock();
             plan_entry(list_registers, &vgic.candidates(vcpu))
         };
         for w in &plan.writes {
-            ich::write_lr(w.index, IchLr::encode(&w.lr).0);
+            lr_file.write(w.index, Some(&w.lr));
         }
         for stale in plan.writes.len()..in_use {
-            ich::write_lr(stale, 0);
+            lr_file.write(stale, None);
         }
-        ich::write_hcr(ich::HCR_EN | if plan.underflow { ich::HCR_UIE } else { 0 });
+        lr_file.enable(plan.underflow);
         plan.writes.len()
     }
 
     /// Takes the state of the list registers in use back into the vGIC.
-    fn save_list_registers(&self, vcpu: usize, in_use: usize) {
-        let lrs: [vgic::ListRegister; 16] = core::array::from_fn(|i| IchLr(if i < in_use { ich::read_lr(i) } else { 0 }).decode());
+    fn save_list_registers(&self, lr_file: ListRegisterFile, vcpu: usize, in_use: usize) {
+        let empty = vgic::IchLr(0).decode();
+        let lrs: [vgic::ListRegister; 16] = core::array::from_fn(|i| if i < in_use { lr_file.read(i) } else { empty });
         self.vgic.vgic.lock().sync_from_lrs(vcpu, &lrs[..in_use]);
     }
 
@@ -341,7 +346,7 @@ impl Vm {
             if intid >= crate::gic::SPURIOUS {
                 break;
             }
-            if intid == VTIMER_PPI && self.gic_v3 {
+            if intid == VTIMER_PPI {
                 crate::gic::priority_drop(iar);
                 self.vgic.vgic.lock().set_level(vcpu, IntId(VTIMER_PPI), true);
             } else {
@@ -351,20 +356,10 @@ impl Vm {
         }
     }
 
-    /// Makes the vCPUs in `mask` leave their guests and look at their interrupts.
-    fn kick_vcpus(&self, mask: u32) {
-        for v in (0..MAX_VCPUS).filter(|v| mask & (1 << v) != 0) {
-            let cpu = self.pcpu[v].load(Ordering::Acquire);
-            if cpu != usize::MAX {
-                crate::cpus::kick(cpu);
-            }
-        }
-    }
-
     /// This vCPU stops running here.
     fn stop(&self, vcpu: usize) -> VcpuExit {
         leave_guest_regime();
-        self.pcpu[vcpu].store(usize::MAX, Ordering::Release);
+        self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
         match self.power.lock().stopped(vcpu) {
             Some(end) => VcpuExit::VmEnded(end),
             None => VcpuExit::Stopped,
@@ -430,7 +425,7 @@ impl Vm {
 
     /// Runs vCPU `vcpu` on this CPU (`cpu`) from its PSCI entry point until it stops.
     pub fn run_vcpu(&self, vcpu: usize, cpu: usize) -> VcpuExit {
-        self.pcpu[vcpu].store(cpu, Ordering::Release);
+        self.vgic.running_on[vcpu].store(cpu, Ordering::Release);
         let Some((entry, context)) = self.power.lock().started(vcpu) else { return self.stop(vcpu) };
         if vcpu == 0 {
             vm_log!(self, vcpu, "starting at IPA {entry:#x}");
@@ -441,25 +436,23 @@ impl Vm {
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let mut last_unknown = None;
         // List registers: how many the hardware has (GICv3 guests), and how many are in use.
-        let list_registers = if self.gic_v3 { ich::list_register_count() } else { 0 };
+        let lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
+        let list_registers = lr_file.count().min(16);
         let mut lrs_in_use = 0;
-        if self.gic_v3 {
-            ich::reset_vmcr();
-            ich::write_hcr(ich::HCR_EN);
-            // The virtual timer's PPI is the physical one, deactivated by the guest.
-            self.vgic.vgic.lock().set_hw(vcpu, IntId(VTIMER_PPI), Some(VTIMER_PPI));
-        }
+        lr_file.reset();
+        // The virtual timer's PPI is the physical one, deactivated by the guest.
+        self.vgic.vgic.lock().set_hw(vcpu, IntId(VTIMER_PPI), Some(VTIMER_PPI));
         loop {
             if self.ending.load(Ordering::Acquire) {
                 return self.stop(vcpu);
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
             if list_registers > 0 && (lrs_in_use > 0 || self.vgic.take_hint(vcpu)) {
-                lrs_in_use = self.load_list_registers(vcpu, list_registers, lrs_in_use);
+                lrs_in_use = self.load_list_registers(lr_file, vcpu, list_registers, lrs_in_use);
             }
             let exit_kind = run_guest(&mut ctx);
             if lrs_in_use > 0 {
-                self.save_list_registers(vcpu, lrs_in_use);
+                self.save_list_registers(lr_file, vcpu, lrs_in_use);
             }
             match exit_kind {
                 EXIT_SYNC => {
@@ -486,7 +479,7 @@ impl Vm {
                         Outcome::GenerateSgi(value) => {
                             let targets = self.vgic.vgic.lock().generate_sgi(vcpu, value);
                             self.vgic.hint(targets);
-                            self.kick_vcpus(targets & !(1 << vcpu));
+                            self.vgic.kick(targets & !(1 << vcpu));
                         }
                         Outcome::InjectAbort { instruction: false, far } => inject(&mut ctx, InjectedException::DataAbort { far }, il),
                         Outcome::InjectAbort { instruction: true, far } => inject(&mut ctx, InjectedException::InstructionAbort { far }, il),
@@ -538,7 +531,7 @@ impl Vm {
                     Err(status) => status,
                     Ok(start) => match crate::cpus::claim_idle() {
                         Some(cpu) => {
-                            self.pcpu[start.vcpu].store(cpu, Ordering::Release);
+                            self.vgic.running_on[start.vcpu].store(cpu, Ordering::Release);
                             crate::cpus::give_work(cpu, work_for(self.id, start.vcpu));
                             psci_status::SUCCESS
                         }

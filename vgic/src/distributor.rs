@@ -307,9 +307,10 @@ impl Vgic {
             if let Some(irq) = self.irq_mut(vcpu, IntId(lr.vintid)) {
                 irq.active = active;
                 irq.pending_latch = pending && (irq.trigger == Trigger::Edge || irq.pending_latch);
-                // A hardware-mapped interrupt the guest deactivated deactivated the physical
-                // one too: if its source is still asserted, the physical interrupt fires again.
-                if irq.hw.is_some() && lr.state == LrState::Invalid {
+                // A hardware-mapped interrupt the guest has acknowledged is active at the
+                // physical level too: it cannot be pending again until the guest deactivates it,
+                // and then, if its source is still asserted, it fires as a new physical interrupt.
+                if irq.hw.is_some() && lr.state != LrState::Pending {
                     irq.line_level = false;
                 }
             }

@@ -257,6 +257,13 @@ fn hardware_mapped_interrupts_are_deactivated_by_the_guest() {
     // Deactivated by the guest: the line is the hardware's again, not pending here.
     complete_all(&mut g, 0, &plan);
     assert!(g.candidates(0).is_empty());
+    // Acknowledged but not yet deactivated when the vCPU exits: active only, never pending
+    // again from the old line level (that would interrupt the guest forever).
+    g.set_level(0, IntId(27), true);
+    let plan = plan_entry(4, &g.candidates(0));
+    let acked: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+    g.sync_from_lrs(0, &acked);
+    assert_eq!(g.candidates(0)[0].lr.state, LrState::Active);
 }
 
 #[test]

@@ -112,7 +112,7 @@ pub fn private_ram_is_private(s: &CapSpace, mem: &impl TableMemory) -> Check {
     for (i, (vm_a, a0, a1)) in ranges.iter().enumerate() {
         for (vm_b, b0, b1) in &ranges[i + 1..] {
             if vm_a != vm_b && a0 < b1 && b0 < a1 {
-                let shared = region_containing(s, PhysAddr(*a0.max(b0))) == Some(RegionKind::Shared);
+                let shared = matches!(region_containing(s, PhysAddr(*a0.max(b0))), Some(RegionKind::Shared | RegionKind::BankedDevice));
                 if !shared {
                     return fail("I4", format!("VMs {} and {} both map {:#x}", vm_a.0, vm_b.0, a0.max(b0)));
                 }
@@ -134,7 +134,7 @@ pub fn tables_refine_capabilities(s: &CapSpace, mem: &impl TableMemory) -> Check
                     continue;
                 }
                 let Some(Object::Region { range, kind, .. }) = s.objects.get(&region) else { continue };
-                let memory = if *kind == RegionKind::DeviceMmio { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
+                let memory = if kind.is_device() { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
                 expected.push((ipa.start().0, ipa.end(), range.base, memory, c.rights.permissions()));
             }
         }
@@ -212,7 +212,7 @@ pub fn mapping_rights_bounded(s: &CapSpace) -> Check {
             if c.rights.contains(Rights::GRANT) {
                 return fail("I9", format!("mapping {} carries GRANT", id.0));
             }
-            if matches!(s.objects.get(&region), Some(Object::Region { kind: RegionKind::DeviceMmio, .. })) && c.rights.contains(Rights::EXECUTE) {
+            if matches!(s.objects.get(&region), Some(Object::Region { kind, .. }) if kind.is_device()) && c.rights.contains(Rights::EXECUTE) {
                 return fail("I9", format!("mapping {} executes device memory", id.0));
             }
         }

@@ -28,6 +28,15 @@ pub enum RegionKind {
     Shared,
     /// A passthrough device's registers.
     DeviceMmio,
+    /// Device registers banked per CPU, which every VM may map: each CPU sees its own bank
+    /// (the GICv2 virtual CPU interface, GICV).
+    BankedDevice,
+}
+
+impl RegionKind {
+    pub fn is_device(self) -> bool {
+        matches!(self, RegionKind::DeviceMmio | RegionKind::BankedDevice)
+    }
 }
 
 /// What an IPA of a VM is.
@@ -174,9 +183,13 @@ impl CapSpace {
         self.add_memory(range, Object::Untyped { range, carved: Vec::new() })
     }
 
-    /// Boot: a passthrough device's register range.
-    pub fn add_device_region(&mut self, range: PhysRange) -> Result<CapId, CapError> {
-        self.add_memory(range, Object::Region { range, kind: RegionKind::DeviceMmio, untyped: None })
+    /// Boot: a passthrough device's register range (`DeviceMmio`, one VM at a time) or a
+    /// per-CPU banked one (`BankedDevice`, every VM).
+    pub fn add_device_region(&mut self, range: PhysRange, kind: RegionKind) -> Result<CapId, CapError> {
+        if !kind.is_device() {
+            return Err(CapError::WrongType { cap: CapId(0), expected: "a device region kind" });
+        }
+        self.add_memory(range, Object::Region { range, kind, untyped: None })
     }
 
     /// Boot: a physical interrupt the board has.
@@ -194,7 +207,7 @@ impl CapSpace {
             return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
         };
         Self::require(untyped_cap, rights, Rights::GRANT, "grant")?;
-        if kind == RegionKind::DeviceMmio {
+        if kind.is_device() {
             return Err(CapError::WrongType { cap: untyped_cap, expected: "device memory (untyped becomes RAM or shared memory only)" });
         }
         if size == 0 {
@@ -291,7 +304,7 @@ impl CapSpace {
         if !region_rights.contains(rights.without(Rights::GRANT)) {
             return Err(CapError::RightsNotASubset { cap: region_cap });
         }
-        if kind == RegionKind::DeviceMmio && rights.contains(Rights::EXECUTE) {
+        if kind.is_device() && rights.contains(Rights::EXECUTE) {
             return Err(CapError::Stage2(stage2::Stage2Error::InvalidPermissions));
         }
         let ipa = IpaRange::new(ipa, range.size).map_err(CapError::Stage2)?;
@@ -300,10 +313,10 @@ impl CapSpace {
         let owner = match kind {
             RegionKind::Ram | RegionKind::DeviceMmio if mapped_elsewhere => return Err(CapError::AlreadyMapped { cap: region_cap }),
             RegionKind::Ram | RegionKind::DeviceMmio => OwnershipState::Owned,
-            RegionKind::Shared if mapped_elsewhere => OwnershipState::Borrowed,
-            RegionKind::Shared => OwnershipState::Shared,
+            RegionKind::Shared | RegionKind::BankedDevice if mapped_elsewhere => OwnershipState::Borrowed,
+            RegionKind::Shared | RegionKind::BankedDevice => OwnershipState::Shared,
         };
-        let memory = if kind == RegionKind::DeviceMmio { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
+        let memory = if kind.is_device() { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
         let rights = rights.without(Rights::GRANT);
         Ok(MapOp {
             vm,

@@ -33,7 +33,7 @@ impl World {
         let mem = VecTableMemory::with_capacity(256);
         let tlb = RecordingTlb::sharing(&mem);
         let untyped = [0x4000_0000, 0x8000_0000].map(|base| space.add_untyped(PhysRange { base, size: 8 * MIB2 }).unwrap()).to_vec();
-        let device = space.add_device_region(PhysRange { base: 0x0900_0000, size: 0x1000 }).unwrap();
+        let device = space.add_device_region(PhysRange { base: 0x0900_0000, size: 0x1000 }, RegionKind::DeviceMmio).unwrap();
         let interrupt = space.add_interrupt(33).unwrap();
         let made = [untyped.clone(), Vec::from([device, interrupt])].concat();
         World { space, mem, tlb, untyped, device, interrupt, made, vms: Vec::new() }
@@ -182,6 +182,19 @@ fn device_regions_map_as_device_memory_and_never_execute() {
     let t = w.space.vm_table(w.space.vm_id(vm).unwrap()).unwrap().translate(&w.mem, Ipa(0x0900_0004)).unwrap();
     assert_eq!(t.attrs.memory, MemoryType::DeviceNGnRE);
     assert!(matches!(w.space.retype(w.untyped[0], RegionKind::DeviceMmio, MIB2, MIB2), Err(CapError::WrongType { .. })));
+    w.check();
+}
+
+#[test]
+fn a_banked_device_maps_into_every_vm_as_device_memory() {
+    let mut w = World::new();
+    let gicv = w.space.add_device_region(PhysRange { base: 0x0804_0000, size: 0x2000 }, RegionKind::BankedDevice).unwrap();
+    let (a, b) = (w.vm(), w.vm());
+    w.map(a, gicv, 0x0801_0000, Rights::RW).unwrap();
+    w.map(b, gicv, 0x0801_0000, Rights::RW).unwrap();
+    let t = w.space.vm_table(w.space.vm_id(b).unwrap()).unwrap().translate(&w.mem, Ipa(0x0801_0004)).unwrap();
+    assert_eq!((t.pa, t.attrs.memory), (PhysAddr(0x0804_0004), MemoryType::DeviceNGnRE));
+    assert_eq!(w.space.add_device_region(PhysRange { base: 0x2000_0000, size: 0x1000 }, RegionKind::Ram).unwrap_err(), CapError::WrongType { cap: CapId(0), expected: "a device region kind" });
     w.check();
 }
 
