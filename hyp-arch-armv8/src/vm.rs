@@ -181,6 +181,9 @@ pub struct Vm {
     entry_offset: u64,
     /// The VM's capability: destroying or restarting the VM goes through it.
     pub cap: CapId,
+    /// CNTVOFF_EL2: the physical count when the VM was created, so its virtual counter
+    /// starts at zero.
+    cntvoff: u64,
     /// VTTBR_EL2 and VTCR_EL2 of the VM's stage-2 tables (which the capability space owns).
     vttbr: u64,
     vtcr: u64,
@@ -253,6 +256,7 @@ impl Vm {
             ram,
             entry_offset,
             cap: granted.vm_cap,
+            cntvoff: sysreg!("cntpct_el0"),
             vttbr: granted.vttbr,
             vtcr: granted.vtcr,
             bus: Mutex::new(bus),
@@ -390,7 +394,7 @@ impl Vm {
                 "msr vmpidr_el2, {vmpidr}",
                 "msr vpidr_el2, {midr}",
                 "msr cnthctl_el2, {cnthctl}",
-                "msr cntvoff_el2, xzr",
+                "msr cntvoff_el2, {cntvoff}",
                 "msr mdcr_el2, {mdcr}",
                 "msr sctlr_el1, {sctlr}",
                 "msr cpacr_el1, xzr",
@@ -413,8 +417,11 @@ impl Vm {
                 hcr = in(reg) HCR_GUEST,
                 vmpidr = in(reg) (1u64 << 31) | vcpu as u64,
                 midr = in(reg) midr,
-                // EL1PCTEN, EL1PCEN: the guest reads the physical counter and timer directly.
-                cnthctl = in(reg) 0b11u64,
+                // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
+                // physical timer is refused (its accesses are undefined instructions): its
+                // interrupt is not routed to guests, who use the virtual timer.
+                cnthctl = in(reg) 0b01u64,
+                cntvoff = in(reg) self.cntvoff,
                 // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF).
                 mdcr = in(reg) mdcr_hpmn | (1 << 5) | (1 << 6),
                 sctlr = in(reg) SCTLR_EL1_RESET,

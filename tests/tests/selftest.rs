@@ -28,7 +28,9 @@ const SELFTEST_CHECKS: &[&str] = &[
     "ok 21 - sysreg: ID_AA64DFR0_EL1 offers no PMU (PMUVer 0)",
     "ok 22 - sysreg: ID_AA64MMFR0_EL1.PARange is the VM's 40-bit IPA size (got 2)",
     "ok 23 - sysreg: ACTLR_EL1 reads as zero (got 0x0)",
-    "ok 24 - boot: x0 points to a device tree in RAM (magic 0xd00dfeed)",
+    "ok 24 - timer: the VM's virtual counter starts at its creation (CNTVOFF set per VM)",
+    "ok 25 - timer: the EL1 physical timer is refused with an undefined instruction (ESR_EL1 0x2000000)",
+    "ok 26 - boot: x0 points to a device tree in RAM (magic 0xd00dfeed)",
 ];
 
 #[test]
@@ -55,7 +57,7 @@ fn selftest_passes_every_check_on_gicv3_with_four_cpus() {
         assert_line(&out, &format!("selftest | {check}"));
     }
     assert!(!out.console.contains("not ok"), "a check failed:\n{}", out.console);
-    assert_line(&out, "selftest | selftest: all 24 checks passed; powering off with PSCI SYSTEM_OFF");
+    assert_line(&out, "selftest | selftest: all 26 checks passed; powering off with PSCI SYSTEM_OFF");
 
     // The hypervisor logged each bad access with the VM and vCPU, and survived them.
     assert_line(&out, "hypervisor: vm0 selftest vcpu0: unknown SMCCC function 0xc2000042: returned NOT_SUPPORTED");
@@ -77,7 +79,7 @@ fn selftest_passes_on_gicv2_with_two_cpus() {
     assert_line(&out, "gic         GICv2: GICD 0x8000000..0x8010000 GICC 0x8010000..0x8020000 GICH 0x8030000..0x8040000 GICV 0x8040000..0x8050000");
     assert_line(&out, "hypervisor: 2 of 2 CPUs online");
     assert_line(&out, "hypervisor: SGIs reach the other CPUs: 1 of 1 answered");
-    assert_line(&out, "selftest | selftest: all 24 checks passed; powering off with PSCI SYSTEM_OFF");
+    assert_line(&out, "selftest | selftest: all 26 checks passed; powering off with PSCI SYSTEM_OFF");
 }
 
 #[test]
@@ -116,7 +118,7 @@ fn the_image_runs_wherever_it_is_loaded() {
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
     assert_line(&out, "image       0x41234000..");
     assert_line(&out, "hypervisor: 4 of 4 CPUs online");
-    assert_line(&out, "selftest | selftest: all 24 checks passed; powering off with PSCI SYSTEM_OFF");
+    assert_line(&out, "selftest | selftest: all 26 checks passed; powering off with PSCI SYSTEM_OFF");
 }
 
 #[test]
@@ -130,6 +132,6 @@ fn an_unexpected_el2_exception_is_reported_and_stops_only_that_cpu() {
     }
     assert_line(&out, "hypervisor: cpu3 stopped");
     // The VM on the boot CPU carried on and the run ended cleanly.
-    assert_line(&out, "selftest | selftest: all 24 checks passed; powering off with PSCI SYSTEM_OFF");
+    assert_line(&out, "selftest | selftest: all 26 checks passed; powering off with PSCI SYSTEM_OFF");
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
 }

@@ -83,6 +83,7 @@ extern "C" fn guest_main() -> ! {
 
     smp_checks(&mut c);
     sysreg_checks(&mut c);
+    timer_checks(&mut c);
     let dtb = boot_x0();
     let mut magic = 0;
     // SAFETY: a read where x0 says the device tree is; an abort (x0 outside RAM) is caught.
@@ -92,6 +93,23 @@ extern "C" fn guest_main() -> ! {
     }
     c.check(magic == 0xd00d_feed, format_args!("boot: x0 points to a device tree in RAM (magic {magic:#x})"));
     finish("selftest", &c)
+}
+
+fn timer_checks(c: &mut Checks) {
+    let (virt, phys, freq): (u64, u64, u64);
+    // SAFETY: counter reads at EL1.
+    unsafe {
+        asm!("isb", "mrs {}, cntvct_el0", out(reg) virt);
+        asm!("mrs {}, cntpct_el0", out(reg) phys);
+        asm!("mrs {}, cntfrq_el0", out(reg) freq);
+    }
+    // The VM was created moments ago: its virtual counter is below the board's and young.
+    c.check(virt < phys && virt < 60 * freq, format_args!("timer: the VM's virtual counter starts at its creation (CNTVOFF set per VM)"));
+    let caught = expect_exception(|| unsafe { asm!("mrs {}, cntp_ctl_el0", out(reg) _) });
+    c.check(
+        matches!(caught, Some((esr, _)) if esr >> 26 == 0),
+        format_args!("timer: the EL1 physical timer is refused with an undefined instruction (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+    );
 }
 
 fn sysreg_checks(c: &mut Checks) {
