@@ -3,7 +3,7 @@
 
 use core::ptr::{read_volatile, write_volatile};
 
-use vgic::{GichLr, IchLr, ListRegister};
+use vgic::{GichLr, IchLr, ListRegister, ListRegisters};
 
 use crate::ich;
 
@@ -20,6 +20,15 @@ pub enum ListRegisterFile {
 }
 
 impl ListRegisterFile {
+    /// A vCPU's virtual interface starts with everything off.
+    pub fn reset(mut self) {
+        match self {
+            ListRegisterFile::V3 => ich::reset_vmcr(),
+            ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_VMCR, 0),
+        }
+        self.enable(false);
+    }
+
     fn gich_read(gich: usize, offset: usize) -> u32 {
         // SAFETY: a register of the GICH frame the device tree names, mapped Device-nGnRE at EL2.
         unsafe { read_volatile((gich + offset) as *const u32) }
@@ -29,43 +38,36 @@ impl ListRegisterFile {
         unsafe { write_volatile((gich + offset) as *mut u32, v) }
     }
 
-    pub fn count(self) -> usize {
-        match self {
-            ListRegisterFile::V3 => ich::list_register_count(),
+}
+
+impl ListRegisters for ListRegisterFile {
+    fn count(&self) -> usize {
+        match *self {
+            ListRegisterFile::V3 => ich::list_register_count().min(16),
             ListRegisterFile::V2 { gich } => (Self::gich_read(gich, GICH_VTR) & 0x3f) as usize + 1,
         }
     }
 
-    pub fn write(self, n: usize, lr: Option<&ListRegister>) {
-        match self {
+    fn write(&mut self, n: usize, lr: Option<&ListRegister>) {
+        match *self {
             ListRegisterFile::V3 => ich::write_lr(n, lr.map_or(0, |l| IchLr::encode(l).0)),
             ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_LR0 + 4 * n, lr.map_or(0, |l| GichLr::encode(l).0)),
         }
     }
 
-    pub fn read(self, n: usize) -> ListRegister {
-        match self {
+    fn read(&self, n: usize) -> ListRegister {
+        match *self {
             ListRegisterFile::V3 => IchLr(ich::read_lr(n)).decode(),
             ListRegisterFile::V2 { gich } => GichLr(Self::gich_read(gich, GICH_LR0 + 4 * n)).decode(),
         }
     }
 
-    /// The interface on, with the underflow maintenance interrupt if asked (HCR.En, UIE: the
-    /// same bits in ICH_HCR_EL2 and GICH_HCR).
-    pub fn enable(self, underflow: bool) {
+    /// HCR.En and UIE: the same bits in ICH_HCR_EL2 and GICH_HCR.
+    fn enable(&mut self, underflow: bool) {
         let hcr = ich::HCR_EN | if underflow { ich::HCR_UIE } else { 0 };
-        match self {
+        match *self {
             ListRegisterFile::V3 => ich::write_hcr(hcr),
             ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_HCR, hcr as u32),
         }
-    }
-
-    /// A vCPU's virtual interface starts with everything off.
-    pub fn reset(self) {
-        match self {
-            ListRegisterFile::V3 => ich::reset_vmcr(),
-            ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_VMCR, 0),
-        }
-        self.enable(false);
     }
 }

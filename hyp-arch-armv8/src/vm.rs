@@ -27,7 +27,7 @@ use crate::console::VmConsole;
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
 use hyp_core::guest_fdt::GICD_SIZE;
-use vgic::{plan_entry, GicVersion, IntId, Vgic, GICR_FRAME_SIZE};
+use vgic::{GicVersion, IntId, Vgic, GICR_FRAME_SIZE};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
@@ -317,29 +317,6 @@ impl Vm {
         }
     }
 
-    /// Writes the list registers for what `vcpu` should see now; returns how many are used.
-    fn load_list_registers(&self, lr_file: ListRegisterFile, vcpu: usize, list_registers: usize, in_use: usize) -> usize {
-        let plan = {
-            let vgic = self.vgic.vgic.lock();
-            plan_entry(list_registers, &vgic.candidates(vcpu))
-        };
-        for w in &plan.writes {
-            lr_file.write(w.index, Some(&w.lr));
-        }
-        for stale in plan.writes.len()..in_use {
-            lr_file.write(stale, None);
-        }
-        lr_file.enable(plan.underflow);
-        plan.writes.len()
-    }
-
-    /// Takes the state of the list registers in use back into the vGIC.
-    fn save_list_registers(&self, lr_file: ListRegisterFile, vcpu: usize, in_use: usize) {
-        let empty = vgic::IchLr(0).decode();
-        let lrs: [vgic::ListRegister; 16] = core::array::from_fn(|i| if i < in_use { lr_file.read(i) } else { empty });
-        self.vgic.vgic.lock().sync_from_lrs(vcpu, &lrs[..in_use]);
-    }
-
     /// Physical interrupts that brought the guest out: the virtual timer's becomes the
     /// vCPU's (hardware-mapped, left active until the guest deactivates it); the kick SGIs
     /// and the maintenance interrupt only make the exit path look again.
@@ -443,8 +420,7 @@ impl Vm {
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let mut last_unknown = None;
         // List registers: how many the hardware has (GICv3 guests), and how many are in use.
-        let lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
-        let list_registers = lr_file.count().min(16);
+        let mut lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
         let mut lrs_in_use = 0;
         lr_file.reset();
         // The virtual timer's PPI is the physical one, deactivated by the guest.
@@ -454,12 +430,12 @@ impl Vm {
                 return self.stop(vcpu);
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
-            if list_registers > 0 && (lrs_in_use > 0 || self.vgic.take_hint(vcpu)) {
-                lrs_in_use = self.load_list_registers(lr_file, vcpu, list_registers, lrs_in_use);
+            if lrs_in_use > 0 || self.vgic.take_hint(vcpu) {
+                lrs_in_use = vgic::load(&self.vgic.vgic.lock(), vcpu, &mut lr_file, lrs_in_use);
             }
             let exit_kind = run_guest(&mut ctx);
             if lrs_in_use > 0 {
-                self.save_list_registers(lr_file, vcpu, lrs_in_use);
+                vgic::save(&mut self.vgic.vgic.lock(), vcpu, &lr_file, lrs_in_use);
             }
             match exit_kind {
                 EXIT_SYNC => {

@@ -19,7 +19,7 @@ pub use distributor::{GicVersion, Vgic, GICR_FRAME_SIZE};
 pub use error::AccessError;
 pub use irq::{IntId, IrqState, Trigger};
 pub use lr::{GichLr, IchLr, LrState, ListRegister};
-pub use planner::{plan_entry, EntryPlan, LrSlot};
+pub use planner::{load, plan_entry, save, EntryPlan, ListRegisters, LrSlot};
 
 /// vCPUs one VM may have.
 pub const MAX_VCPUS: usize = 8;

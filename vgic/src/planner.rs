@@ -25,6 +25,40 @@ pub struct EntryPlan {
     pub underflow: bool,
 }
 
+/// A CPU's hardware list registers (ICH_LR<n>_EL2 with ICH_HCR_EL2, or GICH_LR<n> with
+/// GICH_HCR): the arch crate implements it, tests fake it.
+pub trait ListRegisters {
+    fn count(&self) -> usize;
+    fn read(&self, n: usize) -> ListRegister;
+    /// Writes LR `n`; None makes it invalid.
+    fn write(&mut self, n: usize, lr: Option<&ListRegister>);
+    /// The interface on, with the underflow maintenance interrupt if `underflow`.
+    fn enable(&mut self, underflow: bool);
+}
+
+/// On entry to `vcpu`: writes what it should see into the list registers (clearing those
+/// of the last entry that are no longer needed) and returns how many are now in use.
+pub fn load(vgic: &crate::Vgic, vcpu: usize, lrs: &mut impl ListRegisters, in_use: usize) -> usize {
+    let plan = plan_entry(lrs.count(), &vgic.candidates(vcpu));
+    for w in &plan.writes {
+        lrs.write(w.index, Some(&w.lr));
+    }
+    for stale in plan.writes.len()..in_use {
+        lrs.write(stale, None);
+    }
+    lrs.enable(plan.underflow);
+    plan.writes.len()
+}
+
+/// On exit from `vcpu`: reads back only the `in_use` list registers and gives their state to
+/// the vGIC.
+pub fn save(vgic: &mut crate::Vgic, vcpu: usize, lrs: &impl ListRegisters, in_use: usize) {
+    const MAX: usize = 16;
+    let empty = crate::IchLr(0).decode();
+    let snapshot: [ListRegister; MAX] = core::array::from_fn(|i| if i < in_use { lrs.read(i) } else { empty });
+    vgic.sync_from_lrs(vcpu, &snapshot[..in_use.min(MAX)]);
+}
+
 /// Fills the first list registers with the highest-priority candidates (`candidates` is
 /// already in priority order), active ones first so an interrupt the guest is handling is
 /// never dropped.

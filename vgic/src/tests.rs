@@ -280,6 +280,50 @@ fn a_full_set_of_list_registers_never_panics() {
     }
 }
 
+/// A fake list-register file that records which registers were touched.
+struct FakeLrs {
+    regs: [Option<ListRegister>; 4],
+    touched: Vec<usize>,
+    underflow: bool,
+}
+
+impl ListRegisters for FakeLrs {
+    fn count(&self) -> usize {
+        self.regs.len()
+    }
+    fn read(&self, n: usize) -> ListRegister {
+        self.regs[n].unwrap_or(IchLr(0).decode())
+    }
+    fn write(&mut self, n: usize, lr: Option<&ListRegister>) {
+        self.touched.push(n);
+        self.regs[n] = lr.copied();
+    }
+    fn enable(&mut self, underflow: bool) {
+        self.underflow = underflow;
+    }
+}
+
+#[test]
+fn load_and_save_touch_only_the_list_registers_in_use() {
+    let mut g = v3(1);
+    let mut lrs = FakeLrs { regs: [None; 4], touched: Vec::new(), underflow: false };
+    for i in 0..2 {
+        enable_spi(&mut g, 40 + i, 0x10, 0);
+        g.inject_edge(0, IntId(40 + i));
+    }
+    let in_use = load(&g, 0, &mut lrs, 0);
+    assert_eq!((in_use, lrs.touched.as_slice(), lrs.underflow), (2, [0, 1].as_slice(), false));
+    // The guest completes INTID 40; 41 is still pending in LR 1.
+    lrs.regs[0] = Some(ListRegister { state: LrState::Invalid, ..lrs.regs[0].unwrap() });
+    save(&mut g, 0, &lrs, in_use);
+    lrs.touched.clear();
+    let in_use = load(&g, 0, &mut lrs, in_use);
+    assert_eq!(in_use, 1);
+    assert_eq!(lrs.regs[0].map(|l| l.vintid), Some(41));
+    assert_eq!(lrs.touched, [0, 1], "LR 0 rewritten, LR 1 cleared, LRs 2 and 3 untouched");
+    assert_eq!(lrs.regs[1], None);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
