@@ -165,44 +165,50 @@ fn dcache_line_size() -> u64 {
     4 << ((ctr >> 16) & 0xf)
 }
 
-/// DC IVAC over `[start, end)`: drops stale (clean) lines so memory written with the caches
-/// off is read back correctly once they are on.
+/// Data cache maintenance by VA (ARM ARM C5.3): which operation.
+#[derive(Clone, Copy)]
+enum DcOp {
+    /// DC IVAC: drop stale clean lines.
+    Invalidate,
+    /// DC CVAC: write dirty lines back to the point of coherency.
+    Clean,
+    /// DC CIVAC: both.
+    CleanInvalidate,
+}
+
+fn dcache_range(start: u64, end: u64, op: DcOp) {
+    let line = dcache_line_size();
+    let mut addr = start & !(line - 1);
+    while addr < end {
+        // SAFETY: cache maintenance by VA on memory this image maps; invalidation is used only
+        // on memory written with the caches off, so no dirty data is lost.
+        unsafe {
+            match op {
+                DcOp::Invalidate => asm!("dc ivac, {}", in(reg) addr, options(nostack)),
+                DcOp::Clean => asm!("dc cvac, {}", in(reg) addr, options(nostack)),
+                DcOp::CleanInvalidate => asm!("dc civac, {}", in(reg) addr, options(nostack)),
+            }
+        }
+        addr += line;
+    }
+    // SAFETY: a barrier.
+    unsafe { asm!("dsb sy", options(nostack)) };
+}
+
+/// Drops stale (clean) lines over `[start, end)` so memory written with the caches off is
+/// read back correctly once they are on.
 pub fn invalidate_dcache_range(start: u64, end: u64) {
-    let line = dcache_line_size();
-    let mut addr = start & !(line - 1);
-    while addr < end {
-        // SAFETY: cache maintenance by VA on memory this image owns; no data is lost because
-        // nothing was written with the caches on yet.
-        unsafe { asm!("dc ivac, {}", in(reg) addr, options(nostack)) };
-        addr += line;
-    }
-    // SAFETY: a barrier.
-    unsafe { asm!("dsb sy", options(nostack)) };
+    dcache_range(start, end, DcOp::Invalidate);
 }
 
-/// DC CVAC over `[start, end)`: makes what this CPU wrote visible to a CPU that still runs
-/// with its MMU off.
+/// Makes what this CPU wrote over `[start, end)` visible to a CPU or guest that reads
+/// memory with its MMU off.
 pub fn clean_dcache_range(start: u64, end: u64) {
-    let line = dcache_line_size();
-    let mut addr = start & !(line - 1);
-    while addr < end {
-        // SAFETY: cache maintenance by VA on mapped memory.
-        unsafe { asm!("dc cvac, {}", in(reg) addr, options(nostack)) };
-        addr += line;
-    }
-    // SAFETY: a barrier.
-    unsafe { asm!("dsb sy", options(nostack)) };
+    dcache_range(start, end, DcOp::Clean);
 }
 
-/// DC CIVAC over `[start, end)`: what a guest's set/way maintenance asks of its memory.
+/// What a guest's set/way maintenance asks of its memory.
 pub fn clean_invalidate_dcache_range(start: u64, end: u64) {
-    let line = dcache_line_size();
-    let mut addr = start & !(line - 1);
-    while addr < end {
-        // SAFETY: cache maintenance by VA on mapped memory; clean-and-invalidate loses no data.
-        unsafe { asm!("dc civac, {}", in(reg) addr, options(nostack)) };
-        addr += line;
-    }
-    // SAFETY: a barrier.
-    unsafe { asm!("dsb sy", options(nostack)) };
+    dcache_range(start, end, DcOp::CleanInvalidate);
 }
+

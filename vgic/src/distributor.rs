@@ -81,6 +81,12 @@ pub struct Candidate {
     pub lr: ListRegister,
 }
 
+/// GICv3 with ARE: the distributor's copies of the private registers (register bank 0 of
+/// the bit and byte arrays) are RAZ/WI.
+fn bank_hidden(version: GicVersion, frame: Frame, bank: u64) -> bool {
+    version == GicVersion::V3 && bank == 0 && frame == Frame::Distributor
+}
+
 fn check_width(offset: u64, bytes: u8, allowed: &[u8]) -> Result<(), AccessError> {
     if !allowed.contains(&bytes) {
         return Err(AccessError::BadWidth { offset, bytes });
@@ -344,12 +350,9 @@ impl Vgic {
             let value = self.route.get(n - 32).copied().unwrap_or(0);
             return Ok(if bytes == 4 && offset % 8 == 4 { value >> 32 } else if bytes == 4 { value & 0xffff_ffff } else { value });
         }
-        let byte_ok = (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x400).contains(&offset)
-            || (self.version == GicVersion::V2 && (GICD_ITARGETSR..GICD_ITARGETSR + 0x400).contains(&offset))
-            || (self.version == GicVersion::V2 && (GICD_CPENDSGIR..GICD_SPENDSGIR + 0x10).contains(&offset));
-        check_width(offset, bytes, if byte_ok { &[1, 4] } else { &[4] })?;
+        self.check_access(offset, bytes)?;
         let version = self.version;
-        let hidden = move |n: u64| version == GicVersion::V3 && n == 0 && frame == Frame::Distributor;
+        let hidden = move |n: u64| bank_hidden(version, frame, n);
         let value = match offset {
             GICD_CTLR => {
                 let mut v = u64::from(self.enable_grp0) | (u64::from(self.enable_grp1) << 1);
@@ -440,12 +443,9 @@ impl Vgic {
             }
             return Ok(all);
         }
-        let byte_ok = (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x400).contains(&offset)
-            || (self.version == GicVersion::V2 && (GICD_ITARGETSR..GICD_ITARGETSR + 0x400).contains(&offset))
-            || (self.version == GicVersion::V2 && (GICD_CPENDSGIR..GICD_SPENDSGIR + 0x10).contains(&offset));
-        check_width(offset, bytes, if byte_ok { &[1, 4] } else { &[4] })?;
+        self.check_access(offset, bytes)?;
         let version = self.version;
-        let hidden = move |n: u64| version == GicVersion::V3 && n == 0 && frame == Frame::Distributor;
+        let hidden = move |n: u64| bank_hidden(version, frame, n);
         let value32 = value as u32;
         match offset {
             GICD_CTLR => {
@@ -516,9 +516,18 @@ impl Vgic {
             || (GICD_ICFGR..GICD_ICFGR + 8).contains(&offset)
     }
 
-    /// GICv3 with ARE: the distributor's copies of the private registers are RAZ/WI.
+    /// The sizes the spec allows at `offset`: bytes for IPRIORITYR (and, on GICv2,
+    /// ITARGETSR and the SGI pending registers), words elsewhere; aligned.
+    fn check_access(&self, offset: u64, bytes: u8) -> Result<(), AccessError> {
+        let v2 = self.version == GicVersion::V2;
+        let byte_ok = (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x400).contains(&offset)
+            || (v2 && (GICD_ITARGETSR..GICD_ITARGETSR + 0x400).contains(&offset))
+            || (v2 && (GICD_CPENDSGIR..GICD_SPENDSGIR + 0x10).contains(&offset));
+        check_width(offset, bytes, if byte_ok { &[1, 4] } else { &[4] })
+    }
+
     fn private_bank_hidden(&self, intid: u32, frame: Frame) -> bool {
-        self.version == GicVersion::V3 && intid < 32 && frame == Frame::Distributor
+        bank_hidden(self.version, frame, u64::from(intid / 32))
     }
 
     fn read_bits(&self, vcpu: usize, n: u64, f: impl Fn(&IrqState) -> bool) -> u64 {

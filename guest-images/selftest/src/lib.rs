@@ -148,14 +148,7 @@ macro_rules! println {
 }
 
 pub fn hvc(x0: u64, x1: u64) -> u64 {
-    let mut r = x0;
-    // SAFETY: an SMCCC call to the hypervisor; it may clobber x0-x17.
-    unsafe {
-        asm!("hvc #0", inout("x0") r, inout("x1") x1 => _, out("x2") _, out("x3") _, out("x4") _,
-            out("x5") _, out("x6") _, out("x7") _, out("x8") _, out("x9") _, out("x10") _, out("x11") _,
-            out("x12") _, out("x13") _, out("x14") _, out("x15") _, out("x16") _, out("x17") _, options(nostack));
-    }
-    r
+    hvc3(x0, x1, 0, 0)
 }
 
 /// An SMCCC call with three arguments.
