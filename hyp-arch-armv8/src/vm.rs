@@ -102,6 +102,16 @@ pub struct VmResources {
 /// GICv3 board, where the guest's CPU interface is system registers).
 pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32, gicv: Option<CapId>) -> Result<VmResources, CapError> {
     let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
+    let granted = grant_to(caps, untyped, vm_cap, memory, vcpus, gicv);
+    if granted.is_err() {
+        // Nothing half-built stays behind: the VM and whatever it was given go.
+        let vttbr = caps.vm_id(vm_cap).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
+        let _ = caps.destroy_vm(&mut HeapTableMemory, &mut Stage2Tlb { vttbr }, vm_cap);
+    }
+    granted
+}
+
+fn grant_to(caps: &mut CapSpace, untyped: &[CapId], vm_cap: CapId, memory: u64, vcpus: u32, gicv: Option<CapId>) -> Result<VmResources, CapError> {
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
     }

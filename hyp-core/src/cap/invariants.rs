@@ -5,7 +5,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use stage2::{MemoryType, PhysAddr, TableMemory};
+use stage2::{MemoryType, TableMemory};
 
 use super::space::{CapKind, Object, ObjectId, RegionKind};
 use super::{CapSpace, Rights};
@@ -88,13 +88,6 @@ fn mapped_ranges(s: &CapSpace, mem: &impl TableMemory) -> Vec<(ObjectId, u64, u6
     out
 }
 
-fn region_containing(s: &CapSpace, pa: PhysAddr) -> Option<RegionKind> {
-    s.objects.values().find_map(|o| match o {
-        Object::Region { range, kind, .. } if range.base <= pa.0 && pa.0 < range.end() => Some(*kind),
-        _ => None,
-    })
-}
-
 /// I4: a RAM region is mapped into at most one VM, and two VMs' tables share frames only
 /// inside shared regions.
 pub fn private_ram_is_private(s: &CapSpace, mem: &impl TableMemory) -> Check {
@@ -112,9 +105,13 @@ pub fn private_ram_is_private(s: &CapSpace, mem: &impl TableMemory) -> Check {
     for (i, (vm_a, a0, a1)) in ranges.iter().enumerate() {
         for (vm_b, b0, b1) in &ranges[i + 1..] {
             if vm_a != vm_b && a0 < b1 && b0 < a1 {
-                let shared = matches!(region_containing(s, PhysAddr(*a0.max(b0))), Some(RegionKind::Shared | RegionKind::BankedDevice));
+                // The whole overlap must lie in one region that may be shared.
+                let (lo, hi) = (*a0.max(b0), *a1.min(b1));
+                let shared = s.objects.values().any(|o| {
+                    matches!(o, Object::Region { range, kind: RegionKind::Shared | RegionKind::BankedDevice, .. } if range.base <= lo && hi <= range.end())
+                });
                 if !shared {
-                    return fail("I4", format!("VMs {} and {} both map {:#x}", vm_a.0, vm_b.0, a0.max(b0)));
+                    return fail("I4", format!("VMs {} and {} both map {lo:#x}..{hi:#x}", vm_a.0, vm_b.0));
                 }
             }
         }
@@ -193,13 +190,10 @@ pub fn ipa_ranges_disjoint(s: &CapSpace) -> Check {
             if ipa.end() > 1 << bits {
                 return fail("I8", format!("VM {} range ends at {:#x}", vm.0, ipa.end()));
             }
-            if ranges.iter().any(|(v, r)| *v == vm && r.overlaps(&ipa) && *r != ipa) {
-                return fail("I8", format!("VM {} has overlapping ranges at {:#x}", vm.0, ipa.start().0));
+            if let Some((_, r)) = ranges.iter().find(|(v, r)| *v == vm && r.overlaps(&ipa)) {
+                return fail("I8", format!("VM {} has overlapping ranges at {:#x} and {:#x}", vm.0, r.start().0, ipa.start().0));
             }
-            // Derived copies of one range are the same range.
-            if !ranges.iter().any(|(v, r)| *v == vm && *r == ipa) {
-                ranges.push((vm, ipa));
-            }
+            ranges.push((vm, ipa));
         }
     }
     Ok(())

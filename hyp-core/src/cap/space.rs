@@ -2,7 +2,7 @@
 //! operation is `decode_*` (every check, no side effect, `&self`) then `invoke_*` (applies
 //! what was decoded), seL4's decode/invoke split (CONVENTIONS 6).
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
 use stage2::{Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, PhysAddr, Stage2Table, TableFormat, TableMemory, TlbMaintenance, PAGE_SIZE};
@@ -100,13 +100,26 @@ pub struct MapOp {
     owner: OwnershipState,
 }
 
-/// A decoded `retype`.
-pub struct RetypeOp {
-    untyped_cap: CapId,
-    untyped: ObjectId,
-    range: PhysRange,
-    kind: RegionKind,
+/// A decoded operation that adds one capability, and perhaps the object it names: retype,
+/// derive, grant an interrupt, an emulated window, a vCPU. Invoking it cannot fail.
+pub struct CreateOp {
+    what: NewCap,
     rights: Rights,
+    parent: Option<CapId>,
+}
+
+enum NewCap {
+    Cap(CapKind),
+    Region { untyped: ObjectId, range: PhysRange, kind: RegionKind },
+    Vcpu { vm: ObjectId, index: u32 },
+}
+
+/// A decoded revoke, delete or VM destruction: every capability and object that goes,
+/// computed without side effects. Invoking it cannot fail.
+#[derive(Default)]
+pub struct RemoveOp {
+    caps: BTreeSet<CapId>,
+    objects: BTreeSet<ObjectId>,
 }
 
 fn aligned(value: u64, align: u64) -> bool {
@@ -201,7 +214,7 @@ impl CapSpace {
         Ok(self.new_cap(CapKind::Object(id), Rights::ALL, None))
     }
 
-    pub fn decode_retype(&self, untyped_cap: CapId, kind: RegionKind, size: u64, align: u64) -> Result<RetypeOp, CapError> {
+    pub fn decode_retype(&self, untyped_cap: CapId, kind: RegionKind, size: u64, align: u64) -> Result<CreateOp, CapError> {
         let (untyped, object, rights) = self.object_of(untyped_cap)?;
         let Object::Untyped { range, carved } = object else {
             return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
@@ -223,7 +236,7 @@ impl CapSpace {
         for gap_end in pieces.iter().map(|r| r.base).chain(core::iter::once(range.end())) {
             let base = cursor.next_multiple_of(align);
             if base.checked_add(size).is_some_and(|end| end <= gap_end) {
-                return Ok(RetypeOp { untyped_cap, untyped, range: PhysRange { base, size }, kind, rights });
+                return Ok(CreateOp { what: NewCap::Region { untyped, range: PhysRange { base, size }, kind }, rights, parent: Some(untyped_cap) });
             }
             if let Some(p) = pieces.iter().find(|p| p.base == gap_end) {
                 cursor = cursor.max(p.end());
@@ -232,18 +245,26 @@ impl CapSpace {
         Err(CapError::OutOfUntyped { size })
     }
 
-    pub fn invoke_retype(&mut self, op: RetypeOp) -> CapId {
-        let region = self.new_object(Object::Region { range: op.range, kind: op.kind, untyped: Some(op.untyped) });
-        if let Some(Object::Untyped { carved, .. }) = self.objects.get_mut(&op.untyped) {
-            carved.push((op.range, region));
-        }
-        self.new_cap(CapKind::Object(region), op.rights, Some(op.untyped_cap))
+    /// Adds what was decoded: the capability, and the region or vCPU object it names.
+    pub fn invoke_create(&mut self, op: CreateOp) -> CapId {
+        let kind = match op.what {
+            NewCap::Cap(kind) => kind,
+            NewCap::Region { untyped, range, kind } => {
+                let region = self.new_object(Object::Region { range, kind, untyped: Some(untyped) });
+                if let Some(Object::Untyped { carved, .. }) = self.objects.get_mut(&untyped) {
+                    carved.push((range, region));
+                }
+                CapKind::Object(region)
+            }
+            NewCap::Vcpu { vm, index } => CapKind::Object(self.new_object(Object::Vcpu { vm, index })),
+        };
+        self.new_cap(kind, op.rights, op.parent)
     }
 
     /// Carves `size` bytes aligned to `align` out of the untyped as a region of `kind`.
     pub fn retype(&mut self, untyped_cap: CapId, kind: RegionKind, size: u64, align: u64) -> Result<CapId, CapError> {
         let op = self.decode_retype(untyped_cap, kind, size, align)?;
-        Ok(self.invoke_retype(op))
+        Ok(self.invoke_create(op))
     }
 
     /// A new VM with empty stage-2 tables and the lowest free VMID.
@@ -255,8 +276,7 @@ impl CapSpace {
         Ok(self.new_cap(CapKind::Object(id), Rights::ALL, None))
     }
 
-    /// A new vCPU of the VM, with the lowest index the VM does not use yet.
-    pub fn create_vcpu(&mut self, vm_cap: CapId, max_vcpus: u32) -> Result<CapId, CapError> {
+    pub fn decode_create_vcpu(&self, vm_cap: CapId, max_vcpus: u32) -> Result<CreateOp, CapError> {
         let (vm, rights) = self.vm_object(vm_cap)?;
         Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
         let used: Vec<u32> = self.objects.values().filter_map(|o| match o {
@@ -264,8 +284,13 @@ impl CapSpace {
             _ => None,
         }).collect();
         let index = (0..max_vcpus).find(|i| !used.contains(i)).ok_or(CapError::TooManyVcpus { max: max_vcpus })?;
-        let id = self.new_object(Object::Vcpu { vm, index });
-        Ok(self.new_cap(CapKind::Object(id), Rights::ALL, Some(vm_cap)))
+        Ok(CreateOp { what: NewCap::Vcpu { vm, index }, rights: Rights::ALL, parent: Some(vm_cap) })
+    }
+
+    /// A new vCPU of the VM, with the lowest index below `max_vcpus` the VM does not use yet.
+    pub fn create_vcpu(&mut self, vm_cap: CapId, max_vcpus: u32) -> Result<CapId, CapError> {
+        let op = self.decode_create_vcpu(vm_cap, max_vcpus)?;
+        Ok(self.invoke_create(op))
     }
 
     /// The vCPUs of a VM, by index.
@@ -346,15 +371,21 @@ impl CapSpace {
         self.invoke_map(mem, tlb, op)
     }
 
-    /// An IPA range of the VM whose accesses trap to device model `device`.
-    pub fn add_emulated_window(&mut self, vm_cap: CapId, ipa: IpaRange, device: u32) -> Result<CapId, CapError> {
+    pub fn decode_emulated_window(&self, vm_cap: CapId, ipa: IpaRange, device: u32) -> Result<CreateOp, CapError> {
         let (vm, rights) = self.vm_object(vm_cap)?;
         Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
         self.check_ipa(vm, ipa)?;
-        Ok(self.new_cap(CapKind::EmulatedWindow { vm, ipa, device }, Rights::RW, Some(vm_cap)))
+        Ok(CreateOp { what: NewCap::Cap(CapKind::EmulatedWindow { vm, ipa, device }), rights: Rights::RW, parent: Some(vm_cap) })
     }
 
-    pub fn grant_interrupt(&mut self, vm_cap: CapId, interrupt_cap: CapId) -> Result<CapId, CapError> {
+    /// An IPA range of the VM whose accesses trap to device model `device` (no stage-2
+    /// mapping: the fault handler finds it with `lookup`).
+    pub fn add_emulated_window(&mut self, vm_cap: CapId, ipa: IpaRange, device: u32) -> Result<CapId, CapError> {
+        let op = self.decode_emulated_window(vm_cap, ipa, device)?;
+        Ok(self.invoke_create(op))
+    }
+
+    pub fn decode_grant_interrupt(&self, vm_cap: CapId, interrupt_cap: CapId) -> Result<CreateOp, CapError> {
         let (vm, vm_rights) = self.vm_object(vm_cap)?;
         Self::require(vm_cap, vm_rights, Rights::GRANT, "grant")?;
         let (interrupt, object, rights) = self.object_of(interrupt_cap)?;
@@ -365,105 +396,86 @@ impl CapSpace {
         if self.caps.values().any(|c| matches!(c.kind, CapKind::InterruptGrant { interrupt: i, .. } if i == interrupt)) {
             return Err(CapError::InterruptAlreadyGranted { intid });
         }
-        Ok(self.new_cap(CapKind::InterruptGrant { vm, interrupt }, Rights::RW, Some(interrupt_cap)))
+        Ok(CreateOp { what: NewCap::Cap(CapKind::InterruptGrant { vm, interrupt }), rights: Rights::RW, parent: Some(interrupt_cap) })
     }
 
-    /// A copy of the object capability `cap` with `rights`, a subset of its rights.
+    /// Gives the VM the physical interrupt; it belongs to at most one VM at a time.
+    pub fn grant_interrupt(&mut self, vm_cap: CapId, interrupt_cap: CapId) -> Result<CapId, CapError> {
+        let op = self.decode_grant_interrupt(vm_cap, interrupt_cap)?;
+        Ok(self.invoke_create(op))
+    }
+
     /// Mappings, windows and grants are not copied: each exists once, so deleting it undoes
     /// exactly what it did.
-    pub fn derive(&mut self, cap: CapId, rights: Rights) -> Result<CapId, CapError> {
-        let c = *self.cap(cap)?;
+    pub fn decode_derive(&self, cap: CapId, rights: Rights) -> Result<CreateOp, CapError> {
+        let c = self.cap(cap)?;
         if !matches!(c.kind, CapKind::Object(_)) {
             return Err(CapError::WrongType { cap, expected: "an object (mappings, windows and grants are not copied)" });
         }
         if !c.rights.contains(rights) {
             return Err(CapError::RightsNotASubset { cap });
         }
-        Ok(self.new_cap(c.kind, rights, Some(cap)))
+        Ok(CreateOp { what: NewCap::Cap(c.kind), rights, parent: Some(cap) })
     }
 
-    fn children(&self, cap: CapId) -> Vec<CapId> {
-        self.caps.iter().filter(|(_, c)| c.parent == Some(cap)).map(|(id, _)| *id).collect()
+    /// A copy of the object capability `cap` with `rights`, a subset of its rights, as a
+    /// child of `cap` in the derivation tree.
+    pub fn derive(&mut self, cap: CapId, rights: Rights) -> Result<CapId, CapError> {
+        let op = self.decode_derive(cap, rights)?;
+        Ok(self.invoke_create(op))
     }
 
-    /// Deletes everything derived from `cap` (with its mappings and grants); `cap` stays.
-    pub fn revoke(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, cap: CapId) -> Result<(), CapError> {
+    /// Everything that goes when the capabilities `roots` are deleted: their descendants in
+    /// the derivation tree; each object whose last capability goes; and with an object,
+    /// every capability that refers to it (a region's mappings; a VM's mappings, windows,
+    /// grants and vCPUs; an interrupt's grant), until nothing more follows.
+    fn plan_removal(&self, roots: Vec<CapId>) -> RemoveOp {
+        let mut op = RemoveOp::default();
+        let mut work = roots;
+        while let Some(cap) = work.pop() {
+            let Some(c) = self.caps.get(&cap) else { continue };
+            if !op.caps.insert(cap) {
+                continue;
+            }
+            work.extend(self.children(cap));
+            let CapKind::Object(object) = c.kind else { continue };
+            let last = self.caps.iter().all(|(id, c)| c.kind != CapKind::Object(object) || op.caps.contains(id));
+            if last && op.objects.insert(object) {
+                work.extend(self.caps.iter().filter(|(_, c)| self.refers_to(c.kind, object)).map(|(id, _)| *id));
+            }
+        }
+        op
+    }
+
+    fn children(&self, cap: CapId) -> impl Iterator<Item = CapId> + '_ {
+        self.caps.iter().filter(move |(_, c)| c.parent == Some(cap)).map(|(id, _)| *id)
+    }
+
+    /// Whether a capability of `kind` depends on `object` other than by naming it.
+    fn refers_to(&self, kind: CapKind, object: ObjectId) -> bool {
+        match kind {
+            CapKind::Mapping { vm, region, .. } => vm == object || region == object,
+            CapKind::EmulatedWindow { vm, .. } => vm == object,
+            CapKind::InterruptGrant { vm, interrupt } => vm == object || interrupt == object,
+            CapKind::Object(o) => matches!(self.objects.get(&o), Some(Object::Vcpu { vm, .. }) if *vm == object),
+        }
+    }
+
+    /// Revoking `cap` removes everything derived from it; `cap` stays.
+    pub fn decode_revoke(&self, cap: CapId) -> Result<RemoveOp, CapError> {
         self.cap(cap)?;
-        for child in self.children(cap) {
-            self.delete(mem, tlb, child)?;
-        }
-        Ok(())
+        Ok(self.plan_removal(self.children(cap).collect()))
     }
 
-    /// Revokes `cap`, then removes it and what it did: a mapping leaves the VM's tables, a
-    /// grant ends; the last capability to an object destroys it (a region's memory returns to
-    /// its untyped; a VM's tables are freed).
-    pub fn delete(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, cap: CapId) -> Result<(), CapError> {
-        self.revoke(mem, tlb, cap)?;
-        let Some(c) = self.caps.remove(&cap) else { return Ok(()) };
-        match c.kind {
-            CapKind::Mapping { vm, ipa, .. } => {
-                if let Some(Object::Vm { table, .. }) = self.objects.get_mut(&vm) {
-                    // The mapping's range holds only its own blocks: no split, no allocation.
-                    table.unmap_range(mem, tlb, ipa)?;
-                }
-            }
-            CapKind::EmulatedWindow { .. } | CapKind::InterruptGrant { .. } => {}
-            CapKind::Object(object) => {
-                let still_named = self.caps.values().any(|c| c.kind == CapKind::Object(object));
-                if !still_named {
-                    self.destroy_object(mem, tlb, object)?;
-                }
-            }
-        }
-        Ok(())
+    /// Deleting `cap` revokes it, then removes it.
+    pub fn decode_delete(&self, cap: CapId) -> Result<RemoveOp, CapError> {
+        self.cap(cap)?;
+        Ok(self.plan_removal(alloc::vec![cap]))
     }
 
-    fn destroy_object(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, object: ObjectId) -> Result<(), CapError> {
-        // Whatever else refers to the object goes first: mappings of a region, everything
-        // of a VM, grants of an interrupt.
-        let dependents: Vec<CapId> = self
-            .caps
-            .iter()
-            .filter(|(_, c)| match c.kind {
-                CapKind::Mapping { vm, region, .. } => vm == object || region == object,
-                CapKind::EmulatedWindow { vm, .. } => vm == object,
-                CapKind::InterruptGrant { vm, interrupt } => vm == object || interrupt == object,
-                CapKind::Object(_) => false,
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for cap in dependents {
-            self.delete(mem, tlb, cap)?;
-        }
-        // A VM's vCPUs go with it, whoever holds their capabilities.
-        let vcpus: Vec<ObjectId> =
-            self.objects.iter().filter(|(_, o)| matches!(o, Object::Vcpu { vm, .. } if *vm == object)).map(|(id, _)| *id).collect();
-        for vcpu in vcpus {
-            let caps: Vec<CapId> = self.caps.iter().filter(|(_, c)| c.kind == CapKind::Object(vcpu)).map(|(id, _)| *id).collect();
-            for cap in caps {
-                self.caps.remove(&cap);
-            }
-            self.objects.remove(&vcpu);
-        }
-        match self.objects.remove(&object) {
-            Some(Object::Region { untyped: Some(u), .. }) => {
-                if let Some(Object::Untyped { carved, .. }) = self.objects.get_mut(&u) {
-                    carved.retain(|(_, r)| *r != object);
-                }
-            }
-            Some(Object::Vm { vmid, table }) => {
-                table.destroy(mem);
-                tlb.invalidate_vmid(vmid);
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Ends a VM: its mappings, windows and grants, the private RAM regions mapped into it
-    /// (their memory returns to untyped), and the VM with its tables.
-    pub fn destroy_vm(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, vm_cap: CapId) -> Result<(), CapError> {
+    /// Destroying a VM deletes every capability to it and to the private RAM regions mapped
+    /// into it, so that memory returns to its untyped.
+    pub fn decode_destroy_vm(&self, vm_cap: CapId) -> Result<RemoveOp, CapError> {
         let (vm, _) = self.vm_object(vm_cap)?;
         let private: Vec<ObjectId> = self
             .caps
@@ -474,15 +486,62 @@ impl CapSpace {
             })
             .filter(|r| matches!(self.objects.get(r), Some(Object::Region { kind: RegionKind::Ram, .. })))
             .collect();
-        let region_caps: Vec<CapId> =
-            self.caps.iter().filter(|(_, c)| matches!(c.kind, CapKind::Object(o) if private.contains(&o))).map(|(id, _)| *id).collect();
-        for cap in region_caps {
-            self.delete(mem, tlb, cap)?;
+        let roots = self.caps.iter().filter(|(_, c)| matches!(c.kind, CapKind::Object(o) if o == vm || private.contains(&o)));
+        Ok(self.plan_removal(roots.map(|(id, _)| *id).collect()))
+    }
+
+    /// Removes what was decoded: mappings leave the tables of VMs that stay, regions' memory
+    /// returns to their untyped, VMs' tables are freed and their TLB entries invalidated.
+    pub fn invoke_remove(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, op: RemoveOp) {
+        for cap in &op.caps {
+            let Some(Cap { kind: CapKind::Mapping { vm, ipa, .. }, .. }) = self.caps.remove(cap) else { continue };
+            if op.objects.contains(&vm) {
+                continue; // the whole table goes below
+            }
+            if let Some(Object::Vm { table, .. }) = self.objects.get_mut(&vm) {
+                // Cannot fail: the range passed the same checks when it was mapped, and it
+                // holds only the entries `map` made for it, so no block is split and no
+                // frame is needed. I5 (tables_refine_capabilities) would show it otherwise.
+                let _ = table.unmap_range(mem, tlb, ipa);
+            }
         }
-        let vm_caps: Vec<CapId> = self.caps.iter().filter(|(_, c)| c.kind == CapKind::Object(vm)).map(|(id, _)| *id).collect();
-        for cap in vm_caps {
-            self.delete(mem, tlb, cap)?;
+        for object in &op.objects {
+            match self.objects.remove(object) {
+                Some(Object::Region { untyped: Some(u), .. }) => {
+                    if let Some(Object::Untyped { carved, .. }) = self.objects.get_mut(&u) {
+                        carved.retain(|(_, r)| r != object);
+                    }
+                }
+                Some(Object::Vm { vmid, table }) => {
+                    table.destroy(mem);
+                    tlb.invalidate_vmid(vmid);
+                }
+                _ => {}
+            }
         }
+    }
+
+    /// Deletes everything derived from `cap` (with its mappings and grants); `cap` stays.
+    pub fn revoke(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, cap: CapId) -> Result<(), CapError> {
+        let op = self.decode_revoke(cap)?;
+        self.invoke_remove(mem, tlb, op);
+        Ok(())
+    }
+
+    /// Revokes `cap`, then removes it and what it did: a mapping leaves the VM's tables, a
+    /// grant ends; the last capability to an object destroys it (a region's memory returns to
+    /// its untyped; a VM's tables are freed, with its vCPUs).
+    pub fn delete(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, cap: CapId) -> Result<(), CapError> {
+        let op = self.decode_delete(cap)?;
+        self.invoke_remove(mem, tlb, op);
+        Ok(())
+    }
+
+    /// Ends a VM: its mappings, windows, grants and vCPUs, the private RAM regions mapped
+    /// into it (their memory returns to untyped), and the VM with its tables.
+    pub fn destroy_vm(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, vm_cap: CapId) -> Result<(), CapError> {
+        let op = self.decode_destroy_vm(vm_cap)?;
+        self.invoke_remove(mem, tlb, op);
         Ok(())
     }
 

@@ -2,6 +2,8 @@
 //! checked after every step of random operation sequences (proptest) and of every sequence
 //! of four operations over a small universe (exhaustive).
 
+use alloc::format;
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use proptest::prelude::*;
@@ -243,6 +245,39 @@ fn running_out_of_table_frames_changes_nothing() {
     w.check();
 }
 
+#[test]
+fn a_vm_without_frames_for_its_root_table_is_not_created() {
+    let mut w = World::new();
+    let caps = w.space.capability_count();
+    w.mem.set_budget(w.mem.frames_in_use());
+    assert_eq!(w.space.create_vm(&mut w.mem), Err(CapError::Stage2(stage2::Stage2Error::OutOfFrames)));
+    assert_eq!(w.space.capability_count(), caps);
+    w.check();
+}
+
+#[test]
+fn decoding_changes_nothing_and_invoking_does_what_was_decoded() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 2 * MIB2, MIB2).unwrap();
+    w.map(vm, ram, 0x4000_0000, Rights::RWX).unwrap();
+    w.space.grant_interrupt(vm, w.interrupt).unwrap();
+    w.space.create_vcpu(vm, 1).unwrap();
+    let before = w.fingerprint();
+    let ops = [w.space.decode_destroy_vm(vm).unwrap(), w.space.decode_revoke(w.untyped[0]).unwrap(), w.space.decode_delete(ram).unwrap()];
+    let _ = (w.space.decode_retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap(), w.space.decode_derive(vm, Rights::READ).unwrap());
+    assert_eq!(w.fingerprint(), before, "decoding left a trace");
+    drop(ops);
+    let op = w.space.decode_destroy_vm(vm).unwrap();
+    w.space.invoke_remove(&mut w.mem, &mut w.tlb, op);
+    // The untyped, device, interrupt and their root capabilities stay; all the VM had went.
+    assert_eq!(w.space.capability_count(), 4);
+    assert_eq!(w.mem.frames_in_use(), 0);
+    let next = w.vm();
+    w.space.grant_interrupt(next, w.interrupt).expect("the interrupt is free again");
+    w.check();
+}
+
 /// One operation of the random and exhaustive searches; indices pick among what exists.
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -265,9 +300,9 @@ impl World {
         (!list.is_empty()).then(|| list[i % list.len()])
     }
 
-    /// Applies `op`; errors are fine (they must be typed, which the signature guarantees),
-    /// panics are not.
-    fn apply(&mut self, op: Op) {
+    /// Applies `op` and says whether it was refused; errors are fine (they must be typed,
+    /// which the signature guarantees), panics are not.
+    fn apply(&mut self, op: Op) -> bool {
         let made = self.made.clone();
         let vms = self.vms.clone();
         let result: Result<Option<CapId>, CapError> = match op {
@@ -316,6 +351,25 @@ impl World {
             self.made.push(c);
         }
         // Capabilities that no longer exist stay in `made`: using them must give an error.
+        result.is_err()
+    }
+
+    /// Everything the abstract and the real state hold: capabilities, objects, every table
+    /// frame's contents.
+    fn fingerprint(&self) -> String {
+        let objects: Vec<String> = self
+            .space
+            .objects
+            .iter()
+            .map(|(id, o)| match o {
+                super::space::Object::Untyped { range, carved } => format!("{id:?} untyped {range:?} {carved:?}"),
+                super::space::Object::Region { range, kind, untyped } => format!("{id:?} region {range:?} {kind:?} {untyped:?}"),
+                super::space::Object::Vm { vmid, table } => format!("{id:?} vm {vmid} root {:?}", table.root()),
+                super::space::Object::Vcpu { vm, index } => format!("{id:?} vcpu {vm:?} {index}"),
+                super::space::Object::Interrupt { intid } => format!("{id:?} interrupt {intid}"),
+            })
+            .collect();
+        format!("{:?} {objects:?} {:?}", self.space.caps, self.mem.snapshot())
     }
 }
 
@@ -343,6 +397,29 @@ proptest! {
         let mut w = World::new();
         for op in ops {
             w.apply(op);
+            if let Err(v) = check_all(&w.space, &w.mem) {
+                prop_assert!(false, "{} violated after {:?}: {}", v.invariant, op, v.detail);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+    /// With table frames scarce (a budget of 0 to 7 more frames), a refused operation,
+    /// out of frames included, leaves the capabilities, the objects and every table frame
+    /// exactly as they were: decode has no side effect, and stage 2 prepares before it
+    /// commits.
+    #[test]
+    fn a_refused_operation_changes_nothing(spare in 0usize..8, ops in prop::collection::vec(op(), 1..10)) {
+        let mut w = World::new();
+        w.mem.set_budget(w.mem.frames_in_use() + spare);
+        for op in ops {
+            let before = w.fingerprint();
+            if w.apply(op) {
+                prop_assert!(w.fingerprint() == before, "refused {:?} changed the state", op);
+            }
             if let Err(v) = check_all(&w.space, &w.mem) {
                 prop_assert!(false, "{} violated after {:?}: {}", v.invariant, op, v.detail);
             }
