@@ -40,7 +40,7 @@ pub fn parse(console: &str) -> Figures {
 fn target(name: &str) -> Option<f64> {
     match name {
         "hvc-unknown" | "hvc-smccc-version" => Some(150.0),
-        "mmio-read" => Some(300.0),
+        "mmio-read" | "gicd-read" => Some(300.0),
         _ => None,
     }
 }

@@ -16,6 +16,7 @@ const ITERATIONS: u64 = 10_000;
 /// A function id no one implements (owner 2, "SiP service", function 0): NOT_SUPPORTED.
 const UNKNOWN_FUNCTION: u64 = 0xc200_0000;
 const UARTFR: usize = UART + 0x18;
+const GICD_TYPER: usize = 0x0800_0004;
 
 fn counter() -> u64 {
     let v: u64;
@@ -55,6 +56,10 @@ extern "C" fn guest_main() -> ! {
     bench("mmio-read", || {
         // SAFETY: UARTFR of the VM's PL011, emulated by the hypervisor (or QEMU natively).
         core::hint::black_box(unsafe { read_volatile(UARTFR as *const u32) });
+    });
+    bench("gicd-read", || {
+        // SAFETY: GICD_TYPER of the VM's GIC distributor (the vGIC, or QEMU's GIC natively).
+        core::hint::black_box(unsafe { read_volatile(GICD_TYPER as *const u32) });
     });
     println!("microbench: done");
     hvc(PSCI_SYSTEM_OFF, 0);
