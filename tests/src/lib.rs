@@ -18,6 +18,7 @@ pub struct Images {
     pub isolation_secret: PathBuf,
     pub isolation_probe: PathBuf,
     pub gic: PathBuf,
+    pub microbench: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -32,6 +33,7 @@ pub fn images() -> &'static Images {
             isolation_secret: guest("isolation-secret"),
             isolation_probe: guest("isolation-probe"),
             gic: guest("gic"),
+            microbench: guest("microbench"),
         }
     })
 }
