@@ -62,17 +62,24 @@ fn gicv3_distributor_reports_affinity_routing_and_its_size() {
     assert_eq!(g.read(0, 0xffe8, 4).unwrap() >> 4 & 0xf, 3, "GICD_PIDR2.ArchRev");
 }
 
+/// Runs a test on a GICv3 and a GICv2 vGIC.
+fn both(vcpus: usize, test: impl Fn(Vgic)) {
+    test(v3(vcpus));
+    test(v2(vcpus));
+}
+
 #[test]
 fn highest_priority_first_and_lower_intid_breaks_ties() {
-    // IHI 0069 4.8 / IHI 0048B 3.3: lower value, higher priority.
-    let mut g = v3(1);
-    enable_spi(&mut g, 40, 0x80, 0);
-    enable_spi(&mut g, 41, 0x20, 0);
-    enable_spi(&mut g, 42, 0x80, 0);
-    for i in [42, 40, 41] {
-        g.inject_edge(0, IntId(i));
-    }
-    assert_eq!(intids(&g.candidates(0)), [41, 40, 42]);
+    // IHI 0069 "Interrupt prioritization" / IHI 0048B 3.3: lower value, higher priority.
+    both(1, |mut g| {
+        enable_spi(&mut g, 40, 0x80, 0);
+        enable_spi(&mut g, 41, 0x20, 0);
+        enable_spi(&mut g, 42, 0x80, 0);
+        for i in [42, 40, 41] {
+            g.inject_edge(0, IntId(i));
+        }
+        assert_eq!(intids(&g.candidates(0)), [41, 40, 42], "{:?}", g.version());
+    });
 }
 
 #[test]
@@ -115,8 +122,12 @@ fn gicv2_sgis_are_pending_per_source_and_none_is_lost() {
 
 #[test]
 fn level_interrupts_stay_pending_while_the_line_is_high_edge_ones_do_not() {
-    // IHI 0069 4.1.2: a level-sensitive interrupt is pending while its input is asserted.
-    let mut g = v3(1);
+    // IHI 0069 4.1.2 / IHI 0048B 1.4.2: a level-sensitive interrupt is pending while its
+    // input is asserted.
+    both(1, level_and_edge);
+}
+
+fn level_and_edge(mut g: Vgic) {
     enable_spi(&mut g, 33, 0x10, 0);
     enable_spi(&mut g, 34, 0x10, 0);
     g.write(0, ICFGR + 8, 4, 2 << (2 * 2)).unwrap(); // INTID 34 edge
@@ -134,8 +145,11 @@ fn level_interrupts_stay_pending_while_the_line_is_high_edge_ones_do_not() {
 
 #[test]
 fn an_active_interrupt_can_be_pending_again() {
-    // IHI 0069 4.1: active and pending.
-    let mut g = v3(1);
+    // IHI 0069 4.1 / IHI 0048B 1.4.2: active and pending.
+    both(1, active_and_pending);
+}
+
+fn active_and_pending(mut g: Vgic) {
     enable_spi(&mut g, 40, 0x10, 0);
     g.write(0, ICFGR + 8, 4, 2 << (2 * 8)).unwrap(); // edge
     g.inject_edge(0, IntId(40));
@@ -148,7 +162,10 @@ fn an_active_interrupt_can_be_pending_again() {
 
 #[test]
 fn more_pending_than_list_registers_asks_for_underflow_and_refills() {
-    let mut g = v3(1);
+    both(1, overflow_and_refill);
+}
+
+fn overflow_and_refill(mut g: Vgic) {
     for i in 0..6 {
         enable_spi(&mut g, 40 + i, 0x10 + i as u8, 0);
         g.inject_edge(0, IntId(40 + i));
@@ -165,14 +182,38 @@ fn more_pending_than_list_registers_asks_for_underflow_and_refills() {
 
 #[test]
 fn disabled_groups_forward_nothing() {
-    // IHI 0069 12.9.4: EnableGrp1 clear: group 1 interrupts are not forwarded.
-    let mut g = v3(1);
-    enable_spi(&mut g, 40, 0x10, 0);
-    g.inject_edge(0, IntId(40));
-    g.write(0, GICD_CTLR, 4, 0b01).unwrap();
-    assert!(g.candidates(0).is_empty());
-    g.write(0, GICD_CTLR, 4, 0b10).unwrap();
-    assert_eq!(intids(&g.candidates(0)), [40]);
+    // IHI 0069 12.9.4 / IHI 0048B 4.3.1: with a group's enable clear in GICD_CTLR, its
+    // interrupts are not forwarded.
+    both(1, |mut g| {
+        enable_spi(&mut g, 40, 0x10, 0);
+        g.inject_edge(0, IntId(40));
+        g.write(0, GICD_CTLR, 4, 0b01).unwrap();
+        assert!(g.candidates(0).is_empty());
+        g.write(0, GICD_CTLR, 4, 0b10).unwrap();
+        assert_eq!(intids(&g.candidates(0)), [40]);
+    });
+}
+
+#[test]
+fn eoimode_1_priority_drop_then_deactivation() {
+    // IHI 0069 "Interrupt lifecycle" (ICC_CTLR_EL1.EOImode = 1) / IHI 0048B GICC_CTLR.EOImodeNS:
+    // the guest's EOI only drops the running priority and the interrupt stays active until
+    // its separate deactivation (ICV_DIR / GICV_DIR). The list register says which.
+    both(1, |mut g| {
+        enable_spi(&mut g, 40, 0x10, 0);
+        g.write(0, ICFGR + 8, 4, 2 << (2 * 8)).unwrap(); // edge
+        g.inject_edge(0, IntId(40));
+        let plan = plan_entry(4, &g.candidates(0));
+        // Acknowledged, then EOI (priority drop): still active in the LR.
+        let dropped: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+        g.sync_from_lrs(0, &dropped);
+        assert_eq!(g.candidates(0).iter().map(|c| c.lr.state).collect::<Vec<_>>(), [LrState::Active]);
+        assert!(g.irq(0, IntId(40)).unwrap().active);
+        // Deactivated: the LR comes back invalid and the interrupt is done.
+        complete_all(&mut g, 0, &plan);
+        assert!(g.candidates(0).is_empty());
+        assert!(!g.irq(0, IntId(40)).unwrap().active);
+    });
 }
 
 #[test]
