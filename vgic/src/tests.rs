@@ -195,6 +195,26 @@ fn disabled_groups_forward_nothing() {
 }
 
 #[test]
+fn a_higher_priority_interrupt_is_offered_while_a_lower_one_is_active() {
+    // IHI 0069 "Preemption" / IHI 0048B 3.3: a pending interrupt of higher priority than the
+    // running one preempts it. Both must be in the list registers for the CPU interface to
+    // do so.
+    both(1, |mut g| {
+        enable_spi(&mut g, 40, 0x80, 0);
+        enable_spi(&mut g, 41, 0x10, 0);
+        g.write(0, ICFGR + 8, 4, (2 << (2 * 8)) | (2 << (2 * 9))).unwrap(); // both edge
+        g.inject_edge(0, IntId(40));
+        let plan = plan_entry(4, &g.candidates(0));
+        let active: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+        g.sync_from_lrs(0, &active);
+        g.inject_edge(0, IntId(41));
+        let plan = plan_entry(4, &g.candidates(0));
+        let lrs: Vec<(u32, LrState)> = plan.writes.iter().map(|w| (w.lr.vintid, w.lr.state)).collect();
+        assert_eq!(lrs, [(40, LrState::Active), (41, LrState::Pending)], "{:?}", g.version());
+    });
+}
+
+#[test]
 fn eoimode_1_priority_drop_then_deactivation() {
     // IHI 0069 "Interrupt lifecycle" (ICC_CTLR_EL1.EOImode = 1) / IHI 0048B GICC_CTLR.EOImodeNS:
     // the guest's EOI only drops the running priority and the interrupt stays active until
