@@ -96,7 +96,11 @@ impl ConsoleOutput for VmConsole {
             }
             b'\r' => {}
             _ => {
-                self.line.push(if byte == b'\t' || (byte.is_ascii() && !byte.is_ascii_control()) { byte as char } else { '?' });
+                self.line.push(if byte == b'\t' || (byte.is_ascii() && !byte.is_ascii_control()) {
+                    byte as char
+                } else {
+                    '?'
+                });
                 if self.line.len() >= MAX_LINE {
                     print(format_args!("{} | {}\n", self.prefix, self.line));
                     self.line.clear();

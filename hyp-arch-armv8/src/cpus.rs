@@ -5,8 +5,8 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
 
-use crate::mmu::{self, MmuRegisters};
 use crate::firmware;
+use crate::mmu::{self, MmuRegisters};
 
 const STACK_SIZE: usize = 64 * 1024;
 
@@ -23,9 +23,9 @@ pub struct SecondaryBoot {
     cpu_index: u64,
 }
 
-static mut SECONDARY_BOOT: [SecondaryBoot; MAX_CPUS] = [const {
-    SecondaryBoot { stack_top: 0, mmu: MmuRegisters { mair: 0, tcr: 0, ttbr0: 0, sctlr: 0 }, cpu_index: 0 }
-}; MAX_CPUS];
+static mut SECONDARY_BOOT: [SecondaryBoot; MAX_CPUS] =
+    [const { SecondaryBoot { stack_top: 0, mmu: MmuRegisters { mair: 0, tcr: 0, ttbr0: 0, sctlr: 0 }, cpu_index: 0 } };
+        MAX_CPUS];
 
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 /// MPIDR affinity of each CPU index, as the device tree listed them.

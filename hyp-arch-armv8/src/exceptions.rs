@@ -194,7 +194,14 @@ extern "C" fn hyp_exception(kind: u64, regs: &[u64; 32]) {
         let i = row * 4;
         println_unlocked!(
             "  x{:<2} {:#018x}  x{:<2} {:#018x}  x{:<2} {:#018x}  x{:<2} {:#018x}",
-            i, regs[i], i + 1, regs[i + 1], i + 2, regs[i + 2], i + 3, regs.get(i + 3).copied().unwrap_or(0)
+            i,
+            regs[i],
+            i + 1,
+            regs[i + 1],
+            i + 2,
+            regs[i + 2],
+            i + 3,
+            regs.get(i + 3).copied().unwrap_or(0)
         );
     }
     println_unlocked!("hypervisor: cpu{} stopped", cpus::current_index());

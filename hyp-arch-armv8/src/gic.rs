@@ -109,9 +109,9 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
             write32(sgi + 0x400 + 4 * i, 0xa0a0_a0a0); // GICR_IPRIORITYR<n>
         }
         write32(sgi + 0x100, enable); // GICR_ISENABLER0
-        // SAFETY: ICC_SRE_EL2: SRE, DFB, DIB, and Enable (EL1 may use the system register
-        // interface, which reaches the virtual CPU interface for guests); then this CPU's
-        // priority mask, binary point, EOImode 1 and Group 1 enable.
+                                      // SAFETY: ICC_SRE_EL2: SRE, DFB, DIB, and Enable (EL1 may use the system register
+                                      // interface, which reaches the virtual CPU interface for guests); then this CPU's
+                                      // priority mask, binary point, EOImode 1 and Group 1 enable.
         unsafe {
             asm!(
                 "mrs {t}, icc_sre_el2",
@@ -164,7 +164,8 @@ pub fn send_sgi(index: usize, mpidr: u64, intid: u32) {
         let interface = u32::from(CPU_INTERFACE[index].load(Ordering::Relaxed));
         // SAFETY: a barrier, as above.
         unsafe { asm!("dsb ishst", options(nostack)) };
-        write32(GICD.load(Ordering::Relaxed) + 0xf00, (1 << (16 + interface)) | (intid & 0xf)); // GICD_SGIR
+        write32(GICD.load(Ordering::Relaxed) + 0xf00, (1 << (16 + interface)) | (intid & 0xf));
+        // GICD_SGIR
     }
 }
 
@@ -184,7 +185,9 @@ pub fn acknowledge() -> u32 {
 pub fn end_of_interrupt(iar: u32) {
     if is_v3() {
         // SAFETY: ICC_EOIR1_EL1 then ICC_DIR_EL1 (EOImode 1) for an acknowledged INTID.
-        unsafe { asm!("msr icc_eoir1_el1, {0}", "msr icc_dir_el1, {0}", "isb", in(reg) u64::from(iar), options(nostack)) };
+        unsafe {
+            asm!("msr icc_eoir1_el1, {0}", "msr icc_dir_el1, {0}", "isb", in(reg) u64::from(iar), options(nostack))
+        };
     } else {
         let gicc = GICC.load(Ordering::Relaxed);
         write32(gicc + 0x10, iar); // GICC_EOIR

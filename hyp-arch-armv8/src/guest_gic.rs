@@ -3,10 +3,10 @@
 
 use alloc::sync::Arc;
 
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use hyp_core::mmio::{MmioDevice, MmioError};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use vgic::{AccessError, Vgic, MAX_VCPUS};
 
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
@@ -54,7 +54,9 @@ pub type SharedVgic = Arc<VgicHandle>;
 
 fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
     match e {
-        AccessError::BadWidth { offset, .. } | AccessError::Unaligned { offset } => MmioError::BadWidth { offset, width },
+        AccessError::BadWidth { offset, .. } | AccessError::Unaligned { offset } => {
+            MmioError::BadWidth { offset, width }
+        }
         AccessError::NoSuchVcpu { .. } => MmioError::NoRegister { offset: 0 },
     }
 }
@@ -76,7 +78,8 @@ impl MmioDevice for DistributorWindow {
         self.0.vgic.lock().read(vcpu, offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
     }
     fn write_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        let changed = self.0.vgic.lock().write(vcpu, offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
+        let changed =
+            self.0.vgic.lock().write(vcpu, offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
         self.0.hint(changed);
         // GICv2 SGIs (GICD_SGIR) and pending bits set for others: make them look.
         self.0.kick(changed & !(1 << vcpu));
@@ -95,7 +98,12 @@ impl MmioDevice for RedistributorWindow {
         self.0.vgic.lock().read_redistributor(offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
     }
     fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        let changed = self.0.vgic.lock().write_redistributor(offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
+        let changed = self
+            .0
+            .vgic
+            .lock()
+            .write_redistributor(offset, width.bytes() as u8, value)
+            .map_err(|e| to_mmio(e, width))?;
         self.0.hint(changed);
         Ok(())
     }

@@ -16,7 +16,9 @@ const GICH_LR0: usize = 0x100;
 pub enum ListRegisterFile {
     V3,
     /// The GICH frame's address.
-    V2 { gich: usize },
+    V2 {
+        gich: usize,
+    },
 }
 
 impl ListRegisterFile {
@@ -37,7 +39,6 @@ impl ListRegisterFile {
         // SAFETY: as for `gich_read`; GICH belongs to this CPU's running vCPU.
         unsafe { write_volatile((gich + offset) as *mut u32, v) }
     }
-
 }
 
 impl ListRegisters for ListRegisterFile {
@@ -51,7 +52,9 @@ impl ListRegisters for ListRegisterFile {
     fn write(&mut self, n: usize, lr: Option<&ListRegister>) {
         match *self {
             ListRegisterFile::V3 => ich::write_lr(n, lr.map_or(0, |l| IchLr::encode(l).0)),
-            ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_LR0 + 4 * n, lr.map_or(0, |l| GichLr::encode(l).0)),
+            ListRegisterFile::V2 { gich } => {
+                Self::gich_write(gich, GICH_LR0 + 4 * n, lr.map_or(0, |l| GichLr::encode(l).0))
+            }
         }
     }
 

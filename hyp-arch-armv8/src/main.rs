@@ -12,9 +12,9 @@ mod cpus;
 mod exceptions;
 mod firmware;
 mod gic;
+mod guest_gic;
 mod ich;
 mod list_registers;
-mod guest_gic;
 mod memory;
 mod mmu;
 mod vm;
@@ -22,15 +22,15 @@ mod vm;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
-use crate::list_registers::ListRegisterFile;
-use stage2::TableFormat;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use spin::Once;
+use stage2::TableFormat;
 
-use crate::vm::{Vm, VcpuExit};
+use crate::vm::{VcpuExit, Vm};
 use hyp_core::vcpu_power::EndReason;
 
 macro_rules! println_unlocked {
@@ -101,7 +101,12 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let mut untyped: Vec<PhysRange> = free.iter().copied().collect();
     take_from(&mut untyped, heap.base, memory::HEAP_SIZE);
     let untyped_total: u64 = untyped.iter().map(|r| r.size).sum();
-    println!("  free memory {} MiB for VMs in {} range(s), heap {} MiB", untyped_total >> 20, untyped.len(), memory::HEAP_SIZE >> 20);
+    println!(
+        "  free memory {} MiB for VMs in {} range(s), heap {} MiB",
+        untyped_total >> 20,
+        untyped.len(),
+        memory::HEAP_SIZE >> 20
+    );
 
     gic::init_distributor(&platform.gic);
     let ppis = gic_ppis(&platform);
@@ -131,7 +136,11 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
     // GICv2: every VM's CPU interface is this CPU's bank of the hardware GICV frame.
     let gicv = platform.gic.virtual_cpu_interface.and_then(|r| {
-        caps.add_device_region(PhysRange { base: r.base, size: hyp_core::guest_fdt::GICC_SIZE }, RegionKind::BankedDevice).ok()
+        caps.add_device_region(
+            PhysRange { base: r.base, size: hyp_core::guest_fdt::GICC_SIZE },
+            RegionKind::BankedDevice,
+        )
+        .ok()
     });
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
         (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
@@ -228,11 +237,19 @@ fn print_banner(platform: &Platform<'_>, image_start: u64, image_end: u64) {
     for m in &platform.memory {
         println!("  memory      {m} ({} MiB)", m.size >> 20);
     }
-    println!("  cpus        {} (MPIDR {:x?}){}", platform.cpus.len(), platform.cpus.as_slice(),
-        if platform.cpus_left_off > 0 { " and some left off" } else { "" });
+    println!(
+        "  cpus        {} (MPIDR {:x?}){}",
+        platform.cpus.len(),
+        platform.cpus.as_slice(),
+        if platform.cpus_left_off > 0 { " and some left off" } else { "" }
+    );
     let gic = &platform.gic;
     match gic.version {
-        GicVersion::V3 => println!("  gic         GICv3: GICD {} GICR {}", gic.distributor, gic.redistributors.unwrap_or(PhysRange { base: 0, size: 0 })),
+        GicVersion::V3 => println!(
+            "  gic         GICv3: GICD {} GICR {}",
+            gic.distributor,
+            gic.redistributors.unwrap_or(PhysRange { base: 0, size: 0 })
+        ),
         GicVersion::V2 => println!(
             "  gic         GICv2: GICD {} GICC {} GICH {} GICV {}",
             gic.distributor,
@@ -272,7 +289,6 @@ fn finish(clean: bool) -> ! {
     }
     firmware::system_off()
 }
-
 
 /// A CPU's life after boot: wait for a VM to run, run it, report how it ended.
 pub(crate) fn cpu_loop(cpu: usize) -> ! {
@@ -318,7 +334,12 @@ fn vm_ended(vm: &Vm, end: EndReason) {
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
     if let Some(caps) = CAPS.get() {
         match vm::destroy(&mut caps.lock(), vm) {
-            Ok(()) => println!("hypervisor: vm{} {}: capabilities revoked, {} MiB returned to untyped memory", vm.id, vm.spec.name, vm.spec.memory >> 20),
+            Ok(()) => println!(
+                "hypervisor: vm{} {}: capabilities revoked, {} MiB returned to untyped memory",
+                vm.id,
+                vm.spec.name,
+                vm.spec.memory >> 20
+            ),
             Err(e) => println!("hypervisor: vm{} {}: destroying it failed: {e}", vm.id, vm.spec.name),
         }
     }

@@ -109,9 +109,10 @@ pub fn build(platform: &Platform<'_>) -> Result<MmuRegisters, MmuError> {
     }
     map(platform.uart, Kind::Device)?;
     let gic = &platform.gic;
-    for frame in [Some(gic.distributor), gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface]
-        .into_iter()
-        .flatten()
+    for frame in
+        [Some(gic.distributor), gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface]
+            .into_iter()
+            .flatten()
     {
         map(frame, Kind::Device)?;
     }
@@ -124,7 +125,7 @@ pub fn build(platform: &Platform<'_>) -> Result<MmuRegisters, MmuError> {
         | (0b11 << 12)  // SH0: inner shareable
         | (parange.min(0b101) << 16) // PS
         | (1 << 23) | (1 << 31); // RES1
-    // SCTLR_EL2: RES1 bits, M, C, SA, I.
+                                 // SCTLR_EL2: RES1 bits, M, C, SA, I.
     let sctlr = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12);
     Ok(MmuRegisters { mair: MAIR, tcr, ttbr0: &raw const L1_TABLE as u64, sctlr })
 }
@@ -211,4 +212,3 @@ pub fn clean_dcache_range(start: u64, end: u64) {
 pub fn clean_invalidate_dcache_range(start: u64, end: u64) {
     dcache_range(start, end, DcOp::CleanInvalidate);
 }
-

@@ -9,8 +9,8 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hyp_core::bundle::VmSpec;
+use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
-use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::mmio::MmioBus;
@@ -18,19 +18,19 @@ use hyp_core::pl011::Pl011;
 use hyp_core::platform::PhysRange;
 use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::syndrome::Syndrome;
+use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
-use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use stage2::{Ipa, IpaRange};
 
 use crate::console::VmConsole;
+use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
-use hyp_core::guest_fdt::GICD_SIZE;
-use vgic::{GicVersion, IntId, Vgic, GICR_FRAME_SIZE};
-use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
+use hyp_core::guest_fdt::GICD_SIZE;
+use vgic::{GicVersion, IntId, Vgic, GICR_FRAME_SIZE};
 
 /// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
 pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
@@ -58,8 +58,19 @@ const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
 /// set/way cache maintenance), TID3 (trap ID group 3 reads, which are sanitised: sysreg.rs),
 /// RW (EL1 is AArch64).
-const HCR_GUEST: u64 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 9) | (1 << 10)
-    | (1 << 18) | (1 << 19) | (1 << 20) | (1 << 21) | (1 << 22) | (1 << 31);
+const HCR_GUEST: u64 = (1 << 0)
+    | (1 << 1)
+    | (1 << 3)
+    | (1 << 4)
+    | (1 << 5)
+    | (1 << 9)
+    | (1 << 10)
+    | (1 << 18)
+    | (1 << 19)
+    | (1 << 20)
+    | (1 << 21)
+    | (1 << 22)
+    | (1 << 31);
 
 const INCIDENTS_LOGGED_IN_FULL: u64 = 16;
 const INCIDENT_LOG_INTERVAL: u64 = 1024;
@@ -100,7 +111,13 @@ pub struct VmResources {
 /// window. Nothing else gives a VM memory.
 /// `gicv` is the GICv2 virtual CPU interface to map at the guest's GICC address (None on a
 /// GICv3 board, where the guest's CPU interface is system registers).
-pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpus: u32, gicv: Option<CapId>) -> Result<VmResources, CapError> {
+pub fn grant_resources(
+    caps: &mut CapSpace,
+    untyped: &[CapId],
+    memory: u64,
+    vcpus: u32,
+    gicv: Option<CapId>,
+) -> Result<VmResources, CapError> {
     let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
     let granted = grant_to(caps, untyped, vm_cap, memory, vcpus, gicv);
     if granted.is_err() {
@@ -111,7 +128,14 @@ pub fn grant_resources(caps: &mut CapSpace, untyped: &[CapId], memory: u64, vcpu
     granted
 }
 
-fn grant_to(caps: &mut CapSpace, untyped: &[CapId], vm_cap: CapId, memory: u64, vcpus: u32, gicv: Option<CapId>) -> Result<VmResources, CapError> {
+fn grant_to(
+    caps: &mut CapSpace,
+    untyped: &[CapId],
+    vm_cap: CapId,
+    memory: u64,
+    vcpus: u32,
+    gicv: Option<CapId>,
+) -> Result<VmResources, CapError> {
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
     }
@@ -244,7 +268,8 @@ impl Vm {
             return Err(VmError::Layout(LayoutError::DeviceTreeTooBig { size: device_tree.len() as u64 }));
         }
         let mut bus = MmioBus::new();
-        let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE).map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
+        let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE)
+            .map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
         let console = VmConsole::new(spec.name);
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
         let vgic: SharedVgic = Arc::new(VgicHandle::new(Vgic::new(version, spec.vcpus as usize, GUEST_SPIS)));
@@ -256,7 +281,13 @@ impl Vm {
             let size = GICR_FRAME_SIZE * u64::from(spec.vcpus);
             let _ = bus.attach(window(GUEST_GICR_IPA, size)?, Box::new(RedistributorWindow(Arc::clone(&vgic))));
         }
-        let power = VmPower::new(spec.vcpus as usize, GUEST_RAM_IPA, spec.memory, GUEST_RAM_IPA + entry_offset, GUEST_RAM_IPA + layout.dtb);
+        let power = VmPower::new(
+            spec.vcpus as usize,
+            GUEST_RAM_IPA,
+            spec.memory,
+            GUEST_RAM_IPA + entry_offset,
+            GUEST_RAM_IPA + layout.dtb,
+        );
         let vm = Vm {
             id,
             layout,
@@ -468,14 +499,20 @@ impl Vm {
                     let il = exit.syndrome.instruction_is_32bit();
                     match outcome {
                         Outcome::Resume | Outcome::WaitForInterrupt => {}
-                        Outcome::CleanInvalidateVm => crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end()),
+                        Outcome::CleanInvalidateVm => {
+                            crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
+                        }
                         Outcome::GenerateSgi(value) => {
                             let targets = self.vgic.vgic.lock().generate_sgi(vcpu, value);
                             self.vgic.hint(targets);
                             self.vgic.kick(targets & !(1 << vcpu));
                         }
-                        Outcome::InjectAbort { instruction: false, far } => inject(&mut ctx, InjectedException::DataAbort { far }, il),
-                        Outcome::InjectAbort { instruction: true, far } => inject(&mut ctx, InjectedException::InstructionAbort { far }, il),
+                        Outcome::InjectAbort { instruction: false, far } => {
+                            inject(&mut ctx, InjectedException::DataAbort { far }, il)
+                        }
+                        Outcome::InjectAbort { instruction: true, far } => {
+                            inject(&mut ctx, InjectedException::InstructionAbort { far }, il)
+                        }
                         Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
                         Outcome::Call(call) => {
                             if let Some(exit) = self.vm_call(&mut ctx, vcpu, call) {
@@ -590,7 +627,9 @@ impl IdRegisters for HardwareIdRegisters {
 fn leave_guest_regime() {
     // SAFETY: at EL2 with no guest running on this CPU; RW stays set for the next guest. The
     // guest's virtual timer is stopped so it cannot interrupt an idle CPU.
-    unsafe { asm!("msr hcr_el2, {}", "msr vttbr_el2, xzr", "msr cntv_ctl_el0, xzr", "isb", in(reg) 1u64 << 31, options(nostack)) };
+    unsafe {
+        asm!("msr hcr_el2, {}", "msr vttbr_el2, xzr", "msr cntv_ctl_el0, xzr", "isb", in(reg) 1u64 << 31, options(nostack))
+    };
 }
 
 /// Destroys an ended VM through its capability: every mapping and window revoked, its RAM

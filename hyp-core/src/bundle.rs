@@ -44,14 +44,22 @@ pub enum BundleError<'a> {
     NotABundle,
     NoVms,
     /// A VM's field is missing or wrong: names the VM (or its node) and the field.
-    BadField { vm: &'a str, field: &'static str, problem: &'static str },
-    DuplicateName { vm: &'a str },
+    BadField {
+        vm: &'a str,
+        field: &'static str,
+        problem: &'static str,
+    },
+    DuplicateName {
+        vm: &'a str,
+    },
 }
 
 impl fmt::Display for BundleError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotABundle => write!(f, "the initrd is not a boot bundle ({COMPATIBLE}); build one with `cargo xtask`"),
+            Self::NotABundle => {
+                write!(f, "the initrd is not a boot bundle ({COMPATIBLE}); build one with `cargo xtask`")
+            }
             Self::NoVms => write!(f, "the boot bundle describes no VM"),
             Self::BadField { vm, field, problem } => write!(f, "VM {vm}: field `{field}` {problem}"),
             Self::DuplicateName { vm } => write!(f, "VM {vm}: two VMs have this name"),

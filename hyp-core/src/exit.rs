@@ -80,18 +80,37 @@ pub enum Outcome {
 /// Something a guest did that the hypervisor logs (with the VM and vCPU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Incident {
-    UnknownHypercall { function: u32 },
-    NonZeroCallImmediate { immediate: u16 },
+    UnknownHypercall {
+        function: u32,
+    },
+    NonZeroCallImmediate {
+        immediate: u16,
+    },
     /// A load or store at an IPA where the VM has neither memory nor a device.
-    NoMemoryOrDevice { ipa: Ipa, va: u64, write: bool },
+    NoMemoryOrDevice {
+        ipa: Ipa,
+        va: u64,
+        write: bool,
+    },
     /// A device refused the access (no such register, wrong width...).
-    DeviceRefused { ipa: Ipa, error: MmioError },
+    DeviceRefused {
+        ipa: Ipa,
+        error: MmioError,
+    },
     /// An access to a device window the hardware gave no syndrome for (e.g. LDP, writeback).
-    NotEmulatable { ipa: Ipa },
-    InstructionFetchOutsideMemory { ipa: Ipa },
+    NotEmulatable {
+        ipa: Ipa,
+    },
+    InstructionFetchOutsideMemory {
+        ipa: Ipa,
+    },
     /// MSR/MRS to a system register the hypervisor does not emulate (ISS of EC 0x18).
-    SystemRegister { iss: u32 },
-    UnexpectedClass { class: ExceptionClass },
+    SystemRegister {
+        iss: u32,
+    },
+    UnexpectedClass {
+        class: ExceptionClass,
+    },
 }
 
 impl fmt::Display for Incident {
@@ -250,9 +269,13 @@ pub struct El1Exception {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InjectedException {
     /// Synchronous external abort on a data access (DFSC 0b010000).
-    DataAbort { far: u64 },
+    DataAbort {
+        far: u64,
+    },
     /// Synchronous external abort on an instruction fetch (IFSC 0b010000).
-    InstructionAbort { far: u64 },
+    InstructionAbort {
+        far: u64,
+    },
     Undefined,
 }
 
@@ -272,8 +295,12 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
         _ => 0x400,                  // EL0t: lower EL using AArch64
     };
     let (class, iss, far) = match exception {
-        InjectedException::DataAbort { far } => (if from_el1 { 0x25 } else { 0x24 }, FSC_SYNC_EXTERNAL_ABORT, Some(far)),
-        InjectedException::InstructionAbort { far } => (if from_el1 { 0x21 } else { 0x20 }, FSC_SYNC_EXTERNAL_ABORT, Some(far)),
+        InjectedException::DataAbort { far } => {
+            (if from_el1 { 0x25 } else { 0x24 }, FSC_SYNC_EXTERNAL_ABORT, Some(far))
+        }
+        InjectedException::InstructionAbort { far } => {
+            (if from_el1 { 0x21 } else { 0x20 }, FSC_SYNC_EXTERNAL_ABORT, Some(far))
+        }
         InjectedException::Undefined => (0x00, 0, None),
     };
     // An undefined-instruction syndrome always has IL set (ESR_ELx.IL, EC 0x00).
@@ -399,15 +426,20 @@ mod tests {
     #[test]
     fn an_access_to_a_missing_register_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
-        let (outcome, incident) = handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &Env);
+        let (outcome, incident) =
+            handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
-        assert_eq!(incident, Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0800), error: MmioError::NoRegister { offset: 0x800 } }));
+        assert_eq!(
+            incident,
+            Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0800), error: MmioError::NoRegister { offset: 0x800 } })
+        );
     }
 
     #[test]
     fn a_device_access_without_syndrome_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
-        let (outcome, incident) = handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &Env);
+        let (outcome, incident) =
+            handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &Env);
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000 });
         assert_eq!(incident, Some(Incident::NotEmulatable { ipa: Ipa(0x0900_0000) }));
     }
@@ -420,7 +452,10 @@ mod tests {
         let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &Env);
         assert_eq!(
             incident,
-            Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0000), error: MmioError::BadWidth { offset: 0, width: AccessWidth::Doubleword } })
+            Some(Incident::DeviceRefused {
+                ipa: Ipa(0x0900_0000),
+                error: MmioError::BadWidth { offset: 0, width: AccessWidth::Doubleword }
+            })
         );
     }
 
@@ -431,7 +466,10 @@ mod tests {
         let iss = (3 << 20) | (3 << 5) | (4 << 1) | 1;
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
         assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
-        assert_eq!(ctx.x[3], crate::sysreg::sanitised_id(crate::sysreg::ID_AA64PFR0_EL1, 0x1111_1111_1111_1111, Env.features()));
+        assert_eq!(
+            ctx.x[3],
+            crate::sysreg::sanitised_id(crate::sysreg::ID_AA64PFR0_EL1, 0x1111_1111_1111_1111, Env.features())
+        );
         assert_eq!(ctx.pc, 0x104);
     }
 
@@ -442,7 +480,10 @@ mod tests {
         // MSR ICC_SGI1R_EL1, x2: op0 3, op1 0, CRn 12, CRm 11, op2 5, Rt 2, write.
         let iss = (3 << 20) | (5 << 17) | (12 << 10) | (2 << 5) | (11 << 1);
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::GenerateSgi((1 << 24) | 0b10), None));
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env),
+            (Outcome::GenerateSgi((1 << 24) | 0b10), None)
+        );
         assert_eq!(ctx.pc, 4);
     }
 
@@ -497,13 +538,16 @@ mod tests {
 
     #[test]
     fn vector_offsets_follow_the_mode_the_exception_came_from() {
-        let at = |pstate| exception_to_el1(&GuestContext { pstate, ..Default::default() }, 0, InjectedException::Undefined, false);
+        let at = |pstate| {
+            exception_to_el1(&GuestContext { pstate, ..Default::default() }, 0, InjectedException::Undefined, false)
+        };
         assert_eq!(at(0b0100).pc, 0x000);
         assert_eq!(at(0b0101).pc, 0x200);
         assert_eq!(at(0b0000).pc, 0x400);
         assert_eq!(at(0b10000).pc, 0x600);
         assert_eq!(at(0b0000).esr_el1, 1 << 25, "EC 0 with IL");
-        let from_el0 = exception_to_el1(&GuestContext::default(), 0, InjectedException::InstructionAbort { far: 4 }, true);
+        let from_el0 =
+            exception_to_el1(&GuestContext::default(), 0, InjectedException::InstructionAbort { far: 4 }, true);
         assert_eq!(from_el0.esr_el1 >> 26, 0x20);
     }
 }

@@ -222,8 +222,13 @@ mod tests {
         let regs: Vec<_> = gic.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
         assert_eq!(regs, [(0x0800_0000, 0x1_0000), (0x0801_0000, 0x2000)]);
         let timer = fdt.find_compatible(&["arm,armv8-timer"]).unwrap();
-        let cells: Vec<u32> =
-            timer.property("interrupts").unwrap().value.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect();
+        let cells: Vec<u32> = timer
+            .property("interrupts")
+            .unwrap()
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(&cells[0..3], &[1, 13, 0xf04], "PPI to all 4 CPUs, level high");
     }
 

@@ -26,19 +26,28 @@ pub struct GuestLayout {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayoutError {
     Image(ImageError),
-    DeviceTreeTooBig { size: u64 },
+    DeviceTreeTooBig {
+        size: u64,
+    },
     /// Kernel, initrd and device tree do not fit in RAM together.
-    DoesNotFit { needed: u64, ram: u64 },
+    DoesNotFit {
+        needed: u64,
+        ram: u64,
+    },
 }
 
 impl fmt::Display for LayoutError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Image(e) => write!(f, "{e}"),
-            Self::DeviceTreeTooBig { size } => write!(f, "the guest device tree has {size} bytes, more than the 2 MiB booting.rst allows"),
+            Self::DeviceTreeTooBig { size } => {
+                write!(f, "the guest device tree has {size} bytes, more than the 2 MiB booting.rst allows")
+            }
             Self::DoesNotFit { needed, ram } => write!(
-                f, "kernel, initrd and device tree need {} MiB of RAM, the VM has {} MiB; give the VM more memory",
-                needed.div_ceil(1 << 20), ram >> 20
+                f,
+                "kernel, initrd and device tree need {} MiB of RAM, the VM has {} MiB; give the VM more memory",
+                needed.div_ceil(1 << 20),
+                ram >> 20
             ),
         }
     }
@@ -86,12 +95,18 @@ mod tests {
     fn a_vm_too_small_for_everything_is_refused() {
         let e = layout(64 << 20, &kernel(0, 40 << 20), Some(30 << 20), 10_000).unwrap_err();
         assert_eq!(e, LayoutError::DoesNotFit { needed: (40 << 20) + (30 << 20) + (2 << 20), ram: 64 << 20 });
-        assert_eq!(e.to_string(), "kernel, initrd and device tree need 72 MiB of RAM, the VM has 64 MiB; give the VM more memory");
+        assert_eq!(
+            e.to_string(),
+            "kernel, initrd and device tree need 72 MiB of RAM, the VM has 64 MiB; give the VM more memory"
+        );
     }
 
     #[test]
     fn device_trees_over_2_mib_and_bad_kernels_are_refused() {
-        assert_eq!(layout(1 << 30, &kernel(0, 4096), None, 3 << 20), Err(LayoutError::DeviceTreeTooBig { size: 3 << 20 }));
+        assert_eq!(
+            layout(1 << 30, &kernel(0, 4096), None, 3 << 20),
+            Err(LayoutError::DeviceTreeTooBig { size: 3 << 20 })
+        );
         assert!(matches!(layout(1 << 30, &[0; 64], None, 100), Err(LayoutError::Image(ImageError::BadMagic { .. }))));
     }
 }

@@ -19,11 +19,18 @@ pub struct Arm64Image {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ImageError {
-    TooShort { len: usize },
-    BadMagic { found: u32 },
+    TooShort {
+        len: usize,
+    },
+    BadMagic {
+        found: u32,
+    },
     BigEndian,
     /// The kernel and its BSS do not fit in the VM's RAM.
-    TooBig { needed: u64, ram: u64 },
+    TooBig {
+        needed: u64,
+        ram: u64,
+    },
 }
 
 impl fmt::Display for ImageError {

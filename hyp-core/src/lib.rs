@@ -3,17 +3,17 @@
 
 extern crate alloc;
 
-pub mod platform;
-pub mod mmio;
-pub mod smccc;
-pub mod syndrome;
-pub mod pl011;
 pub mod bundle;
-pub mod image;
-pub mod memory_map;
+pub mod cap;
 pub mod exit;
 pub mod guest_fdt;
-pub mod vcpu_power;
-pub mod sysreg;
 pub mod guest_layout;
-pub mod cap;
+pub mod image;
+pub mod memory_map;
+pub mod mmio;
+pub mod pl011;
+pub mod platform;
+pub mod smccc;
+pub mod syndrome;
+pub mod sysreg;
+pub mod vcpu_power;

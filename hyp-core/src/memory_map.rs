@@ -23,10 +23,8 @@ pub fn free_ranges(
         let mut cursor = region.base;
         let end = region.end();
         while cursor < end {
-            let next_used = used
-                .iter()
-                .filter(|u| u.size > 0 && u.end() > cursor && u.base < end)
-                .min_by_key(|u| u.base);
+            let next_used =
+                used.iter().filter(|u| u.size > 0 && u.end() > cursor && u.base < end).min_by_key(|u| u.base);
             let (piece_end, resume) = match next_used {
                 Some(u) if u.base <= cursor => (cursor, u.end()),
                 Some(u) => (u.base, u.end()),
@@ -63,7 +61,10 @@ mod tests {
         let used = [r(0x4000_0000, 3 * MIB + 5), r(0x4800_0000, 0x1000)];
         let (free, dropped) = free_ranges(&memory, &used, 2 * MIB);
         assert_eq!(dropped, 0);
-        assert_eq!(free.as_slice(), &[r(0x4040_0000, 0x4800_0000 - 0x4040_0000), r(0x4820_0000, 0x8000_0000 - 0x4820_0000)]);
+        assert_eq!(
+            free.as_slice(),
+            &[r(0x4040_0000, 0x4800_0000 - 0x4040_0000), r(0x4820_0000, 0x8000_0000 - 0x4820_0000)]
+        );
     }
 
     #[test]

@@ -14,14 +14,25 @@ use crate::syndrome::AccessWidth;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum MmioError {
     /// No register at this offset.
-    NoRegister { offset: u64 },
+    NoRegister {
+        offset: u64,
+    },
     /// The register exists but not for this access width.
-    BadWidth { offset: u64, width: AccessWidth },
+    BadWidth {
+        offset: u64,
+        width: AccessWidth,
+    },
     /// The register cannot be written (or read).
-    ReadOnly { offset: u64 },
-    WriteOnly { offset: u64 },
+    ReadOnly {
+        offset: u64,
+    },
+    WriteOnly {
+        offset: u64,
+    },
     /// No device is mapped at this IPA.
-    Unmapped { ipa: Ipa },
+    Unmapped {
+        ipa: Ipa,
+    },
 }
 
 impl fmt::Display for MmioError {
@@ -78,11 +89,8 @@ impl MmioBus {
     }
 
     fn find(&mut self, ipa: Ipa, width: AccessWidth) -> Result<(u64, &mut (dyn MmioDevice + Send)), MmioError> {
-        let (window, device) = self
-            .windows
-            .iter_mut()
-            .find(|(w, _)| w.contains(ipa))
-            .ok_or(MmioError::Unmapped { ipa })?;
+        let (window, device) =
+            self.windows.iter_mut().find(|(w, _)| w.contains(ipa)).ok_or(MmioError::Unmapped { ipa })?;
         let offset = ipa.0 - window.start().0;
         // An access that straddles the end of the window is not the device's.
         if offset + width.bytes() > window.size() {
@@ -107,7 +115,6 @@ impl MmioBus {
     pub fn device_name(&self, ipa: Ipa) -> Option<&'static str> {
         self.windows.iter().find(|(w, _)| w.contains(ipa)).map(|(_, d)| d.name())
     }
-
 }
 
 #[cfg(test)]
@@ -120,10 +127,19 @@ mod tests {
             "scratch"
         }
         fn read(&mut self, offset: u64, _: AccessWidth) -> Result<u64, MmioError> {
-            if offset == 0 { Ok(self.0) } else { Err(MmioError::NoRegister { offset }) }
+            if offset == 0 {
+                Ok(self.0)
+            } else {
+                Err(MmioError::NoRegister { offset })
+            }
         }
         fn write(&mut self, offset: u64, _: AccessWidth, value: u64) -> Result<(), MmioError> {
-            if offset == 0 { self.0 = value; Ok(()) } else { Err(MmioError::NoRegister { offset }) }
+            if offset == 0 {
+                self.0 = value;
+                Ok(())
+            } else {
+                Err(MmioError::NoRegister { offset })
+            }
         }
     }
 

@@ -265,7 +265,8 @@ mod tests {
     #[test]
     fn identification_registers_say_pl011() {
         let (mut u, _) = uart();
-        let id: Vec<u64> = [0xfe0, 0xfe4, 0xfe8, 0xfec].iter().map(|o| u.read(*o, AccessWidth::Word).unwrap()).collect();
+        let id: Vec<u64> =
+            [0xfe0, 0xfe4, 0xfe8, 0xfec].iter().map(|o| u.read(*o, AccessWidth::Word).unwrap()).collect();
         assert_eq!(id, [0x11, 0x10, 0x34, 0x00]);
     }
 
@@ -273,7 +274,10 @@ mod tests {
     fn bad_accesses_are_errors_not_panics() {
         let (mut u, _) = uart();
         assert_eq!(u.read(0x100, AccessWidth::Word), Err(MmioError::NoRegister { offset: 0x100 }));
-        assert_eq!(u.read(DR, AccessWidth::Doubleword), Err(MmioError::BadWidth { offset: DR, width: AccessWidth::Doubleword }));
+        assert_eq!(
+            u.read(DR, AccessWidth::Doubleword),
+            Err(MmioError::BadWidth { offset: DR, width: AccessWidth::Doubleword })
+        );
         assert_eq!(u.write(FR, AccessWidth::Word, 0), Err(MmioError::ReadOnly { offset: FR }));
         assert_eq!(u.write(0xfe0, AccessWidth::Word, 0), Err(MmioError::ReadOnly { offset: 0xfe0 }));
         assert_eq!(u.read(ICR, AccessWidth::Word), Err(MmioError::WriteOnly { offset: ICR }));

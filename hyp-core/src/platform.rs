@@ -128,8 +128,7 @@ impl fmt::Display for PlatformError {
     }
 }
 
-const GICV2_COMPATIBLES: &[&str] =
-    &["arm,gic-400", "arm,cortex-a15-gic", "arm,cortex-a7-gic", "arm,cortex-a9-gic"];
+const GICV2_COMPATIBLES: &[&str] = &["arm,gic-400", "arm,cortex-a15-gic", "arm,cortex-a7-gic", "arm,cortex-a9-gic"];
 const GICV3_COMPATIBLES: &[&str] = &["arm,gic-v3"];
 const TIMER_COMPATIBLES: &[&str] = &["arm,armv8-timer", "arm,armv7-timer"];
 
@@ -171,16 +170,17 @@ fn is_enabled(node: FdtNode<'_, '_>) -> bool {
 /// The node's `reg` ranges (translated by the parent's cell sizes). Ranges with no size
 /// are skipped: they name registers, not memory.
 fn regs<'b, 'a: 'b>(node: FdtNode<'b, 'a>) -> impl Iterator<Item = PhysRange> + 'a {
-    node.reg().into_iter().flatten().filter_map(|r| {
-        r.size.map(|size| PhysRange { base: r.starting_address as usize as u64, size: size as u64 })
-    })
+    node.reg()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.size.map(|size| PhysRange { base: r.starting_address as usize as u64, size: size as u64 }))
 }
 
 fn memory(fdt: &Fdt<'_>) -> Result<FixedVec<PhysRange, MAX_MEMORY_RANGES>, PlatformError> {
     let mut memory = FixedVec::new();
-    let memory_nodes = fdt.all_nodes().filter(|n| {
-        n.property("device_type").and_then(|p| p.as_str()) == Some("memory") && is_enabled(*n)
-    });
+    let memory_nodes = fdt
+        .all_nodes()
+        .filter(|n| n.property("device_type").and_then(|p| p.as_str()) == Some("memory") && is_enabled(*n));
     for node in memory_nodes {
         for range in regs(node).filter(|r| r.size > 0) {
             memory.push(range).map_err(|_| PlatformError::TooManyRanges("memory"))?;
@@ -214,8 +214,7 @@ fn cpus(fdt: &Fdt<'_>) -> Result<(FixedVec<u64, MAX_CPUS>, usize), PlatformError
     let node = fdt.find_node("/cpus").ok_or(PlatformError::NoCpus)?;
     let mut cpus = FixedVec::new();
     let mut left_off = 0;
-    let cpu_nodes =
-        node.children().filter(|c| c.property("device_type").and_then(|p| p.as_str()) == Some("cpu"));
+    let cpu_nodes = node.children().filter(|c| c.property("device_type").and_then(|p| p.as_str()) == Some("cpu"));
     for cpu in cpu_nodes {
         let reg = cpu.property("reg").ok_or(PlatformError::BadProperty("/cpus/cpu reg"))?;
         let mpidr = cells_value(reg.value, "/cpus/cpu reg")?;
@@ -291,9 +290,8 @@ fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
 }
 
 fn uart(fdt: &Fdt<'_>) -> Result<PhysRange, PlatformError> {
-    let is_pl011 = |n: &FdtNode<'_, '_>| {
-        n.compatible().is_some_and(|c| c.all().any(|s| s == "arm,pl011")) && is_enabled(*n)
-    };
+    let is_pl011 =
+        |n: &FdtNode<'_, '_>| n.compatible().is_some_and(|c| c.all().any(|s| s == "arm,pl011")) && is_enabled(*n);
     // The console the loader chose, if it is a PL011; otherwise the first PL011.
     let chosen = fdt.chosen().stdout().filter(is_pl011);
     let node = chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)?;

@@ -56,16 +56,27 @@ pub fn owner(function: u32) -> u8 {
 pub enum Hypercall {
     /// Answer in x0 (x1..x3 are left unchanged, as SMCCC 1.1 allows for these calls).
     Return(u64),
-    CpuOn { target_mpidr: u64, entry: u64, context: u64 },
+    CpuOn {
+        target_mpidr: u64,
+        entry: u64,
+        context: u64,
+    },
     CpuOff,
-    AffinityInfo { target_mpidr: u64, lowest_level: u64 },
+    AffinityInfo {
+        target_mpidr: u64,
+        lowest_level: u64,
+    },
     /// CPU_SUSPEND: a standby that may return at once, like WFI.
     CpuSuspend,
     SystemOff,
     SystemReset,
-    VmExit { status: u64 },
+    VmExit {
+        status: u64,
+    },
     /// Not a call this hypervisor implements: x0 = NOT_SUPPORTED, and a log line.
-    Unknown { function: u32 },
+    Unknown {
+        function: u32,
+    },
 }
 
 /// The PSCI functions PSCI_FEATURES reports as implemented.
@@ -104,9 +115,7 @@ pub fn decode(x: [u64; 4]) -> Hypercall {
             Hypercall::Return(if PSCI_IMPLEMENTED.contains(&queried) { 0 } else { psci_status::NOT_SUPPORTED })
         }
         PSCI_MIGRATE_INFO_TYPE => Hypercall::Return(psci_status::TRUSTED_OS_NOT_PRESENT),
-        PSCI_CPU_ON_32 | PSCI_CPU_ON_64 => {
-            Hypercall::CpuOn { target_mpidr: arg(1), entry: arg(2), context: arg(3) }
-        }
+        PSCI_CPU_ON_32 | PSCI_CPU_ON_64 => Hypercall::CpuOn { target_mpidr: arg(1), entry: arg(2), context: arg(3) },
         PSCI_CPU_OFF => Hypercall::CpuOff,
         PSCI_CPU_SUSPEND_32 | PSCI_CPU_SUSPEND_64 => Hypercall::CpuSuspend,
         PSCI_AFFINITY_INFO_32 | PSCI_AFFINITY_INFO_64 => {
@@ -154,10 +163,7 @@ mod tests {
     #[test]
     fn psci_features_reports_what_is_implemented() {
         assert_eq!(decode([PSCI_FEATURES as u64, PSCI_SYSTEM_OFF as u64, 0, 0]), Hypercall::Return(0));
-        assert_eq!(
-            decode([PSCI_FEATURES as u64, 0x8400_0012, 0, 0]),
-            Hypercall::Return(psci_status::NOT_SUPPORTED)
-        );
+        assert_eq!(decode([PSCI_FEATURES as u64, 0x8400_0012, 0, 0]), Hypercall::Return(psci_status::NOT_SUPPORTED));
     }
 
     #[test]

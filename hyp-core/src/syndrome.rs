@@ -262,7 +262,13 @@ mod tests {
         let access = abort.mmio_access().unwrap();
         assert_eq!(
             access,
-            MmioAccess { width: AccessWidth::Word, is_write: false, register: 1, sign_extend: false, register_is_64bit: false }
+            MmioAccess {
+                width: AccessWidth::Word,
+                is_write: false,
+                register: 1,
+                sign_extend: false,
+                register_is_64bit: false
+            }
         );
     }
 
@@ -289,7 +295,13 @@ mod tests {
 
     #[test]
     fn loads_sign_extend_and_narrow_as_the_syndrome_says() {
-        let ldrsb_x = MmioAccess { width: AccessWidth::Byte, is_write: false, register: 0, sign_extend: true, register_is_64bit: true };
+        let ldrsb_x = MmioAccess {
+            width: AccessWidth::Byte,
+            is_write: false,
+            register: 0,
+            sign_extend: true,
+            register_is_64bit: true,
+        };
         assert_eq!(ldrsb_x.load_result(0x1_80), 0xffff_ffff_ffff_ff80);
         let ldrsb_w = MmioAccess { register_is_64bit: false, ..ldrsb_x };
         assert_eq!(ldrsb_w.load_result(0x80), 0xffff_ff80);

@@ -248,7 +248,8 @@ mod tests {
 
     #[test]
     fn actlr_is_raz_wi_and_set_way_cleans_the_vm() {
-        let a = |e: Encoding, is_read| SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 1, is_read };
+        let a =
+            |e: Encoding, is_read| SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 1, is_read };
         assert_eq!(emulate(&a(ACTLR_EL1, true), V3, &Max), SysRegAction::Read(0));
         assert_eq!(emulate(&a(ACTLR_EL1, false), V3, &Max), SysRegAction::WriteIgnored);
         for dc in [DC_ISW, DC_CSW, DC_CISW] {
@@ -256,7 +257,11 @@ mod tests {
         }
         assert_eq!(emulate(&a(Encoding(3, 3, 9, 13, 0), true), V3, &Max), SysRegAction::Undefined, "PMCCNTR_EL0");
         assert_eq!(emulate(&a(ICC_SGI1R_EL1, false), V3, &Max), SysRegAction::GenerateSgi);
-        assert_eq!(emulate(&a(ICC_SGI1R_EL1, false), V2, &Max), SysRegAction::Undefined, "no system register interface on GICv2");
+        assert_eq!(
+            emulate(&a(ICC_SGI1R_EL1, false), V2, &Max),
+            SysRegAction::Undefined,
+            "no system register interface on GICv2"
+        );
         assert_eq!(emulate(&a(ICC_SGI1R_EL1, true), V3, &Max), SysRegAction::Undefined, "write-only");
     }
 }

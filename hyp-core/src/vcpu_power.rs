@@ -17,7 +17,10 @@ pub const INVALID_ADDRESS: u64 = -9i64 as u64;
 pub enum Power {
     Off,
     /// CPU_ON accepted; the vCPU has not run yet.
-    OnPending { entry: u64, context: u64 },
+    OnPending {
+        entry: u64,
+        context: u64,
+    },
     On,
 }
 
@@ -78,7 +81,8 @@ impl VmPower {
 
     /// CPU_ON: Ok(start) when the vCPU is to be started, Err(PSCI status) otherwise.
     pub fn cpu_on(&mut self, target_mpidr: u64, entry: u64, context: u64) -> Result<Start, u64> {
-        let vcpu = vcpu_of_mpidr(target_mpidr).filter(|v| *v < self.vcpus.len()).ok_or(psci_status::INVALID_PARAMETERS)?;
+        let vcpu =
+            vcpu_of_mpidr(target_mpidr).filter(|v| *v < self.vcpus.len()).ok_or(psci_status::INVALID_PARAMETERS)?;
         if self.ending.is_some() {
             return Err(psci_status::INTERNAL_FAILURE);
         }

@@ -26,7 +26,8 @@ pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let hypervisor = images::build_hypervisor().unwrap_or_else(|e| panic!("building the hypervisor: {e}"));
-        let guest = |name: &str| images::build_test_guest(name).unwrap_or_else(|e| panic!("building the guest {name}: {e}"));
+        let guest =
+            |name: &str| images::build_test_guest(name).unwrap_or_else(|e| panic!("building the guest {name}: {e}"));
         Images {
             hypervisor,
             selftest: guest("selftest"),
@@ -82,5 +83,9 @@ pub fn test_vm(name: &str, kernel: &Path, memory: u64) -> VmEntry {
 
 /// Asserts that `line` occurs in the console, showing the console when it does not.
 pub fn assert_line(out: &RunOutput, line: &str) {
-    assert!(out.console.lines().any(|l| l.contains(line)), "expected a line containing {line:?}; console:\n{}", out.console);
+    assert!(
+        out.console.lines().any(|l| l.contains(line)),
+        "expected a line containing {line:?}; console:\n{}",
+        out.console
+    );
 }

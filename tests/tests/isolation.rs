@@ -30,7 +30,10 @@ fn a_probe_vm_never_reads_another_vms_memory() {
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
     assert_line(&out, "secret | ok 1 - isolation: wrote a 16 MiB secret at IPA 0x41000000");
     assert_line(&out, "probe | ok 1 - isolation: this VM's RAM is IPA 0x40000000..0x44000000");
-    assert_line(&out, "probe | ok 2 - isolation: all 3036 IPAs outside this VM's RAM aborted (0 returned data, 0 the secret)");
+    assert_line(
+        &out,
+        "probe | ok 2 - isolation: all 3036 IPAs outside this VM's RAM aborted (0 returned data, 0 the secret)",
+    );
     assert_line(&out, "probe | ok 3 - isolation: no trace of the other VM's secret in this VM's 64 MiB");
     assert_line(&out, "secret | ok 2 - isolation: the secret is intact after the probe ran");
     assert_line(&out, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed");
@@ -44,7 +47,10 @@ fn a_probe_vm_never_reads_another_vms_memory() {
     assert!(a.1 + a.2 <= b.1 || b.1 + b.2 <= a.1, "VM RAM overlaps: {ram:?}");
 
     // The hypervisor logged the probe's aborts, but did not let it flood the console.
-    assert_line(&out, "hypervisor: vm1 probe vcpu0: load at IPA 0x0 (VA 0x0): no memory or device there: external abort injected");
+    assert_line(
+        &out,
+        "hypervisor: vm1 probe vcpu0: load at IPA 0x0 (VA 0x0): no memory or device there: external abort injected",
+    );
     let probe_lines = out.console.lines().filter(|l| l.starts_with("hypervisor: vm1 probe vcpu0: load at")).count();
     assert!(probe_lines <= 16 + 3, "{probe_lines} log lines for one VM's aborts");
     assert_line(&out, "incidents so far; logging one in 1024)");

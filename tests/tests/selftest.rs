@@ -61,7 +61,10 @@ fn selftest_passes_every_check_on_gicv3_with_four_cpus() {
 
     // The hypervisor logged each bad access with the VM and vCPU, and survived them.
     assert_line(&out, "hypervisor: vm0 selftest vcpu0: unknown SMCCC function 0xc2000042: returned NOT_SUPPORTED");
-    assert_line(&out, "hypervisor: vm0 selftest vcpu0: HVC/SMC with immediate 0x1 (only #0 is defined): returned NOT_SUPPORTED");
+    assert_line(
+        &out,
+        "hypervisor: vm0 selftest vcpu0: HVC/SMC with immediate 0x1 (only #0 is defined): returned NOT_SUPPORTED",
+    );
     assert_line(&out, "hypervisor: vm0 selftest vcpu0: load at IPA 0x10000000 (VA 0x10000000): no memory or device there: external abort injected");
     assert_line(&out, "hypervisor: vm0 selftest vcpu0: store at IPA 0x10000008 (VA 0x10000008): no memory or device there: external abort injected");
     assert_line(&out, "hypervisor: vm0 selftest vcpu0: instruction fetch from IPA 0x10000000, outside the VM's memory: external abort injected");
@@ -111,8 +114,11 @@ fn the_image_runs_wherever_it_is_loaded() {
     let moved = scratch_file("hypervisor-text-offset.Image");
     std::fs::write(&moved, image).expect("write image");
     let bundle = scratch_file("moved.bundle");
-    let blob = xtask::bundle::write(&[selftest_vm(64 << 20)], &xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })
-        .expect("bundle");
+    let blob = xtask::bundle::write(
+        &[selftest_vm(64 << 20)],
+        &xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None },
+    )
+    .expect("bundle");
     std::fs::write(&bundle, blob).expect("write bundle");
     let out = system_tests::boot_image(&moved, Machine::default(), &bundle);
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
@@ -125,7 +131,10 @@ fn the_image_runs_wherever_it_is_loaded() {
 fn an_unexpected_el2_exception_is_reported_and_stops_only_that_cpu() {
     let options = xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) };
     let out = system_tests::boot_with_options("el2-fault", Machine::default(), &[selftest_vm(64 << 20)], options);
-    assert_line(&out, "hypervisor: unexpected synchronous exception at EL2 on cpu3: EC 0x25 (data abort at the same EL)");
+    assert_line(
+        &out,
+        "hypervisor: unexpected synchronous exception at EL2 on cpu3: EC 0x25 (data abort at the same EL)",
+    );
     assert_line(&out, "FAR_EL2 0x0000007ffffff000");
     for register in ["ESR_EL2 0x", "ELR_EL2 0x", "SPSR_EL2 0x", "x0  0x", "x28 0x"] {
         assert_line(&out, register);

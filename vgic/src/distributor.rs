@@ -207,7 +207,11 @@ impl Vgic {
             let selected = if irm {
                 vcpu != source
             } else {
-                aff1 == 0 && aff2 == 0 && aff3 == 0 && (vcpu as u64) >> 4 == rs && target_list & (1 << (vcpu & 0xf)) != 0
+                aff1 == 0
+                    && aff2 == 0
+                    && aff3 == 0
+                    && (vcpu as u64) >> 4 == rs
+                    && target_list & (1 << (vcpu & 0xf)) != 0
             };
             if selected {
                 self.private[vcpu][intid].pending_latch = true;
@@ -238,7 +242,11 @@ impl Vgic {
     // Delivery.
 
     fn group_enabled(&self, irq: &IrqState) -> bool {
-        if irq.group1 { self.enable_grp1 } else { self.enable_grp0 }
+        if irq.group1 {
+            self.enable_grp1
+        } else {
+            self.enable_grp0
+        }
     }
 
     /// What `vcpu` should see in its list registers: its deliverable interrupts, highest
@@ -348,7 +356,13 @@ impl Vgic {
             check_width(offset, bytes, &[4, 8])?;
             let n = ((offset - GICD_IROUTER) / 8) as usize;
             let value = self.route.get(n - 32).copied().unwrap_or(0);
-            return Ok(if bytes == 4 && offset % 8 == 4 { value >> 32 } else if bytes == 4 { value & 0xffff_ffff } else { value });
+            return Ok(if bytes == 4 && offset % 8 == 4 {
+                value >> 32
+            } else if bytes == 4 {
+                value & 0xffff_ffff
+            } else {
+                value
+            });
         }
         self.check_access(offset, bytes)?;
         let version = self.version;
@@ -371,12 +385,18 @@ impl Vgic {
             GICD_IIDR => IIDR,
             GICD_PIDR2_V3 if self.version == GicVersion::V3 => 0x3b,
             GICD_PIDR2_V2 if self.version == GicVersion::V2 => 0x2b,
-            o if (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x400).contains(&o) => self.read_bytes(vcpu, o - GICD_IPRIORITYR, bytes, frame, |s| u64::from(s.priority)),
+            o if (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x400).contains(&o) => {
+                self.read_bytes(vcpu, o - GICD_IPRIORITYR, bytes, frame, |s| u64::from(s.priority))
+            }
             o if self.version == GicVersion::V2 && (GICD_ITARGETSR..GICD_ITARGETSR + 0x400).contains(&o) => {
                 let mut v = 0;
                 for i in 0..u64::from(bytes) {
                     let intid = (o - GICD_ITARGETSR + i) as u32;
-                    let t = if intid < 32 { 1 << vcpu } else { self.route.get((intid - 32) as usize).copied().unwrap_or(0) & 0xff };
+                    let t = if intid < 32 {
+                        1 << vcpu
+                    } else {
+                        self.route.get((intid - 32) as usize).copied().unwrap_or(0) & 0xff
+                    };
                     if intid < self.max_intid() {
                         v |= t << (8 * i);
                     }
@@ -395,7 +415,9 @@ impl Vgic {
                     let mut v = 0;
                     for i in 0..16 {
                         let intid = IntId((n * 16 + i) as u32);
-                        if self.irq(vcpu, intid).is_some_and(|s| s.trigger == Trigger::Edge) && intid.0 < self.max_intid() {
+                        if self.irq(vcpu, intid).is_some_and(|s| s.trigger == Trigger::Edge)
+                            && intid.0 < self.max_intid()
+                        {
                             v |= 2 << (2 * i);
                         }
                     }
@@ -421,7 +443,14 @@ impl Vgic {
         Ok(value)
     }
 
-    fn write_frame(&mut self, vcpu: usize, offset: u64, bytes: u8, value: u64, frame: Frame) -> Result<u32, AccessError> {
+    fn write_frame(
+        &mut self,
+        vcpu: usize,
+        offset: u64,
+        bytes: u8,
+        value: u64,
+        frame: Frame,
+    ) -> Result<u32, AccessError> {
         if frame == Frame::Sgi && !Self::in_sgi_frame(offset) {
             return Ok(0);
         }
@@ -511,8 +540,16 @@ impl Vgic {
     /// The registers of a GICR SGI frame (IHI 0069 12.11): the distributor's layout for
     /// INTIDs 0-31 only (IGROUPR0 to ICACTIVER0, IPRIORITYR0-7, ICFGR0-1).
     fn in_sgi_frame(offset: u64) -> bool {
-        matches!(offset, GICD_IGROUPR | GICD_ISENABLER | GICD_ICENABLER | GICD_ISPENDR | GICD_ICPENDR | GICD_ISACTIVER | GICD_ICACTIVER)
-            || (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x20).contains(&offset)
+        matches!(
+            offset,
+            GICD_IGROUPR
+                | GICD_ISENABLER
+                | GICD_ICENABLER
+                | GICD_ISPENDR
+                | GICD_ICPENDR
+                | GICD_ISACTIVER
+                | GICD_ICACTIVER
+        ) || (GICD_IPRIORITYR..GICD_IPRIORITYR + 0x20).contains(&offset)
             || (GICD_ICFGR..GICD_ICFGR + 8).contains(&offset)
     }
 
@@ -579,7 +616,15 @@ impl Vgic {
         v
     }
 
-    fn write_bytes(&mut self, vcpu: usize, first: u64, bytes: u8, value: u64, frame: Frame, f: impl Fn(&mut IrqState, u64)) {
+    fn write_bytes(
+        &mut self,
+        vcpu: usize,
+        first: u64,
+        bytes: u8,
+        value: u64,
+        frame: Frame,
+        f: impl Fn(&mut IrqState, u64),
+    ) {
         let max = self.max_intid();
         for i in 0..u64::from(bytes) {
             let intid = IntId((first + i) as u32);

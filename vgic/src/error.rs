@@ -17,7 +17,9 @@ pub enum AccessError {
 impl fmt::Display for AccessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::BadWidth { offset, bytes } => write!(f, "GIC register at offset {offset:#x} does not allow {bytes}-byte accesses"),
+            Self::BadWidth { offset, bytes } => {
+                write!(f, "GIC register at offset {offset:#x} does not allow {bytes}-byte accesses")
+            }
             Self::Unaligned { offset } => write!(f, "unaligned GIC access at offset {offset:#x}"),
             Self::NoSuchVcpu { vcpu } => write!(f, "vCPU {vcpu} does not exist"),
         }

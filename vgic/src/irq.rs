@@ -37,7 +37,16 @@ pub struct IrqState {
 
 impl Default for IrqState {
     fn default() -> Self {
-        IrqState { enabled: false, pending_latch: false, line_level: false, active: false, priority: 0, group1: false, trigger: Trigger::Level, hw: None }
+        IrqState {
+            enabled: false,
+            pending_latch: false,
+            line_level: false,
+            active: false,
+            priority: 0,
+            group1: false,
+            trigger: Trigger::Level,
+            hw: None,
+        }
     }
 }
 

@@ -18,7 +18,7 @@ mod tests;
 pub use distributor::{GicVersion, Vgic, GICR_FRAME_SIZE};
 pub use error::AccessError;
 pub use irq::{IntId, IrqState, Trigger};
-pub use lr::{GichLr, IchLr, LrState, ListRegister};
+pub use lr::{GichLr, IchLr, ListRegister, LrState};
 pub use planner::{load, plan_entry, save, EntryPlan, ListRegisters, LrSlot};
 
 /// vCPUs one VM may have.

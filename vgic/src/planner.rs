@@ -67,6 +67,7 @@ pub fn plan_entry(list_registers: usize, candidates: &[Candidate]) -> EntryPlan 
     ordered.extend(candidates.iter().filter(|c| c.lr.state == crate::LrState::Pending));
     // Keep priority order within the active-first arrangement only where it matters: an
     // active interrupt must stay visible; among the rest, priority decides.
-    let writes: Vec<LrSlot> = ordered.iter().take(list_registers).enumerate().map(|(index, c)| LrSlot { index, lr: c.lr }).collect();
+    let writes: Vec<LrSlot> =
+        ordered.iter().take(list_registers).enumerate().map(|(index, c)| LrSlot { index, lr: c.lr }).collect();
     EntryPlan { underflow: candidates.len() > writes.len(), writes }
 }

@@ -46,7 +46,8 @@ fn intids(c: &[Candidate]) -> Vec<u32> {
 
 /// The guest takes and completes every interrupt in its LRs (they come back invalid).
 fn complete_all(g: &mut Vgic, vcpu: usize, plan: &EntryPlan) {
-    let done: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Invalid, ..w.lr }).collect();
+    let done: Vec<ListRegister> =
+        plan.writes.iter().map(|w| ListRegister { state: LrState::Invalid, ..w.lr }).collect();
     g.sync_from_lrs(vcpu, &done);
 }
 
@@ -134,7 +135,10 @@ fn level_and_edge(mut g: Vgic) {
     g.set_level(0, IntId(33), true);
     g.inject_edge(0, IntId(34));
     let plan = plan_entry(4, &g.candidates(0));
-    assert!(plan.writes.iter().any(|w| w.lr.vintid == 33 && w.lr.eoi_maintenance), "level: maintenance on EOI to re-sample");
+    assert!(
+        plan.writes.iter().any(|w| w.lr.vintid == 33 && w.lr.eoi_maintenance),
+        "level: maintenance on EOI to re-sample"
+    );
     complete_all(&mut g, 0, &plan);
     assert_eq!(intids(&g.candidates(0)), [33], "line still high: pending again; the edge is gone");
     g.set_level(0, IntId(33), false);
@@ -154,7 +158,8 @@ fn active_and_pending(mut g: Vgic) {
     g.write(0, ICFGR + 8, 4, 2 << (2 * 8)).unwrap(); // edge
     g.inject_edge(0, IntId(40));
     let plan = plan_entry(4, &g.candidates(0));
-    let taken: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+    let taken: Vec<ListRegister> =
+        plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
     g.sync_from_lrs(0, &taken);
     g.inject_edge(0, IntId(40));
     assert_eq!(g.candidates(0)[0].lr.state, LrState::PendingActive);
@@ -205,7 +210,8 @@ fn a_higher_priority_interrupt_is_offered_while_a_lower_one_is_active() {
         g.write(0, ICFGR + 8, 4, (2 << (2 * 8)) | (2 << (2 * 9))).unwrap(); // both edge
         g.inject_edge(0, IntId(40));
         let plan = plan_entry(4, &g.candidates(0));
-        let active: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+        let active: Vec<ListRegister> =
+            plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
         g.sync_from_lrs(0, &active);
         g.inject_edge(0, IntId(41));
         let plan = plan_entry(4, &g.candidates(0));
@@ -225,7 +231,8 @@ fn eoimode_1_priority_drop_then_deactivation() {
         g.inject_edge(0, IntId(40));
         let plan = plan_entry(4, &g.candidates(0));
         // Acknowledged, then EOI (priority drop): still active in the LR.
-        let dropped: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+        let dropped: Vec<ListRegister> =
+            plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
         g.sync_from_lrs(0, &dropped);
         assert_eq!(g.candidates(0).iter().map(|c| c.lr.state).collect::<Vec<_>>(), [LrState::Active]);
         assert!(g.irq(0, IntId(40)).unwrap().active);
@@ -293,11 +300,27 @@ fn redistributors_hold_the_private_interrupts_of_their_vcpu() {
 
 #[test]
 fn list_register_formats_round_trip_without_truncation() {
-    let lr = ListRegister { vintid: 1019, state: LrState::PendingActive, priority: 0xa8, group1: true, hw: Some(27), eoi_maintenance: false, source: 0 };
+    let lr = ListRegister {
+        vintid: 1019,
+        state: LrState::PendingActive,
+        priority: 0xa8,
+        group1: true,
+        hw: Some(27),
+        eoi_maintenance: false,
+        source: 0,
+    };
     assert_eq!(IchLr::encode(&lr).decode(), lr);
     assert_eq!(IchLr::encode(&lr).0 >> 62, 3);
     assert_eq!(IchLr::encode(&lr).0 & 0xffff_ffff, 1019, "vINTID is 32 bits in ICH_LR");
-    let sw = ListRegister { vintid: 3, state: LrState::Pending, priority: 0x10, group1: false, hw: None, eoi_maintenance: true, source: 5 };
+    let sw = ListRegister {
+        vintid: 3,
+        state: LrState::Pending,
+        priority: 0x10,
+        group1: false,
+        hw: None,
+        eoi_maintenance: true,
+        source: 5,
+    };
     assert_eq!(GichLr::encode(&sw).decode(), sw);
     assert_eq!(GichLr::encode(&sw).0, 3 | (5 << 10) | (1 << 19) | (2 << 23) | (1 << 28));
     assert_eq!(IchLr::encode(&sw).decode(), ListRegister { source: 0, ..sw });
@@ -322,7 +345,8 @@ fn hardware_mapped_interrupts_are_deactivated_by_the_guest() {
     // again from the old line level (that would interrupt the guest forever).
     g.set_level(0, IntId(27), true);
     let plan = plan_entry(4, &g.candidates(0));
-    let acked: Vec<ListRegister> = plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
+    let acked: Vec<ListRegister> =
+        plan.writes.iter().map(|w| ListRegister { state: LrState::Active, ..w.lr }).collect();
     g.sync_from_lrs(0, &acked);
     assert_eq!(g.candidates(0)[0].lr.state, LrState::Active);
 }

@@ -53,7 +53,10 @@ fn run(what: &str, machine: Machine, kernel: &PathBuf, initrd: Option<&PathBuf>)
     }
     let out = qemu::run_captured(cmd, TIMEOUT, false)?;
     if out.timed_out || out.status != Some(0) || !out.console.contains("microbench: done") {
-        return Err(XtaskError::Failed(format!("microbenchmarks {what} did not complete (status {:?}):\n{}", out.status, out.console)));
+        return Err(XtaskError::Failed(format!(
+            "microbenchmarks {what} did not complete (status {:?}):\n{}",
+            out.status, out.console
+        )));
     }
     Ok(parse(&out.console))
 }
@@ -61,19 +64,31 @@ fn run(what: &str, machine: Machine, kernel: &PathBuf, initrd: Option<&PathBuf>)
 pub fn micro() -> Result<(Figures, Figures), XtaskError> {
     let hyp = images::build_hypervisor()?;
     let guest = images::build_test_guest("microbench")?;
-    let vm = VmEntry { name: "microbench".into(), vcpus: 1, memory: 64 << 20, kernel: guest.clone(), initrd: None, bootargs: None };
+    let vm = VmEntry {
+        name: "microbench".into(),
+        vcpus: 1,
+        memory: 64 << 20,
+        kernel: guest.clone(),
+        initrd: None,
+        bootargs: None,
+    };
     let blob = bundle::write(&[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
     let bundle_path = images::images_dir().join("microbench.bundle");
-    std::fs::write(&bundle_path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    std::fs::write(&bundle_path, blob)
+        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
     let machine = Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() };
     let under = run("under the hypervisor", machine.clone(), &hyp, Some(&bundle_path))?;
-    let native = run("directly on QEMU", Machine { virtualization: false, semihosting: false, ..machine }, &guest, None)?;
+    let native =
+        run("directly on QEMU", Machine { virtualization: false, semihosting: false, ..machine }, &guest, None)?;
     Ok((under, native))
 }
 
 pub fn report(under: &Figures, native: &Figures) -> Result<String, XtaskError> {
     let mut table = String::new();
-    table.push_str(&format!("{:<20} {:>12} {:>12} {:>10} {:>8}\n", "instructions/op", "hypervisor", "no hyp.", "target", "met"));
+    table.push_str(&format!(
+        "{:<20} {:>12} {:>12} {:>10} {:>8}\n",
+        "instructions/op", "hypervisor", "no hyp.", "target", "met"
+    ));
     let mut json = Vec::new();
     for (name, value) in under {
         let reference = native.get(name).copied();
@@ -96,8 +111,14 @@ pub fn report(under: &Figures, native: &Figures) -> Result<String, XtaskError> {
     let dir = images::workspace_root().join("target").join("bench");
     std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join("micro.json");
-    std::fs::write(&path, format!("{{\n  \"unit\": \"instructions per operation (-icount shift=0)\",\n  \"micro\": [\n{}\n  ]\n}}\n", json.join(",\n")))
-        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
+    std::fs::write(
+        &path,
+        format!(
+            "{{\n  \"unit\": \"instructions per operation (-icount shift=0)\",\n  \"micro\": [\n{}\n  ]\n}}\n",
+            json.join(",\n")
+        ),
+    )
+    .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
     Ok(table)
 }
 

@@ -91,7 +91,14 @@ mod tests {
     }
 
     fn vm(kernel: PathBuf) -> VmEntry {
-        VmEntry { name: "one".into(), vcpus: 1, memory: 64 << 20, kernel, initrd: None, bootargs: Some("console=ttyAMA0".into()) }
+        VmEntry {
+            name: "one".into(),
+            vcpus: 1,
+            memory: 64 << 20,
+            kernel,
+            initrd: None,
+            bootargs: Some("console=ttyAMA0".into()),
+        }
     }
 
     fn tempdir(name: &str) -> PathBuf {
@@ -103,7 +110,11 @@ mod tests {
     #[test]
     fn a_bundle_round_trips_through_the_hypervisor_parser() {
         let dir = tempdir("roundtrip");
-        let blob = write(&[vm(kernel_file(&dir, 8192))], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) }).unwrap();
+        let blob = write(
+            &[vm(kernel_file(&dir, 8192))],
+            &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) },
+        )
+        .unwrap();
         let bundle = BootBundle::parse(&blob).unwrap();
         assert!(bundle.options.semihosting_exit);
         assert_eq!(bundle.options.test_el2_fault_cpu, Some(3));
@@ -120,12 +131,23 @@ mod tests {
         let dir = tempdir("bad");
         let k = kernel_file(&dir, 8192);
         let err = |v: VmEntry| write(&[v], &BundleOptions::default()).unwrap_err().to_string();
-        assert_eq!(err(VmEntry { vcpus: 0, ..vm(k.clone()) }), "boot bundle: VM one: field `vcpus` must be between 1 and 8");
-        assert_eq!(err(VmEntry { memory: 3 << 20, ..vm(k.clone()) }), "boot bundle: VM one: field `memory` must be a non-zero multiple of 2 MiB");
-        assert_eq!(err(VmEntry { name: "bad name".into(), ..vm(k.clone()) }), "boot bundle: VM bad name: field `name` must be letters, digits, '-' or '_'");
+        assert_eq!(
+            err(VmEntry { vcpus: 0, ..vm(k.clone()) }),
+            "boot bundle: VM one: field `vcpus` must be between 1 and 8"
+        );
+        assert_eq!(
+            err(VmEntry { memory: 3 << 20, ..vm(k.clone()) }),
+            "boot bundle: VM one: field `memory` must be a non-zero multiple of 2 MiB"
+        );
+        assert_eq!(
+            err(VmEntry { name: "bad name".into(), ..vm(k.clone()) }),
+            "boot bundle: VM bad name: field `name` must be letters, digits, '-' or '_'"
+        );
         assert!(err(vm(dir.join("missing"))).starts_with("VM one: cannot read kernel"));
         let huge = kernel_file(&dir, 128 << 20);
-        assert!(err(vm(huge)).contains("the kernel needs 0x8000000 bytes from the start of RAM but the VM has 0x4000000"));
+        assert!(
+            err(vm(huge)).contains("the kernel needs 0x8000000 bytes from the start of RAM but the VM has 0x4000000")
+        );
         let not_image = dir.join("text");
         std::fs::write(&not_image, vec![b'x'; 100]).unwrap();
         assert!(err(vm(not_image)).contains("not an arm64 Image"));
@@ -135,6 +157,9 @@ mod tests {
 
     #[test]
     fn an_empty_bundle_is_refused() {
-        assert_eq!(write(&[], &BundleOptions::default()).unwrap_err().to_string(), "boot bundle: the boot bundle describes no VM");
+        assert_eq!(
+            write(&[], &BundleOptions::default()).unwrap_err().to_string(),
+            "boot bundle: the boot bundle describes no VM"
+        );
     }
 }

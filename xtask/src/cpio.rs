@@ -19,9 +19,7 @@ impl Default for Cpio {
 
 impl Cpio {
     fn entry(&mut self, name: &str, mode: u32, data: &[u8], rdev: (u32, u32)) {
-        let fields = [
-            self.inode, mode, 0, 0, 1, 0, data.len() as u32, 0, 0, rdev.0, rdev.1, name.len() as u32 + 1, 0,
-        ];
+        let fields = [self.inode, mode, 0, 0, 1, 0, data.len() as u32, 0, 0, rdev.0, rdev.1, name.len() as u32 + 1, 0];
         self.inode += 1;
         self.out.extend_from_slice(b"070701");
         for f in fields {

@@ -39,7 +39,12 @@ fn segments(elf: &[u8]) -> Option<Vec<Segment>> {
         if u32_at(elf, ph)? != PT_LOAD {
             continue;
         }
-        let s = Segment { offset: u64_at(elf, ph + 8)?, vaddr: u64_at(elf, ph + 16)?, filesz: u64_at(elf, ph + 32)?, memsz: u64_at(elf, ph + 40)? };
+        let s = Segment {
+            offset: u64_at(elf, ph + 8)?,
+            vaddr: u64_at(elf, ph + 16)?,
+            filesz: u64_at(elf, ph + 32)?,
+            memsz: u64_at(elf, ph + 40)?,
+        };
         if s.memsz > 0 {
             out.push(s);
         }

@@ -33,7 +33,8 @@ fn cargo_build(package: &str, bin: &str, target_subdir: &str, rustflags: &str) -
 }
 
 fn write_image(elf_path: &Path, name: &str) -> Result<PathBuf, XtaskError> {
-    let bytes = std::fs::read(elf_path).map_err(|e| XtaskError::Build(format!("cannot read {}: {e}", elf_path.display())))?;
+    let bytes =
+        std::fs::read(elf_path).map_err(|e| XtaskError::Build(format!("cannot read {}: {e}", elf_path.display())))?;
     let image = elf::to_image(&bytes, name)?;
     let dir = images_dir();
     std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;

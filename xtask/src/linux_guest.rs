@@ -33,12 +33,18 @@ fn cache_dir() -> PathBuf {
 
 fn apt_options(dir: &Path) -> Vec<String> {
     vec![
-        "-o".into(), "APT::Architecture=arm64".into(),
-        "-o".into(), "APT::Architectures=arm64".into(),
-        "-o".into(), format!("Dir::State::Lists={}", dir.join("lists").display()),
-        "-o".into(), format!("Dir::Cache={}", dir.join("cache").display()),
-        "-o".into(), "Dir::State::status=/dev/null".into(),
-        "-o".into(), "APT::Sandbox::User=root".into(),
+        "-o".into(),
+        "APT::Architecture=arm64".into(),
+        "-o".into(),
+        "APT::Architectures=arm64".into(),
+        "-o".into(),
+        format!("Dir::State::Lists={}", dir.join("lists").display()),
+        "-o".into(),
+        format!("Dir::Cache={}", dir.join("cache").display()),
+        "-o".into(),
+        "Dir::State::status=/dev/null".into(),
+        "-o".into(),
+        "APT::Sandbox::User=root".into(),
         "-q".into(),
     ]
 }
@@ -61,7 +67,8 @@ fn lists_are_fresh(dir: &Path) -> bool {
 
 /// The package the metapackage depends on now, e.g. `linux-image-6.1.0-56-arm64`.
 fn resolve_kernel_package(dir: &Path) -> Result<String, XtaskError> {
-    let text = output(Command::new("apt-cache").args(apt_options(dir)).args(["depends", METAPACKAGE]), "apt-cache depends")?;
+    let text =
+        output(Command::new("apt-cache").args(apt_options(dir)).args(["depends", METAPACKAGE]), "apt-cache depends")?;
     text.lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .find(|p| p.starts_with("linux-image-"))
@@ -72,7 +79,8 @@ fn resolve_kernel_package(dir: &Path) -> Result<String, XtaskError> {
 /// Downloads (or finds in the cache) the kernel and busybox packages, unpacked.
 fn fetch(dir: &Path) -> Result<(PathBuf, String), XtaskError> {
     for sub in ["lists/partial", "cache/archives/partial", "debs", "root"] {
-        std::fs::create_dir_all(dir.join(sub)).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.join(sub).display())))?;
+        std::fs::create_dir_all(dir.join(sub))
+            .map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.join(sub).display())))?;
     }
     if !lists_are_fresh(dir) {
         step("updating the Debian arm64 package lists (cached for a day)");
@@ -86,7 +94,10 @@ fn fetch(dir: &Path) -> Result<(PathBuf, String), XtaskError> {
     if !done.exists() {
         step(&format!("downloading {package} and {BUSYBOX} (arm64, about 60 MB)"));
         let debs = dir.join("debs");
-        output(Command::new("apt-get").current_dir(&debs).args(apt_options(dir)).args(["download", &package, BUSYBOX]), "apt-get download")?;
+        output(
+            Command::new("apt-get").current_dir(&debs).args(apt_options(dir)).args(["download", &package, BUSYBOX]),
+            "apt-get download",
+        )?;
         for entry in std::fs::read_dir(&debs).map_err(|e| XtaskError::Build(format!("{}: {e}", debs.display())))? {
             let path = entry.map_err(|e| XtaskError::Build(e.to_string()))?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -182,7 +193,8 @@ pub fn debian_arm64() -> Result<LinuxGuest, XtaskError> {
     hyp_core::image::Arm64Image::parse(&bytes).map_err(|e| XtaskError::Build(format!("{}: {e}", kernel.display())))?;
     let initrd = images_dir().join(format!("initramfs-{release}.cpio"));
     std::fs::create_dir_all(images_dir()).map_err(|e| XtaskError::Build(e.to_string()))?;
-    std::fs::write(&initrd, initramfs(&root, &release)?).map_err(|e| XtaskError::Build(format!("{}: {e}", initrd.display())))?;
+    std::fs::write(&initrd, initramfs(&root, &release)?)
+        .map_err(|e| XtaskError::Build(format!("{}: {e}", initrd.display())))?;
     Ok(LinuxGuest { kernel, initrd, release })
 }
 

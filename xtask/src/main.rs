@@ -72,7 +72,8 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| XtaskError::Usage(format!("{flag} needs a value")));
-        let number = |v: String| v.parse::<u64>().map_err(|_| XtaskError::Usage(format!("{flag}: `{v}` is not a number")));
+        let number =
+            |v: String| v.parse::<u64>().map_err(|_| XtaskError::Usage(format!("{flag}: `{v}` is not a number")));
         match flag.as_str() {
             "--guest" => parsed.guest = value()?,
             "--gic" => {
@@ -115,16 +116,22 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     let options = BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None };
     let bundle_path = images::images_dir().join("selftest.bundle");
     let blob = bundle::write(&[vm], &options)?;
-    std::fs::write(&bundle_path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    std::fs::write(&bundle_path, blob)
+        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
     let machine = Machine { semihosting: true, ..args.machine };
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120));
     step(&format!(
         "booting on QEMU virt (GICv{}, {} CPUs, {} MiB), stopping after {} s",
-        machine.gic_version, machine.smp, machine.memory_mib, timeout.as_secs()
+        machine.gic_version,
+        machine.smp,
+        machine.memory_mib,
+        timeout.as_secs()
     ));
     let out = qemu::run_captured(machine.command(&hyp, Some(&bundle_path)), timeout, true)?;
     match (out.timed_out, out.status) {
-        (true, _) => Err(XtaskError::Failed(format!("QEMU did not finish within {} s and was stopped", timeout.as_secs()))),
+        (true, _) => {
+            Err(XtaskError::Failed(format!("QEMU did not finish within {} s and was stopped", timeout.as_secs())))
+        }
         (false, Some(0)) => {
             step("QEMU exited with status 0: every VM ended cleanly");
             Ok(())
@@ -144,7 +151,9 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     step("host tests: cargo test (hyp-core, stage2, vgic, xtask)");
     run(Command::new(&cargo).current_dir(&root).arg("test"))?;
     step("the logic crates build for aarch64-unknown-none (no_std)");
-    run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET])
+    run(Command::new(&cargo)
+        .current_dir(&root)
+        .args(["build", "--quiet", "--target", images::AARCH64_TARGET])
         .args(["-p", "hyp-core", "-p", "stage2", "-p", "vgic"]))?;
     step("system tests: the hypervisor and its guests under QEMU");
     run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;

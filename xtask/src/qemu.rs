@@ -28,7 +28,15 @@ pub struct Machine {
 
 impl Default for Machine {
     fn default() -> Self {
-        Machine { gic_version: 3, cpu: "cortex-a72".into(), smp: 4, memory_mib: 1024, icount: false, virtualization: true, semihosting: false }
+        Machine {
+            gic_version: 3,
+            cpu: "cortex-a72".into(),
+            smp: 4,
+            memory_mib: 1024,
+            icount: false,
+            virtualization: true,
+            semihosting: false,
+        }
     }
 }
 

@@ -47,9 +47,9 @@ fn qemu_major() -> Option<u32> {
 pub fn ensure_qemu() -> Result<(), XtaskError> {
     match qemu_major() {
         Some(major) if major >= QEMU_MIN_MAJOR => return Ok(()),
-        Some(major) => step(&format!(
-            "qemu-system-aarch64 {major}.x found; this project needs {QEMU_MIN_MAJOR}.x or later"
-        )),
+        Some(major) => {
+            step(&format!("qemu-system-aarch64 {major}.x found; this project needs {QEMU_MIN_MAJOR}.x or later"))
+        }
         None => step("qemu-system-aarch64 not found"),
     }
     let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false);
@@ -83,21 +83,17 @@ pub fn ensure_qemu() -> Result<(), XtaskError> {
 /// A deb822 entry for bookworm-backports with the URI and keyring of the machine's own
 /// Debian entry, so the repository never names a mirror.
 fn backports_source() -> Result<String, XtaskError> {
-    let text = std::fs::read_to_string(DEBIAN_SOURCES).map_err(|e| {
-        XtaskError::Tool(format!("cannot read {DEBIAN_SOURCES} ({e}): is this Debian 12 (bookworm)?"))
-    })?;
-    backports_entry(&text).ok_or_else(|| {
-        XtaskError::Tool(format!("{DEBIAN_SOURCES} has no entry for the suite `bookworm`"))
-    })
+    let text = std::fs::read_to_string(DEBIAN_SOURCES)
+        .map_err(|e| XtaskError::Tool(format!("cannot read {DEBIAN_SOURCES} ({e}): is this Debian 12 (bookworm)?")))?;
+    backports_entry(&text)
+        .ok_or_else(|| XtaskError::Tool(format!("{DEBIAN_SOURCES} has no entry for the suite `bookworm`")))
 }
 
 fn backports_entry(sources: &str) -> Option<String> {
-    let stanza = sources.split("\n\n").find(|s| {
-        s.lines().any(|l| l.starts_with("Suites:") && l.split_whitespace().any(|w| w == "bookworm"))
-    })?;
-    let field = |name: &str| {
-        stanza.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
-    };
+    let stanza = sources
+        .split("\n\n")
+        .find(|s| s.lines().any(|l| l.starts_with("Suites:") && l.split_whitespace().any(|w| w == "bookworm")))?;
+    let field = |name: &str| stanza.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()));
     let uris = field("URIs:")?;
     let mut entry = format!("Types: deb\nURIs: {uris}\nSuites: bookworm-backports\nComponents: main\n");
     if let Some(key) = field("Signed-By:") {

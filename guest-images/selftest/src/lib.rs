@@ -274,7 +274,6 @@ impl Checks {
     }
 }
 
-
 pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
 pub const EC_INSTRUCTION_ABORT_SAME_EL: u64 = 0x21;
 pub const FSC_SYNC_EXTERNAL_ABORT: u64 = 0x10;

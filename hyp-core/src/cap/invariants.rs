@@ -28,8 +28,13 @@ pub fn rights_only_shrink(s: &CapSpace) -> Check {
     for (id, c) in &s.caps {
         if let Some(p) = c.parent.and_then(|p| s.caps.get(&p)) {
             // A mapping's rights are bounded by its region (I9) but never carry GRANT.
-            if !p.rights.contains(c.rights.without(Rights::GRANT)) || (c.rights.contains(Rights::GRANT) && !p.rights.contains(Rights::GRANT)) {
-                return fail("I1", format!("cap {} has rights {:?} beyond its parent's {:?}", id.0, c.rights, p.rights));
+            if !p.rights.contains(c.rights.without(Rights::GRANT))
+                || (c.rights.contains(Rights::GRANT) && !p.rights.contains(Rights::GRANT))
+            {
+                return fail(
+                    "I1",
+                    format!("cap {} has rights {:?} beyond its parent's {:?}", id.0, c.rights, p.rights),
+                );
             }
         }
     }
@@ -94,7 +99,10 @@ pub fn private_ram_is_private(s: &CapSpace, mem: &impl TableMemory) -> Check {
     let mut mapped: Vec<ObjectId> = Vec::new();
     for c in s.caps.values() {
         if let CapKind::Mapping { region, .. } = c.kind {
-            let private = matches!(s.objects.get(&region), Some(Object::Region { kind: RegionKind::Ram | RegionKind::DeviceMmio, .. }));
+            let private = matches!(
+                s.objects.get(&region),
+                Some(Object::Region { kind: RegionKind::Ram | RegionKind::DeviceMmio, .. })
+            );
             if private && mapped.contains(&region) {
                 return fail("I4", format!("private region {} mapped twice", region.0));
             }
@@ -136,9 +144,14 @@ pub fn tables_refine_capabilities(s: &CapSpace, mem: &impl TableMemory) -> Check
             }
         }
         let mut real = Vec::new();
-        table.for_each_leaf(mem, |l| real.push((l.ipa.0, l.ipa.0 + l.size, l.pa.0, l.attrs.memory, l.attrs.permissions)));
+        table.for_each_leaf(mem, |l| {
+            real.push((l.ipa.0, l.ipa.0 + l.size, l.pa.0, l.attrs.memory, l.attrs.permissions))
+        });
         if runs(expected.clone()) != runs(real.clone()) {
-            return fail("I5", format!("VM {}: tables map {:x?}, capabilities say {:x?}", vm_id.0, runs(real), runs(expected)));
+            return fail(
+                "I5",
+                format!("VM {}: tables map {:x?}, capabilities say {:x?}", vm_id.0, runs(real), runs(expected)),
+            );
         }
     }
     Ok(())
@@ -162,7 +175,10 @@ fn runs(mut v: Vec<Run>) -> Vec<Run> {
 /// memory, which is in no region).
 pub fn only_region_memory_is_mapped(s: &CapSpace, mem: &impl TableMemory) -> Check {
     for (vm, start, end) in mapped_ranges(s, mem) {
-        let inside = s.objects.values().any(|o| matches!(o, Object::Region { range, .. } if range.base <= start && end <= range.end()));
+        let inside = s
+            .objects
+            .values()
+            .any(|o| matches!(o, Object::Region { range, .. } if range.base <= start && end <= range.end()));
         if !inside {
             return fail("I6", format!("VM {} maps {start:#x}..{end:#x}, which is in no region", vm.0));
         }
@@ -172,7 +188,11 @@ pub fn only_region_memory_is_mapped(s: &CapSpace, mem: &impl TableMemory) -> Che
 
 /// I7: an interrupt is granted to at most one VM.
 pub fn interrupts_have_one_owner(s: &CapSpace) -> Check {
-    let grants: Vec<ObjectId> = s.caps.values().filter_map(|c| if let CapKind::InterruptGrant { interrupt, .. } = c.kind { Some(interrupt) } else { None }).collect();
+    let grants: Vec<ObjectId> = s
+        .caps
+        .values()
+        .filter_map(|c| if let CapKind::InterruptGrant { interrupt, .. } = c.kind { Some(interrupt) } else { None })
+        .collect();
     for (i, g) in grants.iter().enumerate() {
         if grants[i + 1..].contains(g) {
             return fail("I7", format!("interrupt object {} granted twice", g.0));
@@ -191,7 +211,10 @@ pub fn ipa_ranges_disjoint(s: &CapSpace) -> Check {
                 return fail("I8", format!("VM {} range ends at {:#x}", vm.0, ipa.end()));
             }
             if let Some((_, r)) = ranges.iter().find(|(v, r)| *v == vm && r.overlaps(&ipa)) {
-                return fail("I8", format!("VM {} has overlapping ranges at {:#x} and {:#x}", vm.0, r.start().0, ipa.start().0));
+                return fail(
+                    "I8",
+                    format!("VM {} has overlapping ranges at {:#x} and {:#x}", vm.0, r.start().0, ipa.start().0),
+                );
             }
             ranges.push((vm, ipa));
         }
@@ -206,7 +229,9 @@ pub fn mapping_rights_bounded(s: &CapSpace) -> Check {
             if c.rights.contains(Rights::GRANT) {
                 return fail("I9", format!("mapping {} carries GRANT", id.0));
             }
-            if matches!(s.objects.get(&region), Some(Object::Region { kind, .. }) if kind.is_device()) && c.rights.contains(Rights::EXECUTE) {
+            if matches!(s.objects.get(&region), Some(Object::Region { kind, .. }) if kind.is_device())
+                && c.rights.contains(Rights::EXECUTE)
+            {
                 return fail("I9", format!("mapping {} executes device memory", id.0));
             }
         }
@@ -216,7 +241,11 @@ pub fn mapping_rights_bounded(s: &CapSpace) -> Check {
 
 /// I11: every vCPU belongs to a live VM, and a VM's vCPU indices are unique.
 pub fn vcpus_belong_to_live_vms(s: &CapSpace) -> Check {
-    let vcpus: Vec<(ObjectId, u32)> = s.objects.values().filter_map(|o| if let Object::Vcpu { vm, index } = o { Some((*vm, *index)) } else { None }).collect();
+    let vcpus: Vec<(ObjectId, u32)> = s
+        .objects
+        .values()
+        .filter_map(|o| if let Object::Vcpu { vm, index } = o { Some((*vm, *index)) } else { None })
+        .collect();
     for (i, (vm, index)) in vcpus.iter().enumerate() {
         if !matches!(s.objects.get(vm), Some(Object::Vm { .. })) {
             return fail("I11", format!("vCPU {index} outlived its VM {}", vm.0));
@@ -230,7 +259,8 @@ pub fn vcpus_belong_to_live_vms(s: &CapSpace) -> Check {
 
 /// I10: VMIDs are unique.
 pub fn vmids_unique(s: &CapSpace) -> Check {
-    let vmids: Vec<u16> = s.objects.values().filter_map(|o| if let Object::Vm { vmid, .. } = o { Some(*vmid) } else { None }).collect();
+    let vmids: Vec<u16> =
+        s.objects.values().filter_map(|o| if let Object::Vm { vmid, .. } = o { Some(*vmid) } else { None }).collect();
     for (i, v) in vmids.iter().enumerate() {
         if vmids[i + 1..].contains(v) {
             return fail("I10", format!("VMID {v} used twice"));

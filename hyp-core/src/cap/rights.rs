@@ -30,6 +30,10 @@ impl Rights {
         Rights(self.0 & !other.0)
     }
     pub fn permissions(self) -> Permissions {
-        Permissions { read: self.contains(Rights::READ), write: self.contains(Rights::WRITE), execute: self.contains(Rights::EXECUTE) }
+        Permissions {
+            read: self.contains(Rights::READ),
+            write: self.contains(Rights::WRITE),
+            execute: self.contains(Rights::EXECUTE),
+        }
     }
 }

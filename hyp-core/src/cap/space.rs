@@ -5,7 +5,10 @@
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;
 
-use stage2::{Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, PhysAddr, Stage2Table, TableFormat, TableMemory, TlbMaintenance, PAGE_SIZE};
+use stage2::{
+    Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, PhysAddr, Stage2Table, TableFormat, TableMemory,
+    TlbMaintenance, PAGE_SIZE,
+};
 
 use super::{CapError, Rights};
 use crate::platform::PhysRange;
@@ -44,7 +47,9 @@ impl RegionKind {
 pub enum RangeKind {
     Region(RegionKind),
     /// Trapped to a device model: no stage-2 mapping.
-    Emulated { device: u32 },
+    Emulated {
+        device: u32,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -57,12 +62,27 @@ pub struct IpaRangeInfo {
 }
 
 pub(super) enum Object {
-    Untyped { range: PhysRange, carved: Vec<(PhysRange, ObjectId)> },
-    Region { range: PhysRange, kind: RegionKind, untyped: Option<ObjectId> },
-    Vm { vmid: u16, table: Stage2Table },
+    Untyped {
+        range: PhysRange,
+        carved: Vec<(PhysRange, ObjectId)>,
+    },
+    Region {
+        range: PhysRange,
+        kind: RegionKind,
+        untyped: Option<ObjectId>,
+    },
+    Vm {
+        vmid: u16,
+        table: Stage2Table,
+    },
     /// vCPU `index` of VM `vm` (its MPIDR Aff0 in the guest).
-    Vcpu { vm: ObjectId, index: u32 },
-    Interrupt { intid: u32 },
+    Vcpu {
+        vm: ObjectId,
+        index: u32,
+    },
+    Interrupt {
+        intid: u32,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -153,13 +173,19 @@ impl CapSpace {
     fn object_of(&self, cap: CapId) -> Result<(ObjectId, &Object, Rights), CapError> {
         let c = self.cap(cap)?;
         match c.kind {
-            CapKind::Object(id) => self.objects.get(&id).map(|o| (id, o, c.rights)).ok_or(CapError::NoSuchCapability { cap }),
+            CapKind::Object(id) => {
+                self.objects.get(&id).map(|o| (id, o, c.rights)).ok_or(CapError::NoSuchCapability { cap })
+            }
             _ => Err(CapError::WrongType { cap, expected: "an object" }),
         }
     }
 
     fn require(cap: CapId, have: Rights, need: Rights, name: &'static str) -> Result<(), CapError> {
-        if have.contains(need) { Ok(()) } else { Err(CapError::MissingRight { cap, right: name }) }
+        if have.contains(need) {
+            Ok(())
+        } else {
+            Err(CapError::MissingRight { cap, right: name })
+        }
     }
 
     fn vm_object(&self, cap: CapId) -> Result<(ObjectId, Rights), CapError> {
@@ -181,7 +207,10 @@ impl CapSpace {
         if range.size == 0 {
             return Err(CapError::ZeroSize);
         }
-        if !aligned(range.base, PAGE_SIZE) || !aligned(range.size, PAGE_SIZE) || range.base.checked_add(range.size).is_none() {
+        if !aligned(range.base, PAGE_SIZE)
+            || !aligned(range.size, PAGE_SIZE)
+            || range.base.checked_add(range.size).is_none()
+        {
             return Err(CapError::Unaligned { what: "memory range", value: range.base });
         }
         if self.all_memory().any(|r| r.overlaps(&range)) {
@@ -214,14 +243,23 @@ impl CapSpace {
         Ok(self.new_cap(CapKind::Object(id), Rights::ALL, None))
     }
 
-    pub fn decode_retype(&self, untyped_cap: CapId, kind: RegionKind, size: u64, align: u64) -> Result<CreateOp, CapError> {
+    pub fn decode_retype(
+        &self,
+        untyped_cap: CapId,
+        kind: RegionKind,
+        size: u64,
+        align: u64,
+    ) -> Result<CreateOp, CapError> {
         let (untyped, object, rights) = self.object_of(untyped_cap)?;
         let Object::Untyped { range, carved } = object else {
             return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
         };
         Self::require(untyped_cap, rights, Rights::GRANT, "grant")?;
         if kind.is_device() {
-            return Err(CapError::WrongType { cap: untyped_cap, expected: "device memory (untyped becomes RAM or shared memory only)" });
+            return Err(CapError::WrongType {
+                cap: untyped_cap,
+                expected: "device memory (untyped becomes RAM or shared memory only)",
+            });
         }
         if size == 0 {
             return Err(CapError::ZeroSize);
@@ -236,7 +274,11 @@ impl CapSpace {
         for gap_end in pieces.iter().map(|r| r.base).chain(core::iter::once(range.end())) {
             let base = cursor.next_multiple_of(align);
             if base.checked_add(size).is_some_and(|end| end <= gap_end) {
-                return Ok(CreateOp { what: NewCap::Region { untyped, range: PhysRange { base, size }, kind }, rights, parent: Some(untyped_cap) });
+                return Ok(CreateOp {
+                    what: NewCap::Region { untyped, range: PhysRange { base, size }, kind },
+                    rights,
+                    parent: Some(untyped_cap),
+                });
             }
             if let Some(p) = pieces.iter().find(|p| p.base == gap_end) {
                 cursor = cursor.max(p.end());
@@ -269,7 +311,11 @@ impl CapSpace {
 
     /// A new VM with empty stage-2 tables and the lowest free VMID.
     pub fn create_vm(&mut self, mem: &mut impl TableMemory) -> Result<CapId, CapError> {
-        let used: Vec<u16> = self.objects.values().filter_map(|o| if let Object::Vm { vmid, .. } = o { Some(*vmid) } else { None }).collect();
+        let used: Vec<u16> = self
+            .objects
+            .values()
+            .filter_map(|o| if let Object::Vm { vmid, .. } = o { Some(*vmid) } else { None })
+            .collect();
         let vmid = (1..=255u16).find(|v| !used.contains(v)).ok_or(CapError::NoVmid)?;
         let table = Stage2Table::new(self.format, vmid, mem)?;
         let id = self.new_object(Object::Vm { vmid, table });
@@ -279,10 +325,14 @@ impl CapSpace {
     pub fn decode_create_vcpu(&self, vm_cap: CapId, max_vcpus: u32) -> Result<CreateOp, CapError> {
         let (vm, rights) = self.vm_object(vm_cap)?;
         Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
-        let used: Vec<u32> = self.objects.values().filter_map(|o| match o {
-            Object::Vcpu { vm: v, index } if *v == vm => Some(*index),
-            _ => None,
-        }).collect();
+        let used: Vec<u32> = self
+            .objects
+            .values()
+            .filter_map(|o| match o {
+                Object::Vcpu { vm: v, index } if *v == vm => Some(*index),
+                _ => None,
+            })
+            .collect();
         let index = (0..max_vcpus).find(|i| !used.contains(i)).ok_or(CapError::TooManyVcpus { max: max_vcpus })?;
         Ok(CreateOp { what: NewCap::Vcpu { vm, index }, rights: Rights::ALL, parent: Some(vm_cap) })
     }
@@ -300,7 +350,9 @@ impl CapSpace {
 
     fn vm_ranges(&self, vm: ObjectId) -> impl Iterator<Item = (CapId, IpaRange)> + '_ {
         self.caps.iter().filter_map(move |(id, c)| match c.kind {
-            CapKind::Mapping { vm: v, ipa, .. } | CapKind::EmulatedWindow { vm: v, ipa, .. } if v == vm => Some((*id, ipa)),
+            CapKind::Mapping { vm: v, ipa, .. } | CapKind::EmulatedWindow { vm: v, ipa, .. } if v == vm => {
+                Some((*id, ipa))
+            }
             _ => None,
         })
     }
@@ -334,9 +386,12 @@ impl CapSpace {
         }
         let ipa = IpaRange::new(ipa, range.size).map_err(CapError::Stage2)?;
         self.check_ipa(vm, ipa)?;
-        let mapped_elsewhere = self.caps.values().any(|c| matches!(c.kind, CapKind::Mapping { region: r, .. } if r == region));
+        let mapped_elsewhere =
+            self.caps.values().any(|c| matches!(c.kind, CapKind::Mapping { region: r, .. } if r == region));
         let owner = match kind {
-            RegionKind::Ram | RegionKind::DeviceMmio if mapped_elsewhere => return Err(CapError::AlreadyMapped { cap: region_cap }),
+            RegionKind::Ram | RegionKind::DeviceMmio if mapped_elsewhere => {
+                return Err(CapError::AlreadyMapped { cap: region_cap })
+            }
             RegionKind::Ram | RegionKind::DeviceMmio => OwnershipState::Owned,
             RegionKind::Shared | RegionKind::BankedDevice if mapped_elsewhere => OwnershipState::Borrowed,
             RegionKind::Shared | RegionKind::BankedDevice => OwnershipState::Shared,
@@ -357,7 +412,12 @@ impl CapSpace {
 
     /// Maps the decoded region. Fails only when the table memory runs out, and then nothing
     /// changed (stage 2 prepares before it commits).
-    pub fn invoke_map(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, op: MapOp) -> Result<CapId, CapError> {
+    pub fn invoke_map(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        op: MapOp,
+    ) -> Result<CapId, CapError> {
         let Some(Object::Vm { table, .. }) = self.objects.get_mut(&op.vm) else {
             return Err(CapError::WrongType { cap: op.region_cap, expected: "a VM" });
         };
@@ -366,7 +426,15 @@ impl CapSpace {
     }
 
     /// Maps the whole region of `region_cap` into the VM at `ipa` with `rights`.
-    pub fn map(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, vm_cap: CapId, region_cap: CapId, ipa: Ipa, rights: Rights) -> Result<CapId, CapError> {
+    pub fn map(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        vm_cap: CapId,
+        region_cap: CapId,
+        ipa: Ipa,
+        rights: Rights,
+    ) -> Result<CapId, CapError> {
         let op = self.decode_map(vm_cap, region_cap, ipa, rights)?;
         self.invoke_map(mem, tlb, op)
     }
@@ -375,7 +443,11 @@ impl CapSpace {
         let (vm, rights) = self.vm_object(vm_cap)?;
         Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
         self.check_ipa(vm, ipa)?;
-        Ok(CreateOp { what: NewCap::Cap(CapKind::EmulatedWindow { vm, ipa, device }), rights: Rights::RW, parent: Some(vm_cap) })
+        Ok(CreateOp {
+            what: NewCap::Cap(CapKind::EmulatedWindow { vm, ipa, device }),
+            rights: Rights::RW,
+            parent: Some(vm_cap),
+        })
     }
 
     /// An IPA range of the VM whose accesses trap to device model `device` (no stage-2
@@ -393,10 +465,15 @@ impl CapSpace {
             return Err(CapError::WrongType { cap: interrupt_cap, expected: "a physical interrupt" });
         };
         Self::require(interrupt_cap, rights, Rights::GRANT, "grant")?;
-        if self.caps.values().any(|c| matches!(c.kind, CapKind::InterruptGrant { interrupt: i, .. } if i == interrupt)) {
+        if self.caps.values().any(|c| matches!(c.kind, CapKind::InterruptGrant { interrupt: i, .. } if i == interrupt))
+        {
             return Err(CapError::InterruptAlreadyGranted { intid });
         }
-        Ok(CreateOp { what: NewCap::Cap(CapKind::InterruptGrant { vm, interrupt }), rights: Rights::RW, parent: Some(interrupt_cap) })
+        Ok(CreateOp {
+            what: NewCap::Cap(CapKind::InterruptGrant { vm, interrupt }),
+            rights: Rights::RW,
+            parent: Some(interrupt_cap),
+        })
     }
 
     /// Gives the VM the physical interrupt; it belongs to at most one VM at a time.
@@ -410,7 +487,10 @@ impl CapSpace {
     pub fn decode_derive(&self, cap: CapId, rights: Rights) -> Result<CreateOp, CapError> {
         let c = self.cap(cap)?;
         if !matches!(c.kind, CapKind::Object(_)) {
-            return Err(CapError::WrongType { cap, expected: "an object (mappings, windows and grants are not copied)" });
+            return Err(CapError::WrongType {
+                cap,
+                expected: "an object (mappings, windows and grants are not copied)",
+            });
         }
         if !c.rights.contains(rights) {
             return Err(CapError::RightsNotASubset { cap });
@@ -486,7 +566,8 @@ impl CapSpace {
             })
             .filter(|r| matches!(self.objects.get(r), Some(Object::Region { kind: RegionKind::Ram, .. })))
             .collect();
-        let roots = self.caps.iter().filter(|(_, c)| matches!(c.kind, CapKind::Object(o) if o == vm || private.contains(&o)));
+        let roots =
+            self.caps.iter().filter(|(_, c)| matches!(c.kind, CapKind::Object(o) if o == vm || private.contains(&o)));
         Ok(self.plan_removal(roots.map(|(id, _)| *id).collect()))
     }
 
@@ -522,7 +603,12 @@ impl CapSpace {
     }
 
     /// Deletes everything derived from `cap` (with its mappings and grants); `cap` stays.
-    pub fn revoke(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, cap: CapId) -> Result<(), CapError> {
+    pub fn revoke(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        cap: CapId,
+    ) -> Result<(), CapError> {
         let op = self.decode_revoke(cap)?;
         self.invoke_remove(mem, tlb, op);
         Ok(())
@@ -531,7 +617,12 @@ impl CapSpace {
     /// Revokes `cap`, then removes it and what it did: a mapping leaves the VM's tables, a
     /// grant ends; the last capability to an object destroys it (a region's memory returns to
     /// its untyped; a VM's tables are freed, with its vCPUs).
-    pub fn delete(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, cap: CapId) -> Result<(), CapError> {
+    pub fn delete(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        cap: CapId,
+    ) -> Result<(), CapError> {
         let op = self.decode_delete(cap)?;
         self.invoke_remove(mem, tlb, op);
         Ok(())
@@ -539,7 +630,12 @@ impl CapSpace {
 
     /// Ends a VM: its mappings, windows, grants and vCPUs, the private RAM regions mapped
     /// into it (their memory returns to untyped), and the VM with its tables.
-    pub fn destroy_vm(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, vm_cap: CapId) -> Result<(), CapError> {
+    pub fn destroy_vm(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        vm_cap: CapId,
+    ) -> Result<(), CapError> {
         let op = self.decode_destroy_vm(vm_cap)?;
         self.invoke_remove(mem, tlb, op);
         Ok(())
@@ -572,7 +668,12 @@ impl CapSpace {
         self.caps.values().find_map(|c| match c.kind {
             CapKind::Mapping { vm: v, region, ipa: r } if v == vm && r.contains(ipa) => {
                 let Some(Object::Region { range, kind, .. }) = self.objects.get(&region) else { return None };
-                Some(IpaRangeInfo { range: r, kind: RangeKind::Region(*kind), pa: Some(PhysAddr(range.base + (ipa.0 - r.start().0))), rights: c.rights })
+                Some(IpaRangeInfo {
+                    range: r,
+                    kind: RangeKind::Region(*kind),
+                    pa: Some(PhysAddr(range.base + (ipa.0 - r.start().0))),
+                    rights: c.rights,
+                })
             }
             CapKind::EmulatedWindow { vm: v, ipa: r, device } if v == vm && r.contains(ipa) => {
                 Some(IpaRangeInfo { range: r, kind: RangeKind::Emulated { device }, pa: None, rights: c.rights })

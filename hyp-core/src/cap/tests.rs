@@ -34,8 +34,11 @@ impl World {
         let mut space = CapSpace::new(FORMAT);
         let mem = VecTableMemory::with_capacity(256);
         let tlb = RecordingTlb::sharing(&mem);
-        let untyped = [0x4000_0000, 0x8000_0000].map(|base| space.add_untyped(PhysRange { base, size: 8 * MIB2 }).unwrap()).to_vec();
-        let device = space.add_device_region(PhysRange { base: 0x0900_0000, size: 0x1000 }, RegionKind::DeviceMmio).unwrap();
+        let untyped = [0x4000_0000, 0x8000_0000]
+            .map(|base| space.add_untyped(PhysRange { base, size: 8 * MIB2 }).unwrap())
+            .to_vec();
+        let device =
+            space.add_device_region(PhysRange { base: 0x0900_0000, size: 0x1000 }, RegionKind::DeviceMmio).unwrap();
         let interrupt = space.add_interrupt(33).unwrap();
         let made = [untyped.clone(), Vec::from([device, interrupt])].concat();
         World { space, mem, tlb, untyped, device, interrupt, made, vms: Vec::new() }
@@ -112,7 +115,10 @@ fn derivation_only_removes_rights() {
     let m = w.map(vm, ro, 0x4000_0000, Rights::READ).unwrap();
     assert!(matches!(w.space.derive(m, Rights::READ), Err(CapError::WrongType { .. })));
     let no_grant = w.space.derive(vm, Rights::RW).unwrap();
-    assert_eq!(w.map(no_grant, ram, 0x5000_0000, Rights::READ), Err(CapError::MissingRight { cap: no_grant, right: "grant" }));
+    assert_eq!(
+        w.map(no_grant, ram, 0x5000_0000, Rights::READ),
+        Err(CapError::MissingRight { cap: no_grant, right: "grant" })
+    );
     w.check();
 }
 
@@ -179,24 +185,34 @@ fn an_interrupt_belongs_to_one_vm() {
 fn device_regions_map_as_device_memory_and_never_execute() {
     let mut w = World::new();
     let vm = w.vm();
-    assert_eq!(w.map(vm, w.device, 0x0900_0000, Rights::RWX), Err(CapError::Stage2(stage2::Stage2Error::InvalidPermissions)));
+    assert_eq!(
+        w.map(vm, w.device, 0x0900_0000, Rights::RWX),
+        Err(CapError::Stage2(stage2::Stage2Error::InvalidPermissions))
+    );
     w.map(vm, w.device, 0x0900_0000, Rights::RW).unwrap();
     let t = w.space.vm_table(w.space.vm_id(vm).unwrap()).unwrap().translate(&w.mem, Ipa(0x0900_0004)).unwrap();
     assert_eq!(t.attrs.memory, MemoryType::DeviceNGnRE);
-    assert!(matches!(w.space.retype(w.untyped[0], RegionKind::DeviceMmio, MIB2, MIB2), Err(CapError::WrongType { .. })));
+    assert!(matches!(
+        w.space.retype(w.untyped[0], RegionKind::DeviceMmio, MIB2, MIB2),
+        Err(CapError::WrongType { .. })
+    ));
     w.check();
 }
 
 #[test]
 fn a_banked_device_maps_into_every_vm_as_device_memory() {
     let mut w = World::new();
-    let gicv = w.space.add_device_region(PhysRange { base: 0x0804_0000, size: 0x2000 }, RegionKind::BankedDevice).unwrap();
+    let gicv =
+        w.space.add_device_region(PhysRange { base: 0x0804_0000, size: 0x2000 }, RegionKind::BankedDevice).unwrap();
     let (a, b) = (w.vm(), w.vm());
     w.map(a, gicv, 0x0801_0000, Rights::RW).unwrap();
     w.map(b, gicv, 0x0801_0000, Rights::RW).unwrap();
     let t = w.space.vm_table(w.space.vm_id(b).unwrap()).unwrap().translate(&w.mem, Ipa(0x0801_0004)).unwrap();
     assert_eq!((t.pa, t.attrs.memory), (PhysAddr(0x0804_0004), MemoryType::DeviceNGnRE));
-    assert_eq!(w.space.add_device_region(PhysRange { base: 0x2000_0000, size: 0x1000 }, RegionKind::Ram).unwrap_err(), CapError::WrongType { cap: CapId(0), expected: "a device region kind" });
+    assert_eq!(
+        w.space.add_device_region(PhysRange { base: 0x2000_0000, size: 0x1000 }, RegionKind::Ram).unwrap_err(),
+        CapError::WrongType { cap: CapId(0), expected: "a device region kind" }
+    );
     w.check();
 }
 
@@ -205,17 +221,35 @@ fn impossible_arguments_are_typed_errors() {
     let mut w = World::new();
     let vm = w.vm();
     let ram = w.space.retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap();
-    assert_eq!(w.space.retype(w.untyped[0], RegionKind::Ram, 100, 4096), Err(CapError::Unaligned { what: "size or alignment", value: 100 }));
+    assert_eq!(
+        w.space.retype(w.untyped[0], RegionKind::Ram, 100, 4096),
+        Err(CapError::Unaligned { what: "size or alignment", value: 100 })
+    );
     assert_eq!(w.space.retype(w.untyped[0], RegionKind::Ram, 0, 4096), Err(CapError::ZeroSize));
-    assert_eq!(w.space.retype(vm, RegionKind::Ram, MIB2, MIB2), Err(CapError::WrongType { cap: vm, expected: "untyped memory" }));
-    assert_eq!(w.map(vm, ram, 0x4000_0800, Rights::RW), Err(CapError::Unaligned { what: "IPA range", value: 0x4000_0800 }));
-    assert_eq!(w.map(vm, ram, (1 << 40) - 0x1000, Rights::RW), Err(CapError::BeyondIpaSize { end: (1 << 40) - 0x1000 + MIB2 }));
+    assert_eq!(
+        w.space.retype(vm, RegionKind::Ram, MIB2, MIB2),
+        Err(CapError::WrongType { cap: vm, expected: "untyped memory" })
+    );
+    assert_eq!(
+        w.map(vm, ram, 0x4000_0800, Rights::RW),
+        Err(CapError::Unaligned { what: "IPA range", value: 0x4000_0800 })
+    );
+    assert_eq!(
+        w.map(vm, ram, (1 << 40) - 0x1000, Rights::RW),
+        Err(CapError::BeyondIpaSize { end: (1 << 40) - 0x1000 + MIB2 })
+    );
     assert_eq!(w.map(ram, ram, 0x4000_0000, Rights::RW), Err(CapError::WrongType { cap: ram, expected: "a VM" }));
     w.map(vm, ram, 0x4000_0000, Rights::RW).unwrap();
     let window = IpaRange::new(Ipa(0x4010_0000), 0x1000).unwrap();
     assert_eq!(w.space.add_emulated_window(vm, window, 1), Err(CapError::OverlappingIpa { ipa: 0x4010_0000 }));
-    assert_eq!(w.space.add_untyped(PhysRange { base: 0x4000_1000, size: 0x1000 }), Err(CapError::OverlappingMemory { base: 0x4000_1000 }));
-    assert_eq!(w.space.add_untyped(PhysRange { base: 0x1000_0800, size: 0x1000 }), Err(CapError::Unaligned { what: "memory range", value: 0x1000_0800 }));
+    assert_eq!(
+        w.space.add_untyped(PhysRange { base: 0x4000_1000, size: 0x1000 }),
+        Err(CapError::OverlappingMemory { base: 0x4000_1000 })
+    );
+    assert_eq!(
+        w.space.add_untyped(PhysRange { base: 0x1000_0800, size: 0x1000 }),
+        Err(CapError::Unaligned { what: "memory range", value: 0x1000_0800 })
+    );
     w.space.delete(&mut w.mem, &mut w.tlb, ram).unwrap();
     assert_eq!(w.space.revoke(&mut w.mem, &mut w.tlb, ram), Err(CapError::NoSuchCapability { cap: ram }));
     w.check();
@@ -264,8 +298,15 @@ fn decoding_changes_nothing_and_invoking_does_what_was_decoded() {
     w.space.grant_interrupt(vm, w.interrupt).unwrap();
     w.space.create_vcpu(vm, 1).unwrap();
     let before = w.fingerprint();
-    let ops = [w.space.decode_destroy_vm(vm).unwrap(), w.space.decode_revoke(w.untyped[0]).unwrap(), w.space.decode_delete(ram).unwrap()];
-    let _ = (w.space.decode_retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap(), w.space.decode_derive(vm, Rights::READ).unwrap());
+    let ops = [
+        w.space.decode_destroy_vm(vm).unwrap(),
+        w.space.decode_revoke(w.untyped[0]).unwrap(),
+        w.space.decode_delete(ram).unwrap(),
+    ];
+    let _ = (
+        w.space.decode_retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap(),
+        w.space.decode_derive(vm, Rights::READ).unwrap(),
+    );
     assert_eq!(w.fingerprint(), before, "decoding left a trace");
     drop(ops);
     let op = w.space.decode_destroy_vm(vm).unwrap();
@@ -339,7 +380,10 @@ impl World {
                 None => Ok(None),
             },
             Op::Window { vm, ipa } => match Self::pick(&vms, vm) {
-                Some(v) => self.space.add_emulated_window(v, IpaRange::new(Ipa(IPAS[ipa % IPAS.len()]), 0x1000).unwrap(), 1).map(Some),
+                Some(v) => self
+                    .space
+                    .add_emulated_window(v, IpaRange::new(Ipa(IPAS[ipa % IPAS.len()]), 0x1000).unwrap(), 1)
+                    .map(Some),
                 None => Ok(None),
             },
             Op::DestroyVm { vm } => match Self::pick(&vms, vm) {
@@ -363,7 +407,9 @@ impl World {
             .iter()
             .map(|(id, o)| match o {
                 super::space::Object::Untyped { range, carved } => format!("{id:?} untyped {range:?} {carved:?}"),
-                super::space::Object::Region { range, kind, untyped } => format!("{id:?} region {range:?} {kind:?} {untyped:?}"),
+                super::space::Object::Region { range, kind, untyped } => {
+                    format!("{id:?} region {range:?} {kind:?} {untyped:?}")
+                }
                 super::space::Object::Vm { vmid, table } => format!("{id:?} vm {vmid} root {:?}", table.root()),
                 super::space::Object::Vcpu { vm, index } => format!("{id:?} vcpu {vm:?} {index}"),
                 super::space::Object::Interrupt { intid } => format!("{id:?} interrupt {intid}"),
@@ -376,7 +422,11 @@ impl World {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         Just(Op::CreateVm),
-        (0usize..2, any::<bool>(), 1u64..4).prop_map(|(untyped, shared, blocks)| Op::Retype { untyped, shared, blocks }),
+        (0usize..2, any::<bool>(), 1u64..4).prop_map(|(untyped, shared, blocks)| Op::Retype {
+            untyped,
+            shared,
+            blocks
+        }),
         (0usize..4, 0usize..16, 0usize..4, 0u8..16).prop_map(|(vm, cap, ipa, rights)| Op::Map { vm, cap, ipa, rights }),
         (0usize..16, 0u8..16).prop_map(|(cap, rights)| Op::Derive { cap, rights }),
         (0usize..16).prop_map(|cap| Op::Revoke { cap }),

@@ -72,7 +72,7 @@ fn bring_up_gicv2_cpu_interface() {
     write32(GICD + 0x100, (1 << VTIMER) | (1 << SGI_FROM_VCPU1));
     write32(GICC + 0x4, 0xf8); // GICC_PMR
     write32(GICC, 1); // GICC_CTLR.EnableGrp0
-    // SAFETY: unmasking IRQs at EL1.
+                      // SAFETY: unmasking IRQs at EL1.
     unsafe { asm!("msr daifclr, #2") };
 }
 
@@ -130,12 +130,18 @@ extern "C" fn guest_main() -> ! {
     if gic_v3() {
         write32(GICD, 0b10); // GICD_CTLR.EnableGrp1
         let ctlr = read32(GICD);
-        c.check(ctlr & 0x52 == 0x52, format_args!("gic: the distributor is enabled with affinity routing (GICD_CTLR {ctlr:#x})"));
+        c.check(
+            ctlr & 0x52 == 0x52,
+            format_args!("gic: the distributor is enabled with affinity routing (GICD_CTLR {ctlr:#x})"),
+        );
         bring_up_cpu_interface(0);
     } else {
         write32(GICD, 1); // GICD_CTLR.EnableGrp0
         let typer = read32(GICD + 0x4);
-        c.check(read32(GICD) == 1 && (typer >> 5) & 7 == 1, format_args!("gic: the GICv2 distributor is enabled and reports 2 CPUs (GICD_TYPER {typer:#x})"));
+        c.check(
+            read32(GICD) == 1 && (typer >> 5) & 7 == 1,
+            format_args!("gic: the GICv2 distributor is enabled and reports 2 CPUs (GICD_TYPER {typer:#x})"),
+        );
         bring_up_gicv2_cpu_interface();
     }
 

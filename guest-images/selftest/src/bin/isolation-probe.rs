@@ -66,7 +66,12 @@ extern "C" fn guest_main() -> ! {
             }
         }
     }
-    c.check(leaks == 0, format_args!("isolation: all {probes} IPAs outside this VM's RAM aborted ({leaks} returned data, {secrets} the secret)"));
+    c.check(
+        leaks == 0,
+        format_args!(
+            "isolation: all {probes} IPAs outside this VM's RAM aborted ({leaks} returned data, {secrets} the secret)"
+        ),
+    );
 
     // Its own RAM holds nothing of the other VM (but for this guest's image at 2 MiB,
     // whose constants include the pattern).
@@ -79,6 +84,9 @@ extern "C" fn guest_main() -> ! {
             found += 1;
         }
     }
-    c.check(found == 0, format_args!("isolation: no trace of the other VM's secret in this VM's {} MiB", (ram_end - RAM_BASE) / MIB));
+    c.check(
+        found == 0,
+        format_args!("isolation: no trace of the other VM's secret in this VM's {} MiB", (ram_end - RAM_BASE) / MIB),
+    );
     finish("isolation-probe", &c)
 }

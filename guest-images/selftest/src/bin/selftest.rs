@@ -22,7 +22,10 @@ extern "C" fn guest_main() -> ! {
     // stores the hypervisor is expected to refuse with an external abort.
     let id0 = unsafe { read_volatile((UART + 0xfe0) as *const u32) };
     let fr = unsafe { read_volatile((UART + 0x18) as *const u32) };
-    c.check(id0 == 0x11 && fr & 0x80 != 0, format_args!("uart: trapped PL011 answers (UARTPeriphID0 {id0:#x}, UARTFR {fr:#x})"));
+    c.check(
+        id0 == 0x11 && fr & 0x80 != 0,
+        format_args!("uart: trapped PL011 answers (UARTPeriphID0 {id0:#x}, UARTFR {fr:#x})"),
+    );
 
     let v = hvc(PSCI_VERSION, 0);
     c.check(v == 0x1_0001, format_args!("psci: PSCI_VERSION over HVC returns 1.1 (got {v:#x})"));
@@ -36,16 +39,24 @@ extern "C" fn guest_main() -> ! {
     let v = hvc_with_immediate_1(PSCI_VERSION) as i64;
     c.check(v == -1, format_args!("smccc: HVC with a non-zero immediate returns NOT_SUPPORTED (got {v})"));
 
-    let caught = expect_exception(|| unsafe { let _ = read_volatile(UNMAPPED_IPA as *const u32); });
+    let caught = expect_exception(|| unsafe {
+        let _ = read_volatile(UNMAPPED_IPA as *const u32);
+    });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UNMAPPED_IPA),
-        format_args!("memory: a load from unmapped IPA {UNMAPPED_IPA:#x} gives a synchronous external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!(
+            "memory: a load from unmapped IPA {UNMAPPED_IPA:#x} gives a synchronous external abort (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
     );
 
     let caught = expect_exception(|| unsafe { write_volatile((UNMAPPED_IPA + 8) as *mut u64, 0x5a5a) });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UNMAPPED_IPA + 8),
-        format_args!("memory: a store to an unmapped IPA gives a synchronous external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!(
+            "memory: a store to an unmapped IPA gives a synchronous external abort (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
     );
 
     let caught = expect_exception(|| unsafe {
@@ -53,16 +64,26 @@ extern "C" fn guest_main() -> ! {
     });
     c.check(
         is_external_abort(caught, EC_INSTRUCTION_ABORT_SAME_EL, UNMAPPED_IPA),
-        format_args!("memory: a jump to an unmapped IPA gives an instruction abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!(
+            "memory: a jump to an unmapped IPA gives an instruction abort (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
     );
 
-    let caught = expect_exception(|| unsafe { let _ = read_volatile((UART + 0x800) as *const u32); });
+    let caught = expect_exception(|| unsafe {
+        let _ = read_volatile((UART + 0x800) as *const u32);
+    });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UART + 0x800),
-        format_args!("mmio: a read of a missing UART register gives an external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!(
+            "mmio: a read of a missing UART register gives an external abort (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
     );
 
-    let caught = expect_exception(|| unsafe { let _ = read_volatile(UART as *const u64); });
+    let caught = expect_exception(|| unsafe {
+        let _ = read_volatile(UART as *const u64);
+    });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UART),
         format_args!("mmio: a 64-bit UART access gives an external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
@@ -71,7 +92,10 @@ extern "C" fn guest_main() -> ! {
     let caught = expect_exception(|| unsafe { asm!("mrs {}, pmccntr_el0", out(reg) _) });
     c.check(
         matches!(caught, Some((esr, _)) if esr >> 26 == 0),
-        format_args!("sysreg: a PMU register the hypervisor does not offer is an undefined instruction (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!(
+            "sysreg: a PMU register the hypervisor does not offer is an undefined instruction (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
     );
 
     let ram_ok = {
@@ -104,11 +128,17 @@ fn timer_checks(c: &mut Checks) {
         asm!("mrs {}, cntfrq_el0", out(reg) freq);
     }
     // The VM was created moments ago: its virtual counter is below the board's and young.
-    c.check(virt < phys && virt < 60 * freq, format_args!("timer: the VM's virtual counter starts at its creation (CNTVOFF set per VM)"));
+    c.check(
+        virt < phys && virt < 60 * freq,
+        format_args!("timer: the VM's virtual counter starts at its creation (CNTVOFF set per VM)"),
+    );
     let caught = expect_exception(|| unsafe { asm!("mrs {}, cntp_ctl_el0", out(reg) _) });
     c.check(
         matches!(caught, Some((esr, _)) if esr >> 26 == 0),
-        format_args!("timer: the EL1 physical timer is refused with an undefined instruction (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!(
+            "timer: the EL1 physical timer is refused with an undefined instruction (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
     );
 }
 
@@ -124,10 +154,17 @@ fn sysreg_checks(c: &mut Checks) {
     let field = |v: u64, lsb: u32| (v >> lsb) & 0xf;
     c.check(
         field(pfr0, 8) == 0 && field(pfr0, 32) == 0,
-        format_args!("sysreg: ID_AA64PFR0_EL1 offers neither EL2 nor SVE (EL2 {}, SVE {})", field(pfr0, 8), field(pfr0, 32)),
+        format_args!(
+            "sysreg: ID_AA64PFR0_EL1 offers neither EL2 nor SVE (EL2 {}, SVE {})",
+            field(pfr0, 8),
+            field(pfr0, 32)
+        ),
     );
     c.check(field(dfr0, 8) == 0, format_args!("sysreg: ID_AA64DFR0_EL1 offers no PMU (PMUVer {})", field(dfr0, 8)));
-    c.check(field(mmfr0, 0) == 2, format_args!("sysreg: ID_AA64MMFR0_EL1.PARange is the VM's 40-bit IPA size (got {})", field(mmfr0, 0)));
+    c.check(
+        field(mmfr0, 0) == 2,
+        format_args!("sysreg: ID_AA64MMFR0_EL1.PARange is the VM's 40-bit IPA size (got {})", field(mmfr0, 0)),
+    );
     c.check(actlr == 0, format_args!("sysreg: ACTLR_EL1 reads as zero (got {actlr:#x})"));
 }
 
@@ -167,15 +204,24 @@ fn smp_checks(c: &mut Checks) {
     // SAFETY: reads of statics vCPU 1 writes.
     let ran = wait_until(|| unsafe { read_volatile(&raw const VCPU1_RAN) } == 1);
     let seen = unsafe { read_volatile(&raw const SEEN_CONTEXT) };
-    c.check(status == 0 && ran && seen == CONTEXT, format_args!("psci: CPU_ON starts vCPU 1 with its context id in x0 (status {status}, context {seen:#x})"));
+    c.check(
+        status == 0 && ran && seen == CONTEXT,
+        format_args!("psci: CPU_ON starts vCPU 1 with its context id in x0 (status {status}, context {seen:#x})"),
+    );
     let on = hvc3(PSCI_AFFINITY_INFO_64, 1, 0, 0) as i64;
     c.check(on == 0, format_args!("psci: AFFINITY_INFO says vCPU 1 is ON (got {on})"));
     let again = start_vcpu(1, vcpu1_main, 0);
     c.check(again == -4, format_args!("psci: CPU_ON of a running vCPU returns ALREADY_ON (got {again})"));
     let bad = start_vcpu(7, vcpu1_main, 0);
-    c.check(bad == -2, format_args!("psci: CPU_ON of a vCPU the VM does not have returns INVALID_PARAMETERS (got {bad})"));
+    c.check(
+        bad == -2,
+        format_args!("psci: CPU_ON of a vCPU the VM does not have returns INVALID_PARAMETERS (got {bad})"),
+    );
     let outside = hvc3(PSCI_CPU_ON_64, 1, 0x1000, 0) as i64;
-    c.check(outside == -9, format_args!("psci: CPU_ON with an entry point outside the VM returns INVALID_ADDRESS (got {outside})"));
+    c.check(
+        outside == -9,
+        format_args!("psci: CPU_ON with an entry point outside the VM returns INVALID_ADDRESS (got {outside})"),
+    );
     // SAFETY: vCPU 1 waits for this.
     unsafe { write_volatile(&raw mut VCPU1_RELEASE, 1) };
     let off = wait_until(|| hvc3(PSCI_AFFINITY_INFO_64, 1, 0, 0) as i64 == 1);
