@@ -1,6 +1,8 @@
-//! The stage-2 descriptor format shared by VMSAv8-64 and ARMv7 LPAE (ARM ARM D8.3,
-//! "Translation table descriptor formats"; D8.4.2 stage 2 attribute fields; ARMv7 ARM
-//! B3.6.2).
+//! The stage-2 descriptor format shared by VMSAv8-64 and ARMv7 LPAE (ARM ARM D8.3
+//! "Translation table descriptor formats" and D8.3.2 "Block and Page descriptor attributes"
+//! for stage 2; ARMv7 ARM B3.6.1 "Long-descriptor translation table format descriptors" and
+//! B3.6.2 "Memory attributes in the Long-descriptor translation table format descriptors").
+//! The encodings agree bit for bit, so one set of functions serves both formats.
 //!
 //! bits [1:0]   0b11 table or page (level 3), 0b01 block (levels 1 and 2), bit 0 valid
 //! bits [5:2]   MemAttr: 0b1111 Normal write-back, 0b0001 Device-nGnRE
@@ -8,10 +10,13 @@
 //! bits [9:8]   SH: 0b11 inner shareable (Normal memory)
 //! bit 10       AF, always set (no access-flag faults)
 //! bits [58:55] software: the ownership state
-//! bits [54:53] VMSAv8-64 XN: 0b10 = execute-never at EL1 and EL0 (bit 54 alone without
-//!              FEAT_XNX); ARMv7 LPAE: XN is bit 54
+//! bits [54:53] VMSAv8-64 XN: 0b10 = execute-never at EL1 and EL0 (with FEAT_XNX; without
+//!              it bit 53 is RES0 and bit 54 is XN); ARMv7 LPAE: XN is bit 54. Device
+//!              memory is always execute-never (a speculative instruction fetch from a
+//!              device would be a read with side effects).
 
-use crate::{MappingAttributes, MemoryType, OwnershipState, PhysAddr, Permissions};
+use crate::format::LevelDescription;
+use crate::{MappingAttributes, MemoryType, OwnershipState, Permissions, PhysAddr};
 
 pub const VALID: u64 = 1;
 const TYPE_TABLE_OR_PAGE: u64 = 1 << 1;
@@ -23,6 +28,8 @@ const S2AP_WRITE: u64 = 1 << 7;
 const SH_INNER: u64 = 0b11 << 8;
 const AF: u64 = 1 << 10;
 const XN: u64 = 1 << 54;
+/// XN[0] (FEAT_XNX): kept clear so that bit 54 alone means execute-never at EL1 and EL0.
+const XN_LOW: u64 = 1 << 53;
 const SW_SHIFT: u32 = 55;
 const SW_MASK: u64 = 0b1111 << SW_SHIFT;
 /// Output address bits [47:12] (a 48-bit PA; ARMv7 LPAE physical addresses are 40 bits and
@@ -55,32 +62,46 @@ fn owner_bits(owner: OwnershipState) -> u64 {
     v << SW_SHIFT
 }
 
-fn permission_bits(p: Permissions) -> u64 {
-    (if p.read { S2AP_READ } else { 0 }) | (if p.write { S2AP_WRITE } else { 0 }) | (if p.execute { 0 } else { XN })
+/// S2AP and XN; device memory is execute-never whatever is asked.
+fn permission_bits(p: Permissions, memory: MemoryType) -> u64 {
+    let never_execute = !p.execute || memory == MemoryType::DeviceNGnRE;
+    (if p.read { S2AP_READ } else { 0 }) | (if p.write { S2AP_WRITE } else { 0 }) | (if never_execute { XN } else { 0 })
+}
+
+fn leaf_type(level: &LevelDescription) -> u64 {
+    if level.is_last() {
+        TYPE_TABLE_OR_PAGE | VALID
+    } else {
+        VALID
+    }
 }
 
 /// A block (levels 1-2) or page (level 3) descriptor.
-pub fn leaf(pa: PhysAddr, level: u8, attrs: MappingAttributes, owner: OwnershipState) -> u64 {
-    let kind = if level == 3 { TYPE_TABLE_OR_PAGE | VALID } else { VALID };
+pub fn leaf(pa: PhysAddr, level: &LevelDescription, attrs: MappingAttributes, owner: OwnershipState) -> u64 {
     let memory = match attrs.memory {
         MemoryType::NormalWriteBack => MEMATTR_NORMAL_WB | SH_INNER,
         MemoryType::DeviceNGnRE => MEMATTR_DEVICE_NGNRE,
     };
-    (pa.0 & OA_MASK) | kind | memory | permission_bits(attrs.permissions) | AF | owner_bits(owner)
+    (pa.0 & OA_MASK)
+        | leaf_type(level)
+        | memory
+        | permission_bits(attrs.permissions, attrs.memory)
+        | AF
+        | owner_bits(owner)
 }
 
-/// The same leaf at a smaller level (for splitting a block): page type at level 3.
-pub fn leaf_at_level(d: u64, pa: PhysAddr, level: u8) -> u64 {
-    let kind = if level == 3 { TYPE_TABLE_OR_PAGE | VALID } else { VALID };
-    (d & !(OA_MASK | 0b11)) | (pa.0 & OA_MASK) | kind
+/// The same leaf at the next level down, for splitting a block.
+pub fn leaf_at_level(d: u64, pa: PhysAddr, level: &LevelDescription) -> u64 {
+    (d & !(OA_MASK | 0b11)) | (pa.0 & OA_MASK) | leaf_type(level)
 }
 
 pub fn with_permissions(d: u64, p: Permissions) -> u64 {
-    (d & !(S2AP_READ | S2AP_WRITE | XN | (1 << 53))) | permission_bits(p)
+    (d & !(S2AP_READ | S2AP_WRITE | XN | XN_LOW)) | permission_bits(p, attributes(d).memory)
 }
 
 pub fn attributes(d: u64) -> MappingAttributes {
-    let memory = if d & MEMATTR_MASK == MEMATTR_NORMAL_WB { MemoryType::NormalWriteBack } else { MemoryType::DeviceNGnRE };
+    let memory =
+        if d & MEMATTR_MASK == MEMATTR_NORMAL_WB { MemoryType::NormalWriteBack } else { MemoryType::DeviceNGnRE };
     let permissions = Permissions { read: d & S2AP_READ != 0, write: d & S2AP_WRITE != 0, execute: d & XN == 0 };
     MappingAttributes { memory, permissions }
 }
@@ -96,14 +117,15 @@ pub fn owner(d: u64) -> OwnershipState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::LEVELS;
 
     #[test]
     fn ram_and_device_leaves_encode_as_the_arm_arm_says() {
         let ram = MappingAttributes { memory: MemoryType::NormalWriteBack, permissions: Permissions::RWX };
-        let d = leaf(PhysAddr(0x8000_0000), 2, ram, OwnershipState::Owned);
+        let d = leaf(PhysAddr(0x8000_0000), &LEVELS[2], ram, OwnershipState::Owned);
         assert_eq!(d, 0x8000_0000 | 0b01 | (0b1111 << 2) | (0b11 << 6) | (0b11 << 8) | (1 << 10));
         let dev = MappingAttributes { memory: MemoryType::DeviceNGnRE, permissions: Permissions::RW };
-        let d = leaf(PhysAddr(0x0900_0000), 3, dev, OwnershipState::Shared);
+        let d = leaf(PhysAddr(0x0900_0000), &LEVELS[3], dev, OwnershipState::Shared);
         assert_eq!(d, 0x0900_0000 | 0b11 | (0b0001 << 2) | (0b11 << 6) | (1 << 10) | (1 << 54) | (1 << 55));
         assert_eq!(attributes(d), dev);
         assert_eq!(owner(d), OwnershipState::Shared);
@@ -112,9 +134,35 @@ mod tests {
     #[test]
     fn permissions_change_without_touching_the_rest() {
         let ram = MappingAttributes { memory: MemoryType::NormalWriteBack, permissions: Permissions::RWX };
-        let d = leaf(PhysAddr(0x4000_0000), 1, ram, OwnershipState::Borrowed);
+        let d = leaf(PhysAddr(0x4000_0000), &LEVELS[1], ram, OwnershipState::Borrowed);
         let ro = with_permissions(d, Permissions::RO);
         assert_eq!(attributes(ro).permissions, Permissions::RO);
-        assert_eq!((output_address(ro), owner(ro), attributes(ro).memory), (PhysAddr(0x4000_0000), OwnershipState::Borrowed, MemoryType::NormalWriteBack));
+        assert_eq!(
+            (output_address(ro), owner(ro), attributes(ro).memory),
+            (PhysAddr(0x4000_0000), OwnershipState::Borrowed, MemoryType::NormalWriteBack)
+        );
+    }
+
+    #[test]
+    fn tables_pages_and_software_bits() {
+        assert_eq!(table(PhysAddr(0x1234_5000)), 0x1234_5003, "table descriptor: address and 0b11");
+        let ram = MappingAttributes { memory: MemoryType::NormalWriteBack, permissions: Permissions::RO };
+        for (owner, bits) in [(OwnershipState::Owned, 0), (OwnershipState::Shared, 1), (OwnershipState::Borrowed, 2)] {
+            let d = leaf(PhysAddr(0x4000_0000), &LEVELS[1], ram, owner);
+            assert_eq!((d >> 55) & 0b1111, bits);
+            assert_eq!(super::owner(d), owner);
+        }
+        // Execute-never is bit 54 alone (XN = 0b10 for VMSAv8-64, XN for ARMv7 LPAE).
+        let d = leaf(PhysAddr(0x4000_0000), &LEVELS[3], ram, OwnershipState::Owned);
+        assert_eq!((d >> 53) & 0b11, 0b10);
+        assert_eq!(d & 0b11, 0b11, "a level-3 leaf is a page descriptor");
+    }
+
+    #[test]
+    fn device_memory_stays_execute_never() {
+        let dev = MappingAttributes { memory: MemoryType::DeviceNGnRE, permissions: Permissions::RWX };
+        let d = leaf(PhysAddr(0x0900_0000), &LEVELS[3], dev, OwnershipState::Owned);
+        assert!(!attributes(d).permissions.execute);
+        assert!(!attributes(with_permissions(d, Permissions::RWX)).permissions.execute);
     }
 }

@@ -5,18 +5,39 @@ use core::fmt;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Stage2Error {
     ZeroSize,
-    Overflow { start: u64, size: u64 },
+    Overflow {
+        start: u64,
+        size: u64,
+    },
     /// An IPA, physical address or size not aligned to 4 KiB.
-    Unaligned { what: &'static str, value: u64 },
-    BeyondIpaSize { end: u64, ipa_bits: u8 },
-    BeyondPaSize { end: u64, pa_bits: u8 },
+    Unaligned {
+        what: &'static str,
+        value: u64,
+    },
+    BeyondIpaSize {
+        end: u64,
+        ipa_bits: u8,
+    },
+    BeyondPaSize {
+        end: u64,
+        pa_bits: u8,
+    },
     /// Something is already mapped in the range: nothing was changed.
-    AlreadyMapped { ipa: u64 },
+    AlreadyMapped {
+        ipa: u64,
+    },
     /// The table memory ran out: nothing was changed.
     OutOfFrames,
-    UnsupportedFormat { ipa_bits: u8, pa_bits: u8 },
+    UnsupportedFormat {
+        ipa_bits: u8,
+        pa_bits: u8,
+    },
     /// A permission the memory type cannot have (execute on device memory).
     InvalidPermissions,
+    /// VMIDs are 8 bits (VTCR_EL2.VS = 0, and the only size ARMv7 has).
+    VmidTooLarge {
+        vmid: u16,
+    },
 }
 
 impl fmt::Display for Stage2Error {
@@ -32,7 +53,8 @@ impl fmt::Display for Stage2Error {
             Self::UnsupportedFormat { ipa_bits, pa_bits } => write!(
                 f, "a {ipa_bits}-bit IPA space with {pa_bits}-bit physical addresses is not supported (IPA 32 to 48 bits, not above the PA size; PA 32, 36, 40, 42, 44 or 48 bits)"
             ),
-            Self::InvalidPermissions => write!(f, "device memory can never be executable"),
+            Self::InvalidPermissions => write!(f, "device memory can never be executable: map or protect it without execute"),
+            Self::VmidTooLarge { vmid } => write!(f, "VMID {vmid} does not fit in 8 bits: use 0 to 255"),
         }
     }
 }

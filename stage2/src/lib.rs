@@ -6,7 +6,7 @@
 //! Table memory and TLB maintenance are traits (`TableMemory`, `TlbMaintenance`): the arch
 //! crate implements them on the hardware, `testing` fakes them so host tests inspect the
 //! very tables the walker built (CONVENTIONS 2).
-#![cfg_attr(not(any(test, feature = "testing")), no_std)]
+#![cfg_attr(not(test), no_std)]
 
 mod addr;
 mod attrs;
@@ -21,7 +21,7 @@ pub mod testing;
 pub use addr::{Ipa, IpaRange, PhysAddr, PAGE_SIZE};
 pub use attrs::{MappingAttributes, MemoryType, OwnershipState, Permissions};
 pub use error::Stage2Error;
-pub use format::{Geometry, TableFormat};
+pub use format::{allowed_start_levels, Geometry, LevelDescription, LevelKind, TableFormat, LEVELS};
 pub use memory::{TableMemory, TlbMaintenance};
 pub use table::{Leaf, Stage2Table, Translation};
 #[cfg(test)]

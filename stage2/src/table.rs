@@ -1,15 +1,23 @@
 //! The stage-2 tables of one VM: map, unmap and protect ranges, and the software walk.
 //!
+//! One walker serves both formats: every walk below takes the list of levels it still has
+//! to go through (`Geometry::levels`), the first being the level of the table in hand.
+//!
 //! Changes follow two rules. Prepare, then commit (Hafnium's `mm_vm_identity_prepare` /
-//! `_commit`, CONVENTIONS 3): every table frame a change needs is allocated before any
-//! descriptor the hardware can see changes, so running out of frames leaves the tables as
-//! they were. Break-before-make (ARM ARM D8.14.1): a valid descriptor is replaced by
-//! another valid one of a different output address or size only through an invalid
-//! descriptor and a TLB invalidation; permission-only changes are written in place and then
-//! invalidated.
+//! `_commit`, CONVENTIONS 3): a change first counts the table frames it needs (new tables
+//! for a map, split blocks for an unmap or protect) and allocates all of them; only then does
+//! it write a descriptor, and from there on nothing can fail. Running out of frames therefore
+//! leaves the tables untouched. Break-before-make (ARM ARM D8.14.1 "Using break-before-make
+//! when updating translation table entries"): a valid descriptor is never overwritten by
+//! another valid one; it is first made invalid and its IPA invalidated in the TLB, then the
+//! new descriptor is written. This holds for permission changes too (as in Hafnium's
+//! `mm_replace_entry`), so a guest access racing with a change on another CPU may take a
+//! stage-2 fault on a mapped IPA: the fault handler must then simply retry.
+
+use core::ops::ControlFlow;
 
 use crate::descriptor as desc;
-use crate::format::{entry_span, level_shift, Geometry, ENTRIES_PER_TABLE};
+use crate::format::{Geometry, LevelDescription, ENTRIES_PER_TABLE};
 use crate::{
     Ipa, IpaRange, MappingAttributes, MemoryType, OwnershipState, Permissions, PhysAddr, Stage2Error, TableFormat,
     TableMemory, TlbMaintenance, PAGE_SIZE,
@@ -43,28 +51,8 @@ pub struct Stage2Table {
     vmid: u16,
 }
 
-/// Frames allocated before a change that splits blocks: at most two partial blocks per
-/// level, at each end of the range.
-struct FramePool {
-    frames: [PhysAddr; MAX_SPLIT_FRAMES],
-    len: usize,
-}
-
-const MAX_SPLIT_FRAMES: usize = 8;
-
-impl FramePool {
-    fn take(&mut self) -> Option<PhysAddr> {
-        self.len = self.len.checked_sub(1)?;
-        Some(self.frames[self.len])
-    }
-}
-
-/// What `modify` does to the leaves a range covers.
-#[derive(Clone, Copy)]
-enum Change {
-    Unmap,
-    Protect(Permissions),
-}
+/// VTTBR_EL2.VMID / VTTBR.VMID with 8-bit VMIDs (VTCR_EL2.VS = 0).
+const MAX_VMID: u16 = 0xff;
 
 /// The frame and index of entry `index` of a (possibly concatenated) table.
 fn slot(table: PhysAddr, index: usize) -> (PhysAddr, usize) {
@@ -81,44 +69,107 @@ fn write(mem: &mut impl TableMemory, table: PhysAddr, index: usize, value: u64) 
     mem.write_descriptor(frame, i, value)
 }
 
-/// The entries of a table at `level` (whose first entry maps IPA `base`) that overlap
-/// `[a, b)`: (index, first IPA, end IPA) of each.
-fn entries(level: u8, base: u64, a: u64, b: u64) -> impl Iterator<Item = (usize, u64, u64)> {
-    let span = entry_span(level);
-    let first = ((a - base) / span) as usize;
-    let last = ((b - 1 - base) / span) as usize;
-    (first..=last).map(move |i| {
-        let start = base + i as u64 * span;
-        (i, start, start + span)
-    })
+fn is_table(d: u64, level: &LevelDescription) -> bool {
+    !level.is_last() && desc::is_table_or_page(d)
 }
 
 fn is_empty(mem: &impl TableMemory, table: PhysAddr) -> bool {
     (0..ENTRIES_PER_TABLE).all(|i| !desc::is_valid(mem.read_descriptor(table, i)))
 }
 
-/// Splits needed inside a block whose part `[a, b)` changes, if the block is split into
-/// entries of `level`: the children the range covers only partly must be split again.
-fn nested_splits(level: u8, a: u64, b: u64) -> usize {
-    if level == 3 {
-        return 0;
+/// One entry of a table as a walk over `[a, b)` meets it: the entry maps `[start, end)`, of
+/// which the walk concerns `[a, b)`.
+#[derive(Clone, Copy)]
+struct Entry {
+    index: usize,
+    start: u64,
+    end: u64,
+    a: u64,
+    b: u64,
+}
+
+impl Entry {
+    fn covered(&self) -> bool {
+        (self.a, self.b) == (self.start, self.end)
     }
-    let span = entry_span(level);
-    let first = a & !(span - 1);
-    let last = (b - 1) & !(span - 1);
-    let mut n = 0;
-    if a != first || (first == last && b != first + span) {
-        n += 1 + nested_splits(level + 1, a, b.min(first + span));
+}
+
+/// The entries of a table at `level`, whose first entry maps IPA `base`, that overlap `[a, b)`.
+fn entries(level: &LevelDescription, base: u64, a: u64, b: u64) -> impl Iterator<Item = Entry> {
+    let span = level.span();
+    let (first, last) = if base <= a && a < b { ((a - base) / span, (b - 1 - base) / span) } else { (1, 0) };
+    (first..=last).map(move |i| {
+        let start = base + i * span;
+        let end = start + span;
+        Entry { index: i as usize, start, end, a: a.max(start), b: b.min(end) }
+    })
+}
+
+/// Frames allocated by the prepare phase, linked through their first entry (so any number
+/// fits without a heap). The link is `frame | 0b10`, an invalid descriptor; a frame is zero
+/// again when it is taken.
+struct FramePool {
+    head: u64,
+}
+
+const POOL_LINK: u64 = 0b10;
+
+impl FramePool {
+    fn allocate(mem: &mut impl TableMemory, count: usize) -> Result<Self, Stage2Error> {
+        let mut pool = FramePool { head: 0 };
+        for _ in 0..count {
+            let Some(frame) = mem.allocate_zeroed_frames(1) else {
+                pool.release(mem);
+                return Err(Stage2Error::OutOfFrames);
+            };
+            mem.write_descriptor(frame, 0, pool.head);
+            pool.head = frame.0 | POOL_LINK;
+        }
+        Ok(pool)
     }
-    if last != first && b != last + span {
-        n += 1 + nested_splits(level + 1, last, b);
+
+    fn take(&mut self, mem: &mut impl TableMemory) -> Option<PhysAddr> {
+        if self.head & POOL_LINK == 0 {
+            return None;
+        }
+        let frame = PhysAddr(self.head & !POOL_LINK);
+        self.head = mem.read_descriptor(frame, 0);
+        mem.write_descriptor(frame, 0, 0);
+        Some(frame)
     }
-    n
+
+    /// Frees what the commit did not use (nothing, when the count was right).
+    fn release(mut self, mem: &mut impl TableMemory) {
+        while let Some(frame) = self.take(mem) {
+            mem.free_frames(frame, 1);
+        }
+    }
+}
+
+/// What `modify` does to the leaves a range covers.
+#[derive(Clone, Copy)]
+enum Change {
+    Unmap,
+    Protect(Permissions),
+}
+
+impl Change {
+    /// The leaf `d` becomes (0: invalid).
+    fn apply(self, d: u64) -> u64 {
+        match self {
+            Change::Unmap => 0,
+            Change::Protect(p) => desc::with_permissions(d, p),
+        }
+    }
 }
 
 impl Stage2Table {
+    /// Empty tables (the root only) for a VM with this VMID (0 to 255: 8-bit VMIDs).
     pub fn new(format: TableFormat, vmid: u16, mem: &mut impl TableMemory) -> Result<Self, Stage2Error> {
         let geometry = format.geometry()?;
+        if vmid > MAX_VMID {
+            return Err(Stage2Error::VmidTooLarge { vmid });
+        }
         let root = mem.allocate_zeroed_frames(geometry.root_tables).ok_or(Stage2Error::OutOfFrames)?;
         Ok(Stage2Table { root, format, geometry, vmid })
     }
@@ -136,18 +187,16 @@ impl Stage2Table {
         self.root
     }
 
-    /// VTTBR_EL2 / VTTBR: VMID in [55:48] (8-bit VMIDs), BADDR the root (aligned to the
-    /// size of the concatenated root tables, as `TableMemory` guarantees).
+    /// VTTBR_EL2 (ARM ARM D24.2 "VTTBR_EL2") or ARMv7 VTTBR (ARMv7 ARM B4.1.160): VMID in
+    /// [55:48], BADDR the root, aligned to the size of the concatenated root tables as
+    /// `TableMemory` guarantees; CnP (bit 0) clear.
     pub fn vttbr(&self) -> u64 {
-        (u64::from(self.vmid & 0xff) << 48) | self.root.0
+        (u64::from(self.vmid & MAX_VMID) << 48) | (self.root.0 & desc::OA_MASK)
     }
 
+    /// VTCR_EL2 or ARMv7 VTCR for these tables (see `TableFormat::vtcr`).
     pub fn vtcr(&self) -> u64 {
         self.format.vtcr(&self.geometry)
-    }
-
-    fn ipa_limit(&self) -> u64 {
-        1 << self.geometry.ipa_bits
     }
 
     fn check_range(&self, range: IpaRange) -> Result<(), Stage2Error> {
@@ -157,14 +206,15 @@ impl Stage2Table {
         if !range.size().is_multiple_of(PAGE_SIZE) {
             return Err(Stage2Error::Unaligned { what: "size", value: range.size() });
         }
-        if range.end() > self.ipa_limit() {
+        if range.end() > self.geometry.ipa_limit() {
             return Err(Stage2Error::BeyondIpaSize { end: range.end(), ipa_bits: self.geometry.ipa_bits });
         }
         Ok(())
     }
 
     /// Maps `range` to the physical range at `pa`, with 1 GiB and 2 MiB blocks wherever IPA
-    /// and PA alignment allow. Refuses to map over anything already mapped.
+    /// and PA alignment allow. Refuses to map over anything already mapped, and device
+    /// memory with execute permission; on any error nothing changed.
     pub fn map_range(
         &mut self,
         mem: &mut impl TableMemory,
@@ -179,38 +229,45 @@ impl Stage2Table {
             return Err(Stage2Error::Unaligned { what: "physical address", value: pa.0 });
         }
         let pa_end = pa.0.checked_add(range.size()).ok_or(Stage2Error::Overflow { start: pa.0, size: range.size() })?;
-        if pa_end > 1 << self.geometry.pa_bits {
+        if pa_end > self.geometry.pa_limit() {
             return Err(Stage2Error::BeyondPaSize { end: pa_end, pa_bits: self.geometry.pa_bits });
         }
         if attrs.memory == MemoryType::DeviceNGnRE && attrs.permissions.execute {
             return Err(Stage2Error::InvalidPermissions);
         }
         let (a, b) = (range.start().0, range.end());
-        let (level, root) = (self.geometry.start_level, self.root);
-        if let Some(ipa) = self.first_mapped(mem, level, root, 0, a, b) {
+        if let Some(ipa) = self.first_mapped(mem, a, b) {
             return Err(Stage2Error::AlreadyMapped { ipa });
         }
-        // pa_for(ipa) = ipa + delta (mod 2^64).
+        // The PA of IPA x is x + delta (mod 2^64).
         let delta = pa.0.wrapping_sub(a);
-        if self.prepare_tables(mem, level, root, 0, a, b, delta).is_err() {
-            self.remove_empty_tables(mem, tlb, level, root, 0, a, b);
-            return Err(Stage2Error::OutOfFrames);
-        }
-        let leaf = |pa, level| desc::leaf(pa, level, attrs, owner);
-        self.write_leaves(mem, level, root, 0, a, b, delta, &leaf);
+        let levels = self.geometry.levels();
+        // Prepare.
+        let mut pool = FramePool::allocate(mem, tables_needed(mem, levels, Some(self.root), 0, a, b, delta))?;
+        // Commit.
+        let leaf = |pa, level: &LevelDescription| desc::leaf(pa, level, attrs, owner);
+        write_leaves(mem, &mut pool, levels, self.root, 0, a, b, delta, &leaf);
         tlb.publish();
+        pool.release(mem);
         Ok(())
     }
 
     /// Unmaps whatever is mapped in `range` (splitting blocks it covers only partly) and
-    /// frees the tables that become empty.
-    pub fn unmap_range(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, range: IpaRange) -> Result<(), Stage2Error> {
+    /// frees the tables that become empty. Unmapping exactly what one `map_range` mapped
+    /// needs no frame and cannot fail.
+    pub fn unmap_range(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        range: IpaRange,
+    ) -> Result<(), Stage2Error> {
         self.check_range(range)?;
         self.modify(mem, tlb, range, Change::Unmap)
     }
 
-    /// Changes the permissions of whatever is mapped in `range` (splitting blocks it covers
-    /// only partly). Unmapped parts stay unmapped.
+    /// Changes the permissions of whatever is mapped in `range`, splitting the blocks it
+    /// covers only partly (unless they have those permissions already). Unmapped parts stay
+    /// unmapped. Execute permission on device memory is refused, and then nothing changed.
     pub fn protect_range(
         &mut self,
         mem: &mut impl TableMemory,
@@ -220,289 +277,320 @@ impl Stage2Table {
     ) -> Result<(), Stage2Error> {
         self.check_range(range)?;
         if permissions.execute {
-            let mut device = false;
-            self.for_each_leaf(mem, |l| {
-                let overlaps = l.ipa.0 < range.end() && range.start().0 < l.ipa.0 + l.size;
-                device |= overlaps && l.attrs.memory == MemoryType::DeviceNGnRE;
+            let device = self.visit(mem, range.start().0, range.end(), &mut |l| {
+                if l.attrs.memory == MemoryType::DeviceNGnRE {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             });
-            if device {
+            if device.is_break() {
                 return Err(Stage2Error::InvalidPermissions);
             }
         }
         self.modify(mem, tlb, range, Change::Protect(permissions))
     }
 
-    fn modify(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, range: IpaRange, change: Change) -> Result<(), Stage2Error> {
+    fn modify(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        range: IpaRange,
+        change: Change,
+    ) -> Result<(), Stage2Error> {
         let (a, b) = (range.start().0, range.end());
-        let (level, root) = (self.geometry.start_level, self.root);
-        let needed = self.count_splits(mem, level, root, 0, a, b);
-        let mut pool = FramePool { frames: [PhysAddr(0); MAX_SPLIT_FRAMES], len: 0 };
-        if needed > MAX_SPLIT_FRAMES {
-            return Err(Stage2Error::OutOfFrames);
-        }
-        for _ in 0..needed {
-            match mem.allocate_zeroed_frames(1) {
-                Some(frame) => {
-                    pool.frames[pool.len] = frame;
-                    pool.len += 1;
-                }
-                None => {
-                    while let Some(frame) = pool.take() {
-                        mem.free_frames(frame, 1);
-                    }
-                    return Err(Stage2Error::OutOfFrames);
-                }
-            }
-        }
-        self.modify_walk(mem, tlb, level, root, 0, a, b, change, &mut pool);
+        let levels = self.geometry.levels();
+        // Prepare.
+        let mut pool = FramePool::allocate(mem, splits_needed(mem, levels, self.root, 0, a, b, change))?;
+        // Commit.
+        self.modify_walk(mem, tlb, &mut pool, levels, self.root, 0, a, b, change);
         tlb.publish();
-        // Every prepared frame was used; free any the walk did not need all the same.
-        while let Some(frame) = pool.take() {
-            mem.free_frames(frame, 1);
-        }
+        pool.release(mem);
         Ok(())
     }
 
-    fn first_mapped(&self, mem: &impl TableMemory, level: u8, table: PhysAddr, base: u64, a: u64, b: u64) -> Option<u64> {
-        for (i, s, e) in entries(level, base, a, b) {
-            let d = read(mem, table, i);
-            if !desc::is_valid(d) {
-                continue;
-            }
-            let (ca, cb) = (a.max(s), b.min(e));
-            if level < 3 && desc::is_table_or_page(d) {
-                if let Some(ipa) = self.first_mapped(mem, level + 1, desc::output_address(d), s, ca, cb) {
-                    return Some(ipa);
-                }
-            } else {
-                return Some(ca);
-            }
-        }
-        None
-    }
-
-    /// A block can map `[ca, cb)` at `level` if it covers the whole entry and the physical
-    /// address is aligned to the block (level 0 has no blocks with the 4 KiB granule).
-    fn is_block(level: u8, ca: u64, cb: u64, s: u64, e: u64, delta: u64) -> bool {
-        level == 3 || (level >= 1 && ca == s && cb == e && ca.wrapping_add(delta).is_multiple_of(entry_span(level)))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_tables(&self, mem: &mut impl TableMemory, level: u8, table: PhysAddr, base: u64, a: u64, b: u64, delta: u64) -> Result<(), ()> {
-        for (i, s, e) in entries(level, base, a, b) {
-            let (ca, cb) = (a.max(s), b.min(e));
-            if Self::is_block(level, ca, cb, s, e, delta) {
-                continue;
-            }
-            let d = read(mem, table, i);
-            let next = if desc::is_valid(d) {
-                desc::output_address(d)
-            } else {
-                let frame = mem.allocate_zeroed_frames(1).ok_or(())?;
-                // An empty table changes no translation: no break-before-make needed.
-                write(mem, table, i, desc::table(frame));
-                frame
-            };
-            self.prepare_tables(mem, level + 1, next, s, ca, cb, delta)?;
-        }
-        Ok(())
-    }
-
-    /// After a failed prepare: frees the (empty) tables it installed. Only tables this map
-    /// created can be empty: unmap never leaves an empty table behind.
-    #[allow(clippy::too_many_arguments)]
-    fn remove_empty_tables(&self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, level: u8, table: PhysAddr, base: u64, a: u64, b: u64) {
-        for (i, s, e) in entries(level, base, a, b) {
-            let d = read(mem, table, i);
-            if level == 3 || !desc::is_valid(d) || !desc::is_table_or_page(d) {
-                continue;
-            }
-            let next = desc::output_address(d);
-            self.remove_empty_tables(mem, tlb, level + 1, next, s, a.max(s), b.min(e));
-            if is_empty(mem, next) {
-                write(mem, table, i, 0);
-                tlb.invalidate_ipa(self.vmid, Ipa(s));
-                mem.free_frames(next, 1);
-            }
+    /// Replaces the valid descriptor of `entry` by `new` (0: none): break, invalidate, make.
+    fn replace(
+        &self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        table: PhysAddr,
+        entry: &Entry,
+        new: u64,
+    ) {
+        write(mem, table, entry.index, 0);
+        tlb.invalidate_ipa(self.vmid, Ipa(entry.start));
+        if new != 0 {
+            write(mem, table, entry.index, new);
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn write_leaves(&self, mem: &mut impl TableMemory, level: u8, table: PhysAddr, base: u64, a: u64, b: u64, delta: u64, leaf: &impl Fn(PhysAddr, u8) -> u64) {
-        for (i, s, e) in entries(level, base, a, b) {
-            let (ca, cb) = (a.max(s), b.min(e));
-            if Self::is_block(level, ca, cb, s, e, delta) {
-                write(mem, table, i, leaf(PhysAddr(ca.wrapping_add(delta)), level));
-            } else {
-                let next = desc::output_address(read(mem, table, i));
-                self.write_leaves(mem, level + 1, next, s, ca, cb, delta, leaf);
-            }
-        }
-    }
-
-    fn count_splits(&self, mem: &impl TableMemory, level: u8, table: PhysAddr, base: u64, a: u64, b: u64) -> usize {
-        let mut n = 0;
-        for (i, s, e) in entries(level, base, a, b) {
-            let d = read(mem, table, i);
-            if !desc::is_valid(d) {
+    fn modify_walk(
+        &self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        pool: &mut FramePool,
+        levels: &[LevelDescription],
+        table: PhysAddr,
+        base: u64,
+        a: u64,
+        b: u64,
+        change: Change,
+    ) {
+        let Some((level, below)) = levels.split_first() else { return };
+        for e in entries(level, base, a, b) {
+            let d = read(mem, table, e.index);
+            let is_table = is_table(d, level);
+            if !desc::is_valid(d) || (!is_table && change.apply(d) == d) {
                 continue;
             }
-            let (ca, cb) = (a.max(s), b.min(e));
-            if level < 3 && desc::is_table_or_page(d) {
-                n += self.count_splits(mem, level + 1, desc::output_address(d), s, ca, cb);
-            } else if (ca, cb) != (s, e) {
-                n += 1 + nested_splits(level + 1, ca, cb);
-            }
-        }
-        n
-    }
-
-    /// Replaces the block `d` (entry `i` of `table`, mapping `[s, ..)` at `level`) by a table
-    /// of the next level mapping the same, through break-before-make.
-    #[allow(clippy::too_many_arguments)]
-    fn split(&self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, level: u8, table: PhysAddr, i: usize, s: u64, d: u64, frame: PhysAddr) {
-        let child_span = entry_span(level + 1);
-        let oa = desc::output_address(d).0;
-        for k in 0..ENTRIES_PER_TABLE {
-            mem.write_descriptor(frame, k, desc::leaf_at_level(d, PhysAddr(oa + k as u64 * child_span), level + 1));
-        }
-        write(mem, table, i, 0);
-        tlb.invalidate_ipa(self.vmid, Ipa(s));
-        write(mem, table, i, desc::table(frame));
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn modify_walk(&self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, level: u8, table: PhysAddr, base: u64, a: u64, b: u64, change: Change, pool: &mut FramePool) {
-        for (i, s, e) in entries(level, base, a, b) {
-            let mut d = read(mem, table, i);
-            if !desc::is_valid(d) {
-                continue;
-            }
-            let (ca, cb) = (a.max(s), b.min(e));
-            let is_table = level < 3 && desc::is_table_or_page(d);
-            if !is_table && (ca, cb) != (s, e) {
-                let Some(frame) = pool.take() else { continue };
-                self.split(mem, tlb, level, table, i, s, d, frame);
-                d = read(mem, table, i);
-            }
-            if level < 3 && desc::is_table_or_page(d) {
-                let next = desc::output_address(d);
-                self.modify_walk(mem, tlb, level + 1, next, s, ca, cb, change, pool);
+            if is_table || !(e.covered() || level.is_last()) {
+                let next = if is_table {
+                    desc::output_address(d)
+                } else {
+                    let (Some(child), Some(frame)) = (below.first(), pool.take(mem)) else { continue };
+                    self.split(mem, tlb, table, &e, d, child, frame);
+                    frame
+                };
+                self.modify_walk(mem, tlb, pool, below, next, e.start, e.a, e.b, change);
                 if is_empty(mem, next) {
-                    write(mem, table, i, 0);
-                    tlb.invalidate_ipa(self.vmid, Ipa(s));
+                    self.replace(mem, tlb, table, &e, 0);
                     mem.free_frames(next, 1);
                 }
                 continue;
             }
-            match change {
-                Change::Unmap => {
-                    write(mem, table, i, 0);
-                    tlb.invalidate_ipa(self.vmid, Ipa(s));
-                }
-                Change::Protect(p) => {
-                    let new = desc::with_permissions(d, p);
-                    if new != d {
-                        write(mem, table, i, new);
-                        tlb.invalidate_ipa(self.vmid, Ipa(s));
-                    }
-                }
-            }
+            self.replace(mem, tlb, table, &e, change.apply(d));
         }
+    }
+
+    /// Replaces the block `d` of `entry` by `frame`, filled as a table of `child` entries
+    /// mapping the same. The frame is written before the break, so the DSB of the TLB
+    /// invalidation makes it visible before the table descriptor is.
+    #[allow(clippy::too_many_arguments)]
+    fn split(
+        &self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        table: PhysAddr,
+        entry: &Entry,
+        d: u64,
+        child: &LevelDescription,
+        frame: PhysAddr,
+    ) {
+        let oa = desc::output_address(d).0;
+        for k in 0..ENTRIES_PER_TABLE {
+            mem.write_descriptor(frame, k, desc::leaf_at_level(d, PhysAddr(oa + k as u64 * child.span()), child));
+        }
+        self.replace(mem, tlb, table, entry, desc::table(frame));
+    }
+
+    /// The first mapped IPA in `[a, b)`.
+    fn first_mapped(&self, mem: &impl TableMemory, a: u64, b: u64) -> Option<u64> {
+        let mut found = None;
+        let _ = self.visit(mem, a, b, &mut |l| {
+            found = Some(l.ipa.0.max(a));
+            ControlFlow::Break(())
+        });
+        found
+    }
+
+    /// Hands every leaf overlapping `[a, b)` to `f`, in IPA order, until `f` breaks.
+    fn visit(
+        &self,
+        mem: &impl TableMemory,
+        a: u64,
+        b: u64,
+        f: &mut impl FnMut(Leaf) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
+        visit_leaves(mem, self.geometry.levels(), self.root, 0, a, b, f)
     }
 
     /// The software walk: what the hardware would translate `ipa` to, if anything.
     pub fn translate(&self, mem: &impl TableMemory, ipa: Ipa) -> Option<Translation> {
-        if ipa.0 >= self.ipa_limit() {
+        if ipa.0 >= self.geometry.ipa_limit() {
             return None;
         }
-        let (mut level, mut table) = (self.geometry.start_level, self.root);
-        let mut index = (ipa.0 >> level_shift(level)) as usize;
-        loop {
-            let d = read(mem, table, index);
+        let (mut table, mut base) = (self.root, 0);
+        for level in self.geometry.levels() {
+            let d = read(mem, table, ((ipa.0 - base) >> level.shift) as usize);
             if !desc::is_valid(d) {
                 return None;
             }
-            if level < 3 && desc::is_table_or_page(d) {
+            if is_table(d, level) {
                 table = desc::output_address(d);
-                level += 1;
-                index = (ipa.0 >> level_shift(level)) as usize % ENTRIES_PER_TABLE;
+                base = ipa.0 & !(level.span() - 1);
                 continue;
             }
-            let span = entry_span(level);
             return Some(Translation {
-                pa: PhysAddr(desc::output_address(d).0 + (ipa.0 & (span - 1))),
+                pa: PhysAddr(desc::output_address(d).0 + (ipa.0 & (level.span() - 1))),
                 attrs: desc::attributes(d),
                 owner: desc::owner(d),
-                level,
-                block_size: span,
+                level: level.level,
+                block_size: level.span(),
             });
         }
+        None
     }
 
     /// Every valid leaf, in IPA order.
     pub fn for_each_leaf(&self, mem: &impl TableMemory, mut f: impl FnMut(Leaf)) {
-        self.leaves_in(mem, self.geometry.start_level, self.root, 0, 0, self.ipa_limit(), &mut f);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn leaves_in(&self, mem: &impl TableMemory, level: u8, table: PhysAddr, base: u64, a: u64, b: u64, f: &mut impl FnMut(Leaf)) {
-        for (i, s, e) in entries(level, base, a, b) {
-            let d = read(mem, table, i);
-            if !desc::is_valid(d) {
-                continue;
-            }
-            if level < 3 && desc::is_table_or_page(d) {
-                self.leaves_in(mem, level + 1, desc::output_address(d), s, s, e, f);
-            } else {
-                f(Leaf {
-                    ipa: Ipa(s),
-                    pa: desc::output_address(d),
-                    size: e - s,
-                    level,
-                    attrs: desc::attributes(d),
-                    owner: desc::owner(d),
-                });
-            }
-        }
+        let _ = self.visit(mem, 0, self.geometry.ipa_limit(), &mut |l| {
+            f(l);
+            ControlFlow::Continue(())
+        });
     }
 
     /// Frames the tables use, root included.
     pub fn table_frame_count(&self, mem: &impl TableMemory) -> usize {
-        self.geometry.root_tables + self.subtables(mem, self.geometry.start_level, self.root, 0, 0, self.ipa_limit(), &mut |_, _| {})
-    }
-
-    /// Counts (and hands to `f`) every table below `table`, deepest first.
-    #[allow(clippy::too_many_arguments)]
-    fn subtables(&self, mem: &impl TableMemory, level: u8, table: PhysAddr, base: u64, a: u64, b: u64, f: &mut impl FnMut(PhysAddr, u8)) -> usize {
-        let mut n = 0;
-        for (i, s, e) in entries(level, base, a, b) {
-            let d = read(mem, table, i);
-            if level < 3 && desc::is_valid(d) && desc::is_table_or_page(d) {
-                let next = desc::output_address(d);
-                n += 1 + self.subtables(mem, level + 1, next, s, s, e, f);
-                f(next, level + 1);
-            }
-        }
-        n
+        self.geometry.root_tables
+            + count_subtables(mem, self.geometry.levels(), self.root, 0, 0, self.geometry.ipa_limit())
     }
 
     /// Frees every table frame. The VM must not run on these tables any more, and its VMID's
     /// TLB entries must be invalidated before the VMID is reused.
     pub fn destroy(self, mem: &mut impl TableMemory) {
-        Self::free_subtables(mem, self.geometry.start_level, self.root, self.geometry.root_tables * ENTRIES_PER_TABLE);
+        free_subtables(mem, self.geometry.levels(), self.root, 0, 0, self.geometry.ipa_limit());
         mem.free_frames(self.root, self.geometry.root_tables);
     }
+}
 
-    /// Frees the tables below `table` (of `entries` entries), children before parents.
-    fn free_subtables(mem: &mut impl TableMemory, level: u8, table: PhysAddr, entries: usize) {
-        for i in 0..entries {
-            let d = read(mem, table, i);
-            if level < 3 && desc::is_valid(d) && desc::is_table_or_page(d) {
-                let next = desc::output_address(d);
-                Self::free_subtables(mem, level + 1, next, ENTRIES_PER_TABLE);
-                mem.free_frames(next, 1);
-            }
+/// Table frames a map of `[a, b)` (PA = IPA + `delta`) needs below `table` (None: a table
+/// that does not exist yet). Where a table exists the map goes through it, so a block is
+/// only ever written into an invalid entry.
+#[allow(clippy::too_many_arguments)]
+fn tables_needed(
+    mem: &impl TableMemory,
+    levels: &[LevelDescription],
+    table: Option<PhysAddr>,
+    base: u64,
+    a: u64,
+    b: u64,
+    delta: u64,
+) -> usize {
+    let Some((level, below)) = levels.split_first() else { return 0 };
+    let mut n = 0;
+    for e in entries(level, base, a, b) {
+        let d = table.map_or(0, |t| read(mem, t, e.index));
+        if is_table(d, level) {
+            n += tables_needed(mem, below, Some(desc::output_address(d)), e.start, e.a, e.b, delta);
+        } else if !level.can_map(e.a, e.b, e.start, e.a.wrapping_add(delta)) {
+            n += 1 + tables_needed(mem, below, None, e.start, e.a, e.b, delta);
+        }
+    }
+    n
+}
+
+/// The commit of a map: writes the leaves, taking new tables from `pool` (filled before
+/// they are linked, though an invalid-to-valid change needs no ordering).
+#[allow(clippy::too_many_arguments)]
+fn write_leaves(
+    mem: &mut impl TableMemory,
+    pool: &mut FramePool,
+    levels: &[LevelDescription],
+    table: PhysAddr,
+    base: u64,
+    a: u64,
+    b: u64,
+    delta: u64,
+    leaf: &impl Fn(PhysAddr, &LevelDescription) -> u64,
+) {
+    let Some((level, below)) = levels.split_first() else { return };
+    for e in entries(level, base, a, b) {
+        let d = read(mem, table, e.index);
+        if is_table(d, level) {
+            write_leaves(mem, pool, below, desc::output_address(d), e.start, e.a, e.b, delta, leaf);
+        } else if level.can_map(e.a, e.b, e.start, e.a.wrapping_add(delta)) {
+            write(mem, table, e.index, leaf(PhysAddr(e.a.wrapping_add(delta)), level));
+        } else if let Some(frame) = pool.take(mem) {
+            write_leaves(mem, pool, below, frame, e.start, e.a, e.b, delta, leaf);
+            write(mem, table, e.index, desc::table(frame));
+        }
+    }
+}
+
+/// Blocks an unmap or protect of `[a, b)` must split, counting the splits of the new
+/// tables' own entries (those are blocks aligned like their parent, so a new table's needs
+/// are those of mapping the same part afresh).
+fn splits_needed(
+    mem: &impl TableMemory,
+    levels: &[LevelDescription],
+    table: PhysAddr,
+    base: u64,
+    a: u64,
+    b: u64,
+    change: Change,
+) -> usize {
+    let Some((level, below)) = levels.split_first() else { return 0 };
+    let mut n = 0;
+    for e in entries(level, base, a, b) {
+        let d = read(mem, table, e.index);
+        if is_table(d, level) {
+            n += splits_needed(mem, below, desc::output_address(d), e.start, e.a, e.b, change);
+        } else if desc::is_valid(d) && !e.covered() && !level.is_last() && change.apply(d) != d {
+            let delta = desc::output_address(d).0.wrapping_sub(e.start);
+            n += 1 + tables_needed(mem, below, None, e.start, e.a, e.b, delta);
+        }
+    }
+    n
+}
+
+fn visit_leaves(
+    mem: &impl TableMemory,
+    levels: &[LevelDescription],
+    table: PhysAddr,
+    base: u64,
+    a: u64,
+    b: u64,
+    f: &mut impl FnMut(Leaf) -> ControlFlow<()>,
+) -> ControlFlow<()> {
+    let Some((level, below)) = levels.split_first() else { return ControlFlow::Continue(()) };
+    for e in entries(level, base, a, b) {
+        let d = read(mem, table, e.index);
+        if is_table(d, level) {
+            visit_leaves(mem, below, desc::output_address(d), e.start, e.a, e.b, f)?;
+        } else if desc::is_valid(d) {
+            f(Leaf {
+                ipa: Ipa(e.start),
+                pa: desc::output_address(d),
+                size: level.span(),
+                level: level.level,
+                attrs: desc::attributes(d),
+                owner: desc::owner(d),
+            })?;
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+fn count_subtables(
+    mem: &impl TableMemory,
+    levels: &[LevelDescription],
+    table: PhysAddr,
+    base: u64,
+    a: u64,
+    b: u64,
+) -> usize {
+    let Some((level, below)) = levels.split_first() else { return 0 };
+    let mut n = 0;
+    for e in entries(level, base, a, b) {
+        let d = read(mem, table, e.index);
+        if is_table(d, level) {
+            n += 1 + count_subtables(mem, below, desc::output_address(d), e.start, e.start, e.end);
+        }
+    }
+    n
+}
+
+/// Frees the tables below `table`, children before parents.
+fn free_subtables(mem: &mut impl TableMemory, levels: &[LevelDescription], table: PhysAddr, base: u64, a: u64, b: u64) {
+    let Some((level, below)) = levels.split_first() else { return };
+    for e in entries(level, base, a, b) {
+        let d = read(mem, table, e.index);
+        if is_table(d, level) {
+            let next = desc::output_address(d);
+            free_subtables(mem, below, next, e.start, e.start, e.end);
+            mem.free_frames(next, 1);
         }
     }
 }

@@ -42,7 +42,7 @@ impl VecTableMemory {
 
     /// Frames that can still be allocated.
     pub fn frames_left(&self) -> usize {
-        self.budget - self.frames.len()
+        self.budget.saturating_sub(self.frames.len())
     }
 
     pub fn set_budget(&mut self, frames: usize) {
@@ -81,12 +81,16 @@ impl TableMemory for VecTableMemory {
     }
 
     fn read_descriptor(&self, table: PhysAddr, index: usize) -> u64 {
-        let frame = self.frames.get(&table.0).unwrap_or_else(|| panic!("reading frame {:#x}, which is not allocated", table.0));
+        let frame =
+            self.frames.get(&table.0).unwrap_or_else(|| panic!("reading frame {:#x}, which is not allocated", table.0));
         frame[index]
     }
 
     fn write_descriptor(&mut self, table: PhysAddr, index: usize, value: u64) {
-        let frame = self.frames.get_mut(&table.0).unwrap_or_else(|| panic!("writing frame {:#x}, which is not allocated", table.0));
+        let frame = self
+            .frames
+            .get_mut(&table.0)
+            .unwrap_or_else(|| panic!("writing frame {:#x}, which is not allocated", table.0));
         let old = std::mem::replace(&mut frame[index], value);
         self.log.borrow_mut().push(Event::Write { frame: table, index, old, new: value });
     }
