@@ -1,5 +1,5 @@
 //! A VM's virtual GIC as the MMIO bus sees it: the distributor and redistributor windows
-//! forward trapped guest accesses to the VM's `vgic::Vgic`.
+//! forward trapped guest accesses to the VM's `vgic::Distributor`.
 
 use alloc::sync::Arc;
 
@@ -7,19 +7,19 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use hyp_core::mmio::{MmioDevice, MmioError};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vgic::{AccessError, Vgic, MAX_VCPUS};
+use vgic::{AccessError, Distributor, MAX_VCPUS_V2 as MAX_VCPUS};
 
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
 pub struct VgicHandle {
-    pub vgic: Mutex<Vgic>,
+    pub vgic: Mutex<Distributor>,
     hints: [AtomicBool; MAX_VCPUS],
     /// The physical CPU each vCPU runs on (usize::MAX: none), to kick it.
     pub running_on: [AtomicUsize; MAX_VCPUS],
 }
 
 impl VgicHandle {
-    pub fn new(vgic: Vgic) -> Self {
+    pub fn new(vgic: Distributor) -> Self {
         VgicHandle {
             vgic: Mutex::new(vgic),
             hints: [const { AtomicBool::new(false) }; MAX_VCPUS],
@@ -54,9 +54,10 @@ pub type SharedVgic = Arc<VgicHandle>;
 
 fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
     match e {
-        AccessError::BadWidth { offset, .. } | AccessError::Unaligned { offset } => {
+        AccessError::BadWidth { offset, .. } | AccessError::Unaligned { offset, .. } => {
             MmioError::BadWidth { offset, width }
         }
+        AccessError::OutsideFrame { offset } | AccessError::NotPresent { offset } => MmioError::NoRegister { offset },
         AccessError::NoSuchVcpu { .. } => MmioError::NoRegister { offset: 0 },
     }
 }
@@ -75,11 +76,14 @@ impl MmioDevice for DistributorWindow {
         self.write_by(0, offset, width, value)
     }
     fn read_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.vgic.lock().read(vcpu, offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
+        self.0.vgic.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
     fn write_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        let changed =
-            self.0.vgic.lock().write(vcpu, offset, width.bytes() as u8, value).map_err(|e| to_mmio(e, width))?;
+        let changed = {
+            let mut vgic = self.0.vgic.lock();
+            vgic.write(vcpu, offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
+            vgic.take_kicks().0 as u32
+        };
         self.0.hint(changed);
         // GICv2 SGIs (GICD_SGIR) and pending bits set for others: make them look.
         self.0.kick(changed & !(1 << vcpu));
@@ -95,15 +99,14 @@ impl MmioDevice for RedistributorWindow {
         "gic-redistributor"
     }
     fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.vgic.lock().read_redistributor(offset, width.bytes() as u8).map_err(|e| to_mmio(e, width))
+        self.0.vgic.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
     fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        let changed = self
-            .0
-            .vgic
-            .lock()
-            .write_redistributor(offset, width.bytes() as u8, value)
-            .map_err(|e| to_mmio(e, width))?;
+        let changed = {
+            let mut vgic = self.0.vgic.lock();
+            vgic.write_redistributor(offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
+            vgic.take_kicks().0 as u32
+        };
         self.0.hint(changed);
         Ok(())
     }

@@ -6,8 +6,6 @@ use core::arch::asm;
 
 /// ICH_HCR_EL2.En: the virtual CPU interface is on.
 pub const HCR_EN: u64 = 1 << 0;
-/// ICH_HCR_EL2.UIE: maintenance interrupt when at most one list register is valid.
-pub const HCR_UIE: u64 = 1 << 1;
 
 /// Reads ICH_LR<n>_EL2 (n < 16).
 pub fn read_lr(n: usize) -> u64 {
@@ -68,6 +66,22 @@ pub fn list_register_count() -> usize {
     // SAFETY: ICH_VTR_EL2 is read-only.
     unsafe { asm!("mrs {}, S3_4_C12_C11_1", out(reg) vtr, options(nomem, nostack)) };
     ((vtr & 0x1f) + 1) as usize
+}
+
+/// ICH_ELRSR_EL2: bit n set = list register n is empty.
+pub fn read_elrsr() -> u64 {
+    let v: u64;
+    // SAFETY: ICH_ELRSR_EL2 is read-only.
+    unsafe { asm!("mrs {}, S3_4_C12_C11_5", out(reg) v, options(nomem, nostack)) };
+    v
+}
+
+/// ICH_EISR_EL2: bit n set = list register n raised an EOI maintenance interrupt.
+pub fn read_eisr() -> u64 {
+    let v: u64;
+    // SAFETY: ICH_EISR_EL2 is read-only.
+    unsafe { asm!("mrs {}, S3_4_C12_C11_3", out(reg) v, options(nomem, nostack)) };
+    v
 }
 
 pub fn write_hcr(v: u64) {

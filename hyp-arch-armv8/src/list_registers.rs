@@ -3,13 +3,17 @@
 
 use core::ptr::{read_volatile, write_volatile};
 
-use vgic::{GichLr, IchLr, ListRegister, ListRegisters};
+use vgic::{ListRegisters, Maintenance};
 
 use crate::ich;
 
 const GICH_HCR: usize = 0x000;
 const GICH_VTR: usize = 0x004;
 const GICH_VMCR: usize = 0x008;
+const GICH_EISR0: usize = 0x020;
+const GICH_EISR1: usize = 0x024;
+const GICH_ELRSR0: usize = 0x030;
+const GICH_ELRSR1: usize = 0x034;
 const GICH_LR0: usize = 0x100;
 
 #[derive(Clone, Copy)]
@@ -28,7 +32,7 @@ impl ListRegisterFile {
             ListRegisterFile::V3 => ich::reset_vmcr(),
             ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_VMCR, 0),
         }
-        self.enable(false);
+        self.set_maintenance(Maintenance::default());
     }
 
     fn gich_read(gich: usize, offset: usize) -> u32 {
@@ -49,25 +53,41 @@ impl ListRegisters for ListRegisterFile {
         }
     }
 
-    fn write(&mut self, n: usize, lr: Option<&ListRegister>) {
+    fn read_lr(&self, n: usize) -> u64 {
         match *self {
-            ListRegisterFile::V3 => ich::write_lr(n, lr.map_or(0, |l| IchLr::encode(l).0)),
+            ListRegisterFile::V3 => ich::read_lr(n),
+            ListRegisterFile::V2 { gich } => u64::from(Self::gich_read(gich, GICH_LR0 + 4 * n)),
+        }
+    }
+
+    fn write_lr(&mut self, n: usize, value: u64) {
+        match *self {
+            ListRegisterFile::V3 => ich::write_lr(n, value),
+            ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_LR0 + 4 * n, value as u32),
+        }
+    }
+
+    fn empty_status(&self) -> u64 {
+        match *self {
+            ListRegisterFile::V3 => ich::read_elrsr(),
             ListRegisterFile::V2 { gich } => {
-                Self::gich_write(gich, GICH_LR0 + 4 * n, lr.map_or(0, |l| GichLr::encode(l).0))
+                u64::from(Self::gich_read(gich, GICH_ELRSR0)) | u64::from(Self::gich_read(gich, GICH_ELRSR1)) << 32
             }
         }
     }
 
-    fn read(&self, n: usize) -> ListRegister {
+    fn eoi_status(&self) -> u64 {
         match *self {
-            ListRegisterFile::V3 => IchLr(ich::read_lr(n)).decode(),
-            ListRegisterFile::V2 { gich } => GichLr(Self::gich_read(gich, GICH_LR0 + 4 * n)).decode(),
+            ListRegisterFile::V3 => ich::read_eisr(),
+            ListRegisterFile::V2 { gich } => {
+                u64::from(Self::gich_read(gich, GICH_EISR0)) | u64::from(Self::gich_read(gich, GICH_EISR1)) << 32
+            }
         }
     }
 
-    /// HCR.En and UIE: the same bits in ICH_HCR_EL2 and GICH_HCR.
-    fn enable(&mut self, underflow: bool) {
-        let hcr = ich::HCR_EN | if underflow { ich::HCR_UIE } else { 0 };
+    /// En, UIE and NPIE: the same bits in ICH_HCR_EL2 and GICH_HCR.
+    fn set_maintenance(&mut self, maintenance: Maintenance) {
+        let hcr = ich::HCR_EN | u64::from(maintenance.hcr_bits());
         match *self {
             ListRegisterFile::V3 => ich::write_hcr(hcr),
             ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_HCR, hcr as u32),

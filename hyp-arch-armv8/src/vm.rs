@@ -30,7 +30,7 @@ use crate::list_registers::ListRegisterFile;
 use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
-use vgic::{GicVersion, IntId, Vgic, GICR_FRAME_SIZE};
+use vgic::{Distributor, GicVersion, IntId, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
 
 /// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
 pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
@@ -82,6 +82,8 @@ pub enum VmError {
     Capability(CapError),
     /// The VM's RAM is smaller than its manifest says (an internal inconsistency).
     RamMismatch,
+    /// The manifest asks for a GIC the vGIC cannot provide (too many vCPUs for GICv2).
+    Vgic(vgic::VgicError),
 }
 
 impl fmt::Display for VmError {
@@ -91,6 +93,7 @@ impl fmt::Display for VmError {
             VmError::DeviceTree(e) => write!(f, "{e}"),
             VmError::Capability(e) => write!(f, "{e}"),
             VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
+            VmError::Vgic(e) => write!(f, "{e}"),
         }
     }
 }
@@ -272,7 +275,8 @@ impl Vm {
             .map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
         let console = VmConsole::new(spec.name);
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
-        let vgic: SharedVgic = Arc::new(VgicHandle::new(Vgic::new(version, spec.vcpus as usize, GUEST_SPIS)));
+        let config = VgicConfig { version, vcpus: spec.vcpus as usize, spis: GUEST_SPIS };
+        let vgic: SharedVgic = Arc::new(VgicHandle::new(Distributor::new(config).map_err(VmError::Vgic)?));
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
@@ -370,7 +374,7 @@ impl Vm {
             }
             if intid == VTIMER_PPI {
                 crate::gic::priority_drop(iar);
-                self.vgic.vgic.lock().set_level(vcpu, IntId(VTIMER_PPI), true);
+                let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
             } else {
                 crate::gic::end_of_interrupt(iar);
             }
@@ -433,7 +437,7 @@ impl Vm {
                 vtcr = in(reg) self.vtcr,
                 vttbr = in(reg) self.vttbr,
                 hcr = in(reg) HCR_GUEST,
-                vmpidr = in(reg) (1u64 << 31) | vcpu as u64,
+                vmpidr = in(reg) (1u64 << 31) | Distributor::vcpu_affinity(vcpu),
                 midr = in(reg) midr,
                 // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
                 // physical timer is refused (its accesses are undefined instructions): its
@@ -462,21 +466,24 @@ impl Vm {
         let mut last_unknown = None;
         // List registers: how many the hardware has (GICv3 guests), and how many are in use.
         let mut lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
-        let mut lrs_in_use = 0;
         lr_file.reset();
         // The virtual timer's PPI is the physical one, deactivated by the guest.
-        self.vgic.vgic.lock().set_hw(vcpu, IntId(VTIMER_PPI), Some(VTIMER_PPI));
+        let _ = self.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
+        // Whether this vCPU holds list registers (then they are taken back on every exit).
+        let mut lrs_in_use = false;
         loop {
             if self.ending.load(Ordering::Acquire) {
                 return self.stop(vcpu);
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
-            if lrs_in_use > 0 || self.vgic.take_hint(vcpu) {
-                lrs_in_use = vgic::load(&self.vgic.vgic.lock(), vcpu, &mut lr_file, lrs_in_use);
+            if lrs_in_use || self.vgic.take_hint(vcpu) {
+                let mut vgic = self.vgic.vgic.lock();
+                let _ = vgic.flush_to_hw(vcpu, &mut lr_file);
+                lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
             }
             let exit_kind = run_guest(&mut ctx);
-            if lrs_in_use > 0 {
-                vgic::save(&mut self.vgic.vgic.lock(), vcpu, &lr_file, lrs_in_use);
+            if lrs_in_use {
+                let _ = self.vgic.vgic.lock().sync_from_hw(vcpu, &mut lr_file);
             }
             match exit_kind {
                 EXIT_SYNC => {
@@ -503,7 +510,7 @@ impl Vm {
                             crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
                         }
                         Outcome::GenerateSgi(value) => {
-                            let targets = self.vgic.vgic.lock().generate_sgi(vcpu, value);
+                            let targets = self.vgic.vgic.lock().generate_sgi(vcpu, SgiRegister::Sgi1r, value).map_or(0, |m| m.0 as u32);
                             self.vgic.hint(targets);
                             self.vgic.kick(targets & !(1 << vcpu));
                         }

@@ -1,73 +1,128 @@
-//! The list-register planner (CONVENTIONS 10, the shape of Bao's `vgic_add_lr`): pure.
-//! Given how many list registers there are and what the vCPU should see, it says what to
-//! write to which list register and whether to ask for the underflow maintenance interrupt.
-//! It never panics, whatever the number of pending interrupts: those that do not fit wait in
-//! the software state and come in at the next refill.
+//! The list-register planner (CONVENTIONS 10, the shape of Bao's `vgic_add_lr`): a pure
+//! function from a snapshot of one vCPU's list registers and the interrupts it should see to
+//! the writes that make the hardware show them.
+//!
+//! Rules: interrupts already in a list register keep it (no move, no rewrite unless their
+//! state changed); active ones come first, because the guest must find them to deactivate
+//! them, then pending ones by priority (KVM's `vgic_irq_cmp` rule); a list register is only
+//! ever written if this vCPU owns it or the empty-status register says it is empty; what
+//! does not fit stays in the software state and the underflow maintenance interrupt brings
+//! it in later. It never panics, whatever the counts.
 
-use alloc::vec::Vec;
+use crate::lr::{ListRegister, LrState, Maintenance};
+use crate::MAX_LIST_REGISTERS;
 
-use crate::distributor::Candidate;
-use crate::lr::ListRegister;
-
-/// A list register to write: index and contents.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct LrSlot {
-    pub index: usize,
+/// One interrupt the vCPU should see, with the list-register contents it should have.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Wanted {
     pub lr: ListRegister,
+    /// More of the same interrupt wait (other sources of a GICv2 SGI): ask for the
+    /// no-pending maintenance interrupt so the next one comes in once this one is taken.
+    pub refill_on_ack: bool,
 }
 
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
-pub struct EntryPlan {
-    /// Written in order from LR 0: only the list registers in use are touched.
-    pub writes: Vec<LrSlot>,
-    /// More were deliverable than fit: enable the underflow maintenance interrupt
-    /// (ICH_HCR_EL2.UIE / GICH_HCR.UIE) to refill when the guest has taken them.
-    pub underflow: bool,
+/// What the planner looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct LrSnapshot<'a> {
+    /// Implemented list registers (at most `MAX_LIST_REGISTERS` are used).
+    pub count: usize,
+    /// ICH_ELRSR_EL2 / GICH_ELRSR: bit n set = LR n is empty.
+    pub empty: u64,
+    /// LR n holds `Some(contents)` of this vCPU (as last written or read back), `None` if it
+    /// is not this vCPU's.
+    pub owned: &'a [Option<ListRegister>],
+    /// Wanted interrupts, best first: active ones, then by priority (lower value first),
+    /// then by INTID. One entry per INTID.
+    pub wanted: &'a [Wanted],
+    /// More are wanted than `wanted` lists.
+    pub more_waiting: bool,
 }
 
-/// A CPU's hardware list registers (ICH_LR<n>_EL2 with ICH_HCR_EL2, or GICH_LR<n> with
-/// GICH_HCR): the arch crate implements it, tests fake it.
-pub trait ListRegisters {
-    fn count(&self) -> usize;
-    fn read(&self, n: usize) -> ListRegister;
-    /// Writes LR `n`; None makes it invalid.
-    fn write(&mut self, n: usize, lr: Option<&ListRegister>);
-    /// The interface on, with the underflow maintenance interrupt if `underflow`.
-    fn enable(&mut self, underflow: bool);
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum LrAction {
+    /// Leave the list register as it is.
+    #[default]
+    Keep,
+    /// Write these contents (a new interrupt, replacing any previous one of this vCPU, or a
+    /// new state of the same interrupt).
+    Write(ListRegister),
+    /// Give the interrupt back to the software state and make the list register empty.
+    Spill,
 }
 
-/// On entry to `vcpu`: writes what it should see into the list registers (clearing those
-/// of the last entry that are no longer needed) and returns how many are now in use.
-pub fn load(vgic: &crate::Vgic, vcpu: usize, lrs: &mut impl ListRegisters, in_use: usize) -> usize {
-    let plan = plan_entry(lrs.count(), &vgic.candidates(vcpu));
-    for w in &plan.writes {
-        lrs.write(w.index, Some(&w.lr));
+/// One action per list register, and the maintenance interrupts to enable.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct LrPlan {
+    actions: [LrAction; MAX_LIST_REGISTERS],
+    pub maintenance: Maintenance,
+}
+
+impl LrPlan {
+    pub fn action(&self, index: usize) -> LrAction {
+        self.actions.get(index).copied().unwrap_or_default()
     }
-    for stale in plan.writes.len()..in_use {
-        lrs.write(stale, None);
+    /// The list registers to write, with what.
+    pub fn changes(&self) -> impl Iterator<Item = (usize, LrAction)> + '_ {
+        self.actions.iter().copied().enumerate().filter(|(_, a)| *a != LrAction::Keep)
     }
-    lrs.enable(plan.underflow);
-    plan.writes.len()
 }
 
-/// On exit from `vcpu`: reads back only the `in_use` list registers and gives their state to
-/// the vGIC.
-pub fn save(vgic: &mut crate::Vgic, vcpu: usize, lrs: &impl ListRegisters, in_use: usize) {
-    const MAX: usize = 16;
-    let empty = crate::IchLr(0).decode();
-    let snapshot: [ListRegister; MAX] = core::array::from_fn(|i| if i < in_use { lrs.read(i) } else { empty });
-    vgic.sync_from_lrs(vcpu, &snapshot[..in_use.min(MAX)]);
-}
+pub struct ListRegisterPlanner;
 
-/// Fills the first list registers with the highest-priority candidates (`candidates` is
-/// already in priority order), active ones first so an interrupt the guest is handling is
-/// never dropped.
-pub fn plan_entry(list_registers: usize, candidates: &[Candidate]) -> EntryPlan {
-    let mut ordered: Vec<&Candidate> = candidates.iter().filter(|c| c.lr.state != crate::LrState::Pending).collect();
-    ordered.extend(candidates.iter().filter(|c| c.lr.state == crate::LrState::Pending));
-    // Keep priority order within the active-first arrangement only where it matters: an
-    // active interrupt must stay visible; among the rest, priority decides.
-    let writes: Vec<LrSlot> =
-        ordered.iter().take(list_registers).enumerate().map(|(index, c)| LrSlot { index, lr: c.lr }).collect();
-    EntryPlan { underflow: candidates.len() > writes.len(), writes }
+impl ListRegisterPlanner {
+    pub fn plan(s: &LrSnapshot<'_>) -> LrPlan {
+        let count = s.count.min(MAX_LIST_REGISTERS);
+        let owned = |i: usize| s.owned.get(i).copied().flatten();
+        let empty = |i: usize| s.empty & (1 << i) != 0;
+        let capacity = (0..count).filter(|&i| owned(i).is_some() || empty(i)).count();
+        let chosen = &s.wanted[..s.wanted.len().min(capacity)];
+
+        let mut plan = LrPlan::default();
+        let mut assigned = 0u64; // list registers that hold a chosen interrupt
+        let mut placed = 0u64; // chosen interrupts that have a list register
+
+        for (k, w) in chosen.iter().enumerate() {
+            let resident =
+                (0..count).find(|&i| assigned & (1 << i) == 0 && owned(i).is_some_and(|lr| lr.vintid == w.lr.vintid));
+            if let Some(i) = resident {
+                assigned |= 1 << i;
+                placed |= 1 << k;
+                if owned(i) != Some(w.lr) {
+                    plan.actions[i] = LrAction::Write(w.lr);
+                }
+            }
+        }
+
+        // Free list registers: this vCPU's that no chosen interrupt kept (written anyway, so
+        // reusing them costs nothing extra), then empty ones.
+        let mut free = [0usize; MAX_LIST_REGISTERS];
+        let mut n_free = 0;
+        let reusable = (0..count).filter(|&i| owned(i).is_some() && assigned & (1 << i) == 0);
+        let empties = (0..count).filter(|&i| owned(i).is_none() && empty(i));
+        for i in reusable.chain(empties) {
+            free[n_free] = i;
+            n_free += 1;
+        }
+        let mut next = free[..n_free].iter();
+        for (k, w) in chosen.iter().enumerate() {
+            if placed & (1 << k) != 0 {
+                continue;
+            }
+            if let Some(&i) = next.next() {
+                plan.actions[i] = LrAction::Write(w.lr);
+                assigned |= 1 << i;
+            }
+        }
+        for i in (0..count).filter(|&i| owned(i).is_some() && assigned & (1 << i) == 0) {
+            plan.actions[i] = LrAction::Spill;
+        }
+
+        let overflow = s.wanted.len() > capacity || s.more_waiting;
+        plan.maintenance = Maintenance {
+            // With no list register at all, UIE would fire forever: nothing can be shown.
+            underflow: overflow && count > 0,
+            no_pending: chosen.iter().any(|w| w.refill_on_ack && w.lr.state == LrState::Pending),
+        };
+        plan
+    }
 }

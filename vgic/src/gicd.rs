@@ -1,0 +1,229 @@
+//! The distributor's registers (IHI 0069H 12.8, 12.9 for GICv3; IHI 0048B 4.1, 4.3 for
+//! GICv2), as the guest reads and writes them. The interrupt block (IGROUPR to NSACR) is in
+//! `mmio`; here are the control and identification registers, GICv2's ITARGETSR and SGI
+//! registers, and GICv3's IROUTER.
+
+use crate::distributor::IRM;
+use crate::mmio::{check, Frame, BYTE_OR_WORD, WORD, WORD_OR_DOUBLE};
+use crate::{AccessError, Distributor, GicVersion, VcpuMask};
+
+/// GICD_IIDR / GICR_IIDR: implementer Arm (JEP106 0x43b), product 0x48.
+pub(crate) const IIDR: u64 = 0x4800_043b;
+/// GICD_PIDR2 / GICR_PIDR2: ArchRev [7:4] = 3 (GICv3), JEDEC-assigned [3].
+pub(crate) const PIDR2_V3: u64 = 0x3b;
+/// GICD_ICPIDR2: ArchRev = 2 (GICv2), as GIC-400.
+const PIDR2_V2: u64 = 0x2b;
+
+const CTLR_ENABLE_GRP0: u64 = 1 << 0;
+const CTLR_ENABLE_GRP1: u64 = 1 << 1;
+/// ARE [4] and DS [6] read as one and ignore writes (IHI 0069H 12.9.4).
+const CTLR_ARE_DS: u64 = (1 << 4) | (1 << 6);
+
+/// GICD_IROUTER<n> bits kept: Interrupt_Routing_Mode [31], Aff2-Aff0 [23:0]; Aff3 is zero
+/// only (GICD_TYPER.A3V = 0).
+const IROUTER_MASK: u32 = IRM | 0xff_ffff;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum DistReg {
+    Ctlr,
+    Typer,
+    Iidr,
+    Pidr2,
+    /// GICv2 GICD_ITARGETSR<n>, from this INTID.
+    Targets(u32),
+    /// GICv2 GICD_SGIR (write-only).
+    Sgir,
+    /// GICv2 GICD_SPENDSGIR<n> (`set`) or GICD_CPENDSGIR<n>, from this SGI.
+    SgiPending {
+        set: bool,
+        first: u32,
+    },
+    /// GICv3 GICD_IROUTER<n>, for this INTID; `high` for the upper word.
+    Router {
+        intid: u32,
+        high: bool,
+    },
+    /// Reserved, read-only, or absent in this configuration: RAZ/WI.
+    RazWi,
+}
+
+impl Distributor {
+    fn frame_size(&self) -> u64 {
+        match self.version {
+            GicVersion::V3 => 0x1_0000,
+            GicVersion::V2 => 0x1000,
+        }
+    }
+
+    fn dist_reg(&self, offset: u64) -> (DistReg, u8) {
+        let v2 = self.version == GicVersion::V2;
+        match offset {
+            0x000 => (DistReg::Ctlr, WORD),
+            0x004 => (DistReg::Typer, WORD),
+            0x008 => (DistReg::Iidr, WORD),
+            // ITARGETSR: RES0 under affinity routing, yet byte-accessible (IHI 0069H 12.9, GICD_ITARGETSR<n>).
+            0x800..0xc00 if v2 => (DistReg::Targets((offset - 0x800) as u32), BYTE_OR_WORD),
+            0x800..0xc00 => (DistReg::RazWi, BYTE_OR_WORD),
+            0xf00 if v2 => (DistReg::Sgir, WORD),
+            0xf10..0xf20 if v2 => (DistReg::SgiPending { set: false, first: (offset - 0xf10) as u32 }, BYTE_OR_WORD),
+            0xf20..0xf30 if v2 => (DistReg::SgiPending { set: true, first: (offset - 0xf20) as u32 }, BYTE_OR_WORD),
+            0xf10..0xf30 => (DistReg::RazWi, BYTE_OR_WORD),
+            0x6000..0x8000 if !v2 => {
+                let intid = ((offset - 0x6000) / 8) as u32;
+                (DistReg::Router { intid, high: offset % 8 == 4 }, WORD_OR_DOUBLE)
+            }
+            0xfe8 if v2 => (DistReg::Pidr2, WORD),
+            0xffe8 if !v2 => (DistReg::Pidr2, WORD),
+            // GICD_TYPER2 (0x00c) reads 0: no vPEs, no nASSGI. The rest is reserved.
+            _ => (DistReg::RazWi, WORD),
+        }
+    }
+
+    fn check_dist(&self, vcpu: usize, offset: u64) -> Result<(), AccessError> {
+        if vcpu >= self.vcpus {
+            return Err(AccessError::NoSuchVcpu { vcpu });
+        }
+        if offset >= self.frame_size() {
+            return Err(AccessError::OutsideFrame { offset });
+        }
+        Ok(())
+    }
+
+    /// A guest read of the distributor at `offset`, `width` bytes, by `vcpu`.
+    pub fn read(&self, vcpu: usize, offset: u64, width: usize) -> Result<u64, AccessError> {
+        self.check_dist(vcpu, offset)?;
+        if let Some(r) = self.read_block(Frame::Distributor { accessor: vcpu }, offset, width) {
+            return r;
+        }
+        let (reg, allowed) = self.dist_reg(offset);
+        check(offset, width, allowed)?;
+        Ok(match reg {
+            DistReg::Ctlr => {
+                let enables =
+                    u64::from(self.enable_grp0) * CTLR_ENABLE_GRP0 + u64::from(self.enable_grp1) * CTLR_ENABLE_GRP1;
+                enables | if self.version == GicVersion::V3 { CTLR_ARE_DS } else { 0 }
+            }
+            DistReg::Typer => self.typer(),
+            DistReg::Iidr => IIDR,
+            DistReg::Pidr2 if self.version == GicVersion::V3 => PIDR2_V3,
+            DistReg::Pidr2 => PIDR2_V2,
+            DistReg::Targets(first) => {
+                (0..width as u32).fold(0, |v, i| v | (self.targets_byte(vcpu, first + i) << (8 * i)))
+            }
+            DistReg::SgiPending { first, .. } => (0..width as u32).fold(0, |v, i| {
+                let sgi = first + i;
+                let sources = self.irq(vcpu, sgi).map_or(0, |&s| self.redistributors[vcpu].sgi_pending_sources(sgi, s));
+                v | (u64::from(sources) << (8 * i))
+            }),
+            DistReg::Router { intid, high } => match self.route_slot(intid) {
+                Some(r) if !high => u64::from(self.route[r]),
+                _ => 0,
+            },
+            DistReg::Sgir | DistReg::RazWi => 0,
+        })
+    }
+
+    /// A guest write of the distributor. vCPUs that may have a new interrupt to show are
+    /// added to the kick set (`take_kicks`).
+    pub fn write(&mut self, vcpu: usize, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
+        self.check_dist(vcpu, offset)?;
+        if let Some(r) = self.write_block(Frame::Distributor { accessor: vcpu }, offset, width, value) {
+            return r;
+        }
+        let (reg, allowed) = self.dist_reg(offset);
+        check(offset, width, allowed)?;
+        match reg {
+            DistReg::Ctlr => {
+                let (grp0, grp1) = (value & CTLR_ENABLE_GRP0 != 0, value & CTLR_ENABLE_GRP1 != 0);
+                if (grp0, grp1) != (self.enable_grp0, self.enable_grp1) {
+                    (self.enable_grp0, self.enable_grp1) = (grp0, grp1);
+                    self.kicks = self.kicks | VcpuMask(u64::MAX >> (64 - self.vcpus));
+                }
+            }
+            DistReg::Targets(first) => {
+                for i in 0..width as u32 {
+                    self.write_targets_byte(first + i, (value >> (8 * i)) as u8);
+                }
+            }
+            DistReg::Sgir => self.write_sgir(vcpu, value as u32),
+            DistReg::SgiPending { set, first } => {
+                for i in 0..width as u32 {
+                    self.write_sgi_pending(vcpu, first + i, (value >> (8 * i)) as u8, set);
+                }
+            }
+            DistReg::Router { intid, high: false } => {
+                if let Some(r) = self.route_slot(intid) {
+                    self.set_route(r, value as u32 & IROUTER_MASK);
+                }
+            }
+            DistReg::Router { high: true, .. } | DistReg::Typer | DistReg::Iidr | DistReg::Pidr2 | DistReg::RazWi => {}
+        }
+        Ok(())
+    }
+
+    /// GICD_TYPER: ITLinesNumber [4:0]; GICv3: IDbits [23:19] = 10 bits, no LPIs, no
+    /// extended SPIs, A3V = 0, RSS = 0 (IHI 0069H 12.9, GICD_TYPER); GICv2: CPUNumber [7:5]
+    /// (IHI 0048B 4.3.2).
+    fn typer(&self) -> u64 {
+        let lines = ((32 + self.spis as u64).div_ceil(32)) - 1;
+        match self.version {
+            GicVersion::V3 => lines | (9 << 19),
+            GicVersion::V2 => lines | ((self.vcpus as u64 - 1) << 5),
+        }
+    }
+
+    fn route_slot(&self, intid: u32) -> Option<usize> {
+        let slot = (intid as usize).checked_sub(32)?;
+        (slot < self.spis).then_some(slot)
+    }
+
+    /// Changes an SPI's routing; the vCPUs it leaves and reaches both look again.
+    fn set_route(&mut self, slot: usize, route: u32) {
+        let intid = slot as u32 + 32;
+        if self.route[slot] != route {
+            self.kick_target(0, intid);
+            self.route[slot] = route;
+            self.kick_target(0, intid);
+        }
+    }
+
+    /// GICD_ITARGETSR byte for `intid` (IHI 0048B 4.3.12): SGIs and PPIs read the accessing
+    /// CPU's own bit and are read-only; with one CPU, all are RAZ/WI.
+    fn targets_byte(&self, vcpu: usize, intid: u32) -> u64 {
+        if self.vcpus == 1 {
+            0
+        } else if intid < 32 {
+            1 << vcpu
+        } else {
+            self.route_slot(intid).map_or(0, |r| u64::from(self.route[r] & 0xff))
+        }
+    }
+
+    fn write_targets_byte(&mut self, intid: u32, byte: u8) {
+        if self.vcpus > 1 {
+            if let Some(r) = self.route_slot(intid) {
+                self.set_route(r, u32::from(byte & self.v2_cpu_mask()));
+            }
+        }
+    }
+
+    /// GICD_SPENDSGIR / GICD_CPENDSGIR byte for `sgi` of the accessing vCPU: one bit per
+    /// source CPU (IHI 0048B 4.3.16, 4.3.17).
+    fn write_sgi_pending(&mut self, vcpu: usize, sgi: u32, sources: u8, set: bool) {
+        let sources = sources & self.v2_cpu_mask();
+        let i = sgi as usize;
+        let rd = &mut self.redistributors[vcpu];
+        let before = (rd.sgi_sources[i], rd.irqs[i]);
+        if set {
+            rd.sgi_sources[i] |= sources;
+        } else {
+            rd.sgi_sources[i] &= !sources;
+            if sources & (1 << (rd.sgi_lr_source[i] & 7)) != 0 {
+                rd.irqs[i].set_lr_pending(false);
+            }
+        }
+        if before != (rd.sgi_sources[i], rd.irqs[i]) {
+            self.kicks.insert(vcpu);
+        }
+    }
+}

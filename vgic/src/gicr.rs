@@ -1,0 +1,116 @@
+//! GICv3 redistributors (IHI 0069H 12.10, 12.11): one per vCPU, each an RD frame (control,
+//! identification, GICR_WAKER) and an SGI frame holding that vCPU's private interrupts.
+//! `Redistributor` is also where a GICv2 VM keeps each vCPU's banked private interrupts
+//! and its SGIs' per-source pending state.
+
+use crate::mmio::{check, Frame, WORD, WORD_OR_DOUBLE};
+use crate::state::IrqState;
+use crate::{AccessError, Distributor, GicVersion};
+
+/// One redistributor's address space: an RD frame and an SGI frame of 64 KiB each.
+pub const GICR_FRAME_SIZE: u64 = 0x2_0000;
+const SGI_FRAME: u64 = 0x1_0000;
+
+const GICR_CTLR: u64 = 0x0000;
+const GICR_IIDR: u64 = 0x0004;
+const GICR_TYPER: u64 = 0x0008;
+const GICR_TYPER_HIGH: u64 = 0x000c;
+const GICR_WAKER: u64 = 0x0014;
+const GICR_PIDR2: u64 = 0xffe8;
+
+const WAKER_PROCESSOR_SLEEP: u64 = 1 << 1;
+const WAKER_CHILDREN_ASLEEP: u64 = 1 << 2;
+
+/// One vCPU's private interrupts and what goes with them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Redistributor {
+    pub(crate) irqs: [IrqState; 32],
+    /// GICv2: per SGI, the source CPUs it is pending from and not yet in a list register
+    /// (IHI 0048B 4.3.16): two sources are two interrupts, neither may be lost.
+    pub(crate) sgi_sources: [u8; 16],
+    /// GICv2: the source of the SGI in a list register (pending or active there).
+    pub(crate) sgi_lr_source: [u8; 16],
+    /// GICR_WAKER.ProcessorSleep.
+    pub(crate) processor_sleep: bool,
+}
+
+impl Redistributor {
+    pub(crate) const fn new(irqs: [IrqState; 32]) -> Redistributor {
+        Redistributor { irqs, sgi_sources: [0; 16], sgi_lr_source: [0; 16], processor_sleep: true }
+    }
+
+    /// GICR_WAKER.ProcessorSleep: the guest has not yet woken this redistributor.
+    pub fn processor_sleep(&self) -> bool {
+        self.processor_sleep
+    }
+
+    /// GICv2: the sources `sgi` is pending from, including one already in a list register.
+    pub(crate) fn sgi_pending_sources(&self, sgi: u32, irq: IrqState) -> u8 {
+        let i = sgi as usize;
+        let waiting = self.sgi_sources.get(i).copied().unwrap_or(0);
+        let in_lr = self.sgi_lr_source.get(i).copied().unwrap_or(0);
+        waiting | if irq.lr_pending() { 1 << (in_lr & 7) } else { 0 }
+    }
+}
+
+impl Distributor {
+    fn redistributor_at(&self, offset: u64) -> Result<(usize, u64), AccessError> {
+        if self.version != GicVersion::V3 {
+            return Err(AccessError::NotPresent { offset });
+        }
+        let vcpu = usize::try_from(offset / GICR_FRAME_SIZE).unwrap_or(usize::MAX);
+        if vcpu >= self.vcpus {
+            return Err(AccessError::NoSuchVcpu { vcpu });
+        }
+        Ok((vcpu, offset % GICR_FRAME_SIZE))
+    }
+
+    fn gicr_typer(&self, vcpu: usize) -> u64 {
+        let last = u64::from(vcpu + 1 == self.vcpus) << 4;
+        // Affinity_Value [63:32], Processor_Number [23:8], Last [4]; no LPIs, no vLPIs.
+        (Distributor::vcpu_affinity(vcpu) << 32) | ((vcpu as u64 & 0xffff) << 8) | last
+    }
+
+    /// A guest read of the redistributor region, `offset` from its base (vCPU n's
+    /// redistributor at n * GICR_FRAME_SIZE).
+    pub fn read_redistributor(&self, offset: u64, width: usize) -> Result<u64, AccessError> {
+        let (vcpu, off) = self.redistributor_at(offset)?;
+        if off >= SGI_FRAME {
+            let off = off - SGI_FRAME;
+            let r =
+                self.read_block(Frame::Sgi { vcpu }, off, width).unwrap_or_else(|| check(off, width, WORD).map(|()| 0));
+            return r.map_err(|e| e.at(offset));
+        }
+        check(offset, width, if off == GICR_TYPER { WORD_OR_DOUBLE } else { WORD })?;
+        let typer = self.gicr_typer(vcpu);
+        Ok(match off {
+            GICR_IIDR => crate::gicd::IIDR,
+            GICR_TYPER if width == 8 => typer,
+            GICR_TYPER => typer & 0xffff_ffff,
+            GICR_TYPER_HIGH => typer >> 32,
+            GICR_WAKER if self.redistributors[vcpu].processor_sleep => WAKER_PROCESSOR_SLEEP | WAKER_CHILDREN_ASLEEP,
+            GICR_PIDR2 => crate::gicd::PIDR2_V3,
+            GICR_CTLR => 0,
+            // GICR_CTLR: no LPIs (EnableLPIs RES0), writes complete at once (RWP = 0);
+            // everything else reserved or unimplemented: RAZ/WI.
+            _ => 0,
+        })
+    }
+
+    pub fn write_redistributor(&mut self, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
+        let (vcpu, off) = self.redistributor_at(offset)?;
+        if off >= SGI_FRAME {
+            let off = off - SGI_FRAME;
+            let r = self.write_block(Frame::Sgi { vcpu }, off, width, value).unwrap_or_else(|| check(off, width, WORD));
+            return r.map_err(|e| e.at(offset));
+        }
+        check(offset, width, if off == GICR_TYPER { WORD_OR_DOUBLE } else { WORD })?;
+        if off == GICR_WAKER {
+            // ChildrenAsleep follows ProcessorSleep at once: the handshake of IHI 0069H
+            // 12.11.42 completes on the first poll.
+            self.redistributors[vcpu].processor_sleep = value & WAKER_PROCESSOR_SLEEP != 0;
+        }
+        // GICR_CTLR, GICR_TYPER, GICR_IIDR, PIDR2: read-only or RAZ/WI here.
+        Ok(())
+    }
+}

@@ -1,0 +1,223 @@
+//! One vCPU's list registers, kept per vCPU (never a shared "current" state that would leak
+//! from one vCPU to the next: khypervisor issue 25), and the three moments the arch crate
+//! calls: `flush_to_hw` before entering the guest, `sync_from_hw` after it exits, `put`
+//! before the vCPU leaves its physical CPU.
+//!
+//! The software state is the truth while the vCPU is stopped: on exit each list register
+//! this vCPU owns is taken back (read only if the empty and EOI status registers do not
+//! already say it is empty), and on entry the planner decides what to write.
+
+use crate::distributor::NO_OWNER;
+use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
+use crate::planner::{ListRegisterPlanner, LrAction, LrSnapshot};
+use crate::{Distributor, GicVersion, VgicError, MAX_LIST_REGISTERS};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct VcpuInterfaceState {
+    /// What the list registers this vCPU holds contain (raw, as last written or read back);
+    /// 0: not this vCPU's.
+    lr: [u64; MAX_LIST_REGISTERS],
+    /// The maintenance interrupts last asked for.
+    maintenance: Maintenance,
+}
+
+impl VcpuInterfaceState {
+    /// Bit n set: list register n holds one of this vCPU's interrupts.
+    pub fn owned(&self) -> u64 {
+        self.lr.iter().enumerate().filter(|(_, &raw)| raw != 0).fold(0, |m, (i, _)| m | (1 << i))
+    }
+    pub fn in_use(&self) -> usize {
+        self.owned().count_ones() as usize
+    }
+    pub fn maintenance(&self) -> Maintenance {
+        self.maintenance
+    }
+}
+
+impl Distributor {
+    fn decode(&self, raw: u64) -> ListRegister {
+        match self.version {
+            GicVersion::V3 => IchLr(raw).decode(),
+            GicVersion::V2 => GichLr(raw as u32).decode(),
+        }
+    }
+    fn encode(&self, lr: &ListRegister) -> u64 {
+        match self.version {
+            GicVersion::V3 => IchLr::encode(lr).0,
+            GicVersion::V2 => u64::from(GichLr::encode(lr).0),
+        }
+    }
+
+    /// Before entering `vcpu`: puts its highest-priority interrupts in the list registers
+    /// (writing only those that change) and asks for a maintenance interrupt when more wait.
+    /// With nothing to show and nothing shown, it touches no list register.
+    pub fn flush_to_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        self.check_vcpu(vcpu)?;
+        let wanted = self.wanted(vcpu);
+        let iface = self.interfaces[vcpu];
+        if wanted.is_empty() && iface.owned() == 0 {
+            self.set_maintenance(vcpu, lrs, Maintenance::default());
+            return Ok(());
+        }
+        let owned: [Option<ListRegister>; MAX_LIST_REGISTERS] =
+            core::array::from_fn(|i| (iface.lr[i] != 0).then(|| self.decode(iface.lr[i])));
+        let snapshot = LrSnapshot {
+            count: lrs.count(),
+            empty: lrs.empty_status(),
+            owned: &owned,
+            wanted: wanted.as_slice(),
+            more_waiting: wanted.more_waiting(),
+        };
+        let plan = ListRegisterPlanner::plan(&snapshot);
+        for (i, old) in owned.iter().enumerate() {
+            match plan.action(i) {
+                LrAction::Keep => {
+                    if let Some(lr) = old {
+                        self.placed(vcpu, lr);
+                    }
+                }
+                LrAction::Write(lr) => {
+                    if let Some(old) = old.filter(|o| o.vintid != lr.vintid) {
+                        self.released(vcpu, &old);
+                    }
+                    self.placed(vcpu, &lr);
+                    let raw = self.encode(&lr);
+                    self.interfaces[vcpu].lr[i] = raw;
+                    lrs.write_lr(i, raw);
+                }
+                LrAction::Spill => {
+                    if let Some(old) = old {
+                        self.released(vcpu, old);
+                    }
+                    self.interfaces[vcpu].lr[i] = 0;
+                    lrs.write_lr(i, 0);
+                }
+            }
+        }
+        self.set_maintenance(vcpu, lrs, plan.maintenance);
+        Ok(())
+    }
+
+    /// After `vcpu` exits: takes back the state of the list registers it owns. An empty one
+    /// means the guest deactivated the interrupt: a level line is sampled again at the next
+    /// entry, the next source of a GICv2 SGI comes in. A hardware-mapped interrupt's
+    /// deactivation already reached the physical GIC.
+    pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        self.check_vcpu(vcpu)?;
+        let owned = self.interfaces[vcpu].owned();
+        if owned == 0 {
+            return Ok(());
+        }
+        let done = lrs.empty_status() | lrs.eoi_status();
+        for i in (0..MAX_LIST_REGISTERS).filter(|i| owned & (1 << i) != 0) {
+            let old = self.decode(self.interfaces[vcpu].lr[i]);
+            let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
+            let state = self.decode(raw).state;
+            let completed = state == LrState::Invalid;
+            if completed && old.eoi_maintenance {
+                // Clears the EOI status, or the maintenance interrupt would stay asserted.
+                lrs.write_lr(i, 0);
+            }
+            self.fold(vcpu, &old, state);
+            self.interfaces[vcpu].lr[i] = if completed { 0 } else { raw };
+        }
+        Ok(())
+    }
+
+    /// Before `vcpu` leaves its physical CPU (or another vCPU uses these list registers):
+    /// takes its state back and empties its list registers. The arch crate saves and
+    /// restores the rest of the virtual CPU interface (ICH_VMCR_EL2 and ICH_AP*R / GICH_VMCR
+    /// and GICH_APR) itself.
+    pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        self.sync_from_hw(vcpu, lrs)?;
+        let owned = self.interfaces[vcpu].owned();
+        for i in (0..MAX_LIST_REGISTERS).filter(|i| owned & (1 << i) != 0) {
+            let old = self.decode(self.interfaces[vcpu].lr[i]);
+            self.released(vcpu, &old);
+            self.interfaces[vcpu].lr[i] = 0;
+            lrs.write_lr(i, 0);
+        }
+        self.set_maintenance(vcpu, lrs, Maintenance::default());
+        Ok(())
+    }
+
+    fn set_maintenance(&mut self, vcpu: usize, lrs: &mut impl ListRegisters, m: Maintenance) {
+        if self.interfaces[vcpu].maintenance != m {
+            self.interfaces[vcpu].maintenance = m;
+            lrs.set_maintenance(m);
+        }
+    }
+
+    fn set_owner(&mut self, intid: u32, owner: u8) {
+        if let Some(o) = (intid as usize).checked_sub(32).and_then(|s| self.spi_owner.get_mut(s)) {
+            *o = owner;
+        }
+    }
+
+    /// `lr` is (still) in one of `vcpu`'s list registers: a pending state it shows moves
+    /// out of the software latch (so an edge arriving later is a new one); one it no longer
+    /// shows goes back to the latch.
+    fn placed(&mut self, vcpu: usize, lr: &ListRegister) {
+        let intid = lr.vintid.0;
+        self.set_owner(intid, vcpu as u8);
+        if !lr.state.pending() {
+            self.return_pending(vcpu, intid);
+        } else if self.is_v2_sgi(intid) {
+            let rd = &mut self.redistributors[vcpu];
+            let i = intid as usize;
+            rd.sgi_sources[i] &= !(1 << (lr.source & 7));
+            rd.irqs[i].set_lr_pending(true);
+        } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.edge_like()) {
+            s.set_latch(false);
+            s.set_lr_pending(true);
+        }
+        if self.is_v2_sgi(intid) {
+            self.redistributors[vcpu].sgi_lr_source[intid as usize] = lr.source & 7;
+        }
+    }
+
+    /// `old` leaves `vcpu`'s list registers: spilled for a higher-priority interrupt, or no
+    /// longer deliverable here. Its pending state goes back to software; an active state
+    /// stays in the software state (so `wanted` shows it again).
+    fn released(&mut self, vcpu: usize, old: &ListRegister) {
+        let intid = old.vintid.0;
+        self.return_pending(vcpu, intid);
+        if intid >= 32 && self.spi_owner.get(intid as usize - 32) == Some(&(vcpu as u8)) {
+            self.set_owner(intid, NO_OWNER);
+        }
+    }
+
+    fn return_pending(&mut self, vcpu: usize, intid: u32) {
+        if self.is_v2_sgi(intid) {
+            let rd = &mut self.redistributors[vcpu];
+            let i = intid as usize;
+            if rd.irqs[i].lr_pending() {
+                rd.irqs[i].set_lr_pending(false);
+                rd.sgi_sources[i] |= 1 << (rd.sgi_lr_source[i] & 7);
+            }
+        } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.lr_pending()) {
+            s.set_lr_pending(false);
+            if s.edge_like() {
+                s.set_latch(true);
+            }
+        }
+    }
+
+    /// The state a list register came back with.
+    fn fold(&mut self, vcpu: usize, old: &ListRegister, state: LrState) {
+        let intid = old.vintid.0;
+        if let Some(s) = self.irq_mut(vcpu, intid) {
+            s.set_active(state.active());
+            if s.edge_like() {
+                s.set_lr_pending(state.pending());
+            } else if !state.pending() {
+                // Acknowledged: a pending state set through ISPENDR is consumed; the line
+                // is what remains (IHI 0069H 4.1, "Interrupt lifecycle", level-sensitive interrupts).
+                s.set_latch(false);
+            }
+        }
+        if state == LrState::Invalid {
+            self.released(vcpu, old);
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! A set of vCPUs of one VM: SGI targets, and the vCPUs the hypervisor should kick because
+//! something may have become deliverable to them.
+
+use core::ops::BitOr;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct VcpuMask(pub u64);
+
+impl VcpuMask {
+    pub const EMPTY: VcpuMask = VcpuMask(0);
+
+    pub const fn single(vcpu: usize) -> VcpuMask {
+        if vcpu < 64 {
+            VcpuMask(1 << vcpu)
+        } else {
+            VcpuMask(0)
+        }
+    }
+    pub const fn contains(self, vcpu: usize) -> bool {
+        vcpu < 64 && self.0 & (1 << vcpu) != 0
+    }
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn iter(self) -> impl Iterator<Item = usize> {
+        (0..64).filter(move |&v| self.contains(v))
+    }
+    pub(crate) fn insert(&mut self, vcpu: usize) {
+        *self = *self | VcpuMask::single(vcpu);
+    }
+}
+
+impl BitOr for VcpuMask {
+    type Output = VcpuMask;
+    fn bitor(self, rhs: VcpuMask) -> VcpuMask {
+        VcpuMask(self.0 | rhs.0)
+    }
+}

@@ -1,0 +1,98 @@
+//! Software-generated interrupts. GICv3: trapped writes of ICC_SGI1R_EL1, ICC_ASGI1R_EL1 and
+//! ICC_SGI0R_EL1 (IHI 0069H 12.2), targets named by affinity, target list, RS and IRM.
+//! GICv2: GICD_SGIR (IHI 0048B 4.3.15), pending per source CPU.
+
+use crate::{Distributor, GicVersion, VcpuMask, VgicError};
+
+/// Which SGI register the guest wrote.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SgiRegister {
+    /// ICC_SGI1R_EL1: may generate SGIs of either group (a single Security state).
+    Sgi1r,
+    /// ICC_ASGI1R_EL1: with GICD_CTLR.DS = 1, Group 0 SGIs only, as ICC_SGI0R_EL1.
+    Asgi1r,
+    /// ICC_SGI0R_EL1: Group 0 SGIs only.
+    Sgi0r,
+}
+
+/// The fields of ICC_SGI1R_EL1 (same layout for the other two).
+struct SgiRequest {
+    intid: u32,
+    target_list: u16,
+    aff1: u64,
+    aff2: u64,
+    aff3: u64,
+    /// Range selector: TargetList bit n names Aff0 = RS * 16 + n.
+    rs: u64,
+    /// Interrupt_Routing_Mode: every PE but the sender.
+    irm: bool,
+}
+
+impl SgiRequest {
+    fn decode(value: u64) -> SgiRequest {
+        SgiRequest {
+            target_list: value as u16,
+            aff1: (value >> 16) & 0xff,
+            intid: ((value >> 24) & 0xf) as u32,
+            aff2: (value >> 32) & 0xff,
+            irm: value & (1 << 40) != 0,
+            rs: (value >> 44) & 0xf,
+            aff3: (value >> 48) & 0xff,
+        }
+    }
+
+    fn names(&self, source: usize, vcpu: usize) -> bool {
+        if self.irm {
+            return vcpu != source;
+        }
+        let aff = Distributor::vcpu_affinity(vcpu);
+        let (aff0, aff1) = (aff & 0xff, (aff >> 8) & 0xff);
+        self.aff3 == 0
+            && self.aff2 == 0
+            && self.aff1 == aff1
+            && aff0 / 16 == self.rs
+            && self.target_list & (1 << (aff0 % 16)) != 0
+    }
+}
+
+impl Distributor {
+    /// A trapped write of an SGI register by `source`: makes the SGI pending on each vCPU it
+    /// names and returns them (also added to the kick set). An affinity that names no vCPU
+    /// is ignored, as on hardware.
+    pub fn generate_sgi(&mut self, source: usize, register: SgiRegister, value: u64) -> Result<VcpuMask, VgicError> {
+        if self.version != GicVersion::V3 {
+            return Err(VgicError::WrongVersion { needs: GicVersion::V3 });
+        }
+        self.check_vcpu(source)?;
+        let req = SgiRequest::decode(value);
+        let mut targets = VcpuMask::EMPTY;
+        for vcpu in (0..self.vcpus).filter(|&v| req.names(source, v)) {
+            let sgi = &mut self.redistributors[vcpu].irqs[req.intid as usize];
+            // An access for Group 0 generates only Group 0 SGIs; ICC_SGI1R_EL1 either
+            // group, there being one Security state (IHI 0069H 12.2.22, Table 12-14).
+            if register == SgiRegister::Sgi1r || !sgi.group1() {
+                sgi.set_latch(true);
+                targets.insert(vcpu);
+            }
+        }
+        self.kicks = self.kicks | targets;
+        Ok(targets)
+    }
+
+    /// GICD_SGIR: TargetListFilter [25:24] (0: the list, 1: all but the sender, 2: the sender
+    /// only, 3: reserved, nothing), CPUTargetList [23:16], SGIINTID [3:0].
+    pub(crate) fn write_sgir(&mut self, source: usize, value: u32) {
+        let sgi = (value & 0xf) as usize;
+        let mask = u32::from(self.v2_cpu_mask())
+            & match (value >> 24) & 3 {
+                0 => (value >> 16) & 0xff,
+                1 => !(1 << source),
+                2 => 1 << source,
+                _ => 0,
+            };
+        for vcpu in (0..self.vcpus).filter(|v| mask & (1 << v) != 0) {
+            self.redistributors[vcpu].sgi_sources[sgi] |= 1 << source;
+            self.kicks.insert(vcpu);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! What one vCPU should see in its list registers: its private interrupts and the SPIs
+//! routed to it (or still held in its list registers), each with the list-register
+//! contents that show its state, best first. Only the best `MAX_LIST_REGISTERS` are kept,
+//! with a count of the rest: no allocation, whatever the number pending.
+
+use crate::distributor::NO_OWNER;
+use crate::lr::{ListRegister, LrState};
+use crate::planner::Wanted;
+use crate::state::IrqState;
+use crate::{Distributor, IntId, MAX_LIST_REGISTERS};
+
+pub(crate) struct WantedList {
+    items: [Wanted; MAX_LIST_REGISTERS],
+    len: usize,
+    total: usize,
+}
+
+/// Active interrupts first (the guest must find them to deactivate them), then by
+/// priority, lower value first, then by lower INTID (IHI 0069H 4.8, "Interrupt
+/// prioritization"; IHI 0048B 3.3).
+fn key(w: &Wanted) -> (bool, u8, u32) {
+    (!w.lr.state.active(), w.lr.priority, w.lr.vintid.0)
+}
+
+impl WantedList {
+    fn new() -> WantedList {
+        WantedList { items: [Wanted::default(); MAX_LIST_REGISTERS], len: 0, total: 0 }
+    }
+
+    fn push(&mut self, w: Wanted) {
+        self.total += 1;
+        let k = key(&w);
+        let pos = self.items[..self.len].iter().position(|x| key(x) > k).unwrap_or(self.len);
+        if pos >= MAX_LIST_REGISTERS {
+            return;
+        }
+        if self.len < MAX_LIST_REGISTERS {
+            self.len += 1;
+        }
+        self.items.copy_within(pos..self.len - 1, pos + 1);
+        self.items[pos] = w;
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Wanted] {
+        &self.items[..self.len]
+    }
+    pub(crate) fn more_waiting(&self) -> bool {
+        self.total > self.len
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+    pub(crate) fn any_pending(&self) -> bool {
+        self.more_waiting() || self.as_slice().iter().any(|w| w.lr.state.pending())
+    }
+}
+
+impl Distributor {
+    pub(crate) fn wanted(&self, vcpu: usize) -> WantedList {
+        let mut list = WantedList::new();
+        for intid in 0..32 {
+            if let Some(w) = self.want_private(vcpu, intid) {
+                list.push(w);
+            }
+        }
+        for slot in 0..self.spis {
+            let owner = self.spi_owner[slot];
+            if owner != NO_OWNER && usize::from(owner) != vcpu {
+                continue;
+            }
+            let intid = slot as u32 + 32;
+            let on_target = self.target(vcpu, intid) == Some(vcpu);
+            // An SPI routed elsewhere while in this vCPU's list register stays here until
+            // it is no longer active; its pending state goes to the new target.
+            if owner == NO_OWNER && !on_target {
+                continue;
+            }
+            if let Some(w) = self.want(self.spi[slot], intid, on_target) {
+                list.push(w);
+            }
+        }
+        list
+    }
+
+    /// The pending state is forwarded only if the interrupt is enabled, its group is enabled
+    /// in GICD_CTLR (IHI 0069H 12.9.4, IHI 0048B 4.3.1) and it targets this vCPU; an active
+    /// one is shown regardless, so the guest can deactivate it.
+    fn want(&self, s: IrqState, intid: u32, on_target: bool) -> Option<Wanted> {
+        let pending = on_target && s.enabled() && self.group_enabled(s) && s.wants_pending();
+        if !pending && !s.active() {
+            return None;
+        }
+        let lr = ListRegister {
+            vintid: IntId(intid),
+            state: LrState::from_parts(pending, s.active()),
+            priority: s.priority,
+            group1: s.group1(),
+            hw: s.hw(),
+            // A software level interrupt is sampled again when the guest deactivates it.
+            eoi_maintenance: s.hw().is_none() && !s.edge_like(),
+            source: 0,
+        };
+        Some(Wanted { lr, refill_on_ack: false })
+    }
+
+    /// A private interrupt. GICv2 SGIs show one source at a time (one list register per
+    /// INTID); the others wait in `sgi_sources` and come in through the no-pending
+    /// maintenance interrupt (after this one is acknowledged) or the EOI one (after it is
+    /// deactivated).
+    fn want_private(&self, vcpu: usize, intid: u32) -> Option<Wanted> {
+        let rd = self.redistributors.get(vcpu)?;
+        let s = *rd.irqs.get(intid as usize)?;
+        if !self.is_v2_sgi(intid) {
+            return self.want(s, intid, true);
+        }
+        let i = intid as usize;
+        let forward = s.enabled() && self.group_enabled(s);
+        let waiting = rd.sgi_sources[i];
+        let (source, pending) = if s.active() || s.lr_pending() {
+            let src = rd.sgi_lr_source[i] & 7;
+            (src, forward && (s.lr_pending() || (s.active() && waiting & (1 << src) != 0)))
+        } else {
+            (waiting.trailing_zeros().min(7) as u8, forward && waiting != 0)
+        };
+        if !pending && !s.active() {
+            return None;
+        }
+        let others = forward && waiting & !(1 << source) != 0;
+        let lr = ListRegister {
+            vintid: IntId(intid),
+            state: LrState::from_parts(pending, s.active()),
+            priority: s.priority,
+            group1: s.group1(),
+            hw: None,
+            eoi_maintenance: s.active() && others,
+            source,
+        };
+        Some(Wanted { lr, refill_on_ack: !s.active() && others })
+    }
+}

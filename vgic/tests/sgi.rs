@@ -1,0 +1,176 @@
+//! SGIs between vCPUs. GICv3: ICC_SGI1R_EL1 and friends (IHI 0069H 12.2.22) by affinity,
+//! target list, RS and IRM. GICv2: GICD_SGIR (IHI 0048B 4.3.15), pending per source CPU.
+
+mod common;
+
+use common::*;
+use vgic::*;
+
+/// ICC_SGI1R_EL1: INTID [27:24], TargetList [15:0], Aff1 [23:16], Aff2 [39:32], IRM [40],
+/// RS [47:44], Aff3 [55:48].
+fn sgi1r(intid: u64, target_list: u64, aff1: u64) -> u64 {
+    (intid << 24) | target_list | (aff1 << 16)
+}
+
+fn pending_sgis(g: &Distributor, vcpu: usize) -> Vec<u32> {
+    (0..16).filter(|&i| g.interrupt(vcpu, IntId(i)).unwrap().pending).collect()
+}
+
+#[test]
+fn gicv3_target_list_and_aff1_name_vcpus() {
+    let mut g = v3(20);
+    g.take_kicks();
+    // vCPU n has Aff1 = n / 16, Aff0 = n % 16.
+    let targets = g.generate_sgi(0, SgiRegister::Sgi1r, sgi1r(5, 0b1010, 0)).unwrap();
+    assert_eq!(targets.iter().collect::<Vec<_>>(), [1, 3]);
+    let targets = g.generate_sgi(0, SgiRegister::Sgi1r, sgi1r(15, 0b1001, 1)).unwrap();
+    assert_eq!(targets.iter().collect::<Vec<_>>(), [16, 19]);
+    assert_eq!(pending_sgis(&g, 19), [15], "INTID 15, not truncated");
+    assert_eq!(pending_sgis(&g, 1), [5]);
+    assert!(pending_sgis(&g, 0).is_empty() && pending_sgis(&g, 2).is_empty());
+    assert_eq!(g.take_kicks(), VcpuMask((1 << 1) | (1 << 3) | (1 << 16) | (1 << 19)));
+}
+
+#[test]
+fn gicv3_irm_targets_every_vcpu_but_the_sender() {
+    let mut g = v3(4);
+    let targets = g.generate_sgi(2, SgiRegister::Sgi1r, (1 << 40) | (7 << 24)).unwrap();
+    assert_eq!(targets.iter().collect::<Vec<_>>(), [0, 1, 3]);
+    assert!(pending_sgis(&g, 2).is_empty());
+    assert_eq!(pending_sgis(&g, 3), [7]);
+}
+
+#[test]
+fn gicv3_an_affinity_that_names_no_vcpu_is_ignored() {
+    let mut g = v3(4);
+    let before = g.clone();
+    for value in [
+        sgi1r(1, 1 << 5, 0),        // Aff0 5: no such vCPU
+        sgi1r(1, 1, 3),             // Aff1 3
+        sgi1r(1, 1, 0) | (1 << 32), // Aff2 1
+        sgi1r(1, 1, 0) | (1 << 48), // Aff3 1
+        sgi1r(1, 1, 0) | (1 << 44), // RS 1: Aff0 16
+        sgi1r(1, 0, 0),             // empty target list
+    ] {
+        assert_eq!(g.generate_sgi(0, SgiRegister::Sgi1r, value), Ok(VcpuMask::EMPTY), "{value:#x}");
+    }
+    assert_eq!(g, before, "nothing changed");
+}
+
+#[test]
+fn gicv3_group_0_sgi_registers_only_generate_group_0_sgis() {
+    // IHI 0069H 12.2 (ICC_SGI0R_EL1, ICC_ASGI1R_EL1 with DS = 1): Group 0 only.
+    let mut g = v3(2);
+    private_irq(&mut g, 1, 3, 0x10); // Group 1
+    assert_eq!(g.generate_sgi(0, SgiRegister::Sgi0r, sgi1r(3, 0b10, 0)), Ok(VcpuMask::EMPTY));
+    assert_eq!(g.generate_sgi(0, SgiRegister::Asgi1r, sgi1r(3, 0b10, 0)), Ok(VcpuMask::EMPTY));
+    assert_eq!(g.generate_sgi(0, SgiRegister::Sgi0r, sgi1r(4, 0b10, 0)), Ok(VcpuMask::single(1)), "SGI 4 is Group 0");
+    assert_eq!(g.generate_sgi(0, SgiRegister::Sgi1r, sgi1r(3, 0b10, 0)), Ok(VcpuMask::single(1)));
+    assert_eq!(pending_sgis(&g, 1), [3, 4]);
+}
+
+#[test]
+fn gicv3_sgi_from_one_vcpu_reaches_another() {
+    let mut g = v3(2);
+    private_irq(&mut g, 1, 2, 0x10);
+    g.generate_sgi(0, SgiRegister::Sgi1r, sgi1r(2, 0b10, 0)).unwrap();
+    let mut lrs = FakeLrs::for_gic(&g, 4);
+    assert_eq!(deliver_all(&mut g, 1, &mut lrs), [(2, 0)]);
+    assert_eq!(g.generate_sgi(5, SgiRegister::Sgi1r, 0), Err(VgicError::NoSuchVcpu { vcpu: 5, vcpus: 2 }));
+}
+
+#[test]
+fn gicv2_sgis_from_two_sources_are_two_interrupts() {
+    // IHI 0048B 4.3.16 and 5.3 (GICH_LRn.CPUID): an SGI is pending per source CPU. hvisor
+    // issue 282: ignoring the source lost SGIs and stalled RCU in the guest.
+    let mut g = v2(3);
+    private_irq(&mut g, 2, 1, 0x10);
+    g.write(0, GICD_SGIR, 4, (1 << 18) | 1).unwrap();
+    g.write(1, GICD_SGIR, 4, (1 << 18) | 1).unwrap();
+    assert_eq!(g.read(2, SPENDSGIR, 4), Ok(0b11 << 8), "SGI 1 pending from CPUs 0 and 1");
+    assert_eq!(g.read(2, SPENDSGIR + 1, 1), Ok(0b11), "byte access");
+    g.take_kicks();
+    g.write(0, GICD_SGIR, 4, (1 << 18) | 1).unwrap();
+    assert_eq!(g.take_kicks(), VcpuMask::single(2));
+    let mut lrs = FakeLrs::for_gic(&g, 4);
+    g.flush_to_hw(2, &mut lrs).unwrap();
+    assert_eq!(lrs.valid(), [(1, LrState::Pending, 0)], "one list register per SGI, source 0 first");
+    assert!(lrs.maintenance.no_pending, "source 1 comes in once source 0 is acknowledged");
+    let first = lrs.ack().unwrap();
+    assert!(lrs.maintenance_asserted(), "no pending list register left: NPIE fires");
+    g.sync_from_hw(2, &mut lrs).unwrap();
+    g.flush_to_hw(2, &mut lrs).unwrap();
+    let lr = lrs.lr(0);
+    assert_eq!(
+        (lr.state, lr.source, lr.eoi_maintenance),
+        (LrState::Active, 0, true),
+        "EOI maintenance brings source 1 in"
+    );
+    lrs.deactivate(1);
+    g.sync_from_hw(2, &mut lrs).unwrap();
+    let rest = deliver_all(&mut g, 2, &mut lrs);
+    assert_eq!([vec![first], rest].concat(), [(1, 0), (1, 1)]);
+    assert_eq!(g.read(2, SPENDSGIR, 4), Ok(0));
+}
+
+#[test]
+fn gicv2_the_same_source_twice_while_pending_is_one_interrupt() {
+    let mut g = v2(2);
+    private_irq(&mut g, 1, 1, 0x10);
+    let mut lrs = FakeLrs::for_gic(&g, 4);
+    g.write(0, GICD_SGIR, 4, (1 << 17) | 1).unwrap();
+    g.flush_to_hw(1, &mut lrs).unwrap();
+    g.sync_from_hw(1, &mut lrs).unwrap();
+    g.write(0, GICD_SGIR, 4, (1 << 17) | 1).unwrap();
+    assert_eq!(deliver_all(&mut g, 1, &mut lrs), [(1, 0)], "coalesced while pending");
+    // Sent again while the first is active: active and pending from the same source.
+    g.write(0, GICD_SGIR, 4, (1 << 17) | 1).unwrap();
+    run(&mut g, 1, &mut lrs, |l| assert_eq!(l.ack(), Some((1, 0))));
+    g.write(0, GICD_SGIR, 4, (1 << 17) | 1).unwrap();
+    g.flush_to_hw(1, &mut lrs).unwrap();
+    assert_eq!(lrs.valid(), [(1, LrState::PendingActive, 0)]);
+}
+
+#[test]
+fn gicv2_sgir_target_list_filter() {
+    // IHI 0048B 4.3.15: TargetListFilter 0 = CPUTargetList, 1 = all but the sender,
+    // 2 = the sender only, 3 = reserved.
+    let mut g = v2(4);
+    let sources = |g: &Distributor, sgi: u64| -> Vec<u64> {
+        (0..4).map(|v| g.read(v, SPENDSGIR + sgi / 4 * 4, 4).unwrap() >> (8 * (sgi % 4)) & 0xff).collect()
+    };
+    g.write(3, GICD_SGIR, 4, (0b0101 << 16) | 4).unwrap();
+    assert_eq!(sources(&g, 4), [0b1000, 0, 0b1000, 0]);
+    g.write(1, GICD_SGIR, 4, (1 << 24) | 5).unwrap();
+    assert_eq!(sources(&g, 5), [0b10, 0, 0b10, 0b10]);
+    g.write(2, GICD_SGIR, 4, (2 << 24) | 6).unwrap();
+    assert_eq!(sources(&g, 6), [0, 0, 0b100, 0]);
+    let before = g.clone();
+    g.write(2, GICD_SGIR, 4, (3 << 24) | (0xff << 16) | 7).unwrap();
+    g.write(2, GICD_SGIR, 4, (0xf0 << 16) | 7).unwrap(); // CPUs 4-7 do not exist
+    assert_eq!(g, before);
+}
+
+#[test]
+fn gicv2_sgi_pending_registers_set_and_clear_per_source() {
+    // IHI 0048B 4.3.16 GICD_CPENDSGIRn, 4.3.17 GICD_SPENDSGIRn; ISPENDR0/ICPENDR0 bits of
+    // SGIs ignore writes.
+    let mut g = v2(2);
+    g.write(0, SPENDSGIR + 4, 1, 0b11).unwrap(); // SGI 4, sources 0 and 1
+    assert_eq!(g.read(0, SPENDSGIR + 4, 4), Ok(0b11));
+    assert_eq!(g.read(0, CPENDSGIR + 4, 1), Ok(0b11));
+    assert_eq!(g.read(0, ISPENDR, 4), Ok(1 << 4));
+    g.write(0, ICPENDR, 4, 1 << 4).unwrap();
+    assert_eq!(g.read(0, ISPENDR, 4), Ok(1 << 4), "ICPENDR0 cannot clear an SGI");
+    g.write(0, CPENDSGIR + 4, 1, 0b01).unwrap();
+    assert_eq!(g.read(0, SPENDSGIR + 4, 1), Ok(0b10));
+    g.write(0, SPENDSGIR + 4, 1, 0xfc).unwrap();
+    assert_eq!(g.read(0, SPENDSGIR + 4, 1), Ok(0b10), "sources beyond the VM's CPUs are RAZ/WI");
+    assert_eq!(g.read(1, SPENDSGIR + 4, 1), Ok(0), "banked per target vCPU");
+}
+
+#[test]
+fn generate_sgi_belongs_to_gicv3() {
+    let mut g = v2(2);
+    assert_eq!(g.generate_sgi(0, SgiRegister::Sgi1r, 1), Err(VgicError::WrongVersion { needs: GicVersion::V3 }));
+}
