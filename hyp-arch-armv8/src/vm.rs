@@ -510,7 +510,12 @@ impl Vm {
                             crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
                         }
                         Outcome::GenerateSgi(value) => {
-                            let targets = self.vgic.vgic.lock().generate_sgi(vcpu, SgiRegister::Sgi1r, value).map_or(0, |m| m.0 as u32);
+                            let targets = self
+                                .vgic
+                                .vgic
+                                .lock()
+                                .generate_sgi(vcpu, SgiRegister::Sgi1r, value)
+                                .map_or(0, |m| m.0 as u32);
                             self.vgic.hint(targets);
                             self.vgic.kick(targets & !(1 << vcpu));
                         }
