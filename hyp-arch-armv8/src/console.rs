@@ -1,5 +1,7 @@
 //! The hypervisor's own console: the board's PL011, found in the device tree, shared by
-//! every CPU under one lock, and each VM's console output, attributed line by line.
+//! every CPU under one lock, and each VM's console output, attributed line by line. The VM
+//! with the input focus is interactive: its bytes go out as they come (a prompt shows before
+//! its line ends, line editing works); the others' are printed as whole lines.
 
 use core::fmt::{self, Write};
 use core::ptr::{read_volatile, write_volatile};
@@ -9,13 +11,21 @@ use alloc::string::String;
 use hyp_core::pl011::ConsoleOutput;
 use spin::Mutex;
 
-/// PL011 registers used to transmit (ARM DDI 0183G 3.3.1, 3.3.3).
+/// PL011 registers used to transmit and receive (ARM DDI 0183G 3.3.1, 3.3.3, 3.3.10, 3.3.14).
 const UARTDR: usize = 0x000;
 const UARTFR: usize = 0x018;
+const UARTIMSC: usize = 0x038;
+const UARTICR: usize = 0x044;
+const FR_RXFE: u32 = 1 << 4;
 const FR_TXFF: u32 = 1 << 5;
+/// The receive and receive-timeout interrupts (IMSC, ICR bits).
+const INT_RX_RT: u32 = (1 << 4) | (1 << 6);
 
 struct HostUart {
     base: usize,
+    /// The VM whose unfinished line the cursor is on, if any: anything else printed starts
+    /// on a new line.
+    open_line: Option<usize>,
 }
 
 impl HostUart {
@@ -28,6 +38,41 @@ impl HostUart {
         }
     }
 }
+
+impl HostUart {
+    fn close_open_line(&mut self) {
+        if self.open_line.take().is_some() {
+            self.put(b'\r');
+            self.put(b'\n');
+        }
+    }
+
+    fn register(&self, offset: usize) -> *mut u32 {
+        (self.base + offset) as *mut u32
+    }
+
+    /// Unmasks the receive interrupts: typed bytes raise the UART's interrupt.
+    fn enable_receive_interrupt(&mut self) {
+        // SAFETY: UARTIMSC of the PL011 the device tree names (see `put`).
+        unsafe { write_volatile(self.register(UARTIMSC), read_volatile(self.register(UARTIMSC)) | INT_RX_RT) };
+    }
+
+    /// Takes the bytes waiting in the receive FIFO. The receive interrupts are cleared
+    /// first: a byte that arrives after the last look at the FIFO raises them again, where
+    /// clearing them afterwards would leave it unread with no interrupt.
+    fn receive(&mut self, into: &mut heapless::Vec<u8, RECEIVE_BATCH>) {
+        // SAFETY: UARTFR, UARTDR and UARTICR of the PL011 the device tree names (see `put`).
+        unsafe {
+            write_volatile(self.register(UARTICR), INT_RX_RT);
+            while !into.is_full() && read_volatile(self.register(UARTFR)) & FR_RXFE == 0 {
+                let _ = into.push(read_volatile(self.register(UARTDR)) as u8);
+            }
+        }
+    }
+}
+
+/// At most this many received bytes are taken per interrupt (the FIFO holds 32).
+pub const RECEIVE_BATCH: usize = 64;
 
 impl Write for HostUart {
     fn write_str(&mut self, s: &str) -> fmt::Result {
@@ -47,13 +92,43 @@ static UART_BASE: AtomicUsize = AtomicUsize::new(0);
 
 /// Called once the EL2 MMU is on (the lock needs cacheable memory for its exclusives).
 pub fn init(base: u64) {
-    *UART.lock() = Some(HostUart { base: base as usize });
+    *UART.lock() = Some(HostUart { base: base as usize, open_line: None });
     UART_BASE.store(base as usize, Ordering::Release);
+}
+
+/// Console input from here on raises the UART's interrupt.
+pub fn enable_input() {
+    if let Some(uart) = UART.lock().as_mut() {
+        uart.enable_receive_interrupt();
+    }
+}
+
+/// The bytes the user typed since the last call (up to `RECEIVE_BATCH`).
+pub fn take_input() -> heapless::Vec<u8, RECEIVE_BATCH> {
+    let mut bytes = heapless::Vec::new();
+    if let Some(uart) = UART.lock().as_mut() {
+        uart.receive(&mut bytes);
+    }
+    bytes
 }
 
 pub fn print(args: fmt::Arguments<'_>) {
     if let Some(uart) = UART.lock().as_mut() {
+        uart.close_open_line();
         let _ = uart.write_fmt(args);
+    }
+}
+
+/// Bytes of the interactive VM `vm`, passed through as they are (the guest's terminal
+/// driver sends its own carriage returns), each line prefixed with the VM's name.
+fn print_interactive(vm: usize, prefix: &str, byte: u8) {
+    if let Some(uart) = UART.lock().as_mut() {
+        if uart.open_line != Some(vm) {
+            uart.close_open_line();
+            let _ = write!(uart, "{prefix} | ");
+        }
+        uart.put(byte);
+        uart.open_line = if byte == b'\n' { None } else { Some(vm) };
     }
 }
 
@@ -62,7 +137,7 @@ pub fn print(args: fmt::Arguments<'_>) {
 pub fn print_unlocked(args: fmt::Arguments<'_>) {
     let base = UART_BASE.load(Ordering::Acquire);
     if base != 0 {
-        let _ = HostUart { base }.write_fmt(args);
+        let _ = HostUart { base, open_line: None }.write_fmt(args);
     }
 }
 
@@ -72,16 +147,22 @@ macro_rules! println {
     ($($arg:tt)*) => { $crate::console::print(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
-/// A VM's console: bytes from its emulated UART, printed as whole lines prefixed with the
-/// VM's name, so the output of several VMs stays readable.
+/// A VM's console: bytes from its emulated UART. The interactive VM's go out at once;
+/// the others' as whole lines prefixed with the VM's name, so several VMs stay readable.
 pub struct VmConsole {
+    vm: usize,
     prefix: &'static str,
     line: String,
 }
 
 impl VmConsole {
-    pub fn new(prefix: &'static str) -> Self {
-        VmConsole { prefix, line: String::new() }
+    pub fn new(vm: usize, prefix: &'static str) -> Self {
+        VmConsole { vm, prefix, line: String::new() }
+    }
+
+    fn flush_line(&mut self) {
+        print(format_args!("{} | {}\n", self.prefix, self.line));
+        self.line.clear();
     }
 }
 
@@ -89,11 +170,16 @@ const MAX_LINE: usize = 256;
 
 impl ConsoleOutput for VmConsole {
     fn put(&mut self, byte: u8) {
-        match byte {
-            b'\n' => {
-                print(format_args!("{} | {}\n", self.prefix, self.line));
-                self.line.clear();
+        if crate::input::has_focus(self.vm) {
+            if !self.line.is_empty() {
+                // Buffered before it became interactive: out first, in order.
+                let line = core::mem::take(&mut self.line);
+                line.bytes().for_each(|b| print_interactive(self.vm, self.prefix, b));
             }
+            return print_interactive(self.vm, self.prefix, byte);
+        }
+        match byte {
+            b'\n' => self.flush_line(),
             b'\r' => {}
             _ => {
                 self.line.push(if byte == b'\t' || (byte.is_ascii() && !byte.is_ascii_control()) {
@@ -102,8 +188,7 @@ impl ConsoleOutput for VmConsole {
                     '?'
                 });
                 if self.line.len() >= MAX_LINE {
-                    print(format_args!("{} | {}\n", self.prefix, self.line));
-                    self.line.clear();
+                    self.flush_line();
                 }
             }
         }

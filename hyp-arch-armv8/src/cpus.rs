@@ -81,12 +81,17 @@ pub fn wait_for_work(index: usize) -> usize {
     }
 }
 
-/// Acknowledges and ends every pending physical interrupt (the kick SGIs carry no data).
+/// Acknowledges and ends every pending physical interrupt: the kick SGIs carry no data;
+/// console input is handed on.
 pub fn drain_interrupts() {
     loop {
         let iar = crate::gic::acknowledge();
-        if crate::gic::interrupt_id(iar) >= crate::gic::SPURIOUS {
+        let intid = crate::gic::interrupt_id(iar);
+        if intid >= crate::gic::SPURIOUS {
             break;
+        }
+        if crate::input::is_uart_interrupt(intid) {
+            crate::input::uart_interrupt();
         }
         crate::gic::end_of_interrupt(iar);
     }

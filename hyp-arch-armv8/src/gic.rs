@@ -23,6 +23,8 @@ static GICR_END: AtomicUsize = AtomicUsize::new(0);
 static GICC: AtomicUsize = AtomicUsize::new(0);
 /// GICv2 CPU interface number of each CPU index (GICD_SGIR targets interfaces, not MPIDRs).
 static CPU_INTERFACE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(0) }; MAX_CPUS];
+/// GICv3 redistributor (RD frame) of each CPU index.
+static REDISTRIBUTOR: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 
 fn read32(addr: usize) -> u32 {
     // SAFETY: `addr` is a register of a GIC frame the device tree names, mapped
@@ -99,6 +101,7 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
     }
     if is_v3() {
         let rd = redistributor(mpidr).ok_or(GicError::NoRedistributor)?;
+        REDISTRIBUTOR[index].store(rd, Ordering::Relaxed);
         // GICR_WAKER: clear ProcessorSleep, wait until ChildrenAsleep clears (12.11.44).
         write32(rd + 0x14, read32(rd + 0x14) & !(1 << 1));
         while read32(rd + 0x14) & (1 << 2) != 0 {}
@@ -146,6 +149,50 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
         write32(gicc, 1 | (1 << 9)); // GICC_CTLR: EnableGrp1, EOImodeNS
     }
     Ok(())
+}
+
+/// Clears the active state of private interrupt `intid` (a PPI) of the CPU with this index:
+/// GICR_ICACTIVER0 (IHI 0069 12.10.7) or the banked GICD_ICACTIVER0 (IHI 0048B 4.3.6). For a
+/// hardware-mapped interrupt whose vCPU stopped before deactivating it.
+pub fn clear_active_private(intid: u32, index: usize) {
+    if intid >= 32 {
+        return;
+    }
+    if is_v3() {
+        let rd = REDISTRIBUTOR[index].load(Ordering::Relaxed);
+        if rd != 0 {
+            write32(rd + 0x1_0000 + 0x380, 1 << intid);
+        }
+    } else {
+        // Banked: only the calling CPU's copy is reachable.
+        write32(GICD.load(Ordering::Relaxed) + 0x380, 1 << intid);
+    }
+}
+
+/// Enables SPI `intid` (level-sensitive, as the device tree gives them) at the middle
+/// priority, delivered to the CPU with this index and MPIDR: GICD_IGROUPR, GICD_IPRIORITYR,
+/// GICD_IROUTER (GICv3, IHI 0069 12.9.22) or GICD_ITARGETSR (GICv2, IHI 0048B 4.3.12),
+/// GICD_ISENABLER.
+pub fn enable_spi(intid: u32, index: usize, mpidr: u64) {
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    let gicd = GICD.load(Ordering::Relaxed);
+    let (word, bit) = (4 * (intid as usize / 32), 1u32 << (intid % 32));
+    let priority = gicd + 0x400 + (intid as usize & !3);
+    let shift = 8 * (intid % 4);
+    write32(priority, (read32(priority) & !(0xff << shift)) | (0xa0 << shift));
+    if is_v3() {
+        write32(gicd + 0x80 + word, read32(gicd + 0x80 + word) | bit); // Group 1, as the PPIs
+        let affinity = ((mpidr >> 32 & 0xff) << 32) | (mpidr & 0xff_ffff);
+        // SAFETY: GICD_IROUTER<n> is a 64-bit register of the distributor frame.
+        unsafe { write_volatile((gicd + 0x6000 + 8 * intid as usize) as *mut u64, affinity) };
+    } else {
+        let targets = gicd + 0x800 + (intid as usize & !3);
+        let interface = u32::from(CPU_INTERFACE[index].load(Ordering::Relaxed));
+        write32(targets, (read32(targets) & !(0xff << shift)) | ((1 << interface) << shift));
+    }
+    write32(gicd + 0x100 + word, bit);
 }
 
 /// Sends SGI `intid` to the CPU with this index and MPIDR.

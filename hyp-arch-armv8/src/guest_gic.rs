@@ -27,11 +27,13 @@ impl VgicHandle {
         }
     }
 
-    /// Makes the vCPUs in `mask` leave their guests and look at their interrupts.
+    /// Makes the vCPUs in `mask` leave their guests and look at their interrupts. A vCPU of
+    /// this CPU is in the hypervisor already and looks at its hint before it enters again.
     pub fn kick(&self, mask: u32) {
+        let me = crate::cpus::current_index();
         for (v, cpu) in self.running_on.iter().enumerate() {
             let cpu = cpu.load(Ordering::Acquire);
-            if mask & (1 << v) != 0 && cpu != usize::MAX {
+            if mask & (1 << v) != 0 && cpu != usize::MAX && cpu != me {
                 crate::cpus::kick(cpu);
             }
         }

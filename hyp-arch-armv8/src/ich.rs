@@ -89,8 +89,12 @@ pub fn write_hcr(v: u64) {
     unsafe { asm!("msr S3_4_C12_C11_0, {}", "isb", in(reg) v, options(nostack)) };
 }
 
-/// Resets the virtual CPU interface state a vCPU starts with (ICH_VMCR_EL2: all off).
+/// Resets the virtual CPU interface state a vCPU starts with: ICH_VMCR_EL2 all off, and no
+/// active priorities (ICH_AP0R0_EL2, ICH_AP1R0_EL2; a CPU with more than 5 bits of virtual
+/// priority has more of them, which nothing here sets).
 pub fn reset_vmcr() {
     // SAFETY: as for `write_hcr`.
-    unsafe { asm!("msr S3_4_C12_C11_7, xzr", "isb", options(nostack)) };
+    unsafe {
+        asm!("msr S3_4_C12_C11_7, xzr", "msr S3_4_C12_C8_0, xzr", "msr S3_4_C12_C9_0, xzr", "isb", options(nostack))
+    };
 }

@@ -14,6 +14,7 @@ const GICH_EISR0: usize = 0x020;
 const GICH_EISR1: usize = 0x024;
 const GICH_ELRSR0: usize = 0x030;
 const GICH_ELRSR1: usize = 0x034;
+const GICH_APR: usize = 0x0f0;
 const GICH_LR0: usize = 0x100;
 
 #[derive(Clone, Copy)]
@@ -26,11 +27,18 @@ pub enum ListRegisterFile {
 }
 
 impl ListRegisterFile {
-    /// A vCPU's virtual interface starts with everything off.
+    /// A vCPU's virtual interface starts with everything off: no interrupt in a list
+    /// register and none active (what an earlier vCPU on this CPU left is gone).
     pub fn reset(mut self) {
         match self {
             ListRegisterFile::V3 => ich::reset_vmcr(),
-            ListRegisterFile::V2 { gich } => Self::gich_write(gich, GICH_VMCR, 0),
+            ListRegisterFile::V2 { gich } => {
+                Self::gich_write(gich, GICH_VMCR, 0);
+                Self::gich_write(gich, GICH_APR, 0);
+            }
+        }
+        for n in 0..self.count() {
+            self.write_lr(n, 0);
         }
         self.set_maintenance(Maintenance::default());
     }

@@ -14,6 +14,7 @@ mod firmware;
 mod gic;
 mod guest_gic;
 mod ich;
+mod input;
 mod list_registers;
 mod memory;
 mod mmu;
@@ -40,7 +41,7 @@ pub(crate) use println_unlocked;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-static VMS: Once<Vec<Vm>> = Once::new();
+pub(crate) static VMS: Once<Vec<Vm>> = Once::new();
 /// Every VM's rights; it owns their stage-2 tables.
 static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
 static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -178,6 +179,10 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let vms = VMS.call_once(|| vms);
     for vm in vms {
         vm.load();
+    }
+    match platform.uart_intid {
+        Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
+        None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
     }
     for &cpu in &cpus_for_vms[vms.len()..] {
         cpus::mark_idle(cpu);
@@ -332,6 +337,7 @@ fn vm_ended(vm: &Vm, end: EndReason) {
         VMS_FAILED.fetch_add(1, Ordering::AcqRel);
     }
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
+    println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exits);
     if let Some(caps) = CAPS.get() {
         match vm::destroy(&mut caps.lock(), vm) {
             Ok(()) => println!(

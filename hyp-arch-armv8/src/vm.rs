@@ -11,14 +11,16 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use hyp_core::bundle::VmSpec;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
+use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
-use hyp_core::mmio::MmioBus;
-use hyp_core::pl011::Pl011;
+use hyp_core::mmio::{MmioBus, MmioDevice, MmioError};
+use hyp_core::pl011::{InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
 use hyp_core::smccc::{psci_status, Hypercall};
+use hyp_core::syndrome::AccessWidth;
 use hyp_core::syndrome::Syndrome;
-use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
+use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmFeatures};
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
@@ -213,6 +215,8 @@ pub struct Vm {
     device_tree: Vec<u8>,
     /// Guest mistakes logged so far: a guest must not be able to flood the console.
     incidents: AtomicU64,
+    /// Exits of all its vCPUs, by reason.
+    pub exits: ExitCounts,
     pub spec: VmSpec<'static>,
     ram: PhysRange,
     entry_offset: u64,
@@ -227,6 +231,9 @@ pub struct Vm {
     bus: Mutex<MmioBus>,
     /// The VM's virtual GIC (also reached through the bus's GIC windows).
     vgic: SharedVgic,
+    vgic_config: VgicConfig,
+    /// The VM's console UART (also on the bus), which console input reaches directly.
+    uart: SharedUart,
     power: Mutex<VmPower>,
     /// Set once the VM is ending: every vCPU leaves at its next exit.
     ending: AtomicBool,
@@ -255,31 +262,36 @@ impl Vm {
         } else {
             GuestGic::V2 { distributor: GUEST_GICD_IPA, cpu_interface: GUEST_GICC_IPA }
         };
-        let device_tree = guest_fdt::build(&GuestPlatform {
-            vcpus: spec.vcpus,
-            ram_base: GUEST_RAM_IPA,
-            ram_size: spec.memory,
-            gic,
-            uart_base: GUEST_UART_IPA,
-            uart_spi: GUEST_UART_SPI,
-            virtio_mmio: Vec::new(),
-            bootargs: spec.bootargs.unwrap_or(DEFAULT_BOOTARGS).into(),
-            initrd: layout.initrd.map(|(offset, len)| (GUEST_RAM_IPA + offset, GUEST_RAM_IPA + offset + len)),
-        })
+        let bootargs = spec.bootargs.unwrap_or(DEFAULT_BOOTARGS);
+        let initrd = layout.initrd.map(|(offset, len)| (GUEST_RAM_IPA + offset, GUEST_RAM_IPA + offset + len));
+        let device_tree = match spec.device_tree {
+            Some(given) => guest_fdt::with_chosen(given, bootargs, initrd),
+            None => guest_fdt::build(&GuestPlatform {
+                vcpus: spec.vcpus,
+                ram_base: GUEST_RAM_IPA,
+                ram_size: spec.memory,
+                gic,
+                uart_base: GUEST_UART_IPA,
+                uart_spi: GUEST_UART_SPI,
+                virtio_mmio: Vec::new(),
+                bootargs: bootargs.into(),
+                initrd,
+            }),
+        }
         .map_err(VmError::DeviceTree)?;
         if device_tree.len() as u64 > guest_layout::MAX_DTB {
             return Err(VmError::Layout(LayoutError::DeviceTreeTooBig { size: device_tree.len() as u64 }));
         }
         let mut bus = MmioBus::new();
-        let uart_window = IpaRange::new(Ipa(GUEST_UART_IPA), GUEST_UART_SIZE)
-            .map_err(|e| VmError::Capability(CapError::Stage2(e)))?;
-        let console = VmConsole::new(spec.name);
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
-        let config = VgicConfig { version, vcpus: spec.vcpus as usize, spis: GUEST_SPIS };
-        let vgic: SharedVgic = Arc::new(VgicHandle::new(Distributor::new(config).map_err(VmError::Vgic)?));
+        let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis: GUEST_SPIS };
+        let vgic: SharedVgic = Arc::new(VgicHandle::new(Distributor::new(vgic_config).map_err(VmError::Vgic)?));
+        let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + GUEST_UART_SPI) };
+        let uart =
+            SharedUart(Arc::new(Mutex::new(Pl011::new(Box::new(VmConsole::new(id, spec.name)), Box::new(uart_line)))));
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
-        let _ = bus.attach(uart_window, Box::new(Pl011::new(Box::new(console))));
+        let _ = bus.attach(window(GUEST_UART_IPA, GUEST_UART_SIZE)?, Box::new(uart.clone()));
         let _ = bus.attach(window(GUEST_GICD_IPA, GICD_SIZE)?, Box::new(DistributorWindow(Arc::clone(&vgic))));
         if gic_v3 {
             let size = GICR_FRAME_SIZE * u64::from(spec.vcpus);
@@ -297,6 +309,7 @@ impl Vm {
             layout,
             device_tree,
             incidents: AtomicU64::new(0),
+            exits: ExitCounts::default(),
             spec,
             ram,
             entry_offset,
@@ -306,6 +319,8 @@ impl Vm {
             vtcr: granted.vtcr,
             bus: Mutex::new(bus),
             vgic,
+            vgic_config,
+            uart,
             power: Mutex::new(power),
             ending: AtomicBool::new(false),
             gic_v3,
@@ -341,12 +356,32 @@ impl Vm {
         make_visible_to_guest(self.ram.base, self.spec.memory);
     }
 
-    /// After a SYSTEM_RESET has stopped every vCPU: reloads the kernel; vCPU 0 starts again.
+    /// After a SYSTEM_RESET has stopped every vCPU: the interrupt controller and UART as at
+    /// power-on, the kernel reloaded; vCPU 0 starts again.
     pub fn reset(&self) {
+        if let Ok(fresh) = Distributor::new(self.vgic_config) {
+            *self.vgic.vgic.lock() = fresh;
+        }
+        self.uart.0.lock().reset();
         self.load();
         self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset, GUEST_RAM_IPA + self.layout.dtb);
         self.ending.store(false, Ordering::Release);
         vm_log!(self, 0, "SYSTEM_RESET: the VM reboots");
+    }
+
+    /// Bytes the user typed for this VM: they wait in its UART for the guest to read.
+    pub fn console_input(&self, bytes: &[u8]) {
+        let dropped = {
+            let mut uart = self.uart.0.lock();
+            let before = uart.dropped();
+            for &b in bytes {
+                uart.receive(b);
+            }
+            uart.dropped() - before
+        };
+        if dropped > 0 {
+            vm_log!(self, 0, "console input: {dropped} byte(s) dropped, the guest is not reading its UART");
+        }
     }
 
     /// Asks the whole VM to end: every other vCPU is kicked out of the guest and stops at
@@ -373,17 +408,31 @@ impl Vm {
                 break;
             }
             if intid == VTIMER_PPI {
+                self.exits.record(ExitReason::TimerInterrupt);
                 crate::gic::priority_drop(iar);
                 let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
+            } else if crate::input::is_uart_interrupt(intid) {
+                self.exits.record(ExitReason::ConsoleInput);
+                crate::input::uart_interrupt();
+                crate::gic::end_of_interrupt(iar);
             } else {
+                self.exits.record(match intid {
+                    crate::gic::SGI_KICK => ExitReason::Kick,
+                    _ if Some(intid) == crate::board_ppis().first().copied() => ExitReason::Maintenance,
+                    _ => ExitReason::OtherInterrupt,
+                });
                 crate::gic::end_of_interrupt(iar);
             }
             self.vgic.hint(1 << vcpu);
         }
     }
 
-    /// This vCPU stops running here.
-    fn stop(&self, vcpu: usize) -> VcpuExit {
+    /// This vCPU stops running here: its list registers are emptied into the vGIC, and a
+    /// timer interrupt it left active is deactivated, or the timer could not fire again on
+    /// this CPU.
+    fn stop(&self, vcpu: usize, lr_file: &mut ListRegisterFile) -> VcpuExit {
+        let _ = self.vgic.vgic.lock().put(vcpu, lr_file);
+        crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
         leave_guest_regime();
         self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
         match self.power.lock().stopped(vcpu) {
@@ -455,7 +504,10 @@ impl Vm {
     /// Runs vCPU `vcpu` on this CPU (`cpu`) from its PSCI entry point until it stops.
     pub fn run_vcpu(&self, vcpu: usize, cpu: usize) -> VcpuExit {
         self.vgic.running_on[vcpu].store(cpu, Ordering::Release);
-        let Some((entry, context)) = self.power.lock().started(vcpu) else { return self.stop(vcpu) };
+        // List registers: how many the hardware has (GICv3 guests), and how many are in use.
+        let mut lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
+        lr_file.reset();
+        let Some((entry, context)) = self.power.lock().started(vcpu) else { return self.stop(vcpu, &mut lr_file) };
         if vcpu == 0 {
             vm_log!(self, vcpu, "starting at IPA {entry:#x}");
         }
@@ -464,16 +516,13 @@ impl Vm {
         ctx.x[0] = context;
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let mut last_unknown = None;
-        // List registers: how many the hardware has (GICv3 guests), and how many are in use.
-        let mut lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
-        lr_file.reset();
         // The virtual timer's PPI is the physical one, deactivated by the guest.
         let _ = self.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
         // Whether this vCPU holds list registers (then they are taken back on every exit).
         let mut lrs_in_use = false;
         loop {
             if self.ending.load(Ordering::Acquire) {
-                return self.stop(vcpu);
+                return self.stop(vcpu, &mut lr_file);
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
             if lrs_in_use || self.vgic.take_hint(vcpu) {
@@ -492,6 +541,7 @@ impl Vm {
                         far: sysreg!("far_el2"),
                         hpfar: sysreg!("hpfar_el2"),
                     };
+                    self.exits.record(ExitReason::of_sync(exit.syndrome));
                     let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut LockedBus(&self.bus), self);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
@@ -509,13 +559,14 @@ impl Vm {
                         Outcome::CleanInvalidateVm => {
                             crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
                         }
-                        Outcome::GenerateSgi(value) => {
-                            let targets = self
-                                .vgic
-                                .vgic
-                                .lock()
-                                .generate_sgi(vcpu, SgiRegister::Sgi1r, value)
-                                .map_or(0, |m| m.0 as u32);
+                        Outcome::GenerateSgi { register, value } => {
+                            let register = match register {
+                                SgiGenerationRegister::Sgi1r => SgiRegister::Sgi1r,
+                                SgiGenerationRegister::Asgi1r => SgiRegister::Asgi1r,
+                                SgiGenerationRegister::Sgi0r => SgiRegister::Sgi0r,
+                            };
+                            let targets =
+                                self.vgic.vgic.lock().generate_sgi(vcpu, register, value).map_or(0, |m| m.0 as u32);
                             self.vgic.hint(targets);
                             self.vgic.kick(targets & !(1 << vcpu));
                         }
@@ -527,7 +578,7 @@ impl Vm {
                         }
                         Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
                         Outcome::Call(call) => {
-                            if let Some(exit) = self.vm_call(&mut ctx, vcpu, call) {
+                            if let Some(exit) = self.vm_call(&mut ctx, vcpu, call, &mut lr_file) {
                                 return exit;
                             }
                         }
@@ -536,14 +587,15 @@ impl Vm {
                 // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
                 EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
                 EXIT_SERROR => {
+                    self.exits.record(ExitReason::SError);
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
                     self.end(vcpu, EndReason::Crashed);
-                    return self.stop(vcpu);
+                    return self.stop(vcpu, &mut lr_file);
                 }
                 other => {
                     vm_log!(self, vcpu, "exit of unknown kind {other}: the VM is stopped");
                     self.end(vcpu, EndReason::Crashed);
-                    return self.stop(vcpu);
+                    return self.stop(vcpu, &mut lr_file);
                 }
             }
         }
@@ -551,10 +603,16 @@ impl Vm {
 
     /// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if
     /// it does.
-    fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall) -> Option<VcpuExit> {
-        let ending = |reason: EndReason| {
+    fn vm_call(
+        &self,
+        ctx: &mut GuestContext,
+        vcpu: usize,
+        call: Hypercall,
+        lr_file: &mut ListRegisterFile,
+    ) -> Option<VcpuExit> {
+        let mut ending = |reason: EndReason| {
             self.end(vcpu, reason);
-            Some(self.stop(vcpu))
+            Some(self.stop(vcpu, lr_file))
         };
         match call {
             Hypercall::SystemOff => {
@@ -566,7 +624,7 @@ impl Vm {
                 vm_log!(self, vcpu, "HYP_VM_EXIT with status {status}");
                 return ending(EndReason::Exited(status));
             }
-            Hypercall::CpuOff => return Some(self.stop(vcpu)),
+            Hypercall::CpuOff => return Some(self.stop(vcpu, lr_file)),
             Hypercall::CpuOn { target_mpidr, entry, context } => {
                 let start = self.power.lock().cpu_on(target_mpidr, entry, context);
                 ctx.x[0] = match start {
@@ -649,6 +707,42 @@ fn leave_guest_regime() {
 pub fn destroy(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
     let mut tlb = Stage2Tlb { vttbr: vm.vttbr };
     caps.destroy_vm(&mut HeapTableMemory, &mut tlb, vm.cap)
+}
+
+/// A VM's console UART, shared by its MMIO window and the console input path. Lock order:
+/// the bus, then the UART, then the vGIC.
+#[derive(Clone)]
+struct SharedUart(Arc<Mutex<Pl011>>);
+
+impl MmioDevice for SharedUart {
+    fn name(&self) -> &'static str {
+        "pl011"
+    }
+    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.0.lock().read(offset, width)
+    }
+    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        self.0.lock().write(offset, width, value)
+    }
+}
+
+/// An interrupt line of a VM's device into its vGIC: a level change makes the target vCPU
+/// look at its interrupts (kicked out of its guest if it runs on another CPU).
+struct VgicLine {
+    vgic: SharedVgic,
+    intid: IntId,
+}
+
+impl InterruptLine for VgicLine {
+    fn set_level(&mut self, high: bool) {
+        let targets = {
+            let mut vgic = self.vgic.vgic.lock();
+            let _ = vgic.set_level(self.intid, 0, high);
+            vgic.take_kicks().0 as u32
+        };
+        self.vgic.hint(targets);
+        self.vgic.kick(targets);
+    }
 }
 
 /// A VM's bus, locked only for the exits that use it.

@@ -22,6 +22,9 @@ pub struct VmSpec<'a> {
     pub kernel: &'a [u8],
     pub initrd: Option<&'a [u8]>,
     pub bootargs: Option<&'a str>,
+    /// A device tree to boot with instead of the generated one (its /chosen is set by the
+    /// hypervisor).
+    pub device_tree: Option<&'a [u8]>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,5 +143,6 @@ fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
         Some(p) => Some(p.as_str().ok_or(bad("bootargs", "is not a string"))?),
         None => None,
     };
-    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs })
+    let device_tree = node.property("device-tree").map(|p| p.value);
+    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs, device_tree })
 }

@@ -13,7 +13,7 @@ use stage2::Ipa;
 use crate::mmio::{MmioBus, MmioError};
 use crate::smccc::{self, Hypercall};
 use crate::syndrome::{ExceptionClass, Syndrome};
-use crate::sysreg::{self, IdRegisters, SysRegAccess, SysRegAction, VmFeatures};
+use crate::sysreg::{self, IdRegisters, SgiGenerationRegister, SysRegAccess, SysRegAction, VmFeatures};
 
 /// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
 /// assembly: x0..x30 at 0, pc at 248, pstate at 256).
@@ -72,9 +72,9 @@ pub enum Outcome {
     /// Set/way cache maintenance: clean and invalidate the VM's memory, then resume (the PC
     /// is already past the instruction).
     CleanInvalidateVm,
-    /// A write of ICC_SGI1R_EL1 (or ASGI1R/SGI0R) with this value: generate the SGIs, then
-    /// resume (the PC is already past the instruction).
-    GenerateSgi(u64),
+    /// A write of `value` to ICC_SGI1R_EL1, ICC_ASGI1R_EL1 or ICC_SGI0R_EL1: generate the
+    /// SGIs, then resume (the PC is already past the instruction).
+    GenerateSgi { register: SgiGenerationRegister, value: u64 },
 }
 
 /// Something a guest did that the hypervisor logs (with the VM and vCPU).
@@ -214,9 +214,9 @@ pub fn handle_sync(
                     ctx.skip_instruction(s);
                     (Outcome::CleanInvalidateVm, None)
                 }
-                SysRegAction::GenerateSgi => {
+                SysRegAction::GenerateSgi(register) => {
                     ctx.skip_instruction(s);
-                    (Outcome::GenerateSgi(ctx.reg(access.rt)), None)
+                    (Outcome::GenerateSgi { register, value: ctx.reg(access.rt) }, None)
                 }
                 SysRegAction::Undefined => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss: s.iss() })),
             }
@@ -318,7 +318,7 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pl011::{ConsoleOutput, Pl011};
+    use crate::pl011::{ConsoleOutput, InterruptLine, Pl011};
     use crate::syndrome::AccessWidth;
     use alloc::boxed::Box;
     use stage2::IpaRange;
@@ -326,6 +326,9 @@ mod tests {
     struct Sink;
     impl ConsoleOutput for Sink {
         fn put(&mut self, _: u8) {}
+    }
+    impl InterruptLine for Sink {
+        fn set_level(&mut self, _: bool) {}
     }
 
     struct Env;
@@ -345,7 +348,11 @@ mod tests {
 
     fn bus_with_uart() -> MmioBus {
         let mut bus = MmioBus::new();
-        bus.attach(IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(), Box::new(Pl011::new(Box::new(Sink)))).unwrap();
+        bus.attach(
+            IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(),
+            Box::new(Pl011::new(Box::new(Sink), Box::new(Sink))),
+        )
+        .unwrap();
         bus
     }
 
@@ -482,9 +489,19 @@ mod tests {
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
         assert_eq!(
             handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env),
-            (Outcome::GenerateSgi((1 << 24) | 0b10), None)
+            (Outcome::GenerateSgi { register: SgiGenerationRegister::Sgi1r, value: (1 << 24) | 0b10 }, None)
         );
         assert_eq!(ctx.pc, 4);
+        // MSR ICC_SGI0R_EL1, x2 (op2 7) and MSR ICC_ASGI1R_EL1, x2 (op2 6) say which they were.
+        for (op2, register) in [(7, SgiGenerationRegister::Sgi0r), (6, SgiGenerationRegister::Asgi1r)] {
+            let exit = SyncExit {
+                syndrome: Syndrome((0x18 << 26) | (1 << 25) | (iss & !(7 << 17)) | (op2 << 17)),
+                far: 0,
+                hpfar: 0,
+            };
+            let (outcome, _) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
+            assert_eq!(outcome, Outcome::GenerateSgi { register, value: (1 << 24) | 0b10 });
+        }
     }
 
     #[test]

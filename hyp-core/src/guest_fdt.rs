@@ -177,6 +177,81 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
     f.finish().map_err(err)
 }
 
+/// A device tree the user brought (`--dtb`) with its `/chosen` node set as the hypervisor
+/// places things: `bootargs`, and `linux,initrd-start`/`-end` (or none), as QEMU does with
+/// `-dtb`. Everything else is copied as it is, memory reservations included.
+pub fn with_chosen(tree: &[u8], bootargs: &str, initrd: Option<(u64, u64)>) -> Result<Vec<u8>, GuestFdtError> {
+    let fdt = fdt::Fdt::new(tree).map_err(|e| GuestFdtError(format!("the given device tree is not valid: {e:?}")))?;
+    let root = fdt.find_node("/").ok_or_else(|| GuestFdtError("the given device tree has no root node".into()))?;
+    let reserved: Vec<vm_fdt::FdtReserveEntry> = fdt
+        .memory_reservations()
+        .filter_map(|r| vm_fdt::FdtReserveEntry::new(r.address() as u64, r.size() as u64).ok())
+        .collect();
+    let mut f = FdtWriter::new_with_mem_reserv(&reserved).map_err(err)?;
+    let top = f.begin_node("").map_err(err)?;
+    copy_properties(&mut f, root)?;
+    let mut chosen_seen = false;
+    for child in root.children() {
+        if child.name == "chosen" {
+            chosen_seen = true;
+            write_chosen(&mut f, Some(child), bootargs, initrd)?;
+        } else {
+            copy_node(&mut f, child, 1)?;
+        }
+    }
+    if !chosen_seen {
+        write_chosen(&mut f, None, bootargs, initrd)?;
+    }
+    f.end_node(top).map_err(err)?;
+    f.finish().map_err(err)
+}
+
+/// Deeper than this, a tree is refused rather than copied (the copy recurses).
+const MAX_DEPTH: usize = 32;
+
+fn copy_node(f: &mut FdtWriter, node: fdt::node::FdtNode<'_, '_>, depth: usize) -> Result<(), GuestFdtError> {
+    if depth > MAX_DEPTH {
+        return Err(GuestFdtError(format!("the given device tree nests deeper than {MAX_DEPTH} levels")));
+    }
+    let n = f.begin_node(node.name).map_err(err)?;
+    copy_properties(f, node)?;
+    for child in node.children() {
+        copy_node(f, child, depth + 1)?;
+    }
+    f.end_node(n).map_err(err)
+}
+
+fn copy_properties(f: &mut FdtWriter, node: fdt::node::FdtNode<'_, '_>) -> Result<(), GuestFdtError> {
+    for p in node.properties() {
+        f.property(p.name, p.value).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The properties `with_chosen` sets; the given tree's values for them are dropped.
+const CHOSEN_SET: [&str; 3] = ["bootargs", "linux,initrd-start", "linux,initrd-end"];
+
+fn write_chosen(
+    f: &mut FdtWriter,
+    given: Option<fdt::node::FdtNode<'_, '_>>,
+    bootargs: &str,
+    initrd: Option<(u64, u64)>,
+) -> Result<(), GuestFdtError> {
+    let chosen = f.begin_node("chosen").map_err(err)?;
+    for p in given.iter().flat_map(|g| g.properties()).filter(|p| !CHOSEN_SET.contains(&p.name)) {
+        f.property(p.name, p.value).map_err(err)?;
+    }
+    f.property_string("bootargs", bootargs).map_err(err)?;
+    if let Some((start, end)) = initrd {
+        f.property_u64("linux,initrd-start", start).map_err(err)?;
+        f.property_u64("linux,initrd-end", end).map_err(err)?;
+    }
+    for child in given.iter().flat_map(|g| g.children()) {
+        copy_node(f, child, 2)?;
+    }
+    f.end_node(chosen).map_err(err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +315,48 @@ mod tests {
         assert_eq!(fdt.chosen().stdout().map(|n| n.name), Some("pl011@9000000"));
         let virtio: Vec<_> = fdt.all_nodes().filter(|n| n.name.starts_with("virtio_mmio@")).map(|n| n.name).collect();
         assert_eq!(virtio, ["virtio_mmio@a000000", "virtio_mmio@a000200"]);
+    }
+
+    #[test]
+    fn a_given_tree_is_copied_with_chosen_set_by_the_hypervisor() {
+        let given = build(&GuestPlatform {
+            bootargs: "quiet".into(),
+            initrd: Some((1, 2)),
+            ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 2)
+        })
+        .unwrap();
+        let tree = with_chosen(&given, "console=ttyAMA0", Some((0x4800_0000, 0x4900_0000))).unwrap();
+        let fdt = fdt::Fdt::new(&tree).unwrap();
+        assert_eq!(fdt.chosen().bootargs(), Some("console=ttyAMA0"));
+        let chosen = fdt.find_node("/chosen").unwrap();
+        let start = chosen.property("linux,initrd-start").unwrap().value;
+        assert_eq!(start, 0x4800_0000u64.to_be_bytes());
+        assert!(chosen.property("stdout-path").is_some(), "other /chosen properties are kept");
+        // Everything else reads back as the original.
+        let original = fdt::Fdt::new(&given).unwrap();
+        let names = |f: &fdt::Fdt<'_>| f.all_nodes().map(|n| n.name.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&fdt), names(&original));
+        assert_eq!(fdt.cpus().count(), 2);
+        let no_initrd = with_chosen(&given, "x", None).unwrap();
+        assert!(fdt::Fdt::new(&no_initrd)
+            .unwrap()
+            .find_node("/chosen")
+            .unwrap()
+            .property("linux,initrd-start")
+            .is_none());
+    }
+
+    #[test]
+    fn a_tree_without_chosen_gets_one_and_garbage_is_refused() {
+        let mut w = FdtWriter::new().unwrap();
+        let root = w.begin_node("").unwrap();
+        w.property_u32("#address-cells", 2).unwrap();
+        w.end_node(root).unwrap();
+        let bare = w.finish().unwrap();
+        let tree = with_chosen(&bare, "init=/bin/sh", None).unwrap();
+        assert_eq!(fdt::Fdt::new(&tree).unwrap().chosen().bootargs(), Some("init=/bin/sh"));
+        let err = with_chosen(b"not a device tree at all", "", None).unwrap_err();
+        assert!(err.to_string().contains("the given device tree is not valid"), "{err}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ extern crate alloc;
 pub mod bundle;
 pub mod cap;
 pub mod exit;
+pub mod exit_stats;
 pub mod guest_fdt;
 pub mod guest_layout;
 pub mod image;

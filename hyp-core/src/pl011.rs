@@ -4,10 +4,12 @@
 //!
 //! Transmission is instantaneous: each byte written to UARTDR goes to the VM's console
 //! output at once, so the transmit FIFO always reads empty. Received bytes wait in a 32-entry
-//! FIFO (section 2.4.3). Interrupts are modelled as level sources (section 3.4): the
-//! caller reads `interrupt_asserted` after each access and drives the VM's interrupt line.
+//! FIFO (section 2.4.3), fed from a backlog so that input typed or pasted faster than the
+//! guest reads is not lost. The combined interrupt UARTINTR (section 3.4) is a level the
+//! model drives on an `InterruptLine` whenever it changes.
 
 use alloc::boxed::Box;
+use alloc::collections::VecDeque;
 use heapless::Deque;
 
 use crate::mmio::{MmioDevice, MmioError};
@@ -16,6 +18,11 @@ use crate::syndrome::AccessWidth;
 /// Where a VM's console bytes go.
 pub trait ConsoleOutput {
     fn put(&mut self, byte: u8);
+}
+
+/// The UART's interrupt output, wired by the hypervisor to the VM's interrupt controller.
+pub trait InterruptLine {
+    fn set_level(&mut self, high: bool);
 }
 
 const DR: u64 = 0x000;
@@ -56,12 +63,31 @@ const INT_RT: u32 = 1 << 6;
 const INT_ALL: u32 = 0x7ff;
 /// UARTCR reset value: TXE and RXE set (section 3.3.8).
 const CR_RESET: u32 = 0x300;
+/// UARTCR.LBE: loopback, transmitted bytes are received (section 3.3.8).
+const CR_LBE: u32 = 1 << 7;
 
 const RX_FIFO_DEPTH: usize = 32;
 
+/// Stands in for the output and line while a UART is rebuilt.
+struct NoOutput;
+impl ConsoleOutput for NoOutput {
+    fn put(&mut self, _: u8) {}
+}
+impl InterruptLine for NoOutput {
+    fn set_level(&mut self, _: bool) {}
+}
+/// Input waiting behind a full receive FIFO; beyond it, input is dropped and counted.
+pub const INPUT_BACKLOG: usize = 4096;
+
 pub struct Pl011 {
     output: Box<dyn ConsoleOutput + Send>,
+    line: Box<dyn InterruptLine + Send>,
+    /// The level last driven on `line`.
+    line_high: bool,
     rx: Deque<u8, RX_FIFO_DEPTH>,
+    backlog: VecDeque<u8>,
+    /// Input bytes dropped because the backlog was full.
+    dropped: u64,
     ibrd: u32,
     fbrd: u32,
     lcr_h: u32,
@@ -74,10 +100,14 @@ pub struct Pl011 {
 }
 
 impl Pl011 {
-    pub fn new(output: Box<dyn ConsoleOutput + Send>) -> Self {
+    pub fn new(output: Box<dyn ConsoleOutput + Send>, line: Box<dyn InterruptLine + Send>) -> Self {
         Pl011 {
             output,
+            line,
+            line_high: false,
             rx: Deque::new(),
+            backlog: VecDeque::new(),
+            dropped: 0,
             ibrd: 0,
             fbrd: 0,
             lcr_h: 0,
@@ -90,17 +120,51 @@ impl Pl011 {
         }
     }
 
-    /// A byte typed by the user for this VM. Returns false when the FIFO is full and the
-    /// byte was dropped (the overrun a real UART would report).
+    /// The UART as after a reset of the machine (the VM reboots): registers at their reset
+    /// values, nothing received. The interrupt line is taken as low, since the interrupt
+    /// controller is reset with it.
+    pub fn reset(&mut self) {
+        let fresh = Pl011 {
+            output: core::mem::replace(&mut self.output, Box::new(NoOutput)),
+            line: core::mem::replace(&mut self.line, Box::new(NoOutput)),
+            ..Pl011::new(Box::new(NoOutput), Box::new(NoOutput))
+        };
+        *self = fresh;
+    }
+
+    /// A byte typed by the user for this VM: into the receive FIFO, or behind it in the
+    /// backlog. Returns false when the backlog is full too and the byte was dropped.
     pub fn receive(&mut self, byte: u8) -> bool {
-        let accepted = self.rx.push_back(byte).is_ok();
+        let accepted = if self.backlog.is_empty() && self.rx.push_back(byte).is_ok() {
+            true
+        } else if self.backlog.len() < INPUT_BACKLOG {
+            self.backlog.push_back(byte);
+            true
+        } else {
+            self.dropped += 1;
+            false
+        };
         self.raw_interrupts |= INT_RX | INT_RT;
+        self.update_line();
         accepted
+    }
+
+    /// Input bytes dropped so far because the guest did not read them.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// UARTMIS != 0: the UARTINTR line is high.
     pub fn interrupt_asserted(&self) -> bool {
         self.raw_interrupts & self.imsc != 0
+    }
+
+    fn update_line(&mut self) {
+        let high = self.interrupt_asserted();
+        if high != self.line_high {
+            self.line_high = high;
+            self.line.set_level(high);
+        }
     }
 
     fn flags(&self) -> u32 {
@@ -116,6 +180,10 @@ impl Pl011 {
 
     fn read_data(&mut self) -> u32 {
         let byte = self.rx.pop_front().unwrap_or(0);
+        if let Some(next) = self.backlog.pop_front() {
+            // The FIFO had no room for it: there is now.
+            let _ = self.rx.push_back(next);
+        }
         if self.rx.is_empty() {
             self.raw_interrupts &= !(INT_RX | INT_RT);
         }
@@ -129,6 +197,20 @@ impl MmioDevice for Pl011 {
     }
 
     fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        let value = self.read_register(offset, width);
+        self.update_line();
+        value
+    }
+
+    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let result = self.write_register(offset, width, value);
+        self.update_line();
+        result
+    }
+}
+
+impl Pl011 {
+    fn read_register(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         if width == AccessWidth::Doubleword {
             return Err(MmioError::BadWidth { offset, width });
         }
@@ -155,12 +237,17 @@ impl MmioDevice for Pl011 {
         Ok(u64::from(value))
     }
 
-    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    fn write_register(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         if width == AccessWidth::Doubleword {
             return Err(MmioError::BadWidth { offset, width });
         }
         let value = value as u32;
         match offset {
+            DR if self.cr & CR_LBE != 0 => {
+                // Loopback: the byte comes back on the receive side, not out of the UART.
+                let _ = self.rx.push_back(value as u8);
+                self.raw_interrupts |= INT_RX | INT_RT | INT_TX;
+            }
             DR => {
                 self.output.put(value as u8);
                 // The byte left at once: the transmit FIFO is below any trigger level.
@@ -179,7 +266,7 @@ impl MmioDevice for Pl011 {
                 self.raw_interrupts &= !(value & INT_ALL);
                 // Receive interrupts come back while data waits (level behaviour).
                 if !self.rx.is_empty() {
-                    self.raw_interrupts |= INT_RX & value;
+                    self.raw_interrupts |= (INT_RX | INT_RT) & value;
                 }
             }
             DMACR => self.dmacr = value & 0x7,
@@ -206,9 +293,28 @@ mod tests {
         }
     }
 
+    /// The levels driven on the interrupt line, in order.
+    #[derive(Clone, Default)]
+    struct Line(Arc<Mutex<Vec<bool>>>);
+    impl InterruptLine for Line {
+        fn set_level(&mut self, high: bool) {
+            self.0.lock().unwrap().push(high);
+        }
+    }
+    impl Line {
+        fn levels(&self) -> Vec<bool> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
     fn uart() -> (Pl011, Captured) {
-        let out = Captured::default();
-        (Pl011::new(Box::new(out.clone())), out)
+        let (u, out, _) = uart_with_line();
+        (u, out)
+    }
+
+    fn uart_with_line() -> (Pl011, Captured, Line) {
+        let (out, line) = (Captured::default(), Line::default());
+        (Pl011::new(Box::new(out.clone()), Box::new(line.clone())), out, line)
     }
 
     #[test]
@@ -242,13 +348,74 @@ mod tests {
     }
 
     #[test]
-    fn a_full_fifo_drops_and_reports() {
+    fn input_beyond_the_fifo_waits_in_the_backlog_and_nothing_is_lost() {
         let (mut u, _) = uart();
-        for i in 0..RX_FIFO_DEPTH {
+        let input: Vec<u8> = (0..RX_FIFO_DEPTH + 100).map(|i| i as u8).collect();
+        for b in &input {
+            assert!(u.receive(*b));
+        }
+        assert_ne!(u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFF, 0, "the FIFO shows full");
+        let mut read = Vec::new();
+        while u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFE == 0 {
+            read.push(u.read(DR, AccessWidth::Word).unwrap() as u8);
+        }
+        assert_eq!(read, input);
+        assert_eq!(u.dropped(), 0);
+    }
+
+    #[test]
+    fn input_beyond_the_backlog_is_dropped_and_counted() {
+        let (mut u, _) = uart();
+        for i in 0..RX_FIFO_DEPTH + INPUT_BACKLOG {
             assert!(u.receive(i as u8));
         }
         assert!(!u.receive(0xff));
-        assert_ne!(u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFF, 0);
+        assert!(!u.receive(0xfe));
+        assert_eq!(u.dropped(), 2);
+        assert_eq!(u.read(DR, AccessWidth::Word), Ok(0), "the oldest byte comes out first");
+        assert!(u.receive(0xfd), "reading made room");
+    }
+
+    #[test]
+    fn the_interrupt_line_follows_unmasked_receive_and_is_driven_only_on_change() {
+        let (mut u, _, line) = uart_with_line();
+        assert!(u.receive(b'a'));
+        assert!(u.receive(b'b'));
+        assert!(line.levels().is_empty(), "masked: the line stays low");
+        u.write(IMSC, AccessWidth::Word, u64::from(INT_RX | INT_RT)).unwrap();
+        assert_eq!(line.levels(), [true]);
+        u.read(DR, AccessWidth::Word).unwrap();
+        assert_eq!(line.levels(), [true], "data still waits");
+        u.read(DR, AccessWidth::Word).unwrap();
+        assert_eq!(line.levels(), [true, false], "drained");
+        assert!(u.receive(b'c'));
+        assert_eq!(line.levels(), [true, false, true]);
+        u.write(IMSC, AccessWidth::Word, 0).unwrap();
+        assert_eq!(line.levels(), [true, false, true, false], "masking lowers it");
+    }
+
+    #[test]
+    fn reset_forgets_input_and_registers_but_keeps_the_console() {
+        let (mut u, out, line) = uart_with_line();
+        u.write(IMSC, AccessWidth::Word, u64::from(INT_RX)).unwrap();
+        assert!(u.receive(b'a'));
+        u.reset();
+        assert_eq!(u.read(IMSC, AccessWidth::Word), Ok(0));
+        assert_eq!(u.read(FR, AccessWidth::Word), Ok(u64::from(FR_TXFE | FR_RXFE)));
+        u.write(DR, AccessWidth::Word, b'k' as u64).unwrap();
+        assert_eq!(out.0.lock().unwrap().as_slice(), b"k");
+        u.write(IMSC, AccessWidth::Word, u64::from(INT_RX)).unwrap();
+        assert!(u.receive(b'b'));
+        assert_eq!(line.levels(), [true, true], "the line is driven again after the reset");
+    }
+
+    #[test]
+    fn loopback_returns_transmitted_bytes_to_the_receiver() {
+        let (mut u, out) = uart();
+        u.write(CR, AccessWidth::Word, u64::from(CR_RESET | CR_LBE | 1)).unwrap();
+        u.write(DR, AccessWidth::Word, b'z' as u64).unwrap();
+        assert!(out.0.lock().unwrap().is_empty(), "nothing leaves the UART");
+        assert_eq!(u.read(DR, AccessWidth::Word), Ok(b'z' as u64));
     }
 
     #[test]

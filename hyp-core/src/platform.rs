@@ -84,6 +84,9 @@ pub struct Platform<'a> {
     pub cpus_left_off: usize,
     pub gic: GicDescription,
     pub uart: PhysRange,
+    /// The UART's interrupt (its receive interrupt brings console input), if the device
+    /// tree gives one.
+    pub uart_intid: Option<u32>,
     pub psci: PsciConduit,
     pub timer: TimerInterrupts,
     /// `/memreserve/` entries and `/reserved-memory` children: never given to a VM.
@@ -148,13 +151,15 @@ impl<'a> Platform<'a> {
             }
         }
         let (cpus, cpus_left_off) = cpus(&fdt)?;
+        let (uart, uart_intid) = uart(&fdt)?;
         Ok(Platform {
             model: fdt.find_node("/").and_then(|n| n.property("model")).and_then(|p| p.as_str()).unwrap_or("unknown"),
             memory: memory(&fdt)?,
             cpus,
             cpus_left_off,
             gic: gic(&fdt)?,
-            uart: uart(&fdt)?,
+            uart,
+            uart_intid,
             psci: psci(&fdt)?,
             timer: timer(&fdt)?,
             reserved,
@@ -289,13 +294,18 @@ fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
     Ok(gic)
 }
 
-fn uart(fdt: &Fdt<'_>) -> Result<PhysRange, PlatformError> {
+fn uart(fdt: &Fdt<'_>) -> Result<(PhysRange, Option<u32>), PlatformError> {
     let is_pl011 =
         |n: &FdtNode<'_, '_>| n.compatible().is_some_and(|c| c.all().any(|s| s == "arm,pl011")) && is_enabled(*n);
     // The console the loader chose, if it is a PL011; otherwise the first PL011.
     let chosen = fdt.chosen().stdout().filter(is_pl011);
     let node = chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)?;
-    regs(node).next().ok_or(PlatformError::BadProperty("PL011 reg"))
+    let range = regs(node).next().ok_or(PlatformError::BadProperty("PL011 reg"))?;
+    let intid = node.property("interrupts").and_then(|p| {
+        let mut cells = be_cells(p.value);
+        gic_intid(cells.next()?, cells.next()?)
+    });
+    Ok((range, intid))
 }
 
 fn psci(fdt: &Fdt<'_>) -> Result<PsciConduit, PlatformError> {
@@ -360,6 +370,7 @@ mod tests {
         assert_eq!(p.gic.redistributors, Some(PhysRange { base: 0x080a_0000, size: 0xf6_0000 }));
         assert_eq!(p.gic.maintenance_intid, Some(25));
         assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
+        assert_eq!(p.uart_intid, Some(33), "SPI 1");
         assert_eq!(p.psci, PsciConduit::Smc);
         assert_eq!(
             p.timer,

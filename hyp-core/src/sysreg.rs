@@ -77,6 +77,15 @@ pub trait IdRegisters {
     fn read(&self, register: Encoding) -> u64;
 }
 
+/// Which SGI generation register a guest wrote: they differ in the groups they may
+/// generate (IHI 0069 12.2.22-24), which the vGIC applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SgiGenerationRegister {
+    Sgi1r,
+    Asgi1r,
+    Sgi0r,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SysRegAction {
     /// Write this value to the access's Rt (the PC moves on).
@@ -85,8 +94,8 @@ pub enum SysRegAction {
     WriteIgnored,
     /// Set/way maintenance: clean and invalidate the VM's memory to the point of coherency.
     CleanInvalidateVm,
-    /// A write to an SGI generation register: the value written (from Rt).
-    GenerateSgi,
+    /// A write to an SGI generation register (the value written is in Rt).
+    GenerateSgi(SgiGenerationRegister),
     /// Not emulated: the guest gets an undefined instruction.
     Undefined,
 }
@@ -156,7 +165,9 @@ pub fn emulate(access: &SysRegAccess, vm: VmFeatures, hw: &impl IdRegisters) -> 
         ACTLR_EL1 if access.is_read => SysRegAction::Read(0),
         ACTLR_EL1 => SysRegAction::WriteIgnored,
         DC_ISW | DC_CSW | DC_CISW if !access.is_read => SysRegAction::CleanInvalidateVm,
-        ICC_SGI1R_EL1 | ICC_ASGI1R_EL1 | ICC_SGI0R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi,
+        ICC_SGI1R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r),
+        ICC_ASGI1R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi(SgiGenerationRegister::Asgi1r),
+        ICC_SGI0R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r),
         _ => SysRegAction::Undefined,
     }
 }
@@ -256,7 +267,18 @@ mod tests {
             assert_eq!(emulate(&a(dc, false), V3, &Max), SysRegAction::CleanInvalidateVm);
         }
         assert_eq!(emulate(&a(Encoding(3, 3, 9, 13, 0), true), V3, &Max), SysRegAction::Undefined, "PMCCNTR_EL0");
-        assert_eq!(emulate(&a(ICC_SGI1R_EL1, false), V3, &Max), SysRegAction::GenerateSgi);
+        assert_eq!(
+            emulate(&a(ICC_SGI1R_EL1, false), V3, &Max),
+            SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r)
+        );
+        assert_eq!(
+            emulate(&a(ICC_ASGI1R_EL1, false), V3, &Max),
+            SysRegAction::GenerateSgi(SgiGenerationRegister::Asgi1r)
+        );
+        assert_eq!(
+            emulate(&a(ICC_SGI0R_EL1, false), V3, &Max),
+            SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r)
+        );
         assert_eq!(
             emulate(&a(ICC_SGI1R_EL1, false), V2, &Max),
             SysRegAction::Undefined,

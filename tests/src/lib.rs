@@ -78,7 +78,15 @@ pub fn selftest_vm(memory: u64) -> VmEntry {
 }
 
 pub fn test_vm(name: &str, kernel: &Path, memory: u64) -> VmEntry {
-    VmEntry { name: name.into(), vcpus: 1, memory, kernel: kernel.to_path_buf(), initrd: None, bootargs: None }
+    VmEntry {
+        name: name.into(),
+        vcpus: 1,
+        memory,
+        kernel: kernel.to_path_buf(),
+        initrd: None,
+        bootargs: None,
+        device_tree: None,
+    }
 }
 
 /// Asserts that `line` occurs in the console, showing the console when it does not.
@@ -88,4 +96,42 @@ pub fn assert_line(out: &RunOutput, line: &str) {
         "expected a line containing {line:?}; console:\n{}",
         out.console
     );
+}
+
+/// The Debian arm64 kernel and BusyBox initramfs (`cargo xtask image`; cached).
+pub fn linux() -> &'static xtask::linux_guest::LinuxGuest {
+    static LINUX: OnceLock<xtask::linux_guest::LinuxGuest> = OnceLock::new();
+    LINUX.get_or_init(|| xtask::linux_guest::debian_arm64().unwrap_or_else(|e| panic!("the Linux guest: {e}")))
+}
+
+/// A Linux VM with `vcpus` vCPUs and the default command line.
+pub fn linux_vm(vcpus: u32) -> VmEntry {
+    let l = linux();
+    VmEntry {
+        name: "linux".into(),
+        vcpus,
+        memory: 256 << 20,
+        kernel: l.kernel.clone(),
+        initrd: Some(l.initrd.clone()),
+        bootargs: Some(xtask::linux_guest::BOOTARGS.into()),
+        device_tree: None,
+    }
+}
+
+/// Held by a test while its Linux guests run: several Linux boots at once on a small host
+/// would oversubscribe its CPUs so much that timing-sensitive steps fail for no fault of
+/// the hypervisor's (every vCPU is a QEMU thread, spinning included).
+pub fn one_linux_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Starts the hypervisor with these VMs, as a console session; QEMU is killed after
+/// `timeout` whatever happens. No semihosting: Linux guests are not trusted test guests.
+pub fn start_session(test: &str, machine: Machine, vms: &[VmEntry], timeout: Duration) -> qemu::Session {
+    let blob = bundle::write(vms, &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
+    let path = scratch_file(&format!("{test}.bundle"));
+    std::fs::write(&path, blob).expect("write bundle");
+    qemu::Session::start(machine.command(&images().hypervisor, Some(&path)), timeout, false)
+        .unwrap_or_else(|e| panic!("running QEMU: {e}"))
 }

@@ -71,6 +71,7 @@ pub fn micro() -> Result<(Figures, Figures), XtaskError> {
         kernel: guest.clone(),
         initrd: None,
         bootargs: None,
+        device_tree: None,
     };
     let blob = bundle::write(&[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
     let bundle_path = images::images_dir().join("microbench.bundle");

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use hyp_core::bundle::{BootBundle, COMPATIBLE};
+use hyp_core::guest_layout;
 use hyp_core::image::Arm64Image;
 use vm_fdt::FdtWriter;
 
@@ -19,6 +20,8 @@ pub struct VmEntry {
     pub kernel: PathBuf,
     pub initrd: Option<PathBuf>,
     pub bootargs: Option<String>,
+    /// A device tree to boot with instead of the one the hypervisor generates.
+    pub device_tree: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -52,21 +55,29 @@ pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskE
     let list = fdt.begin_node("vms").map_err(fdt_error)?;
     for (i, vm) in vms.iter().enumerate() {
         let kernel = read(&vm.kernel, &vm.name, "kernel")?;
-        let image = Arm64Image::parse(&kernel)
+        Arm64Image::parse(&kernel)
             .map_err(|e| XtaskError::Usage(format!("VM {}: kernel {}: {e}", vm.name, vm.kernel.display())))?;
-        image
-            .load_offset(vm.memory)
-            .map_err(|e| XtaskError::Usage(format!("VM {}: kernel {}: {e}", vm.name, vm.kernel.display())))?;
+        let initrd = vm.initrd.as_ref().map(|path| read(path, &vm.name, "initrd")).transpose()?;
+        // The same placement the hypervisor makes: what does not fit fails here, before QEMU.
+        guest_layout::layout(vm.memory, &kernel, initrd.as_ref().map(|i| i.len() as u64), 0)
+            .map_err(|e| XtaskError::Usage(format!("VM {}: {e}", vm.name)))?;
         let node = fdt.begin_node(&format!("vm@{i}")).map_err(fdt_error)?;
         fdt.property_string("name", &vm.name).map_err(fdt_error)?;
         fdt.property_u32("vcpus", vm.vcpus).map_err(fdt_error)?;
         fdt.property_u64("memory", vm.memory).map_err(fdt_error)?;
         fdt.property("kernel", &kernel).map_err(fdt_error)?;
-        if let Some(initrd) = &vm.initrd {
-            fdt.property("initrd", &read(initrd, &vm.name, "initrd")?).map_err(fdt_error)?;
+        if let Some(initrd) = &initrd {
+            fdt.property("initrd", initrd).map_err(fdt_error)?;
         }
         if let Some(args) = &vm.bootargs {
             fdt.property_string("bootargs", args).map_err(fdt_error)?;
+        }
+        if let Some(path) = &vm.device_tree {
+            let tree = read(path, &vm.name, "device tree")?;
+            // The hypervisor will set /chosen in it: a tree it cannot do that with fails here.
+            hyp_core::guest_fdt::with_chosen(&tree, "", None)
+                .map_err(|e| XtaskError::Usage(format!("VM {}: {}: {e}", vm.name, path.display())))?;
+            fdt.property("device-tree", &tree).map_err(fdt_error)?;
         }
         fdt.end_node(node).map_err(fdt_error)?;
     }
@@ -98,6 +109,7 @@ mod tests {
             kernel,
             initrd: None,
             bootargs: Some("console=ttyAMA0".into()),
+            device_tree: None,
         }
     }
 
@@ -147,6 +159,12 @@ mod tests {
         let huge = kernel_file(&dir, 128 << 20);
         assert!(
             err(vm(huge)).contains("the kernel needs 0x8000000 bytes from the start of RAM but the VM has 0x4000000")
+        );
+        let big_initrd = dir.join("initrd");
+        std::fs::write(&big_initrd, vec![0u8; 63 << 20]).unwrap();
+        assert_eq!(
+            err(VmEntry { initrd: Some(big_initrd), ..vm(k.clone()) }),
+            "VM one: kernel, initrd and device tree need 66 MiB of RAM, the VM has 64 MiB; give the VM more memory"
         );
         let not_image = dir.join("text");
         std::fs::write(&not_image, vec![b'x'; 100]).unwrap();

@@ -17,6 +17,8 @@ const BUSYBOX: &str = "busybox-static";
 /// The modules the initramfs loads, in an order that satisfies their dependencies (checked
 /// against each module's `.modinfo` `depends=` when the initramfs is built).
 const MODULES: &[&str] = &["failover", "net_failover", "virtio_mmio", "virtio_blk", "virtio_net", "virtio_console"];
+/// The kernel command line when the user gives none: the console on the VM's PL011.
+pub const BOOTARGS: &str = "console=ttyAMA0 earlycon";
 /// Package lists older than this are refreshed.
 const LISTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 

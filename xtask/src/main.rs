@@ -21,12 +21,21 @@ Commands:
   help    this text
 
 Options of `qemu`:
-  --guest NAME     the guest to run: `selftest` (default; checks the hypervisor from the inside),
-                   or `linux` (Debian arm64; needs the virtual GIC, still in progress)
+  --guest NAME     the guest to run: `linux` (default: Debian arm64 with a BusyBox shell on
+                   this terminal) or `selftest` (checks the hypervisor from the inside, then ends)
+  --kernel FILE    the linux guest's kernel (an arm64 Image; default: Debian's)
+  --initrd FILE    its initramfs (default: the BusyBox one `cargo xtask image` builds)
+  --append ARGS    its command line (default: `console=ttyAMA0 earlycon`)
+  --dtb FILE       its device tree, instead of the one the hypervisor generates (the
+                   hypervisor still sets /chosen: command line and initramfs)
+  --vcpus N        the linux guest's vCPUs, 1 to 4 (default 2)
+  --vm-memory MIB  the linux guest's RAM (default 512)
   --gic 2|3        GIC version of the board (default 3)
   --smp N          physical CPUs (default 4)
   --memory MIB     board RAM in MiB (default 1024)
-  --timeout SECS   stop QEMU after this long (default: 120 for selftest)
+  --timeout SECS   stop QEMU after this long (default: none for linux, 120 for selftest)
+
+To leave the linux guest: `poweroff` (the VM ends, then QEMU), or Ctrl-A then X.
 
 Missing tools are installed first: Rust targets with rustup, QEMU 10 from Debian
 bookworm-backports with apt-get (as root; otherwise the command to run is printed).
@@ -65,10 +74,26 @@ struct QemuArgs {
     guest: String,
     machine: Machine,
     timeout: Option<u64>,
+    vcpus: u32,
+    vm_memory_mib: u64,
+    kernel: Option<PathBuf>,
+    initrd: Option<PathBuf>,
+    append: Option<String>,
+    dtb: Option<PathBuf>,
 }
 
 fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
-    let mut parsed = QemuArgs { guest: "selftest".into(), machine: Machine::default(), timeout: None };
+    let mut parsed = QemuArgs {
+        guest: "linux".into(),
+        machine: Machine::default(),
+        timeout: None,
+        vcpus: 2,
+        vm_memory_mib: 512,
+        kernel: None,
+        initrd: None,
+        append: None,
+        dtb: None,
+    };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().cloned().ok_or_else(|| XtaskError::Usage(format!("{flag} needs a value")));
@@ -86,38 +111,114 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             "--smp" => parsed.machine.smp = number(value()?)? as u32,
             "--memory" => parsed.machine.memory_mib = number(value()?)? as u32,
             "--timeout" => parsed.timeout = Some(number(value()?)?),
+            "--vcpus" => parsed.vcpus = number(value()?)? as u32,
+            "--vm-memory" => parsed.vm_memory_mib = number(value()?)?,
+            "--kernel" => parsed.kernel = Some(existing_file(flag, value()?)?),
+            "--initrd" => parsed.initrd = Some(existing_file(flag, value()?)?),
+            "--dtb" => parsed.dtb = Some(existing_file(flag, value()?)?),
+            "--append" => parsed.append = Some(value()?),
             other => return Err(XtaskError::Usage(format!("unknown option `{other}`; see `cargo xtask help`"))),
         }
     }
     if !["selftest", "linux"].contains(&parsed.guest.as_str()) {
-        return Err(XtaskError::Usage(format!("unknown guest `{}`: the guests are: selftest, linux", parsed.guest)));
+        return Err(XtaskError::Usage(format!("unknown guest `{}`: the guests are: linux, selftest", parsed.guest)));
+    }
+    let linux_only = [("--kernel", parsed.kernel.is_some()), ("--initrd", parsed.initrd.is_some())]
+        .into_iter()
+        .chain([("--append", parsed.append.is_some()), ("--dtb", parsed.dtb.is_some())]);
+    if let Some((flag, _)) = linux_only.filter(|(_, given)| *given).find(|_| parsed.guest != "linux") {
+        return Err(XtaskError::Usage(format!("{flag} is for the linux guest, not `{}`", parsed.guest)));
+    }
+    if !(1..=4).contains(&parsed.vcpus) {
+        return Err(XtaskError::Usage(format!("--vcpus: {} is not between 1 and 4", parsed.vcpus)));
     }
     Ok(parsed)
+}
+
+/// A file the user named: it must exist now, not fail later inside the bundle writer.
+fn existing_file(flag: &str, path: String) -> Result<PathBuf, XtaskError> {
+    let path = PathBuf::from(path);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(XtaskError::Usage(format!("{flag}: {} is not a file", path.display())))
+    }
 }
 
 fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     let args = parse_qemu_args(args)?;
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
-    let (hyp, guest) = build_all()?;
-    let vm = if args.guest == "linux" {
-        let linux = xtask::linux_guest::debian_arm64()?;
-        VmEntry {
-            name: "linux".into(),
-            vcpus: 1,
-            memory: 512 << 20,
-            kernel: linux.kernel,
-            initrd: Some(linux.initrd),
-            bootargs: Some("console=ttyAMA0 earlycon".into()),
-        }
+    if args.guest == "linux" {
+        qemu_linux(args)
     } else {
-        VmEntry { name: args.guest.clone(), vcpus: 2, memory: 64 << 20, kernel: guest, initrd: None, bootargs: None }
+        qemu_selftest(args)
+    }
+}
+
+/// The Linux guest, interactive on this terminal.
+fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
+    let hyp = images::build_hypervisor()?;
+    let (kernel, initrd) = match (args.kernel, args.initrd) {
+        (Some(kernel), initrd) => (kernel, initrd),
+        (None, initrd) => {
+            let linux = xtask::linux_guest::debian_arm64()?;
+            (linux.kernel, Some(initrd.unwrap_or(linux.initrd)))
+        }
     };
-    let options = BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None };
-    let bundle_path = images::images_dir().join("selftest.bundle");
-    let blob = bundle::write(&[vm], &options)?;
-    std::fs::write(&bundle_path, blob)
-        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let vm = VmEntry {
+        name: "linux".into(),
+        vcpus: args.vcpus,
+        memory: args.vm_memory_mib << 20,
+        kernel,
+        initrd,
+        bootargs: Some(args.append.unwrap_or_else(|| xtask::linux_guest::BOOTARGS.into())),
+        device_tree: args.dtb,
+    };
+    // No semihosting: the guest is not a trusted test guest (semihosting reaches the host).
+    let bundle_path = write_bundle("linux", &[vm], &BundleOptions::default())?;
+    let machine = args.machine;
+    if (machine.smp as u64) < u64::from(args.vcpus) {
+        return Err(XtaskError::Usage(format!(
+            "{} vCPUs need {} physical CPUs (each vCPU has its own); raise --smp",
+            args.vcpus, args.vcpus
+        )));
+    }
+    step(&format!(
+        "booting the hypervisor and Linux ({} vCPUs, {} MiB) on QEMU virt (GICv{}, {} CPUs, {} MiB)",
+        args.vcpus, args.vm_memory_mib, machine.gic_version, machine.smp, machine.memory_mib
+    ));
+    step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
+    let status =
+        qemu::run_interactive(machine.command(&hyp, Some(&bundle_path)), args.timeout.map(Duration::from_secs))?;
+    match status {
+        None => Err(XtaskError::Failed(format!("stopped after {} s (--timeout)", args.timeout.unwrap_or(0)))),
+        Some(0) => Ok(()),
+        Some(s) => Err(XtaskError::Failed(format!("QEMU exited with status {s}"))),
+    }
+}
+
+fn write_bundle(name: &str, vms: &[VmEntry], options: &BundleOptions) -> Result<PathBuf, XtaskError> {
+    let path = images::images_dir().join(format!("{name}.bundle"));
+    let blob = bundle::write(vms, options)?;
+    std::fs::write(&path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// The selftest guest: checks the hypervisor from the inside and ends the run.
+fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
+    let (hyp, guest) = build_all()?;
+    let vm = VmEntry {
+        name: "selftest".into(),
+        vcpus: 2,
+        memory: 64 << 20,
+        kernel: guest,
+        initrd: None,
+        bootargs: None,
+        device_tree: None,
+    };
+    let bundle_path =
+        write_bundle("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
     let machine = Machine { semihosting: true, ..args.machine };
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120));
     step(&format!(

@@ -1,10 +1,11 @@
 //! QEMU command lines and runs: interactive on the terminal, or captured with a timeout for
 //! the system tests and benchmarks.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::XtaskError;
@@ -76,55 +77,154 @@ pub struct RunOutput {
 
 /// Runs QEMU headless with the serial console captured (and echoed to stderr when `echo`),
 /// killing it after `timeout`.
-pub fn run_captured(mut cmd: Command, timeout: Duration, echo: bool) -> Result<RunOutput, XtaskError> {
-    cmd.args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
+pub fn run_captured(cmd: Command, timeout: Duration, echo: bool) -> Result<RunOutput, XtaskError> {
+    Ok(Session::start(cmd, timeout, echo)?.finish())
+}
+
+/// Runs QEMU on this terminal: the serial console is the terminal, multiplexed with QEMU's
+/// monitor (`mon:stdio`: Ctrl-A X stops QEMU, Ctrl-A C switches to the monitor). Stopped
+/// after `timeout` if one is given. Returns QEMU's exit status (None: stopped at the timeout).
+pub fn run_interactive(mut cmd: Command, timeout: Option<Duration>) -> Result<Option<i32>, XtaskError> {
+    cmd.args(["-display", "none", "-serial", "mon:stdio"]);
     let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start qemu-system-aarch64: {e}")))?;
-    let console = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let mut readers = Vec::new();
-    for (stream, is_stderr) in [
-        (child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), false),
-        (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), true),
-    ] {
-        let Some(mut stream) = stream else { continue };
-        let console = Arc::clone(&console);
-        readers.push(std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stream.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                if echo {
-                    eprint!("{}", String::from_utf8_lossy(&buf[..n]));
-                }
-                if let Ok(mut c) = console.lock() {
-                    if is_stderr {
-                        c.extend_from_slice(b"[qemu stderr] ");
-                    }
-                    c.extend_from_slice(&buf[..n]);
-                }
-            }
-        }));
-    }
-    let mut timed_out = false;
-    let status = loop {
+    let start = Instant::now();
+    loop {
         if let Some(status) = child.try_wait().map_err(|e| XtaskError::Tool(format!("waiting for QEMU: {e}")))? {
-            break status.code();
+            return Ok(status.code());
         }
-        if start.elapsed() >= timeout {
-            timed_out = true;
+        if timeout.is_some_and(|t| start.elapsed() >= t) {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            return Ok(None);
         }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    for r in readers {
-        let _ = r.join();
+        std::thread::sleep(Duration::from_millis(50));
     }
-    let console = console.lock().map(|c| String::from_utf8_lossy(&c).replace('\r', "")).unwrap_or_default();
-    Ok(RunOutput { console, status, timed_out, elapsed: start.elapsed() })
+}
+
+/// A QEMU run driven like a user at the serial console: wait for some output, type a line,
+/// and so on. Every wait is bounded, and the whole run is killed at its deadline.
+pub struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    /// Everything the console printed (carriage returns removed), with a condition
+    /// variable signalled on each addition.
+    console: Arc<(Mutex<Vec<u8>>, Condvar)>,
+    /// How far `wait_for` has matched: each wait looks only at newer output.
+    cursor: usize,
+    readers: Vec<JoinHandle<()>>,
+    start: Instant,
+    deadline: Instant,
+}
+
+impl Session {
+    /// Starts QEMU headless with the serial console on its stdin and stdout; it is killed
+    /// `timeout` from now if it has not ended.
+    pub fn start(mut cmd: Command, timeout: Duration, echo: bool) -> Result<Session, XtaskError> {
+        cmd.args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start qemu-system-aarch64: {e}")))?;
+        let console = Arc::new((Mutex::new(Vec::<u8>::new()), Condvar::new()));
+        let mut readers = Vec::new();
+        for (stream, is_stderr) in [
+            (child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), false),
+            (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), true),
+        ] {
+            let Some(mut stream) = stream else { continue };
+            let console = Arc::clone(&console);
+            readers.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if echo {
+                        eprint!("{}", String::from_utf8_lossy(&buf[..n]));
+                    }
+                    let (text, added) = &*console;
+                    if let Ok(mut c) = text.lock() {
+                        if is_stderr {
+                            c.extend_from_slice(b"[qemu stderr] ");
+                        }
+                        c.extend(buf[..n].iter().filter(|&&b| b != b'\r'));
+                        added.notify_all();
+                    }
+                }
+            }));
+        }
+        let stdin = child.stdin.take();
+        Ok(Session { child, stdin, console, cursor: 0, readers, start, deadline: start + timeout })
+    }
+
+    /// Waits until `text` appears in the output after what earlier waits matched, for at
+    /// most `within` (and never past the run's deadline), and returns the output before it.
+    /// On failure, says what it waited for and shows the console.
+    pub fn wait_for(&mut self, text: &str, within: Duration) -> Result<String, String> {
+        let until = (Instant::now() + within).min(self.deadline);
+        let (console, added) = &*self.console;
+        let mut c = console.lock().map_err(|_| "console lock poisoned".to_string())?;
+        loop {
+            let seen = &c[self.cursor.min(c.len())..];
+            if let Some(at) = seen.windows(text.len().max(1)).position(|w| w == text.as_bytes()) {
+                let before = String::from_utf8_lossy(&seen[..at]).into_owned();
+                self.cursor += at + text.len();
+                return Ok(before);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Err(format!(
+                    "waited {:?} for {text:?} and it did not come; console:\n{}",
+                    within,
+                    String::from_utf8_lossy(&c)
+                ));
+            }
+            c = added.wait_timeout(c, until - now).map_err(|_| "console lock poisoned".to_string())?.0;
+        }
+    }
+
+    /// Types `line` and Enter at the console.
+    pub fn send_line(&mut self, line: &str) -> Result<(), String> {
+        let stdin = self.stdin.as_mut().ok_or("the console input is closed")?;
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|_| stdin.flush())
+            .map_err(|e| format!("typing {line:?} at the console: {e}"))
+    }
+
+    /// The console so far.
+    pub fn console(&self) -> String {
+        self.console.0.lock().map(|c| String::from_utf8_lossy(&c).into_owned()).unwrap_or_default()
+    }
+
+    /// Waits for QEMU to end (killing it at the deadline) and returns the whole run.
+    pub fn finish(mut self) -> RunOutput {
+        let mut timed_out = false;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status.code(),
+                Ok(None) if Instant::now() < self.deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    timed_out = true;
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        self.stdin.take();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        RunOutput { console: self.console(), status, timed_out, elapsed: self.start.elapsed() }
+    }
+}
+
+impl Drop for Session {
+    /// A session dropped early (a failed test) leaves no QEMU behind.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

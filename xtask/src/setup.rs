@@ -9,7 +9,7 @@ use std::process::Command;
 use crate::util::{run_quiet, step, XtaskError};
 
 /// Bare-metal targets the images are built for.
-const RUST_TARGETS: &[&str] = &["aarch64-unknown-none", "armv7a-none-eabi"];
+const RUST_TARGETS: &[&str] = &["aarch64-unknown-none", "aarch64-unknown-none-softfloat", "armv7a-none-eabi"];
 /// The QEMU we test against: `raspi4b` and the figures in docs/ need at least this.
 const QEMU_MIN_MAJOR: u32 = 10;
 const DEBIAN_SOURCES: &str = "/etc/apt/sources.list.d/debian.sources";

@@ -1,0 +1,108 @@
+//! Debian Linux under the hypervisor, driven at its console like a user: boot to the shell,
+//! look at the vCPUs and interrupts, run a workload, power off or reboot. Console input
+//! goes host UART -> hypervisor -> the VM's PL011 -> its receive interrupt.
+
+use std::time::Duration;
+
+use system_tests::{linux_vm, one_linux_at_a_time, start_session};
+use xtask::qemu::{Machine, Session};
+
+/// The whole run; each step below has its own, shorter limit.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+const BOOT_LIMIT: Duration = Duration::from_secs(300);
+const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+const PROMPT: &str = "/ # ";
+
+/// Waits for the shell the initramfs starts.
+fn wait_for_shell(s: &mut Session) {
+    s.wait_for("guest: Linux", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Types `command` at the shell and returns what it printed (the echoed command line left
+/// out). The end marker is computed by the shell, so the echoed line cannot match it.
+fn run(s: &mut Session, command: &str) -> String {
+    s.send_line(&format!("{command}; echo @@done$((6*7))")).unwrap_or_else(|e| panic!("{e}"));
+    let out = s.wait_for("@@done42", COMMAND_LIMIT).unwrap_or_else(|e| panic!("`{command}`: {e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    out.lines().skip(1).map(|l| l.trim_start_matches("linux | ")).collect::<Vec<_>>().join("\n")
+}
+
+/// The per-CPU counts of the /proc/interrupts line that ends with `name`.
+fn interrupt_counts(interrupts: &str, name: &str, cpus: usize) -> Vec<u64> {
+    let line = interrupts
+        .lines()
+        .find(|l| l.trim_end().ends_with(name))
+        .unwrap_or_else(|| panic!("no {name} line in /proc/interrupts:\n{interrupts}"));
+    let counts: Vec<u64> = line.split_whitespace().skip(1).take(cpus).filter_map(|c| c.parse().ok()).collect();
+    assert_eq!(counts.len(), cpus, "a count per CPU in {line:?}");
+    counts
+}
+
+/// Boot, look around, work, power off: the VM ends cleanly and QEMU exits 0.
+fn boot_use_and_power_off(test: &str, machine: Machine, gic_label: &str) {
+    let _alone = one_linux_at_a_time();
+    let mut s = start_session(test, machine, &[linux_vm(2)], RUN_LIMIT);
+    wait_for_shell(&mut s);
+
+    let uname = run(&mut s, "uname -a");
+    assert!(uname.contains("Linux guest 6.") && uname.contains("aarch64"), "uname -a: {uname}");
+
+    let processors = run(&mut s, "grep -c ^processor /proc/cpuinfo");
+    assert_eq!(processors.trim(), "2", "both vCPUs in /proc/cpuinfo");
+
+    // A workload on both vCPUs: compress and checksum 8 MiB twice in parallel.
+    let work = run(
+        &mut s,
+        "dd if=/dev/zero bs=1M count=8 2>/dev/null | gzip -c > /tmp/a.gz & \
+         seq 1 200000 | sort -nr | head -n 1 > /tmp/b; wait; \
+         gunzip -c /tmp/a.gz | sha256sum; cat /tmp/b",
+    );
+    assert!(
+        work.contains("2daeb1f36095b44b318410b3f4e8b5d989dcc7bb023d1426c492dab0a3053e74"),
+        "sha256 of 8 MiB of zeros after a gzip round trip: {work}"
+    );
+    assert!(work.lines().any(|l| l.trim() == "200000"), "sort: {work}");
+
+    let interrupts = run(&mut s, "cat /proc/interrupts");
+    let timer = interrupt_counts(&interrupts, "arch_timer", 2);
+    assert!(timer.iter().all(|&n| n > 0), "the timer ticks on both vCPUs: {timer:?}\n{interrupts}");
+    let timer_line = interrupts.lines().find(|l| l.trim_end().ends_with("arch_timer")).unwrap_or_default();
+    assert!(timer_line.contains(gic_label), "the timer is the {gic_label}'s PPI 27: {timer_line}");
+    let uart = interrupt_counts(&interrupts, "uart-pl011", 2);
+    assert!(uart.iter().sum::<u64>() > 0, "typed input raised the PL011's interrupt: {uart:?}");
+    let ipis = interrupt_counts(&interrupts, "Rescheduling interrupts", 2);
+    assert!(ipis.iter().sum::<u64>() > 0, "SGIs between the vCPUs: {ipis:?}");
+
+    s.send_line("poweroff").unwrap();
+    s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let out = s.finish();
+    assert_eq!(out.status, Some(0), "QEMU exits 0 after the VM powered off; console:\n{}", out.console);
+}
+
+#[test]
+fn linux_boots_to_a_shell_that_works_on_gicv3_and_powers_off() {
+    boot_use_and_power_off("linux-gicv3", Machine::default(), "GICv3");
+}
+
+#[test]
+fn linux_boots_to_a_shell_that_works_on_gicv2_and_powers_off() {
+    boot_use_and_power_off("linux-gicv2", Machine { gic_version: 2, smp: 2, ..Machine::default() }, "GIC-0");
+}
+
+#[test]
+fn linux_reboots_and_comes_back() {
+    let _alone = one_linux_at_a_time();
+    let mut s = start_session("linux-reboot", Machine::default(), &[linux_vm(2)], RUN_LIMIT);
+    wait_for_shell(&mut s);
+    run(&mut s, "echo first boot > /tmp/marker");
+    s.send_line("reboot").unwrap();
+    s.wait_for("SYSTEM_RESET: the VM reboots", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    wait_for_shell(&mut s);
+    let marker = run(&mut s, "cat /tmp/marker 2>&1; grep -c ^processor /proc/cpuinfo");
+    assert!(marker.contains("No such file"), "a fresh boot, tmpfs empty: {marker}");
+    assert!(marker.lines().any(|l| l.trim() == "2"), "both vCPUs again: {marker}");
+    s.send_line("poweroff").unwrap();
+    s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.finish().status, Some(0));
+}
