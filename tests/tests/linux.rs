@@ -106,3 +106,32 @@ fn linux_reboots_and_comes_back() {
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.finish().status, Some(0));
 }
+
+/// What a newcomer runs: `cargo xtask qemu` with no arguments reaches a shell on the
+/// terminal, with 2 vCPUs, and `poweroff` ends it with status 0.
+#[test]
+fn cargo_xtask_qemu_with_no_arguments_gives_a_usable_shell() {
+    let _alone = one_linux_at_a_time();
+    let root = xtask::images::workspace_root();
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    // Its own target directory: the one this test runs from is busy.
+    cmd.current_dir(&root).env("CARGO_TARGET_DIR", root.join("target").join("xtask-run")).args([
+        "run",
+        "--quiet",
+        "-p",
+        "xtask",
+        "--",
+        "qemu",
+        "--timeout",
+        "500",
+    ]);
+    let mut s = Session::spawn(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("to leave: `poweroff` in the guest", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    wait_for_shell(&mut s);
+    let processors = run(&mut s, "grep -c ^processor /proc/cpuinfo");
+    assert_eq!(processors.trim(), "2", "the default VM has 2 vCPUs");
+    s.send_line("poweroff").unwrap();
+    s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let out = s.finish();
+    assert_eq!(out.status, Some(0), "cargo xtask qemu exits 0; console:\n{}", out.console);
+}

@@ -70,6 +70,7 @@ fn build_all() -> Result<(PathBuf, PathBuf), XtaskError> {
     Ok((hyp, guest))
 }
 
+#[derive(Debug)]
 struct QemuArgs {
     guest: String,
     machine: Machine,
@@ -283,4 +284,32 @@ fn cmd_image() -> Result<(), XtaskError> {
     let linux = xtask::linux_guest::debian_arm64()?;
     step(&format!("Linux guest {}: {} and {}", linux.release, linux.kernel.display(), linux.initrd.display()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<QemuArgs, String> {
+        parse_qemu_args(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn with_no_arguments_the_guest_is_linux_with_2_vcpus() {
+        let a = parse(&[]).unwrap();
+        assert_eq!((a.guest.as_str(), a.vcpus, a.vm_memory_mib, a.timeout), ("linux", 2, 512, None));
+    }
+
+    #[test]
+    fn bad_options_are_refused_before_anything_is_built() {
+        assert_eq!(parse(&["--kernel", "/no/such/Image"]).unwrap_err(), "--kernel: /no/such/Image is not a file");
+        assert_eq!(parse(&["--vcpus", "5"]).unwrap_err(), "--vcpus: 5 is not between 1 and 4");
+        let this_file = file!().replace("xtask/", "");
+        assert_eq!(
+            parse(&["--guest", "selftest", "--dtb", &this_file]).unwrap_err(),
+            "--dtb is for the linux guest, not `selftest`"
+        );
+        assert_eq!(parse(&["--gic", "4"]).unwrap_err(), "--gic: `4` is not 2 or 3");
+        assert_eq!(parse(&["--append"]).unwrap_err(), "--append needs a value");
+    }
 }

@@ -120,12 +120,16 @@ impl Session {
     /// Starts QEMU headless with the serial console on its stdin and stdout; it is killed
     /// `timeout` from now if it has not ended.
     pub fn start(mut cmd: Command, timeout: Duration, echo: bool) -> Result<Session, XtaskError> {
-        cmd.args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args(["-display", "none", "-monitor", "none", "-serial", "stdio"]);
+        Session::spawn(cmd, timeout, echo)
+    }
+
+    /// Runs `cmd` (QEMU, or a command that runs it on its terminal, like `cargo xtask qemu`)
+    /// with its stdin and stdout as the console; killed `timeout` from now.
+    pub fn spawn(mut cmd: Command, timeout: Duration, echo: bool) -> Result<Session, XtaskError> {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let start = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start qemu-system-aarch64: {e}")))?;
+        let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start {cmd:?}: {e}")))?;
         let console = Arc::new((Mutex::new(Vec::<u8>::new()), Condvar::new()));
         let mut readers = Vec::new();
         for (stream, is_stderr) in [
