@@ -134,13 +134,21 @@ pub fn check_sgis() -> (usize, usize) {
         .filter(|&&c| {
             let mut spins = 0u64;
             while !PONG[c].load(Ordering::Acquire) && spins < 100_000_000 {
-                core::hint::spin_loop();
+                wait_a_little();
                 spins += 1;
             }
             PONG[c].load(Ordering::Acquire)
         })
         .count();
     (answered, others.len())
+}
+
+/// One step of a bounded wait for another CPU. YIELD tells the machine that this CPU only
+/// waits: an emulator running CPUs in turn (QEMU with `-icount`) goes on to the next one at
+/// once, instead of letting this one spin through its whole turn.
+fn wait_a_little() {
+    // SAFETY: a hint; no effect on memory or registers.
+    unsafe { core::arch::asm!("yield", options(nomem, nostack)) };
 }
 
 pub fn online_count() -> usize {
@@ -178,7 +186,7 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
         }
         let mut spins = 0u64;
         while !ONLINE[index].load(Ordering::Acquire) && spins < 200_000_000 {
-            core::hint::spin_loop();
+            wait_a_little();
             spins += 1;
         }
         if !ONLINE[index].load(Ordering::Acquire) {

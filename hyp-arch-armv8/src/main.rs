@@ -337,7 +337,7 @@ fn vm_ended(vm: &Vm, end: EndReason) {
         VMS_FAILED.fetch_add(1, Ordering::AcqRel);
     }
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
-    println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exits);
+    println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exit_counts());
     if let Some(caps) = CAPS.get() {
         match vm::destroy(&mut caps.lock(), vm) {
             Ok(()) => println!(

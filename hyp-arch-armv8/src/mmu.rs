@@ -159,7 +159,7 @@ pub fn enable(regs: &MmuRegisters) {
     }
 }
 
-fn dcache_line_size() -> u64 {
+pub fn dcache_line_size() -> u64 {
     let ctr: u64;
     // SAFETY: CTR_EL0 is a read-only identification register.
     unsafe { asm!("mrs {}, ctr_el0", out(reg) ctr, options(nomem, nostack)) };

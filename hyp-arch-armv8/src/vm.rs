@@ -29,7 +29,7 @@ use crate::console::VmConsole;
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
-use crate::memory::{make_visible_to_guest, HeapTableMemory, Stage2Tlb};
+use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
 use vgic::{Distributor, GicVersion, IntId, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
@@ -215,8 +215,8 @@ pub struct Vm {
     device_tree: Vec<u8>,
     /// Guest mistakes logged so far: a guest must not be able to flood the console.
     incidents: AtomicU64,
-    /// Exits of all its vCPUs, by reason.
-    pub exits: ExitCounts,
+    /// Exits by reason, per vCPU.
+    exits: Box<[ExitCounts]>,
     pub spec: VmSpec<'static>,
     ram: PhysRange,
     entry_offset: u64,
@@ -309,7 +309,7 @@ impl Vm {
             layout,
             device_tree,
             incidents: AtomicU64::new(0),
-            exits: ExitCounts::default(),
+            exits: (0..spec.vcpus).map(|_| ExitCounts::default()).collect(),
             spec,
             ram,
             entry_offset,
@@ -334,18 +334,23 @@ impl Vm {
             spec.vcpus,
             granted.table_frames
         );
+        println!("hypervisor: vm{id} {}: its virtual counter starts at physical count {}", spec.name, vm.cntvoff);
         Ok(vm)
     }
 
-    /// Zeroes the VM's RAM (no data of an earlier VM leaks) and loads the kernel.
+    /// Zeroes the VM's RAM (no data of an earlier VM leaks) and loads the kernel, initrd and
+    /// device tree, all cleaned to the point of coherency (booting.rst: the guest starts with
+    /// its MMU off).
     pub fn load(&self) {
+        zero_for_guest(self.ram.base, self.spec.memory);
         // SAFETY: `ram` belongs to this VM alone, is identity-mapped Normal memory at EL2, and
         // no vCPU of this VM runs while it is loaded.
         let ram = unsafe { core::slice::from_raw_parts_mut(self.ram.base as *mut u8, self.spec.memory as usize) };
-        ram.fill(0);
+        let base = self.ram.base;
         let mut place = |offset: u64, bytes: &[u8]| {
             let at = offset as usize;
-            ram[at..at + bytes.len()].copy_from_slice(bytes);
+            copy_fast(&mut ram[at..at + bytes.len()], bytes);
+            make_visible_to_guest(base + offset, bytes.len() as u64);
         };
         // `guest_layout` checked that each piece fits in RAM without overlapping another.
         place(self.layout.kernel, self.spec.kernel);
@@ -353,7 +358,6 @@ impl Vm {
             place(offset, initrd);
         }
         place(self.layout.dtb, &self.device_tree);
-        make_visible_to_guest(self.ram.base, self.spec.memory);
     }
 
     /// After a SYSTEM_RESET has stopped every vCPU: the interrupt controller and UART as at
@@ -367,6 +371,19 @@ impl Vm {
         self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset, GUEST_RAM_IPA + self.layout.dtb);
         self.ending.store(false, Ordering::Release);
         vm_log!(self, 0, "SYSTEM_RESET: the VM reboots");
+    }
+
+    fn count_exit(&self, vcpu: usize, reason: ExitReason) {
+        if let Some(counts) = self.exits.get(vcpu) {
+            counts.record(reason);
+        }
+    }
+
+    /// Exits of all its vCPUs, by reason.
+    pub fn exit_counts(&self) -> ExitCounts {
+        let total = ExitCounts::default();
+        self.exits.iter().for_each(|c| total.add(c));
+        total
     }
 
     /// Bytes the user typed for this VM: they wait in its UART for the guest to read.
@@ -408,19 +425,22 @@ impl Vm {
                 break;
             }
             if intid == VTIMER_PPI {
-                self.exits.record(ExitReason::TimerInterrupt);
+                self.count_exit(vcpu, ExitReason::TimerInterrupt);
                 crate::gic::priority_drop(iar);
                 let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
             } else if crate::input::is_uart_interrupt(intid) {
-                self.exits.record(ExitReason::ConsoleInput);
+                self.count_exit(vcpu, ExitReason::ConsoleInput);
                 crate::input::uart_interrupt();
                 crate::gic::end_of_interrupt(iar);
             } else {
-                self.exits.record(match intid {
-                    crate::gic::SGI_KICK => ExitReason::Kick,
-                    _ if Some(intid) == crate::board_ppis().first().copied() => ExitReason::Maintenance,
-                    _ => ExitReason::OtherInterrupt,
-                });
+                self.count_exit(
+                    vcpu,
+                    match intid {
+                        crate::gic::SGI_KICK => ExitReason::Kick,
+                        _ if Some(intid) == crate::board_ppis().first().copied() => ExitReason::Maintenance,
+                        _ => ExitReason::OtherInterrupt,
+                    },
+                );
                 crate::gic::end_of_interrupt(iar);
             }
             self.vgic.hint(1 << vcpu);
@@ -516,6 +536,8 @@ impl Vm {
         ctx.x[0] = context;
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let mut last_unknown = None;
+        let no_counts = ExitCounts::default();
+        let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
         // The virtual timer's PPI is the physical one, deactivated by the guest.
         let _ = self.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
         // Whether this vCPU holds list registers (then they are taken back on every exit).
@@ -541,7 +563,7 @@ impl Vm {
                         far: sysreg!("far_el2"),
                         hpfar: sysreg!("hpfar_el2"),
                     };
-                    self.exits.record(ExitReason::of_sync(exit.syndrome));
+                    exits.record_sync(exit.syndrome);
                     let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut LockedBus(&self.bus), self);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
@@ -587,7 +609,7 @@ impl Vm {
                 // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
                 EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
                 EXIT_SERROR => {
-                    self.exits.record(ExitReason::SError);
+                    self.count_exit(vcpu, ExitReason::SError);
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
                     self.end(vcpu, EndReason::Crashed);
                     return self.stop(vcpu, &mut lr_file);

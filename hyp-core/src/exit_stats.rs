@@ -77,30 +77,64 @@ impl ExitReason {
     }
 }
 
-/// Counts of exits by reason, updated by every vCPU of a VM without a lock.
-pub struct ExitCounts([AtomicU64; ExitReason::ALL.len()]);
+/// Counts of exits of one vCPU: it alone writes them (a load and a store, no atomic
+/// read-modify-write on the exit path); anyone may read them. Synchronous exits are counted
+/// by raw exception class (an index, no classification on the exit path) and grouped into
+/// reasons when read.
+pub struct ExitCounts {
+    by_class: [AtomicU64; 64],
+    /// Exits that are not synchronous, by `ExitReason` discriminant.
+    other: [AtomicU64; ExitReason::ALL.len()],
+}
 
 impl Default for ExitCounts {
     fn default() -> Self {
-        ExitCounts([const { AtomicU64::new(0) }; ExitReason::ALL.len()])
+        ExitCounts {
+            by_class: [const { AtomicU64::new(0) }; 64],
+            other: [const { AtomicU64::new(0) }; ExitReason::ALL.len()],
+        }
     }
 }
 
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
 impl ExitCounts {
+    /// One more synchronous exit with this syndrome. Only the owning vCPU calls this.
+    pub fn record_sync(&self, syndrome: Syndrome) {
+        bump(&self.by_class[syndrome.class().0 as usize & 63], 1);
+    }
+
+    /// One more exit for `reason` (an interrupt or an SError; synchronous exits go through
+    /// `record_sync`). Only the owning vCPU calls this.
     pub fn record(&self, reason: ExitReason) {
-        self.0[reason as usize].fetch_add(1, Ordering::Relaxed);
+        bump(&self.other[reason as usize], 1);
+    }
+
+    /// Adds `other`'s counts to these (a VM's total from its vCPUs'); not concurrently
+    /// with another writer of these.
+    pub fn add(&self, other: &ExitCounts) {
+        let pairs = self.by_class.iter().zip(&other.by_class).chain(self.other.iter().zip(&other.other));
+        for (mine, theirs) in pairs {
+            bump(mine, theirs.load(Ordering::Relaxed));
+        }
     }
 
     pub fn count(&self, reason: ExitReason) -> u64 {
-        self.0[reason as usize].load(Ordering::Relaxed)
+        let sync: u64 = (0..64u64)
+            .filter(|ec| ExitReason::of_sync(Syndrome(ec << 26)) == reason)
+            .map(|ec| self.by_class[ec as usize].load(Ordering::Relaxed))
+            .sum();
+        sync + self.other[reason as usize].load(Ordering::Relaxed)
     }
 
     pub fn total(&self) -> u64 {
-        ExitReason::ALL.iter().map(|r| self.count(*r)).sum()
+        self.by_class.iter().chain(&self.other).map(|c| c.load(Ordering::Relaxed)).sum()
     }
 
     pub fn reset(&self) {
-        self.0.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+        self.by_class.iter().chain(&self.other).for_each(|c| c.store(0, Ordering::Relaxed));
     }
 }
 
@@ -128,11 +162,15 @@ mod tests {
         assert_eq!(c.to_string(), "0 exits");
         c.record(ExitReason::Kick);
         for _ in 0..3 {
-            c.record(ExitReason::Hypercall);
+            c.record_sync(Syndrome(0x16 << 26));
         }
         assert_eq!(c.count(ExitReason::Hypercall), 3);
         assert_eq!(c.total(), 4);
         assert_eq!(c.to_string(), "4 exits, hypercall 3, kick 1");
+        let sum = ExitCounts::default();
+        sum.add(&c);
+        sum.add(&c);
+        assert_eq!(sum.to_string(), "8 exits, hypercall 6, kick 2");
         c.reset();
         assert_eq!(c.total(), 0);
     }

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::bundle::{self, BundleOptions, VmEntry};
-use crate::images;
 use crate::qemu::{self, Machine};
 use crate::util::step;
 use crate::XtaskError;
+use crate::{images, linux_guest};
 
 const TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -82,6 +82,102 @@ pub fn micro() -> Result<(Figures, Figures), XtaskError> {
     let native =
         run("directly on QEMU", Machine { virtualization: false, semihosting: false, ..machine }, &guest, None)?;
     Ok((under, native))
+}
+
+/// Instructions from QEMU's start until the Linux guest's shell is ready.
+#[derive(Clone, Copy, Debug)]
+pub struct BootFigures {
+    pub under: f64,
+    pub native: f64,
+}
+
+/// Linux boot to its shell, under the hypervisor (2 vCPUs on 2 CPUs) and directly on QEMU
+/// (2 CPUs), same kernel, initramfs and command line. The guest prints its virtual count
+/// when its shell is ready (`/bin/cntvct`); under the hypervisor the VM's counter started at
+/// its creation, so the count the hypervisor reports then is added. Counts become
+/// instructions with the counter frequency the kernel reports (1 instruction = 1 ns).
+pub fn linux_boot() -> Result<BootFigures, XtaskError> {
+    let hyp = images::build_hypervisor()?;
+    let linux = linux_guest::debian_arm64()?;
+    let vm = VmEntry {
+        name: "linux".into(),
+        vcpus: 2,
+        memory: 512 << 20,
+        kernel: linux.kernel.clone(),
+        initrd: Some(linux.initrd.clone()),
+        bootargs: Some(linux_guest::BOOTARGS.into()),
+        device_tree: None,
+    };
+    let blob = bundle::write(&[vm], &BundleOptions::default())?;
+    let bundle_path = images::images_dir().join("linux-boot-bench.bundle");
+    std::fs::write(&bundle_path, blob)
+        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let machine = Machine { smp: 2, icount: true, ..Machine::default() };
+    step("booting Linux to its shell under the hypervisor (-icount shift=0)");
+    let under = boot_instructions(machine.command(&hyp, Some(&bundle_path)), true)?;
+    step("booting Linux to its shell directly on QEMU (-icount shift=0)");
+    let mut cmd =
+        Machine { virtualization: false, memory_mib: 512, ..machine }.command(&linux.kernel, Some(&linux.initrd));
+    cmd.arg("-append").arg(linux_guest::BOOTARGS);
+    let native = boot_instructions(cmd, false)?;
+    Ok(BootFigures { under, native })
+}
+
+fn boot_instructions(cmd: std::process::Command, under_hypervisor: bool) -> Result<f64, XtaskError> {
+    let mut s = qemu::Session::start(cmd, TIMEOUT, false)?;
+    let mut after = |marker: &str, end: &str| -> Result<String, XtaskError> {
+        s.wait_for(marker, TIMEOUT).and_then(|_| s.wait_for(end, TIMEOUT)).map_err(XtaskError::Failed)
+    };
+    let number = |text: String, what: &str| -> Result<f64, XtaskError> {
+        text.trim().parse::<f64>().map_err(|_| XtaskError::Failed(format!("{what}: `{text}` is not a number")))
+    };
+    let offset = if under_hypervisor {
+        number(after("its virtual counter starts at physical count ", "\n")?, "the VM's counter offset")?
+    } else {
+        0.0
+    };
+    let mhz = number(after("timer(s) running at ", "MHz")?, "the counter frequency")?;
+    let count = number(after("shell ready at virtual count ", "\n")?, "the count at the shell")?;
+    if under_hypervisor {
+        step(&format!(
+            "  {:.0}M instructions before the VM was created, {:.0}M in the VM to its shell",
+            offset * 1000.0 / mhz / 1e6,
+            count * 1000.0 / mhz / 1e6
+        ));
+    }
+    Ok((offset + count) * 1000.0 / mhz)
+}
+
+/// The boot figures as table rows and JSON.
+pub fn boot_report(boot: &BootFigures) -> Result<String, XtaskError> {
+    let ratio = boot.under / boot.native;
+    let table = format!(
+        "{:<20} {:>12} {:>12} {:>10} {:>8}\n{:<20} {:>11.0}M {:>11.0}M {:>10} {:>8}\n{:<20} {:>12.3} {:>12} {:>10} {:>8}\n",
+        "linux boot to shell",
+        "hypervisor",
+        "no hyp.",
+        "target",
+        "met",
+        "  instructions",
+        boot.under / 1e6,
+        boot.native / 1e6,
+        "-",
+        "-",
+        "  ratio",
+        ratio,
+        "1",
+        "<= 1.05",
+        if ratio <= 1.05 { "yes" } else { "NO" }
+    );
+    let json = format!(
+        "{{\n  \"unit\": \"instructions (-icount shift=0)\",\n  \"linux_boot_to_shell\": {{\"hypervisor\": {:.0}, \"native\": {:.0}, \"ratio\": {ratio:.4}}}\n}}\n",
+        boot.under, boot.native
+    );
+    let dir = images::workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join("macro.json");
+    std::fs::write(&path, json).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
+    Ok(table)
 }
 
 pub fn report(under: &Figures, native: &Figures) -> Result<String, XtaskError> {

@@ -154,7 +154,54 @@ for m in $(cat /etc/modules); do
 done
 hostname guest
 echo "guest: Linux $(uname -r) up with $(grep -c ^processor /proc/cpuinfo) CPU(s); 'poweroff' ends the VM, 'reboot' restarts it"
+echo "guest: shell ready at virtual count $(/bin/cntvct | od -An -tu8 | tr -d ' ')"
 "#;
+
+/// `/bin/cntvct`: a static arm64 Linux program that writes CNTVCT_EL0 (readable at EL0:
+/// Linux enables it for the vDSO) to stdout as 8 raw bytes (`od -An -tu8` shows it). The
+/// benchmarks time the boot with it. Hand-assembled, so the initramfs needs no toolchain.
+fn cntvct_program() -> Vec<u8> {
+    const CODE: [u32; 12] = [
+        0xd503_3fdf, // isb
+        0xd53b_e041, // mrs  x1, cntvct_el0
+        0xf81f_0fe1, // str  x1, [sp, #-16]!
+        0xd280_0020, // mov  x0, #1          (stdout)
+        0x9100_03e1, // mov  x1, sp
+        0xd280_0102, // mov  x2, #8
+        0xd280_0808, // mov  x8, #64         (write)
+        0xd400_0001, // svc  #0
+        0xd280_0000, // mov  x0, #0
+        0xd280_0ba8, // mov  x8, #93         (exit)
+        0xd400_0001, // svc  #0
+        0xd420_0000, // brk  #0              (not reached)
+    ];
+    const BASE: u64 = 0x40_0000;
+    const HEADERS: u64 = 64 + 56;
+    let size = HEADERS + 4 * CODE.len() as u64;
+    let mut elf = Vec::new();
+    // ELF header (System V gABI, "ELF Header"): 64-bit, little-endian, ET_EXEC, EM_AARCH64.
+    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    elf.extend_from_slice(&2u16.to_le_bytes()); // e_type ET_EXEC
+    elf.extend_from_slice(&183u16.to_le_bytes()); // e_machine EM_AARCH64
+    elf.extend_from_slice(&1u32.to_le_bytes()); // e_version
+    elf.extend_from_slice(&(BASE + HEADERS).to_le_bytes()); // e_entry
+    elf.extend_from_slice(&64u64.to_le_bytes()); // e_phoff
+    elf.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
+    elf.extend_from_slice(&0u32.to_le_bytes()); // e_flags
+    for half in [64u16, 56, 1, 64, 0, 0] {
+        elf.extend_from_slice(&half.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
+    }
+    // One PT_LOAD of the whole file, read and execute.
+    elf.extend_from_slice(&1u32.to_le_bytes()); // p_type PT_LOAD
+    elf.extend_from_slice(&5u32.to_le_bytes()); // p_flags R X
+    for word in [0, BASE, BASE, size, size, 0x1000] {
+        elf.extend_from_slice(&word.to_le_bytes()); // offset, vaddr, paddr, filesz, memsz, align
+    }
+    for insn in CODE {
+        elf.extend_from_slice(&insn.to_le_bytes());
+    }
+    elf
+}
 
 /// Builds the initramfs from the unpacked packages.
 fn initramfs(root: &Path, release: &str) -> Result<Vec<u8>, XtaskError> {
@@ -170,6 +217,7 @@ fn initramfs(root: &Path, release: &str) -> Result<Vec<u8>, XtaskError> {
     c.symlink("bin/sh", "busybox");
     c.symlink("init", "bin/busybox");
     c.file("etc/inittab", 0o644, INITTAB.as_bytes());
+    c.file("bin/cntvct", 0o755, &cntvct_program());
     c.file("etc/init.d/rcS", 0o755, RCS.as_bytes());
     let mut loaded: Vec<&str> = Vec::new();
     for name in MODULES {
@@ -203,6 +251,18 @@ pub fn debian_arm64() -> Result<LinuxGuest, XtaskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_counter_program_is_an_arm64_executable_whose_entry_is_its_code() {
+        let elf = cntvct_program();
+        assert_eq!(&elf[..4], b"\x7fELF");
+        assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 183, "EM_AARCH64");
+        let entry = u64::from_le_bytes(elf[24..32].try_into().unwrap());
+        assert_eq!(entry, 0x40_0000 + 120, "right after the ELF and program headers");
+        let filesz = u64::from_le_bytes(elf[64 + 32..64 + 40].try_into().unwrap());
+        assert_eq!(filesz, elf.len() as u64, "PT_LOAD covers the whole file");
+        assert_eq!(&elf[120..124], &0xd503_3fdfu32.to_le_bytes(), "the first instruction is ISB");
+    }
 
     #[test]
     fn module_dependencies_come_from_modinfo() {
