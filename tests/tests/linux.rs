@@ -135,3 +135,65 @@ fn cargo_xtask_qemu_with_no_arguments_gives_a_usable_shell() {
     let out = s.finish();
     assert_eq!(out.status, Some(0), "cargo xtask qemu exits 0; console:\n{}", out.console);
 }
+
+/// `--dtb`: the tree the user gives is the one Linux boots with (here: the generated one
+/// with its model renamed), with /chosen still set by the hypervisor (the initramfs is
+/// found, the console is the PL011).
+#[test]
+fn a_given_device_tree_is_the_one_linux_boots_with() {
+    let _alone = one_linux_at_a_time();
+    let mut tree = hyp_core::guest_fdt::build(&hyp_core::guest_fdt::GuestPlatform {
+        vcpus: 2,
+        ram_base: 0x4000_0000,
+        ram_size: 256 << 20,
+        gic: hyp_core::guest_fdt::GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 },
+        uart_base: 0x0900_0000,
+        uart_spi: 1,
+        virtio_mmio: Vec::new(),
+        bootargs: "this is replaced".into(),
+        initrd: None,
+    })
+    .expect("a device tree");
+    // Same length, so the tree's offsets stay valid.
+    let (generated, given) = (b"hypervisor virtual machine", b"user-given virtual machine");
+    let at = tree.windows(generated.len()).position(|w| w == generated).expect("the model in the tree");
+    tree[at..at + given.len()].copy_from_slice(given);
+    let path = system_tests::scratch_file("user-given.dtb");
+    std::fs::write(&path, tree).expect("write the tree");
+
+    let vm = xtask::bundle::VmEntry { device_tree: Some(path), ..linux_vm(2) };
+    let mut s = start_session("linux-dtb", Machine::default(), &[vm], RUN_LIMIT);
+    wait_for_shell(&mut s);
+    let seen = run(&mut s, "cat /proc/device-tree/model; echo; cat /proc/cmdline");
+    assert!(seen.contains("user-given virtual machine"), "the given tree's model: {seen}");
+    assert!(seen.contains("console=ttyAMA0 earlycon"), "the hypervisor set /chosen/bootargs: {seen}");
+    s.send_line("poweroff").unwrap();
+    s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.finish().status, Some(0));
+}
+
+/// A guest kernel that panics stops only its own VM: the other VM's shell goes on working
+/// and powers off cleanly.
+#[test]
+fn a_guest_that_panics_does_not_stop_the_other_vm() {
+    let _alone = one_linux_at_a_time();
+    let panicking = xtask::bundle::VmEntry {
+        name: "doomed".into(),
+        // No init in the initramfs and no root filesystem: the kernel panics and, with
+        // panic=0, spins for ever.
+        bootargs: Some("console=ttyAMA0 panic=0 rdinit=/no/such/init init=/no/such/init".into()),
+        ..linux_vm(1)
+    };
+    let mut s = start_session("linux-panic", Machine::default(), &[linux_vm(2), panicking], RUN_LIMIT);
+    let before = s.wait_for("Kernel panic - not syncing", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let line = before.rsplit('\n').next().unwrap_or_default();
+    assert!(line.starts_with("doomed | "), "the panic is the doomed VM's: {line:?}");
+    wait_for_shell(&mut s);
+    let work = run(&mut s, "seq 1 1000 | sort -nr | head -n 1");
+    assert!(work.lines().any(|l| l.trim() == "1000"), "the healthy VM works: {work}");
+    s.send_line("poweroff").unwrap();
+    s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    // The panicked VM still holds its CPU: the machine runs on until the session is dropped.
+    assert!(!s.console().contains("hypervisor: all"), "the panicked VM did not end:\n{}", s.console());
+    assert!(!s.console().contains("hypervisor: panic"), "{}", s.console());
+}
