@@ -250,13 +250,13 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_qemu()?;
     let root = images::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    step("host tests: cargo test (hyp-core, stage2, vgic, xtask)");
+    step("host tests: cargo test (hyp-core, stage2, vgic, vdev-virtio, sched, xtask)");
     run(Command::new(&cargo).current_dir(&root).arg("test"))?;
     step("the logic crates build for aarch64-unknown-none (no_std)");
     run(Command::new(&cargo)
         .current_dir(&root)
         .args(["build", "--quiet", "--target", images::AARCH64_TARGET])
-        .args(["-p", "hyp-core", "-p", "stage2", "-p", "vgic"]))?;
+        .args(["-p", "hyp-core", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"]))?;
     step("system tests: the hypervisor and its guests under QEMU");
     run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;
     step("all tests passed");

@@ -1,0 +1,4 @@
+//! vCPU scheduling.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
