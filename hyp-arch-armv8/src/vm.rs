@@ -540,22 +540,21 @@ impl Vm {
         let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
         // The virtual timer's PPI is the physical one, deactivated by the guest.
         let _ = self.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
-        // Whether this vCPU holds list registers (then they are taken back on every exit).
-        let mut lrs_in_use = false;
+        // Whether this vCPU holds list registers (then they are taken back on every exit),
+        // and whether what came back changed (then they are planned again before entry).
+        let (mut lrs_in_use, mut lrs_changed) = (false, false);
         loop {
             if self.ending.load(Ordering::Acquire) {
                 return self.stop(vcpu, &mut lr_file);
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
-            if lrs_in_use || self.vgic.take_hint(vcpu) {
+            if lrs_changed || self.vgic.take_hint(vcpu) {
                 let mut vgic = self.vgic.vgic.lock();
                 let _ = vgic.flush_to_hw(vcpu, &mut lr_file);
                 lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
             }
             let exit_kind = run_guest(&mut ctx);
-            if lrs_in_use {
-                let _ = self.vgic.vgic.lock().sync_from_hw(vcpu, &mut lr_file);
-            }
+            lrs_changed = lrs_in_use && self.vgic.vgic.lock().sync_from_hw(vcpu, &mut lr_file).unwrap_or(true);
             match exit_kind {
                 EXIT_SYNC => {
                     let exit = SyncExit {

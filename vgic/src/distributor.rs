@@ -59,6 +59,8 @@ pub struct Distributor {
     // Per SPI (`spis` long) and per vCPU (`vcpus` long). On the heap: at 64 vCPUs and 988
     // SPIs they take 28 KiB, too much to move around on a hypervisor stack.
     pub(crate) spi: Box<[IrqState]>,
+    /// The SPIs that may not be quiet, so finding what to show a vCPU looks at those only.
+    pub(crate) live_spis: LiveSpis,
     /// GICv3: GICD_IROUTER<n> without Aff3 (GICD_TYPER.A3V = 0); GICv2: GICD_ITARGETSR<n>.
     pub(crate) route: Box<[u32]>,
     /// The vCPU whose list register holds the SPI, so no other vCPU shows it too.
@@ -66,6 +68,40 @@ pub struct Distributor {
     pub(crate) redistributors: Box<[Redistributor]>,
     pub(crate) interfaces: Box<[VcpuInterfaceState]>,
     pub(crate) kicks: VcpuMask,
+}
+
+/// A bit per SPI, set whenever its state may have changed (every change goes through
+/// `Distributor::irq_mut`) and cleared when it is found quiet. A cache, not GIC state: two
+/// distributors with the same interrupt states are equal whatever their caches hold.
+#[derive(Clone, Debug)]
+pub(crate) struct LiveSpis(pub(crate) Box<[u64]>);
+
+impl PartialEq for LiveSpis {
+    fn eq(&self, _: &LiveSpis) -> bool {
+        true
+    }
+}
+impl Eq for LiveSpis {}
+
+impl LiveSpis {
+    /// The set slots, in ascending order.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.0.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut bits = bits;
+            core::iter::from_fn(move || {
+                (bits != 0).then(|| {
+                    let b = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    w * 64 + b
+                })
+            })
+        })
+    }
+    fn mark(&mut self, slot: usize) {
+        if let Some(w) = self.0.get_mut(slot / 64) {
+            *w |= 1 << (slot % 64);
+        }
+    }
 }
 
 /// `len` copies of `value` on the heap; running out of memory is an error, not an abort.
@@ -108,6 +144,7 @@ impl Distributor {
             enable_grp0: false,
             enable_grp1: false,
             spi: boxed(IrqState::default(), spis)?,
+            live_spis: LiveSpis(boxed(0, spis.div_ceil(64))?),
             // GICv2: CPU 0; GICv3: affinity 0.0.0.0, that is vCPU 0 (reset values are
             // UNKNOWN; these make a guest that never routes its SPIs still work).
             route: boxed(if config.version == GicVersion::V2 { 1 } else { 0 }, spis)?,
@@ -177,7 +214,32 @@ impl Distributor {
         if intid < 32 {
             self.redistributors.get_mut(vcpu)?.irqs.get_mut(intid as usize)
         } else {
-            self.spi.get_mut(intid as usize - 32)
+            let slot = intid as usize - 32;
+            let irq = self.spi.get_mut(slot)?;
+            self.live_spis.mark(slot);
+            Some(irq)
+        }
+    }
+
+    /// The invariant behind `live_spis`, for property tests: every SPI that is not quiet has
+    /// its live bit set (or a vCPU would never be shown it).
+    #[doc(hidden)]
+    pub fn live_spis_cover_every_busy_spi(&self) -> bool {
+        let live: Vec<usize> = self.live_spis.slots().collect();
+        self.spi.iter().enumerate().all(|(slot, irq)| irq.quiet() || live.binary_search(&slot).is_ok())
+    }
+
+    /// Clears the live bits of the SPIs that turned out quiet.
+    pub(crate) fn forget_quiet_spis(&mut self) {
+        for (w, word) in self.live_spis.0.iter_mut().enumerate() {
+            let mut bits = *word;
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if self.spi.get(w * 64 + b).is_none_or(|s| s.quiet()) {
+                    *word &= !(1 << b);
+                }
+            }
         }
     }
 

@@ -53,6 +53,7 @@ impl Distributor {
     /// With nothing to show and nothing shown, it touches no list register.
     pub fn flush_to_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         self.check_vcpu(vcpu)?;
+        self.forget_quiet_spis();
         let wanted = self.wanted(vcpu);
         let iface = self.interfaces[vcpu];
         if wanted.is_empty() && iface.owned() == 0 {
@@ -101,17 +102,23 @@ impl Distributor {
     /// After `vcpu` exits: takes back the state of the list registers it owns. An empty one
     /// means the guest deactivated the interrupt: a level line is sampled again at the next
     /// entry, the next source of a GICv2 SGI comes in. A hardware-mapped interrupt's
-    /// deactivation already reached the physical GIC.
-    pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+    /// deactivation already reached the physical GIC. Returns whether any list register
+    /// changed: if not, and nothing new was raised, the next entry need not look again.
+    pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
         let owned = self.interfaces[vcpu].owned();
         if owned == 0 {
-            return Ok(());
+            return Ok(false);
         }
         let done = lrs.empty_status() | lrs.eoi_status();
+        let mut changed = false;
         for i in (0..MAX_LIST_REGISTERS).filter(|i| owned & (1 << i) != 0) {
-            let old = self.decode(self.interfaces[vcpu].lr[i]);
             let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
+            if raw == self.interfaces[vcpu].lr[i] {
+                continue;
+            }
+            changed = true;
+            let old = self.decode(self.interfaces[vcpu].lr[i]);
             let state = self.decode(raw).state;
             let completed = state == LrState::Invalid;
             if completed && old.eoi_maintenance {
@@ -121,7 +128,7 @@ impl Distributor {
             self.fold(vcpu, &old, state);
             self.interfaces[vcpu].lr[i] = if completed { 0 } else { raw };
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Before `vcpu` leaves its physical CPU (or another vCPU uses these list registers):

@@ -53,6 +53,11 @@ impl IrqState {
     flag!(edge, set_edge, EDGE);
     flag!(lr_pending, set_lr_pending, LR_PENDING);
 
+    /// Neither pending in any form nor active: nothing a list register could show.
+    pub(crate) const fn quiet(self) -> bool {
+        self.flags & (LATCH | LINE | ACTIVE | LR_PENDING) == 0
+    }
+
     pub(crate) const fn hw(self) -> Option<u32> {
         if self.hw == 0 {
             None

@@ -58,13 +58,21 @@ impl WantedList {
 impl Distributor {
     pub(crate) fn wanted(&self, vcpu: usize) -> WantedList {
         let mut list = WantedList::new();
+        let Some(rd) = self.redistributors.get(vcpu) else { return list };
         for intid in 0..32 {
+            let sgi_sources = rd.sgi_sources.get(intid as usize).copied().unwrap_or(0);
+            if rd.irqs[intid as usize].quiet() && sgi_sources == 0 {
+                continue;
+            }
             if let Some(w) = self.want_private(vcpu, intid) {
                 list.push(w);
             }
         }
-        for slot in 0..self.spis {
-            let owner = self.spi_owner[slot];
+        for slot in self.live_spis.slots() {
+            let (Some(&irq), Some(&owner)) = (self.spi.get(slot), self.spi_owner.get(slot)) else { continue };
+            if irq.quiet() {
+                continue;
+            }
             if owner != NO_OWNER && usize::from(owner) != vcpu {
                 continue;
             }
@@ -75,7 +83,7 @@ impl Distributor {
             if owner == NO_OWNER && !on_target {
                 continue;
             }
-            if let Some(w) = self.want(self.spi[slot], intid, on_target) {
+            if let Some(w) = self.want(irq, intid, on_target) {
                 list.push(w);
             }
         }

@@ -42,6 +42,7 @@ proptest! {
             }
         }
         prop_assert_eq!(&b, &b_before);
+        prop_assert!(a.live_spis_cover_every_busy_spi());
         prop_assert_eq!(a.interface(1).unwrap(), &interface_before);
         match version {
             GicVersion::V3 => prop_assert_eq!(a.redistributor(1).unwrap(), &redistributor_before),
@@ -156,6 +157,7 @@ proptest! {
                 ids.dedup();
                 prop_assert_eq!(ids.len(), n, "an INTID in two list registers: {:?}", l.valid());
             }
+            prop_assert!(g.live_spis_cover_every_busy_spi());
         }
         // The guest finishes what it has, then takes everything left.
         let end = events.len();

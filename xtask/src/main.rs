@@ -270,8 +270,8 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
     let (under, native) = bench::micro()?;
-    let boot = bench::linux_boot()?;
     print!("{}", bench::report(&under, &native)?);
+    let boot = bench::linux_boot()?;
     print!("{}", bench::boot_report(&boot)?);
     step("figures written to target/bench/micro.json and target/bench/macro.json");
     Ok(())

@@ -6,6 +6,8 @@
 //! The guests run at EL1 with their MMU off, so every access is to an IPA.
 #![no_std]
 
+pub mod gic;
+
 use core::arch::{asm, global_asm};
 use core::fmt::{self, Write};
 

@@ -3,20 +3,32 @@
 //! of virtual time is one instruction, so the figures are instruction counts. The same image
 //! runs directly on QEMU (EL1, no hypervisor) for the reference row.
 //!
-//! Prints `bench NAME iterations=N ns=T` per benchmark, then powers off.
+//! Prints `bench NAME iterations=N ns=T` for a loop of N operations (the `loop` line is the
+//! empty loop, subtracted by xtask), and `latency NAME samples=N ns=T` for N measured
+//! intervals between two counter reads (the `counter` line is two reads back to back,
+//! subtracted by xtask), then powers off.
+//!
+//! vCPU 1 waits in WFI for the virtual IPI (a sleeping target is what Linux's IPIs meet; a
+//! spinning one would keep QEMU's only vCPU thread until its time slice ends).
 #![no_std]
 #![no_main]
 
 use core::arch::asm;
 use core::ptr::read_volatile;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use selftest_guest::gic::{self, VTIMER};
 use selftest_guest::*;
 
 const ITERATIONS: u64 = 10_000;
 /// A function id no one implements (owner 2, "SiP service", function 0): NOT_SUPPORTED.
 const UNKNOWN_FUNCTION: u64 = 0xc200_0000;
 const UARTFR: usize = UART + 0x18;
-const GICD_TYPER: usize = 0x0800_0004;
+const GICD_TYPER: usize = gic::GICD + 0x4;
+/// vCPU 0 -> vCPU 1.
+const IPI: u32 = 2;
+/// vCPU 0 -> itself, for the EOI figure.
+const SELF_SGI: u32 = 3;
 
 fn counter() -> u64 {
     let v: u64;
@@ -32,14 +44,86 @@ fn frequency() -> u64 {
     v
 }
 
+fn nanoseconds(ticks: u64) -> u64 {
+    (u128::from(ticks) * 1_000_000_000 / u128::from(frequency())) as u64
+}
+
 fn bench(name: &str, mut body: impl FnMut()) {
     let start = counter();
     for _ in 0..ITERATIONS {
         body();
     }
-    let ticks = counter() - start;
-    let ns = (u128::from(ticks) * 1_000_000_000 / u128::from(frequency())) as u64;
+    let ns = nanoseconds(counter() - start);
     println!("bench {name} iterations={ITERATIONS} ns={ns}");
+}
+
+/// `measure(i)` returns the counter ticks of sample `i`.
+fn latency(name: &str, mut measure: impl FnMut(u64) -> u64) {
+    let ticks: u64 = (0..ITERATIONS).map(&mut measure).sum();
+    println!("latency {name} samples={ITERATIONS} ns={}", nanoseconds(ticks));
+}
+
+/// What the interrupt handler saw, per interrupt: how many were taken and the counter at
+/// the last one's handler. Each is written by one vCPU's handler only.
+struct Seen {
+    count: AtomicU64,
+    at: AtomicU64,
+}
+
+impl Seen {
+    const fn new() -> Self {
+        Seen { count: AtomicU64::new(0), at: AtomicU64::new(0) }
+    }
+    fn record(&self, at: u64) {
+        self.at.store(at, Ordering::SeqCst);
+        self.count.store(self.count.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
+    }
+    /// Waits for the `n`th interrupt; the counter at its handler. YIELD, because QEMU's
+    /// round-robin vCPU loop moves to the next vCPU on it: a plain spin would keep the host
+    /// thread, and the target vCPU waiting, until QEMU's time slice ends.
+    fn wait_for(&self, n: u64) -> u64 {
+        while self.count.load(Ordering::SeqCst) != n {
+            // SAFETY: a hint instruction.
+            unsafe { asm!("yield") };
+        }
+        self.at.load(Ordering::SeqCst)
+    }
+}
+
+static IPI_SEEN: Seen = Seen::new();
+static TIMER_SEEN: Seen = Seen::new();
+/// For the self-SGI: the ticks its EOI took.
+static EOI_SEEN: Seen = Seen::new();
+static VCPU1_READY: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn irq() {
+    let entered = counter();
+    let iar = gic::acknowledge();
+    match iar & 0x3ff {
+        IPI => IPI_SEEN.record(entered),
+        VTIMER => {
+            // SAFETY: disabling this vCPU's own virtual timer, so its level drops.
+            unsafe { asm!("msr cntv_ctl_el0, xzr", "isb") };
+            TIMER_SEEN.record(entered);
+        }
+        SELF_SGI => {
+            let before = counter();
+            gic::end_of_interrupt(iar);
+            EOI_SEEN.record(counter() - before);
+            return;
+        }
+        other => println!("microbench: unexpected interrupt {other}"),
+    }
+    gic::end_of_interrupt(iar);
+}
+
+extern "C" fn vcpu1(_: u64) {
+    gic::bring_up_cpu_interface(1, 1 << IPI);
+    VCPU1_READY.store(true, Ordering::SeqCst);
+    loop {
+        // SAFETY: waiting for an interrupt; the handler runs and WFI is entered again.
+        unsafe { asm!("wfi") };
+    }
 }
 
 #[no_mangle]
@@ -60,6 +144,38 @@ extern "C" fn guest_main() -> ! {
     bench("gicd-read", || {
         // SAFETY: GICD_TYPER of the VM's GIC distributor (the vGIC, or QEMU's GIC natively).
         core::hint::black_box(unsafe { read_volatile(GICD_TYPER as *const u32) });
+    });
+
+    set_irq_handler(irq);
+    gic::enable_distributor();
+    gic::bring_up_cpu_interface(0, (1 << VTIMER) | (1 << SELF_SGI));
+    if start_vcpu(1, vcpu1, 0) != 0 {
+        println!("microbench: vCPU 1 did not start");
+        hvc(HYP_VM_EXIT, 1);
+    }
+    while !VCPU1_READY.load(Ordering::SeqCst) {
+        core::hint::spin_loop();
+    }
+    latency("counter", |_| {
+        let start = counter();
+        counter() - start
+    });
+    latency("virtual-ipi", |i| {
+        let sent = counter();
+        gic::send_sgi(IPI, 1);
+        IPI_SEEN.wait_for(i + 1) - sent
+    });
+    latency("eoi", |i| {
+        gic::send_sgi(SELF_SGI, 0);
+        EOI_SEEN.wait_for(i + 1)
+    });
+    // 2 us ahead: well after the handler of the previous one has returned.
+    let ahead = frequency() / 500_000;
+    latency("vtimer", |i| {
+        let deadline = counter() + ahead;
+        // SAFETY: this vCPU's virtual timer: compare value, then enabled and unmasked.
+        unsafe { asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb", in(reg) deadline, in(reg) 1u64) };
+        TIMER_SEEN.wait_for(i + 1) - deadline
     });
     println!("microbench: done");
     hvc(PSCI_SYSTEM_OFF, 0);
