@@ -14,6 +14,8 @@ use heapless::Vec as FixedVec;
 pub const MAX_CPUS: usize = 8;
 const MAX_MEMORY_RANGES: usize = 8;
 const MAX_RESERVED_RANGES: usize = 16;
+/// virtio-mmio transports the hypervisor looks at (QEMU's `virt` has 32).
+pub const MAX_VIRTIO_MMIO: usize = 32;
 
 /// A physical address range `[base, base + size)` as the device tree states it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -92,6 +94,16 @@ pub struct Platform<'a> {
     /// `/memreserve/` entries and `/reserved-memory` children: never given to a VM.
     pub reserved: FixedVec<PhysRange, MAX_RESERVED_RANGES>,
     pub initrd: Option<PhysRange>,
+    /// The board's virtio-mmio transports (`virtio,mmio`), which the hypervisor may drive as
+    /// its own devices (the backends of its guests' virtio devices), with their interrupts.
+    pub virtio_mmio: FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO>,
+}
+
+/// A virtio-mmio transport of the board: its register window and interrupt (an INTID).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct VirtioMmioTransport {
+    pub window: PhysRange,
+    pub intid: Option<u32>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -164,6 +176,7 @@ impl<'a> Platform<'a> {
             timer: timer(&fdt)?,
             reserved,
             initrd: initrd(&fdt)?,
+            virtio_mmio: virtio_mmio(&fdt),
         })
     }
 }
@@ -255,10 +268,7 @@ fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
     };
     let mut frames = regs(node);
     let distributor = frames.next().ok_or(PlatformError::BadProperty("GIC reg"))?;
-    let maintenance_intid = node.property("interrupts").and_then(|p| {
-        let mut cells = be_cells(p.value);
-        gic_intid(cells.next()?, cells.next()?)
-    });
+    let maintenance_intid = first_interrupt(node);
     let gic = match version {
         GicVersion::V3 => {
             // reg = GICD, GICR regions..., then (optional) GICC, GICH, GICV.
@@ -301,11 +311,26 @@ fn uart(fdt: &Fdt<'_>) -> Result<(PhysRange, Option<u32>), PlatformError> {
     let chosen = fdt.chosen().stdout().filter(is_pl011);
     let node = chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)?;
     let range = regs(node).next().ok_or(PlatformError::BadProperty("PL011 reg"))?;
-    let intid = node.property("interrupts").and_then(|p| {
-        let mut cells = be_cells(p.value);
-        gic_intid(cells.next()?, cells.next()?)
-    });
-    Ok((range, intid))
+    Ok((range, first_interrupt(node)))
+}
+
+/// The first interrupt of a node, as an INTID.
+fn first_interrupt(node: FdtNode<'_, '_>) -> Option<u32> {
+    let mut cells = be_cells(node.property("interrupts")?.value);
+    gic_intid(cells.next()?, cells.next()?)
+}
+
+/// Enabled `virtio,mmio` nodes with a window, in address order (how QEMU numbers them);
+/// beyond `MAX_VIRTIO_MMIO` they are left off.
+fn virtio_mmio(fdt: &Fdt<'_>) -> FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> {
+    let mut found: FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> = fdt
+        .all_nodes()
+        .filter(|n| n.compatible().is_some_and(|c| c.all().any(|s| s == "virtio,mmio")) && is_enabled(*n))
+        .filter_map(|n| Some(VirtioMmioTransport { window: regs(n).next()?, intid: first_interrupt(n) }))
+        .take(MAX_VIRTIO_MMIO)
+        .collect();
+    found.sort_unstable_by_key(|t| t.window.base);
+    found
 }
 
 fn psci(fdt: &Fdt<'_>) -> Result<PsciConduit, PlatformError> {
@@ -377,6 +402,12 @@ mod tests {
             TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
         );
         assert_eq!(p.initrd, None);
+        assert_eq!(p.virtio_mmio.len(), 32, "QEMU's virt has 32 virtio-mmio transports");
+        for (i, t) in p.virtio_mmio.iter().enumerate() {
+            let i = i as u64;
+            assert_eq!(t.window, PhysRange { base: 0x0a00_0000 + i * 0x200, size: 0x200 });
+            assert_eq!(t.intid, Some(48 + i as u32), "SPI 16 upward");
+        }
     }
 
     #[test]
