@@ -25,7 +25,29 @@ pub struct VmSpec<'a> {
     /// A device tree to boot with instead of the generated one (its /chosen is set by the
     /// hypervisor).
     pub device_tree: Option<&'a [u8]>,
+    /// The VM's virtio devices (its console is always there).
+    pub devices: VmDevices,
 }
+
+/// The virtio devices a VM's manifest entry asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmDevices {
+    /// A virtio disk: this slice of the board's disk.
+    pub disk: Option<DiskSlice>,
+    /// A virtio NIC on the hypervisor's switch, with this MAC address (None: derived from
+    /// the VM's index).
+    pub network: Option<Option<[u8; 6]>>,
+}
+
+/// Bytes `[offset, offset + size)` of the board's disk; `size` 0 means to its end. Both are
+/// multiples of the 512-byte sector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskSlice {
+    pub offset: u64,
+    pub size: u64,
+}
+
+pub const SECTOR_SIZE: u64 = 512;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BundleOptions {
@@ -144,5 +166,30 @@ fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
         None => None,
     };
     let device_tree = node.property("device-tree").map(|p| p.value);
-    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs, device_tree })
+    let disk = match node.property("disk") {
+        None => None,
+        Some(p) => {
+            let cells: Option<[u64; 2]> = (p.value.len() == 16)
+                .then(|| [0, 8].map(|at| u64::from_be_bytes(p.value[at..at + 8].try_into().unwrap_or([0; 8]))));
+            let [offset, size] = cells.ok_or(bad("disk", "must be two 64-bit numbers: offset and size in bytes"))?;
+            if offset % SECTOR_SIZE != 0 || size % SECTOR_SIZE != 0 {
+                return Err(bad("disk", "offset and size must be multiples of 512 bytes"));
+            }
+            Some(DiskSlice { offset, size })
+        }
+    };
+    let network = match (node.property("network"), node.property("mac")) {
+        (None, None) => None,
+        (None, Some(_)) => return Err(bad("mac", "is given but the VM has no `network`")),
+        (Some(_), None) => Some(None),
+        (Some(_), Some(mac)) => {
+            let mac: [u8; 6] = mac.value.try_into().map_err(|_| bad("mac", "must be 6 bytes"))?;
+            if mac[0] & 1 != 0 || mac == [0; 6] {
+                return Err(bad("mac", "must be a unicast address (first byte even), not all zeros"));
+            }
+            Some(Some(mac))
+        }
+    };
+    let devices = VmDevices { disk, network };
+    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs, device_tree, devices })
 }

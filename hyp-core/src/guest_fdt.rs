@@ -58,7 +58,6 @@ const CLOCK_PHANDLE: u32 = 2;
 const GIC_SPI: u32 = 0;
 const GIC_PPI: u32 = 1;
 const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
-const IRQ_TYPE_EDGE_RISING: u32 = 1;
 
 fn reg(base: u64, size: u64) -> [u64; 2] {
     [base, size]
@@ -168,7 +167,8 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
         let node = f.begin_node(&format!("virtio_mmio@{base:x}")).map_err(err)?;
         f.property_string("compatible", "virtio,mmio").map_err(err)?;
         f.property_array_u64("reg", &reg(*base, 0x200)).map_err(err)?;
-        f.property_array_u32("interrupts", &[GIC_SPI, *spi, IRQ_TYPE_EDGE_RISING]).map_err(err)?;
+        // Level: the line is high while InterruptStatus is non-zero (virtio 1.2, 4.2.3.4).
+        f.property_array_u32("interrupts", &[GIC_SPI, *spi, IRQ_TYPE_LEVEL_HIGH]).map_err(err)?;
         f.property_null("dma-coherent").map_err(err)?;
         f.end_node(node).map_err(err)?;
     }

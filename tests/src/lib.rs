@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use xtask::bundle::{self, BundleOptions, VmEntry};
+use xtask::bundle::{self, BundleOptions, VmDevices, VmEntry};
 use xtask::images;
-use xtask::qemu::{self, Machine, RunOutput};
+use xtask::qemu::{self, Machine, RunOutput, Session};
 
 /// Every QEMU run of the system tests stops after this long, whatever happens.
 pub const QEMU_TIMEOUT: Duration = Duration::from_secs(120);
@@ -86,6 +86,7 @@ pub fn test_vm(name: &str, kernel: &Path, memory: u64) -> VmEntry {
         initrd: None,
         bootargs: None,
         device_tree: None,
+        devices: VmDevices::default(),
     }
 }
 
@@ -115,6 +116,7 @@ pub fn linux_vm(vcpus: u32) -> VmEntry {
         initrd: Some(l.initrd.clone()),
         bootargs: Some(xtask::linux_guest::BOOTARGS.into()),
         device_tree: None,
+        devices: VmDevices::default(),
     }
 }
 
@@ -128,10 +130,72 @@ pub fn one_linux_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 /// Starts the hypervisor with these VMs, as a console session; QEMU is killed after
 /// `timeout` whatever happens. No semihosting: Linux guests are not trusted test guests.
-pub fn start_session(test: &str, machine: Machine, vms: &[VmEntry], timeout: Duration) -> qemu::Session {
+pub fn start_session(test: &str, machine: Machine, vms: &[VmEntry], timeout: Duration) -> Session {
     let blob = bundle::write(vms, &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
     let path = scratch_file(&format!("{test}.bundle"));
     std::fs::write(&path, blob).expect("write bundle");
-    qemu::Session::start(machine.command(&images().hypervisor, Some(&path)), timeout, false)
+    Session::start(machine.command(&images().hypervisor, Some(&path)), timeout, false)
         .unwrap_or_else(|e| panic!("running QEMU: {e}"))
+}
+
+/// The whole run; each step below has its own, shorter limit.
+pub const RUN_LIMIT: Duration = Duration::from_secs(600);
+pub const BOOT_LIMIT: Duration = Duration::from_secs(300);
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+pub const PROMPT: &str = "/ # ";
+
+/// Waits for the shell the initramfs starts.
+pub fn wait_for_shell(s: &mut Session) {
+    s.wait_for("guest: Linux", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Types `command` at the shell and returns what it printed (the echoed command line left
+/// out). The end marker is computed by the shell, so the echoed line cannot match it.
+pub fn run(s: &mut Session, command: &str) -> String {
+    s.send_line(&format!("{command}; echo @@done$((6*7))")).unwrap_or_else(|e| panic!("{e}"));
+    let out = s.wait_for("@@done42", COMMAND_LIMIT).unwrap_or_else(|e| panic!("`{command}`: {e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    out.lines().skip(1).map(|l| l.trim_start_matches("linux | ")).collect::<Vec<_>>().join("\n")
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now (for QEMU's `hostfwd`).
+pub fn free_local_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// `GET /` from 127.0.0.1:`port`, retried for up to `within` (the guest's server may still
+/// be starting); the whole response, headers included.
+pub fn http_get(port: u16, within: Duration) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let until = std::time::Instant::now() + within;
+    let mut last_error = String::new();
+    while std::time::Instant::now() < until {
+        let attempt = (|| -> std::io::Result<String> {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+            stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+            stream.write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            Ok(response)
+        })();
+        match attempt {
+            Ok(response) if response.starts_with("HTTP/1") => return Ok(response),
+            Ok(response) => last_error = format!("an answer that is not HTTP: {response:?}"),
+            Err(e) => last_error = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Err(format!("no HTTP answer on 127.0.0.1:{port} within {within:?}: {last_error}"))
+}
+
+/// A Linux VM with a NIC on the switch, at `address` on QEMU's user network (10.0.2.0/24).
+pub fn linux_vm_on_network(name: &str, vcpus: u32, address: &str) -> VmEntry {
+    let bootargs = format!("{} guest.ip={address} guest.gw=10.0.2.2", xtask::linux_guest::BOOTARGS);
+    VmEntry {
+        name: name.into(),
+        bootargs: Some(bootargs),
+        devices: VmDevices { network: Some(None), ..VmDevices::default() },
+        ..linux_vm(vcpus)
+    }
 }

@@ -2,31 +2,10 @@
 //! look at the vCPUs and interrupts, run a workload, power off or reboot. Console input
 //! goes host UART -> hypervisor -> the VM's PL011 -> its receive interrupt.
 
-use std::time::Duration;
-
-use system_tests::{linux_vm, one_linux_at_a_time, start_session};
+use system_tests::{
+    linux_vm, one_linux_at_a_time, run, start_session, wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
+};
 use xtask::qemu::{Machine, Session};
-
-/// The whole run; each step below has its own, shorter limit.
-const RUN_LIMIT: Duration = Duration::from_secs(600);
-const BOOT_LIMIT: Duration = Duration::from_secs(300);
-const COMMAND_LIMIT: Duration = Duration::from_secs(120);
-const PROMPT: &str = "/ # ";
-
-/// Waits for the shell the initramfs starts.
-fn wait_for_shell(s: &mut Session) {
-    s.wait_for("guest: Linux", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-}
-
-/// Types `command` at the shell and returns what it printed (the echoed command line left
-/// out). The end marker is computed by the shell, so the echoed line cannot match it.
-fn run(s: &mut Session, command: &str) -> String {
-    s.send_line(&format!("{command}; echo @@done$((6*7))")).unwrap_or_else(|e| panic!("{e}"));
-    let out = s.wait_for("@@done42", COMMAND_LIMIT).unwrap_or_else(|e| panic!("`{command}`: {e}"));
-    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    out.lines().skip(1).map(|l| l.trim_start_matches("linux | ")).collect::<Vec<_>>().join("\n")
-}
 
 /// The per-CPU counts of the /proc/interrupts line that ends with `name`.
 fn interrupt_counts(interrupts: &str, name: &str, cpus: usize) -> Vec<u64> {
@@ -115,6 +94,11 @@ fn cargo_xtask_qemu_with_no_arguments_gives_a_usable_shell() {
     let root = xtask::images::workspace_root();
     let mut cmd = std::process::Command::new(env!("CARGO"));
     // Its own target directory: the one this test runs from is busy.
+    // Its own disk and a free port, so a developer's `vm-disks/` and port 8080 are left alone.
+    let disk = system_tests::scratch_file("xtask-qemu-disk.img");
+    let _ = std::fs::remove_file(&disk);
+    xtask::images::create_disk(&disk, 64 << 20).expect("create the disk image");
+    let port = system_tests::free_local_port().to_string();
     cmd.current_dir(&root).env("CARGO_TARGET_DIR", root.join("target").join("xtask-run")).args([
         "run",
         "--quiet",
@@ -124,12 +108,20 @@ fn cargo_xtask_qemu_with_no_arguments_gives_a_usable_shell() {
         "qemu",
         "--timeout",
         "500",
+        "--disk",
+        disk.to_str().expect("a UTF-8 path"),
+        "--http-port",
+        &port,
     ]);
     let mut s = Session::spawn(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("{e}"));
     s.wait_for("to leave: `poweroff` in the guest", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     wait_for_shell(&mut s);
     let processors = run(&mut s, "grep -c ^processor /proc/cpuinfo");
     assert_eq!(processors.trim(), "2", "the default VM has 2 vCPUs");
+    let disk = run(&mut s, "cat /sys/block/vda/size");
+    assert_eq!(disk.trim(), "131072", "its disk is the 64 MiB image given with --disk, in sectors");
+    let page = system_tests::http_get(port.parse().expect("a port"), COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(page.contains("hello from guest"), "the guest's httpd answers on the forwarded port: {page}");
     s.send_line("poweroff").unwrap();
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     let out = s.finish();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::bundle::{self, BundleOptions, VmEntry};
+use crate::bundle::{self, BundleOptions, VmDevices, VmEntry};
 use crate::qemu::{self, Machine};
 use crate::util::step;
 use crate::XtaskError;
@@ -81,6 +81,7 @@ pub fn micro() -> Result<(Figures, Figures), XtaskError> {
         initrd: None,
         bootargs: None,
         device_tree: None,
+        devices: VmDevices::default(),
     };
     let blob = bundle::write(&[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
     let bundle_path = images::images_dir().join("microbench.bundle");
@@ -116,6 +117,7 @@ pub fn linux_boot() -> Result<BootFigures, XtaskError> {
         initrd: Some(linux.initrd.clone()),
         bootargs: Some(linux_guest::BOOTARGS.into()),
         device_tree: None,
+        devices: VmDevices::default(),
     };
     let blob = bundle::write(&[vm], &BundleOptions::default())?;
     let bundle_path = images::images_dir().join("linux-boot-bench.bundle");
@@ -155,6 +157,135 @@ fn boot_instructions(cmd: std::process::Command, under_hypervisor: bool) -> Resu
         ));
     }
     Ok((offset + count) * 1000.0 / mhz)
+}
+
+/// Throughput of the guest's virtio devices in MB/s (wall time: under `-icount` virtual time
+/// jumps while the guest waits for I/O), under the hypervisor and with the same QEMU devices
+/// given straight to the guest.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IoFigures {
+    pub disk_write: f64,
+    pub disk_read: f64,
+    pub net_to_guest: f64,
+}
+
+/// Bytes each throughput figure moves.
+const IO_BYTES: usize = 64 << 20;
+
+pub fn virtio_io() -> Result<(IoFigures, IoFigures), XtaskError> {
+    let hyp = images::build_hypervisor()?;
+    let linux = linux_guest::debian_arm64()?;
+    let bench_dir = images::workspace_root().join("target").join("bench");
+    let disk = bench_dir.join("io-disk.img");
+    let _ = std::fs::remove_file(&disk);
+    images::create_disk(&disk, 2 * IO_BYTES as u64)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| XtaskError::Tool(format!("no free port on 127.0.0.1: {e}")))?;
+    let bootargs = format!("{} {}", linux_guest::BOOTARGS, linux_guest::NETWORK_BOOTARGS);
+    let machine = Machine { smp: 2, disk: Some(disk), network: Some(vec![(port, 5001)]), ..Machine::default() };
+    let vm = VmEntry {
+        name: "linux".into(),
+        vcpus: 2,
+        memory: 512 << 20,
+        kernel: linux.kernel.clone(),
+        initrd: Some(linux.initrd.clone()),
+        bootargs: Some(bootargs.clone()),
+        device_tree: None,
+        devices: VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), network: Some(None) },
+    };
+    let blob = bundle::write(&[vm], &BundleOptions::default())?;
+    let bundle_path = images::images_dir().join("io-bench.bundle");
+    std::fs::write(&bundle_path, blob)
+        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    step("virtio throughput under the hypervisor (dd with O_DIRECT, TCP from the host)");
+    let under = io_run(machine.command(&hyp, Some(&bundle_path)), port)?;
+    step("virtio throughput with QEMU's devices given straight to the guest");
+    let mut cmd =
+        Machine { virtualization: false, memory_mib: 512, ..machine }.command(&linux.kernel, Some(&linux.initrd));
+    cmd.arg("-append").arg(&bootargs);
+    let native = io_run(cmd, port)?;
+    Ok((under, native))
+}
+
+/// Boots, runs the three transfers, powers off.
+fn io_run(cmd: std::process::Command, port: u16) -> Result<IoFigures, XtaskError> {
+    let mut s = qemu::Session::start(cmd, TIMEOUT, false)?;
+    s.wait_for("guest: shell ready", TIMEOUT).map_err(XtaskError::Failed)?;
+    s.wait_for("/ # ", TIMEOUT).map_err(XtaskError::Failed)?;
+    let mut shell = |command: &str| -> Result<String, XtaskError> {
+        s.send_line(&format!("{command}; echo @@io$((6*7))")).map_err(XtaskError::Failed)?;
+        let out = s.wait_for("@@io42", TIMEOUT).map_err(XtaskError::Failed)?;
+        s.wait_for("/ # ", TIMEOUT).map_err(XtaskError::Failed)?;
+        Ok(out)
+    };
+    let count = IO_BYTES >> 20;
+    let write = shell(&format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>&1"))?;
+    let read = shell(&format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>&1"))?;
+    shell("(nc -l -p 5001 > /dev/null &) ; sleep 1")?;
+    let net_to_guest = send_to_guest(port)?;
+    s.send_line("poweroff").map_err(XtaskError::Failed)?;
+    let _ = s.finish();
+    Ok(IoFigures { disk_write: dd_rate(&write)?, disk_read: dd_rate(&read)?, net_to_guest })
+}
+
+/// MB/s from busybox dd's summary: `67108864 bytes (64.0MB) copied, 0.5 seconds, 128.0MB/s`.
+pub fn dd_rate(output: &str) -> Result<f64, XtaskError> {
+    let line = output
+        .lines()
+        .find(|l| l.contains("bytes") && l.contains("copied"))
+        .ok_or_else(|| XtaskError::Failed(format!("dd printed no summary (is O_DIRECT supported?):\n{output}")))?;
+    let bytes = line.split_whitespace().next().and_then(|b| b.parse::<f64>().ok());
+    let seconds = line.split(", ").nth(1).and_then(|t| t.split_whitespace().next()).and_then(|t| t.parse::<f64>().ok());
+    match (bytes, seconds) {
+        (Some(b), Some(t)) if t > 0.0 => Ok(b / t / 1e6),
+        _ => Err(XtaskError::Failed(format!("cannot read dd's summary: {line}"))),
+    }
+}
+
+/// Sends IO_BYTES to the guest's `nc -l` through QEMU's hostfwd and waits until the guest
+/// closes the connection (it has read everything): MB/s.
+fn send_to_guest(port: u16) -> Result<f64, XtaskError> {
+    use std::io::{Read, Write};
+    let failed = |e: std::io::Error| XtaskError::Failed(format!("TCP to the guest on 127.0.0.1:{port}: {e}"));
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
+    stream.set_read_timeout(Some(TIMEOUT)).map_err(failed)?;
+    let chunk = vec![0x5au8; 1 << 16];
+    let start = std::time::Instant::now();
+    for _ in 0..IO_BYTES / chunk.len() {
+        stream.write_all(&chunk).map_err(failed)?;
+    }
+    stream.shutdown(std::net::Shutdown::Write).map_err(failed)?;
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    Ok(IO_BYTES as f64 / start.elapsed().as_secs_f64() / 1e6)
+}
+
+/// The throughput figures as table rows and JSON.
+pub fn io_report(under: &IoFigures, native: &IoFigures) -> Result<String, XtaskError> {
+    let rows = [
+        ("disk write (O_DIRECT)", under.disk_write, native.disk_write),
+        ("disk read (O_DIRECT)", under.disk_read, native.disk_read),
+        ("TCP host -> guest", under.net_to_guest, native.net_to_guest),
+    ];
+    let mut table =
+        format!("{:<24} {:>10} {:>10} {:>8} {:>8} {:>5}\n", "MB/s", "hypervisor", "no hyp.", "ratio", "target", "met");
+    let mut json = Vec::new();
+    for (name, u, n) in rows {
+        let ratio = u / n;
+        let met = if ratio >= 0.8 { "yes" } else { "NO" };
+        table.push_str(&format!("{name:<24} {u:>10.1} {n:>10.1} {ratio:>8.2} {:>8} {met:>5}\n", ">= 0.8"));
+        json.push(format!(
+            "    {{\"name\": \"{name}\", \"hypervisor\": {u:.2}, \"native\": {n:.2}, \"ratio\": {ratio:.3}}}"
+        ));
+    }
+    let dir = images::workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join("io.json");
+    let body = format!("{{\n  \"unit\": \"MB/s (wall time)\",\n  \"io\": [\n{}\n  ]\n}}\n", json.join(",\n"));
+    std::fs::write(&path, body).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
+    Ok(table)
 }
 
 /// The boot figures as table rows and JSON.
@@ -231,6 +362,13 @@ pub fn report(under: &Figures, native: &Figures) -> Result<String, XtaskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dd_summaries_become_megabytes_per_second() {
+        let out = "64+0 records in\n64+0 records out\n67108864 bytes (64.0MB) copied, 0.500000 seconds, 128.0MB/s\n";
+        assert!((dd_rate(out).unwrap() - 134.217728).abs() < 1e-6);
+        assert!(dd_rate("dd: invalid oflag").is_err());
+    }
 
     #[test]
     fn figures_are_per_operation_less_the_measuring_overhead() {

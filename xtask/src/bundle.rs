@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use hyp_core::bundle::{BootBundle, COMPATIBLE};
+pub use hyp_core::bundle::{DiskSlice, VmDevices};
 use hyp_core::guest_layout;
 use hyp_core::image::Arm64Image;
 use vm_fdt::FdtWriter;
@@ -12,7 +13,7 @@ use vm_fdt::FdtWriter;
 use crate::XtaskError;
 
 /// One VM to put in the bundle.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct VmEntry {
     pub name: String,
     pub vcpus: u32,
@@ -22,6 +23,8 @@ pub struct VmEntry {
     pub bootargs: Option<String>,
     /// A device tree to boot with instead of the one the hypervisor generates.
     pub device_tree: Option<PathBuf>,
+    /// Its virtio disk (a slice of the board's disk) and NIC.
+    pub devices: VmDevices,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -79,6 +82,16 @@ pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskE
                 .map_err(|e| XtaskError::Usage(format!("VM {}: {}: {e}", vm.name, path.display())))?;
             fdt.property("device-tree", &tree).map_err(fdt_error)?;
         }
+        if let Some(DiskSlice { offset, size }) = vm.devices.disk {
+            let cells: Vec<u8> = [offset, size].iter().flat_map(|v| v.to_be_bytes()).collect();
+            fdt.property("disk", &cells).map_err(fdt_error)?;
+        }
+        if let Some(mac) = vm.devices.network {
+            fdt.property_null("network").map_err(fdt_error)?;
+            if let Some(mac) = mac {
+                fdt.property("mac", &mac).map_err(fdt_error)?;
+            }
+        }
         fdt.end_node(node).map_err(fdt_error)?;
     }
     fdt.end_node(list).map_err(fdt_error)?;
@@ -110,6 +123,7 @@ mod tests {
             initrd: None,
             bootargs: Some("console=ttyAMA0".into()),
             device_tree: None,
+            devices: VmDevices::default(),
         }
     }
 
@@ -171,6 +185,32 @@ mod tests {
         assert!(err(vm(not_image)).contains("not an arm64 Image"));
         let two = write(&[vm(k.clone()), vm(k)], &BundleOptions::default()).unwrap_err().to_string();
         assert_eq!(two, "boot bundle: VM one: two VMs have this name");
+    }
+
+    #[test]
+    fn devices_round_trip_and_bad_ones_are_refused() {
+        let dir = tempdir("devices");
+        let k = kernel_file(&dir, 8192);
+        let disk = DiskSlice { offset: 1 << 20, size: 8 << 20 };
+        let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x10];
+        let with = |devices| VmEntry { devices, ..vm(k.clone()) };
+        let blob = write(&[with(VmDevices { disk: Some(disk), network: Some(Some(mac)) })], &BundleOptions::default())
+            .unwrap();
+        let bundle = BootBundle::parse(&blob).unwrap();
+        let spec = bundle.vms().next().unwrap();
+        assert_eq!(spec.devices, VmDevices { disk: Some(disk), network: Some(Some(mac)) });
+        let blob = write(&[vm(k.clone())], &BundleOptions::default()).unwrap();
+        assert_eq!(BootBundle::parse(&blob).unwrap().vms().next().unwrap().devices, VmDevices::default());
+
+        let err = |devices| write(&[with(devices)], &BundleOptions::default()).unwrap_err().to_string();
+        assert_eq!(
+            err(VmDevices { disk: Some(DiskSlice { offset: 100, size: 0 }), network: None }),
+            "boot bundle: VM one: field `disk` offset and size must be multiples of 512 bytes"
+        );
+        assert_eq!(
+            err(VmDevices { disk: None, network: Some(Some([1, 2, 3, 4, 5, 6])) }),
+            "boot bundle: VM one: field `mac` must be a unicast address (first byte even), not all zeros"
+        );
     }
 
     #[test]

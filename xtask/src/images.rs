@@ -66,3 +66,28 @@ pub fn build_test_guest(bin: &str) -> Result<PathBuf, XtaskError> {
     let elf = cargo_build("selftest-guest", bin, AARCH64_TARGET, "guest", "")?;
     write_image(&elf, bin)
 }
+
+/// Size of a disk image `create_disk` makes (sparse: it takes no room until written).
+pub const DISK_SIZE: u64 = 1 << 30;
+
+/// A raw disk image at `path`, created empty (`size` bytes, sparse) if it does not exist.
+pub fn create_disk(path: &Path, size: u64) -> Result<(), XtaskError> {
+    if path.exists() {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    step(&format!("creating the disk image {} ({} MiB, empty)", path.display(), size >> 20));
+    let file =
+        std::fs::File::create(path).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", path.display())))?;
+    file.set_len(size).map_err(|e| XtaskError::Build(format!("cannot size {}: {e}", path.display())))
+}
+
+/// The disk of `cargo xtask qemu`'s Linux guest: `vm-disks/linux.img` in the workspace,
+/// kept between runs (and by `cargo clean`).
+pub fn default_disk() -> Result<PathBuf, XtaskError> {
+    let path = workspace_root().join("vm-disks").join("linux.img");
+    create_disk(&path, DISK_SIZE)?;
+    Ok(path)
+}

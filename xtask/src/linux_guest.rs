@@ -16,9 +16,24 @@ const METAPACKAGE: &str = "linux-image-arm64";
 const BUSYBOX: &str = "busybox-static";
 /// The modules the initramfs loads, in an order that satisfies their dependencies (checked
 /// against each module's `.modinfo` `depends=` when the initramfs is built).
-const MODULES: &[&str] = &["failover", "net_failover", "virtio_mmio", "virtio_blk", "virtio_net", "virtio_console"];
+const MODULES: &[&str] = &[
+    "failover",
+    "net_failover",
+    "virtio_mmio",
+    "virtio_blk",
+    "virtio_net",
+    "virtio_console",
+    "crc16",
+    "mbcache",
+    "jbd2",
+    "crc32c_generic",
+    "ext4",
+];
 /// The kernel command line when the user gives none: the console on the VM's PL011.
 pub const BOOTARGS: &str = "console=ttyAMA0 earlycon";
+/// Added to the command line of a guest with a NIC on QEMU's user-mode network: the address
+/// QEMU's `hostfwd` forwards to, and QEMU's gateway (/init reads both).
+pub const NETWORK_BOOTARGS: &str = "guest.ip=10.0.2.15 guest.gw=10.0.2.2";
 /// Package lists older than this are refreshed.
 const LISTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 
@@ -153,6 +168,21 @@ for m in $(cat /etc/modules); do
     insmod /lib/modules/$m.ko || echo "init: could not load module $m"
 done
 hostname guest
+ifconfig lo 127.0.0.1 up
+# The network, from the kernel command line: guest.ip=ADDRESS (a /24) and guest.gw=GATEWAY.
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        guest.ip=*) ifconfig eth0 "${arg#guest.ip=}" netmask 255.255.255.0 up && started_network=1 ;;
+        guest.gw=*) gateway="${arg#guest.gw=}" ;;
+    esac
+done
+if [ -n "$started_network" ]; then
+    [ -n "$gateway" ] && route add default gw "$gateway"
+    mkdir -p /www
+    echo "hello from $(hostname), Linux $(uname -r)" > /www/index.html
+    httpd -p 80 -h /www
+    echo "guest: eth0 is $(ifconfig eth0 | sed -n 's/.*inet addr:\([0-9.]*\).*/\1/p'); httpd serves /www on port 80"
+fi
 echo "guest: Linux $(uname -r) up with $(grep -c ^processor /proc/cpuinfo) CPU(s); 'poweroff' ends the VM, 'reboot' restarts it"
 echo "guest: shell ready at virtual count $(/bin/cntvct | od -An -tu8 | tr -d ' ')"
 "#;

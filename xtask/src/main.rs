@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use xtask::bundle::{self, BundleOptions, VmEntry};
+use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
 use xtask::{bench, images, setup, XtaskError};
@@ -28,6 +28,10 @@ Options of `qemu`:
   --append ARGS    its command line (default: `console=ttyAMA0 earlycon`)
   --dtb FILE       its device tree, instead of the one the hypervisor generates (the
                    hypervisor still sets /chosen: command line and initramfs)
+  --disk FILE      the linux guest's virtio disk, a raw image (default: vm-disks/linux.img,
+                   1 GiB, created empty on first use and kept between runs)
+  --http-port N    the host port (on 127.0.0.1) forwarded to the guest's port 80, where its
+                   httpd answers (default 8080)
   --vcpus N        the linux guest's vCPUs, 1 to 4 (default 2)
   --vm-memory MIB  the linux guest's RAM (default 512)
   --gic 2|3        GIC version of the board (default 3)
@@ -81,6 +85,8 @@ struct QemuArgs {
     initrd: Option<PathBuf>,
     append: Option<String>,
     dtb: Option<PathBuf>,
+    disk: Option<PathBuf>,
+    http_port: u16,
 }
 
 fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
@@ -94,6 +100,8 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         initrd: None,
         append: None,
         dtb: None,
+        disk: None,
+        http_port: 8080,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -118,6 +126,13 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             "--initrd" => parsed.initrd = Some(existing_file(flag, value()?)?),
             "--dtb" => parsed.dtb = Some(existing_file(flag, value()?)?),
             "--append" => parsed.append = Some(value()?),
+            "--disk" => parsed.disk = Some(existing_file(flag, value()?)?),
+            "--http-port" => {
+                parsed.http_port = u16::try_from(number(value()?)?)
+                    .ok()
+                    .filter(|&p| p > 0)
+                    .ok_or_else(|| XtaskError::Usage(format!("{flag}: not a TCP port (1-65535)")))?
+            }
             other => return Err(XtaskError::Usage(format!("unknown option `{other}`; see `cargo xtask help`"))),
         }
     }
@@ -126,7 +141,8 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     }
     let linux_only = [("--kernel", parsed.kernel.is_some()), ("--initrd", parsed.initrd.is_some())]
         .into_iter()
-        .chain([("--append", parsed.append.is_some()), ("--dtb", parsed.dtb.is_some())]);
+        .chain([("--append", parsed.append.is_some()), ("--dtb", parsed.dtb.is_some())])
+        .chain([("--disk", parsed.disk.is_some())]);
     if let Some((flag, _)) = linux_only.filter(|(_, given)| *given).find(|_| parsed.guest != "linux") {
         return Err(XtaskError::Usage(format!("{flag} is for the linux guest, not `{}`", parsed.guest)));
     }
@@ -167,18 +183,26 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
             (linux.kernel, Some(initrd.unwrap_or(linux.initrd)))
         }
     };
+    let disk = match args.disk {
+        Some(disk) => disk,
+        None => images::default_disk()?,
+    };
+    let bootargs = args
+        .append
+        .unwrap_or_else(|| format!("{} {}", xtask::linux_guest::BOOTARGS, xtask::linux_guest::NETWORK_BOOTARGS));
     let vm = VmEntry {
         name: "linux".into(),
         vcpus: args.vcpus,
         memory: args.vm_memory_mib << 20,
         kernel,
         initrd,
-        bootargs: Some(args.append.unwrap_or_else(|| xtask::linux_guest::BOOTARGS.into())),
+        bootargs: Some(bootargs),
         device_tree: args.dtb,
+        devices: VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), network: Some(None) },
     };
     // No semihosting: the guest is not a trusted test guest (semihosting reaches the host).
     let bundle_path = write_bundle("linux", &[vm], &BundleOptions::default())?;
-    let machine = args.machine;
+    let machine = Machine { disk: Some(disk.clone()), network: Some(vec![(args.http_port, 80)]), ..args.machine };
     if (machine.smp as u64) < u64::from(args.vcpus) {
         return Err(XtaskError::Usage(format!(
             "{} vCPUs need {} physical CPUs (each vCPU has its own); raise --smp",
@@ -188,6 +212,11 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
     step(&format!(
         "booting the hypervisor and Linux ({} vCPUs, {} MiB) on QEMU virt (GICv{}, {} CPUs, {} MiB)",
         args.vcpus, args.vm_memory_mib, machine.gic_version, machine.smp, machine.memory_mib
+    ));
+    step(&format!(
+        "its disk is /dev/vda ({}); its httpd answers on http://127.0.0.1:{}/",
+        disk.display(),
+        args.http_port
     ));
     step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
     let status =
@@ -217,6 +246,7 @@ fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
         initrd: None,
         bootargs: None,
         device_tree: None,
+        devices: VmDevices::default(),
     };
     let bundle_path =
         write_bundle("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
@@ -273,7 +303,9 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     print!("{}", bench::report(&under, &native)?);
     let boot = bench::linux_boot()?;
     print!("{}", bench::boot_report(&boot)?);
-    step("figures written to target/bench/micro.json and target/bench/macro.json");
+    let (under, native) = bench::virtio_io()?;
+    print!("{}", bench::io_report(&under, &native)?);
+    step("figures written to target/bench/micro.json, macro.json and io.json");
     Ok(())
 }
 

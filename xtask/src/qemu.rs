@@ -25,6 +25,12 @@ pub struct Machine {
     /// Lets the hypervisor end the run with a non-zero status (trusted test guests only:
     /// semihosting is reachable from EL1 too).
     pub semihosting: bool,
+    /// A raw disk image file as the board's virtio-blk device.
+    pub disk: Option<PathBuf>,
+    /// A virtio-net device on QEMU's user-mode network, with these TCP ports of
+    /// 127.0.0.1 forwarded to the guest side (host port, guest port). Nothing listens
+    /// anywhere but on the loopback address.
+    pub network: Option<Vec<(u16, u16)>>,
 }
 
 impl Default for Machine {
@@ -37,6 +43,8 @@ impl Default for Machine {
             icount: false,
             virtualization: true,
             semihosting: false,
+            disk: None,
+            network: None,
         }
     }
 }
@@ -60,6 +68,21 @@ impl Machine {
         }
         if self.semihosting {
             cmd.args(["-semihosting-config", "enable=on,target=native"]);
+        }
+        // virtio 1.x on the virtio-mmio transports (version 2), not the legacy interface.
+        cmd.args(["-global", "virtio-mmio.force-legacy=false"]);
+        if let Some(disk) = &self.disk {
+            // `cache=none`: a write the guest flushed is in the host file, not in QEMU.
+            cmd.arg("-drive")
+                .arg(format!("file={},if=none,format=raw,id=disk0,cache=none", disk.display()))
+                .args(["-device", "virtio-blk-device,drive=disk0"]);
+        }
+        if let Some(forwards) = &self.network {
+            let mut netdev = String::from("user,id=net0");
+            for (host, guest) in forwards {
+                netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
+            }
+            cmd.args(["-netdev", &netdev]).args(["-device", "virtio-net-device,netdev=net0"]);
         }
         cmd
     }
