@@ -1,0 +1,201 @@
+//! One split virtqueue as the device sees it (virtio 1.2, 2.7): its configuration from the
+//! transport registers, the device's own indices, and the ring operations: taking the next
+//! available chain (2.7.6), publishing a used element (2.7.8), event-index notification
+//! suppression (2.7.7.2, 2.7.10).
+//!
+//! The ring addresses are checked against RAM and alignment when the queue is made ready and
+//! cannot change while it is, so later ring accesses stay inside RAM.
+
+use crate::chain::{read_chain, Chain, ChainRules, DESCRIPTOR_SIZE};
+use crate::incident::DeviceIncident;
+use crate::memory::{read_u16, write_u16, write_u32, GuestMemory, GuestMemoryError};
+
+/// VIRTQ_AVAIL_F_NO_INTERRUPT (2.7.6).
+const VIRTQ_AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// 2.7.7.2 / 2.7.10: whether an event index in (old, new] was crossed, modulo 2^16.
+pub fn vring_need_event(event_idx: u16, new_idx: u16, old_idx: u16) -> bool {
+    new_idx.wrapping_sub(event_idx).wrapping_sub(1) < new_idx.wrapping_sub(old_idx)
+}
+
+/// Configuration and device-side state of one queue.
+#[derive(Clone, Debug)]
+pub struct Virtqueue {
+    pub max_size: u16,
+    /// QueueNum as the driver wrote it; validated at QueueReady.
+    pub num: u32,
+    pub ready: bool,
+    pub desc: u64,
+    pub driver: u64,
+    pub device: u64,
+    /// Next available-ring entry the device will look at.
+    pub last_avail: u16,
+    /// The device's used->idx.
+    pub used_idx: u16,
+}
+
+impl Virtqueue {
+    pub fn new(max_size: u16) -> Self {
+        Virtqueue {
+            max_size,
+            num: u32::from(max_size),
+            ready: false,
+            desc: 0,
+            driver: 0,
+            device: 0,
+            last_avail: 0,
+            used_idx: 0,
+        }
+    }
+
+    /// The queue size once ready (validated to fit in u16 at QueueReady).
+    pub fn size(&self) -> u16 {
+        u16::try_from(self.num).unwrap_or(0)
+    }
+
+    /// Checks the configuration when the driver sets QueueReady: size a power of two within
+    /// QueueNumMax (2.7), rings aligned (2.7: descriptors 16, available 2, used 4) and in RAM.
+    pub fn validate(&self, queue: u16, mem: &dyn GuestMemory) -> Result<(), DeviceIncident> {
+        if self.num == 0 || !self.num.is_power_of_two() || self.num > u32::from(self.max_size) {
+            return Err(DeviceIncident::BadQueueSize { queue, num: self.num, max: self.max_size });
+        }
+        let n = u64::from(self.num);
+        let areas = [
+            ("descriptor table", self.desc, 16u64, DESCRIPTOR_SIZE * n),
+            ("available ring", self.driver, 2, 6 + 2 * n),
+            ("used ring", self.device, 4, 6 + 8 * n),
+        ];
+        for (what, addr, align, len) in areas {
+            if addr % align != 0 || mem.check(addr, len).is_err() {
+                return Err(DeviceIncident::BadRingAddress { queue, what, addr });
+            }
+        }
+        Ok(())
+    }
+
+    /// The ring slot of a free-running index. Only ready queues reach here, and their size was
+    /// validated non-zero; the check keeps a division by zero impossible regardless.
+    fn slot(&self, queue: u16, index: u16) -> Result<u64, DeviceIncident> {
+        match index.checked_rem(self.size()) {
+            Some(slot) => Ok(u64::from(slot)),
+            None => Err(DeviceIncident::BadQueueSize { queue, num: self.num, max: self.max_size }),
+        }
+    }
+
+    fn at(&self, queue: u16, base: u64, offset: u64) -> Result<u64, DeviceIncident> {
+        base.checked_add(offset)
+            .ok_or(DeviceIncident::RingOutsideRam { queue, error: GuestMemoryError { addr: base, len: offset } })
+    }
+
+    fn read16(&self, mem: &dyn GuestMemory, queue: u16, base: u64, offset: u64) -> Result<u16, DeviceIncident> {
+        let addr = self.at(queue, base, offset)?;
+        read_u16(mem, addr).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })
+    }
+
+    /// avail->idx, and how many entries it is ahead of the device (at most the queue size).
+    fn pending(&self, mem: &dyn GuestMemory, queue: u16) -> Result<u16, DeviceIncident> {
+        let idx = self.read16(mem, queue, self.driver, 2)?;
+        let pending = idx.wrapping_sub(self.last_avail);
+        if pending > self.size() {
+            return Err(DeviceIncident::AvailIndexJump {
+                queue,
+                last_seen: self.last_avail,
+                now: idx,
+                size: self.size(),
+            });
+        }
+        Ok(pending)
+    }
+
+    /// Takes the next available chain, if any. With EVENT_IDX, an empty ring first publishes
+    /// avail_event = the next index the device wants (2.7.10) and looks once more, so a buffer
+    /// the driver added while it still saw the old avail_event is not left unnoticed.
+    pub(crate) fn pop(
+        &mut self,
+        mem: &dyn GuestMemory,
+        queue: u16,
+        event_idx: bool,
+        indirect: bool,
+    ) -> Result<Option<Chain>, DeviceIncident> {
+        let mut pending = self.pending(mem, queue)?;
+        if pending == 0 && event_idx {
+            self.write_avail_event(mem, queue)?;
+            pending = self.pending(mem, queue)?;
+        }
+        if pending == 0 {
+            return Ok(None);
+        }
+        let slot = self.slot(queue, self.last_avail)?;
+        let head = self.read16(mem, queue, self.driver, 4 + 2 * slot)?;
+        let rules = ChainRules { queue, size: self.size(), max_indirect: self.max_size, indirect };
+        let chain = read_chain(mem, self.desc, head, rules)?;
+        self.last_avail = self.last_avail.wrapping_add(1);
+        Ok(Some(chain))
+    }
+
+    /// Gives back the chain `pop` just returned, untouched (e.g. a receive buffer too small).
+    pub(crate) fn unpop(&mut self) {
+        self.last_avail = self.last_avail.wrapping_sub(1);
+    }
+
+    /// 2.7.10: the used ring's trailing avail_event field.
+    fn write_avail_event(&self, mem: &dyn GuestMemory, queue: u16) -> Result<(), DeviceIncident> {
+        let addr = self.at(queue, self.device, 4 + 8 * u64::from(self.size()))?;
+        write_u16(mem, addr, self.last_avail).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })
+    }
+
+    /// 2.7.8: writes the used element, then publishes it by bumping used->idx (the element
+    /// must be visible before the index; the hypervisor's GuestMemory orders its writes).
+    pub(crate) fn push_used(
+        &mut self,
+        mem: &dyn GuestMemory,
+        queue: u16,
+        head: u16,
+        len: u32,
+    ) -> Result<(), DeviceIncident> {
+        let err = |error| DeviceIncident::RingOutsideRam { queue, error };
+        let slot = self.slot(queue, self.used_idx)?;
+        let elem = self.at(queue, self.device, 4 + 8 * slot)?;
+        write_u32(mem, elem, u32::from(head)).map_err(err)?;
+        write_u32(mem, self.at(queue, elem, 4)?, len).map_err(err)?;
+        self.used_idx = self.used_idx.wrapping_add(1);
+        write_u16(mem, self.at(queue, self.device, 2)?, self.used_idx).map_err(err)
+    }
+
+    /// Whether the used entries published since `old_used` call for an interrupt: with
+    /// EVENT_IDX per used_event (2.7.7.2), else unless VIRTQ_AVAIL_F_NO_INTERRUPT (2.7.7.1).
+    pub(crate) fn needs_interrupt(
+        &self,
+        mem: &dyn GuestMemory,
+        queue: u16,
+        old_used: u16,
+        event_idx: bool,
+    ) -> Result<bool, DeviceIncident> {
+        if self.used_idx == old_used {
+            return Ok(false);
+        }
+        if event_idx {
+            let used_event = self.read16(mem, queue, self.driver, 4 + 2 * u64::from(self.size()))?;
+            Ok(vring_need_event(used_event, self.used_idx, old_used))
+        } else {
+            let flags = self.read16(mem, queue, self.driver, 0)?;
+            Ok(flags & VIRTQ_AVAIL_F_NO_INTERRUPT == 0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn need_event_matches_the_spec_formula_across_wraparound() {
+        assert!(vring_need_event(0, 1, 0));
+        assert!(!vring_need_event(1, 1, 0));
+        assert!(vring_need_event(4, 8, 2));
+        assert!(!vring_need_event(8, 8, 2));
+        assert!(!vring_need_event(1, 8, 2));
+        assert!(vring_need_event(0xffff, 1, 0xfffe));
+        assert!(vring_need_event(0, 1, 0xffff));
+    }
+}

@@ -1,0 +1,481 @@
+//! The virtio-mmio transport, version 2 (virtio 1.2, 4.2.2): the 0x200-byte register window a
+//! guest sees, feature negotiation and device status (2.1, 2.2, 3.1.1), queue set-up, and the
+//! dispatch of queue notifications to the device model with interrupt decisions afterwards.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::device::{ConfigError, NeedsReset, QueueAccess, VirtioDevice};
+use crate::features::{interrupt, status, TRANSPORT_FEATURES, VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
+use crate::incident::{DeviceIncident, IncidentLog};
+use crate::memory::GuestMemory;
+use crate::queue::Virtqueue;
+
+/// Register offsets of the version-2 layout (4.2.2, table "MMIO Device Register Layout").
+pub mod regs {
+    pub const MAGIC_VALUE: u64 = 0x000;
+    pub const VERSION: u64 = 0x004;
+    pub const DEVICE_ID: u64 = 0x008;
+    pub const VENDOR_ID: u64 = 0x00c;
+    pub const DEVICE_FEATURES: u64 = 0x010;
+    pub const DEVICE_FEATURES_SEL: u64 = 0x014;
+    pub const DRIVER_FEATURES: u64 = 0x020;
+    pub const DRIVER_FEATURES_SEL: u64 = 0x024;
+    pub const QUEUE_SEL: u64 = 0x030;
+    pub const QUEUE_NUM_MAX: u64 = 0x034;
+    pub const QUEUE_NUM: u64 = 0x038;
+    pub const QUEUE_READY: u64 = 0x044;
+    pub const QUEUE_NOTIFY: u64 = 0x050;
+    pub const INTERRUPT_STATUS: u64 = 0x060;
+    pub const INTERRUPT_ACK: u64 = 0x064;
+    pub const STATUS: u64 = 0x070;
+    pub const QUEUE_DESC_LOW: u64 = 0x080;
+    pub const QUEUE_DESC_HIGH: u64 = 0x084;
+    pub const QUEUE_DRIVER_LOW: u64 = 0x090;
+    pub const QUEUE_DRIVER_HIGH: u64 = 0x094;
+    pub const QUEUE_DEVICE_LOW: u64 = 0x0a0;
+    pub const QUEUE_DEVICE_HIGH: u64 = 0x0a4;
+    pub const SHM_SEL: u64 = 0x0ac;
+    pub const SHM_LEN_LOW: u64 = 0x0b0;
+    pub const SHM_LEN_HIGH: u64 = 0x0b4;
+    pub const SHM_BASE_LOW: u64 = 0x0b8;
+    pub const SHM_BASE_HIGH: u64 = 0x0bc;
+    pub const CONFIG_GENERATION: u64 = 0x0fc;
+    pub const CONFIG: u64 = 0x100;
+    /// Size of one transport's window.
+    pub const WINDOW_SIZE: u64 = 0x200;
+}
+
+/// "virt" in little-endian ASCII (4.2.2).
+pub const MAGIC: u32 = 0x7472_6976;
+/// The non-legacy register layout (4.2.2).
+pub const VERSION: u32 = 2;
+/// Our own vendor ID: "HYVR" in little-endian ASCII. Linux ignores it; it only tells a curious
+/// guest which implementation it runs on (QEMU uses "QEMU", 0x554d4551).
+pub const VENDOR_ID: u32 = 0x5256_5948;
+
+/// A guest register access the transport refuses; the hypervisor answers with a data abort.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterError {
+    NoRegister { offset: u64 },
+    BadWidth { offset: u64, width: u8 },
+    ReadOnly { offset: u64 },
+    WriteOnly { offset: u64 },
+}
+
+impl fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RegisterError::NoRegister { offset } => {
+                write!(f, "virtio-mmio: no register at offset {offset:#x}")
+            }
+            RegisterError::BadWidth { offset, width } => write!(
+                f,
+                "virtio-mmio: {width}-byte access at offset {offset:#x} refused: control registers take aligned 32-bit accesses, configuration fields their own aligned width (virtio 4.2.2.2)"
+            ),
+            RegisterError::ReadOnly { offset } => write!(f, "virtio-mmio: register at offset {offset:#x} is read-only"),
+            RegisterError::WriteOnly { offset } => {
+                write!(f, "virtio-mmio: register at offset {offset:#x} is write-only")
+            }
+        }
+    }
+}
+
+const WRITE_ONLY: [u64; 14] = [
+    regs::DEVICE_FEATURES_SEL,
+    regs::DRIVER_FEATURES,
+    regs::DRIVER_FEATURES_SEL,
+    regs::QUEUE_SEL,
+    regs::QUEUE_NUM,
+    regs::QUEUE_NOTIFY,
+    regs::INTERRUPT_ACK,
+    regs::QUEUE_DESC_LOW,
+    regs::QUEUE_DESC_HIGH,
+    regs::QUEUE_DRIVER_LOW,
+    regs::QUEUE_DRIVER_HIGH,
+    regs::QUEUE_DEVICE_LOW,
+    regs::QUEUE_DEVICE_HIGH,
+    regs::SHM_SEL,
+];
+
+const READ_ONLY: [u64; 12] = [
+    regs::MAGIC_VALUE,
+    regs::VERSION,
+    regs::DEVICE_ID,
+    regs::VENDOR_ID,
+    regs::DEVICE_FEATURES,
+    regs::QUEUE_NUM_MAX,
+    regs::INTERRUPT_STATUS,
+    regs::SHM_LEN_LOW,
+    regs::SHM_LEN_HIGH,
+    regs::SHM_BASE_LOW,
+    regs::SHM_BASE_HIGH,
+    regs::CONFIG_GENERATION,
+];
+
+/// One virtio-mmio device: transport state plus the device model.
+pub struct VirtioMmio<D: VirtioDevice> {
+    pub(crate) device: D,
+    pub(crate) status: u32,
+    device_features_sel: u32,
+    driver_features: u64,
+    driver_features_sel: u32,
+    /// The driver set a bit in a DriverFeatures word beyond the second (no feature lives there).
+    driver_features_beyond: bool,
+    queue_sel: u32,
+    pub(crate) queues: Vec<Virtqueue>,
+    pub(crate) interrupt_status: u32,
+    pub(crate) incidents: IncidentLog,
+}
+
+impl<D: VirtioDevice> VirtioMmio<D> {
+    pub fn new(device: D) -> Self {
+        let queues = (0..device.num_queues()).map(|q| Virtqueue::new(device.queue_max_size(q))).collect();
+        VirtioMmio {
+            device,
+            status: 0,
+            device_features_sel: 0,
+            driver_features: 0,
+            driver_features_sel: 0,
+            driver_features_beyond: false,
+            queue_sel: 0,
+            queues,
+            interrupt_status: 0,
+            incidents: IncidentLog::default(),
+        }
+    }
+
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// Everything offered: the device's bits and the transport's (6).
+    pub fn offered_features(&self) -> u64 {
+        self.device.device_features() | TRANSPORT_FEATURES
+    }
+
+    /// The features in force: what the driver accepted, once FEATURES_OK stuck.
+    pub fn negotiated_features(&self) -> u64 {
+        if self.status & status::FEATURES_OK != 0 {
+            self.driver_features
+        } else {
+            0
+        }
+    }
+
+    /// Device status register (2.1), including DEVICE_NEEDS_RESET (64) when set.
+    pub fn status(&self) -> u32 {
+        self.status
+    }
+
+    pub fn needs_reset(&self) -> bool {
+        self.status & status::DEVICE_NEEDS_RESET != 0
+    }
+
+    /// The level of the device's interrupt line: InterruptStatus != 0 (level-triggered).
+    pub fn interrupt_level(&self) -> bool {
+        self.interrupt_status != 0
+    }
+
+    /// InterruptStatus (bit 0 used buffer, bit 1 configuration change).
+    pub fn interrupt_status(&self) -> u32 {
+        self.interrupt_status
+    }
+
+    /// Queue `index` as the device sees it (for logs and tests).
+    pub fn queue(&self, index: u16) -> Option<&Virtqueue> {
+        self.queues.get(usize::from(index))
+    }
+
+    /// Errors the guest's driver made since the last call (bounded; a leading `Dropped` entry
+    /// counts the ones that did not fit).
+    pub fn take_incidents(&mut self) -> Vec<DeviceIncident> {
+        self.incidents.take()
+    }
+
+    /// Reset as at power-on (VM reboot).
+    pub fn reset(&mut self) {
+        self.reset_transport();
+        self.device.power_on_reset();
+        self.incidents = IncidentLog::default();
+    }
+
+    /// Device reset by the driver writing 0 to Status (2.1, 4.2.2).
+    fn reset_transport(&mut self) {
+        self.status = 0;
+        self.device_features_sel = 0;
+        self.driver_features = 0;
+        self.driver_features_sel = 0;
+        self.driver_features_beyond = false;
+        self.queue_sel = 0;
+        for q in &mut self.queues {
+            *q = Virtqueue::new(q.max_size);
+        }
+        self.interrupt_status = 0;
+    }
+
+    /// Queues are processed only once DRIVER_OK is set and until the device needs a reset.
+    pub(crate) fn running(&self) -> bool {
+        self.status & (status::DRIVER_OK | status::DEVICE_NEEDS_RESET) == status::DRIVER_OK
+    }
+
+    pub(crate) fn queue_ready(&self, queue: u16) -> bool {
+        self.queues.get(usize::from(queue)).is_some_and(|q| q.ready)
+    }
+
+    /// 2.1.2: the device hit a driver error it cannot recover from. It stops processing and,
+    /// if DRIVER_OK is set, tells the driver with a configuration change notification.
+    pub(crate) fn set_needs_reset(&mut self) {
+        self.status |= status::DEVICE_NEEDS_RESET;
+        if self.status & status::DRIVER_OK != 0 {
+            self.interrupt_status |= interrupt::CONFIG_CHANGE;
+        }
+    }
+
+    /// Runs `f` against the device and its queues, then raises the used-buffer interrupt for
+    /// every queue whose new used entries call for one, and DEVICE_NEEDS_RESET on a driver bug.
+    pub(crate) fn run<R>(
+        &mut self,
+        mem: &dyn GuestMemory,
+        f: impl FnOnce(&mut D, &mut QueueAccess<'_>) -> Result<R, NeedsReset>,
+    ) -> Result<R, NeedsReset> {
+        if !self.running() {
+            return Err(NeedsReset);
+        }
+        let features = self.negotiated_features();
+        let before: Vec<u16> = self.queues.iter().map(|q| q.used_idx).collect();
+        let mut access =
+            QueueAccess { mem, queues: &mut self.queues, features, incidents: &mut self.incidents, popped: 0 };
+        let mut result = f(&mut self.device, &mut access);
+        let event_idx = features & VIRTIO_F_EVENT_IDX != 0;
+        for (index, (q, old)) in self.queues.iter().zip(before).enumerate() {
+            if !q.ready {
+                continue;
+            }
+            // The queue count comes from the device (a u16), so the index fits.
+            match q.needs_interrupt(mem, index as u16, old, event_idx) {
+                Ok(true) => self.interrupt_status |= interrupt::USED_BUFFER,
+                Ok(false) => {}
+                Err(incident) => {
+                    self.incidents.record(incident);
+                    result = Err(NeedsReset);
+                }
+            }
+        }
+        if result.is_err() {
+            self.set_needs_reset();
+        }
+        result
+    }
+
+    /// A guest read of `width` bytes (1, 2, 4 or 8) at `offset` in the window.
+    pub fn read(&mut self, offset: u64, width: u8) -> Result<u64, RegisterError> {
+        if offset >= regs::CONFIG {
+            return self.read_config(offset, width);
+        }
+        if width != 4 || !offset.is_multiple_of(4) {
+            return Err(RegisterError::BadWidth { offset, width });
+        }
+        let features = self.offered_features();
+        let value: u32 = match offset {
+            regs::MAGIC_VALUE => MAGIC,
+            regs::VERSION => VERSION,
+            regs::DEVICE_ID => self.device.device_id(),
+            regs::VENDOR_ID => VENDOR_ID,
+            regs::DEVICE_FEATURES => match self.device_features_sel {
+                0 => features as u32,
+                1 => (features >> 32) as u32,
+                _ => 0,
+            },
+            regs::QUEUE_NUM_MAX => self.selected().map_or(0, |q| u32::from(q.max_size)),
+            regs::QUEUE_READY => self.selected().map_or(0, |q| u32::from(q.ready)),
+            regs::INTERRUPT_STATUS => self.interrupt_status,
+            regs::STATUS => self.status,
+            // No shared memory regions: a non-existent region reads as length -1 (4.2.2).
+            regs::SHM_LEN_LOW | regs::SHM_LEN_HIGH | regs::SHM_BASE_LOW | regs::SHM_BASE_HIGH => u32::MAX,
+            // The configuration never changes under the driver's feet.
+            regs::CONFIG_GENERATION => 0,
+            o if WRITE_ONLY.contains(&o) => return Err(RegisterError::WriteOnly { offset }),
+            _ => return Err(RegisterError::NoRegister { offset }),
+        };
+        Ok(u64::from(value))
+    }
+
+    fn read_config(&self, offset: u64, width: u8) -> Result<u64, RegisterError> {
+        if offset >= regs::WINDOW_SIZE {
+            return Err(RegisterError::NoRegister { offset });
+        }
+        self.device.read_config(offset - regs::CONFIG, width).map_err(|e| config_error(e, offset, width))
+    }
+
+    /// A guest write. A QueueNotify write processes that queue at once against `mem`.
+    pub fn write(&mut self, mem: &dyn GuestMemory, offset: u64, width: u8, value: u64) -> Result<(), RegisterError> {
+        if offset >= regs::CONFIG {
+            return self.write_config(offset, width, value);
+        }
+        if width != 4 || !offset.is_multiple_of(4) {
+            return Err(RegisterError::BadWidth { offset, width });
+        }
+        // A 32-bit access: the upper half of `value` is not part of it.
+        let v = value as u32;
+        match offset {
+            regs::DEVICE_FEATURES_SEL => self.device_features_sel = v,
+            regs::DRIVER_FEATURES => self.write_driver_features(v),
+            regs::DRIVER_FEATURES_SEL => self.driver_features_sel = v,
+            regs::QUEUE_SEL => self.queue_sel = v,
+            regs::QUEUE_NUM => self.with_idle_queue(offset, |q| q.num = v),
+            regs::QUEUE_READY => self.write_queue_ready(mem, v),
+            regs::QUEUE_NOTIFY => self.notify(mem, v),
+            regs::INTERRUPT_ACK => self.interrupt_status &= !v,
+            regs::STATUS => self.write_status(mem, v),
+            regs::QUEUE_DESC_LOW => self.with_idle_queue(offset, |q| q.desc = set_low(q.desc, v)),
+            regs::QUEUE_DESC_HIGH => self.with_idle_queue(offset, |q| q.desc = set_high(q.desc, v)),
+            regs::QUEUE_DRIVER_LOW => self.with_idle_queue(offset, |q| q.driver = set_low(q.driver, v)),
+            regs::QUEUE_DRIVER_HIGH => self.with_idle_queue(offset, |q| q.driver = set_high(q.driver, v)),
+            regs::QUEUE_DEVICE_LOW => self.with_idle_queue(offset, |q| q.device = set_low(q.device, v)),
+            regs::QUEUE_DEVICE_HIGH => self.with_idle_queue(offset, |q| q.device = set_high(q.device, v)),
+            // No shared memory regions: the selector has nothing to select.
+            regs::SHM_SEL => {}
+            o if READ_ONLY.contains(&o) => return Err(RegisterError::ReadOnly { offset }),
+            _ => return Err(RegisterError::NoRegister { offset }),
+        }
+        Ok(())
+    }
+
+    fn write_config(&mut self, offset: u64, width: u8, value: u64) -> Result<(), RegisterError> {
+        // The read decides whether the field exists and the width fits it.
+        self.read_config(offset, width)?;
+        // A refused write is reported through the RegisterError (the hypervisor logs it).
+        self.device.write_config(offset - regs::CONFIG, width, value).map_err(|e| config_error(e, offset, width))
+    }
+
+    fn selected(&self) -> Option<&Virtqueue> {
+        usize::try_from(self.queue_sel).ok().and_then(|i| self.queues.get(i))
+    }
+
+    /// Queue address and size registers may change only while the queue is not ready (4.2.2).
+    fn with_idle_queue(&mut self, offset: u64, f: impl FnOnce(&mut Virtqueue)) {
+        let sel = self.queue_sel;
+        match usize::try_from(sel).ok().and_then(|i| self.queues.get_mut(i)) {
+            None => self.incidents.record(DeviceIncident::NoSuchQueue { queue: sel }),
+            Some(q) if q.ready => {
+                self.incidents.record(DeviceIncident::QueueWriteWhileReady { queue: sel as u16, offset })
+            }
+            Some(q) => f(q),
+        }
+    }
+
+    fn write_queue_ready(&mut self, mem: &dyn GuestMemory, v: u32) {
+        let sel = self.queue_sel;
+        let Some(q) = usize::try_from(sel).ok().and_then(|i| self.queues.get_mut(i)) else {
+            self.incidents.record(DeviceIncident::NoSuchQueue { queue: sel });
+            return;
+        };
+        // The selector named an existing queue, and queue counts are u16.
+        let queue = sel as u16;
+        if v & 1 == 0 {
+            q.ready = false;
+            return;
+        }
+        if q.ready {
+            return;
+        }
+        match q.validate(queue, mem) {
+            Ok(()) => {
+                q.ready = true;
+                q.last_avail = 0;
+                q.used_idx = 0;
+            }
+            Err(incident) => self.incidents.record(incident),
+        }
+    }
+
+    fn write_driver_features(&mut self, v: u32) {
+        if self.status & status::FEATURES_OK != 0 {
+            // 3.1.1: the driver must not accept features after FEATURES_OK.
+            self.incidents.record(DeviceIncident::FeaturesAfterFeaturesOk);
+            return;
+        }
+        match self.driver_features_sel {
+            0 => self.driver_features = set_low(self.driver_features, v),
+            1 => self.driver_features = set_high(self.driver_features, v),
+            _ => self.driver_features_beyond |= v != 0,
+        }
+    }
+
+    fn write_status(&mut self, mem: &dyn GuestMemory, v: u32) {
+        if v == 0 {
+            self.reset_transport();
+            self.device.reset();
+            return;
+        }
+        // 2.1.1: the driver never clears a bit (only a reset does), and DEVICE_NEEDS_RESET is
+        // the device's: so bits accumulate and the driver cannot set or clear bit 64.
+        let old = self.status;
+        let mut new = old | (v & !status::DEVICE_NEEDS_RESET);
+        if new & status::FEATURES_OK != 0 && old & status::FEATURES_OK == 0 {
+            let offered = self.offered_features();
+            let accepted = self.driver_features;
+            // 2.2.2 / 6.1: only offered features, and VERSION_1 is required (no legacy interface).
+            if self.driver_features_beyond || accepted & !offered != 0 || accepted & VIRTIO_F_VERSION_1 == 0 {
+                self.incidents.record(DeviceIncident::FeaturesRefused { offered, accepted });
+                new &= !status::FEATURES_OK;
+            }
+        }
+        let starting = new & status::DRIVER_OK != 0 && old & status::DRIVER_OK == 0;
+        if starting && new & status::FEATURES_OK == 0 {
+            self.incidents.record(DeviceIncident::DriverOkWithoutFeaturesOk);
+            new &= !status::DRIVER_OK;
+        }
+        self.status = new;
+        if starting && new & status::DRIVER_OK != 0 {
+            self.device.activate(self.driver_features);
+            // Buffers the driver made available (and notified) before DRIVER_OK are served now.
+            for queue in 0..self.device.num_queues() {
+                if self.queue_ready(queue) {
+                    self.process(mem, queue);
+                }
+            }
+        }
+    }
+
+    fn notify(&mut self, mem: &dyn GuestMemory, v: u32) {
+        // Without VIRTIO_F_NOTIFICATION_DATA the value is the queue index (4.2.2).
+        let Ok(queue) = u16::try_from(v) else {
+            self.incidents.record(DeviceIncident::NoSuchQueue { queue: v });
+            return;
+        };
+        if queue >= self.device.num_queues() {
+            self.incidents.record(DeviceIncident::NoSuchQueue { queue: v });
+            return;
+        }
+        if self.running() && self.queue_ready(queue) {
+            self.process(mem, queue);
+        }
+    }
+
+    fn process(&mut self, mem: &dyn GuestMemory, queue: u16) {
+        // A driver bug already became DEVICE_NEEDS_RESET inside `run`.
+        let _ = self.run(mem, |device, access| device.queue_notify(queue, access));
+    }
+}
+
+fn config_error(e: ConfigError, offset: u64, width: u8) -> RegisterError {
+    match e {
+        ConfigError::NoField => RegisterError::NoRegister { offset },
+        ConfigError::BadWidth => RegisterError::BadWidth { offset, width },
+        ConfigError::ReadOnly => RegisterError::ReadOnly { offset },
+    }
+}
+
+fn set_low(old: u64, v: u32) -> u64 {
+    (old & !0xffff_ffff) | u64::from(v)
+}
+
+fn set_high(old: u64, v: u32) -> u64 {
+    (old & 0xffff_ffff) | (u64::from(v) << 32)
+}
