@@ -1,0 +1,64 @@
+//! Invariant 1 (docs/scheduler.md): vCPUs that are always runnable share their CPU in
+//! proportion to their slices (equally for equal slices), within 5%.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use sched::Policy;
+
+/// Runs `specs` (all Busy, shared) for `rounds` rounds of the longest CPU's slices and
+/// compares each vCPU's CPU time with its share.
+fn assert_fair(cpus: usize, slices: &[(usize, u64)], rounds: u64) {
+    let specs: Vec<Spec> = slices
+        .iter()
+        .map(|&(home, slice)| Spec { home, policy: Policy::Shared { slice }, behaviour: Behaviour::Busy })
+        .collect();
+    let round = (0..cpus).map(|c| slices.iter().filter(|s| s.0 == c).map(|s| s.1).sum::<u64>()).max().unwrap_or(1);
+    let end = round * rounds;
+    let mut sim = Sim::new(cpus, &specs);
+    sim.run_until(end);
+    for (i, &(home, slice)) in slices.iter().enumerate() {
+        let total: u64 = slices.iter().filter(|s| s.0 == home).map(|s| s.1).sum();
+        let expected = end as f64 * slice as f64 / total as f64;
+        let got = sim.vcpus[i].cpu_time as f64;
+        assert!(
+            (got - expected).abs() <= 0.05 * expected,
+            "vCPU {i} on CPU {home} (slice {slice} of {total}) got {got} ticks, expected {expected:.0} within 5%"
+        );
+    }
+    assert_eq!(sim.preempted_pinned, 0);
+}
+
+#[test]
+fn equal_slices_share_a_cpu_equally() {
+    // 5 vCPUs on 2 CPUs: 3 share CPU 0, 2 share CPU 1.
+    let slices = [(0, 1000), (0, 1000), (0, 1000), (1, 1000), (1, 1000)];
+    assert_fair(2, &slices, 200);
+}
+
+#[test]
+fn a_vcpu_alone_gets_its_whole_cpu_without_a_tick() {
+    let mut sim = Sim::new(1, &[Spec { home: 0, policy: Policy::Shared { slice: 100 }, behaviour: Behaviour::Busy }]);
+    sim.run_until(1_000_000);
+    assert_eq!(sim.vcpus[0].cpu_time, 1_000_000);
+    // Boot, the start kick: no slice timer ever fired.
+    assert!(sim.decisions <= 3, "{} decisions for a lone vCPU", sim.decisions);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// N always-runnable vCPUs on M CPUs, any homes and slices: each gets slice / (sum of the
+    /// slices on its CPU) of the time, within 5%, over 100 rounds.
+    #[test]
+    fn always_runnable_vcpus_get_their_share_within_5_percent(
+        cpus in 1usize..=4,
+        vcpus in prop::collection::vec((0usize..4, 1u64..=500), 1..=12),
+        equal in any::<bool>(),
+    ) {
+        let slices: Vec<(usize, u64)> =
+            vcpus.iter().map(|&(home, slice)| (home % cpus, if equal { 300 } else { slice })).collect();
+        assert_fair(cpus, &slices, 100);
+    }
+}
