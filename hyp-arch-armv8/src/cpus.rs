@@ -92,6 +92,8 @@ pub fn drain_interrupts() {
         }
         if crate::input::is_uart_interrupt(intid) {
             crate::input::uart_interrupt();
+        } else if crate::network::is_uplink_interrupt(intid) {
+            crate::network::uplink_interrupt();
         }
         crate::gic::end_of_interrupt(iar);
     }

@@ -13,11 +13,14 @@ mod exceptions;
 mod firmware;
 mod gic;
 mod guest_gic;
+mod host_virtio;
 mod ich;
 mod input;
 mod list_registers;
 mod memory;
 mod mmu;
+mod network;
+mod vdev;
 mod vm;
 
 use alloc::vec::Vec;
@@ -120,6 +123,14 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let (answered, asked) = cpus::check_sgis();
     println!("hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
 
+    let found = host_virtio::probe(&platform);
+    if let Some(sectors) = found.disk_sectors {
+        println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
+    }
+    if let Some(mac) = found.uplink_mac {
+        println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", MacAddress(mac));
+    }
+
     let Some(initrd) = platform.initrd else {
         halt(format_args!("no boot bundle: pass one as the initrd (`cargo xtask qemu` builds it)"))
     };
@@ -180,6 +191,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     for vm in vms {
         vm.load();
     }
+    network::init(vms.len(), me, cpus::mpidr_of(me));
     match platform.uart_intid {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
         None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
@@ -277,6 +289,16 @@ fn print_banner(platform: &Platform<'_>, image_start: u64, image_end: u64) {
     match platform.initrd {
         Some(r) => println!("  boot bundle {r}"),
         None => println!("  boot bundle none"),
+    }
+}
+
+/// A MAC address as people write it.
+struct MacAddress([u8; 6]);
+
+impl core::fmt::Display for MacAddress {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let m = self.0;
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
     }
 }
 

@@ -108,6 +108,9 @@ pub fn build(platform: &Platform<'_>) -> Result<MmuRegisters, MmuError> {
         map(*region, Kind::Normal)?;
     }
     map(platform.uart, Kind::Device)?;
+    for transport in &platform.virtio_mmio {
+        map(transport.window, Kind::Device)?;
+    }
     let gic = &platform.gic;
     for frame in
         [Some(gic.distributor), gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface]

@@ -8,7 +8,7 @@ use core::arch::asm;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use hyp_core::bundle::VmSpec;
+use hyp_core::bundle::{VmDevices, VmSpec};
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
@@ -25,13 +25,17 @@ use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
 
-use crate::console::VmConsole;
+use crate::console::{ConsoleChoice, TrackedConsole, VmConsole};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
+use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SwitchPort, VirtioSlot, Window};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
+use vdev_virtio::block::VirtioBlock;
+use vdev_virtio::console::VirtioConsole;
+use vdev_virtio::net::VirtioNet;
 use vgic::{Distributor, GicVersion, IntId, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
 
 /// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
@@ -48,6 +52,15 @@ const VTIMER_PPI: u32 = 27;
 /// Bootargs when the manifest gives none: the console on the emulated PL011.
 const DEFAULT_BOOTARGS: &str = "console=ttyAMA0 earlycon";
 const GUEST_UART_SIZE: u64 = 0x1000;
+/// virtio-mmio transports: one 0x200-byte window and SPI each, from these (DESIGN.md), in
+/// a fixed order so a device keeps its address whatever else the VM has.
+const GUEST_VIRTIO_IPA: u64 = 0x0a00_0000;
+const GUEST_VIRTIO_SPI: u32 = 16;
+const VIRTIO_WINDOW: u64 = 0x200;
+const VIRTIO_PAGE: u64 = 0x1000;
+const VIRTIO_SLOT_DISK: u64 = 0;
+const VIRTIO_SLOT_NIC: u64 = 1;
+const VIRTIO_SLOT_CONSOLE: u64 = 2;
 /// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
 pub const GUEST_IPA_BITS: u8 = 40;
 
@@ -86,6 +99,8 @@ pub enum VmError {
     RamMismatch,
     /// The manifest asks for a GIC the vGIC cannot provide (too many vCPUs for GICv2).
     Vgic(vgic::VgicError),
+    /// A virtio device the manifest asks for cannot be given.
+    Device(&'static str),
 }
 
 impl fmt::Display for VmError {
@@ -96,6 +111,7 @@ impl fmt::Display for VmError {
             VmError::Capability(e) => write!(f, "{e}"),
             VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
             VmError::Vgic(e) => write!(f, "{e}"),
+            VmError::Device(e) => write!(f, "{e}"),
         }
     }
 }
@@ -157,6 +173,9 @@ fn grant_to(
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
     caps.add_emulated_window(vm_cap, window(GUEST_UART_IPA, GUEST_UART_SIZE)?, DEVICE_PL011)?;
     caps.add_emulated_window(vm_cap, window(GUEST_GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
+    // Stage 2 traps by page: the capability is the page of virtio transports, which the
+    // bus divides into their windows (an access between them is a data abort).
+    caps.add_emulated_window(vm_cap, window(GUEST_VIRTIO_IPA, VIRTIO_PAGE)?, DEVICE_VIRTIO)?;
     match gicv {
         None => {
             caps.add_emulated_window(vm_cap, window(GUEST_GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
@@ -180,6 +199,33 @@ fn grant_to(
 const DEVICE_PL011: u32 = 1;
 const DEVICE_GICD: u32 = 2;
 const DEVICE_GICR: u32 = 3;
+const DEVICE_VIRTIO: u32 = 4;
+
+/// The virtio slots a VM has: its console always, a disk and a NIC if its manifest says so.
+fn virtio_slots(devices: &VmDevices) -> impl Iterator<Item = u64> {
+    [
+        devices.disk.is_some().then_some(VIRTIO_SLOT_DISK),
+        devices.network.is_some().then_some(VIRTIO_SLOT_NIC),
+        Some(VIRTIO_SLOT_CONSOLE),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+fn virtio_ipa(slot: u64) -> u64 {
+    GUEST_VIRTIO_IPA + slot * VIRTIO_WINDOW
+}
+
+fn virtio_spi(slot: u64) -> u32 {
+    GUEST_VIRTIO_SPI + slot as u32
+}
+
+/// A VM's virtio devices.
+struct VirtioDevices {
+    disk: Option<Shared<VirtioBlock<DiskSliceBackend>>>,
+    nic: Option<Shared<VirtioNet<SwitchPort>>>,
+    console: Shared<VirtioConsole<ConsoleBridge>>,
+}
 
 /// A clean end: PSCI SYSTEM_OFF, or HYP_VM_EXIT with status 0.
 pub fn is_clean(end: EndReason) -> bool {
@@ -234,6 +280,10 @@ pub struct Vm {
     vgic_config: VgicConfig,
     /// The VM's console UART (also on the bus), which console input reaches directly.
     uart: SharedUart,
+    /// Its virtio devices (also on the bus), which the switch and console input reach.
+    virtio: VirtioDevices,
+    /// Which console typed input goes to.
+    console_choice: ConsoleChoice,
     power: Mutex<VmPower>,
     /// Set once the VM is ending: every vCPU leaves at its next exit.
     ending: AtomicBool,
@@ -273,7 +323,7 @@ impl Vm {
                 gic,
                 uart_base: GUEST_UART_IPA,
                 uart_spi: GUEST_UART_SPI,
-                virtio_mmio: Vec::new(),
+                virtio_mmio: virtio_slots(&spec.devices).map(|s| (virtio_ipa(s), virtio_spi(s))).collect(),
                 bootargs: bootargs.into(),
                 initrd,
             }),
@@ -287,8 +337,9 @@ impl Vm {
         let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis: GUEST_SPIS };
         let vgic: SharedVgic = Arc::new(VgicHandle::new(Distributor::new(vgic_config).map_err(VmError::Vgic)?));
         let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + GUEST_UART_SPI) };
-        let uart =
-            SharedUart(Arc::new(Mutex::new(Pl011::new(Box::new(VmConsole::new(id, spec.name)), Box::new(uart_line)))));
+        let console_choice = ConsoleChoice::default();
+        let uart_out = TrackedConsole::new(VmConsole::new(id, spec.name), &console_choice, false);
+        let uart = SharedUart(Arc::new(Mutex::new(Pl011::new(Box::new(uart_out), Box::new(uart_line)))));
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(window(GUEST_UART_IPA, GUEST_UART_SIZE)?, Box::new(uart.clone()));
@@ -296,6 +347,20 @@ impl Vm {
         if gic_v3 {
             let size = GICR_FRAME_SIZE * u64::from(spec.vcpus);
             let _ = bus.attach(window(GUEST_GICR_IPA, size)?, Box::new(RedistributorWindow(Arc::clone(&vgic))));
+        }
+        let virtio = create_virtio(id, &spec, ram, &vgic, &console_choice)?;
+        // Granted by the capability space like the windows above: they cannot overlap.
+        let mut attach = |slot: u64, device: Box<dyn MmioDevice + Send>| {
+            window(virtio_ipa(slot), VIRTIO_WINDOW).map(|w| {
+                let _ = bus.attach(w, device);
+            })
+        };
+        attach(VIRTIO_SLOT_CONSOLE, Box::new(Window(Arc::clone(&virtio.console))))?;
+        if let Some(disk) = &virtio.disk {
+            attach(VIRTIO_SLOT_DISK, Box::new(Window(Arc::clone(disk))))?;
+        }
+        if let Some(nic) = &virtio.nic {
+            attach(VIRTIO_SLOT_NIC, Box::new(Window(Arc::clone(nic))))?;
         }
         let power = VmPower::new(
             spec.vcpus as usize,
@@ -321,6 +386,8 @@ impl Vm {
             vgic,
             vgic_config,
             uart,
+            virtio,
+            console_choice,
             power: Mutex::new(power),
             ending: AtomicBool::new(false),
             gic_v3,
@@ -367,6 +434,9 @@ impl Vm {
             *self.vgic.vgic.lock() = fresh;
         }
         self.uart.0.lock().reset();
+        self.virtio.console.reset();
+        self.virtio.disk.iter().for_each(|d| d.reset());
+        self.virtio.nic.iter().for_each(|n| n.reset());
         self.load();
         self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset, GUEST_RAM_IPA + self.layout.dtb);
         self.ending.store(false, Ordering::Release);
@@ -388,6 +458,18 @@ impl Vm {
 
     /// Bytes the user typed for this VM: they wait in its UART for the guest to read.
     pub fn console_input(&self, bytes: &[u8]) {
+        if self.console_choice.virtio_is_active() {
+            let taken = self.virtio.console.with_device(|console, ram| console.receive_input(ram, bytes));
+            if taken < bytes.len() {
+                vm_log!(
+                    self,
+                    0,
+                    "console input: {} byte(s) dropped, the guest is not reading hvc0",
+                    bytes.len() - taken
+                );
+            }
+            return;
+        }
         let dropped = {
             let mut uart = self.uart.0.lock();
             let before = uart.dropped();
@@ -399,6 +481,11 @@ impl Vm {
         if dropped > 0 {
             vm_log!(self, 0, "console input: {dropped} byte(s) dropped, the guest is not reading its UART");
         }
+    }
+
+    /// The VM's NIC, if its manifest gives it one.
+    pub fn nic(&self) -> Option<&Shared<VirtioNet<SwitchPort>>> {
+        self.virtio.nic.as_ref()
     }
 
     /// Asks the whole VM to end: every other vCPU is kicked out of the guest and stops at
@@ -431,6 +518,10 @@ impl Vm {
             } else if crate::input::is_uart_interrupt(intid) {
                 self.count_exit(vcpu, ExitReason::ConsoleInput);
                 crate::input::uart_interrupt();
+                crate::gic::end_of_interrupt(iar);
+            } else if crate::network::is_uplink_interrupt(intid) {
+                self.count_exit(vcpu, ExitReason::OtherInterrupt);
+                crate::network::uplink_interrupt();
                 crate::gic::end_of_interrupt(iar);
             } else {
                 self.count_exit(
@@ -749,9 +840,9 @@ impl MmioDevice for SharedUart {
 
 /// An interrupt line of a VM's device into its vGIC: a level change makes the target vCPU
 /// look at its interrupts (kicked out of its guest if it runs on another CPU).
-struct VgicLine {
-    vgic: SharedVgic,
-    intid: IntId,
+pub(crate) struct VgicLine {
+    pub(crate) vgic: SharedVgic,
+    pub(crate) intid: IntId,
 }
 
 impl InterruptLine for VgicLine {
@@ -764,6 +855,36 @@ impl InterruptLine for VgicLine {
         self.vgic.hint(targets);
         self.vgic.kick(targets);
     }
+}
+
+/// The VM's virtio devices, as its manifest entry asks, over its RAM.
+fn create_virtio(
+    id: usize,
+    spec: &VmSpec<'static>,
+    ram: PhysRange,
+    vgic: &SharedVgic,
+    console_choice: &ConsoleChoice,
+) -> Result<VirtioDevices, VmError> {
+    let guest_ram = GuestRam { ipa: GUEST_RAM_IPA, pa: ram.base, size: spec.memory };
+    let line = |slot: u64| VgicLine { vgic: Arc::clone(vgic), intid: IntId(32 + virtio_spi(slot)) };
+    let console = ConsoleBridge(TrackedConsole::new(VmConsole::new(id, spec.name), console_choice, true));
+    let console =
+        Arc::new(VirtioSlot::new(id, "console", VirtioConsole::new(console), guest_ram, line(VIRTIO_SLOT_CONSOLE), 0));
+    let disk = match spec.devices.disk {
+        None => None,
+        Some(slice) => {
+            let backend = DiskSliceBackend::new(slice, guest_ram, id).map_err(VmError::Device)?;
+            Some(Arc::new(VirtioSlot::new(id, "blk", VirtioBlock::new(backend), guest_ram, line(VIRTIO_SLOT_DISK), 0)))
+        }
+    };
+    let nic = spec.devices.network.map(|mac| {
+        // 52:54:00 is the locally administered prefix QEMU uses; the last bytes say the VM.
+        let mac = mac.unwrap_or([0x52, 0x54, 0x00, 0x12, 0x35, 0x10u8.wrapping_add(id as u8)]);
+        let port = crate::network::port_of_vm(id);
+        let device = VirtioNet::new(mac, SwitchPort::default());
+        Arc::new(VirtioSlot::new(id, "net", device, guest_ram, line(VIRTIO_SLOT_NIC), port))
+    });
+    Ok(VirtioDevices { disk, nic, console })
 }
 
 /// A VM's bus, locked only for the exits that use it.

@@ -42,7 +42,7 @@ fn a_file_written_on_the_virtio_disk_is_in_the_host_image_and_survives_a_reboot(
     let machine = Machine { disk: Some(image.clone()), ..Machine::default() };
     let vm = with_disk(linux_vm(2));
 
-    let mut s = start_session("virtio-disk-1", machine.clone(), &[vm.clone()], RUN_LIMIT);
+    let mut s = start_session("virtio-disk-1", machine.clone(), std::slice::from_ref(&vm), RUN_LIMIT);
     wait_for_shell(&mut s);
     let size = run(&mut s, "cat /sys/block/vda/size");
     assert_eq!(size.trim(), "131072", "the whole 64 MiB image, in 512-byte sectors");
@@ -56,8 +56,12 @@ fn a_file_written_on_the_virtio_disk_is_in_the_host_image_and_survives_a_reboot(
         ),
     );
     assert!(written.lines().any(|l| l.trim() == "unmounted"), "{written}");
-    let sum = written.split_whitespace().next().expect("a checksum").to_string();
-    assert_eq!(sum.len(), 64, "sha256sum: {written}");
+    let sum = written
+        .lines()
+        .filter_map(|l| l.trim().strip_suffix("  /mnt/data.txt"))
+        .find(|sum| sum.len() == 64 && sum.bytes().all(|b| b.is_ascii_hexdigit()))
+        .unwrap_or_else(|| panic!("sha256sum: {written}"))
+        .to_string();
     power_off(s, "linux");
 
     for line in [1, 150, LINES] {
@@ -111,21 +115,29 @@ fn two_vms_ping_each_other_through_the_switch() {
 }
 
 /// The guest's virtio console (hvc0) is its console too: what it writes there shows, and
-/// what the user types reaches a reader of hvc0.
+/// what the user types goes to the console the guest wrote to last.
 #[test]
 fn the_virtio_console_is_bridged_to_the_vm_console() {
     let _alone = one_linux_at_a_time();
     let mut s = start_session("virtio-console", Machine::default(), &[linux_vm(1)], RUN_LIMIT);
     wait_for_shell(&mut s);
-    // The marker is computed by the guest, so the echoed command line cannot match it.
+    // The markers are computed by the guest, so the echoed command line cannot match them.
     run(&mut s, "echo hvc-$((40+2)) > /dev/hvc0");
     let shown = s.console();
     assert!(shown.contains("hvc-42"), "what the guest wrote to hvc0 is on the console:\n{shown}");
-    // hvc0 is opened before the marker: what is typed after it is not discarded (an
-    // unopened virtio console port drops its input).
-    s.send_line("exec 3</dev/hvc0; echo hvc-open-$((2*3)); read -r line <&3; echo \"from hvc0: [$line]\"").unwrap();
+    // The guest writes to hvc0 last, then reads it: typed input goes there, not to the shell.
+    s.send_line("exec 3</dev/hvc0; echo hvc-open-$((2*3)) > /dev/hvc0; read -r line <&3; echo \"from hvc0: [$line]\"")
+        .unwrap();
     s.wait_for("hvc-open-6", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     s.send_line("typed-into-hvc0").unwrap();
     s.wait_for("from hvc0: [typed-into-hvc0]", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    // The shell writes its prompt to the PL011 again, and typing goes back to it.
+    let back = run(&mut s, "echo pl011-$((50+5))");
+    assert!(back.contains("pl011-55"), "input reaches the shell on the PL011 again: {back}");
+    assert!(
+        !s.console().contains("typed-into-hvc0: not found"),
+        "the shell did not get hvc0's input:\n{}",
+        s.console()
+    );
     power_off(s, "linux");
 }

@@ -129,14 +129,21 @@ pub fn run_interactive(mut cmd: Command, timeout: Option<Duration>) -> Result<Op
 pub struct Session {
     child: Child,
     stdin: Option<ChildStdin>,
-    /// Everything the console printed (carriage returns removed), with a condition
-    /// variable signalled on each addition.
-    console: Arc<(Mutex<Vec<u8>>, Condvar)>,
+    /// Everything the console printed (carriage returns removed), and whether QEMU's
+    /// output has ended, with a condition variable signalled on each change.
+    console: Arc<(Mutex<Console>, Condvar)>,
     /// How far `wait_for` has matched: each wait looks only at newer output.
     cursor: usize,
     readers: Vec<JoinHandle<()>>,
     start: Instant,
     deadline: Instant,
+}
+
+#[derive(Default)]
+struct Console {
+    text: Vec<u8>,
+    /// Output streams that reached their end (QEMU exited): nothing more will come.
+    closed: usize,
 }
 
 impl Session {
@@ -153,7 +160,7 @@ impl Session {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let start = Instant::now();
         let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start {cmd:?}: {e}")))?;
-        let console = Arc::new((Mutex::new(Vec::<u8>::new()), Condvar::new()));
+        let console = Arc::new((Mutex::new(Console::default()), Condvar::new()));
         let mut readers = Vec::new();
         for (stream, is_stderr) in [
             (child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), false),
@@ -173,11 +180,16 @@ impl Session {
                     let (text, added) = &*console;
                     if let Ok(mut c) = text.lock() {
                         if is_stderr {
-                            c.extend_from_slice(b"[qemu stderr] ");
+                            c.text.extend_from_slice(b"[qemu stderr] ");
                         }
-                        c.extend(buf[..n].iter().filter(|&&b| b != b'\r'));
+                        c.text.extend(buf[..n].iter().filter(|&&b| b != b'\r'));
                         added.notify_all();
                     }
+                }
+                let (text, added) = &*console;
+                if let Ok(mut c) = text.lock() {
+                    c.closed += 1;
+                    added.notify_all();
                 }
             }));
         }
@@ -193,18 +205,24 @@ impl Session {
         let (console, added) = &*self.console;
         let mut c = console.lock().map_err(|_| "console lock poisoned".to_string())?;
         loop {
-            let seen = &c[self.cursor.min(c.len())..];
+            let seen = &c.text[self.cursor.min(c.text.len())..];
             if let Some(at) = seen.windows(text.len().max(1)).position(|w| w == text.as_bytes()) {
                 let before = String::from_utf8_lossy(&seen[..at]).into_owned();
                 self.cursor += at + text.len();
                 return Ok(before);
+            }
+            if c.closed == self.readers.len() {
+                return Err(format!(
+                    "waited for {text:?} but QEMU ended first; console:\n{}",
+                    String::from_utf8_lossy(&c.text)
+                ));
             }
             let now = Instant::now();
             if now >= until {
                 return Err(format!(
                     "waited {:?} for {text:?} and it did not come; console:\n{}",
                     within,
-                    String::from_utf8_lossy(&c)
+                    String::from_utf8_lossy(&c.text)
                 ));
             }
             c = added.wait_timeout(c, until - now).map_err(|_| "console lock poisoned".to_string())?.0;
@@ -222,7 +240,7 @@ impl Session {
 
     /// The console so far.
     pub fn console(&self) -> String {
-        self.console.0.lock().map(|c| String::from_utf8_lossy(&c).into_owned()).unwrap_or_default()
+        self.console.0.lock().map(|c| String::from_utf8_lossy(&c.text).into_owned()).unwrap_or_default()
     }
 
     /// Waits for QEMU to end (killing it at the deadline) and returns the whole run.

@@ -1,0 +1,77 @@
+//! The virtual switch at run time: a learning Ethernet switch (`vdev_virtio::switch`)
+//! between the VMs' NICs and the uplink, the board's own NIC. Port 0 is the uplink; port
+//! 1 + n is VM n's NIC.
+//!
+//! Frames are forwarded on the CPU that produced them: a VM's transmit exit, or the uplink's
+//! receive interrupt. No lock is held across two devices (vdev.rs explains the order).
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use spin::{Mutex, Once};
+use vdev_virtio::switch::{Forward, PortId, Switch};
+
+use crate::host_virtio::UPLINK;
+
+pub const UPLINK_PORT: usize = 0;
+
+pub fn port_of_vm(vm: usize) -> usize {
+    vm + 1
+}
+
+static SWITCH: Once<Mutex<Switch>> = Once::new();
+/// The uplink's interrupt, once it is on (0: off).
+static UPLINK_INTID: AtomicU32 = AtomicU32::new(0);
+
+/// The switch for `vms` VMs and the uplink; the uplink's receive interrupt goes to the CPU
+/// with this index and MPIDR.
+pub fn init(vms: usize, cpu: usize, mpidr: u64) {
+    SWITCH.call_once(|| Mutex::new(Switch::new(vms + 1)));
+    if let Some(intid) = UPLINK.get().and_then(|u| u.lock().intid) {
+        UPLINK_INTID.store(intid, Ordering::Release);
+        crate::gic::enable_spi(intid, cpu, mpidr);
+    }
+}
+
+/// A frame that came in on port `from`: to the port that has its destination, or to every
+/// other port.
+pub fn forward(from: usize, frame: &[u8]) {
+    let Some(switch) = SWITCH.get() else { return };
+    let decision = switch.lock().forward(PortId(from), frame);
+    match decision {
+        Forward::To(port) => deliver(port.0, frame),
+        Forward::Flood(ports) => ports.iter().for_each(|p| deliver(p.0, frame)),
+        Forward::Drop => {}
+    }
+}
+
+fn deliver(port: usize, frame: &[u8]) {
+    if port == UPLINK_PORT {
+        if let Some(uplink) = UPLINK.get() {
+            uplink.lock().send(frame);
+        }
+        return;
+    }
+    let nic = crate::VMS.get().and_then(|vms| vms.get(port - 1)).and_then(|vm| vm.nic());
+    if let Some(nic) = nic {
+        // A NIC with no receive buffer drops the frame, as a real one would.
+        nic.with_device(|device, ram| {
+            let _ = device.receive_frame(ram, frame);
+        });
+    }
+}
+
+pub fn is_uplink_interrupt(intid: u32) -> bool {
+    intid != 0 && intid == UPLINK_INTID.load(Ordering::Relaxed)
+}
+
+/// The uplink's interrupt: every frame it received goes through the switch. The device's
+/// interrupt is acknowledged first, so a frame arriving during the loop raises it again.
+pub fn uplink_interrupt() {
+    let Some(uplink) = UPLINK.get() else { return };
+    uplink.lock().acknowledge_interrupt();
+    let mut frame = Vec::with_capacity(2048);
+    while uplink.lock().receive(&mut frame) {
+        forward(UPLINK_PORT, &frame);
+    }
+}

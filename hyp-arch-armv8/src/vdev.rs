@@ -1,0 +1,302 @@
+//! A VM's virtio devices at run time: the `vdev-virtio` models behind the VM's virtio-mmio
+//! windows, over the VM's RAM, with their backends: a slice of the board's disk, a port of
+//! the virtual switch, the VM's console. Each device's interrupt is a level line into the
+//! VM's vGIC (InterruptStatus != 0, virtio 1.2 section 4.2.3.4).
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{fence, AtomicBool, Ordering};
+
+use hyp_core::bundle::DiskSlice;
+use hyp_core::mmio::{MmioDevice, MmioError};
+use hyp_core::pl011::{ConsoleOutput, InterruptLine};
+use hyp_core::syndrome::AccessWidth;
+use spin::Mutex;
+use vdev_virtio::block::{BlockBackend, BlockError, VirtioBlock};
+use vdev_virtio::console::{ConsoleBackend, VirtioConsole};
+use vdev_virtio::device::VirtioDevice;
+use vdev_virtio::memory::{GuestMemory, GuestMemoryError, Segment};
+use vdev_virtio::net::{NetBackend, VirtioNet};
+use vdev_virtio::transport::{RegisterError, VirtioMmio};
+
+use crate::console::TrackedConsole;
+use crate::host_virtio;
+
+/// A VM's RAM as its devices see it: IPAs checked against the one RAM region its
+/// capabilities map, then reached through the hypervisor's identity map.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestRam {
+    pub ipa: u64,
+    pub pa: u64,
+    pub size: u64,
+}
+
+impl GuestRam {
+    /// The physical address of `[addr, addr + len)`, if all of it is this VM's RAM.
+    fn pa_of(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
+        addr.checked_sub(self.ipa)
+            .filter(|offset| offset.checked_add(len).is_some_and(|end| end <= self.size))
+            .map(|offset| self.pa + offset)
+            .ok_or(GuestMemoryError { addr, len })
+    }
+}
+
+impl GuestMemory for GuestRam {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), GuestMemoryError> {
+        let pa = self.pa_of(addr, buf.len() as u64)?;
+        // SAFETY: `pa` is this VM's RAM, identity-mapped Normal memory, and not a Rust object:
+        // the guest may write it concurrently, so what is read is treated as untrusted bytes.
+        unsafe { core::ptr::copy_nonoverlapping(pa as *const u8, buf.as_mut_ptr(), buf.len()) };
+        // What the driver published before (the ring index) is seen before what follows it
+        // (the entries): the driver side's barrier pairs with this one (virtio 1.2, 2.7.13).
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), GuestMemoryError> {
+        let pa = self.pa_of(addr, data.len() as u64)?;
+        // Used elements are visible before the used index that publishes them.
+        fence(Ordering::SeqCst);
+        // SAFETY: as for `read`; the bytes written are the device's own.
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), pa as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    fn check(&self, addr: u64, len: u64) -> Result<(), GuestMemoryError> {
+        self.pa_of(addr, len).map(|_| ())
+    }
+}
+
+const SECTOR: u64 = 512;
+
+/// A VM's disk: sectors `[first, first + count)` of the board's disk.
+pub struct DiskSliceBackend {
+    first: u64,
+    count: u64,
+    ram: GuestRam,
+    id: [u8; 20],
+}
+
+impl DiskSliceBackend {
+    /// The slice the manifest gives, checked against the board's disk.
+    pub fn new(slice: DiskSlice, ram: GuestRam, vm: usize) -> Result<Self, &'static str> {
+        let disk = host_virtio::DISK.get().ok_or("the board has no virtio disk for the VM's `disk`")?;
+        let capacity = disk.lock().capacity();
+        let first = slice.offset / SECTOR;
+        let count = if slice.size == 0 { capacity.saturating_sub(first) } else { slice.size / SECTOR };
+        if count == 0 || first.checked_add(count).is_none_or(|end| end > capacity) {
+            return Err("the VM's `disk` slice does not fit in the board's disk");
+        }
+        let mut id = [0u8; 20];
+        let name = alloc::format!("hyp-vm{vm}-disk");
+        id[..name.len().min(20)].copy_from_slice(&name.as_bytes()[..name.len().min(20)]);
+        Ok(DiskSliceBackend { first, count, ram, id })
+    }
+
+    /// Moves the request's data between the disk and the guest's buffers: straight into
+    /// them when every buffer is whole sectors (runs of adjacent buffers in one request),
+    /// through a bounce buffer otherwise.
+    fn transfer(&mut self, sector: u64, segments: &[Segment], write: bool) -> Result<(), BlockError> {
+        let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+        let sectors = total / SECTOR;
+        if !total.is_multiple_of(SECTOR) || sector.checked_add(sectors).is_none_or(|end| end > self.count) {
+            return Err(BlockError::OutOfRange { sector, sectors });
+        }
+        let mut disk = host_virtio::DISK.get().ok_or(BlockError::Io)?.lock();
+        let mut at = self.first + sector;
+        if segments.iter().all(|s| u64::from(s.len).is_multiple_of(SECTOR)) {
+            let mut i = 0;
+            while i < segments.len() {
+                // A run of buffers adjacent in guest memory is one request to the disk.
+                let mut run = segments[i];
+                i += 1;
+                while let Some(next) = segments.get(i).filter(|n| run.addr + u64::from(run.len) == n.addr) {
+                    let Some(len) = run.len.checked_add(next.len) else { break };
+                    run.len = len;
+                    i += 1;
+                }
+                if run.len == 0 {
+                    continue;
+                }
+                let pa = self.ram.pa_of(run.addr, u64::from(run.len)).map_err(BlockError::Memory)?;
+                // SAFETY: `pa` is this VM's RAM (checked just above), identity-mapped at EL2.
+                // The slice aliases memory the guest may change at any time, so it is only
+                // handed to the disk, never read or interpreted here.
+                let buf = unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, run.len as usize) };
+                let done = if write { disk.write(at, buf) } else { disk.read(at, buf) };
+                done.map_err(|_| BlockError::Io)?;
+                at += u64::from(run.len) / SECTOR;
+            }
+            return Ok(());
+        }
+        let mut bounce = alloc::vec![0u8; total as usize];
+        let mut offset = 0;
+        if write {
+            for s in segments {
+                self.ram.read(s.addr, &mut bounce[offset..offset + s.len as usize]).map_err(|_| BlockError::Io)?;
+                offset += s.len as usize;
+            }
+            disk.write(at, &bounce).map_err(|_| BlockError::Io)
+        } else {
+            disk.read(at, &mut bounce).map_err(|_| BlockError::Io)?;
+            for s in segments {
+                self.ram.write(s.addr, &bounce[offset..offset + s.len as usize]).map_err(|_| BlockError::Io)?;
+                offset += s.len as usize;
+            }
+            Ok(())
+        }
+    }
+}
+
+impl BlockBackend for DiskSliceBackend {
+    fn capacity_sectors(&self) -> u64 {
+        self.count
+    }
+    fn read_only(&self) -> bool {
+        false
+    }
+    fn device_id(&self) -> [u8; 20] {
+        self.id
+    }
+    fn read(&mut self, _mem: &dyn GuestMemory, sector: u64, segments: &[Segment]) -> Result<(), BlockError> {
+        self.transfer(sector, segments, false)
+    }
+    fn write(&mut self, _mem: &dyn GuestMemory, sector: u64, segments: &[Segment]) -> Result<(), BlockError> {
+        self.transfer(sector, segments, true)
+    }
+    fn flush(&mut self) -> Result<(), BlockError> {
+        host_virtio::DISK.get().ok_or(BlockError::Io)?.lock().flush().map_err(|_| BlockError::Io)
+    }
+}
+
+/// Frames a VM's NIC sent, held until its device lock is released: forwarding takes other
+/// devices' locks, and holding two device locks at once could deadlock two VMs sending to
+/// each other.
+#[derive(Default)]
+pub struct SwitchPort {
+    outbox: Vec<Vec<u8>>,
+}
+
+/// Frames one exit may queue before the rest are dropped (the guest sends faster than the
+/// switch is given a chance to forward only if something is badly wrong).
+const OUTBOX_LIMIT: usize = 256;
+
+impl NetBackend for SwitchPort {
+    fn transmit(&mut self, frame: &[u8]) {
+        if self.outbox.len() < OUTBOX_LIMIT {
+            self.outbox.push(frame.to_vec());
+        }
+    }
+}
+
+/// A VM's virtio console: what the guest writes goes to its console beside the PL011's.
+pub struct ConsoleBridge(pub TrackedConsole);
+
+impl ConsoleBackend for ConsoleBridge {
+    fn write(&mut self, bytes: &[u8]) {
+        bytes.iter().for_each(|&b| self.0.put(b));
+    }
+}
+
+/// Work a device leaves for after its lock is released.
+pub trait AfterAccess {
+    /// Frames for the switch.
+    fn take_frames(&mut self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+}
+impl AfterAccess for VirtioBlock<DiskSliceBackend> {}
+impl AfterAccess for VirtioConsole<ConsoleBridge> {}
+impl AfterAccess for VirtioNet<SwitchPort> {
+    fn take_frames(&mut self) -> Vec<Vec<u8>> {
+        core::mem::take(&mut self.backend_mut().outbox)
+    }
+}
+
+/// One virtio device of a VM, shared by its MMIO window and whatever feeds it from outside
+/// (the switch, console input). Lock order: the VM's bus, then this device, then the vGIC;
+/// never two devices at once.
+pub struct VirtioSlot<D: VirtioDevice> {
+    pub vm: usize,
+    pub name: &'static str,
+    pub device: Mutex<VirtioMmio<D>>,
+    pub ram: GuestRam,
+    line: Mutex<crate::vm::VgicLine>,
+    level: AtomicBool,
+    /// The switch port of a NIC.
+    pub port: usize,
+}
+
+pub type Shared<D> = Arc<VirtioSlot<D>>;
+
+impl<D: VirtioDevice + AfterAccess> VirtioSlot<D> {
+    pub fn new(
+        vm: usize,
+        name: &'static str,
+        device: D,
+        ram: GuestRam,
+        line: crate::vm::VgicLine,
+        port: usize,
+    ) -> Self {
+        VirtioSlot {
+            vm,
+            name,
+            device: Mutex::new(VirtioMmio::new(device)),
+            ram,
+            line: Mutex::new(line),
+            level: AtomicBool::new(false),
+            port,
+        }
+    }
+
+    /// Runs `f` on the device, then does what it left: the interrupt line follows the
+    /// device's level, the incidents are logged, frames go to the switch.
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &GuestRam) -> R) -> R {
+        let (result, level, incidents, frames) = {
+            let mut device = self.device.lock();
+            let result = f(&mut device, &self.ram);
+            let frames = device.device_mut().take_frames();
+            (result, device.interrupt_level(), device.take_incidents(), frames)
+        };
+        if self.level.swap(level, Ordering::AcqRel) != level {
+            self.line.lock().set_level(level);
+        }
+        for incident in incidents {
+            println!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name);
+        }
+        for frame in frames {
+            crate::network::forward(self.port, &frame);
+        }
+        result
+    }
+
+    /// After a VM reset: the device as at power-on, its line low.
+    pub fn reset(&self) {
+        self.with_device(|d, _| d.reset());
+    }
+}
+
+/// The bus's error for a register error of an access of `width` (a data abort for the guest).
+fn mmio_error(e: RegisterError, width: AccessWidth) -> MmioError {
+    match e {
+        RegisterError::NoRegister { offset } => MmioError::NoRegister { offset },
+        RegisterError::BadWidth { offset, .. } => MmioError::BadWidth { offset, width },
+        RegisterError::ReadOnly { offset } => MmioError::ReadOnly { offset },
+        RegisterError::WriteOnly { offset } => MmioError::WriteOnly { offset },
+    }
+}
+
+/// The MMIO window of a virtio device on the VM's bus.
+pub struct Window<D: VirtioDevice>(pub Shared<D>);
+
+impl<D: VirtioDevice + AfterAccess + Send> MmioDevice for Window<D> {
+    fn name(&self) -> &'static str {
+        self.0.name
+    }
+    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.0.device.lock().read(offset, width.bytes() as u8).map_err(|e| mmio_error(e, width))
+    }
+    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        self.0.with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value)).map_err(|e| mmio_error(e, width))
+    }
+}
