@@ -62,7 +62,7 @@ pub fn bring_up_cpu_interface(vcpu: usize, ppis_and_sgis: u32) {
             write32(sgi + 0x400 + 4 * n, 0x8080_8080); // GICR_IPRIORITYR<n>
         }
         write32(sgi + 0x100, ppis_and_sgis); // GICR_ISENABLER0
-        // SAFETY: the CPU interface's system registers (ICV_* under the hypervisor).
+                                             // SAFETY: the CPU interface's system registers (ICV_* under the hypervisor).
         unsafe {
             asm!(
                 "mrs {t}, S3_0_C12_C12_5", "orr {t}, {t}, #1", "msr S3_0_C12_C12_5, {t}", "isb", // ICC_SRE_EL1.SRE
@@ -112,7 +112,7 @@ pub fn end_of_interrupt(iar: u32) {
 pub fn send_sgi(intid: u32, target: usize) {
     if is_v3() {
         let sgi = (u64::from(intid) << 24) | (1u64 << target); // ICC_SGI1R_EL1 TargetList
-        // SAFETY: an SGI generation register write; the hypervisor traps and emulates it.
+                                                               // SAFETY: an SGI generation register write; the hypervisor traps and emulates it.
         unsafe { asm!("msr S3_0_C12_C11_5, {}", "isb", in(reg) sgi) };
     } else {
         write32(GICD + 0xf00, (1 << (16 + target)) | intid); // GICD_SGIR CPUTargetList
