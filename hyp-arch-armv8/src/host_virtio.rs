@@ -10,11 +10,13 @@
 use core::ptr::NonNull;
 
 use alloc::alloc::{alloc_zeroed, dealloc};
+use alloc::vec::Vec;
 use core::alloc::Layout;
 use hyp_core::platform::Platform;
 use spin::{Mutex, Once};
-use virtio_drivers::device::blk::{VirtIOBlk, SECTOR_SIZE};
+use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::device::net::VirtIONet;
+use virtio_drivers::queue::VirtQueue;
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
 use virtio_drivers::transport::{DeviceType, Transport};
 use virtio_drivers::{BufferDirection, PhysAddr, PAGE_SIZE};
@@ -64,9 +66,33 @@ unsafe impl virtio_drivers::Hal for IdentityHal {
 
 type Transport0 = MmioTransport<'static>;
 
-/// The board's disk.
+bitflags::bitflags! {
+    /// The block feature bits the hypervisor's driver accepts (virtio 1.2, 5.2.3 and 6).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct BlockFeatures: u64 {
+        const FLUSH = 1 << 9;
+        const RING_INDIRECT_DESC = 1 << 28;
+        const RING_EVENT_IDX = 1 << 29;
+        const VERSION_1 = 1 << 32;
+    }
+}
+
+/// Descriptors of the board disk's request queue: a guest request's data buffers (at most
+/// the guest device's SEG_MAX, 254) plus header and status fit in one chain.
+const DISK_QUEUE: usize = 256;
+
+/// virtio-blk request types (virtio 1.2, 5.2.6).
+const VIRTIO_BLK_T_IN: u32 = 0;
+const VIRTIO_BLK_T_OUT: u32 = 1;
+const VIRTIO_BLK_T_FLUSH: u32 = 4;
+
+/// The board's disk. The hypervisor drives its queue itself rather than through
+/// `virtio-drivers`' block driver, which takes one buffer a request: a guest request, with
+/// its scatter-gather list, then becomes one request of the board's disk.
 pub struct HostDisk {
-    blk: VirtIOBlk<IdentityHal, Transport0>,
+    transport: Transport0,
+    queue: VirtQueue<IdentityHal, DISK_QUEUE>,
+    capacity: u64,
 }
 
 /// The board's disk refused or failed a request.
@@ -74,29 +100,83 @@ pub struct HostDisk {
 pub struct DiskError;
 
 impl HostDisk {
+    fn new(mut transport: Transport0) -> Result<Self, virtio_drivers::Error> {
+        let features = transport.begin_init(
+            BlockFeatures::FLUSH
+                | BlockFeatures::RING_INDIRECT_DESC
+                | BlockFeatures::RING_EVENT_IDX
+                | BlockFeatures::VERSION_1,
+        );
+        // Configuration offsets 0 and 4: capacity in sectors, low and high halves (5.2.4).
+        let capacity = transport.read_consistent(|| {
+            let low: u32 = transport.read_config_space(0)?;
+            let high: u32 = transport.read_config_space(4)?;
+            Ok(u64::from(low) | u64::from(high) << 32)
+        })?;
+        let queue = VirtQueue::new(
+            &mut transport,
+            0,
+            features.contains(BlockFeatures::RING_INDIRECT_DESC),
+            features.contains(BlockFeatures::RING_EVENT_IDX),
+        )?;
+        transport.finish_init();
+        Ok(HostDisk { transport, queue, capacity })
+    }
+
     /// Sectors of 512 bytes.
     pub fn capacity(&self) -> u64 {
-        self.blk.capacity()
+        self.capacity
     }
 
-    /// Reads sectors from `sector` into `buf` (a non-empty multiple of 512 bytes).
-    pub fn read(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        if buf.is_empty() || !buf.len().is_multiple_of(SECTOR_SIZE) {
-            return Err(DiskError);
+    /// One request: the header, the data buffers (device-writable for a read), the status
+    /// byte. Waits for the device to complete it.
+    fn request(&mut self, kind: u32, sector: u64, data: &mut [&mut [u8]]) -> Result<(), DiskError> {
+        let mut header = [0u8; 16];
+        header[..4].copy_from_slice(&kind.to_le_bytes());
+        header[8..].copy_from_slice(&sector.to_le_bytes());
+        let mut status = [0xffu8];
+        let done = if kind == VIRTIO_BLK_T_IN {
+            let mut outputs: Vec<&mut [u8]> = data.iter_mut().map(|d| &mut **d).collect();
+            outputs.push(&mut status);
+            self.queue.add_notify_wait_pop(&[&header], &mut outputs, &mut self.transport)
+        } else {
+            let mut inputs: Vec<&[u8]> = Vec::with_capacity(data.len() + 1);
+            inputs.push(&header);
+            inputs.extend(data.iter().map(|d| &**d));
+            self.queue.add_notify_wait_pop(&inputs, &mut [&mut status], &mut self.transport)
+        };
+        match (done, status[0]) {
+            (Ok(_), 0) => Ok(()),
+            _ => Err(DiskError),
         }
-        self.blk.read_blocks(sector as usize, buf).map_err(|_| DiskError)
     }
 
-    pub fn write(&mut self, sector: u64, buf: &[u8]) -> Result<(), DiskError> {
-        if buf.is_empty() || !buf.len().is_multiple_of(SECTOR_SIZE) {
+    /// Checks a transfer: non-empty buffers of whole sectors, within the disk.
+    fn check(&self, sector: u64, buffers: &[&mut [u8]]) -> Result<(), DiskError> {
+        let bytes: usize = buffers.iter().map(|b| b.len()).sum();
+        let whole = buffers.iter().all(|b| !b.is_empty() && b.len().is_multiple_of(SECTOR_SIZE));
+        let end = sector.checked_add((bytes / SECTOR_SIZE) as u64);
+        if buffers.is_empty() || buffers.len() > DISK_QUEUE - 2 || !whole || end.is_none_or(|e| e > self.capacity) {
             return Err(DiskError);
         }
-        self.blk.write_blocks(sector as usize, buf).map_err(|_| DiskError)
+        Ok(())
+    }
+
+    /// Reads from `sector` into the buffers, in order, in one request.
+    pub fn read(&mut self, sector: u64, buffers: &mut [&mut [u8]]) -> Result<(), DiskError> {
+        self.check(sector, buffers)?;
+        self.request(VIRTIO_BLK_T_IN, sector, buffers)
+    }
+
+    /// Writes the buffers, in order, from `sector`, in one request.
+    pub fn write(&mut self, sector: u64, buffers: &mut [&mut [u8]]) -> Result<(), DiskError> {
+        self.check(sector, buffers)?;
+        self.request(VIRTIO_BLK_T_OUT, sector, buffers)
     }
 
     /// Returns once what was written before is on the host file (QEMU flushes it).
     pub fn flush(&mut self) -> Result<(), DiskError> {
-        self.blk.flush().map_err(|_| DiskError)
+        self.request(VIRTIO_BLK_T_FLUSH, 0, &mut [])
     }
 }
 
@@ -156,9 +236,9 @@ pub fn probe(platform: &Platform<'_>) -> Found {
         // Device memory by the EL2 identity map, and only this transport object uses it.
         let Ok(transport) = (unsafe { MmioTransport::new(header, t.window.size as usize) }) else { continue };
         match transport.device_type() {
-            DeviceType::Block if DISK.get().is_none() => match VirtIOBlk::<IdentityHal, _>::new(transport) {
-                Ok(blk) => {
-                    DISK.call_once(|| Mutex::new(HostDisk { blk }));
+            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport) {
+                Ok(disk) => {
+                    DISK.call_once(|| Mutex::new(disk));
                 }
                 Err(e) => println!("hypervisor: the virtio disk at {} cannot be used: {e}", t.window),
             },

@@ -93,9 +93,9 @@ impl DiskSliceBackend {
         Ok(DiskSliceBackend { first, count, ram, id })
     }
 
-    /// Moves the request's data between the disk and the guest's buffers: straight into
-    /// them when every buffer is whole sectors (runs of adjacent buffers in one request),
-    /// through a bounce buffer otherwise.
+    /// Moves the request's data between the disk and the guest's buffers in one request of
+    /// the board's disk: straight into the guest's buffers when each is whole sectors, through
+    /// a bounce buffer otherwise.
     fn transfer(&mut self, sector: u64, segments: &[Segment], write: bool) -> Result<(), BlockError> {
         let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
         let sectors = total / SECTOR;
@@ -103,11 +103,12 @@ impl DiskSliceBackend {
             return Err(BlockError::OutOfRange { sector, sectors });
         }
         let mut disk = host_virtio::DISK.get().ok_or(BlockError::Io)?.lock();
-        let mut at = self.first + sector;
-        if segments.iter().all(|s| u64::from(s.len).is_multiple_of(SECTOR)) {
+        let at = self.first + sector;
+        if segments.iter().all(|s| s.len > 0 && u64::from(s.len).is_multiple_of(SECTOR)) {
+            let mut buffers = Vec::with_capacity(segments.len());
             let mut i = 0;
             while i < segments.len() {
-                // A run of buffers adjacent in guest memory is one request to the disk.
+                // Buffers adjacent in guest memory are one buffer for the disk.
                 let mut run = segments[i];
                 i += 1;
                 while let Some(next) = segments.get(i).filter(|n| run.addr + u64::from(run.len) == n.addr) {
@@ -115,32 +116,28 @@ impl DiskSliceBackend {
                     run.len = len;
                     i += 1;
                 }
-                if run.len == 0 {
-                    continue;
-                }
                 let pa = self.ram.pa_of(run.addr, u64::from(run.len)).map_err(BlockError::Memory)?;
-                // SAFETY: `pa` is this VM's RAM (checked just above), identity-mapped at EL2.
-                // The slice aliases memory the guest may change at any time, so it is only
+                // SAFETY: `pa` is this VM's RAM (checked just above), identity-mapped at EL2,
+                // and the runs do not overlap (each covers the next segments in turn). The
+                // slices alias memory the guest may change at any time, so they are only
                 // handed to the disk, never read or interpreted here.
-                let buf = unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, run.len as usize) };
-                let done = if write { disk.write(at, buf) } else { disk.read(at, buf) };
-                done.map_err(|_| BlockError::Io)?;
-                at += u64::from(run.len) / SECTOR;
+                buffers.push(unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, run.len as usize) });
             }
-            return Ok(());
+            let done = if write { disk.write(at, &mut buffers) } else { disk.read(at, &mut buffers) };
+            return done.map_err(|_| BlockError::Io);
         }
         let mut bounce = alloc::vec![0u8; total as usize];
         let mut offset = 0;
         if write {
             for s in segments {
-                self.ram.read(s.addr, &mut bounce[offset..offset + s.len as usize]).map_err(|_| BlockError::Io)?;
+                self.ram.read(s.addr, &mut bounce[offset..offset + s.len as usize]).map_err(BlockError::Memory)?;
                 offset += s.len as usize;
             }
-            disk.write(at, &bounce).map_err(|_| BlockError::Io)
+            disk.write(at, &mut [&mut bounce]).map_err(|_| BlockError::Io)
         } else {
-            disk.read(at, &mut bounce).map_err(|_| BlockError::Io)?;
+            disk.read(at, &mut [&mut bounce]).map_err(|_| BlockError::Io)?;
             for s in segments {
-                self.ram.write(s.addr, &bounce[offset..offset + s.len as usize]).map_err(|_| BlockError::Io)?;
+                self.ram.write(s.addr, &bounce[offset..offset + s.len as usize]).map_err(BlockError::Memory)?;
                 offset += s.len as usize;
             }
             Ok(())

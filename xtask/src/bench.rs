@@ -221,27 +221,48 @@ fn io_run(cmd: std::process::Command, port: u16) -> Result<IoFigures, XtaskError
         Ok(out)
     };
     let count = IO_BYTES >> 20;
-    let write = shell(&format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>&1"))?;
-    let read = shell(&format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>&1"))?;
+    // busybox dd prints no timing: the guest's virtual counter (real time without -icount)
+    // is read around each transfer.
+    let timed = |command: &str| {
+        format!(
+            "s=$(/bin/cntvct | od -An -tu8); {command} || echo FAILED; \
+             e=$(/bin/cntvct | od -An -tu8); echo io-ticks $((e - s))"
+        )
+    };
+    let write = shell(&timed(&format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>/dev/null")))?;
+    let read = shell(&timed(&format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>/dev/null")))?;
     shell("(nc -l -p 5001 > /dev/null &) ; sleep 1")?;
     let net_to_guest = send_to_guest(port)?;
     s.send_line("poweroff").map_err(XtaskError::Failed)?;
-    let _ = s.finish();
-    Ok(IoFigures { disk_write: dd_rate(&write)?, disk_read: dd_rate(&read)?, net_to_guest })
+    let console = s.finish().console;
+    let hz = counter_hz(&console)?;
+    Ok(IoFigures { disk_write: io_rate(&write, hz)?, disk_read: io_rate(&read, hz)?, net_to_guest })
 }
 
-/// MB/s from busybox dd's summary: `67108864 bytes (64.0MB) copied, 0.5 seconds, 128.0MB/s`.
-pub fn dd_rate(output: &str) -> Result<f64, XtaskError> {
-    let line = output
-        .lines()
-        .find(|l| l.contains("bytes") && l.contains("copied"))
-        .ok_or_else(|| XtaskError::Failed(format!("dd printed no summary (is O_DIRECT supported?):\n{output}")))?;
-    let bytes = line.split_whitespace().next().and_then(|b| b.parse::<f64>().ok());
-    let seconds = line.split(", ").nth(1).and_then(|t| t.split_whitespace().next()).and_then(|t| t.parse::<f64>().ok());
-    match (bytes, seconds) {
-        (Some(b), Some(t)) if t > 0.0 => Ok(b / t / 1e6),
-        _ => Err(XtaskError::Failed(format!("cannot read dd's summary: {line}"))),
+/// The guest's counter frequency, from the kernel's `arch_timer: ... running at 62.50MHz`.
+fn counter_hz(console: &str) -> Result<f64, XtaskError> {
+    console
+        .split("timer(s) running at ")
+        .nth(1)
+        .and_then(|rest| rest.split("MHz").next())
+        .and_then(|mhz| mhz.trim().parse::<f64>().ok())
+        .map(|mhz| mhz * 1e6)
+        .ok_or_else(|| XtaskError::Failed("the guest kernel did not say its counter frequency".into()))
+}
+
+/// MB/s of one IO_BYTES transfer that took `io-ticks N` counter ticks at `hz`.
+pub fn io_rate(output: &str, hz: f64) -> Result<f64, XtaskError> {
+    // The echoed command line says FAILED too: only a line of its own counts.
+    if output.lines().any(|l| l.trim_start_matches("linux | ").trim() == "FAILED") {
+        return Err(XtaskError::Failed(format!("the transfer failed in the guest:\n{output}")));
     }
+    let ticks = output
+        .lines()
+        .filter_map(|l| l.split("io-ticks ").nth(1))
+        .find_map(|t| t.trim().parse::<f64>().ok())
+        .filter(|&t| t > 0.0)
+        .ok_or_else(|| XtaskError::Failed(format!("no timing from the guest:\n{output}")))?;
+    Ok(IO_BYTES as f64 / (ticks / hz) / 1e6)
 }
 
 /// Sends IO_BYTES to the guest's `nc -l` through QEMU's hostfwd and waits until the guest
@@ -364,10 +385,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dd_summaries_become_megabytes_per_second() {
-        let out = "64+0 records in\n64+0 records out\n67108864 bytes (64.0MB) copied, 0.500000 seconds, 128.0MB/s\n";
-        assert!((dd_rate(out).unwrap() - 134.217728).abs() < 1e-6);
-        assert!(dd_rate("dd: invalid oflag").is_err());
+    fn transfer_times_become_megabytes_per_second() {
+        let out = "linux | s=$(...); dd ... || echo FAILED; echo io-ticks $((e - s))\nlinux | io-ticks 31250000\n";
+        assert!((io_rate(out, 62.5e6).unwrap() - 134.217728).abs() < 1e-6, "64 MiB in 0.5 s");
+        assert!(io_rate("linux | FAILED\nlinux | io-ticks 5\n", 62.5e6).is_err());
+        assert!(io_rate("nothing", 62.5e6).is_err());
+        let boot = "[    0.000000] arch_timer: cp15 timer(s) running at 62.50MHz (virt).";
+        assert_eq!(counter_hz(boot).unwrap(), 62.5e6);
     }
 
     #[test]
