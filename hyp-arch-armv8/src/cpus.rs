@@ -30,8 +30,9 @@ static mut SECONDARY_BOOT: [SecondaryBoot; MAX_CPUS] =
 static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 /// MPIDR affinity of each CPU index, as the device tree listed them.
 static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(usize::MAX) }; MAX_CPUS];
-/// Work for a CPU: 0 = none, `WORK_EL2_FAULT`, or n = run VM n-1's vCPU (`main::cpu_loop`).
-pub static WORK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+/// Boot-time work for a CPU beside its vCPUs (which the scheduler gives): 0 = none,
+/// `WORK_PING` or `WORK_EL2_FAULT` (`main::cpu_loop`).
+static WORK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
 
 pub const WORK_EL2_FAULT: usize = usize::MAX;
 
@@ -68,17 +69,17 @@ pub fn kick(index: usize) {
     crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
 }
 
-/// Waits (in WFI) until this CPU has work; interrupts that woke it are acknowledged and
-/// ended here, since the hypervisor runs with them masked.
-pub fn wait_for_work(index: usize) -> usize {
-    loop {
-        let work = WORK[index].swap(0, Ordering::AcqRel);
-        if work != 0 {
-            return work;
-        }
-        aarch64_cpu::asm::wfi();
-        drain_interrupts();
-    }
+/// Takes this CPU's boot-time work, if any.
+pub fn take_work(index: usize) -> usize {
+    WORK.get(index).map_or(0, |w| w.swap(0, Ordering::AcqRel))
+}
+
+/// Waits in WFI until an interrupt (a kick, console input) comes; interrupts that woke it are
+/// acknowledged and ended here, since the hypervisor runs with them masked. A kick sent
+/// before the WFI is pending, so the WFI returns at once: no wake-up is lost.
+pub fn idle() {
+    aarch64_cpu::asm::wfi();
+    drain_interrupts();
 }
 
 /// Acknowledges and ends every pending physical interrupt: the kick SGIs carry no data;
@@ -97,26 +98,6 @@ pub fn drain_interrupts() {
         }
         crate::gic::end_of_interrupt(iar);
     }
-}
-
-/// CPUs with nothing to run, as a bitmap by index: where new vCPUs go.
-static IDLE: AtomicUsize = AtomicUsize::new(0);
-
-pub fn mark_idle(index: usize) {
-    IDLE.fetch_or(1 << index, Ordering::AcqRel);
-}
-
-/// Takes an idle CPU for a vCPU, if there is one.
-pub fn claim_idle() -> Option<usize> {
-    let mut idle = IDLE.load(Ordering::Acquire);
-    while idle != 0 {
-        let cpu = idle.trailing_zeros() as usize;
-        match IDLE.compare_exchange(idle, idle & !(1 << cpu), Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(cpu),
-            Err(now) => idle = now,
-        }
-    }
-    None
 }
 
 /// Work value of the boot-time SGI check: answer in `PONG`.

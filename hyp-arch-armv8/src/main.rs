@@ -20,6 +20,7 @@ mod list_registers;
 mod memory;
 mod mmu;
 mod network;
+mod scheduling;
 mod vdev;
 mod vm;
 
@@ -31,6 +32,7 @@ use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
+use sched::Policy;
 use spin::Once;
 use stage2::TableFormat;
 
@@ -196,14 +198,20 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
         None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
     }
-    for &cpu in &cpus_for_vms[vms.len()..] {
-        cpus::mark_idle(cpu);
+    // Each vCPU is pinned to a CPU of its own: every VM's vCPU 0 first (vm0's on this CPU),
+    // then the others in order.
+    scheduling::init(platform.cpus.len());
+    let vcpus = vms.iter().enumerate().flat_map(|(i, vm)| (0..vm.spec.vcpus as usize).map(move |v| (v, i)));
+    let mut order: Vec<(usize, usize)> = vcpus.collect();
+    order.sort_by_key(|&(v, i)| (v != 0, i, v));
+    for (&(vcpu, i), &cpu) in order.iter().zip(&cpus_for_vms) {
+        if let Err(e) = scheduling::add(scheduling::vcpu_ref(i, vcpu), cpu, Policy::Pinned) {
+            halt(format_args!("vm{i} {} vCPU {vcpu}: {e}", vms[i].spec.name));
+        }
     }
-    for (i, _) in vms.iter().enumerate() {
-        if cpus_for_vms[i] == me {
-            cpus::WORK[me].store(vm::work_for(i, 0), Ordering::Release);
-        } else {
-            cpus::give_work(cpus_for_vms[i], vm::work_for(i, 0));
+    for (i, vm) in vms.iter().enumerate() {
+        if let Err(e) = scheduling::start(scheduling::vcpu_ref(i, 0)) {
+            halt(format_args!("vm{i} {}: {e}", vm.spec.name));
         }
     }
     cpu_loop(me)
@@ -317,10 +325,10 @@ fn finish(clean: bool) -> ! {
     firmware::system_off()
 }
 
-/// A CPU's life after boot: wait for a VM to run, run it, report how it ended.
+/// A CPU's life after boot: run what the scheduler says, report how a VM ended.
 pub(crate) fn cpu_loop(cpu: usize) -> ! {
     loop {
-        let work = cpus::wait_for_work(cpu);
+        let work = cpus::take_work(cpu);
         if work == cpus::WORK_PING {
             cpus::PONG[cpu].store(true, Ordering::Release);
             continue;
@@ -333,23 +341,25 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             let _ = unsafe { core::ptr::read_volatile(UNMAPPED_EL2_VA as *const u64) };
             continue;
         }
-        let (vm_index, mut vcpu) = vm::work_target(work);
-        let Some(vm) = VMS.get().and_then(|vms| vms.get(vm_index)) else { continue };
-        loop {
-            match vm.run_vcpu(vcpu, cpu) {
-                VcpuExit::Stopped => break,
-                VcpuExit::VmEnded(EndReason::Reset) => {
-                    // This CPU stopped the VM's last vCPU: it reboots the VM on itself.
-                    vm.reset();
-                    vcpu = 0;
-                }
-                VcpuExit::VmEnded(end) => {
-                    vm_ended(vm, end);
-                    break;
+        let Some(v) = scheduling::pick(cpu).run else {
+            cpus::idle();
+            continue;
+        };
+        let Some(vm) = VMS.get().and_then(|vms| vms.get(usize::from(v.vm))) else {
+            let _ = scheduling::stop(v);
+            continue;
+        };
+        match vm.run_vcpu(usize::from(v.vcpu), cpu) {
+            VcpuExit::Stopped => {}
+            VcpuExit::VmEnded(EndReason::Reset) => {
+                // This CPU stopped the VM's last vCPU: it reboots the VM, from vCPU 0.
+                vm.reset();
+                if let Err(e) = scheduling::start(scheduling::vcpu_ref(vm.id, 0)) {
+                    println!("hypervisor: vm{} {}: cannot restart: {e}", vm.id, vm.spec.name);
                 }
             }
+            VcpuExit::VmEnded(end) => vm_ended(vm, end),
         }
-        cpus::mark_idle(cpu);
     }
 }
 

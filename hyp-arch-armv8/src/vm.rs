@@ -30,6 +30,7 @@ use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
+use crate::scheduling;
 use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SwitchPort, VirtioSlot, Window};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
@@ -240,18 +241,6 @@ pub enum VcpuExit {
     /// It was the VM's last vCPU: the VM ended, for this reason.
     VmEnded(EndReason),
 }
-
-/// `cpus::WORK` value that runs vCPU `vcpu` of VM `vm`.
-pub fn work_for(vm: usize, vcpu: usize) -> usize {
-    1 + vm * MAX_VCPUS + vcpu
-}
-
-/// The (VM, vCPU) a `cpus::WORK` value names.
-pub fn work_target(work: usize) -> (usize, usize) {
-    ((work - 1) / MAX_VCPUS, (work - 1) % MAX_VCPUS)
-}
-
-const MAX_VCPUS: usize = hyp_core::bundle::MAX_VCPUS as usize;
 
 pub struct Vm {
     pub id: usize,
@@ -546,6 +535,9 @@ impl Vm {
         crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
         leave_guest_regime();
         self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
+        if let Err(e) = scheduling::stop(scheduling::vcpu_ref(self.id, vcpu)) {
+            vm_log!(self, vcpu, "the scheduler does not know this vCPU: {e}");
+        }
         match self.power.lock().stopped(vcpu) {
             Some(end) => VcpuExit::VmEnded(end),
             None => VcpuExit::Stopped,
@@ -741,16 +733,11 @@ impl Vm {
                 let start = self.power.lock().cpu_on(target_mpidr, entry, context);
                 ctx.x[0] = match start {
                     Err(status) => status,
-                    Ok(start) => match crate::cpus::claim_idle() {
-                        Some(cpu) => {
-                            self.vgic.running_on[start.vcpu].store(cpu, Ordering::Release);
-                            crate::cpus::give_work(cpu, work_for(self.id, start.vcpu));
-                            psci_status::SUCCESS
-                        }
-                        None => {
-                            // Pinned vCPUs need a CPU each; the manifest check makes this rare.
+                    Ok(start) => match scheduling::start(scheduling::vcpu_ref(self.id, start.vcpu)) {
+                        Ok(()) => psci_status::SUCCESS,
+                        Err(e) => {
                             self.power.lock().stopped(start.vcpu);
-                            vm_log!(self, vcpu, "PSCI CPU_ON of vCPU {}: no free physical CPU", start.vcpu);
+                            vm_log!(self, vcpu, "PSCI CPU_ON of vCPU {}: {e}", start.vcpu);
                             psci_status::INTERNAL_FAILURE
                         }
                     },
