@@ -7,11 +7,17 @@ use core::fmt;
 use fdt::node::FdtNode;
 use fdt::Fdt;
 
+pub use crate::manifest::Policy;
+use crate::manifest::{self, BoardLimits, ManifestError};
+use crate::platform::PhysRange;
+
 pub const COMPATIBLE: &str = "hyp,boot-bundle-v1";
 /// vCPUs one VM may have.
 pub const MAX_VCPUS: u32 = 8;
 /// VM RAM is carved in 2 MiB blocks so stage 2 can map it with block descriptors.
 pub const RAM_GRANULE: u64 = 2 << 20;
+/// Board devices one VM may be given (`passthrough@N` nodes).
+pub const MAX_PASSTHROUGH: usize = 8;
 
 /// One VM as the manifest describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +33,116 @@ pub struct VmSpec<'a> {
     pub device_tree: Option<&'a [u8]>,
     /// The VM's virtio devices (its console is always there).
     pub devices: VmDevices,
+    /// The physical CPUs its vCPUs run on, and how.
+    pub placement: Placement<'a>,
+    /// Board devices given to it: register windows mapped at the same address, interrupts
+    /// routed to it.
+    pub passthrough: PassthroughList<'a>,
+}
+
+/// A list of 32-bit big-endian cells as the bundle holds it (`cpus`, `interrupts`): the
+/// property's bytes, read on demand so that [`VmSpec`] stays `Copy` and needs no heap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct U32List<'a>(&'a [u8]);
+
+impl<'a> U32List<'a> {
+    /// The cells of `bytes`, if it is a whole number of them.
+    pub fn new(bytes: &'a [u8]) -> Option<Self> {
+        bytes.len().is_multiple_of(4).then_some(U32List(bytes))
+    }
+    pub fn len(&self) -> usize {
+        self.0.len() / 4
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn get(&self, i: usize) -> Option<u32> {
+        let cell = self.0.get(i * 4..i * 4 + 4)?;
+        Some(u32::from_be_bytes([cell[0], cell[1], cell[2], cell[3]]))
+    }
+    pub fn iter(&self) -> impl Iterator<Item = u32> + Clone + 'a {
+        self.0.chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+    }
+    pub fn contains(&self, value: u32) -> bool {
+        self.iter().any(|v| v == value)
+    }
+    /// The property's bytes.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+}
+
+/// Where a VM's vCPUs run (`cpus`, `policy`, `slice-us` in the bundle).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Placement<'a> {
+    /// The physical CPU of each vCPU (CPU n: the n-th enabled CPU of the board's device
+    /// tree), one per vCPU. `None`: the hypervisor pins each vCPU to a free CPU.
+    pub cpus: Option<U32List<'a>>,
+    pub policy: Policy,
+    /// Shared VMs only: the time slice in microseconds, as the manifest gave it (see
+    /// [`Placement::time_slice_us`] for the default).
+    pub slice_us: Option<u32>,
+}
+
+impl Placement<'_> {
+    /// The physical CPU of vCPU `vcpu`, if the manifest names it.
+    pub fn cpu_of(&self, vcpu: usize) -> Option<u32> {
+        self.cpus?.get(vcpu)
+    }
+    /// The time slice of a shared VM's vCPUs (default [`manifest::DEFAULT_SLICE_US`]); `None`
+    /// for a pinned VM, which runs tickless.
+    pub fn time_slice_us(&self) -> Option<u32> {
+        match self.policy {
+            Policy::Pinned => None,
+            Policy::Shared => Some(self.slice_us.unwrap_or(manifest::DEFAULT_SLICE_US)),
+        }
+    }
+}
+
+/// A board device given to a VM: its register window, mapped in the VM at the same
+/// address, and its interrupts (SPI INTIDs), routed to the VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Passthrough<'a> {
+    /// A label for messages (the device is the window, not the name).
+    pub name: &'a str,
+    pub reg: PhysRange,
+    pub interrupts: U32List<'a>,
+}
+
+/// A VM's passthrough devices, in bundle order (at most [`MAX_PASSTHROUGH`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassthroughList<'a> {
+    items: [Passthrough<'a>; MAX_PASSTHROUGH],
+    len: usize,
+}
+
+impl Default for PassthroughList<'_> {
+    fn default() -> Self {
+        let none = Passthrough { name: "", reg: PhysRange { base: 0, size: 0 }, interrupts: U32List(&[]) };
+        PassthroughList { items: [none; MAX_PASSTHROUGH], len: 0 }
+    }
+}
+
+impl<'a> PassthroughList<'a> {
+    /// Adds `device`; `Err` when the list is full.
+    pub fn push(&mut self, device: Passthrough<'a>) -> Result<(), Passthrough<'a>> {
+        let slot = self.items.get_mut(self.len).ok_or(device)?;
+        *slot = device;
+        self.len += 1;
+        Ok(())
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn as_slice(&self) -> &[Passthrough<'a>] {
+        &self.items[..self.len]
+    }
+    pub fn iter(&self) -> core::slice::Iter<'_, Passthrough<'a>> {
+        self.as_slice().iter()
+    }
 }
 
 /// The virtio devices a VM's manifest entry asks for.
@@ -68,15 +184,21 @@ pub enum BundleError<'a> {
     /// Not a device tree, or not one xtask wrote.
     NotABundle,
     NoVms,
-    /// A VM's field is missing or wrong: names the VM (or its node) and the field.
+    /// A VM's property is missing or not in the bundle's format: names the VM (or its node)
+    /// and the field.
     BadField {
         vm: &'a str,
         field: &'static str,
         problem: &'static str,
     },
-    DuplicateName {
-        vm: &'a str,
-    },
+    /// The VMs break a rule of the manifest (`manifest::check_vms`): names the VM and field.
+    Manifest(ManifestError<'a>),
+}
+
+impl<'a> From<ManifestError<'a>> for BundleError<'a> {
+    fn from(e: ManifestError<'a>) -> Self {
+        BundleError::Manifest(e)
+    }
 }
 
 impl fmt::Display for BundleError<'_> {
@@ -87,12 +209,33 @@ impl fmt::Display for BundleError<'_> {
             }
             Self::NoVms => write!(f, "the boot bundle describes no VM"),
             Self::BadField { vm, field, problem } => write!(f, "VM {vm}: field `{field}` {problem}"),
-            Self::DuplicateName { vm } => write!(f, "VM {vm}: two VMs have this name"),
+            Self::Manifest(e) => e.fmt(f),
         }
     }
 }
 
+/// The bundle's VMs in order; `Clone`, so the manifest checks can compare VMs pairwise
+/// without a heap.
+#[derive(Clone)]
+pub struct Vms<'b, 'a> {
+    bundle: &'b BootBundle<'a>,
+    next: usize,
+}
+
+impl<'a> Iterator for Vms<'_, 'a> {
+    type Item = VmSpec<'a>;
+    fn next(&mut self) -> Option<VmSpec<'a>> {
+        let node = self.bundle.vm_nodes().nth(self.next)?;
+        self.next += 1;
+        // Every node was parsed by `BootBundle::parse`.
+        vm_spec(node).ok()
+    }
+}
+
 impl<'a> BootBundle<'a> {
+    /// Reads and checks a bundle: its format, and every rule of the manifest that does not
+    /// depend on the board (`manifest::check_vms`). The rules that do are
+    /// [`BootBundle::check_board`]'s.
     pub fn parse(blob: &'a [u8]) -> Result<Self, BundleError<'a>> {
         let fdt = Fdt::new(blob).map_err(|_| BundleError::NotABundle)?;
         let root = fdt.find_node("/").ok_or(BundleError::NotABundle)?;
@@ -112,22 +255,26 @@ impl<'a> BootBundle<'a> {
     }
 
     /// Every VM, in manifest order. All were checked by `parse`.
-    pub fn vms(&self) -> impl Iterator<Item = VmSpec<'a>> + '_ {
-        self.vm_nodes().filter_map(|n| vm_spec(n).ok())
+    pub fn vms(&self) -> Vms<'_, 'a> {
+        Vms { bundle: self, next: 0 }
+    }
+
+    /// The manifest's rules against the board the hypervisor runs on (`manifest::check`):
+    /// CPUs that exist, memory the board has, devices it has. Call before creating any VM.
+    pub fn check_board(&self, board: &BoardLimits<'_>) -> Result<(), ManifestError<'a>> {
+        manifest::check(self.vms(), board)
     }
 
     fn check(&self) -> Result<(), BundleError<'a>> {
         let mut count = 0;
-        for (i, node) in self.vm_nodes().enumerate() {
-            let vm = vm_spec(node)?;
-            if self.vm_nodes().take(i).filter_map(|n| vm_spec(n).ok()).any(|other| other.name == vm.name) {
-                return Err(BundleError::DuplicateName { vm: vm.name });
-            }
+        for node in self.vm_nodes() {
+            vm_spec(node)?;
             count += 1;
         }
         if count == 0 {
             return Err(BundleError::NoVms);
         }
+        manifest::check_vms(self.vms())?;
         Ok(())
     }
 }
@@ -142,20 +289,20 @@ fn u64_prop(node: FdtNode<'_, '_>, name: &str) -> Option<u64> {
     Some(u64::from_be_bytes(v.try_into().ok()?))
 }
 
+/// Two big-endian 64-bit numbers (`disk`, a passthrough's `reg`).
+fn u64_pair(bytes: &[u8]) -> Option<[u64; 2]> {
+    let first = bytes.get(0..8)?.try_into().ok()?;
+    let second = bytes.get(8..16)?.try_into().ok()?;
+    (bytes.len() == 16).then(|| [u64::from_be_bytes(first), u64::from_be_bytes(second)])
+}
+
+/// One VM node, read. Only the format is checked here (a property of the wrong size or
+/// kind); what the values may be is `manifest`'s.
 fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
     let name = node.property("name").and_then(|p| p.as_str()).unwrap_or(node.name);
     let bad = |field, problem| BundleError::BadField { vm: name, field, problem };
-    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-        return Err(bad("name", "must be letters, digits, '-' or '_'"));
-    }
     let vcpus = u32_prop(node, "vcpus").ok_or(bad("vcpus", "is missing"))?;
-    if vcpus == 0 || vcpus > MAX_VCPUS {
-        return Err(bad("vcpus", "must be between 1 and 8"));
-    }
     let memory = u64_prop(node, "memory").ok_or(bad("memory", "is missing"))?;
-    if memory == 0 || memory % RAM_GRANULE != 0 {
-        return Err(bad("memory", "must be a non-zero multiple of 2 MiB"));
-    }
     let kernel = node.property("kernel").map(|p| p.value).ok_or(bad("kernel", "is missing"))?;
     if kernel.is_empty() {
         return Err(bad("kernel", "is empty"));
@@ -169,12 +316,8 @@ fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
     let disk = match node.property("disk") {
         None => None,
         Some(p) => {
-            let cells: Option<[u64; 2]> = (p.value.len() == 16)
-                .then(|| [0, 8].map(|at| u64::from_be_bytes(p.value[at..at + 8].try_into().unwrap_or([0; 8]))));
-            let [offset, size] = cells.ok_or(bad("disk", "must be two 64-bit numbers: offset and size in bytes"))?;
-            if offset % SECTOR_SIZE != 0 || size % SECTOR_SIZE != 0 {
-                return Err(bad("disk", "offset and size must be multiples of 512 bytes"));
-            }
+            let [offset, size] =
+                u64_pair(p.value).ok_or(bad("disk", "must be two 64-bit numbers: offset and size in bytes"))?;
             Some(DiskSlice { offset, size })
         }
     };
@@ -182,14 +325,141 @@ fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
         (None, None) => None,
         (None, Some(_)) => return Err(bad("mac", "is given but the VM has no `network`")),
         (Some(_), None) => Some(None),
-        (Some(_), Some(mac)) => {
-            let mac: [u8; 6] = mac.value.try_into().map_err(|_| bad("mac", "must be 6 bytes"))?;
-            if mac[0] & 1 != 0 || mac == [0; 6] {
-                return Err(bad("mac", "must be a unicast address (first byte even), not all zeros"));
-            }
-            Some(Some(mac))
-        }
+        (Some(_), Some(mac)) => Some(Some(mac.value.try_into().map_err(|_| bad("mac", "must be 6 bytes"))?)),
     };
     let devices = VmDevices { disk, network };
-    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs, device_tree, devices })
+    let cpus = match node.property("cpus") {
+        None => None,
+        Some(p) => Some(U32List::new(p.value).ok_or(bad("cpus", "must be a list of 32-bit CPU numbers"))?),
+    };
+    let policy = match node.property("policy") {
+        None => Policy::Pinned,
+        Some(p) => {
+            let given = p.as_str().ok_or(bad("policy", "is not a string"))?;
+            Policy::from_name(given).ok_or(ManifestError::UnknownPolicy { vm: name, given })?
+        }
+    };
+    let slice_us = match node.property("slice-us") {
+        None => None,
+        Some(_) => Some(u32_prop(node, "slice-us").ok_or(bad("slice-us", "must be one 32-bit number"))?),
+    };
+    let placement = Placement { cpus, policy, slice_us };
+    let mut passthrough = PassthroughList::default();
+    for child in node.children().filter(|c| c.name.split('@').next() == Some("passthrough")) {
+        let device_name = child.property("name").and_then(|p| p.as_str()).unwrap_or(child.name);
+        let reg = child.property("reg").ok_or(bad("passthrough", "has a device without `reg`"))?;
+        let [base, size] = u64_pair(reg.value)
+            .ok_or(bad("passthrough", "has a `reg` that is not two 64-bit numbers: base and size"))?;
+        let interrupts = match child.property("interrupts") {
+            None => U32List::default(),
+            Some(p) => U32List::new(p.value)
+                .ok_or(bad("passthrough", "has `interrupts` that are not a list of 32-bit INTIDs"))?,
+        };
+        let device = Passthrough { name: device_name, reg: PhysRange { base, size }, interrupts };
+        passthrough.push(device).map_err(|_| bad("passthrough", "has more than 8 devices"))?;
+    }
+    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs, device_tree, devices, placement, passthrough })
+}
+
+#[cfg(test)]
+mod tests {
+    use vm_fdt::FdtWriter;
+
+    use super::*;
+
+    /// A bundle with one VM "web" (1 vCPU, 64 MiB) and the properties `extra` writes.
+    fn bundle(extra: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
+        let mut fdt = FdtWriter::new().unwrap();
+        let root = fdt.begin_node("").unwrap();
+        fdt.property_string("compatible", COMPATIBLE).unwrap();
+        let vms = fdt.begin_node("vms").unwrap();
+        let vm = fdt.begin_node("vm@0").unwrap();
+        fdt.property_string("name", "web").unwrap();
+        fdt.property_u32("vcpus", 1).unwrap();
+        fdt.property_u64("memory", 64 << 20).unwrap();
+        fdt.property("kernel", &[1, 2, 3]).unwrap();
+        extra(&mut fdt);
+        fdt.end_node(vm).unwrap();
+        fdt.end_node(vms).unwrap();
+        fdt.end_node(root).unwrap();
+        fdt.finish().unwrap()
+    }
+
+    fn error(extra: impl FnOnce(&mut FdtWriter)) -> String {
+        BootBundle::parse(&bundle(extra)).err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn placement_and_passthrough_are_read() {
+        let blob = bundle(|fdt| {
+            fdt.property_array_u32("cpus", &[2]).unwrap();
+            fdt.property_string("policy", "shared").unwrap();
+            fdt.property_u32("slice-us", 2000).unwrap();
+            let node = fdt.begin_node("passthrough@0").unwrap();
+            fdt.property_string("name", "rtc").unwrap();
+            fdt.property_array_u64("reg", &[0x0901_0000, 0x1000]).unwrap();
+            fdt.property_array_u32("interrupts", &[34]).unwrap();
+            fdt.end_node(node).unwrap();
+        });
+        let parsed = BootBundle::parse(&blob).unwrap();
+        let vm = parsed.vms().next().unwrap();
+        assert_eq!(vm.placement.cpus.map(|c| c.iter().collect::<Vec<_>>()), Some(vec![2]));
+        assert_eq!((vm.placement.policy, vm.placement.time_slice_us()), (Policy::Shared, Some(2000)));
+        let [rtc] = vm.passthrough.as_slice() else { panic!("one passthrough device") };
+        assert_eq!(
+            (rtc.name, rtc.reg, rtc.interrupts.get(0)),
+            ("rtc", PhysRange { base: 0x0901_0000, size: 0x1000 }, Some(34))
+        );
+        // No placement: pinned to free CPUs, as before these properties existed.
+        let blob = bundle(|_| {});
+        let vm = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!(vm.placement, Placement { cpus: None, policy: Policy::Pinned, slice_us: None });
+        assert_eq!(vm.placement.time_slice_us(), None);
+    }
+
+    #[test]
+    fn an_unknown_policy_is_refused_at_boot() {
+        assert_eq!(
+            error(|fdt| fdt.property_string("policy", "fair").unwrap()),
+            "VM web: field `policy`: \"fair\" is not a policy; write \"pinned\" or \"shared\""
+        );
+    }
+
+    #[test]
+    fn badly_encoded_placement_and_passthrough_are_refused() {
+        assert_eq!(
+            error(|fdt| fdt.property("cpus", &[0, 0, 1]).unwrap()),
+            "VM web: field `cpus` must be a list of 32-bit CPU numbers"
+        );
+        assert_eq!(
+            error(|fdt| fdt.property_u64("slice-us", 1).unwrap()),
+            "VM web: field `slice-us` must be one 32-bit number"
+        );
+        assert_eq!(
+            error(|fdt| {
+                let node = fdt.begin_node("passthrough@0").unwrap();
+                fdt.property_array_u32("reg", &[0x0901_0000, 0x1000]).unwrap();
+                fdt.end_node(node).unwrap();
+            }),
+            "VM web: field `passthrough` has a `reg` that is not two 64-bit numbers: base and size"
+        );
+        assert_eq!(
+            error(|fdt| {
+                for i in 0..=MAX_PASSTHROUGH {
+                    let node = fdt.begin_node(&format!("passthrough@{i}")).unwrap();
+                    fdt.property_array_u64("reg", &[0x1000_0000 + i as u64 * 0x1000, 0x1000]).unwrap();
+                    fdt.end_node(node).unwrap();
+                }
+            }),
+            "VM web: field `passthrough` has more than 8 devices"
+        );
+    }
+
+    #[test]
+    fn the_manifest_rules_run_when_a_bundle_is_parsed() {
+        assert_eq!(
+            error(|fdt| fdt.property_array_u32("cpus", &[1, 2]).unwrap()),
+            "VM web: field `cpus` lists 2 CPUs but the VM has 1 vCPU; give one CPU per vCPU"
+        );
+    }
 }

@@ -10,6 +10,8 @@ pub mod exit_stats;
 pub mod guest_fdt;
 pub mod guest_layout;
 pub mod image;
+pub mod management;
+pub mod manifest;
 pub mod memory_map;
 pub mod mmio;
 pub mod pl011;

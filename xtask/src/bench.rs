@@ -193,7 +193,11 @@ pub fn virtio_io() -> Result<(IoFigures, IoFigures), XtaskError> {
         initrd: Some(linux.initrd.clone()),
         bootargs: Some(bootargs.clone()),
         device_tree: None,
-        devices: VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), network: Some(None) },
+        devices: VmDevices {
+            disk: Some(bundle::DiskSlice { offset: 0, size: 0 }),
+            network: Some(None),
+            ..Default::default()
+        },
     };
     let blob = bundle::write(&[vm], &BundleOptions::default())?;
     let bundle_path = images::images_dir().join("io-bench.bundle");

@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use hyp_core::bundle::{BootBundle, COMPATIBLE};
-pub use hyp_core::bundle::{DiskSlice, VmDevices};
+pub use hyp_core::bundle::{DiskSlice, Policy};
 use hyp_core::guest_layout;
 use hyp_core::image::Arm64Image;
+use hyp_core::manifest::BoardLimits;
 use vm_fdt::FdtWriter;
 
 use crate::XtaskError;
@@ -23,8 +24,47 @@ pub struct VmEntry {
     pub bootargs: Option<String>,
     /// A device tree to boot with instead of the one the hypervisor generates.
     pub device_tree: Option<PathBuf>,
-    /// Its virtio disk (a slice of the board's disk) and NIC.
+    /// What it is given of the board besides RAM: its virtio disk (a slice of the board's
+    /// disk) and NIC, its physical CPUs, and passthrough devices.
     pub devices: VmDevices,
+}
+
+/// What a VM is given of the board besides its RAM. Build it with `..Default::default()`:
+/// the defaults are no disk, no NIC, each vCPU pinned to a free CPU, no passthrough.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VmDevices {
+    /// A virtio disk: this slice of the board's disk.
+    pub disk: Option<DiskSlice>,
+    /// A virtio NIC on the hypervisor's switch, with this MAC address (None: derived from
+    /// the VM's index).
+    pub network: Option<Option<[u8; 6]>>,
+    /// The physical CPUs of its vCPUs.
+    pub placement: Placement,
+    /// Board devices given to it.
+    pub passthrough: Vec<Passthrough>,
+}
+
+/// Where a VM's vCPUs run (bundle properties `cpus`, `policy`, `slice-us`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The physical CPU of each vCPU; `None`: each vCPU pinned to a CPU no VM lists.
+    pub cpus: Option<Vec<u32>>,
+    /// `None` writes no `policy` (pinned).
+    pub policy: Option<Policy>,
+    /// Shared VMs only: the time slice in microseconds (default 10000).
+    pub slice_us: Option<u32>,
+}
+
+/// A board device given to a VM (a `passthrough@N` node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Passthrough {
+    /// A label for messages.
+    pub name: String,
+    /// Its register window, `[base, base + size)`, page-aligned; the guest sees it there.
+    pub base: u64,
+    pub size: u64,
+    /// Its interrupts, SPI INTIDs (32-1019), routed to the VM.
+    pub interrupts: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -42,8 +82,31 @@ fn fdt_error(e: vm_fdt::Error) -> XtaskError {
     XtaskError::Build(format!("writing the boot bundle: {e}"))
 }
 
-/// Writes the bundle for `vms` and checks it as the hypervisor will.
+/// Writes the bundle for `vms` and checks it as the hypervisor will at boot, the board
+/// included (`hyp_core::manifest::check`; `board` is given the bundle's size, which the
+/// board's RAM must also hold). Errors name the VM and the field, with no prefix.
+pub fn write_for_board<'b>(
+    vms: &[VmEntry],
+    options: &BundleOptions,
+    board: impl FnOnce(u64) -> BoardLimits<'b>,
+) -> Result<Vec<u8>, XtaskError> {
+    let blob = encode(vms, options)?;
+    let bundle = BootBundle::parse(&blob).map_err(|e| XtaskError::Usage(e.to_string()))?;
+    bundle.check_board(&board(blob.len() as u64)).map_err(|e| XtaskError::Usage(e.to_string()))?;
+    Ok(blob)
+}
+
+/// Writes the bundle for `vms` and checks it as the hypervisor will: its format and the
+/// manifest rules that hold on any board (`hyp_core::manifest::check_vms`).
 pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskError> {
+    let blob = encode(vms, options)?;
+    BootBundle::parse(&blob).map_err(|e| XtaskError::Usage(format!("boot bundle: {e}")))?;
+    Ok(blob)
+}
+
+/// The bundle's bytes, unchecked but for each VM's images (readable, an arm64 Image, fit in
+/// its memory).
+fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskError> {
     let mut fdt = FdtWriter::new().map_err(fdt_error)?;
     let root = fdt.begin_node("").map_err(fdt_error)?;
     fdt.property_string("compatible", COMPATIBLE).map_err(fdt_error)?;
@@ -92,13 +155,28 @@ pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskE
                 fdt.property("mac", &mac).map_err(fdt_error)?;
             }
         }
+        let placement = &vm.devices.placement;
+        if let Some(cpus) = &placement.cpus {
+            fdt.property_array_u32("cpus", cpus).map_err(fdt_error)?;
+        }
+        if let Some(policy) = placement.policy {
+            fdt.property_string("policy", policy.name()).map_err(fdt_error)?;
+        }
+        if let Some(slice) = placement.slice_us {
+            fdt.property_u32("slice-us", slice).map_err(fdt_error)?;
+        }
+        for (j, device) in vm.devices.passthrough.iter().enumerate() {
+            let node = fdt.begin_node(&format!("passthrough@{j}")).map_err(fdt_error)?;
+            fdt.property_string("name", &device.name).map_err(fdt_error)?;
+            fdt.property_array_u64("reg", &[device.base, device.size]).map_err(fdt_error)?;
+            fdt.property_array_u32("interrupts", &device.interrupts).map_err(fdt_error)?;
+            fdt.end_node(node).map_err(fdt_error)?;
+        }
         fdt.end_node(node).map_err(fdt_error)?;
     }
     fdt.end_node(list).map_err(fdt_error)?;
     fdt.end_node(root).map_err(fdt_error)?;
-    let blob = fdt.finish().map_err(fdt_error)?;
-    BootBundle::parse(&blob).map_err(|e| XtaskError::Usage(format!("boot bundle: {e}")))?;
-    Ok(blob)
+    fdt.finish().map_err(fdt_error)
 }
 
 #[cfg(test)]
@@ -194,21 +272,24 @@ mod tests {
         let disk = DiskSlice { offset: 1 << 20, size: 8 << 20 };
         let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x10];
         let with = |devices| VmEntry { devices, ..vm(k.clone()) };
-        let blob = write(&[with(VmDevices { disk: Some(disk), network: Some(Some(mac)) })], &BundleOptions::default())
-            .unwrap();
+        let devices = VmDevices { disk: Some(disk), network: Some(Some(mac)), ..Default::default() };
+        let blob = write(&[with(devices)], &BundleOptions::default()).unwrap();
         let bundle = BootBundle::parse(&blob).unwrap();
         let spec = bundle.vms().next().unwrap();
-        assert_eq!(spec.devices, VmDevices { disk: Some(disk), network: Some(Some(mac)) });
+        assert_eq!(spec.devices, hyp_core::bundle::VmDevices { disk: Some(disk), network: Some(Some(mac)) });
         let blob = write(&[vm(k.clone())], &BundleOptions::default()).unwrap();
-        assert_eq!(BootBundle::parse(&blob).unwrap().vms().next().unwrap().devices, VmDevices::default());
+        let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!(spec.devices, hyp_core::bundle::VmDevices::default());
+        assert_eq!(spec.placement, hyp_core::bundle::Placement::default(), "no `cpus`: pinned to free CPUs");
+        assert!(spec.passthrough.is_empty());
 
         let err = |devices| write(&[with(devices)], &BundleOptions::default()).unwrap_err().to_string();
         assert_eq!(
-            err(VmDevices { disk: Some(DiskSlice { offset: 100, size: 0 }), network: None }),
+            err(VmDevices { disk: Some(DiskSlice { offset: 100, size: 0 }), ..Default::default() }),
             "boot bundle: VM one: field `disk` offset and size must be multiples of 512 bytes"
         );
         assert_eq!(
-            err(VmDevices { disk: None, network: Some(Some([1, 2, 3, 4, 5, 6])) }),
+            err(VmDevices { network: Some(Some([1, 2, 3, 4, 5, 6])), ..Default::default() }),
             "boot bundle: VM one: field `mac` must be a unicast address (first byte even), not all zeros"
         );
     }

@@ -8,6 +8,7 @@ pub mod cpio;
 pub mod elf;
 pub mod images;
 pub mod linux_guest;
+pub mod manifest;
 pub mod qemu;
 pub mod setup;
 pub mod util;

@@ -5,6 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
+use xtask::manifest::{Board, DebianGuest, Manifest};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
 use xtask::{bench, images, setup, XtaskError};
@@ -21,6 +22,10 @@ Commands:
   help    this text
 
 Options of `qemu`:
+  --manifest FILE  boot the VMs a manifest describes (docs/manifest.md; examples in
+                   manifests/), on the board of its [board] unless --smp/--memory say
+                   otherwise; checked before anything boots. Its board disk is
+                   vm-disks/<manifest name>.img (1 GiB, created empty) unless --disk
   --guest NAME     the guest to run: `linux` (default: Debian arm64 with a BusyBox shell on
                    this terminal) or `selftest` (checks the hypervisor from the inside, then ends)
   --kernel FILE    the linux guest's kernel (an arm64 Image; default: Debian's)
@@ -87,7 +92,13 @@ struct QemuArgs {
     dtb: Option<PathBuf>,
     disk: Option<PathBuf>,
     http_port: u16,
+    manifest: Option<PathBuf>,
+    /// The options given, in order.
+    given: Vec<String>,
 }
+
+/// Options that describe the one VM of a run without a manifest.
+const VM_OPTIONS: [&str; 7] = ["--guest", "--kernel", "--initrd", "--append", "--dtb", "--vcpus", "--vm-memory"];
 
 fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     let mut parsed = QemuArgs {
@@ -102,9 +113,12 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         dtb: None,
         disk: None,
         http_port: 8080,
+        manifest: None,
+        given: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
+        parsed.given.push(flag.clone());
         let mut value = || it.next().cloned().ok_or_else(|| XtaskError::Usage(format!("{flag} needs a value")));
         let number =
             |v: String| v.parse::<u64>().map_err(|_| XtaskError::Usage(format!("{flag}: `{v}` is not a number")));
@@ -127,6 +141,7 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             "--dtb" => parsed.dtb = Some(existing_file(flag, value()?)?),
             "--append" => parsed.append = Some(value()?),
             "--disk" => parsed.disk = Some(existing_file(flag, value()?)?),
+            "--manifest" => parsed.manifest = Some(existing_file(flag, value()?)?),
             "--http-port" => {
                 parsed.http_port = u16::try_from(number(value()?)?)
                     .ok()
@@ -135,6 +150,11 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             }
             other => return Err(XtaskError::Usage(format!("unknown option `{other}`; see `cargo xtask help`"))),
         }
+    }
+    if let Some(flag) =
+        parsed.manifest.as_ref().and_then(|_| parsed.given.iter().find(|f| VM_OPTIONS.contains(&f.as_str())))
+    {
+        return Err(XtaskError::Usage(format!("{flag}: the manifest describes the VMs; change it there")));
     }
     if !["selftest", "linux"].contains(&parsed.guest.as_str()) {
         return Err(XtaskError::Usage(format!("unknown guest `{}`: the guests are: linux, selftest", parsed.guest)));
@@ -166,7 +186,9 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     let args = parse_qemu_args(args)?;
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
-    if args.guest == "linux" {
+    if args.manifest.is_some() {
+        qemu_manifest(args)
+    } else if args.guest == "linux" {
         qemu_linux(args)
     } else {
         qemu_selftest(args)
@@ -198,7 +220,7 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         initrd,
         bootargs: Some(bootargs),
         device_tree: args.dtb,
-        devices: VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), network: Some(None) },
+        devices: VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), network: Some(None), ..Default::default() },
     };
     // No semihosting: the guest is not a trusted test guest (semihosting reaches the host).
     let bundle_path = write_bundle("linux", &[vm], &BundleOptions::default())?;
@@ -219,6 +241,73 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         args.http_port
     ));
     step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
+    let status =
+        qemu::run_interactive(machine.command(&hyp, Some(&bundle_path)), args.timeout.map(Duration::from_secs))?;
+    match status {
+        None => Err(XtaskError::Failed(format!("stopped after {} s (--timeout)", args.timeout.unwrap_or(0)))),
+        Some(0) => Ok(()),
+        Some(s) => Err(XtaskError::Failed(format!("QEMU exited with status {s}"))),
+    }
+}
+
+/// The VMs of a manifest, interactive on this terminal (the first VM to write to the
+/// console gets its input).
+fn qemu_manifest(args: QemuArgs) -> Result<(), XtaskError> {
+    let path = args.manifest.clone().expect("qemu_manifest runs with --manifest");
+    let stem = path.file_stem().map_or("manifest".into(), |s| s.to_string_lossy().into_owned());
+    let manifest = Manifest::load(&path, &mut || {
+        let linux = xtask::linux_guest::debian_arm64()?;
+        Ok(DebianGuest { kernel: linux.kernel, initrd: linux.initrd })
+    })?;
+    let given = |flag: &str| args.given.iter().any(|f| f == flag);
+    let smp = if given("--smp") { args.machine.smp } else { manifest.board_cpus.unwrap_or(args.machine.smp) };
+    let memory_mib = if given("--memory") {
+        args.machine.memory_mib
+    } else {
+        manifest.board_memory_mib.unwrap_or(args.machine.memory_mib)
+    };
+    let disk = match (&args.disk, manifest.wants_disk()) {
+        (Some(disk), _) => Some(disk.clone()),
+        (None, true) => {
+            let disk = images::workspace_root().join("vm-disks").join(format!("{stem}.img"));
+            images::create_disk(&disk, images::DISK_SIZE)?;
+            Some(disk)
+        }
+        (None, false) => None,
+    };
+    let disk_size = match &disk {
+        None => None,
+        Some(d) => Some(
+            std::fs::metadata(d)
+                .map_err(|e| XtaskError::Usage(format!("--disk: cannot read {}: {e}", d.display())))?
+                .len(),
+        ),
+    };
+    let board = Board::qemu_virt(smp, memory_mib, disk_size);
+    // No semihosting: the guests are not trusted test guests (semihosting reaches the host).
+    let blob = manifest.bundle(&board, &BundleOptions::default())?;
+    let bundle_path = images::images_dir().join(format!("{stem}.bundle"));
+    std::fs::create_dir_all(images::images_dir())
+        .and_then(|_| std::fs::write(&bundle_path, blob))
+        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    step(&format!("{}: the VMs pass every check: {}", path.display(), manifest.summary()));
+    let hyp = images::build_hypervisor()?;
+    let network = manifest.wants_network().then(|| vec![(args.http_port, 80)]);
+    let machine = Machine { smp, memory_mib, disk: disk.clone(), network, ..args.machine };
+    step(&format!(
+        "booting the hypervisor and {} VMs on QEMU virt (GICv{}, {} CPUs, {} MiB)",
+        manifest.vms.len(),
+        machine.gic_version,
+        machine.smp,
+        machine.memory_mib
+    ));
+    if let Some(disk) = &disk {
+        step(&format!("the board disk is {}; each VM's /dev/vda is its slice of it", disk.display()));
+    }
+    if machine.network.is_some() {
+        step(&format!("http://127.0.0.1:{}/ reaches the guest at 10.0.2.15", args.http_port));
+    }
+    step("to leave: `poweroff` in every guest ends the run; or press Ctrl-A then X to stop QEMU at once");
     let status =
         qemu::run_interactive(machine.command(&hyp, Some(&bundle_path)), args.timeout.map(Duration::from_secs))?;
     match status {
@@ -345,5 +434,21 @@ mod tests {
         );
         assert_eq!(parse(&["--gic", "4"]).unwrap_err(), "--gic: `4` is not 2 or 3");
         assert_eq!(parse(&["--append"]).unwrap_err(), "--append needs a value");
+        assert_eq!(parse(&["--manifest", "/no/such.toml"]).unwrap_err(), "--manifest: /no/such.toml is not a file");
+    }
+
+    #[test]
+    fn a_manifest_takes_the_place_of_the_vm_options() {
+        let manifest = format!("{}/../manifests/three-vms.toml", env!("CARGO_MANIFEST_DIR"));
+        let a = parse(&["--manifest", &manifest, "--smp", "2", "--http-port", "8081"]).unwrap();
+        assert_eq!((a.manifest.is_some(), a.machine.smp, a.http_port), (true, 2, 8081));
+        assert_eq!(
+            parse(&["--manifest", &manifest, "--vcpus", "2"]).unwrap_err(),
+            "--vcpus: the manifest describes the VMs; change it there"
+        );
+        assert_eq!(
+            parse(&["--guest", "selftest", "--manifest", &manifest]).unwrap_err(),
+            "--guest: the manifest describes the VMs; change it there"
+        );
     }
 }

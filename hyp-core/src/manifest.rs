@@ -1,0 +1,1110 @@
+//! The rules a manifest's VMs must keep (docs/manifest.md), in one place: `cargo xtask`
+//! checks them before it writes a boot bundle, against the board it will run (QEMU's
+//! `virt`), and the hypervisor checks them again at boot, against the board it found.
+//!
+//! [`check_vms`] holds what is true on any board (names, vCPU counts, memory granules, disk
+//! slices that do not overlap, CPUs and devices not claimed twice); [`check`] adds what
+//! depends on the board ([`BoardLimits`]: CPUs that exist, memory it has, devices it has).
+//! Every error names the VM and the field and says what to do.
+//!
+//! Pure and allocation-free: VMs come as a `Clone` iterator and are compared pairwise
+//! (manifests have a handful of VMs).
+
+use core::fmt;
+
+use fdt::node::FdtNode;
+use fdt::Fdt;
+
+use crate::bundle::{DiskSlice, Passthrough, VmSpec, MAX_VCPUS, RAM_GRANULE, SECTOR_SIZE};
+use crate::platform::{PhysRange, Platform, MAX_VIRTIO_MMIO};
+
+/// A shared vCPU's time slice when the manifest gives none, in microseconds.
+pub const DEFAULT_SLICE_US: u32 = 10_000;
+/// Passthrough interrupts are SPIs: INTIDs 32 to 1019.
+pub const SPI_INTIDS: core::ops::RangeInclusive<u32> = 32..=1019;
+/// Passthrough windows are mapped by stage 2 in pages of this size.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// How a VM's vCPUs share their physical CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Policy {
+    /// Each vCPU owns its CPU: no tick, WFI does not trap, never preempted.
+    #[default]
+    Pinned,
+    /// The vCPUs on a CPU take turns of a time slice.
+    Shared,
+}
+
+impl Policy {
+    /// The policy a manifest names: `"pinned"` or `"shared"`.
+    pub fn from_name(name: &str) -> Option<Policy> {
+        match name {
+            "pinned" => Some(Policy::Pinned),
+            "shared" => Some(Policy::Shared),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Pinned => "pinned",
+            Policy::Shared => "shared",
+        }
+    }
+}
+
+/// What the manifest is checked against.
+pub struct BoardLimits<'b> {
+    /// Physical CPUs, numbered 0 to `cpus - 1` (the enabled CPUs of the device tree, in order).
+    pub cpus: usize,
+    /// Bytes of RAM the VMs can have in all (the board's RAM less what the hypervisor, its
+    /// heap and the loaded images take).
+    pub memory: u64,
+    /// The board's RAM: no passthrough window may overlap it.
+    pub ram: &'b [PhysRange],
+    /// Register windows the hypervisor drives itself (its UART, the GIC, the virtio-mmio
+    /// transports): never passed through.
+    pub hypervisor_devices: &'b [PhysRange],
+    /// The size of the board's virtio disk, of which VM disks are slices; `None`: no disk.
+    pub disk: Option<u64>,
+    /// The devices the board has.
+    pub devices: &'b dyn BoardDevices,
+}
+
+/// The board's devices, as a table ([`DeviceTable`]: what xtask knows of QEMU's `virt`) or its device tree ([`DeviceTreeDevices`]: what the hypervisor finds at boot).
+pub trait BoardDevices {
+    /// The register window of the board device that `window` lies in, if there is one.
+    fn device_at(&self, window: PhysRange) -> Option<PhysRange>;
+    /// Whether the device whose register window is `device` raises `intid`.
+    fn raises(&self, device: PhysRange, intid: u32) -> bool;
+}
+
+/// The register windows the hypervisor drives itself on `platform`, for
+/// [`BoardLimits::hypervisor_devices`]: its UART, the GIC's frames, the virtio-mmio
+/// transports.
+pub fn hypervisor_windows(platform: &Platform<'_>) -> heapless::Vec<PhysRange, { MAX_VIRTIO_MMIO + 6 }> {
+    let gic = &platform.gic;
+    let frames = [gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface];
+    [platform.uart, gic.distributor]
+        .into_iter()
+        .chain(frames.into_iter().flatten())
+        .chain(platform.virtio_mmio.iter().map(|t| t.window))
+        .collect()
+}
+
+/// One device of a board described as a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoardDevice<'b> {
+    pub name: &'b str,
+    pub reg: PhysRange,
+    pub intids: &'b [u32],
+}
+
+fn within(window: PhysRange, device: PhysRange) -> bool {
+    window.base >= device.base && window.end() <= device.end()
+}
+
+/// A board's devices as a table.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTable<'b>(pub &'b [BoardDevice<'b>]);
+
+impl BoardDevices for DeviceTable<'_> {
+    fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
+        self.0.iter().map(|d| d.reg).find(|&reg| within(window, reg))
+    }
+    fn raises(&self, device: PhysRange, intid: u32) -> bool {
+        self.0.iter().any(|d| d.reg == device && d.intids.contains(&intid))
+    }
+}
+
+/// The devices of a flattened device tree: every enabled node with a `reg` window (memory
+/// nodes aside), and its `interrupts` as GIC specifiers (3 cells: type, number, flags).
+pub struct DeviceTreeDevices<'a> {
+    fdt: Fdt<'a>,
+}
+
+impl<'a> DeviceTreeDevices<'a> {
+    /// `None` when `blob` is not a device tree.
+    pub fn new(blob: &'a [u8]) -> Option<Self> {
+        Fdt::new(blob).ok().map(|fdt| DeviceTreeDevices { fdt })
+    }
+
+    fn windows(&self) -> impl Iterator<Item = (FdtNode<'_, 'a>, PhysRange)> + '_ {
+        self.fdt
+            .all_nodes()
+            .filter(|n| {
+                n.property("device_type").and_then(|p| p.as_str()) != Some("memory")
+                    && n.property("status").and_then(|p| p.as_str()).is_none_or(|s| s == "okay" || s == "ok")
+            })
+            .flat_map(|n| {
+                n.reg().into_iter().flatten().filter_map(move |r| {
+                    let size = r.size? as u64;
+                    Some((n, PhysRange { base: r.starting_address as usize as u64, size }))
+                })
+            })
+    }
+}
+
+impl BoardDevices for DeviceTreeDevices<'_> {
+    fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
+        self.windows().map(|(_, reg)| reg).find(|&reg| within(window, reg))
+    }
+    fn raises(&self, device: PhysRange, intid: u32) -> bool {
+        self.windows().filter(|&(_, reg)| reg == device).any(|(node, _)| {
+            let Some(p) = node.property("interrupts") else { return false };
+            p.value.chunks_exact(12).any(|spec| {
+                let cell = |i: usize| u32::from_be_bytes([spec[i], spec[i + 1], spec[i + 2], spec[i + 3]]);
+                let found = match cell(0) {
+                    0 => cell(4).checked_add(32),
+                    1 => cell(4).checked_add(16),
+                    _ => None,
+                };
+                found == Some(intid)
+            })
+        })
+    }
+}
+
+/// A manifest rule broken: names the VM and the field (Display says what to do).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ManifestError<'a> {
+    BadName {
+        vm: &'a str,
+    },
+    DuplicateName {
+        vm: &'a str,
+    },
+    Vcpus {
+        vm: &'a str,
+        vcpus: u32,
+    },
+    Memory {
+        vm: &'a str,
+        memory: u64,
+    },
+    /// With this VM the VMs need `total` bytes; the board has `available` for VMs.
+    TooMuchMemory {
+        vm: &'a str,
+        total: u64,
+        available: u64,
+    },
+    DiskNotSectors {
+        vm: &'a str,
+    },
+    DiskOverlap {
+        vm: &'a str,
+        disk: DiskSlice,
+        other: &'a str,
+        other_disk: DiskSlice,
+    },
+    /// The board has no disk (`board_disk` None) or a smaller one.
+    DiskBeyondBoard {
+        vm: &'a str,
+        disk: DiskSlice,
+        board_disk: Option<u64>,
+    },
+    MacNotUnicast {
+        vm: &'a str,
+    },
+    UnknownPolicy {
+        vm: &'a str,
+        given: &'a str,
+    },
+    SliceForPinned {
+        vm: &'a str,
+    },
+    SliceZero {
+        vm: &'a str,
+    },
+    SharedWithoutCpus {
+        vm: &'a str,
+    },
+    CpusLength {
+        vm: &'a str,
+        cpus: usize,
+        vcpus: u32,
+    },
+    NoSuchCpu {
+        vm: &'a str,
+        cpu: u32,
+        board_cpus: usize,
+    },
+    /// `cpu` is claimed by a vCPU of `vm` and one of `other` (maybe `vm` itself), and one
+    /// of the two is pinned.
+    CpuTaken {
+        vm: &'a str,
+        cpu: u32,
+        policy: Policy,
+        other: &'a str,
+        other_policy: Policy,
+    },
+    /// VMs without `cpus` pin each vCPU to a CPU no VM lists; too few are left.
+    NotEnoughFreeCpus {
+        vm: &'a str,
+        wanted: u32,
+        free: usize,
+        board_cpus: usize,
+    },
+    PassthroughNotPages {
+        vm: &'a str,
+        device: &'a str,
+    },
+    PassthroughOverlap {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+        other: &'a str,
+        other_device: &'a str,
+    },
+    PassthroughInRam {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
+    PassthroughHypervisorDevice {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
+    UnknownDevice {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
+    NotAnSpi {
+        vm: &'a str,
+        device: &'a str,
+        intid: u32,
+    },
+    InterruptNotOfDevice {
+        vm: &'a str,
+        device: &'a str,
+        intid: u32,
+        window: PhysRange,
+    },
+    InterruptTaken {
+        vm: &'a str,
+        device: &'a str,
+        intid: u32,
+        other: &'a str,
+        other_device: &'a str,
+    },
+}
+
+struct Mib(u64);
+
+impl fmt::Display for Mib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} MiB", self.0 >> 20)
+    }
+}
+
+/// A disk slice as bytes `offset..end`, or `offset..` the end of the disk.
+struct Slice(DiskSlice);
+
+impl fmt::Display for Slice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.size {
+            0 => write!(f, "{:#x}..(end of disk)", self.0.offset),
+            size => write!(f, "{:#x}..{:#x}", self.0.offset, self.0.offset.saturating_add(size)),
+        }
+    }
+}
+
+struct Cpus(usize);
+
+impl fmt::Display for Cpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => write!(f, "no CPU"),
+            1 => write!(f, "CPU 0 only"),
+            n => write!(f, "CPUs 0-{}", n - 1),
+        }
+    }
+}
+
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+impl fmt::Display for ManifestError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::BadName { vm } => write!(f, "VM {vm}: field `name` must be letters, digits, '-' or '_'"),
+            Self::DuplicateName { vm } => write!(f, "VM {vm}: two VMs have this name"),
+            Self::Vcpus { vm, .. } => write!(f, "VM {vm}: field `vcpus` must be between 1 and {MAX_VCPUS}"),
+            Self::Memory { vm, .. } => write!(f, "VM {vm}: field `memory` must be a non-zero multiple of 2 MiB"),
+            Self::TooMuchMemory { vm, total, available } => write!(
+                f,
+                "VM {vm}: field `memory`: with this VM the VMs need {} but the board has {} for VMs; \
+                 give the VMs less memory or the board more",
+                Mib(total),
+                Mib(available)
+            ),
+            Self::DiskNotSectors { vm } => {
+                write!(f, "VM {vm}: field `disk` offset and size must be multiples of 512 bytes")
+            }
+            Self::DiskOverlap { vm, disk, other, other_disk } => write!(
+                f,
+                "VM {vm}: field `disk`: bytes {} of the board's disk overlap VM {other}'s disk ({}); \
+                 give each VM its own slice",
+                Slice(disk),
+                Slice(other_disk)
+            ),
+            Self::DiskBeyondBoard { vm, disk, board_disk: None } => write!(
+                f,
+                "VM {vm}: field `disk`: the board has no disk to take bytes {} of; remove `disk` or give the board a disk",
+                Slice(disk)
+            ),
+            Self::DiskBeyondBoard { vm, disk, board_disk: Some(size) } => write!(
+                f,
+                "VM {vm}: field `disk`: bytes {} go past the end of the board's disk ({size:#x} bytes); \
+                 give a slice within it",
+                Slice(disk)
+            ),
+            Self::MacNotUnicast { vm } => {
+                write!(f, "VM {vm}: field `mac` must be a unicast address (first byte even), not all zeros")
+            }
+            Self::UnknownPolicy { vm, given } => {
+                write!(f, "VM {vm}: field `policy`: \"{given}\" is not a policy; write \"pinned\" or \"shared\"")
+            }
+            Self::SliceForPinned { vm } => write!(
+                f,
+                "VM {vm}: field `slice_us` is for shared VMs (a pinned vCPU runs tickless); \
+                 remove it or write policy = \"shared\""
+            ),
+            Self::SliceZero { vm } => write!(
+                f,
+                "VM {vm}: field `slice_us` is 0: the vCPUs would never run; give at least 1 \
+                 (default {DEFAULT_SLICE_US})"
+            ),
+            Self::SharedWithoutCpus { vm } => write!(
+                f,
+                "VM {vm}: field `cpus` is missing: a shared VM names the CPU of each vCPU; add `cpus`"
+            ),
+            Self::CpusLength { vm, cpus, vcpus } => write!(
+                f,
+                "VM {vm}: field `cpus` lists {cpus} {} but the VM has {vcpus} {}; give one CPU per vCPU",
+                plural(cpus as u64, "CPU", "CPUs"),
+                plural(u64::from(vcpus), "vCPU", "vCPUs")
+            ),
+            Self::NoSuchCpu { vm, cpu, board_cpus } => write!(
+                f,
+                "VM {vm}: field `cpus`: CPU {cpu} does not exist (the board has {}); name one of those",
+                Cpus(board_cpus)
+            ),
+            Self::CpuTaken { vm, cpu, policy: Policy::Pinned, other, other_policy: Policy::Pinned } if vm == other => {
+                write!(
+                    f,
+                    "VM {vm}: field `cpus`: CPU {cpu} is listed for two vCPUs, but a pinned vCPU needs a CPU of its \
+                     own; list another CPU, or write policy = \"shared\""
+                )
+            }
+            Self::CpuTaken { vm, cpu, policy: Policy::Pinned, other, other_policy: Policy::Pinned } => write!(
+                f,
+                "VM {vm}: field `cpus`: CPU {cpu} is already pinned to VM {other}, and a pinned vCPU needs a CPU of \
+                 its own; choose another CPU"
+            ),
+            Self::CpuTaken { vm, cpu, policy: Policy::Pinned, other, .. } => write!(
+                f,
+                "VM {vm}: field `cpus`: CPU {cpu} already runs shared VM {other}, and a pinned vCPU needs a CPU of \
+                 its own; choose another CPU, or make both VMs shared"
+            ),
+            Self::CpuTaken { vm, cpu, other, .. } => write!(
+                f,
+                "VM {vm}: field `cpus`: CPU {cpu} is pinned to VM {other}, so shared vCPUs cannot run there; \
+                 choose another CPU"
+            ),
+            Self::NotEnoughFreeCpus { vm, wanted, free, board_cpus } => write!(
+                f,
+                "VM {vm}: field `vcpus`: without `cpus`, each of its {wanted} {} is pinned to a CPU no VM lists, \
+                 but only {free} of the board's {board_cpus} CPUs {} left; give it `cpus`, or fewer vCPUs",
+                plural(u64::from(wanted), "vCPU", "vCPUs"),
+                plural(free as u64, "is", "are")
+            ),
+            Self::PassthroughNotPages { vm, device } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` must be whole 4 KiB pages (base and size multiples of \
+                 0x1000, size not 0)"
+            ),
+            Self::PassthroughOverlap { vm, device, window, other, other_device } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` {window} overlaps passthrough {other_device} of VM \
+                 {other}; a device belongs to one VM"
+            ),
+            Self::PassthroughInRam { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` {window} overlaps the board's RAM; give a device's \
+                 register window"
+            ),
+            Self::PassthroughHypervisorDevice { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` {window} is a device the hypervisor drives itself (its \
+                 UART, the GIC or a virtio transport); it cannot be passed through"
+            ),
+            Self::UnknownDevice { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg`: the board has no device at {window}; give the window of \
+                 one of its devices (see docs/manifest.md)"
+            ),
+            Self::NotAnSpi { vm, device, intid } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is not an SPI; give INTIDs \
+                 32-1019 (SPI n is INTID 32 + n)"
+            ),
+            Self::InterruptNotOfDevice { vm, device, intid, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is not an interrupt of the \
+                 board's device at {window}; give that device's own interrupts"
+            ),
+            Self::InterruptTaken { vm, device, intid, other, other_device } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is already given to VM {other} \
+                 (passthrough {other_device}); an interrupt goes to one VM"
+            ),
+        }
+    }
+}
+
+/// The rules that hold on any board. `BootBundle::parse` runs them, so `cargo xtask` and
+/// the hypervisor refuse the same bundles.
+pub fn check_vms<'a, I>(vms: I) -> Result<(), ManifestError<'a>>
+where
+    I: Iterator<Item = VmSpec<'a>> + Clone,
+{
+    run(vms, None)
+}
+
+/// Every rule: [`check_vms`]'s and those that depend on `board`. `cargo xtask` runs it
+/// against the board it will start; the hypervisor against the board it booted on
+/// (`BootBundle::check_board`), before it creates any VM.
+pub fn check<'a, I>(vms: I, board: &BoardLimits<'_>) -> Result<(), ManifestError<'a>>
+where
+    I: Iterator<Item = VmSpec<'a>> + Clone,
+{
+    run(vms, Some(board))
+}
+
+/// VMs in order; each is checked alone, then against the VMs before it, then against the
+/// board, so the error names the first VM (in manifest order) that breaks a rule.
+fn run<'a, I>(vms: I, board: Option<&BoardLimits<'_>>) -> Result<(), ManifestError<'a>>
+where
+    I: Iterator<Item = VmSpec<'a>> + Clone,
+{
+    let mut memory = 0u64;
+    // CPUs the VMs without `cpus` have pinned so far.
+    let mut free_taken = 0usize;
+    for (i, vm) in vms.clone().enumerate() {
+        check_alone(&vm)?;
+        for earlier in vms.clone().take(i) {
+            check_pair(&vm, &earlier)?;
+        }
+        if let Some(board) = board {
+            check_on_board(&vm, board)?;
+            memory = memory.saturating_add(vm.memory);
+            if memory > board.memory {
+                return Err(ManifestError::TooMuchMemory { vm: vm.name, total: memory, available: board.memory });
+            }
+            if vm.placement.cpus.is_none() {
+                let free = board.cpus.saturating_sub(listed_cpus(vms.clone(), board.cpus));
+                let wanted = vm.vcpus as usize;
+                if free_taken + wanted > free {
+                    let free = free - free_taken;
+                    return Err(ManifestError::NotEnoughFreeCpus {
+                        vm: vm.name,
+                        wanted: vm.vcpus,
+                        free,
+                        board_cpus: board.cpus,
+                    });
+                }
+                free_taken += wanted;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many of the board's CPUs some VM lists in its `cpus`.
+fn listed_cpus<'a, I>(vms: I, board_cpus: usize) -> usize
+where
+    I: Iterator<Item = VmSpec<'a>> + Clone,
+{
+    let all = vms.flat_map(|vm| vm.placement.cpus.into_iter().flat_map(|c| c.iter()));
+    (0..board_cpus).filter(|&c| all.clone().any(|listed| listed as usize == c)).count()
+}
+
+fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
+    let name = vm.name;
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        return Err(ManifestError::BadName { vm: name });
+    }
+    if vm.vcpus == 0 || vm.vcpus > MAX_VCPUS {
+        return Err(ManifestError::Vcpus { vm: name, vcpus: vm.vcpus });
+    }
+    if vm.memory == 0 || !vm.memory.is_multiple_of(RAM_GRANULE) {
+        return Err(ManifestError::Memory { vm: name, memory: vm.memory });
+    }
+    if let Some(disk) = vm.devices.disk {
+        if !disk.offset.is_multiple_of(SECTOR_SIZE) || !disk.size.is_multiple_of(SECTOR_SIZE) {
+            return Err(ManifestError::DiskNotSectors { vm: name });
+        }
+    }
+    if let Some(Some(mac)) = vm.devices.network {
+        if mac[0] & 1 != 0 || mac == [0; 6] {
+            return Err(ManifestError::MacNotUnicast { vm: name });
+        }
+    }
+    let placement = vm.placement;
+    match (placement.policy, placement.slice_us) {
+        (Policy::Pinned, Some(_)) => return Err(ManifestError::SliceForPinned { vm: name }),
+        (Policy::Shared, Some(0)) => return Err(ManifestError::SliceZero { vm: name }),
+        _ => {}
+    }
+    match placement.cpus {
+        None if placement.policy == Policy::Shared => return Err(ManifestError::SharedWithoutCpus { vm: name }),
+        None => {}
+        Some(cpus) => {
+            if cpus.len() != vm.vcpus as usize {
+                return Err(ManifestError::CpusLength { vm: name, cpus: cpus.len(), vcpus: vm.vcpus });
+            }
+            if placement.policy == Policy::Pinned {
+                for (j, cpu) in cpus.iter().enumerate() {
+                    if cpus.iter().take(j).any(|c| c == cpu) {
+                        let p = Policy::Pinned;
+                        return Err(ManifestError::CpuTaken { vm: name, cpu, policy: p, other: name, other_policy: p });
+                    }
+                }
+            }
+        }
+    }
+    for (j, device) in vm.passthrough.iter().enumerate() {
+        let reg = device.reg;
+        if reg.size == 0
+            || !reg.base.is_multiple_of(PAGE_SIZE)
+            || !reg.size.is_multiple_of(PAGE_SIZE)
+            || reg.base.checked_add(reg.size).is_none()
+        {
+            return Err(ManifestError::PassthroughNotPages { vm: name, device: device.name });
+        }
+        if let Some(intid) = device.interrupts.iter().find(|i| !SPI_INTIDS.contains(i)) {
+            return Err(ManifestError::NotAnSpi { vm: name, device: device.name, intid });
+        }
+        for other in vm.passthrough.iter().take(j) {
+            passthrough_pair(name, device, name, other)?;
+        }
+        // The same INTID twice in one device's list is harmless; in two devices it is not.
+    }
+    Ok(())
+}
+
+fn passthrough_pair<'a>(
+    vm: &'a str,
+    device: &Passthrough<'a>,
+    other_vm: &'a str,
+    other: &Passthrough<'a>,
+) -> Result<(), ManifestError<'a>> {
+    if device.reg.overlaps(&other.reg) {
+        return Err(ManifestError::PassthroughOverlap {
+            vm,
+            device: device.name,
+            window: device.reg,
+            other: other_vm,
+            other_device: other.name,
+        });
+    }
+    if let Some(intid) = device.interrupts.iter().find(|&i| other.interrupts.contains(i)) {
+        return Err(ManifestError::InterruptTaken {
+            vm,
+            device: device.name,
+            intid,
+            other: other_vm,
+            other_device: other.name,
+        });
+    }
+    Ok(())
+}
+
+fn disk_end(d: DiskSlice) -> u64 {
+    match d.size {
+        0 => u64::MAX,
+        size => d.offset.saturating_add(size),
+    }
+}
+
+/// `vm` against a VM listed before it.
+fn check_pair<'a>(vm: &VmSpec<'a>, earlier: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
+    if vm.name == earlier.name {
+        return Err(ManifestError::DuplicateName { vm: vm.name });
+    }
+    if let (Some(disk), Some(other_disk)) = (vm.devices.disk, earlier.devices.disk) {
+        if disk.offset < disk_end(other_disk) && other_disk.offset < disk_end(disk) {
+            return Err(ManifestError::DiskOverlap { vm: vm.name, disk, other: earlier.name, other_disk });
+        }
+    }
+    if let (Some(cpus), Some(other_cpus)) = (vm.placement.cpus, earlier.placement.cpus) {
+        let (policy, other_policy) = (vm.placement.policy, earlier.placement.policy);
+        if policy == Policy::Pinned || other_policy == Policy::Pinned {
+            if let Some(cpu) = cpus.iter().find(|&c| other_cpus.contains(c)) {
+                return Err(ManifestError::CpuTaken { vm: vm.name, cpu, policy, other: earlier.name, other_policy });
+            }
+        }
+    }
+    for device in vm.passthrough.iter() {
+        for other in earlier.passthrough.iter() {
+            passthrough_pair(vm.name, device, earlier.name, other)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), ManifestError<'a>> {
+    let name = vm.name;
+    if let Some(cpu) = vm.placement.cpus.and_then(|cpus| cpus.iter().find(|&c| c as usize >= board.cpus)) {
+        return Err(ManifestError::NoSuchCpu { vm: name, cpu, board_cpus: board.cpus });
+    }
+    if let Some(disk) = vm.devices.disk {
+        let fits = board.disk.is_some_and(|size| disk.offset <= size && disk.size <= size - disk.offset);
+        if !fits {
+            return Err(ManifestError::DiskBeyondBoard { vm: name, disk, board_disk: board.disk });
+        }
+    }
+    for device in vm.passthrough.iter() {
+        let (window, dev) = (device.reg, device.name);
+        if board.ram.iter().any(|r| r.overlaps(&window)) {
+            return Err(ManifestError::PassthroughInRam { vm: name, device: dev, window });
+        }
+        if board.hypervisor_devices.iter().any(|r| r.overlaps(&window)) {
+            return Err(ManifestError::PassthroughHypervisorDevice { vm: name, device: dev, window });
+        }
+        let Some(found) = board.devices.device_at(window) else {
+            return Err(ManifestError::UnknownDevice { vm: name, device: dev, window });
+        };
+        if let Some(intid) = device.interrupts.iter().find(|&i| !board.devices.raises(found, i)) {
+            return Err(ManifestError::InterruptNotOfDevice { vm: name, device: dev, intid, window: found });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::{PassthroughList, Placement, U32List, VmDevices};
+
+    const MIB: u64 = 1 << 20;
+    const RTC: PhysRange = PhysRange { base: 0x0901_0000, size: 0x1000 };
+    const GPIO: PhysRange = PhysRange { base: 0x0903_0000, size: 0x1000 };
+    const RAM: [PhysRange; 1] = [PhysRange { base: 0x4000_0000, size: 1 << 30 }];
+    const HYPERVISOR: [PhysRange; 3] = [
+        PhysRange { base: 0x0800_0000, size: 0x100_0000 },
+        PhysRange { base: 0x0900_0000, size: 0x1000 },
+        PhysRange { base: 0x0a00_0000, size: 0x4000 },
+    ];
+    const DEVICES: [BoardDevice<'static>; 2] =
+        [BoardDevice { name: "rtc", reg: RTC, intids: &[34] }, BoardDevice { name: "gpio", reg: GPIO, intids: &[39] }];
+    const TABLE: DeviceTable<'static> = DeviceTable(&DEVICES);
+
+    fn board() -> BoardLimits<'static> {
+        BoardLimits {
+            cpus: 4,
+            memory: 768 * MIB,
+            ram: &RAM,
+            hypervisor_devices: &HYPERVISOR,
+            disk: Some(1 << 30),
+            devices: &TABLE,
+        }
+    }
+
+    fn cells(values: &[u32]) -> U32List<'static> {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+        U32List::new(Box::leak(bytes.into_boxed_slice())).unwrap()
+    }
+
+    fn vm(name: &'static str) -> VmSpec<'static> {
+        VmSpec {
+            name,
+            vcpus: 1,
+            memory: 64 * MIB,
+            kernel: b"kernel",
+            initrd: None,
+            bootargs: None,
+            device_tree: None,
+            devices: VmDevices::default(),
+            placement: Placement::default(),
+            passthrough: PassthroughList::default(),
+        }
+    }
+
+    fn placed(name: &'static str, policy: Policy, cpus: &[u32]) -> VmSpec<'static> {
+        let placement = Placement { cpus: Some(cells(cpus)), policy, slice_us: None };
+        VmSpec { vcpus: cpus.len() as u32, placement, ..vm(name) }
+    }
+
+    fn pinned(name: &'static str, cpus: &[u32]) -> VmSpec<'static> {
+        placed(name, Policy::Pinned, cpus)
+    }
+
+    fn shared(name: &'static str, cpus: &[u32]) -> VmSpec<'static> {
+        placed(name, Policy::Shared, cpus)
+    }
+
+    fn with_device(mut spec: VmSpec<'static>, device: &'static str, reg: PhysRange, intids: &[u32]) -> VmSpec<'static> {
+        spec.passthrough.push(Passthrough { name: device, reg, interrupts: cells(intids) }).unwrap();
+        spec
+    }
+
+    fn with_disk(spec: VmSpec<'static>, offset: u64, size: u64) -> VmSpec<'static> {
+        VmSpec { devices: VmDevices { disk: Some(DiskSlice { offset, size }), ..spec.devices }, ..spec }
+    }
+
+    /// The message of the board check of `vms`, which must fail.
+    fn error(vms: &[VmSpec<'static>]) -> String {
+        check(vms.iter().copied(), &board()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_manifest_that_keeps_every_rule_passes() {
+        let vms = [
+            with_disk(with_device(pinned("a", &[0]), "rtc", RTC, &[34]), 0, 256 * MIB),
+            with_disk(pinned("b", &[1]), 256 * MIB, 256 * MIB),
+            with_disk(shared("c", &[2, 2]), 512 * MIB, 0),
+            with_device(shared("d", &[2]), "gpio", GPIO, &[39]),
+            vm("e"),
+        ];
+        check(vms.iter().copied(), &board()).unwrap();
+        assert_eq!(vms[2].placement.time_slice_us(), Some(DEFAULT_SLICE_US));
+        assert_eq!(vms[0].placement.time_slice_us(), None);
+        assert_eq!(vms[2].placement.cpu_of(1), Some(2));
+    }
+
+    #[test]
+    fn board_rules_wait_for_the_board() {
+        // CPU 7 and 4 GiB are fine on some board: only `check` knows this one.
+        let big = VmSpec { memory: 4 << 30, ..pinned("big", &[7]) };
+        check_vms([big].into_iter()).unwrap();
+        assert_eq!(
+            error(&[big]),
+            "VM big: field `cpus`: CPU 7 does not exist (the board has CPUs 0-3); name one of those"
+        );
+    }
+
+    #[test]
+    fn a_bad_name_is_refused() {
+        assert_eq!(error(&[vm("web 1")]), "VM web 1: field `name` must be letters, digits, '-' or '_'");
+        assert_eq!(error(&[vm("")]), "VM : field `name` must be letters, digits, '-' or '_'");
+    }
+
+    #[test]
+    fn two_vms_with_one_name_are_refused() {
+        assert_eq!(error(&[vm("web"), vm("db"), vm("web")]), "VM web: two VMs have this name");
+    }
+
+    #[test]
+    fn vcpus_outside_1_to_8_are_refused() {
+        assert_eq!(error(&[VmSpec { vcpus: 0, ..vm("web") }]), "VM web: field `vcpus` must be between 1 and 8");
+        assert_eq!(error(&[VmSpec { vcpus: 9, ..vm("web") }]), "VM web: field `vcpus` must be between 1 and 8");
+    }
+
+    #[test]
+    fn memory_not_in_2_mib_blocks_is_refused() {
+        let msg = "VM web: field `memory` must be a non-zero multiple of 2 MiB";
+        assert_eq!(error(&[VmSpec { memory: 3 * MIB, ..vm("web") }]), msg);
+        assert_eq!(error(&[VmSpec { memory: 0, ..vm("web") }]), msg);
+    }
+
+    #[test]
+    fn more_memory_than_the_board_has_names_the_vm_that_exceeds_it() {
+        let vm_of = |name, mib| VmSpec { memory: mib * MIB, ..vm(name) };
+        assert_eq!(
+            error(&[vm_of("a", 256), vm_of("b", 256), vm_of("c", 258), vm_of("d", 2)]),
+            "VM c: field `memory`: with this VM the VMs need 770 MiB but the board has 768 MiB for VMs; \
+             give the VMs less memory or the board more"
+        );
+        check([vm_of("a", 512), vm_of("b", 256)].into_iter(), &board()).unwrap();
+    }
+
+    #[test]
+    fn a_disk_slice_not_in_sectors_is_refused() {
+        assert_eq!(
+            error(&[with_disk(vm("web"), 100, 0)]),
+            "VM web: field `disk` offset and size must be multiples of 512 bytes"
+        );
+    }
+
+    #[test]
+    fn overlapping_disk_slices_are_refused() {
+        assert_eq!(
+            error(&[with_disk(vm("a"), 0, 256 * MIB), with_disk(vm("b"), 255 * MIB, MIB)]),
+            "VM b: field `disk`: bytes 0xff00000..0x10000000 of the board's disk overlap VM a's disk \
+             (0x0..0x10000000); give each VM its own slice"
+        );
+        // Size 0 runs to the end of the disk.
+        assert_eq!(
+            error(&[with_disk(vm("a"), 512 * MIB, 0), with_disk(vm("b"), 768 * MIB, MIB)]),
+            "VM b: field `disk`: bytes 0x30000000..0x30100000 of the board's disk overlap VM a's disk \
+             (0x20000000..(end of disk)); give each VM its own slice"
+        );
+        check([with_disk(vm("a"), 0, MIB), with_disk(vm("b"), MIB, 0)].into_iter(), &board()).unwrap();
+    }
+
+    #[test]
+    fn a_disk_slice_past_the_boards_disk_is_refused() {
+        assert_eq!(
+            error(&[with_disk(vm("web"), 1 << 30, MIB)]),
+            "VM web: field `disk`: bytes 0x40000000..0x40100000 go past the end of the board's disk \
+             (0x40000000 bytes); give a slice within it"
+        );
+        let no_disk = BoardLimits { disk: None, ..board() };
+        assert_eq!(
+            check([with_disk(vm("web"), 0, 0)].into_iter(), &no_disk).unwrap_err().to_string(),
+            "VM web: field `disk`: the board has no disk to take bytes 0x0..(end of disk) of; remove `disk` or \
+             give the board a disk"
+        );
+    }
+
+    #[test]
+    fn a_multicast_mac_is_refused() {
+        let web = VmSpec { devices: VmDevices { disk: None, network: Some(Some([1, 2, 3, 4, 5, 6])) }, ..vm("web") };
+        assert_eq!(error(&[web]), "VM web: field `mac` must be a unicast address (first byte even), not all zeros");
+    }
+
+    #[test]
+    fn an_unknown_policy_is_named() {
+        assert_eq!(Policy::from_name("shared"), Some(Policy::Shared));
+        assert_eq!(Policy::from_name("pinned"), Some(Policy::Pinned));
+        assert_eq!(Policy::from_name("Pinned"), None);
+        assert_eq!(
+            ManifestError::UnknownPolicy { vm: "web", given: "fair" }.to_string(),
+            "VM web: field `policy`: \"fair\" is not a policy; write \"pinned\" or \"shared\""
+        );
+    }
+
+    #[test]
+    fn a_slice_for_a_pinned_vm_is_refused() {
+        let mut web = pinned("web", &[1]);
+        web.placement.slice_us = Some(5000);
+        assert_eq!(
+            error(&[web]),
+            "VM web: field `slice_us` is for shared VMs (a pinned vCPU runs tickless); remove it or write \
+             policy = \"shared\""
+        );
+    }
+
+    #[test]
+    fn a_slice_of_0_is_refused() {
+        let mut web = shared("web", &[1]);
+        web.placement.slice_us = Some(0);
+        assert_eq!(
+            error(&[web]),
+            "VM web: field `slice_us` is 0: the vCPUs would never run; give at least 1 (default 10000)"
+        );
+        web.placement.slice_us = Some(2500);
+        assert_eq!(web.placement.time_slice_us(), Some(2500));
+        check([web].into_iter(), &board()).unwrap();
+    }
+
+    #[test]
+    fn a_shared_vm_without_cpus_is_refused() {
+        let web = VmSpec { placement: Placement { policy: Policy::Shared, ..Placement::default() }, ..vm("web") };
+        assert_eq!(
+            error(&[web]),
+            "VM web: field `cpus` is missing: a shared VM names the CPU of each vCPU; add `cpus`"
+        );
+    }
+
+    #[test]
+    fn cpus_must_give_one_cpu_per_vcpu() {
+        assert_eq!(
+            error(&[VmSpec { vcpus: 2, ..pinned("web", &[1]) }]),
+            "VM web: field `cpus` lists 1 CPU but the VM has 2 vCPUs; give one CPU per vCPU"
+        );
+        assert_eq!(
+            error(&[VmSpec { vcpus: 1, ..pinned("web", &[1, 2]) }]),
+            "VM web: field `cpus` lists 2 CPUs but the VM has 1 vCPU; give one CPU per vCPU"
+        );
+    }
+
+    #[test]
+    fn a_cpu_the_board_does_not_have_is_refused() {
+        assert_eq!(
+            error(&[vm("a"), shared("web", &[1, 4])]),
+            "VM web: field `cpus`: CPU 4 does not exist (the board has CPUs 0-3); name one of those"
+        );
+        let one_cpu = BoardLimits { cpus: 1, ..board() };
+        assert_eq!(
+            check([pinned("web", &[1])].into_iter(), &one_cpu).unwrap_err().to_string(),
+            "VM web: field `cpus`: CPU 1 does not exist (the board has CPU 0 only); name one of those"
+        );
+    }
+
+    #[test]
+    fn a_cpu_pinned_to_two_vcpus_of_one_vm_is_refused() {
+        assert_eq!(
+            error(&[pinned("web", &[1, 1])]),
+            "VM web: field `cpus`: CPU 1 is listed for two vCPUs, but a pinned vCPU needs a CPU of its own; list \
+             another CPU, or write policy = \"shared\""
+        );
+    }
+
+    #[test]
+    fn a_cpu_pinned_to_two_vms_is_refused() {
+        assert_eq!(
+            error(&[pinned("a", &[0, 1]), pinned("b", &[2, 1])]),
+            "VM b: field `cpus`: CPU 1 is already pinned to VM a, and a pinned vCPU needs a CPU of its own; choose \
+             another CPU"
+        );
+    }
+
+    #[test]
+    fn pinned_and_shared_vcpus_never_meet_on_a_cpu() {
+        assert_eq!(
+            error(&[shared("a", &[2]), pinned("b", &[2])]),
+            "VM b: field `cpus`: CPU 2 already runs shared VM a, and a pinned vCPU needs a CPU of its own; choose \
+             another CPU, or make both VMs shared"
+        );
+        assert_eq!(
+            error(&[pinned("a", &[2]), shared("b", &[3, 2])]),
+            "VM b: field `cpus`: CPU 2 is pinned to VM a, so shared vCPUs cannot run there; choose another CPU"
+        );
+        check([shared("a", &[2, 3]), shared("b", &[3, 2])].into_iter(), &board()).unwrap();
+    }
+
+    #[test]
+    fn vms_without_cpus_need_enough_free_cpus() {
+        // CPUs 1 and 3 are listed, so two are left for the VMs without `cpus`.
+        let vms = [pinned("a", &[1]), VmSpec { vcpus: 2, ..vm("b") }, vm("c"), shared("d", &[3])];
+        assert_eq!(
+            error(&vms),
+            "VM c: field `vcpus`: without `cpus`, each of its 1 vCPU is pinned to a CPU no VM lists, but only 0 of \
+             the board's 4 CPUs are left; give it `cpus`, or fewer vCPUs"
+        );
+        check(vms[..2].iter().copied(), &board()).unwrap();
+    }
+
+    #[test]
+    fn a_passthrough_window_not_in_pages_is_refused() {
+        let msg = "VM web: passthrough rtc: field `reg` must be whole 4 KiB pages (base and size multiples of \
+                   0x1000, size not 0)";
+        assert_eq!(error(&[with_device(vm("web"), "rtc", PhysRange { base: 0x0901_0000, size: 0x100 }, &[])]), msg);
+        assert_eq!(error(&[with_device(vm("web"), "rtc", PhysRange { base: 0x0901_0800, size: 0x1000 }, &[])]), msg);
+        assert_eq!(error(&[with_device(vm("web"), "rtc", PhysRange { base: 0x0901_0000, size: 0 }, &[])]), msg);
+    }
+
+    #[test]
+    fn a_device_given_to_two_vms_is_refused() {
+        assert_eq!(
+            error(&[with_device(vm("a"), "rtc", RTC, &[34]), with_device(vm("b"), "clock", RTC, &[])]),
+            "VM b: passthrough clock: field `reg` 0x9010000..0x9011000 overlaps passthrough rtc of VM a; a device \
+             belongs to one VM"
+        );
+        let twice = with_device(with_device(vm("a"), "rtc", RTC, &[]), "rtc-again", RTC, &[]);
+        assert_eq!(
+            error(&[twice]),
+            "VM a: passthrough rtc-again: field `reg` 0x9010000..0x9011000 overlaps passthrough rtc of VM a; a device \
+             belongs to one VM"
+        );
+    }
+
+    #[test]
+    fn a_passthrough_window_in_ram_is_refused() {
+        let window = PhysRange { base: 0x4000_0000, size: 0x1000 };
+        assert_eq!(
+            error(&[with_device(vm("web"), "ram", window, &[])]),
+            "VM web: passthrough ram: field `reg` 0x40000000..0x40001000 overlaps the board's RAM; give a device's \
+             register window"
+        );
+    }
+
+    #[test]
+    fn the_hypervisors_own_devices_are_not_passed_through() {
+        let uart = PhysRange { base: 0x0900_0000, size: 0x1000 };
+        assert_eq!(
+            error(&[with_device(vm("web"), "uart", uart, &[33])]),
+            "VM web: passthrough uart: field `reg` 0x9000000..0x9001000 is a device the hypervisor drives itself \
+             (its UART, the GIC or a virtio transport); it cannot be passed through"
+        );
+    }
+
+    #[test]
+    fn a_device_the_board_does_not_have_is_refused() {
+        let nothing = PhysRange { base: 0x0905_0000, size: 0x1000 };
+        assert_eq!(
+            error(&[with_device(vm("web"), "mystery", nothing, &[])]),
+            "VM web: passthrough mystery: field `reg`: the board has no device at 0x9050000..0x9051000; give the \
+             window of one of its devices (see docs/manifest.md)"
+        );
+        // Part of a device's window is that device.
+        let first_page_of_gpio = PhysRange { base: 0x0903_0000, size: 0x1000 };
+        check([with_device(vm("web"), "gpio", first_page_of_gpio, &[39])].into_iter(), &board()).unwrap();
+    }
+
+    #[test]
+    fn an_interrupt_that_is_not_an_spi_is_refused() {
+        let msg = |i| {
+            format!(
+                "VM web: passthrough rtc: field `interrupts`: INTID {i} is not an SPI; give INTIDs 32-1019 (SPI n is \
+                 INTID 32 + n)"
+            )
+        };
+        assert_eq!(error(&[with_device(vm("web"), "rtc", RTC, &[34, 27])]), msg(27));
+        assert_eq!(error(&[with_device(vm("web"), "rtc", RTC, &[1020])]), msg(1020));
+    }
+
+    #[test]
+    fn an_interrupt_of_another_device_is_refused() {
+        assert_eq!(
+            error(&[with_device(vm("web"), "rtc", RTC, &[39])]),
+            "VM web: passthrough rtc: field `interrupts`: INTID 39 is not an interrupt of the board's device at \
+             0x9010000..0x9011000; give that device's own interrupts"
+        );
+    }
+
+    #[test]
+    fn an_interrupt_given_to_two_vms_is_refused() {
+        let vms = [with_device(vm("a"), "rtc", RTC, &[34]), with_device(vm("b"), "gpio", GPIO, &[39, 34])];
+        assert_eq!(
+            check_vms(vms.iter().copied()).unwrap_err().to_string(),
+            "VM b: passthrough gpio: field `interrupts`: INTID 34 is already given to VM a (passthrough rtc); an \
+             interrupt goes to one VM"
+        );
+    }
+
+    #[test]
+    fn the_hypervisors_windows_come_from_the_platform() {
+        let dtb = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
+        let platform = Platform::from_device_tree(dtb).unwrap();
+        let windows = hypervisor_windows(&platform);
+        assert_eq!(windows.len(), 2 + 1 + 32, "UART, GICD, GICR, 32 virtio-mmio transports");
+        assert!(windows.contains(&PhysRange { base: 0x0900_0000, size: 0x1000 }));
+        let board = BoardLimits { hypervisor_devices: &windows, ..board() };
+        let uart = with_device(vm("web"), "uart", PhysRange { base: 0x0900_0000, size: 0x1000 }, &[33]);
+        assert!(matches!(
+            check([uart].into_iter(), &board),
+            Err(ManifestError::PassthroughHypervisorDevice { vm: "web", .. })
+        ));
+    }
+
+    #[test]
+    fn the_device_tree_of_qemu_virt_has_its_rtc_and_gpio() {
+        let dtb = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
+        let devices = DeviceTreeDevices::new(dtb).unwrap();
+        assert_eq!(devices.device_at(RTC), Some(RTC));
+        assert!(devices.raises(RTC, 34), "PL031: SPI 2");
+        assert!(!devices.raises(RTC, 35));
+        assert_eq!(devices.device_at(GPIO), Some(GPIO));
+        assert!(devices.raises(GPIO, 39), "PL061: SPI 7");
+        assert_eq!(devices.device_at(PhysRange { base: 0x0905_0000, size: 0x1000 }), None);
+        assert_eq!(devices.device_at(RAM[0]), None, "memory nodes are not devices");
+        assert!(DeviceTreeDevices::new(b"not a device tree").is_none());
+        let board = BoardLimits { devices: &devices, ..board() };
+        check([with_device(vm("web"), "rtc", RTC, &[34])].into_iter(), &board).unwrap();
+        assert_eq!(
+            check([with_device(vm("web"), "rtc", RTC, &[40])].into_iter(), &board).unwrap_err().to_string(),
+            "VM web: passthrough rtc: field `interrupts`: INTID 40 is not an interrupt of the board's device at \
+             0x9010000..0x9011000; give that device's own interrupts"
+        );
+    }
+}

@@ -1,0 +1,631 @@
+//! The manifest (docs/manifest.md): one TOML file that describes the board and its VMs. It
+//! becomes the boot bundle's VM list; the rules it must keep are `hyp_core::manifest`'s,
+//! checked here against the QEMU `virt` board xtask will start, and again by the hypervisor
+//! at boot against the board it finds.
+
+use std::path::{Path, PathBuf};
+
+use hyp_core::bundle::Policy;
+use hyp_core::manifest::{BoardDevice, BoardLimits, DeviceTable, ManifestError};
+use hyp_core::platform::PhysRange;
+use serde::Deserialize;
+
+use crate::bundle::{self, BundleOptions, DiskSlice, Passthrough, Placement, VmDevices, VmEntry};
+use crate::XtaskError;
+
+/// The word that stands for the Debian arm64 guest `cargo xtask image` builds, as `kernel`
+/// (its kernel) or `initrd` (its BusyBox initramfs).
+pub const DEBIAN: &str = "debian";
+
+/// The devices of QEMU's `virt` board (hw/arm/virt.c, `base_memmap` and `a15irqmap`) that
+/// a VM can be given: each a page of registers and one SPI.
+pub const QEMU_VIRT_DEVICES: &[BoardDevice<'static>] = &[
+    // PL031 real-time clock: VIRT_RTC, SPI 2.
+    BoardDevice { name: "rtc", reg: PhysRange { base: 0x0901_0000, size: 0x1000 }, intids: &[34] },
+    // PL061 GPIO controller: VIRT_GPIO, SPI 7 (its pin 3 is the power button).
+    BoardDevice { name: "gpio", reg: PhysRange { base: 0x0903_0000, size: 0x1000 }, intids: &[39] },
+];
+
+/// What the hypervisor drives itself on QEMU's `virt`: the GIC and its CPU peripherals
+/// (VIRT_CPUPERIPHS up to the UART), the PL011 UART (VIRT_UART), the 32 virtio-mmio
+/// transports (VIRT_MMIO, 0x200 bytes each).
+pub const QEMU_VIRT_HYPERVISOR_DEVICES: &[PhysRange] = &[
+    PhysRange { base: 0x0800_0000, size: 0x0100_0000 },
+    PhysRange { base: 0x0900_0000, size: 0x1000 },
+    PhysRange { base: 0x0a00_0000, size: 32 * 0x200 },
+];
+
+/// Where QEMU's `virt` puts RAM.
+pub const QEMU_VIRT_RAM_BASE: u64 = 0x4000_0000;
+
+/// RAM the hypervisor keeps for itself on top of the bundle: its 32 MiB heap, its image,
+/// the board's device tree, and the 2 MiB rounding of what is left. An estimate: the
+/// hypervisor checks the real figure at boot.
+pub const HYPERVISOR_RESERVE: u64 = 48 << 20;
+
+/// The board a manifest runs on: QEMU's `virt` with these CPUs, RAM and disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Board {
+    pub cpus: u32,
+    pub memory_mib: u32,
+    /// The size of the board's virtio disk in bytes, if it has one.
+    pub disk: Option<u64>,
+    ram: [PhysRange; 1],
+}
+
+impl Board {
+    pub fn qemu_virt(cpus: u32, memory_mib: u32, disk: Option<u64>) -> Board {
+        let ram = [PhysRange { base: QEMU_VIRT_RAM_BASE, size: u64::from(memory_mib) << 20 }];
+        Board { cpus, memory_mib, disk, ram }
+    }
+
+    /// The limits the manifest is checked against, when the bundle is `bundle_size` bytes:
+    /// the loader puts the bundle in RAM, so it takes room from the VMs.
+    pub fn limits(&self, bundle_size: u64) -> BoardLimits<'_> {
+        const TABLE: DeviceTable<'static> = DeviceTable(QEMU_VIRT_DEVICES);
+        let bundle = bundle_size.div_ceil(2 << 20) * (2 << 20);
+        BoardLimits {
+            cpus: self.cpus as usize,
+            memory: self.ram[0].size.saturating_sub(HYPERVISOR_RESERVE + bundle),
+            ram: &self.ram,
+            hypervisor_devices: QEMU_VIRT_HYPERVISOR_DEVICES,
+            disk: self.disk,
+            devices: &TABLE,
+        }
+    }
+}
+
+/// A manifest, read: its `[board]` and its VMs as bundle entries (paths resolved).
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub path: PathBuf,
+    /// `[board] cpus`, if given.
+    pub board_cpus: Option<u32>,
+    /// `[board] memory_mib`, if given.
+    pub board_memory_mib: Option<u32>,
+    pub vms: Vec<VmEntry>,
+}
+
+/// The Debian guest's kernel and initramfs, for VMs that say `"debian"`.
+#[derive(Clone, Debug)]
+pub struct DebianGuest {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BoardToml {
+    cpus: Option<u32>,
+    memory_mib: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VmToml {
+    name: String,
+    vcpus: u32,
+    memory_mib: u64,
+    cpus: Option<Vec<u32>>,
+    policy: Option<String>,
+    slice_us: Option<u32>,
+    kernel: String,
+    initrd: Option<String>,
+    bootargs: Option<String>,
+    device_tree: Option<String>,
+    disk: Option<DiskToml>,
+    network: Option<NetworkToml>,
+    #[serde(default)]
+    passthrough: Vec<PassthroughToml>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiskToml {
+    #[serde(default)]
+    offset_mib: u64,
+    #[serde(default)]
+    size_mib: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NetworkToml {
+    On(bool),
+    Mac(MacToml),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MacToml {
+    mac: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PassthroughToml {
+    name: String,
+    reg: [u64; 2],
+    #[serde(default)]
+    interrupts: Vec<u32>,
+}
+
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let bytes: Vec<u8> = text
+        .split(':')
+        .map(|b| (b.len() == 2).then(|| u8::from_str_radix(b, 16).ok()).flatten())
+        .collect::<Option<_>>()?;
+    bytes.try_into().ok()
+}
+
+impl Manifest {
+    /// Reads the manifest at `path`. `debian` is called (once) if a VM names the Debian
+    /// guest.
+    pub fn load(
+        path: &Path,
+        debian: &mut dyn FnMut() -> Result<DebianGuest, XtaskError>,
+    ) -> Result<Manifest, XtaskError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| XtaskError::Usage(format!("cannot read the manifest {}: {e}", path.display())))?;
+        Self::parse(&text, path, debian)
+    }
+
+    /// Reads a manifest's text; relative paths are relative to `path`'s folder.
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        debian: &mut dyn FnMut() -> Result<DebianGuest, XtaskError>,
+    ) -> Result<Manifest, XtaskError> {
+        let usage = |m: String| XtaskError::Usage(format!("{}: {m}", path.display()));
+        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| usage(e.to_string().trim_end().into()))?;
+        let mut board = BoardToml { cpus: None, memory_mib: None };
+        let mut vm_tables = Vec::new();
+        for (key, value) in doc {
+            match key.as_str() {
+                "board" => board = value.try_into().map_err(|e| usage(format!("[board]: {e}")))?,
+                "vm" => match value {
+                    toml::Value::Array(vms) => vm_tables = vms,
+                    _ => return Err(usage("`vm` must be a list of VMs, each a [[vm]] table".into())),
+                },
+                other => {
+                    return Err(usage(format!(
+                        "unknown key `{other}` at the top level; the keys are [board] and [[vm]]"
+                    )))
+                }
+            }
+        }
+        if vm_tables.is_empty() {
+            return Err(usage("no [[vm]]: describe at least one VM".into()));
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let mut guest: Option<DebianGuest> = None;
+        let mut vms = Vec::new();
+        for (i, table) in vm_tables.into_iter().enumerate() {
+            let name = table.get("name").and_then(|n| n.as_str()).map_or(format!("#{}", i + 1), str::to_string);
+            let vm_error = |m: String| usage(format!("VM {name}: {m}"));
+            let vm: VmToml = table.try_into().map_err(|e| vm_error(e.to_string().trim_end().into()))?;
+            let mut file = |given: &str, field: &str| -> Result<PathBuf, XtaskError> {
+                if given != DEBIAN {
+                    return Ok(dir.join(given));
+                }
+                if guest.is_none() {
+                    guest = Some(debian()?);
+                }
+                let g = guest.as_ref().expect("the Debian guest was just set");
+                Ok(if field == "kernel" { g.kernel.clone() } else { g.initrd.clone() })
+            };
+            let kernel = file(&vm.kernel, "kernel")?;
+            let initrd = vm.initrd.as_deref().map(|i| file(i, "initrd")).transpose()?;
+            let bootargs = match (vm.bootargs, vm.kernel == DEBIAN) {
+                (None, true) => Some(crate::linux_guest::BOOTARGS.to_string()),
+                (args, _) => args,
+            };
+            let mib = |v: u64, field: &str| {
+                v.checked_mul(1 << 20).ok_or_else(|| vm_error(format!("field `{field}`: {v} MiB is too large")))
+            };
+            let memory = mib(vm.memory_mib, "memory_mib")?;
+            let disk = match vm.disk {
+                None => None,
+                Some(d) => Some(DiskSlice { offset: mib(d.offset_mib, "disk")?, size: mib(d.size_mib, "disk")? }),
+            };
+            let network = match vm.network {
+                None | Some(NetworkToml::On(false)) => None,
+                Some(NetworkToml::On(true)) => Some(None),
+                Some(NetworkToml::Mac(MacToml { mac })) => Some(Some(parse_mac(&mac).ok_or_else(|| {
+                    vm_error(format!(
+                        "field `network`: \"{mac}\" is not a MAC address (six hex bytes: 52:54:00:12:35:10)"
+                    ))
+                })?)),
+            };
+            let policy = match vm.policy {
+                None => None,
+                Some(given) => Some(Policy::from_name(&given).ok_or_else(|| {
+                    XtaskError::Usage(format!(
+                        "{}: {}",
+                        path.display(),
+                        ManifestError::UnknownPolicy { vm: &vm.name, given: &given }
+                    ))
+                })?),
+            };
+            let placement = Placement { cpus: vm.cpus, policy, slice_us: vm.slice_us };
+            let passthrough = vm
+                .passthrough
+                .into_iter()
+                .map(|p| Passthrough { name: p.name, base: p.reg[0], size: p.reg[1], interrupts: p.interrupts })
+                .collect();
+            vms.push(VmEntry {
+                name: vm.name,
+                vcpus: vm.vcpus,
+                memory,
+                kernel,
+                initrd,
+                bootargs,
+                device_tree: vm.device_tree.map(|t| dir.join(t)),
+                devices: VmDevices { disk, network, placement, passthrough },
+            });
+        }
+        Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
+    }
+
+    /// Whether a VM has a virtio disk (the board then needs one).
+    pub fn wants_disk(&self) -> bool {
+        self.vms.iter().any(|vm| vm.devices.disk.is_some())
+    }
+
+    /// Whether a VM has a NIC (the board then needs one).
+    pub fn wants_network(&self) -> bool {
+        self.vms.iter().any(|vm| vm.devices.network.is_some())
+    }
+
+    /// The boot bundle, checked against `board` as the hypervisor will check it at boot.
+    /// Errors start with the manifest's path, then name the VM and the field.
+    pub fn bundle(&self, board: &Board, options: &BundleOptions) -> Result<Vec<u8>, XtaskError> {
+        bundle::write_for_board(&self.vms, options, |size| board.limits(size))
+            .map_err(|e| XtaskError::Usage(format!("{}: {e}", self.path.display())))
+    }
+
+    /// The VMs, for messages: `name (vCPUs, MiB, CPUs)`.
+    pub fn summary(&self) -> String {
+        let cpus = |vm: &VmEntry| match (&vm.devices.placement.cpus, vm.devices.placement.policy) {
+            (None, _) => "free CPUs".to_string(),
+            (Some(c), p) => {
+                let list: Vec<String> = c.iter().map(u32::to_string).collect();
+                format!("{} on CPU {}", p.unwrap_or_default().name(), list.join(","))
+            }
+        };
+        let vms: Vec<String> = self
+            .vms
+            .iter()
+            .map(|vm| format!("{} ({} vCPU, {} MiB, {})", vm.name, vm.vcpus, vm.memory >> 20, cpus(vm)))
+            .collect();
+        vms.join("; ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hyp_core::bundle::{BootBundle, VmSpec};
+    use hyp_core::manifest::{BoardDevices, DeviceTreeDevices};
+    use hyp_core::platform::Platform;
+
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("xtask-manifest-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A fake Debian guest: an arm64 Image header and a small initramfs.
+    fn fake_debian(dir: &Path) -> DebianGuest {
+        let mut kernel = vec![0u8; 4096];
+        kernel[16..24].copy_from_slice(&(8192u64).to_le_bytes());
+        kernel[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        let guest = DebianGuest { kernel: dir.join("vmlinuz.Image"), initrd: dir.join("initramfs.cpio") };
+        std::fs::write(&guest.kernel, kernel).unwrap();
+        std::fs::write(&guest.initrd, vec![0u8; 1024]).unwrap();
+        guest
+    }
+
+    fn examples() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests")
+    }
+
+    fn load(path: &Path, dir: &Path) -> Manifest {
+        let guest = fake_debian(dir);
+        Manifest::load(path, &mut || Ok(guest.clone())).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn board_of(m: &Manifest) -> Board {
+        Board::qemu_virt(m.board_cpus.unwrap(), m.board_memory_mib.unwrap(), Some(GIB))
+    }
+
+    /// The bundle of `text` (as a manifest `test.toml`) on a 4-CPU, 1 GiB board with a
+    /// 1 GiB disk, or the error.
+    fn build(text: &str) -> Result<Vec<u8>, String> {
+        let dir = tempdir("build");
+        let guest = fake_debian(&dir);
+        let m = Manifest::parse(text, Path::new("test.toml"), &mut || Ok(guest.clone())).map_err(|e| e.to_string())?;
+        m.bundle(&Board::qemu_virt(4, 1024, Some(GIB)), &BundleOptions::default()).map_err(|e| e.to_string())
+    }
+
+    fn error(text: &str) -> String {
+        build(text).map(|_| ()).unwrap_err()
+    }
+
+    /// A VM table for the tests: name, 1 vCPU, 64 MiB, the fake Debian kernel, and `extra`.
+    fn vm(name: &str, extra: &str) -> String {
+        format!("[[vm]]\nname = \"{name}\"\nvcpus = 1\nmemory_mib = 64\nkernel = \"debian\"\n{extra}\n")
+    }
+
+    #[test]
+    fn every_example_manifest_becomes_a_bundle_the_hypervisor_accepts() {
+        let dir = tempdir("examples");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(examples()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let m = load(&path, &dir);
+                let blob = m.bundle(&board_of(&m), &BundleOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+                let bundle = BootBundle::parse(&blob).unwrap();
+                assert_eq!(bundle.vms().count(), m.vms.len(), "{}", path.display());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 2, "manifests/ has the examples");
+    }
+
+    #[test]
+    fn three_vms_round_trips_from_toml_to_the_hypervisors_view() {
+        let dir = tempdir("three");
+        let m = load(&examples().join("three-vms.toml"), &dir);
+        assert_eq!((m.board_cpus, m.board_memory_mib), (Some(4), Some(2048)));
+        let blob = m.bundle(&board_of(&m), &BundleOptions::default()).unwrap();
+        let bundle = BootBundle::parse(&blob).unwrap();
+        let vms: Vec<VmSpec<'_>> = bundle.vms().collect();
+        let names: Vec<&str> = vms.iter().map(|v| v.name).collect();
+        assert_eq!(names, ["web", "db", "batch"]);
+        for (i, vm) in vms.iter().enumerate() {
+            assert_eq!(vm.memory, 256 << 20);
+            assert_eq!(vm.kernel.len(), 4096, "the Debian kernel");
+            assert_eq!(vm.initrd.map(<[u8]>::len), Some(1024), "the Debian initramfs");
+            let ip = format!("guest.ip=10.0.2.{}", 15 + i);
+            assert!(vm.bootargs.unwrap().contains(&ip), "{}", vm.bootargs.unwrap());
+            let disk = vm.devices.disk.unwrap();
+            assert_eq!((disk.offset, disk.size), (i as u64 * (256 << 20), 256 << 20));
+            assert!(vm.passthrough.is_empty());
+        }
+        let cpus = |vm: &VmSpec<'_>| vm.placement.cpus.map(|c| c.iter().collect::<Vec<_>>());
+        assert_eq!((cpus(&vms[0]), vms[0].placement.policy), (Some(vec![0]), Policy::Pinned));
+        assert_eq!((cpus(&vms[1]), vms[1].placement.policy), (Some(vec![1]), Policy::Pinned));
+        assert_eq!((vms[2].vcpus, cpus(&vms[2]), vms[2].placement.policy), (2, Some(vec![2, 2]), Policy::Shared));
+        assert_eq!(vms[2].placement.time_slice_us(), Some(10_000));
+        assert_eq!(vms[0].devices.network, Some(None));
+        assert_eq!(vms[1].devices.network, Some(Some([0x52, 0x54, 0, 0x12, 0x35, 0x21])));
+    }
+
+    #[test]
+    fn one_vm_is_the_default_run() {
+        let dir = tempdir("one");
+        let m = load(&examples().join("one-vm.toml"), &dir);
+        assert_eq!((m.board_cpus, m.board_memory_mib), (Some(4), Some(1024)), "QEMU's defaults");
+        let [vm] = &m.vms[..] else { panic!("one VM") };
+        // What `cargo xtask qemu` builds with no options (main.rs, qemu_linux).
+        let default_run = VmEntry {
+            name: "linux".into(),
+            vcpus: 2,
+            memory: 512 << 20,
+            kernel: dir.join("vmlinuz.Image"),
+            initrd: Some(dir.join("initramfs.cpio")),
+            bootargs: Some(format!("{} {}", crate::linux_guest::BOOTARGS, crate::linux_guest::NETWORK_BOOTARGS)),
+            device_tree: None,
+            devices: VmDevices {
+                disk: Some(DiskSlice { offset: 0, size: 0 }),
+                network: Some(None),
+                ..Default::default()
+            },
+        };
+        assert_eq!(format!("{vm:?}"), format!("{default_run:?}"));
+    }
+
+    #[test]
+    fn passthrough_devices_reach_the_bundle() {
+        let text = vm(
+            "clock",
+            "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]\ninterrupts = [34]\n\
+             [[vm.passthrough]]\nname = \"gpio\"\nreg = [0x0903_0000, 0x1000]\n",
+        );
+        let blob = build(&text).unwrap();
+        let bundle = BootBundle::parse(&blob).unwrap();
+        let spec = bundle.vms().next().unwrap();
+        let devices: Vec<_> = spec
+            .passthrough
+            .iter()
+            .map(|p| (p.name, p.reg.base, p.reg.size, p.interrupts.iter().collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(devices, [("rtc", 0x0901_0000, 0x1000, vec![34]), ("gpio", 0x0903_0000, 0x1000, vec![])]);
+        assert_eq!(spec.bootargs, Some(crate::linux_guest::BOOTARGS), "the Debian kernel's default command line");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_the_vm_and_key_named() {
+        let msg = error(&vm("web", "cpu = [1]"));
+        assert!(msg.starts_with("test.toml: VM web: unknown field `cpu`, expected one of `name`, `vcpus`"), "{msg}");
+        let msg = error(&vm("web", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]\nirq = [34]"));
+        assert!(msg.starts_with("test.toml: VM web: unknown field `irq`, expected one of `name`, `reg`"), "{msg}");
+        let msg = error(&vm("web", "disk = { offset = 0 }"));
+        assert!(msg.starts_with("test.toml: VM web: unknown field `offset`, expected"), "{msg}");
+        let msg = error(&format!("[board]\ncpus = 4\nram_mib = 1024\n{}", vm("web", "")));
+        assert!(msg.starts_with("test.toml: [board]: unknown field `ram_mib`, expected"), "{msg}");
+        assert_eq!(
+            error(&format!("boards = 1\n{}", vm("web", ""))),
+            "test.toml: unknown key `boards` at the top level; the keys are [board] and [[vm]]"
+        );
+        // A VM without a name is named by its place.
+        let msg = error("[[vm]]\nvcpus = 1\nmemory_mib = 64\nkernel = \"debian\"\n");
+        assert_eq!(msg, "test.toml: VM #1: missing field `name`");
+        assert_eq!(error("[board]\ncpus = 4\n"), "test.toml: no [[vm]]: describe at least one VM");
+        assert!(error("[[vm]\n").starts_with("test.toml: TOML parse error at line 1"), "{}", error("[[vm]\n"));
+    }
+
+    #[test]
+    fn toml_values_of_the_wrong_kind_are_refused() {
+        assert_eq!(
+            error(&vm("web", "policy = \"fair\"")),
+            "test.toml: VM web: field `policy`: \"fair\" is not a policy; write \"pinned\" or \"shared\""
+        );
+        assert_eq!(
+            error(&vm("web", "network = { mac = \"52:54:00:12:35\" }")),
+            "test.toml: VM web: field `network`: \"52:54:00:12:35\" is not a MAC address (six hex bytes: \
+             52:54:00:12:35:10)"
+        );
+        let msg = error(&vm("web", "cpus = [-1]"));
+        assert!(msg.starts_with("test.toml: VM web: invalid value: integer `-1`, expected u32"), "{msg}");
+    }
+
+    /// Every rule of `hyp_core::manifest`, from a manifest file: the error names the file,
+    /// the VM and the field (the rules' own tests are in hyp-core).
+    #[test]
+    fn manifest_checks_run_before_anything_boots() {
+        let cases: &[(String, &str)] = &[
+            (vm("web 1", ""), "test.toml: VM web 1: field `name` must be letters, digits, '-' or '_'"),
+            (vm("web", "") + &vm("web", ""), "test.toml: VM web: two VMs have this name"),
+            (vm("web", "vcpus = 9").replace("vcpus = 1\n", ""), "test.toml: VM web: field `vcpus` must be between 1 and 8"),
+            (
+                vm("web", "memory_mib = 3").replace("memory_mib = 64\n", ""),
+                "test.toml: VM web: field `memory` must be a non-zero multiple of 2 MiB",
+            ),
+            (
+                vm("a", "") + &vm("b", "memory_mib = 960").replace("memory_mib = 64\n", ""),
+                "test.toml: VM b: field `memory`: with this VM the VMs need 1024 MiB but the board has 974 MiB for \
+                 VMs; give the VMs less memory or the board more",
+            ),
+            (
+                vm("a", "disk = { size_mib = 256 }") + &vm("b", "disk = { offset_mib = 128 }"),
+                "test.toml: VM b: field `disk`: bytes 0x8000000..(end of disk) of the board's disk overlap VM a's disk \
+                 (0x0..0x10000000); give each VM its own slice",
+            ),
+            (
+                vm("a", "disk = { offset_mib = 1024, size_mib = 1 }"),
+                "test.toml: VM a: field `disk`: bytes 0x40000000..0x40100000 go past the end of the board's disk \
+                 (0x40000000 bytes); give a slice within it",
+            ),
+            (
+                vm("a", "network = { mac = \"01:00:5e:00:00:01\" }"),
+                "test.toml: VM a: field `mac` must be a unicast address (first byte even), not all zeros",
+            ),
+            (
+                vm("a", "cpus = [1]\nslice_us = 100"),
+                "test.toml: VM a: field `slice_us` is for shared VMs (a pinned vCPU runs tickless); remove it or \
+                 write policy = \"shared\"",
+            ),
+            (
+                vm("a", "cpus = [1]\npolicy = \"shared\"\nslice_us = 0"),
+                "test.toml: VM a: field `slice_us` is 0: the vCPUs would never run; give at least 1 (default 10000)",
+            ),
+            (
+                vm("a", "policy = \"shared\""),
+                "test.toml: VM a: field `cpus` is missing: a shared VM names the CPU of each vCPU; add `cpus`",
+            ),
+            (
+                vm("a", "cpus = [1, 2]"),
+                "test.toml: VM a: field `cpus` lists 2 CPUs but the VM has 1 vCPU; give one CPU per vCPU",
+            ),
+            (
+                vm("web", "cpus = [7]"),
+                "test.toml: VM web: field `cpus`: CPU 7 does not exist (the board has CPUs 0-3); name one of those",
+            ),
+            (
+                vm("a", "cpus = [1, 1]").replace("vcpus = 1", "vcpus = 2"),
+                "test.toml: VM a: field `cpus`: CPU 1 is listed for two vCPUs, but a pinned vCPU needs a CPU of its \
+                 own; list another CPU, or write policy = \"shared\"",
+            ),
+            (
+                vm("a", "cpus = [1]") + &vm("b", "cpus = [1]"),
+                "test.toml: VM b: field `cpus`: CPU 1 is already pinned to VM a, and a pinned vCPU needs a CPU of its \
+                 own; choose another CPU",
+            ),
+            (
+                vm("a", "cpus = [2]\npolicy = \"shared\"") + &vm("b", "cpus = [2]"),
+                "test.toml: VM b: field `cpus`: CPU 2 already runs shared VM a, and a pinned vCPU needs a CPU of its \
+                 own; choose another CPU, or make both VMs shared",
+            ),
+            (
+                vm("a", "cpus = [2]") + &vm("b", "cpus = [2]\npolicy = \"shared\""),
+                "test.toml: VM b: field `cpus`: CPU 2 is pinned to VM a, so shared vCPUs cannot run there; choose \
+                 another CPU",
+            ),
+            (
+                vm("a", "cpus = [0, 1, 2]").replace("vcpus = 1", "vcpus = 3") + &vm("b", "").replace("vcpus = 1", "vcpus = 2"),
+                "test.toml: VM b: field `vcpus`: without `cpus`, each of its 2 vCPUs is pinned to a CPU no VM lists, \
+                 but only 1 of the board's 4 CPUs is left; give it `cpus`, or fewer vCPUs",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x800]"),
+                "test.toml: VM a: passthrough rtc: field `reg` must be whole 4 KiB pages (base and size multiples of \
+                 0x1000, size not 0)",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]")
+                    + &vm("b", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]"),
+                "test.toml: VM b: passthrough rtc: field `reg` 0x9010000..0x9011000 overlaps passthrough rtc of VM a; \
+                 a device belongs to one VM",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"ram\"\nreg = [0x4800_0000, 0x1000]"),
+                "test.toml: VM a: passthrough ram: field `reg` 0x48000000..0x48001000 overlaps the board's RAM; give a \
+                 device's register window",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"uart\"\nreg = [0x0900_0000, 0x1000]\ninterrupts = [33]"),
+                "test.toml: VM a: passthrough uart: field `reg` 0x9000000..0x9001000 is a device the hypervisor \
+                 drives itself (its UART, the GIC or a virtio transport); it cannot be passed through",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"flash\"\nreg = [0x0400_0000, 0x1000]"),
+                "test.toml: VM a: passthrough flash: field `reg`: the board has no device at 0x4000000..0x4001000; give \
+                 the window of one of its devices (see docs/manifest.md)",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]\ninterrupts = [2]"),
+                "test.toml: VM a: passthrough rtc: field `interrupts`: INTID 2 is not an SPI; give INTIDs 32-1019 (SPI \
+                 n is INTID 32 + n)",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]\ninterrupts = [35]"),
+                "test.toml: VM a: passthrough rtc: field `interrupts`: INTID 35 is not an interrupt of the board's \
+                 device at 0x9010000..0x9011000; give that device's own interrupts",
+            ),
+            (
+                vm("a", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]\ninterrupts = [34]")
+                    + &vm("b", "[[vm.passthrough]]\nname = \"gpio\"\nreg = [0x0903_0000, 0x1000]\ninterrupts = [34]"),
+                "test.toml: VM b: passthrough gpio: field `interrupts`: INTID 34 is already given to VM a (passthrough \
+                 rtc); an interrupt goes to one VM",
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(&error(text), expected, "manifest:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_qemu_virt_tables_match_its_device_tree() {
+        let dtb = include_bytes!("../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
+        let tree = DeviceTreeDevices::new(dtb).unwrap();
+        for device in QEMU_VIRT_DEVICES {
+            assert_eq!(tree.device_at(device.reg), Some(device.reg), "{}", device.name);
+            for &intid in device.intids {
+                assert!(tree.raises(device.reg, intid), "{} raises INTID {intid}", device.name);
+            }
+        }
+        let platform = Platform::from_device_tree(dtb).unwrap();
+        let kept = |r: PhysRange| QEMU_VIRT_HYPERVISOR_DEVICES.iter().any(|h| h.base <= r.base && r.end() <= h.end());
+        assert!(kept(platform.uart));
+        assert!(kept(platform.gic.distributor));
+        assert!(kept(platform.gic.redistributors.unwrap()));
+        assert!(platform.virtio_mmio.iter().all(|t| kept(t.window)));
+        assert_eq!(platform.memory[0].base, QEMU_VIRT_RAM_BASE);
+    }
+}
