@@ -95,6 +95,8 @@ pub fn drain_interrupts() {
             crate::input::uart_interrupt();
         } else if crate::network::is_uplink_interrupt(intid) {
             crate::network::uplink_interrupt();
+        } else if intid == crate::board_ppis()[2] {
+            crate::scheduling::timer_fired(current_index(), crate::vm::waiting_flag);
         }
         crate::gic::end_of_interrupt(iar);
     }

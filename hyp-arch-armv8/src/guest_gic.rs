@@ -13,27 +13,35 @@ use vgic::{AccessError, Distributor, MAX_VCPUS_V2 as MAX_VCPUS};
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
 pub struct VgicHandle {
     pub vgic: Mutex<Distributor>,
+    /// The VM (its index), for the scheduler.
+    vm: usize,
     hints: [AtomicBool; MAX_VCPUS],
     /// The physical CPU each vCPU runs on (usize::MAX: none), to kick it.
     pub running_on: [AtomicUsize; MAX_VCPUS],
+    /// Set while a vCPU waits for an interrupt off its CPU (blocked in a trapped WFI).
+    pub waiting: [AtomicBool; MAX_VCPUS],
 }
 
 impl VgicHandle {
-    pub fn new(vgic: Distributor) -> Self {
+    pub fn new(vm: usize, vgic: Distributor) -> Self {
         VgicHandle {
             vgic: Mutex::new(vgic),
+            vm,
             hints: [const { AtomicBool::new(false) }; MAX_VCPUS],
             running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
+            waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
         }
     }
 
-    /// Makes the vCPUs in `mask` leave their guests and look at their interrupts. A vCPU of
-    /// this CPU is in the hypervisor already and looks at its hint before it enters again.
+    /// Makes the vCPUs in `mask` look at their interrupts: one running on another CPU
+    /// leaves its guest, one waiting for an interrupt runs again. A vCPU of this CPU is in
+    /// the hypervisor already and looks at its hint before it enters again.
     pub fn kick(&self, mask: u32) {
         let me = crate::cpus::current_index();
-        for (v, cpu) in self.running_on.iter().enumerate() {
+        for (v, cpu) in self.running_on.iter().enumerate().filter(|(v, _)| mask & (1 << v) != 0) {
+            crate::scheduling::wake(crate::scheduling::vcpu_ref(self.vm, v), &self.waiting[v]);
             let cpu = cpu.load(Ordering::Acquire);
-            if mask & (1 << v) != 0 && cpu != usize::MAX && cpu != me {
+            if cpu != usize::MAX && cpu != me {
                 crate::cpus::kick(cpu);
             }
         }

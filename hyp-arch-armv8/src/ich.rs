@@ -98,3 +98,39 @@ pub fn reset_vmcr() {
         asm!("msr S3_4_C12_C11_7, xzr", "msr S3_4_C12_C8_0, xzr", "msr S3_4_C12_C9_0, xzr", "isb", options(nostack))
     };
 }
+
+/// ICH_VMCR_EL2, ICH_AP0R0_EL2 and ICH_AP1R0_EL2: the guest's view of its CPU interface
+/// (priority mask, group enables) and its active priorities (as `reset_vmcr`, the first
+/// active-priority register of each group only: 5 bits of virtual priority).
+pub fn read_interface() -> [u64; 3] {
+    let (vmcr, ap0, ap1): (u64, u64, u64);
+    // SAFETY: reading this CPU's virtual interface registers has no side effect.
+    unsafe {
+        asm!(
+            "mrs {}, S3_4_C12_C11_7",
+            "mrs {}, S3_4_C12_C8_0",
+            "mrs {}, S3_4_C12_C9_0",
+            out(reg) vmcr,
+            out(reg) ap0,
+            out(reg) ap1,
+            options(nomem, nostack)
+        )
+    };
+    [vmcr, ap0, ap1]
+}
+
+pub fn write_interface(state: [u64; 3]) {
+    // SAFETY: the registers of the vCPU about to run on this CPU, as it left them.
+    unsafe {
+        asm!(
+            "msr S3_4_C12_C11_7, {}",
+            "msr S3_4_C12_C8_0, {}",
+            "msr S3_4_C12_C9_0, {}",
+            "isb",
+            in(reg) state[0],
+            in(reg) state[1],
+            in(reg) state[2],
+            options(nostack)
+        )
+    };
+}

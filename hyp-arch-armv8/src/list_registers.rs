@@ -17,6 +17,11 @@ const GICH_ELRSR1: usize = 0x034;
 const GICH_APR: usize = 0x0f0;
 const GICH_LR0: usize = 0x100;
 
+/// The virtual CPU interface's control and active-priority registers of a vCPU:
+/// ICH_VMCR_EL2, ICH_AP0R0_EL2, ICH_AP1R0_EL2 (GICv3) or GICH_VMCR, GICH_APR (GICv2).
+#[derive(Clone, Copy, Default, Debug)]
+pub struct InterfaceState([u64; 3]);
+
 #[derive(Clone, Copy)]
 pub enum ListRegisterFile {
     V3,
@@ -41,6 +46,27 @@ impl ListRegisterFile {
             self.write_lr(n, 0);
         }
         self.set_maintenance(Maintenance::default());
+    }
+
+    pub fn save_interface(self) -> InterfaceState {
+        match self {
+            ListRegisterFile::V3 => InterfaceState(ich::read_interface()),
+            ListRegisterFile::V2 { gich } => InterfaceState([
+                u64::from(Self::gich_read(gich, GICH_VMCR)),
+                u64::from(Self::gich_read(gich, GICH_APR)),
+                0,
+            ]),
+        }
+    }
+
+    pub fn restore_interface(self, state: &InterfaceState) {
+        match self {
+            ListRegisterFile::V3 => ich::write_interface(state.0),
+            ListRegisterFile::V2 { gich } => {
+                Self::gich_write(gich, GICH_VMCR, state.0[0] as u32);
+                Self::gich_write(gich, GICH_APR, state.0[1] as u32);
+            }
+        }
     }
 
     fn gich_read(gich: usize, offset: usize) -> u32 {

@@ -21,6 +21,7 @@ mod memory;
 mod mmu;
 mod network;
 mod scheduling;
+mod vcpu_state;
 mod vdev;
 mod vm;
 
@@ -32,7 +33,7 @@ use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
-use sched::Policy;
+use sched::{Policy, VcpuRef};
 use spin::Once;
 use stage2::TableFormat;
 
@@ -144,6 +145,23 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Err(e) => halt(format_args!("boot bundle: {e}")),
     };
     SEMIHOSTING_EXIT.call_once(|| bundle.options.semihosting_exit);
+    // The manifest's rules against this board (xtask checked them against the board it
+    // expected): CPUs, memory, the disk, passthrough devices.
+    let windows = hyp_core::manifest::hypervisor_windows(&platform);
+    let Some(board_devices) = device_tree(dtb).ok().and_then(hyp_core::manifest::DeviceTreeDevices::new) else {
+        halt(format_args!("the device tree cannot be read again to check the manifest"))
+    };
+    let limits = hyp_core::manifest::BoardLimits {
+        cpus: platform.cpus.len(),
+        memory: untyped_total,
+        ram: &platform.memory,
+        hypervisor_devices: &windows,
+        disk: found.disk_sectors.map(|s| s * hyp_core::bundle::SECTOR_SIZE),
+        devices: &board_devices,
+    };
+    if let Err(e) = bundle.check_board(&limits) {
+        halt(format_args!("boot bundle: {e}"));
+    }
     // Every VM gets memory through capabilities only: the free memory becomes untyped.
     let pa_bits = physical_address_bits().min(48);
     let mut caps = CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: vm::GUEST_IPA_BITS.min(pa_bits), pa_bits });
@@ -173,21 +191,15 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     }
     CAPS.call_once(|| spin::Mutex::new(caps));
     let me = cpus::current_index();
-    let vcpus_wanted: u32 = vms.iter().map(|vm| vm.spec.vcpus).sum();
     let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
     if let Some(cpu) = fault_cpu {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault (a test)");
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
     }
-    let cpus_for_vms: Vec<usize> = core::iter::once(me)
-        .chain((0..platform.cpus.len()).filter(|&c| c != me && cpus::is_online(c) && Some(c) != fault_cpu))
-        .collect();
-    if vcpus_wanted as usize > cpus_for_vms.len() {
-        halt(format_args!(
-            "the VMs have {vcpus_wanted} vCPUs in all but only {} CPUs can run them: each vCPU is pinned to a CPU of its own",
-            cpus_for_vms.len()
-        ));
-    }
+    let homes = match place_vcpus(&vms, me, fault_cpu, platform.cpus.len()) {
+        Ok(homes) => homes,
+        Err(e) => halt(e),
+    };
     VMS_RUNNING.store(vms.len(), Ordering::Release);
     let vms = VMS.call_once(|| vms);
     for vm in vms {
@@ -198,15 +210,11 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
         None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
     }
-    // Each vCPU is pinned to a CPU of its own: every VM's vCPU 0 first (vm0's on this CPU),
-    // then the others in order.
     scheduling::init(platform.cpus.len());
-    let vcpus = vms.iter().enumerate().flat_map(|(i, vm)| (0..vm.spec.vcpus as usize).map(move |v| (v, i)));
-    let mut order: Vec<(usize, usize)> = vcpus.collect();
-    order.sort_by_key(|&(v, i)| (v != 0, i, v));
-    for (&(vcpu, i), &cpu) in order.iter().zip(&cpus_for_vms) {
-        if let Err(e) = scheduling::add(scheduling::vcpu_ref(i, vcpu), cpu, Policy::Pinned) {
-            halt(format_args!("vm{i} {} vCPU {vcpu}: {e}", vms[i].spec.name));
+    for (v, cpu, policy) in homes {
+        if let Err(e) = scheduling::add(v, cpu, policy) {
+            let vm = &vms[usize::from(v.vm)];
+            halt(format_args!("vm{} {} vCPU {}: {e}", v.vm, vm.spec.name, v.vcpu));
         }
     }
     for (i, vm) in vms.iter().enumerate() {
@@ -217,18 +225,73 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     cpu_loop(me)
 }
 
-/// The PPIs the hypervisor takes at EL2: the GIC maintenance interrupt and the virtual
-/// timer (forwarded to the vCPU running on this CPU).
-pub(crate) fn gic_ppis(platform: &Platform<'_>) -> [u32; 2] {
-    [platform.gic.maintenance_intid.unwrap_or(25), platform.timer.virtual_timer]
+/// The PPIs the hypervisor takes at EL2: the GIC maintenance interrupt, the virtual timer
+/// (forwarded to the vCPU running on this CPU) and the EL2 physical timer (slices of vCPUs
+/// that share a CPU, and blocked vCPUs' timers).
+pub(crate) fn gic_ppis(platform: &Platform<'_>) -> [u32; 3] {
+    [platform.gic.maintenance_intid.unwrap_or(25), platform.timer.virtual_timer, platform.timer.hyp_physical]
 }
 
-static PPIS: Once<[u32; 2]> = Once::new();
+static PPIS: Once<[u32; 3]> = Once::new();
 /// This board's list registers (the same kind on every CPU).
 pub(crate) static LIST_REGISTERS: Once<ListRegisterFile> = Once::new();
 
-pub(crate) fn board_ppis() -> [u32; 2] {
-    PPIS.get().copied().unwrap_or([25, 27])
+pub(crate) fn board_ppis() -> [u32; 3] {
+    PPIS.get().copied().unwrap_or([25, 27, 26])
+}
+
+/// Where each vCPU runs: on the CPUs its manifest entry names, pinned or sharing them; a VM
+/// that names none has each vCPU pinned to a CPU no VM named (every such VM's vCPU 0 first,
+/// vm0's on this CPU). Says what is wrong when a CPU cannot run what it is given.
+fn place_vcpus(
+    vms: &[Vm],
+    me: usize,
+    fault_cpu: Option<usize>,
+    cpus: usize,
+) -> Result<Vec<(VcpuRef, usize, Policy)>, alloc::string::String> {
+    let ticks_per_us = exceptions::sysreg!("cntfrq_el0") / 1_000_000;
+    let mut homes = Vec::new();
+    let mut named = Vec::new();
+    for (i, vm) in vms.iter().enumerate() {
+        let placement = vm.spec.placement;
+        let policy = match placement.time_slice_us() {
+            Some(us) => Policy::Shared { slice: (u64::from(us) * ticks_per_us).max(1) },
+            None => Policy::Pinned,
+        };
+        for v in 0..vm.spec.vcpus as usize {
+            let Some(cpu) = placement.cpu_of(v).map(|c| c as usize) else { continue };
+            if !cpus::is_online(cpu) || Some(cpu) == fault_cpu {
+                return Err(alloc::format!("vm{i} {}: vCPU {v}: cpu{cpu} is not online", vm.spec.name));
+            }
+            homes.push((scheduling::vcpu_ref(i, v), cpu, policy));
+            named.push(cpu);
+        }
+    }
+    let free: Vec<usize> = core::iter::once(me)
+        .chain(0..cpus)
+        .filter(|&c| cpus::is_online(c) && Some(c) != fault_cpu && !named.contains(&c))
+        .fold(Vec::new(), |mut list, c| {
+            if !list.contains(&c) {
+                list.push(c);
+            }
+            list
+        });
+    let mut unplaced: Vec<(usize, usize)> = vms
+        .iter()
+        .enumerate()
+        .filter(|(_, vm)| vm.spec.placement.cpu_of(0).is_none())
+        .flat_map(|(i, vm)| (0..vm.spec.vcpus as usize).map(move |v| (v, i)))
+        .collect();
+    unplaced.sort_by_key(|&(v, i)| (v != 0, i, v));
+    if unplaced.len() > free.len() {
+        return Err(alloc::format!(
+            "the VMs without `cpus` have {} vCPUs but only {} CPUs are free for them: each is pinned to a CPU of its own",
+            unplaced.len(),
+            free.len()
+        ));
+    }
+    homes.extend(unplaced.iter().zip(&free).map(|(&(v, i), &cpu)| (scheduling::vcpu_ref(i, v), cpu, Policy::Pinned)));
+    Ok(homes)
 }
 
 /// Removes `[base, base + size)` from the front of the untyped range that starts there.
@@ -311,7 +374,7 @@ impl core::fmt::Display for MacAddress {
 }
 
 /// Nothing can run: say why and stop the machine with a failure status.
-fn halt(message: core::fmt::Arguments<'_>) -> ! {
+fn halt(message: impl core::fmt::Display) -> ! {
     println!("hypervisor: error: {message}");
     finish(false)
 }
@@ -341,7 +404,10 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             let _ = unsafe { core::ptr::read_volatile(UNMAPPED_EL2_VA as *const u64) };
             continue;
         }
-        let Some(v) = scheduling::pick(cpu).run else {
+        let decision = scheduling::pick(cpu);
+        let Some(v) = decision.run else {
+            // Only blocked vCPUs' timers can need this CPU now.
+            scheduling::program_timer(cpu, None);
             cpus::idle();
             continue;
         };
@@ -349,8 +415,8 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             let _ = scheduling::stop(v);
             continue;
         };
-        match vm.run_vcpu(usize::from(v.vcpu), cpu) {
-            VcpuExit::Stopped => {}
+        match vm.run_vcpu(usize::from(v.vcpu), cpu, &decision) {
+            VcpuExit::Stopped | VcpuExit::Descheduled => {}
             VcpuExit::VmEnded(EndReason::Reset) => {
                 // This CPU stopped the VM's last vCPU: it reboots the VM, from vCPU 0.
                 vm.reset();

@@ -3,6 +3,11 @@
 //! again when its answer may have changed. It is called on slow paths only (a vCPU starting,
 //! stopping, blocking or waking, a slice ending): a pinned vCPU's exits never reach it.
 
+use alloc::vec::Vec;
+use core::arch::asm;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use hyp_core::platform::MAX_CPUS;
 use sched::{Decision, Policy, SchedError, Scheduler, VcpuRef};
 use spin::{Mutex, Once};
 
@@ -56,4 +61,89 @@ pub fn stop(v: VcpuRef) -> Result<(), SchedError> {
 /// What this CPU runs now.
 pub fn pick(cpu: usize) -> Decision {
     SCHED.get().map_or(Decision::IDLE, |s| s.lock().pick(cpu, now()))
+}
+
+/// The vCPU waits for an interrupt (a trapped WFI), unless `pending` says one is already
+/// there. Checked under the scheduler's lock after the vCPU's `waiting` flag is set, and a
+/// waker makes its interrupt pending before it looks at that flag: whichever comes second
+/// sees the other, so no wake-up is lost (docs/scheduler.md).
+pub fn block(v: VcpuRef, waiting: &AtomicBool, pending: impl FnOnce() -> bool) -> bool {
+    let Some(s) = SCHED.get() else { return false };
+    let mut s = s.lock();
+    waiting.store(true, Ordering::SeqCst);
+    if pending() || s.block(v, now()).is_err() {
+        waiting.store(false, Ordering::SeqCst);
+        return false;
+    }
+    true
+}
+
+/// An interrupt became pending for a vCPU whose `waiting` flag is set: it runs again.
+pub fn wake(v: VcpuRef, waiting: &AtomicBool) {
+    if !waiting.load(Ordering::SeqCst) {
+        return;
+    }
+    let kicked = SCHED.get().and_then(|s| {
+        let mut s = s.lock();
+        // Cleared under the lock: a vCPU between setting it and blocking holds the lock.
+        waiting.swap(false, Ordering::SeqCst).then(|| s.wake(v).ok().flatten()).flatten()
+    });
+    kick(kicked);
+}
+
+/// The running shared vCPU's slice may be over, or another vCPU may have become runnable:
+/// what this CPU runs now.
+pub fn tick(cpu: usize) -> Decision {
+    SCHED.get().map_or(Decision::IDLE, |s| s.lock().tick(cpu, now()))
+}
+
+/// Virtual timer deadlines of blocked vCPUs, by home CPU: the EL2 physical timer wakes them.
+static TIMER_WAKEUPS: [Mutex<Vec<(VcpuRef, u64)>>; MAX_CPUS] = [const { Mutex::new(Vec::new()) }; MAX_CPUS];
+
+/// A blocked vCPU of `cpu` whose virtual timer fires at physical count `deadline`.
+pub fn wake_at(cpu: usize, v: VcpuRef, deadline: u64) {
+    if let Some(list) = TIMER_WAKEUPS.get(cpu) {
+        let mut list = list.lock();
+        list.retain(|(w, _)| *w != v);
+        list.push((v, deadline));
+    }
+}
+
+/// Programs this CPU's EL2 physical timer (CNTHP, ARM ARM D12.8) for the end of the
+/// running vCPU's slice or the first timer of a blocked vCPU, whichever comes first; off
+/// when there is neither (a pinned vCPU runs tickless).
+pub fn program_timer(cpu: usize, slice_end: Option<u64>) {
+    let first_wakeup = TIMER_WAKEUPS.get(cpu).and_then(|l| l.lock().iter().map(|(_, d)| *d).min());
+    let deadline = match (slice_end, first_wakeup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match deadline {
+        // SAFETY: this CPU's EL2 physical timer belongs to the hypervisor: compare value,
+        // then enabled and unmasked (CNTHP_CTL_EL2.ENABLE).
+        Some(d) => unsafe { asm!("msr cnthp_cval_el2, {}", "msr cnthp_ctl_el2, {}", "isb", in(reg) d, in(reg) 1u64) },
+        // SAFETY: as above; disabled.
+        None => unsafe { asm!("msr cnthp_ctl_el2, xzr", "isb") },
+    }
+}
+
+/// The EL2 physical timer fired on `cpu`: it is stopped, and the blocked vCPUs whose
+/// virtual timer is due run again (their timer interrupt is raised by the hardware as soon
+/// as their timer registers are back in a CPU).
+pub fn timer_fired(cpu: usize, waiting: impl Fn(VcpuRef) -> Option<&'static AtomicBool>) {
+    // SAFETY: as for `program_timer`.
+    unsafe { asm!("msr cnthp_ctl_el2, xzr", "isb") };
+    let Some(list) = TIMER_WAKEUPS.get(cpu) else { return };
+    let now = now();
+    let due: Vec<VcpuRef> = {
+        let mut list = list.lock();
+        let due = list.iter().filter(|(_, d)| *d <= now).map(|(v, _)| *v).collect();
+        list.retain(|(_, d)| *d > now);
+        due
+    };
+    for v in due {
+        if let Some(flag) = waiting(v) {
+            wake(v, flag);
+        }
+    }
 }

@@ -31,9 +31,11 @@ use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicH
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::scheduling;
+use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SwitchPort, VirtioSlot, Window};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
+use sched::Decision;
 use vdev_virtio::block::VirtioBlock;
 use vdev_virtio::console::VirtioConsole;
 use vdev_virtio::net::VirtioNet;
@@ -69,6 +71,8 @@ pub const GUEST_IPA_BITS: u8 = 40;
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
 /// SCTLR_EL1 at reset with MMU and caches off: RES1 bits only (ARMv8.0).
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+/// HCR_EL2.TWI: WFI traps (vCPUs that share a CPU).
+const HCR_TWI: u64 = 1 << 13;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
 /// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
@@ -240,6 +244,16 @@ pub enum VcpuExit {
     Stopped,
     /// It was the VM's last vCPU: the VM ended, for this reason.
     VmEnded(EndReason),
+    /// It left the CPU to another vCPU (its slice ended, or it waits for an interrupt); its
+    /// state is saved in the VM and it goes on when the scheduler picks it again.
+    Descheduled,
+}
+
+/// A descheduled vCPU: its general registers and what it left in the CPU.
+struct Resume {
+    ctx: GuestContext,
+    state: SavedVcpu,
+    last_unknown: Option<u32>,
 }
 
 pub struct Vm {
@@ -252,6 +266,8 @@ pub struct Vm {
     incidents: AtomicU64,
     /// Exits by reason, per vCPU.
     exits: Box<[ExitCounts]>,
+    /// The saved state of each descheduled vCPU.
+    saved: Box<[Mutex<Option<Box<Resume>>>]>,
     pub spec: VmSpec<'static>,
     ram: PhysRange,
     entry_offset: u64,
@@ -324,7 +340,7 @@ impl Vm {
         let mut bus = MmioBus::new();
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
         let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis: GUEST_SPIS };
-        let vgic: SharedVgic = Arc::new(VgicHandle::new(Distributor::new(vgic_config).map_err(VmError::Vgic)?));
+        let vgic: SharedVgic = Arc::new(VgicHandle::new(id, Distributor::new(vgic_config).map_err(VmError::Vgic)?));
         let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + GUEST_UART_SPI) };
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(VmConsole::new(id, spec.name), &console_choice, false);
@@ -364,6 +380,7 @@ impl Vm {
             device_tree,
             incidents: AtomicU64::new(0),
             exits: (0..spec.vcpus).map(|_| ExitCounts::default()).collect(),
+            saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
             spec,
             ram,
             entry_offset,
@@ -423,6 +440,7 @@ impl Vm {
             *self.vgic.vgic.lock() = fresh;
         }
         self.uart.0.lock().reset();
+        self.saved.iter().for_each(|s| *s.lock() = None);
         self.virtio.console.reset();
         self.virtio.disk.iter().for_each(|d| d.reset());
         self.virtio.nic.iter().for_each(|n| n.reset());
@@ -477,23 +495,19 @@ impl Vm {
         self.virtio.nic.as_ref()
     }
 
-    /// Asks the whole VM to end: every other vCPU is kicked out of the guest and stops at
-    /// its next exit.
+    /// Asks the whole VM to end: every other vCPU is kicked out of the guest (or woken, if
+    /// it waits for an interrupt) and stops at its next exit.
     fn end(&self, vcpu: usize, reason: EndReason) {
         let running = self.power.lock().request_end(reason);
         self.ending.store(true, Ordering::Release);
-        for v in running.into_iter().filter(|v| *v != vcpu) {
-            let cpu = self.vgic.running_on[v].load(Ordering::Acquire);
-            if cpu != usize::MAX {
-                crate::cpus::kick(cpu);
-            }
-        }
+        self.vgic.kick(running.into_iter().filter(|v| *v != vcpu).fold(0, |mask, v| mask | 1 << v));
     }
 
     /// Physical interrupts that brought the guest out: the virtual timer's becomes the
     /// vCPU's (hardware-mapped, left active until the guest deactivates it); the kick SGIs
     /// and the maintenance interrupt only make the exit path look again.
-    fn physical_interrupts(&self, vcpu: usize) {
+    fn physical_interrupts(&self, vcpu: usize) -> bool {
+        let mut reschedule = false;
         loop {
             let iar = crate::gic::acknowledge();
             let intid = crate::gic::interrupt_id(iar);
@@ -512,19 +526,60 @@ impl Vm {
                 self.count_exit(vcpu, ExitReason::OtherInterrupt);
                 crate::network::uplink_interrupt();
                 crate::gic::end_of_interrupt(iar);
+            } else if intid == crate::board_ppis()[2] {
+                self.count_exit(vcpu, ExitReason::SliceEnd);
+                scheduling::timer_fired(crate::cpus::current_index(), waiting_flag);
+                crate::gic::end_of_interrupt(iar);
+                reschedule = true;
             } else {
                 self.count_exit(
                     vcpu,
                     match intid {
                         crate::gic::SGI_KICK => ExitReason::Kick,
-                        _ if Some(intid) == crate::board_ppis().first().copied() => ExitReason::Maintenance,
+                        _ if intid == crate::board_ppis()[0] => ExitReason::Maintenance,
                         _ => ExitReason::OtherInterrupt,
                     },
                 );
+                reschedule |= intid == crate::gic::SGI_KICK;
                 crate::gic::end_of_interrupt(iar);
             }
             self.vgic.hint(1 << vcpu);
         }
+        reschedule
+    }
+
+    /// This vCPU leaves the CPU to another one: its state goes into the VM (the timer is
+    /// stopped before the timer PPI's active state is cleared, so the PPI does not fire for
+    /// the next vCPU), its list registers into the vGIC.
+    fn deschedule(&self, vcpu: usize, lr_file: &mut ListRegisterFile, resume: Resume) -> VcpuExit {
+        let state = vcpu_state::save(*lr_file);
+        let _ = self.vgic.vgic.lock().put(vcpu, lr_file);
+        crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
+        leave_guest_regime();
+        self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
+        if let Some(slot) = self.saved.get(vcpu) {
+            *slot.lock() = Some(Box::new(Resume { state, ..resume }));
+        }
+        VcpuExit::Descheduled
+    }
+
+    /// A trapped WFI of a vCPU that shares its CPU: unless an interrupt is pending for it,
+    /// it waits off the CPU, woken by an interrupt or by its virtual timer.
+    fn wait_for_interrupt(&self, vcpu: usize, lr_file: &mut ListRegisterFile, resume: Resume) -> Option<VcpuExit> {
+        let v = scheduling::vcpu_ref(self.id, vcpu);
+        let timer =
+            (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(self.cntvoff));
+        if timer.is_some_and(|deadline| deadline <= scheduling::now()) {
+            return None;
+        }
+        let waiting = &self.vgic.waiting[vcpu];
+        if !scheduling::block(v, waiting, || self.vgic.vgic.lock().has_pending(vcpu)) {
+            return None;
+        }
+        if let Some(deadline) = timer {
+            scheduling::wake_at(crate::cpus::current_index(), v, deadline);
+        }
+        Some(self.deschedule(vcpu, lr_file, resume))
     }
 
     /// This vCPU stops running here: its list registers are emptied into the vGIC, and a
@@ -532,6 +587,9 @@ impl Vm {
     /// this CPU.
     fn stop(&self, vcpu: usize, lr_file: &mut ListRegisterFile) -> VcpuExit {
         let _ = self.vgic.vgic.lock().put(vcpu, lr_file);
+        if let Some(slot) = self.saved.get(vcpu) {
+            *slot.lock() = None;
+        }
         crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
         leave_guest_regime();
         self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
@@ -555,11 +613,13 @@ impl Vm {
         }
     }
 
-    fn enter_el2_state(&self, vcpu: usize) {
+    /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (WFI traps when the
+    /// vCPU shares its CPU: HCR_EL2.TWI), identity, timer offset.
+    fn enter_el2_state(&self, vcpu: usize, trap_wfi: bool) {
         let mdcr_hpmn = (sysreg!("pmcr_el0") >> 11) & 0x1f;
         let midr = sysreg!("midr_el1");
-        // SAFETY: configures this CPU's EL2 and EL1 state for this VM's vCPU; the stage-2
-        // tables at VTTBR_EL2 map only this VM's memory.
+        // SAFETY: configures this CPU's EL2 state for this VM's vCPU; the stage-2 tables at
+        // VTTBR_EL2 map only this VM's memory.
         unsafe {
             asm!(
                 "msr vtcr_el2, {vtcr}",
@@ -570,6 +630,32 @@ impl Vm {
                 "msr cnthctl_el2, {cnthctl}",
                 "msr cntvoff_el2, {cntvoff}",
                 "msr mdcr_el2, {mdcr}",
+                "isb",
+                "tlbi vmalls12e1",
+                "dsb nsh",
+                "isb",
+                vtcr = in(reg) self.vtcr,
+                vttbr = in(reg) self.vttbr,
+                hcr = in(reg) HCR_GUEST | if trap_wfi { HCR_TWI } else { 0 },
+                vmpidr = in(reg) (1u64 << 31) | Distributor::vcpu_affinity(vcpu),
+                midr = in(reg) midr,
+                // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
+                // physical timer is refused (its accesses are undefined instructions): its
+                // interrupt is not routed to guests, who use the virtual timer.
+                cnthctl = in(reg) 0b01u64,
+                cntvoff = in(reg) self.cntvoff,
+                // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF).
+                mdcr = in(reg) mdcr_hpmn | (1 << 5) | (1 << 6),
+                options(nostack)
+            );
+        }
+    }
+
+    /// EL1 as at reset, for a vCPU's first instruction (booting.rst: MMU and caches off).
+    fn reset_el1_state() {
+        // SAFETY: the EL1 registers of the vCPU about to start on this CPU.
+        unsafe {
+            asm!(
                 "msr sctlr_el1, {sctlr}",
                 "msr cpacr_el1, xzr",
                 "msr vbar_el1, xzr",
@@ -583,21 +669,6 @@ impl Vm {
                 "msr cntkctl_el1, xzr",
                 "msr cntv_ctl_el0, xzr",
                 "isb",
-                "tlbi vmalls12e1",
-                "dsb nsh",
-                "isb",
-                vtcr = in(reg) self.vtcr,
-                vttbr = in(reg) self.vttbr,
-                hcr = in(reg) HCR_GUEST,
-                vmpidr = in(reg) (1u64 << 31) | Distributor::vcpu_affinity(vcpu),
-                midr = in(reg) midr,
-                // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
-                // physical timer is refused (its accesses are undefined instructions): its
-                // interrupt is not routed to guests, who use the virtual timer.
-                cnthctl = in(reg) 0b01u64,
-                cntvoff = in(reg) self.cntvoff,
-                // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF).
-                mdcr = in(reg) mdcr_hpmn | (1 << 5) | (1 << 6),
                 sctlr = in(reg) SCTLR_EL1_RESET,
                 options(nostack)
             );
@@ -605,20 +676,37 @@ impl Vm {
     }
 
     /// Runs vCPU `vcpu` on this CPU (`cpu`) from its PSCI entry point until it stops.
-    pub fn run_vcpu(&self, vcpu: usize, cpu: usize) -> VcpuExit {
+    pub fn run_vcpu(&self, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit {
         self.vgic.running_on[vcpu].store(cpu, Ordering::Release);
         // List registers: how many the hardware has (GICv3 guests), and how many are in use.
         let mut lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
         lr_file.reset();
-        let Some((entry, context)) = self.power.lock().started(vcpu) else { return self.stop(vcpu, &mut lr_file) };
-        if vcpu == 0 {
-            vm_log!(self, vcpu, "starting at IPA {entry:#x}");
-        }
-        self.enter_el2_state(vcpu);
-        let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
-        ctx.x[0] = context;
+        // Only a vCPU that shares its CPU is ever descheduled (and its WFI traps).
+        let shared = decision.trap_wfi;
+        self.enter_el2_state(vcpu, shared);
+        let resumed = self.saved.get(vcpu).and_then(|s| s.lock().take());
         // The last unknown function this vCPU called: a guest repeating it is logged once.
-        let mut last_unknown = None;
+        let (mut ctx, mut last_unknown) = match resumed {
+            Some(resume) => {
+                vcpu_state::restore(&resume.state, lr_file);
+                // Its list registers went back into the vGIC: planned again before entry.
+                self.vgic.hint(1 << vcpu);
+                (resume.ctx, resume.last_unknown)
+            }
+            None => {
+                let Some((entry, context)) = self.power.lock().started(vcpu) else {
+                    return self.stop(vcpu, &mut lr_file);
+                };
+                if vcpu == 0 {
+                    vm_log!(self, vcpu, "starting at IPA {entry:#x}");
+                }
+                Self::reset_el1_state();
+                let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
+                ctx.x[0] = context;
+                (ctx, None)
+            }
+        };
+        scheduling::program_timer(cpu, decision.until);
         let no_counts = ExitCounts::default();
         let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
         // The virtual timer's PPI is the physical one, deactivated by the guest.
@@ -659,6 +747,12 @@ impl Vm {
                     }
                     let il = exit.syndrome.instruction_is_32bit();
                     match outcome {
+                        Outcome::WaitForInterrupt if shared => {
+                            let resume = Resume { ctx: ctx.clone(), state: SavedVcpu::default(), last_unknown };
+                            if let Some(exit) = self.wait_for_interrupt(vcpu, &mut lr_file, resume) {
+                                return exit;
+                            }
+                        }
                         Outcome::Resume | Outcome::WaitForInterrupt => {}
                         Outcome::CleanInvalidateVm => {
                             crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
@@ -689,7 +783,17 @@ impl Vm {
                     }
                 }
                 // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
-                EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
+                EXIT_IRQ | EXIT_FIQ => {
+                    if self.physical_interrupts(vcpu) && shared {
+                        // A slice ended or another vCPU of this CPU became runnable.
+                        let next = scheduling::tick(cpu);
+                        if next.run != Some(scheduling::vcpu_ref(self.id, vcpu)) {
+                            let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
+                            return self.deschedule(vcpu, &mut lr_file, resume);
+                        }
+                        scheduling::program_timer(cpu, next.until);
+                    }
+                }
                 EXIT_SERROR => {
                     self.count_exit(vcpu, ExitReason::SError);
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
@@ -903,4 +1007,10 @@ fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
     }
     ctx.pc = e.pc;
     ctx.pstate = e.pstate;
+}
+
+/// The `waiting` flag of a vCPU, for the scheduler's timer wake-ups.
+pub(crate) fn waiting_flag(v: sched::VcpuRef) -> Option<&'static core::sync::atomic::AtomicBool> {
+    let vm = crate::VMS.get()?.get(usize::from(v.vm))?;
+    vm.vgic.waiting.get(usize::from(v.vcpu))
 }

@@ -25,12 +25,14 @@ pub enum ExitReason {
     Maintenance,
     /// Console input arrived.
     ConsoleInput,
+    /// The EL2 physical timer: a shared vCPU's slice ended, or a blocked vCPU's timer is due.
+    SliceEnd,
     OtherInterrupt,
     SError,
 }
 
 impl ExitReason {
-    pub const ALL: [ExitReason; 12] = [
+    pub const ALL: [ExitReason; 13] = [
         ExitReason::Hypercall,
         ExitReason::SystemRegister,
         ExitReason::DataAbort,
@@ -41,6 +43,7 @@ impl ExitReason {
         ExitReason::Kick,
         ExitReason::Maintenance,
         ExitReason::ConsoleInput,
+        ExitReason::SliceEnd,
         ExitReason::OtherInterrupt,
         ExitReason::SError,
     ];
@@ -71,6 +74,7 @@ impl ExitReason {
             ExitReason::Kick => "kick",
             ExitReason::Maintenance => "maintenance",
             ExitReason::ConsoleInput => "console-input",
+            ExitReason::SliceEnd => "slice-end",
             ExitReason::OtherInterrupt => "other-irq",
             ExitReason::SError => "serror",
         }

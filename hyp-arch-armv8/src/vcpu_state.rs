@@ -1,0 +1,193 @@
+//! What a vCPU leaves in its physical CPU when another vCPU takes the CPU (only where vCPUs
+//! share a CPU; a pinned vCPU's state simply stays in its CPU): the EL1 system registers,
+//! the FP/SIMD registers, the virtual timer and the GIC virtual CPU interface's control and
+//! active-priority registers (the list registers go back into the vGIC with `put`).
+//!
+//! The register list follows what an EL1 guest can change without trapping (ARM ARM D24,
+//! the EL1 and EL0 registers; with HCR_EL2 as `vm.rs` sets it, ACTLR, the ID registers, the
+//! PMU and the EL1 physical timer trap, so they are not here).
+
+use core::arch::{asm, global_asm};
+
+use crate::list_registers::{InterfaceState, ListRegisterFile};
+
+/// The EL1/EL0 system registers of a vCPU, in the order `save_el1`/`restore_el1` use.
+#[derive(Clone, Copy, Default, Debug)]
+#[repr(C)]
+pub struct El1Registers {
+    sctlr: u64,
+    cpacr: u64,
+    ttbr0: u64,
+    ttbr1: u64,
+    tcr: u64,
+    esr: u64,
+    afsr0: u64,
+    afsr1: u64,
+    far: u64,
+    mair: u64,
+    vbar: u64,
+    contextidr: u64,
+    amair: u64,
+    cntkctl: u64,
+    par: u64,
+    tpidr_el1: u64,
+    sp_el1: u64,
+    elr: u64,
+    spsr: u64,
+    tpidr_el0: u64,
+    tpidrro_el0: u64,
+    sp_el0: u64,
+    mdscr: u64,
+    csselr: u64,
+}
+
+/// The FP/SIMD registers: V0-V31, then FPCR and FPSR.
+#[derive(Clone, Copy, Default, Debug)]
+#[repr(C, align(16))]
+pub struct FpRegisters {
+    v: [u128; 32],
+    fpcr: u64,
+    fpsr: u64,
+}
+
+/// Everything a switched-out vCPU needs back.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct SavedVcpu {
+    pub el1: El1Registers,
+    pub fp: FpRegisters,
+    pub cntv_ctl: u64,
+    pub cntv_cval: u64,
+    pub gic: InterfaceState,
+}
+
+global_asm!(
+    r#"
+    .arch_extension fp
+    .arch_extension simd
+    // void save_fp(FpRegisters *to)
+    .section .text, "ax"
+    .global save_fp
+save_fp:
+    stp     q0, q1, [x0, #0]
+    stp     q2, q3, [x0, #32]
+    stp     q4, q5, [x0, #64]
+    stp     q6, q7, [x0, #96]
+    stp     q8, q9, [x0, #128]
+    stp     q10, q11, [x0, #160]
+    stp     q12, q13, [x0, #192]
+    stp     q14, q15, [x0, #224]
+    stp     q16, q17, [x0, #256]
+    stp     q18, q19, [x0, #288]
+    stp     q20, q21, [x0, #320]
+    stp     q22, q23, [x0, #352]
+    stp     q24, q25, [x0, #384]
+    stp     q26, q27, [x0, #416]
+    stp     q28, q29, [x0, #448]
+    stp     q30, q31, [x0, #480]
+    mrs     x1, fpcr
+    mrs     x2, fpsr
+    add     x0, x0, #512
+    stp     x1, x2, [x0]
+    ret
+
+    // void restore_fp(const FpRegisters *from)
+    .global restore_fp
+restore_fp:
+    ldp     q0, q1, [x0, #0]
+    ldp     q2, q3, [x0, #32]
+    ldp     q4, q5, [x0, #64]
+    ldp     q6, q7, [x0, #96]
+    ldp     q8, q9, [x0, #128]
+    ldp     q10, q11, [x0, #160]
+    ldp     q12, q13, [x0, #192]
+    ldp     q14, q15, [x0, #224]
+    ldp     q16, q17, [x0, #256]
+    ldp     q18, q19, [x0, #288]
+    ldp     q20, q21, [x0, #320]
+    ldp     q22, q23, [x0, #352]
+    ldp     q24, q25, [x0, #384]
+    ldp     q26, q27, [x0, #416]
+    ldp     q28, q29, [x0, #448]
+    ldp     q30, q31, [x0, #480]
+    add     x0, x0, #512
+    ldp     x1, x2, [x0]
+    msr     fpcr, x1
+    msr     fpsr, x2
+    ret
+"#
+);
+
+extern "C" {
+    fn save_fp(to: *mut FpRegisters);
+    fn restore_fp(from: *const FpRegisters);
+}
+
+const _: () = assert!(core::mem::offset_of!(FpRegisters, fpcr) == 512);
+
+macro_rules! el1_registers {
+    ($m:ident) => {
+        $m!(
+            sctlr "sctlr_el1", cpacr "cpacr_el1", ttbr0 "ttbr0_el1", ttbr1 "ttbr1_el1", tcr "tcr_el1",
+            esr "esr_el1", afsr0 "afsr0_el1", afsr1 "afsr1_el1", far "far_el1", mair "mair_el1",
+            vbar "vbar_el1", contextidr "contextidr_el1", amair "amair_el1", cntkctl "cntkctl_el1",
+            par "par_el1", tpidr_el1 "tpidr_el1", sp_el1 "sp_el1", elr "elr_el1", spsr "spsr_el1",
+            tpidr_el0 "tpidr_el0", tpidrro_el0 "tpidrro_el0", sp_el0 "sp_el0", mdscr "mdscr_el1",
+            csselr "csselr_el1"
+        )
+    };
+}
+
+/// Takes the running vCPU's state out of this CPU (the CPU's FP/SIMD registers and EL1
+/// registers stay as they are; the virtual timer is stopped so it cannot fire for the next
+/// vCPU).
+pub fn save(lrs: ListRegisterFile) -> SavedVcpu {
+    let mut el1 = El1Registers::default();
+    macro_rules! read_all {
+        ($($field:ident $reg:literal),*) => {
+            // SAFETY: reading EL1 registers from EL2 has no side effect.
+            $( unsafe { asm!(concat!("mrs {}, ", $reg), out(reg) el1.$field, options(nomem, nostack)) }; )*
+        };
+    }
+    el1_registers!(read_all);
+    let mut saved = SavedVcpu { el1, gic: lrs.save_interface(), ..SavedVcpu::default() };
+    // SAFETY: stores the FP/SIMD registers into `saved.fp`, 16-byte aligned (repr(align(16))).
+    unsafe { save_fp(&mut saved.fp) };
+    // SAFETY: reading and stopping the guest's virtual timer; this vCPU is leaving the CPU.
+    unsafe {
+        asm!(
+            "mrs {ctl}, cntv_ctl_el0",
+            "mrs {cval}, cntv_cval_el0",
+            "msr cntv_ctl_el0, xzr",
+            "isb",
+            ctl = out(reg) saved.cntv_ctl,
+            cval = out(reg) saved.cntv_cval,
+            options(nostack)
+        )
+    };
+    saved
+}
+
+/// Puts a vCPU's state back into this CPU before it runs again here.
+pub fn restore(saved: &SavedVcpu, lrs: ListRegisterFile) {
+    macro_rules! write_all {
+        ($($field:ident $reg:literal),*) => {
+            // SAFETY: the registers of the vCPU about to run on this CPU, as it left them.
+            $( unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) saved.el1.$field, options(nostack)) }; )*
+        };
+    }
+    el1_registers!(write_all);
+    // SAFETY: loads this vCPU's own FP/SIMD registers from an aligned, initialised struct.
+    unsafe { restore_fp(&saved.fp) };
+    lrs.restore_interface(&saved.gic);
+    // SAFETY: the vCPU's own timer, compare value first so it cannot fire early.
+    unsafe {
+        asm!(
+            "msr cntv_cval_el0, {cval}",
+            "msr cntv_ctl_el0, {ctl}",
+            "isb",
+            cval = in(reg) saved.cntv_cval,
+            ctl = in(reg) saved.cntv_ctl,
+            options(nostack)
+        )
+    };
+}
