@@ -1,7 +1,12 @@
 //! Console input: what the user types on the board's UART goes to the VM that has the input
-//! focus, into its emulated PL011 (whose receive interrupt the guest then takes).
+//! focus (into its emulated PL011 or virtio console, whose interrupt the guest then takes),
+//! until Ctrl-] opens the management console's command line (`hyp_core::management`,
+//! carried out by `manage`).
 
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use hyp_core::management::{Action, ConsoleMux};
+use spin::Mutex;
 
 use crate::console;
 
@@ -9,6 +14,7 @@ use crate::console;
 static UART_INTID: AtomicU32 = AtomicU32::new(0);
 /// The VM (by index) that receives console input.
 static FOCUS: AtomicUsize = AtomicUsize::new(0);
+static MUX: Mutex<ConsoleMux> = Mutex::new(ConsoleMux { line: None });
 
 /// Turns console input on: the UART's interrupt `intid` goes to the CPU with this index and
 /// MPIDR, which hands the bytes to the VM with the focus.
@@ -23,21 +29,35 @@ pub fn has_focus(vm: usize) -> bool {
     FOCUS.load(Ordering::Relaxed) == vm
 }
 
+/// Console input goes to VM `vm` from now on.
+pub fn set_focus(vm: usize) {
+    FOCUS.store(vm, Ordering::Relaxed);
+}
+
 /// Whether physical interrupt `intid` is the UART's.
 pub fn is_uart_interrupt(intid: u32) -> bool {
     intid != 0 && intid == UART_INTID.load(Ordering::Relaxed)
 }
 
-/// The UART's interrupt: takes what was typed and gives it to the VM with the focus.
+/// The UART's interrupt: what was typed goes to the VM with the focus, or to the command line.
 pub fn uart_interrupt() {
     loop {
         let bytes = console::take_input();
         if bytes.is_empty() {
             break;
         }
-        let focus = FOCUS.load(Ordering::Relaxed);
-        if let Some(vm) = crate::VMS.get().and_then(|vms| vms.get(focus)) {
-            vm.console_input(&bytes);
+        let actions = MUX.lock().feed(&bytes);
+        for action in actions {
+            match action {
+                Action::ToVm(bytes) => {
+                    if let Some(vm) = crate::vm_at(FOCUS.load(Ordering::Relaxed)) {
+                        vm.console_input(&bytes);
+                    }
+                }
+                Action::Echo(bytes) => console::print(format_args!("{}", core::str::from_utf8(&bytes).unwrap_or(""))),
+                Action::Run(command) => crate::manage::run(command),
+                Action::Refused(e) => println!("hyp: {e}"),
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ mod host_virtio;
 mod ich;
 mod input;
 mod list_registers;
+mod manage;
 mod memory;
 mod mmu;
 mod network;
@@ -25,11 +26,12 @@ mod vcpu_state;
 mod vdev;
 mod vm;
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::list_registers::ListRegisterFile;
-use hyp_core::bundle::{BootBundle, RAM_GRANULE};
+use hyp_core::bundle::{BootBundle, VmSpec, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
@@ -47,7 +49,38 @@ pub(crate) use println_unlocked;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-pub(crate) static VMS: Once<Vec<Vm>> = Once::new();
+/// The manifest's VMs, by index: each entry, and the VM while it exists (the management
+/// console destroys and restarts VMs).
+pub(crate) static VMS: Once<Vec<VmSlot>> = Once::new();
+
+pub(crate) struct VmSlot {
+    pub spec: VmSpec<'static>,
+    vm: spin::Mutex<Option<Arc<Vm>>>,
+}
+
+/// VM `index`, if it exists now.
+pub(crate) fn vm_at(index: usize) -> Option<Arc<Vm>> {
+    VMS.get()?.get(index)?.vm.lock().clone()
+}
+
+/// What creating a VM takes from the board, kept for restarts.
+struct VmFactory {
+    untyped: Vec<CapId>,
+    gicv: Option<CapId>,
+    gic_v3: bool,
+}
+
+static FACTORY: Once<VmFactory> = Once::new();
+
+/// Creates VM `id` from its manifest entry, through the capability space.
+fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::String> {
+    let (Some(factory), Some(caps)) = (FACTORY.get(), CAPS.get()) else {
+        return Err(alloc::format!("vm{id} {}: the hypervisor is not ready to create VMs", spec.name));
+    };
+    let granted = vm::grant_resources(&mut caps.lock(), &factory.untyped, spec.memory, spec.vcpus, factory.gicv)
+        .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
+    Vm::create(id, spec, granted, factory.gic_v3).map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
+}
 /// Every VM's rights; it owns their stage-2 tables.
 static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
 static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -178,33 +211,33 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
         _ => ListRegisterFile::V3,
     });
+    CAPS.call_once(|| spin::Mutex::new(caps));
+    FACTORY.call_once(|| VmFactory { untyped: untyped_caps, gicv, gic_v3: platform.gic.version == GicVersion::V3 });
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {
-        let granted = match vm::grant_resources(&mut caps, &untyped_caps, spec.memory, spec.vcpus, gicv) {
-            Ok(g) => g,
-            Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
-        };
-        match Vm::create(id, spec, granted, platform.gic.version == GicVersion::V3) {
+        match create_vm(id, spec) {
             Ok(vm) => vms.push(vm),
-            Err(e) => halt(format_args!("vm{id} {}: {e}", spec.name)),
+            Err(e) => halt(e),
         }
     }
-    CAPS.call_once(|| spin::Mutex::new(caps));
     let me = cpus::current_index();
     let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
     if let Some(cpu) = fault_cpu {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault (a test)");
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
     }
-    let homes = match place_vcpus(&vms, me, fault_cpu, platform.cpus.len()) {
+    let specs: Vec<VmSpec<'static>> = vms.iter().map(|vm| vm.spec).collect();
+    let homes = match place_vcpus(&specs, me, fault_cpu, platform.cpus.len()) {
         Ok(homes) => homes,
         Err(e) => halt(e),
     };
     VMS_RUNNING.store(vms.len(), Ordering::Release);
-    let vms = VMS.call_once(|| vms);
-    for vm in vms {
+    for vm in &vms {
         vm.load();
     }
+    let vms = VMS.call_once(|| {
+        vms.into_iter().map(|vm| VmSlot { spec: vm.spec, vm: spin::Mutex::new(Some(Arc::new(vm))) }).collect()
+    });
     network::init(vms.len(), me, cpus::mpidr_of(me));
     match platform.uart_intid {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
@@ -213,8 +246,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     scheduling::init(platform.cpus.len());
     for (v, cpu, policy) in homes {
         if let Err(e) = scheduling::add(v, cpu, policy) {
-            let vm = &vms[usize::from(v.vm)];
-            halt(format_args!("vm{} {} vCPU {}: {e}", v.vm, vm.spec.name, v.vcpu));
+            let name = vms.get(usize::from(v.vm)).map_or("?", |s| s.spec.name);
+            halt(format_args!("vm{} {name} vCPU {}: {e}", v.vm, v.vcpu));
         }
     }
     for (i, vm) in vms.iter().enumerate() {
@@ -244,7 +277,7 @@ pub(crate) fn board_ppis() -> [u32; 3] {
 /// that names none has each vCPU pinned to a CPU no VM named (every such VM's vCPU 0 first,
 /// vm0's on this CPU). Says what is wrong when a CPU cannot run what it is given.
 fn place_vcpus(
-    vms: &[Vm],
+    vms: &[VmSpec<'static>],
     me: usize,
     fault_cpu: Option<usize>,
     cpus: usize,
@@ -252,16 +285,16 @@ fn place_vcpus(
     let ticks_per_us = exceptions::sysreg!("cntfrq_el0") / 1_000_000;
     let mut homes = Vec::new();
     let mut named = Vec::new();
-    for (i, vm) in vms.iter().enumerate() {
-        let placement = vm.spec.placement;
+    for (i, spec) in vms.iter().enumerate() {
+        let placement = spec.placement;
         let policy = match placement.time_slice_us() {
             Some(us) => Policy::Shared { slice: (u64::from(us) * ticks_per_us).max(1) },
             None => Policy::Pinned,
         };
-        for v in 0..vm.spec.vcpus as usize {
+        for v in 0..spec.vcpus as usize {
             let Some(cpu) = placement.cpu_of(v).map(|c| c as usize) else { continue };
             if !cpus::is_online(cpu) || Some(cpu) == fault_cpu {
-                return Err(alloc::format!("vm{i} {}: vCPU {v}: cpu{cpu} is not online", vm.spec.name));
+                return Err(alloc::format!("vm{i} {}: vCPU {v}: cpu{cpu} is not online", spec.name));
             }
             homes.push((scheduling::vcpu_ref(i, v), cpu, policy));
             named.push(cpu);
@@ -279,8 +312,8 @@ fn place_vcpus(
     let mut unplaced: Vec<(usize, usize)> = vms
         .iter()
         .enumerate()
-        .filter(|(_, vm)| vm.spec.placement.cpu_of(0).is_none())
-        .flat_map(|(i, vm)| (0..vm.spec.vcpus as usize).map(move |v| (v, i)))
+        .filter(|(_, spec)| spec.placement.cpu_of(0).is_none())
+        .flat_map(|(i, spec)| (0..spec.vcpus as usize).map(move |v| (v, i)))
         .collect();
     unplaced.sort_by_key(|&(v, i)| (v != 0, i, v));
     if unplaced.len() > free.len() {
@@ -411,7 +444,7 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             cpus::idle();
             continue;
         };
-        let Some(vm) = VMS.get().and_then(|vms| vms.get(usize::from(v.vm))) else {
+        let Some(vm) = vm_at(usize::from(v.vm)) else {
             let _ = scheduling::stop(v);
             continue;
         };
@@ -424,18 +457,25 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
                     println!("hypervisor: vm{} {}: cannot restart: {e}", vm.id, vm.spec.name);
                 }
             }
-            VcpuExit::VmEnded(end) => vm_ended(vm, end),
+            VcpuExit::VmEnded(end) => vm_ended(&vm, end),
         }
     }
 }
 
-fn vm_ended(vm: &Vm, end: EndReason) {
+/// The VM's last vCPU stopped (or the console ended a VM with none running): it is
+/// destroyed through its capability, and created again if it restarts.
+pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
     let clean = vm::is_clean(end);
     if !clean {
         VMS_FAILED.fetch_add(1, Ordering::AcqRel);
     }
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
     println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exit_counts());
+    // Nothing may reach its RAM once the memory goes back: not the switch, not console input.
+    vm.shut_down_devices();
+    if let Some(slot) = VMS.get().and_then(|s| s.get(vm.id)) {
+        *slot.vm.lock() = None;
+    }
     if let Some(caps) = CAPS.get() {
         match vm::destroy(&mut caps.lock(), vm) {
             Ok(()) => println!(
@@ -447,12 +487,36 @@ fn vm_ended(vm: &Vm, end: EndReason) {
             Err(e) => println!("hypervisor: vm{} {}: destroying it failed: {e}", vm.id, vm.spec.name),
         }
     }
+    if end == EndReason::Restart {
+        match recreate(vm.id) {
+            Ok(()) => {
+                return println!("hypervisor: vm{} {}: created again from its manifest entry", vm.id, vm.spec.name)
+            }
+            Err(e) => println!("hypervisor: cannot restart: {e}"),
+        }
+    }
     if VMS_RUNNING.fetch_sub(1, Ordering::AcqRel) == 1 {
         let failed = VMS_FAILED.load(Ordering::Acquire);
         let total = VMS.get().map_or(0, |v| v.len());
         println!("hypervisor: all {total} VM(s) ended: {} clean, {failed} failed", total - failed);
         finish(failed == 0)
     }
+}
+
+/// VM `id` anew from its manifest entry, started from vCPU 0 on its CPUs.
+fn recreate(id: usize) -> Result<(), alloc::string::String> {
+    let slot = VMS.get().and_then(|s| s.get(id)).ok_or_else(|| alloc::format!("vm{id}: no such VM"))?;
+    let vm = create_vm(id, slot.spec)?;
+    vm.load();
+    *slot.vm.lock() = Some(Arc::new(vm));
+    scheduling::start(scheduling::vcpu_ref(id, 0)).map_err(|e| alloc::format!("vm{id} {}: {e}", slot.spec.name))
+}
+
+/// A destroyed VM created again by the console (it counts as running again).
+pub(crate) fn start_again(id: usize) -> Result<(), alloc::string::String> {
+    recreate(id)?;
+    VMS_RUNNING.fetch_add(1, Ordering::AcqRel);
+    Ok(())
 }
 
 #[panic_handler]

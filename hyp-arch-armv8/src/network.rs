@@ -52,10 +52,10 @@ fn deliver(port: usize, frame: &[u8]) {
         }
         return;
     }
-    let nic = crate::VMS.get().and_then(|vms| vms.get(port - 1)).and_then(|vm| vm.nic());
+    let nic = crate::vm_at(port - 1).and_then(|vm| vm.nic());
     if let Some(nic) = nic {
         // A NIC with no receive buffer drops the frame, as a real one would.
-        nic.with_device(|device, ram| {
+        let _ = nic.with_device(|device, ram| {
             let _ = device.receive_frame(ram, frame);
         });
     }

@@ -32,11 +32,24 @@ pub fn now() -> u64 {
     sysreg!("cntpct_el0")
 }
 
-/// Makes CPU `cpu` ask the scheduler again, unless it is this CPU (which does so next).
+/// Per CPU: the scheduler's answer for it may have changed since it last asked.
+static RESCHEDULE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
+/// Makes CPU `cpu` ask the scheduler again: another CPU by an SGI; this CPU at the next
+/// exit of the shared vCPU it runs (it is in the hypervisor now, on that vCPU's behalf).
 fn kick(cpu: Option<usize>) {
-    if let Some(cpu) = cpu.filter(|&c| c != cpus::current_index()) {
+    let Some(cpu) = cpu else { return };
+    if let Some(flag) = RESCHEDULE.get(cpu) {
+        flag.store(true, Ordering::Release);
+    }
+    if cpu != cpus::current_index() {
         cpus::kick(cpu);
     }
+}
+
+/// Whether this CPU must ask the scheduler again (and forgets it: it asks now).
+pub fn take_reschedule(cpu: usize) -> bool {
+    RESCHEDULE.get(cpu).is_some_and(|f| f.load(Ordering::Relaxed) && f.swap(false, Ordering::AcqRel))
 }
 
 pub fn vcpu_ref(vm: usize, vcpu: usize) -> VcpuRef {
@@ -60,6 +73,7 @@ pub fn stop(v: VcpuRef) -> Result<(), SchedError> {
 
 /// What this CPU runs now.
 pub fn pick(cpu: usize) -> Decision {
+    let _ = take_reschedule(cpu);
     SCHED.get().map_or(Decision::IDLE, |s| s.lock().pick(cpu, now()))
 }
 
@@ -91,10 +105,25 @@ pub fn wake(v: VcpuRef, waiting: &AtomicBool) {
     kick(kicked);
 }
 
+/// A shared vCPU waits for an event (WFE, a spinlock's wait): its turn ends, so that the
+/// vCPU it waits for, which may share its CPU, can run.
+pub fn yield_now(cpu: usize, v: VcpuRef) {
+    if SCHED.get().is_some_and(|s| s.lock().yield_now(v, now()).is_ok()) {
+        slice_ended(cpu);
+    }
+}
+
 /// The running shared vCPU's slice may be over, or another vCPU may have become runnable:
 /// what this CPU runs now.
 pub fn tick(cpu: usize) -> Decision {
     SCHED.get().map_or(Decision::IDLE, |s| s.lock().tick(cpu, now()))
+}
+
+/// The slice of the vCPU on `cpu` ended (the EL2 physical timer fired).
+pub fn slice_ended(cpu: usize) {
+    if let Some(flag) = RESCHEDULE.get(cpu) {
+        flag.store(true, Ordering::Release);
+    }
 }
 
 /// Virtual timer deadlines of blocked vCPUs, by home CPU: the EL2 physical timer wakes them.
@@ -130,7 +159,7 @@ pub fn program_timer(cpu: usize, slice_end: Option<u64>) {
 /// The EL2 physical timer fired on `cpu`: it is stopped, and the blocked vCPUs whose
 /// virtual timer is due run again (their timer interrupt is raised by the hardware as soon
 /// as their timer registers are back in a CPU).
-pub fn timer_fired(cpu: usize, waiting: impl Fn(VcpuRef) -> Option<&'static AtomicBool>) {
+pub fn timer_fired(cpu: usize, wake_waiting: impl Fn(VcpuRef)) {
     // SAFETY: as for `program_timer`.
     unsafe { asm!("msr cnthp_ctl_el2, xzr", "isb") };
     let Some(list) = TIMER_WAKEUPS.get(cpu) else { return };
@@ -141,9 +170,5 @@ pub fn timer_fired(cpu: usize, waiting: impl Fn(VcpuRef) -> Option<&'static Atom
         list.retain(|(_, d)| *d > now);
         due
     };
-    for v in due {
-        if let Some(flag) = waiting(v) {
-            wake(v, flag);
-        }
-    }
+    due.into_iter().for_each(wake_waiting);
 }

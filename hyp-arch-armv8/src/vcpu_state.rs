@@ -179,9 +179,13 @@ pub fn restore(saved: &SavedVcpu, lrs: ListRegisterFile) {
     // SAFETY: loads this vCPU's own FP/SIMD registers from an aligned, initialised struct.
     unsafe { restore_fp(&saved.fp) };
     lrs.restore_interface(&saved.gic);
-    // SAFETY: the vCPU's own timer, compare value first so it cannot fire early.
+    // SAFETY: the vCPU's own timer, compare value first so it cannot fire early. CLREX:
+    // the local exclusive monitor is the CPU's, not the vCPU's: a load-exclusive the previous
+    // vCPU left open must not let this vCPU's store-exclusive succeed (ARM ARM B2.9, "context
+    // switching": software clears the monitor when it switches contexts).
     unsafe {
         asm!(
+            "clrex",
             "msr cntv_cval_el0, {cval}",
             "msr cntv_ctl_el0, {ctl}",
             "isb",

@@ -220,6 +220,9 @@ pub struct VirtioSlot<D: VirtioDevice> {
     pub ram: GuestRam,
     line: Mutex<crate::vm::VgicLine>,
     level: AtomicBool,
+    /// Set (under the device lock) when the VM is destroyed: the device touches its RAM no
+    /// more, whoever still holds it.
+    shut_down: AtomicBool,
     /// The switch port of a NIC.
     pub port: usize,
 }
@@ -242,15 +245,20 @@ impl<D: VirtioDevice + AfterAccess> VirtioSlot<D> {
             ram,
             line: Mutex::new(line),
             level: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
             port,
         }
     }
 
     /// Runs `f` on the device, then does what it left: the interrupt line follows the
-    /// device's level, the incidents are logged, frames go to the switch.
-    pub fn with_device<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &GuestRam) -> R) -> R {
+    /// device's level, the incidents are logged, frames go to the switch. Nothing runs once
+    /// the device is shut down.
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &GuestRam) -> R) -> Option<R> {
         let (result, level, incidents, frames) = {
             let mut device = self.device.lock();
+            if self.shut_down.load(Ordering::Acquire) {
+                return None;
+            }
             let result = f(&mut device, &self.ram);
             let frames = device.device_mut().take_frames();
             (result, device.interrupt_level(), device.take_incidents(), frames)
@@ -264,12 +272,18 @@ impl<D: VirtioDevice + AfterAccess> VirtioSlot<D> {
         for frame in frames {
             crate::network::forward(self.port, &frame);
         }
-        result
+        Some(result)
+    }
+
+    /// The VM is being destroyed: once this returns, the device never touches its RAM.
+    pub fn shut_down(&self) {
+        let _device = self.device.lock();
+        self.shut_down.store(true, Ordering::Release);
     }
 
     /// After a VM reset: the device as at power-on, its line low.
     pub fn reset(&self) {
-        self.with_device(|d, _| d.reset());
+        let _ = self.with_device(|d, _| d.reset());
     }
 }
 
@@ -294,6 +308,10 @@ impl<D: VirtioDevice + AfterAccess + Send> MmioDevice for Window<D> {
         self.0.device.lock().read(offset, width.bytes() as u8).map_err(|e| mmio_error(e, width))
     }
     fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        self.0.with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value)).map_err(|e| mmio_error(e, width))
+        // A shut-down device belongs to a VM whose vCPUs have stopped: no access reaches it.
+        self.0
+            .with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value))
+            .unwrap_or(Ok(()))
+            .map_err(|e| mmio_error(e, width))
     }
 }

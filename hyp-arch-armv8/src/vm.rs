@@ -19,7 +19,7 @@ use hyp_core::pl011::{InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
 use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::syndrome::AccessWidth;
-use hyp_core::syndrome::Syndrome;
+use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmFeatures};
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
@@ -71,8 +71,11 @@ pub const GUEST_IPA_BITS: u8 = 40;
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
 /// SCTLR_EL1 at reset with MMU and caches off: RES1 bits only (ARMv8.0).
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
-/// HCR_EL2.TWI: WFI traps (vCPUs that share a CPU).
+/// HCR_EL2.TWI and TWE: WFI and WFE trap (vCPUs that share a CPU: a vCPU waiting for an
+/// interrupt or for a spinlock's holder gives its CPU to the others, which include that
+/// holder if it shares the CPU).
 const HCR_TWI: u64 = 1 << 13;
+const HCR_TWE: u64 = 1 << 14;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
 /// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
@@ -234,7 +237,7 @@ struct VirtioDevices {
 
 /// A clean end: PSCI SYSTEM_OFF, or HYP_VM_EXIT with status 0.
 pub fn is_clean(end: EndReason) -> bool {
-    matches!(end, EndReason::PoweredOff | EndReason::Exited(0))
+    matches!(end, EndReason::PoweredOff | EndReason::Exited(0) | EndReason::Destroyed | EndReason::Restart)
 }
 
 /// How a vCPU's run on this CPU ended.
@@ -466,7 +469,7 @@ impl Vm {
     /// Bytes the user typed for this VM: they wait in its UART for the guest to read.
     pub fn console_input(&self, bytes: &[u8]) {
         if self.console_choice.virtio_is_active() {
-            let taken = self.virtio.console.with_device(|console, ram| console.receive_input(ram, bytes));
+            let taken = self.virtio.console.with_device(|console, ram| console.receive_input(ram, bytes)).unwrap_or(0);
             if taken < bytes.len() {
                 vm_log!(
                     self,
@@ -491,23 +494,42 @@ impl Vm {
     }
 
     /// The VM's NIC, if its manifest gives it one.
-    pub fn nic(&self) -> Option<&Shared<VirtioNet<SwitchPort>>> {
-        self.virtio.nic.as_ref()
+    pub fn nic(&self) -> Option<Shared<VirtioNet<SwitchPort>>> {
+        self.virtio.nic.clone()
     }
 
     /// Asks the whole VM to end: every other vCPU is kicked out of the guest (or woken, if
-    /// it waits for an interrupt) and stops at its next exit.
-    fn end(&self, vcpu: usize, reason: EndReason) {
+    /// it waits for an interrupt) and stops at its next exit. Returns how many vCPUs run.
+    fn end(&self, vcpu: usize, reason: EndReason) -> usize {
         let running = self.power.lock().request_end(reason);
         self.ending.store(true, Ordering::Release);
-        self.vgic.kick(running.into_iter().filter(|v| *v != vcpu).fold(0, |mask, v| mask | 1 << v));
+        self.vgic.kick(running.iter().filter(|v| **v != vcpu).fold(0, |mask, v| mask | 1 << v));
+        running.len()
+    }
+
+    /// From outside the VM (the management console): the VM ends for `reason`, at once if
+    /// no vCPU runs, else when its last vCPU has stopped (`cpu_loop`). Returns whether it
+    /// ended at once.
+    pub fn request_end(&self, reason: EndReason) -> bool {
+        self.end(usize::MAX, reason) == 0
+    }
+
+    /// Whether the VM is ending (its vCPUs stop at their next exit).
+    pub fn is_ending(&self) -> bool {
+        self.ending.load(Ordering::Acquire)
+    }
+
+    /// From here on no device of the VM touches its RAM: before its memory is revoked.
+    pub fn shut_down_devices(&self) {
+        self.virtio.console.shut_down();
+        self.virtio.disk.iter().for_each(|d| d.shut_down());
+        self.virtio.nic.iter().for_each(|n| n.shut_down());
     }
 
     /// Physical interrupts that brought the guest out: the virtual timer's becomes the
     /// vCPU's (hardware-mapped, left active until the guest deactivates it); the kick SGIs
     /// and the maintenance interrupt only make the exit path look again.
-    fn physical_interrupts(&self, vcpu: usize) -> bool {
-        let mut reschedule = false;
+    fn physical_interrupts(&self, vcpu: usize) {
         loop {
             let iar = crate::gic::acknowledge();
             let intid = crate::gic::interrupt_id(iar);
@@ -528,9 +550,9 @@ impl Vm {
                 crate::gic::end_of_interrupt(iar);
             } else if intid == crate::board_ppis()[2] {
                 self.count_exit(vcpu, ExitReason::SliceEnd);
-                scheduling::timer_fired(crate::cpus::current_index(), waiting_flag);
+                scheduling::timer_fired(crate::cpus::current_index(), wake_waiting);
+                scheduling::slice_ended(crate::cpus::current_index());
                 crate::gic::end_of_interrupt(iar);
-                reschedule = true;
             } else {
                 self.count_exit(
                     vcpu,
@@ -540,12 +562,10 @@ impl Vm {
                         _ => ExitReason::OtherInterrupt,
                     },
                 );
-                reschedule |= intid == crate::gic::SGI_KICK;
                 crate::gic::end_of_interrupt(iar);
             }
             self.vgic.hint(1 << vcpu);
         }
-        reschedule
     }
 
     /// This vCPU leaves the CPU to another one: its state goes into the VM (the timer is
@@ -636,7 +656,7 @@ impl Vm {
                 "isb",
                 vtcr = in(reg) self.vtcr,
                 vttbr = in(reg) self.vttbr,
-                hcr = in(reg) HCR_GUEST | if trap_wfi { HCR_TWI } else { 0 },
+                hcr = in(reg) HCR_GUEST | if trap_wfi { HCR_TWI | HCR_TWE } else { 0 },
                 vmpidr = in(reg) (1u64 << 31) | Distributor::vcpu_affinity(vcpu),
                 midr = in(reg) midr,
                 // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
@@ -734,6 +754,10 @@ impl Vm {
                         hpfar: sysreg!("hpfar_el2"),
                     };
                     exits.record_sync(exit.syndrome);
+                    // WFE (ISS.TI = 1) of a shared vCPU: its turn ends (lock-holder preemption).
+                    if shared && exit.syndrome.class() == ExceptionClass::WFX && exit.syndrome.iss() & 0b11 == 1 {
+                        scheduling::yield_now(cpu, scheduling::vcpu_ref(self.id, vcpu));
+                    }
                     let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut LockedBus(&self.bus), self);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
@@ -783,28 +807,27 @@ impl Vm {
                     }
                 }
                 // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
-                EXIT_IRQ | EXIT_FIQ => {
-                    if self.physical_interrupts(vcpu) && shared {
-                        // A slice ended or another vCPU of this CPU became runnable.
-                        let next = scheduling::tick(cpu);
-                        if next.run != Some(scheduling::vcpu_ref(self.id, vcpu)) {
-                            let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
-                            return self.deschedule(vcpu, &mut lr_file, resume);
-                        }
-                        scheduling::program_timer(cpu, next.until);
-                    }
-                }
+                EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
                 EXIT_SERROR => {
                     self.count_exit(vcpu, ExitReason::SError);
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
-                    self.end(vcpu, EndReason::Crashed);
+                    let _ = self.end(vcpu, EndReason::Crashed);
                     return self.stop(vcpu, &mut lr_file);
                 }
                 other => {
                     vm_log!(self, vcpu, "exit of unknown kind {other}: the VM is stopped");
-                    self.end(vcpu, EndReason::Crashed);
+                    let _ = self.end(vcpu, EndReason::Crashed);
                     return self.stop(vcpu, &mut lr_file);
                 }
+            }
+            // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
+            if shared && scheduling::take_reschedule(cpu) {
+                let next = scheduling::tick(cpu);
+                if next.run != Some(scheduling::vcpu_ref(self.id, vcpu)) {
+                    let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
+                    return self.deschedule(vcpu, &mut lr_file, resume);
+                }
+                scheduling::program_timer(cpu, next.until);
             }
         }
     }
@@ -819,7 +842,7 @@ impl Vm {
         lr_file: &mut ListRegisterFile,
     ) -> Option<VcpuExit> {
         let mut ending = |reason: EndReason| {
-            self.end(vcpu, reason);
+            let _ = self.end(vcpu, reason);
             Some(self.stop(vcpu, lr_file))
         };
         match call {
@@ -1009,8 +1032,11 @@ fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
     ctx.pstate = e.pstate;
 }
 
-/// The `waiting` flag of a vCPU, for the scheduler's timer wake-ups.
-pub(crate) fn waiting_flag(v: sched::VcpuRef) -> Option<&'static core::sync::atomic::AtomicBool> {
-    let vm = crate::VMS.get()?.get(usize::from(v.vm))?;
-    vm.vgic.waiting.get(usize::from(v.vcpu))
+/// A blocked vCPU whose virtual timer is due runs again.
+pub(crate) fn wake_waiting(v: sched::VcpuRef) {
+    if let Some(vm) = crate::vm_at(usize::from(v.vm)) {
+        if let Some(flag) = vm.vgic.waiting.get(usize::from(v.vcpu)) {
+            scheduling::wake(v, flag);
+        }
+    }
 }

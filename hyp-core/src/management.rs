@@ -121,7 +121,8 @@ pub enum Action {
 /// The console's input state: passing bytes to the VM, or editing a command line.
 #[derive(Debug, Default)]
 pub struct ConsoleMux {
-    line: Option<String>,
+    /// The command line being typed, if one is open. Public so a `static` can hold a mux.
+    pub line: Option<String>,
 }
 
 impl ConsoleMux {

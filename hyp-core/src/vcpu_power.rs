@@ -32,6 +32,10 @@ pub enum EndReason {
     Exited(u64),
     AllVcpusOff,
     Crashed,
+    /// The management console destroyed it.
+    Destroyed,
+    /// The management console restarts it: destroyed, then created again.
+    Restart,
 }
 
 #[derive(Debug)]

@@ -156,7 +156,7 @@ pub fn run(s: &mut Session, command: &str) -> String {
     s.send_line(&format!("{command}; echo @@done$((6*7))")).unwrap_or_else(|e| panic!("{e}"));
     let out = s.wait_for("@@done42", COMMAND_LIMIT).unwrap_or_else(|e| panic!("`{command}`: {e}"));
     s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    out.lines().skip(1).map(|l| l.trim_start_matches("linux | ")).collect::<Vec<_>>().join("\n")
+    out.lines().skip(1).map(strip_vm_name).collect::<Vec<_>>().join("\n")
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on now (for QEMU's `hostfwd`).
@@ -197,5 +197,17 @@ pub fn linux_vm_on_network(name: &str, vcpus: u32, address: &str) -> VmEntry {
         bootargs: Some(bootargs),
         devices: VmDevices { network: Some(None), ..VmDevices::default() },
         ..linux_vm(vcpus)
+    }
+}
+
+/// A console line without the `name | ` the hypervisor puts before each VM's lines.
+pub fn strip_vm_name(line: &str) -> &str {
+    match line.split_once(" | ") {
+        Some((name, rest))
+            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            rest
+        }
+        _ => line,
     }
 }

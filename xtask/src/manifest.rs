@@ -399,8 +399,8 @@ mod tests {
         }
         let cpus = |vm: &VmSpec<'_>| vm.placement.cpus.map(|c| c.iter().collect::<Vec<_>>());
         assert_eq!((cpus(&vms[0]), vms[0].placement.policy), (Some(vec![0]), Policy::Pinned));
-        assert_eq!((cpus(&vms[1]), vms[1].placement.policy), (Some(vec![1]), Policy::Pinned));
-        assert_eq!((vms[2].vcpus, cpus(&vms[2]), vms[2].placement.policy), (2, Some(vec![2, 2]), Policy::Shared));
+        assert_eq!((cpus(&vms[1]), vms[1].placement.policy), (Some(vec![2]), Policy::Shared));
+        assert_eq!((vms[2].vcpus, cpus(&vms[2]), vms[2].placement.policy), (2, Some(vec![2, 3]), Policy::Shared));
         assert_eq!(vms[2].placement.time_slice_us(), Some(10_000));
         assert_eq!(vms[0].devices.network, Some(None));
         assert_eq!(vms[1].devices.network, Some(Some([0x52, 0x54, 0, 0x12, 0x35, 0x21])));
@@ -539,8 +539,8 @@ mod tests {
             ),
             (
                 vm("a", "cpus = [1, 1]").replace("vcpus = 1", "vcpus = 2"),
-                "test.toml: VM a: field `cpus`: CPU 1 is listed for two vCPUs, but a pinned vCPU needs a CPU of its \
-                 own; list another CPU, or write policy = \"shared\"",
+                "test.toml: VM a: field `cpus`: CPU 1 is listed for two of its vCPUs, but each vCPU of a VM needs a \
+                 CPU of its own (vCPUs of different VMs may share one); list another CPU",
             ),
             (
                 vm("a", "cpus = [1]") + &vm("b", "cpus = [1]"),

@@ -229,6 +229,35 @@ impl Session {
         }
     }
 
+    /// Waits until every one of `texts` has appeared after what earlier waits matched, in
+    /// any order (several VMs print at once), for at most `within`; later waits look only
+    /// after the last of them.
+    pub fn wait_for_all(&mut self, texts: &[&str], within: Duration) -> Result<(), String> {
+        let until = (Instant::now() + within).min(self.deadline);
+        let (console, added) = &*self.console;
+        let mut c = console.lock().map_err(|_| "console lock poisoned".to_string())?;
+        loop {
+            let seen = &c.text[self.cursor.min(c.text.len())..];
+            let ends: Vec<Option<usize>> = texts
+                .iter()
+                .map(|t| seen.windows(t.len().max(1)).position(|w| w == t.as_bytes()).map(|at| at + t.len()))
+                .collect();
+            if ends.iter().all(Option::is_some) {
+                self.cursor += ends.into_iter().flatten().max().unwrap_or(0);
+                return Ok(());
+            }
+            let missing: Vec<&str> = texts.iter().zip(&ends).filter(|(_, e)| e.is_none()).map(|(t, _)| *t).collect();
+            let now = Instant::now();
+            if now >= until || c.closed == self.readers.len() {
+                return Err(format!(
+                    "waited {within:?} for {missing:?} and they did not come; console:\n{}",
+                    String::from_utf8_lossy(&c.text)
+                ));
+            }
+            c = added.wait_timeout(c, until - now).map_err(|_| "console lock poisoned".to_string())?.0;
+        }
+    }
+
     /// Types `line` and Enter at the console.
     pub fn send_line(&mut self, line: &str) -> Result<(), String> {
         let stdin = self.stdin.as_mut().ok_or("the console input is closed")?;

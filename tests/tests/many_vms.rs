@@ -1,0 +1,133 @@
+//! Several VMs at once (issue: many VMs): three Linux VMs (two pinned; one with two shared
+//! vCPUs, the first taking turns on its CPU with the isolation test's secret VM) and the
+//! isolation probe boot together; the Linux VMs work and ping each other; the management console (Ctrl-])
+//! lists them, moves the console, restarts one and destroys another while the rest go on.
+
+use std::time::Duration;
+
+use system_tests::{
+    images, linux_vm_on_network, one_linux_at_a_time, run, start_session, test_vm, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
+};
+use xtask::bundle::{Placement, Policy, VmEntry};
+use xtask::qemu::{Machine, Session};
+
+fn placed(mut vm: VmEntry, cpus: &[u32], policy: Policy) -> VmEntry {
+    vm.devices.placement = Placement { cpus: Some(cpus.to_vec()), policy: Some(policy), slice_us: None };
+    vm
+}
+
+/// Types a management console command (Ctrl-] opens the command line).
+fn command(s: &mut Session, line: &str) {
+    s.send_line(&format!("\x1d{line}")).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn expect(s: &mut Session, text: &str, within: Duration) -> String {
+    s.wait_for(text, within).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_others_go_on() {
+    let _alone = one_linux_at_a_time();
+    let i = images();
+    let vms = [
+        placed(linux_vm_on_network("web", 1, "10.0.2.15"), &[0], Policy::Pinned),
+        placed(linux_vm_on_network("db", 1, "10.0.2.16"), &[1], Policy::Pinned),
+        placed(linux_vm_on_network("batch", 2, "10.0.2.17"), &[2, 3], Policy::Shared),
+        placed(test_vm("secret", &i.isolation_secret, 64 << 20), &[2], Policy::Shared),
+        placed(test_vm("probe", &i.isolation_probe, 64 << 20), &[4], Policy::Pinned),
+    ];
+    let machine = Machine { smp: 5, memory_mib: 2048, ..Machine::default() };
+    let mut s = start_session("many-vms", machine, &vms, RUN_LIMIT);
+
+    // Everyone boots; the probe finds nothing of the others (it and the secret then end).
+    s.wait_for_all(
+        &[
+            "probe | ok 2 - isolation: all 3036 IPAs outside this VM's RAM aborted (0 returned data, 0 the secret)",
+            "probe | ok 3 - isolation: no trace of the other VM's secret in this VM's 64 MiB",
+            "secret | ok 2 - isolation: the secret is intact after the probe ran",
+            "db | guest: eth0 is 10.0.2.16",
+            "batch | guest: eth0 is 10.0.2.17",
+            "guest: eth0 is 10.0.2.15",
+        ],
+        BOOT_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.console().contains("batch | [") && s.console().contains("CPU1: Booted secondary processor"));
+
+    // web has the console: it works and reaches the others through the switch.
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(&mut s);
+    let work = run(&mut s, "seq 1 200000 | sort -nr | head -n 1");
+    assert!(work.lines().any(|l| l.trim() == "200000"), "web works: {work}");
+    for peer in ["10.0.2.16", "10.0.2.17"] {
+        let ping = run(&mut s, &format!("ping -c 3 -W 5 {peer}"));
+        assert!(ping.contains("3 packets transmitted, 3 packets received"), "web pings {peer}: {ping}");
+    }
+
+    // The console moves to batch, whose vCPUs are shared.
+    command(&mut s, "focus batch");
+    expect(&mut s, "hyp: console input goes to vm2 batch", COMMAND_LIMIT);
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(&mut s);
+    let cpus = run(&mut s, "grep -c ^processor /proc/cpuinfo");
+    assert!(cpus.lines().any(|l| l.trim() == "2"), "batch has both vCPUs: {cpus}");
+    let work = run(
+        &mut s,
+        "dd if=/dev/zero bs=1M count=4 2>/dev/null | gzip -c > /tmp/a.gz & \
+         seq 1 100000 | sort -nr | head -n 1; wait; gunzip -c /tmp/a.gz | wc -c",
+    );
+    assert!(work.lines().any(|l| l.trim() == "100000"), "batch sorts: {work}");
+    assert!(work.lines().any(|l| l.trim() == "4194304"), "batch compresses on its other vCPU: {work}");
+
+    // The list shows every VM with its state, vCPUs and exits by reason.
+    command(&mut s, "list");
+    let listed = expect(&mut s, "vm4 probe:", COMMAND_LIMIT);
+    let listed = format!("{listed}{}", expect(&mut s, "\n", COMMAND_LIMIT));
+    for line in [
+        "vm0 web: running, 1 vCPU(s) pinned on CPUs [0], 256 MiB",
+        "vm1 db: running, 1 vCPU(s) pinned on CPUs [1], 256 MiB",
+        "vm2 batch: running, 2 vCPU(s) shared on CPUs [2, 3], 256 MiB, has the console",
+        "vm3 secret: destroyed",
+    ] {
+        assert!(listed.contains(line), "`list` shows {line:?}:\n{listed}");
+    }
+    assert!(listed.contains("exits") && listed.contains("hypercall"), "exit counts by reason:\n{listed}");
+
+    // db is restarted: destroyed (capabilities revoked, memory returned), then created
+    // again from its manifest entry, while web and batch go on.
+    command(&mut s, "restart db");
+    expect(&mut s, "hypervisor: vm1 db ended: Restart (clean)", COMMAND_LIMIT);
+    expect(&mut s, "hypervisor: vm1 db: capabilities revoked, 256 MiB returned to untyped memory", COMMAND_LIMIT);
+    expect(&mut s, "hypervisor: vm1 db: created again from its manifest entry", COMMAND_LIMIT);
+    expect(&mut s, "db | guest: eth0 is 10.0.2.16", BOOT_LIMIT);
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(&mut s);
+    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.16");
+    assert!(ping.contains("3 packets received"), "batch reaches the restarted db: {ping}");
+
+    // batch is destroyed; web still works, then powers off; db powers off: all have ended.
+    command(&mut s, "destroy batch");
+    expect(&mut s, "hypervisor: vm2 batch ended: Destroyed (clean)", COMMAND_LIMIT);
+    expect(&mut s, "hypervisor: vm2 batch: capabilities revoked, 256 MiB returned to untyped memory", COMMAND_LIMIT);
+    command(&mut s, "focus web");
+    expect(&mut s, "hyp: console input goes to vm0 web", COMMAND_LIMIT);
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(&mut s);
+    let work = run(&mut s, "seq 1 1000 | sort -nr | head -n 1");
+    assert!(work.lines().any(|l| l.trim() == "1000"), "web still works: {work}");
+    s.send_line("poweroff").unwrap();
+    expect(&mut s, "hypervisor: vm0 web ended: PoweredOff (clean)", COMMAND_LIMIT);
+    command(&mut s, "focus db");
+    expect(&mut s, "hyp: console input goes to vm1 db", COMMAND_LIMIT);
+    s.send_line("poweroff").unwrap();
+    expect(&mut s, "hypervisor: vm1 db ended: PoweredOff (clean)", COMMAND_LIMIT);
+    expect(&mut s, "hypervisor: all 5 VM(s) ended: 5 clean, 0 failed", COMMAND_LIMIT);
+    let out = s.finish();
+    assert_eq!(out.status, Some(0), "QEMU exits 0; console:\n{}", out.console);
+    assert!(!out.console.contains("hypervisor: panic"), "{}", out.console);
+}
+
+/// The shell prompt of the VM with the console (after an Enter).
+fn wait_for_shell_prompt(s: &mut Session) {
+    expect(s, system_tests::PROMPT, COMMAND_LIMIT);
+}
