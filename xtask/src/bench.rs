@@ -83,15 +83,27 @@ pub fn micro() -> Result<(Figures, Figures), XtaskError> {
         device_tree: None,
         devices: VmDevices::default(),
     };
-    let blob = bundle::write(&[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
-    let bundle_path = images::images_dir().join("microbench.bundle");
-    std::fs::write(&bundle_path, blob)
-        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let bundle_path =
+        bundle::write_file("microbench", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
     let machine = Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() };
     let under = run("under the hypervisor", machine.clone(), &hyp, Some(&bundle_path))?;
     let native =
         run("directly on QEMU", Machine { virtualization: false, semihosting: false, ..machine }, &guest, None)?;
     Ok((under, native))
+}
+
+/// The Debian guest as every Linux benchmark runs it: 2 vCPUs, 512 MiB.
+fn linux_vm(linux: &linux_guest::LinuxGuest, bootargs: &str, devices: VmDevices) -> VmEntry {
+    VmEntry {
+        name: "linux".into(),
+        vcpus: 2,
+        memory: 512 << 20,
+        kernel: linux.kernel.clone(),
+        initrd: Some(linux.initrd.clone()),
+        bootargs: Some(bootargs.into()),
+        device_tree: None,
+        devices,
+    }
 }
 
 /// Instructions from QEMU's start until the Linux guest's shell is ready.
@@ -109,20 +121,8 @@ pub struct BootFigures {
 pub fn linux_boot() -> Result<BootFigures, XtaskError> {
     let hyp = images::build_hypervisor()?;
     let linux = linux_guest::debian_arm64()?;
-    let vm = VmEntry {
-        name: "linux".into(),
-        vcpus: 2,
-        memory: 512 << 20,
-        kernel: linux.kernel.clone(),
-        initrd: Some(linux.initrd.clone()),
-        bootargs: Some(linux_guest::BOOTARGS.into()),
-        device_tree: None,
-        devices: VmDevices::default(),
-    };
-    let blob = bundle::write(&[vm], &BundleOptions::default())?;
-    let bundle_path = images::images_dir().join("linux-boot-bench.bundle");
-    std::fs::write(&bundle_path, blob)
-        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let vm = linux_vm(&linux, linux_guest::BOOTARGS, VmDevices::default());
+    let bundle_path = bundle::write_file("linux-boot-bench", &[vm], &BundleOptions::default())?;
     let machine = Machine { smp: 2, icount: true, ..Machine::default() };
     step("booting Linux to its shell under the hypervisor (-icount shift=0)");
     let under = boot_instructions(machine.command(&hyp, Some(&bundle_path)), true)?;
@@ -185,24 +185,12 @@ pub fn virtio_io() -> Result<(IoFigures, IoFigures), XtaskError> {
         .map_err(|e| XtaskError::Tool(format!("no free port on 127.0.0.1: {e}")))?;
     let bootargs = format!("{} {}", linux_guest::BOOTARGS, linux_guest::NETWORK_BOOTARGS);
     let machine = Machine { smp: 2, disk: Some(disk), network: Some(vec![(port, 5001)]), ..Machine::default() };
-    let vm = VmEntry {
-        name: "linux".into(),
-        vcpus: 2,
-        memory: 512 << 20,
-        kernel: linux.kernel.clone(),
-        initrd: Some(linux.initrd.clone()),
-        bootargs: Some(bootargs.clone()),
-        device_tree: None,
-        devices: VmDevices {
-            disk: Some(bundle::DiskSlice { offset: 0, size: 0 }),
-            network: Some(None),
-            ..Default::default()
-        },
-    };
-    let blob = bundle::write(&[vm], &BundleOptions::default())?;
-    let bundle_path = images::images_dir().join("io-bench.bundle");
-    std::fs::write(&bundle_path, blob)
-        .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
+    let vm = linux_vm(
+        &linux,
+        &bootargs,
+        VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), network: Some(None), ..Default::default() },
+    );
+    let bundle_path = bundle::write_file("io-bench", &[vm], &BundleOptions::default())?;
     step("virtio throughput under the hypervisor (dd with O_DIRECT, TCP from the host)");
     let under = io_run(machine.command(&hyp, Some(&bundle_path)), port)?;
     step("virtio throughput with QEMU's devices given straight to the guest");

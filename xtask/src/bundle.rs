@@ -96,6 +96,16 @@ pub fn write_for_board<'b>(
     Ok(blob)
 }
 
+/// Writes the bundle for `vms` to `target/images/NAME.bundle` (checked as by `write`).
+pub fn write_file(name: &str, vms: &[VmEntry], options: &BundleOptions) -> Result<PathBuf, XtaskError> {
+    let dir = crate::images::images_dir();
+    let path = dir.join(format!("{name}.bundle"));
+    let blob = write(vms, options)?;
+    std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::write(&path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
 /// Writes the bundle for `vms` and checks it as the hypervisor will: its format and the
 /// manifest rules that hold on any board (`hyp_core::manifest::check_vms`).
 pub fn write(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskError> {

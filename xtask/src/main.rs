@@ -223,7 +223,7 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         devices: VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), network: Some(None), ..Default::default() },
     };
     // No semihosting: the guest is not a trusted test guest (semihosting reaches the host).
-    let bundle_path = write_bundle("linux", &[vm], &BundleOptions::default())?;
+    let bundle_path = bundle::write_file("linux", &[vm], &BundleOptions::default())?;
     let machine = Machine { disk: Some(disk.clone()), network: Some(vec![(args.http_port, 80)]), ..args.machine };
     if (machine.smp as u64) < u64::from(args.vcpus) {
         return Err(XtaskError::Usage(format!(
@@ -241,13 +241,7 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         args.http_port
     ));
     step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
-    let status =
-        qemu::run_interactive(machine.command(&hyp, Some(&bundle_path)), args.timeout.map(Duration::from_secs))?;
-    match status {
-        None => Err(XtaskError::Failed(format!("stopped after {} s (--timeout)", args.timeout.unwrap_or(0)))),
-        Some(0) => Ok(()),
-        Some(s) => Err(XtaskError::Failed(format!("QEMU exited with status {s}"))),
-    }
+    run_on_terminal(machine.command(&hyp, Some(&bundle_path)), args.timeout)
 }
 
 /// The VMs of a manifest, interactive on this terminal (the first VM to write to the
@@ -308,20 +302,16 @@ fn qemu_manifest(args: QemuArgs) -> Result<(), XtaskError> {
         step(&format!("http://127.0.0.1:{}/ reaches the guest at 10.0.2.15", args.http_port));
     }
     step("to leave: `poweroff` in every guest ends the run; or press Ctrl-A then X to stop QEMU at once");
-    let status =
-        qemu::run_interactive(machine.command(&hyp, Some(&bundle_path)), args.timeout.map(Duration::from_secs))?;
-    match status {
-        None => Err(XtaskError::Failed(format!("stopped after {} s (--timeout)", args.timeout.unwrap_or(0)))),
+    run_on_terminal(machine.command(&hyp, Some(&bundle_path)), args.timeout)
+}
+
+/// QEMU on this terminal until it exits (0: every VM ended cleanly) or the timeout.
+fn run_on_terminal(cmd: std::process::Command, timeout: Option<u64>) -> Result<(), XtaskError> {
+    match qemu::run_interactive(cmd, timeout.map(Duration::from_secs))? {
+        None => Err(XtaskError::Failed(format!("stopped after {} s (--timeout)", timeout.unwrap_or(0)))),
         Some(0) => Ok(()),
         Some(s) => Err(XtaskError::Failed(format!("QEMU exited with status {s}"))),
     }
-}
-
-fn write_bundle(name: &str, vms: &[VmEntry], options: &BundleOptions) -> Result<PathBuf, XtaskError> {
-    let path = images::images_dir().join(format!("{name}.bundle"));
-    let blob = bundle::write(vms, options)?;
-    std::fs::write(&path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
-    Ok(path)
 }
 
 /// The selftest guest: checks the hypervisor from the inside and ends the run.
@@ -338,7 +328,7 @@ fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
         devices: VmDevices::default(),
     };
     let bundle_path =
-        write_bundle("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
+        bundle::write_file("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
     let machine = Machine { semihosting: true, ..args.machine };
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120));
     step(&format!(
