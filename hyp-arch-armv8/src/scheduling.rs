@@ -39,9 +39,7 @@ static RESCHEDULE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; M
 /// exit of the shared vCPU it runs (it is in the hypervisor now, on that vCPU's behalf).
 fn kick(cpu: Option<usize>) {
     let Some(cpu) = cpu else { return };
-    if let Some(flag) = RESCHEDULE.get(cpu) {
-        flag.store(true, Ordering::Release);
-    }
+    request_reschedule(cpu);
     if cpu != cpus::current_index() {
         cpus::kick(cpu);
     }
@@ -109,7 +107,7 @@ pub fn wake(v: VcpuRef, waiting: &AtomicBool) {
 /// vCPU it waits for, which may share its CPU, can run.
 pub fn yield_now(cpu: usize, v: VcpuRef) {
     if SCHED.get().is_some_and(|s| s.lock().yield_now(v, now()).is_ok()) {
-        slice_ended(cpu);
+        request_reschedule(cpu);
     }
 }
 
@@ -119,8 +117,9 @@ pub fn tick(cpu: usize) -> Decision {
     SCHED.get().map_or(Decision::IDLE, |s| s.lock().tick(cpu, now()))
 }
 
-/// The slice of the vCPU on `cpu` ended (the EL2 physical timer fired).
-pub fn slice_ended(cpu: usize) {
+/// CPU `cpu` asks the scheduler again at its shared vCPU's next exit (a slice ended, the
+/// vCPU yielded, another vCPU became runnable).
+pub fn request_reschedule(cpu: usize) {
     if let Some(flag) = RESCHEDULE.get(cpu) {
         flag.store(true, Ordering::Release);
     }

@@ -551,7 +551,7 @@ impl Vm {
             } else if intid == crate::board_ppis()[2] {
                 self.count_exit(vcpu, ExitReason::SliceEnd);
                 scheduling::timer_fired(crate::cpus::current_index(), wake_waiting);
-                scheduling::slice_ended(crate::cpus::current_index());
+                scheduling::request_reschedule(crate::cpus::current_index());
                 crate::gic::end_of_interrupt(iar);
             } else {
                 self.count_exit(
@@ -573,14 +573,21 @@ impl Vm {
     /// the next vCPU), its list registers into the vGIC.
     fn deschedule(&self, vcpu: usize, lr_file: &mut ListRegisterFile, resume: Resume) -> VcpuExit {
         let state = vcpu_state::save(*lr_file);
+        self.leave_cpu(vcpu, lr_file, Some(Box::new(Resume { state, ..resume })));
+        VcpuExit::Descheduled
+    }
+
+    /// The vCPU's list registers go back into the vGIC, a timer interrupt it left active is
+    /// deactivated (or the timer could not fire again on this CPU), the CPU leaves the VM's
+    /// translation regime; `saved` is what the vCPU resumes from, if it does.
+    fn leave_cpu(&self, vcpu: usize, lr_file: &mut ListRegisterFile, saved: Option<Box<Resume>>) {
         let _ = self.vgic.vgic.lock().put(vcpu, lr_file);
+        if let Some(slot) = self.saved.get(vcpu) {
+            *slot.lock() = saved;
+        }
         crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
         leave_guest_regime();
         self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
-        if let Some(slot) = self.saved.get(vcpu) {
-            *slot.lock() = Some(Box::new(Resume { state, ..resume }));
-        }
-        VcpuExit::Descheduled
     }
 
     /// A trapped WFI of a vCPU that shares its CPU: unless an interrupt is pending for it,
@@ -602,17 +609,10 @@ impl Vm {
         Some(self.deschedule(vcpu, lr_file, resume))
     }
 
-    /// This vCPU stops running here: its list registers are emptied into the vGIC, and a
-    /// timer interrupt it left active is deactivated, or the timer could not fire again on
-    /// this CPU.
+    /// This vCPU stops for good (`leave_cpu`, with nothing to resume from); the scheduler
+    /// and the VM's power state learn it.
     fn stop(&self, vcpu: usize, lr_file: &mut ListRegisterFile) -> VcpuExit {
-        let _ = self.vgic.vgic.lock().put(vcpu, lr_file);
-        if let Some(slot) = self.saved.get(vcpu) {
-            *slot.lock() = None;
-        }
-        crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
-        leave_guest_regime();
-        self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
+        self.leave_cpu(vcpu, lr_file, None);
         if let Err(e) = scheduling::stop(scheduling::vcpu_ref(self.id, vcpu)) {
             vm_log!(self, vcpu, "the scheduler does not know this vCPU: {e}");
         }
