@@ -568,9 +568,10 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
             if cpus.len() != vm.vcpus as usize {
                 return Err(ManifestError::CpusLength { vm: name, cpus: cpus.len(), vcpus: vm.vcpus });
             }
-            // Two vCPUs of one VM never share a CPU, whatever the policy: with shared vCPUs of
-            // one Linux VM on one CPU the guest deadlocks in its spinlocks (not understood yet;
-            // docs/scheduler.md, "Known limits").
+            // Two vCPUs of one VM never share a CPU, whatever the policy: a Linux guest so
+            // placed stops making progress in its spinlocks under QEMU, whose TCG never traps
+            // WFE, so a waiter cannot yield to the lock holder (docs/scheduler.md, "Known
+            // limits").
             for (j, cpu) in cpus.iter().enumerate() {
                 if cpus.iter().take(j).any(|c| c == cpu) {
                     let p = placement.policy;

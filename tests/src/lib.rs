@@ -19,6 +19,7 @@ pub struct Images {
     pub isolation_probe: PathBuf,
     pub gic: PathBuf,
     pub microbench: PathBuf,
+    pub spinner: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -35,6 +36,7 @@ pub fn images() -> &'static Images {
             isolation_probe: guest("isolation-probe"),
             gic: guest("gic"),
             microbench: guest("microbench"),
+            spinner: guest("spinner"),
         }
     })
 }

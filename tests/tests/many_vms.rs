@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use system_tests::{
-    images, linux_vm_on_network, one_linux_at_a_time, run, start_session, test_vm, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
+    images, linux_vm, linux_vm_on_network, one_linux_at_a_time, run, start_session, test_vm, BOOT_LIMIT, COMMAND_LIMIT,
+    RUN_LIMIT,
 };
 use xtask::bundle::{Placement, Policy, VmEntry};
 use xtask::qemu::{Machine, Session};
@@ -122,6 +123,51 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     s.send_line("poweroff").unwrap();
     expect(&mut s, "hypervisor: vm1 db ended: PoweredOff (clean)", COMMAND_LIMIT);
     expect(&mut s, "hypervisor: all 5 VM(s) ended: 5 clean, 0 failed", COMMAND_LIMIT);
+    let out = s.finish();
+    assert_eq!(out.status, Some(0), "QEMU exits 0; console:\n{}", out.console);
+    assert!(!out.console.contains("hypervisor: panic"), "{}", out.console);
+}
+
+/// A guest that masks its interrupts and spins never gives its CPU back by itself; the slice
+/// timer (an EL2 interrupt, which the guest's PSTATE cannot mask) takes it back, so the Linux
+/// VM sharing that CPU boots and works. The spinner is destroyed from the console and the
+/// Linux VM goes on.
+#[test]
+fn a_guest_spinning_with_interrupts_masked_does_not_hold_up_the_vm_sharing_its_cpu() {
+    let _alone = one_linux_at_a_time();
+    let vms = [
+        placed(linux_vm(1), &[1], Policy::Shared),
+        placed(test_vm("spinner", &images().spinner, 64 << 20), &[1], Policy::Shared),
+    ];
+    let mut s = start_session("spinner", Machine { smp: 2, ..Machine::default() }, &vms, RUN_LIMIT);
+    s.wait_for_all(&["spinner | spinner: spinning forever with interrupts masked", "guest: Linux"], BOOT_LIMIT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_shell_prompt(&mut s);
+    let work = run(&mut s, "seq 1 100000 | sort -nr | head -n 1");
+    assert!(work.lines().any(|l| l.trim() == "100000"), "Linux works beside the spinner: {work}");
+
+    // The spinner is still running, and it left its CPU only at the ends of its slices.
+    command(&mut s, "list");
+    expect(&mut s, "vm1 spinner: ", COMMAND_LIMIT);
+    let spinner = expect(&mut s, "\n", COMMAND_LIMIT);
+    assert!(spinner.starts_with("running, 1 vCPU(s) shared on CPUs [1], 64 MiB;"), "vm1 spinner: {spinner}");
+    let slice_ends = spinner
+        .split(", ")
+        .find_map(|field| field.strip_prefix("slice-end "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(slice_ends > 0, "the slice timer preempted the spinner: {spinner}");
+    assert!(!spinner.contains("wfi") && !spinner.contains("hypercall"), "the spinner never gave up its CPU: {spinner}");
+
+    command(&mut s, "destroy spinner");
+    expect(&mut s, "hypervisor: vm1 spinner ended: Destroyed (clean)", COMMAND_LIMIT);
+    expect(&mut s, "hypervisor: vm1 spinner: capabilities revoked, 64 MiB returned to untyped memory", COMMAND_LIMIT);
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(&mut s);
+    let work = run(&mut s, "seq 1 1000 | sort -nr | head -n 1");
+    assert!(work.lines().any(|l| l.trim() == "1000"), "Linux works after the spinner is gone: {work}");
+    s.send_line("poweroff").unwrap();
+    expect(&mut s, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed", COMMAND_LIMIT);
     let out = s.finish();
     assert_eq!(out.status, Some(0), "QEMU exits 0; console:\n{}", out.console);
     assert!(!out.console.contains("hypervisor: panic"), "{}", out.console);
