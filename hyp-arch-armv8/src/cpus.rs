@@ -91,6 +91,9 @@ pub fn drain_interrupts() {
         if intid >= crate::gic::SPURIOUS {
             break;
         }
+        if crate::passthrough::forward(intid, iar) {
+            continue;
+        }
         if crate::input::is_uart_interrupt(intid) {
             crate::input::uart_interrupt();
         } else if crate::network::is_uplink_interrupt(intid) {

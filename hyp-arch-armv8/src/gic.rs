@@ -195,6 +195,61 @@ pub fn enable_spi(intid: u32, index: usize, mpidr: u64) {
     write32(gicd + 0x100 + word, bit);
 }
 
+/// GICv3: waits until a distributor register write has taken effect (GICD_CTLR.RWP, IHI
+/// 0069 12.9.4): after clearing an enable, before relying on the interrupt being off.
+fn wait_for_distributor() {
+    if is_v3() {
+        let gicd = GICD.load(Ordering::Relaxed);
+        while read32(gicd) & (1 << 31) != 0 {}
+    }
+}
+
+/// Disables SPI `intid` (GICD_ICENABLER, IHI 0069 12.9.10 / IHI 0048B 4.3.6) and waits until
+/// the distributor no longer forwards it.
+pub fn disable_spi(intid: u32) {
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    let gicd = GICD.load(Ordering::Relaxed);
+    write32(gicd + 0x180 + 4 * (intid as usize / 32), 1 << (intid % 32));
+    wait_for_distributor();
+}
+
+/// Clears SPI `intid`'s pending and active states (GICD_ICPENDR, GICD_ICACTIVER: IHI 0069
+/// 12.9.9, 12.9.8 / IHI 0048B 4.3.8, 4.3.10): an interrupt a guest left active (its vCPU
+/// stopped before deactivating it through a hardware-mapped list register) can fire again.
+pub fn clear_spi(intid: u32) {
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    let gicd = GICD.load(Ordering::Relaxed);
+    let (word, bit) = (4 * (intid as usize / 32), 1u32 << (intid % 32));
+    write32(gicd + 0x280 + word, bit);
+    write32(gicd + 0x380 + word, bit);
+}
+
+/// Whether SPI `intid` is enabled (GICD_ISENABLER reads the enables).
+pub fn spi_enabled(intid: u32) -> bool {
+    if !(32..1020).contains(&intid) {
+        return false;
+    }
+    let gicd = GICD.load(Ordering::Relaxed);
+    read32(gicd + 0x100 + 4 * (intid as usize / 32)) & (1 << (intid % 32)) != 0
+}
+
+/// Sets SPI `intid` edge-triggered or level-sensitive: GICD_ICFGR<n>.Int_config[1] (IHI
+/// 0069 12.9.7 / IHI 0048B 4.3.13). Only while the SPI is disabled (changing it while
+/// enabled is UNPREDICTABLE).
+pub fn configure_spi(intid: u32, edge: bool) {
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    let gicd = GICD.load(Ordering::Relaxed);
+    let config = gicd + 0xc00 + 4 * (intid as usize / 16);
+    let bit = 1u32 << (2 * (intid % 16) + 1);
+    write32(config, if edge { read32(config) | bit } else { read32(config) & !bit });
+}
+
 /// Sends SGI `intid` to the CPU with this index and MPIDR.
 pub fn send_sgi(index: usize, mpidr: u64, intid: u32) {
     if is_v3() {

@@ -21,6 +21,7 @@ mod manage;
 mod memory;
 mod mmu;
 mod network;
+mod passthrough;
 mod scheduling;
 mod vcpu_state;
 mod vdev;
@@ -68,6 +69,9 @@ struct VmFactory {
     untyped: Vec<CapId>,
     gicv: Option<CapId>,
     gic_v3: bool,
+    /// Each VM's passthrough devices, with their region and interrupt capabilities (by VM
+    /// index).
+    passthrough: Vec<Vec<passthrough::PassthroughDevice>>,
 }
 
 static FACTORY: Once<VmFactory> = Once::new();
@@ -77,9 +81,11 @@ fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::Stri
     let (Some(factory), Some(caps)) = (FACTORY.get(), CAPS.get()) else {
         return Err(alloc::format!("vm{id} {}: the hypervisor is not ready to create VMs", spec.name));
     };
-    let granted = vm::grant_resources(&mut caps.lock(), &factory.untyped, spec.memory, spec.vcpus, factory.gicv)
-        .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
-    Vm::create(id, spec, granted, factory.gic_v3).map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
+    let devices = factory.passthrough.get(id).map_or(&[][..], |d| d.as_slice());
+    let granted =
+        vm::grant_resources(&mut caps.lock(), &factory.untyped, spec.memory, spec.vcpus, factory.gicv, devices)
+            .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
+    Vm::create(id, spec, granted, factory.gic_v3, devices).map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
 }
 /// Every VM's rights; it owns their stage-2 tables.
 static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
@@ -207,12 +213,23 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         )
         .ok()
     });
+    // Passthrough devices: their windows become device regions and their SPIs interrupts,
+    // from the board's device tree (never from untyped memory).
+    let passthrough = match passthrough::from_board(&mut caps, bundle.vms(), &board_devices) {
+        Ok(p) => p,
+        Err(e) => halt(format_args!("boot bundle: {e}")),
+    };
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
         (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
         _ => ListRegisterFile::V3,
     });
     CAPS.call_once(|| spin::Mutex::new(caps));
-    FACTORY.call_once(|| VmFactory { untyped: untyped_caps, gicv, gic_v3: platform.gic.version == GicVersion::V3 });
+    FACTORY.call_once(|| VmFactory {
+        untyped: untyped_caps,
+        gicv,
+        gic_v3: platform.gic.version == GicVersion::V3,
+        passthrough,
+    });
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {
         match create_vm(id, spec) {

@@ -30,6 +30,7 @@ use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT
 use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
+use crate::passthrough::{PassthroughDevice, PassthroughSpi};
 use crate::scheduling;
 use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SwitchPort, VirtioSlot, Window};
@@ -139,16 +140,19 @@ pub struct VmResources {
 /// 1 GiB blocks; else 2 MiB-aligned) and mapped at GUEST_RAM_IPA, and its emulated UART
 /// window. Nothing else gives a VM memory.
 /// `gicv` is the GICv2 virtual CPU interface to map at the guest's GICC address (None on a
-/// GICv3 board, where the guest's CPU interface is system registers).
+/// GICv3 board, where the guest's CPU interface is system registers). `passthrough`: its
+/// board devices, each region mapped at its own address (IPA = PA; Device-nGnRE, read and
+/// write, never executable: the region kind decides) and each SPI granted.
 pub fn grant_resources(
     caps: &mut CapSpace,
     untyped: &[CapId],
     memory: u64,
     vcpus: u32,
     gicv: Option<CapId>,
+    passthrough: &[PassthroughDevice],
 ) -> Result<VmResources, CapError> {
     let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
-    let granted = grant_to(caps, untyped, vm_cap, memory, vcpus, gicv);
+    let granted = grant_to(caps, untyped, vm_cap, memory, vcpus, gicv, passthrough);
     if granted.is_err() {
         // Nothing half-built stays behind: the VM and whatever it was given go.
         let vttbr = caps.vm_id(vm_cap).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
@@ -164,6 +168,7 @@ fn grant_to(
     memory: u64,
     vcpus: u32,
     gicv: Option<CapId>,
+    passthrough: &[PassthroughDevice],
 ) -> Result<VmResources, CapError> {
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
@@ -190,6 +195,12 @@ fn grant_to(
         }
         Some(gicv) => {
             caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, gicv, Ipa(GUEST_GICC_IPA), Rights::RW)?;
+        }
+    }
+    for device in passthrough {
+        caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, device.region, Ipa(device.reg.base), Rights::RW)?;
+        for spi in &device.spis {
+            caps.grant_interrupt(vm_cap, spi.cap)?;
         }
     }
     let table = caps.vm_table(vm).ok_or(CapError::WrongType { cap: vm_cap, expected: "a VM" })?;
@@ -297,6 +308,8 @@ pub struct Vm {
     ending: AtomicBool,
     gic_v3: bool,
     stage2_ipa_bits: u8,
+    /// The SPIs of its passthrough devices: physical INTID = virtual INTID, hardware-mapped.
+    passthrough_spis: Vec<PassthroughSpi>,
 }
 
 macro_rules! vm_log {
@@ -307,7 +320,13 @@ macro_rules! vm_log {
 
 impl Vm {
     /// Builds the VM `spec` describes, with the resources its capabilities grant.
-    pub fn create(id: usize, spec: VmSpec<'static>, granted: VmResources, gic_v3: bool) -> Result<Vm, VmError> {
+    pub fn create(
+        id: usize,
+        spec: VmSpec<'static>,
+        granted: VmResources,
+        gic_v3: bool,
+        passthrough: &[PassthroughDevice],
+    ) -> Result<Vm, VmError> {
         let ram = granted.ram;
         if ram.size < spec.memory {
             return Err(VmError::RamMismatch);
@@ -334,6 +353,7 @@ impl Vm {
                 virtio_mmio: virtio_slots(&spec.devices).map(|s| (virtio_ipa(s), virtio_spi(s))).collect(),
                 bootargs: bootargs.into(),
                 initrd,
+                passthrough: passthrough.iter().map(PassthroughDevice::guest_node).collect(),
             }),
         }
         .map_err(VmError::DeviceTree)?;
@@ -342,8 +362,13 @@ impl Vm {
         }
         let mut bus = MmioBus::new();
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
-        let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis: GUEST_SPIS };
-        let vgic: SharedVgic = Arc::new(VgicHandle::new(id, Distributor::new(vgic_config).map_err(VmError::Vgic)?));
+        let passthrough_spis: Vec<PassthroughSpi> = passthrough.iter().flat_map(|d| d.spis.iter().copied()).collect();
+        // Enough SPIs for the board's INTIDs it is given (the guest sees them unchanged).
+        let spis = passthrough_spis.iter().map(|s| s.intid as usize - 31).fold(GUEST_SPIS, usize::max);
+        let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis };
+        let mut distributor = Distributor::new(vgic_config).map_err(VmError::Vgic)?;
+        map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
+        let vgic: SharedVgic = Arc::new(VgicHandle::new(id, distributor));
         let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + GUEST_UART_SPI) };
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(VmConsole::new(id, spec.name), &console_choice, false);
@@ -401,6 +426,7 @@ impl Vm {
             ending: AtomicBool::new(false),
             gic_v3,
             stage2_ipa_bits: granted.ipa_bits,
+            passthrough_spis,
         };
         println!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
@@ -411,6 +437,23 @@ impl Vm {
             granted.table_frames
         );
         println!("hypervisor: vm{id} {}: its virtual counter starts at physical count {}", spec.name, vm.cntvoff);
+        for device in passthrough {
+            println!(
+                "hypervisor: vm{id} {}: passthrough {}: {} mapped at IPA {:#x} (Device-nGnRE, not executable), SPI(s) [{}] granted",
+                spec.name,
+                device.name,
+                device.reg,
+                device.reg.base,
+                crate::passthrough::spi_list(core::slice::from_ref(device))
+            );
+        }
+        // Off until the VM runs: configured as the board says, nothing left pending or active.
+        for spi in &vm.passthrough_spis {
+            crate::gic::disable_spi(spi.intid);
+            crate::gic::clear_spi(spi.intid);
+            crate::gic::configure_spi(spi.intid, spi.edge());
+            crate::passthrough::claim(spi.intid, id);
+        }
         Ok(vm)
     }
 
@@ -439,7 +482,13 @@ impl Vm {
     /// After a SYSTEM_RESET has stopped every vCPU: the interrupt controller and UART as at
     /// power-on, the kernel reloaded; vCPU 0 starts again.
     pub fn reset(&self) {
-        if let Ok(fresh) = Distributor::new(self.vgic_config) {
+        // The passthrough SPIs are off (and not left active) until vCPU 0 starts again.
+        for spi in &self.passthrough_spis {
+            crate::gic::disable_spi(spi.intid);
+            crate::gic::clear_spi(spi.intid);
+        }
+        if let Ok(mut fresh) = Distributor::new(self.vgic_config) {
+            let _ = map_passthrough_spis(&mut fresh, &self.passthrough_spis);
             *self.vgic.vgic.lock() = fresh;
         }
         self.uart.0.lock().reset();
@@ -536,7 +585,9 @@ impl Vm {
             if intid >= crate::gic::SPURIOUS {
                 break;
             }
-            if intid == VTIMER_PPI {
+            if crate::passthrough::forward(intid, iar) {
+                self.count_exit(vcpu, ExitReason::OtherInterrupt);
+            } else if intid == VTIMER_PPI {
                 self.count_exit(vcpu, ExitReason::TimerInterrupt);
                 crate::gic::priority_drop(iar);
                 let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
@@ -565,6 +616,53 @@ impl Vm {
                 crate::gic::end_of_interrupt(iar);
             }
             self.vgic.hint(1 << vcpu);
+        }
+    }
+
+    /// Its passthrough SPIs are routed to this CPU (`cpu`, where vCPU `vcpu` starts) at the
+    /// hypervisor's priority and enabled. Guest routing (GICD_IROUTER, GICD_ITARGETSR) moves
+    /// only the virtual SPI: the physical one keeps coming here and is forwarded (a kick)
+    /// to whichever vCPU the guest chose.
+    fn route_passthrough(&self, vcpu: usize, cpu: usize) {
+        for spi in &self.passthrough_spis {
+            crate::gic::enable_spi(spi.intid, cpu, crate::cpus::mpidr_of(cpu));
+            vm_log!(
+                self,
+                vcpu,
+                "passthrough SPI INTID {} ({}) routed to cpu{cpu} and enabled",
+                spi.intid,
+                if spi.edge() { "edge" } else { "level" }
+            );
+        }
+    }
+
+    /// A physical passthrough SPI fired (its priority dropped, still active): it becomes
+    /// pending in the vGIC, hardware-mapped, for the vCPU the guest routed it to.
+    pub fn passthrough_interrupt(&self, intid: u32) {
+        let targets = {
+            let mut vgic = self.vgic.vgic.lock();
+            let _ = vgic.inject_edge(IntId(intid), 0);
+            vgic.take_kicks().0 as u32
+        };
+        self.vgic.hint(targets);
+        self.vgic.kick(targets);
+    }
+
+    /// Before the VM's capabilities are revoked: each passthrough SPI stops being forwarded,
+    /// is disabled (GICD_ICENABLER, waiting for RWP) and has its pending and active states
+    /// cleared (a guest that stopped before deactivating it leaves it active).
+    pub fn release_passthrough(&self) {
+        for spi in &self.passthrough_spis {
+            crate::gic::disable_spi(spi.intid);
+            crate::passthrough::release(spi.intid);
+            crate::gic::clear_spi(spi.intid);
+            println!(
+                "hypervisor: vm{} {}: passthrough SPI INTID {} disabled and deactivated (enabled: {})",
+                self.id,
+                self.spec.name,
+                spi.intid,
+                crate::gic::spi_enabled(spi.intid)
+            );
         }
     }
 
@@ -719,6 +817,7 @@ impl Vm {
                 };
                 if vcpu == 0 {
                     vm_log!(self, vcpu, "starting at IPA {entry:#x}");
+                    self.route_passthrough(vcpu, cpu);
                 }
                 Self::reset_el1_state();
                 let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
@@ -806,7 +905,7 @@ impl Vm {
                         }
                     }
                 }
-                // Only kick SGIs reach a CPU running a guest so far: nothing to forward.
+                // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
                 EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
                 EXIT_SERROR => {
                     self.count_exit(vcpu, ExitReason::SError);
@@ -931,8 +1030,18 @@ fn leave_guest_regime() {
 /// Destroys an ended VM through its capability: every mapping and window revoked, its RAM
 /// back to untyped memory, its stage-2 tables freed and its VMID's TLB entries invalidated.
 pub fn destroy(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
+    vm.release_passthrough();
     let mut tlb = Stage2Tlb { vttbr: vm.vttbr };
     caps.destroy_vm(&mut HeapTableMemory, &mut tlb, vm.cap)
+}
+
+/// Each passthrough SPI as the VM's virtual SPI of the same INTID, hardware-mapped to the
+/// physical one (ICH_LR<n>_EL2.HW / GICH_LRn.HW): the guest's deactivation deactivates it.
+fn map_passthrough_spis(vgic: &mut Distributor, spis: &[PassthroughSpi]) -> Result<(), vgic::VgicError> {
+    for spi in spis {
+        vgic.set_hw(IntId(spi.intid), 0, Some(IntId(spi.intid)))?;
+    }
+    Ok(())
 }
 
 /// A VM's console UART, shared by its MMIO window and the console input path. Lock order:

@@ -37,6 +37,41 @@ pub struct GuestPlatform {
     pub bootargs: String,
     /// The initrd's IPA range `[start, end)`.
     pub initrd: Option<(u64, u64)>,
+    /// Board devices passed through to the VM, at the same address as on the board.
+    pub passthrough: Vec<GuestPassthrough>,
+}
+
+/// A board device passed through to the VM (`[[vm.passthrough]]`), as its device tree node
+/// says it: the board's `compatible` (copied verbatim, a string list), its register window
+/// (the guest sees it where the board has it) and its SPIs with the board's trigger flags.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestPassthrough {
+    pub base: u64,
+    pub size: u64,
+    /// The raw `compatible` property of the board's node (NUL-separated strings).
+    pub compatible: Vec<u8>,
+    /// (SPI number = INTID - 32, interrupt specifier flags of the board's node).
+    pub spis: Vec<(u32, u32)>,
+}
+
+impl GuestPassthrough {
+    /// The strings of `compatible`.
+    fn compatibles(&self) -> impl Iterator<Item = &str> {
+        self.compatible.split(|b| *b == 0).filter(|s| !s.is_empty()).filter_map(|s| core::str::from_utf8(s).ok())
+    }
+
+    /// A node name: the model part of the first compatible string ("arm,pl031" -> "pl031"),
+    /// in the characters node names allow (devicetree specification 2.2.1).
+    fn node_name(&self) -> String {
+        let model = self.compatibles().next().map_or("device", |c| c.rsplit(',').next().unwrap_or(c));
+        let name: String = model
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || ",._+-".contains(c) { c } else { '_' })
+            .take(31)
+            .collect();
+        let name = if name.is_empty() { "device".into() } else { name };
+        format!("{name}@{:x}", self.base)
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -173,6 +208,28 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
         f.end_node(node).map_err(err)?;
     }
 
+    for device in &p.passthrough {
+        let node = f.begin_node(&device.node_name()).map_err(err)?;
+        if device.compatible.is_empty() {
+            return Err(GuestFdtError(format!(
+                "the passthrough device at {:#x} has no `compatible` in the board's device tree",
+                device.base
+            )));
+        }
+        f.property("compatible", &device.compatible).map_err(err)?;
+        f.property_array_u64("reg", &reg(device.base, device.size)).map_err(err)?;
+        if !device.spis.is_empty() {
+            let cells: Vec<u32> = device.spis.iter().flat_map(|&(spi, flags)| [GIC_SPI, spi, flags]).collect();
+            f.property_array_u32("interrupts", &cells).map_err(err)?;
+        }
+        // An AMBA (PrimeCell) device is probed by Linux only with its bus clock.
+        if device.compatibles().any(|c| c == "arm,primecell") {
+            f.property_u32("clocks", CLOCK_PHANDLE).map_err(err)?;
+            f.property_string("clock-names", "apb_pclk").map_err(err)?;
+        }
+        f.end_node(node).map_err(err)?;
+    }
+
     f.end_node(root).map_err(err)?;
     f.finish().map_err(err)
 }
@@ -268,7 +325,49 @@ mod tests {
             virtio_mmio: [(0x0a00_0000, 16), (0x0a00_0200, 17)].to_vec(),
             bootargs: "console=ttyAMA0 earlycon".into(),
             initrd: Some((0x4800_0000, 0x4820_0000)),
+            passthrough: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_passthrough_device_gets_a_node_with_the_boards_compatible_reg_and_interrupts() {
+        let rtc = GuestPassthrough {
+            base: 0x0901_0000,
+            size: 0x1000,
+            compatible: b"arm,pl031\0arm,primecell\0".to_vec(),
+            spis: [(2, IRQ_TYPE_LEVEL_HIGH)].to_vec(),
+        };
+        let blob = build(&GuestPlatform {
+            passthrough: [rtc].to_vec(),
+            ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)
+        })
+        .unwrap();
+        let fdt = fdt::Fdt::new(&blob).unwrap();
+        let node = fdt.find_compatible(&["arm,pl031"]).unwrap();
+        assert_eq!(node.name, "pl031@9010000");
+        assert_eq!(node.compatible().unwrap().all().collect::<Vec<_>>(), ["arm,pl031", "arm,primecell"]);
+        let regs: Vec<_> = node.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
+        assert_eq!(regs, [(0x0901_0000, 0x1000)]);
+        let cells: Vec<u32> = node
+            .property("interrupts")
+            .unwrap()
+            .value
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(cells, [0, 2, 4], "SPI 2 (INTID 34), level high");
+        assert_eq!(node.property("clock-names").and_then(|p| p.as_str()), Some("apb_pclk"));
+    }
+
+    #[test]
+    fn a_passthrough_device_without_compatible_is_an_error() {
+        let device = GuestPassthrough { base: 0x0901_0000, size: 0x1000, compatible: Vec::new(), spis: Vec::new() };
+        let e = build(&GuestPlatform {
+            passthrough: [device].to_vec(),
+            ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("no `compatible`"), "{e}");
     }
 
     #[test]

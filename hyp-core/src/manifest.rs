@@ -144,6 +144,43 @@ impl<'a> DeviceTreeDevices<'a> {
     }
 }
 
+/// What the board's device tree says of the device a passthrough window lies in: what the
+/// hypervisor copies into the guest's device tree and uses to configure the physical SPIs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceTreeNode<'a> {
+    /// The device's whole register window (the node's `reg` entry holding the window).
+    pub reg: PhysRange,
+    /// The node's raw `compatible` property (NUL-separated strings); empty if it has none.
+    pub compatible: &'a [u8],
+    /// The node's raw `interrupts` property (3-cell GIC specifiers).
+    interrupts: &'a [u8],
+}
+
+/// The GIC binding's trigger flags for level-high (dt-bindings/interrupt-controller/irq.h).
+pub const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
+
+impl DeviceTreeNode<'_> {
+    /// The specifier flags of SPI `intid` (IRQ_TYPE_EDGE_RISING 1, _EDGE_FALLING 2,
+    /// _LEVEL_HIGH 4, _LEVEL_LOW 8), or `None` if the node does not list it.
+    pub fn spi_flags(&self, intid: u32) -> Option<u32> {
+        self.interrupts.chunks_exact(12).find_map(|spec| {
+            let cell = |i: usize| u32::from_be_bytes([spec[i], spec[i + 1], spec[i + 2], spec[i + 3]]);
+            (cell(0) == 0 && cell(4).checked_add(32) == Some(intid)).then(|| cell(8))
+        })
+    }
+}
+
+impl<'a> DeviceTreeDevices<'a> {
+    /// The node of the board device that `window` lies in (the one the manifest checks found).
+    pub fn node_at(&self, window: PhysRange) -> Option<DeviceTreeNode<'a>> {
+        self.windows().find(|&(_, reg)| within(window, reg)).map(|(node, reg)| DeviceTreeNode {
+            reg,
+            compatible: node.property("compatible").map_or(&[][..], |p| p.value),
+            interrupts: node.property("interrupts").map_or(&[][..], |p| p.value),
+        })
+    }
+}
+
 impl BoardDevices for DeviceTreeDevices<'_> {
     fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
         self.windows().map(|(_, reg)| reg).find(|&reg| within(window, reg))
@@ -1099,6 +1136,18 @@ mod tests {
         assert_eq!(devices.device_at(PhysRange { base: 0x0905_0000, size: 0x1000 }), None);
         assert_eq!(devices.device_at(RAM[0]), None, "memory nodes are not devices");
         assert!(DeviceTreeDevices::new(b"not a device tree").is_none());
+    }
+
+    #[test]
+    fn the_boards_node_gives_a_passthrough_device_its_compatible_and_trigger() {
+        let dtb = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
+        let devices = DeviceTreeDevices::new(dtb).unwrap();
+        let node = devices.node_at(RTC).unwrap();
+        assert_eq!(node.reg, RTC);
+        assert_eq!(node.compatible, b"arm,pl031\0arm,primecell\0");
+        assert_eq!(node.spi_flags(34), Some(IRQ_TYPE_LEVEL_HIGH));
+        assert_eq!(node.spi_flags(35), None);
+        assert!(devices.node_at(PhysRange { base: 0x0905_0000, size: 0x1000 }).is_none());
         let board = BoardLimits { devices: &devices, ..board() };
         check([with_device(vm("web"), "rtc", RTC, &[34])].into_iter(), &board).unwrap();
         assert_eq!(

@@ -20,6 +20,7 @@ pub struct Images {
     pub gic: PathBuf,
     pub microbench: PathBuf,
     pub spinner: PathBuf,
+    pub passthrough: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -37,6 +38,7 @@ pub fn images() -> &'static Images {
             gic: guest("gic"),
             microbench: guest("microbench"),
             spinner: guest("spinner"),
+            passthrough: guest("passthrough"),
         }
     })
 }

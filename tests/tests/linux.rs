@@ -142,6 +142,7 @@ fn a_given_device_tree_is_the_one_linux_boots_with() {
         uart_base: 0x0900_0000,
         uart_spi: 1,
         virtio_mmio: Vec::new(),
+        passthrough: Vec::new(),
         bootargs: "this is replaced".into(),
         initrd: None,
     })

@@ -325,6 +325,17 @@ impl Distributor {
         Ok(())
     }
 
+    /// The vCPU an SPI is delivered to now, as the guest routed it (GICD_IROUTER or
+    /// GICD_ITARGETSR): the hypervisor routes a hardware-mapped SPI's physical interrupt to
+    /// that vCPU's CPU. `None` for a private interrupt, an SPI the VM lacks, or a route that
+    /// reaches no vCPU.
+    pub fn spi_target(&self, intid: IntId) -> Option<usize> {
+        if !intid.is_spi() {
+            return None;
+        }
+        self.target(0, intid.0)
+    }
+
     /// `intid` as `vcpu` sees it.
     pub fn interrupt(&self, vcpu: usize, intid: IntId) -> Result<InterruptState, VgicError> {
         self.check_vcpu(vcpu)?;

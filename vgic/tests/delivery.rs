@@ -230,6 +230,70 @@ fn hardware_mapped_interrupts_are_deactivated_by_the_guest() {
 }
 
 #[test]
+fn a_hardware_mapped_spi_reaches_the_vcpu_the_guest_routed_it_to_and_the_guest_deactivates_it() {
+    // A passthrough device's SPI: IHI 0069H 12.4.6, ICH_LR<n>_EL2.HW and pINTID / IHI 0048B
+    // 5.3.2, GICH_LRn.HW and PhysicalID. The physical SPI is held active (priority dropped
+    // only) until the guest deactivates the virtual one, so each firing is one event.
+    both(2, |mut g| {
+        spi(&mut g, 34, 0x80, 1);
+        assert_eq!(g.spi_target(IntId(34)), Some(1));
+        assert_eq!(g.spi_target(IntId(27)), None, "not an SPI");
+        g.set_hw(IntId(34), 0, Some(IntId(34))).unwrap();
+        assert_eq!(g.interrupt(0, IntId(34)).unwrap().hw, Some(IntId(34)));
+        g.take_kicks();
+        g.set_level(IntId(34), 0, true).unwrap();
+        assert_eq!(g.take_kicks(), VcpuMask(0b10), "{:?}: the routed vCPU looks", g.version());
+        let mut other = FakeLrs::for_gic(&g, 4);
+        g.flush_to_hw(0, &mut other).unwrap();
+        assert!(other.valid().is_empty(), "vCPU 0 is not its target");
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        g.flush_to_hw(1, &mut lrs).unwrap();
+        let lr = lrs.lr(0);
+        assert_eq!((lr.vintid, lr.hw, lr.eoi_maintenance), (IntId(34), Some(34), false));
+        assert_eq!(lrs.ack(), Some((34, 0)));
+        lrs.drop_priority(34);
+        g.sync_from_hw(1, &mut lrs).unwrap();
+        // The vCPU leaves its CPU with the interrupt active: the state comes back, and the
+        // list register written on its return still carries the physical INTID.
+        g.put(1, &mut lrs).unwrap();
+        assert!(g.interrupt(1, IntId(34)).unwrap().active);
+        let mut again = FakeLrs::for_gic(&g, 4);
+        g.flush_to_hw(1, &mut again).unwrap();
+        assert_eq!(again.valid(), [(34, LrState::Active, 0)]);
+        assert_eq!(again.lr(0).hw, Some(34));
+        again.deactivate(34);
+        assert_eq!(again.physical_deactivations, [34], "the guest's deactivation reaches the physical SPI");
+        g.sync_from_hw(1, &mut again).unwrap();
+        assert!(!g.interrupt(1, IntId(34)).unwrap().active && !g.interrupt(1, IntId(34)).unwrap().pending);
+        g.flush_to_hw(1, &mut again).unwrap();
+        assert!(again.valid().is_empty(), "no second event from the old level");
+        // The device raises it again: a new event.
+        g.set_level(IntId(34), 0, true).unwrap();
+        assert_eq!(deliver_all(&mut g, 1, &mut again), [(34, 0)]);
+    });
+}
+
+#[test]
+fn a_hardware_mapped_spi_the_guest_disabled_waits_and_only_real_interrupts_map() {
+    both(1, |mut g| {
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        spi(&mut g, 34, 0x80, 0);
+        g.set_hw(IntId(34), 0, Some(IntId(34))).unwrap();
+        g.write(0, ICENABLER + 4, 4, 1 << 2).unwrap();
+        g.set_level(IntId(34), 0, true).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert!(lrs.valid().is_empty(), "disabled: not forwarded");
+        assert!(g.interrupt(0, IntId(34)).unwrap().pending, "but pending");
+        g.write(0, ISENABLER + 4, 4, 1 << 2).unwrap();
+        assert_eq!(deliver_all(&mut g, 0, &mut lrs), [(34, 0)]);
+        assert!(g.set_hw(IntId(34), 0, Some(IntId(3))).is_err(), "an SGI cannot back an SPI");
+        assert!(g.set_hw(IntId(34), 0, Some(IntId(1020))).is_err(), "nor a special INTID");
+        g.set_hw(IntId(34), 0, None).unwrap();
+        assert_eq!(g.interrupt(0, IntId(34)).unwrap().hw, None);
+    });
+}
+
+#[test]
 fn disabled_groups_forward_nothing() {
     // IHI 0069H 12.9.4 / IHI 0048B 4.3.1: with GICD_CTLR.EnableGrp1 (or EnableGrp0) clear,
     // pending interrupts of that group are not forwarded.

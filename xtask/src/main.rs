@@ -391,7 +391,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
 fn cmd_image() -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
     build_all()?;
-    for bin in ["isolation-secret", "isolation-probe", "microbench", "spinner"] {
+    for bin in ["isolation-secret", "isolation-probe", "microbench", "spinner", "passthrough"] {
         images::build_test_guest(bin)?;
     }
     let linux = xtask::linux_guest::debian_arm64()?;
