@@ -101,6 +101,14 @@ const PSCI_IMPLEMENTED: &[u32] = &[
 /// section 2.6: "the upper 32 bits are ignored"); the function id itself is W0.
 pub fn decode(x: [u64; 4]) -> Hypercall {
     let function = x[0] as u32;
+    // The owning entity (DEN 0028, 2.5 "Function Identifier", bits [29:24]) comes first:
+    // every call answered here belongs to the Arm architecture (0), the standard secure
+    // service PSCI (4) or the hypervisor's vendor service (6), and a call for any other
+    // entity is refused without comparing it against each identifier (the null-hypercall
+    // path of the benchmarks).
+    if !matches!((function >> 24) & 0x3f, 0 | 4 | 6) || function & (1 << 31) == 0 {
+        return Hypercall::Unknown { function };
+    }
     let is_64 = function & (1 << 30) != 0;
     let arg = |i: usize| if is_64 { x[i] } else { x[i] & 0xffff_ffff };
     match function {
@@ -144,6 +152,21 @@ mod tests {
             assert_eq!(decode([f as u64, 1, 2, 3]), Hypercall::Unknown { function: f });
         }
         assert_eq!(NOT_SUPPORTED as i64, -1);
+    }
+
+    #[test]
+    fn only_fast_calls_of_the_three_owners_served_here_are_decoded() {
+        // Each known call with another owning entity, or as a yielding call (bit 31 clear):
+        // refused, never mistaken for the call it resembles.
+        for known in [SMCCC_VERSION, PSCI_VERSION, PSCI_CPU_ON_64, PSCI_SYSTEM_OFF, HYP_VM_EXIT] {
+            for other_owner in [1u32, 2, 3, 5, 7, 0x30, 0x3f] {
+                let f = (known & !(0x3f << 24)) | (other_owner << 24);
+                assert_eq!(decode([f as u64, 0, 0, 0]), Hypercall::Unknown { function: f }, "{f:#x}");
+            }
+            let yielding = known & !(1 << 31);
+            assert_eq!(decode([yielding as u64, 0, 0, 0]), Hypercall::Unknown { function: yielding });
+            assert_ne!(decode([known as u64, 0, 0, 0]), Hypercall::Unknown { function: known });
+        }
     }
 
     #[test]

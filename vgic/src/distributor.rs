@@ -358,6 +358,11 @@ impl Distributor {
 
     /// Whether `vcpu` has an interrupt to take: wakes it from WFI.
     pub fn has_pending(&self, vcpu: usize) -> bool {
-        vcpu < self.vcpus && self.wanted(vcpu).any_pending()
+        if vcpu >= self.vcpus {
+            return false;
+        }
+        let mut wanted = crate::wanted::WantedList::new();
+        self.wanted(vcpu, &mut wanted);
+        wanted.any_pending()
     }
 }

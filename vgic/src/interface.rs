@@ -9,7 +9,8 @@
 
 use crate::distributor::NO_OWNER;
 use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
-use crate::planner::{ListRegisterPlanner, LrAction, LrSnapshot};
+use crate::planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot};
+use crate::wanted::WantedList;
 use crate::{Distributor, GicVersion, VgicError, MAX_LIST_REGISTERS};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -17,6 +18,10 @@ pub struct VcpuInterfaceState {
     /// What the list registers this vCPU holds contain (raw, as last written or read back);
     /// 0: not this vCPU's.
     lr: [u64; MAX_LIST_REGISTERS],
+    /// Bit n set: `lr[n]` is not 0. Kept with `lr` (by `set_lr`, its only writer) because
+    /// every exit and entry asks, and a scan of the sixteen would cost more than the rest
+    /// of a short exit.
+    owned: u16,
     /// The maintenance interrupts last asked for.
     maintenance: Maintenance,
 }
@@ -24,14 +29,35 @@ pub struct VcpuInterfaceState {
 impl VcpuInterfaceState {
     /// Bit n set: list register n holds one of this vCPU's interrupts.
     pub fn owned(&self) -> u64 {
-        self.lr.iter().enumerate().filter(|(_, &raw)| raw != 0).fold(0, |m, (i, _)| m | (1 << i))
+        u64::from(self.owned)
     }
     pub fn in_use(&self) -> usize {
-        self.owned().count_ones() as usize
+        self.owned.count_ones() as usize
     }
     pub fn maintenance(&self) -> Maintenance {
         self.maintenance
     }
+    fn set_lr(&mut self, i: usize, raw: u64) {
+        if let Some(lr) = self.lr.get_mut(i) {
+            *lr = raw;
+            if raw == 0 {
+                self.owned &= !(1 << i);
+            } else {
+                self.owned |= 1 << i;
+            }
+        }
+    }
+}
+
+/// The indices of the set bits of `mask`, lowest first.
+fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            i
+        })
+    })
 }
 
 impl Distributor {
@@ -54,22 +80,29 @@ impl Distributor {
     pub fn flush_to_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         self.check_vcpu(vcpu)?;
         self.forget_quiet_spis();
-        let wanted = self.wanted(vcpu);
-        let iface = self.interfaces[vcpu];
-        if wanted.is_empty() && iface.owned() == 0 {
+        let mut wanted = WantedList::new();
+        self.wanted(vcpu, &mut wanted);
+        let owned_mask = self.interfaces[vcpu].owned();
+        if wanted.is_empty() && owned_mask == 0 {
             self.set_maintenance(vcpu, lrs, Maintenance::default());
             return Ok(());
         }
-        let owned: [Option<ListRegister>; MAX_LIST_REGISTERS] =
-            core::array::from_fn(|i| (iface.lr[i] != 0).then(|| self.decode(iface.lr[i])));
+        // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4).
+        let count = lrs.count().min(MAX_LIST_REGISTERS);
+        let mut owned = [None; MAX_LIST_REGISTERS];
+        for i in bits(owned_mask) {
+            owned[i] = Some(self.decode(self.interfaces[vcpu].lr[i]));
+        }
+        let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize)];
         let snapshot = LrSnapshot {
-            count: lrs.count(),
+            count,
             empty: lrs.empty_status(),
-            owned: &owned,
+            owned,
             wanted: wanted.as_slice(),
             more_waiting: wanted.more_waiting(),
         };
-        let plan = ListRegisterPlanner::plan(&snapshot);
+        let mut plan = LrPlan::default();
+        ListRegisterPlanner::plan_into(&snapshot, &mut plan);
         for (i, old) in owned.iter().enumerate() {
             match plan.action(i) {
                 LrAction::Keep => {
@@ -83,14 +116,14 @@ impl Distributor {
                     }
                     self.placed(vcpu, &lr);
                     let raw = self.encode(&lr);
-                    self.interfaces[vcpu].lr[i] = raw;
+                    self.interfaces[vcpu].set_lr(i, raw);
                     lrs.write_lr(i, raw);
                 }
                 LrAction::Spill => {
                     if let Some(old) = old {
                         self.released(vcpu, old);
                     }
-                    self.interfaces[vcpu].lr[i] = 0;
+                    self.interfaces[vcpu].set_lr(i, 0);
                     lrs.write_lr(i, 0);
                 }
             }
@@ -112,7 +145,7 @@ impl Distributor {
         }
         let done = lrs.empty_status() | lrs.eoi_status();
         let mut changed = false;
-        for i in (0..MAX_LIST_REGISTERS).filter(|i| owned & (1 << i) != 0) {
+        for i in bits(owned) {
             let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
             if raw == self.interfaces[vcpu].lr[i] {
                 continue;
@@ -126,7 +159,7 @@ impl Distributor {
                 lrs.write_lr(i, 0);
             }
             self.fold(vcpu, &old, state);
-            self.interfaces[vcpu].lr[i] = if completed { 0 } else { raw };
+            self.interfaces[vcpu].set_lr(i, if completed { 0 } else { raw });
         }
         Ok(changed)
     }
@@ -138,10 +171,10 @@ impl Distributor {
     pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         self.sync_from_hw(vcpu, lrs)?;
         let owned = self.interfaces[vcpu].owned();
-        for i in (0..MAX_LIST_REGISTERS).filter(|i| owned & (1 << i) != 0) {
+        for i in bits(owned) {
             let old = self.decode(self.interfaces[vcpu].lr[i]);
             self.released(vcpu, &old);
-            self.interfaces[vcpu].lr[i] = 0;
+            self.interfaces[vcpu].set_lr(i, 0);
             lrs.write_lr(i, 0);
         }
         self.set_maintenance(vcpu, lrs, Maintenance::default());

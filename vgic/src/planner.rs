@@ -71,13 +71,20 @@ pub struct ListRegisterPlanner;
 
 impl ListRegisterPlanner {
     pub fn plan(s: &LrSnapshot<'_>) -> LrPlan {
+        let mut plan = LrPlan::default();
+        Self::plan_into(s, &mut plan);
+        plan
+    }
+
+    /// `plan` into a plan the caller owns (`LrPlan::default()`), which saves copying it back
+    /// on the exit path.
+    pub fn plan_into(s: &LrSnapshot<'_>, plan: &mut LrPlan) {
         let count = s.count.min(MAX_LIST_REGISTERS);
         let owned = |i: usize| s.owned.get(i).copied().flatten();
         let empty = |i: usize| s.empty & (1 << i) != 0;
         let capacity = (0..count).filter(|&i| owned(i).is_some() || empty(i)).count();
         let chosen = &s.wanted[..s.wanted.len().min(capacity)];
 
-        let mut plan = LrPlan::default();
         let mut assigned = 0u64; // list registers that hold a chosen interrupt
         let mut placed = 0u64; // chosen interrupts that have a list register
 
@@ -123,6 +130,5 @@ impl ListRegisterPlanner {
             underflow: overflow && count > 0,
             no_pending: chosen.iter().any(|w| w.refill_on_ack && w.lr.state == LrState::Pending),
         };
-        plan
     }
 }
