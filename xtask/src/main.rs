@@ -16,7 +16,9 @@ cargo xtask <command> [options]
 Commands:
   qemu    build the hypervisor and a guest, and boot them on QEMU's virt board
   test    run every test: host tests, bare-metal builds, and the system tests under QEMU
-  bench   measure the hypervisor's costs in instructions, beside the same guest without it
+  bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
+          Linux boot and sha256sum (instructions), virtio throughput, exits per second by
+          reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md)
   image   build every image into target/images/: the hypervisor, the test guests, and the
           Debian arm64 Linux guest (kernel and busybox initramfs, downloads cached)
   help    this text
@@ -43,6 +45,11 @@ Options of `qemu`:
   --smp N          physical CPUs (default 4)
   --memory MIB     board RAM in MiB (default 1024)
   --timeout SECS   stop QEMU after this long (default: none for linux, 120 for selftest)
+
+Options of `bench`:
+  --quick          the microbenchmarks and the Linux boot + sha256sum run only (about a
+                   third of the time): the virtio throughput runs, their exits and their
+                   bars in ratios.svg are skipped
 
 To leave the linux guest: `poweroff` (the VM ends, then QEMU), or Ctrl-A then X.
 
@@ -376,15 +383,30 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     if let Some(a) = args.iter().find(|a| *a != "--quick") {
         return Err(XtaskError::Usage(format!("unknown option `{a}` for bench (only --quick)")));
     }
+    let quick = !args.is_empty();
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
     let (under, native) = bench::micro()?;
     print!("{}", bench::report(&under, &native)?);
-    let boot = bench::linux_boot()?;
-    print!("{}", bench::boot_report(&boot)?);
-    let (under, native) = bench::virtio_io()?;
-    print!("{}", bench::io_report(&under, &native)?);
-    step("figures written to target/bench/micro.json, macro.json and io.json");
+    let linux = bench::linux_macro()?;
+    print!("{}", bench::macro_report(&linux)?);
+    let mut exits = linux.exits.clone();
+    let io = if quick {
+        step("--quick: the virtio throughput runs (disk write, disk read, TCP) are skipped; io.json is not updated");
+        None
+    } else {
+        let io = bench::virtio_io()?;
+        print!("{}", bench::io_report(&io)?);
+        exits.extend(io.exits.iter().cloned());
+        Some(io)
+    };
+    print!("{}", bench::exits_report(&exits)?);
+    let chart = bench::write_chart(&linux, io.as_ref())?;
+    step(&format!(
+        "figures written to target/bench/: micro.json, macro.json{}, exits.json; the chart of the ratios: {}",
+        if quick { "" } else { ", io.json" },
+        chart.display()
+    ));
     Ok(())
 }
 

@@ -258,6 +258,27 @@ impl Session {
         }
     }
 
+    /// Waits up to `within` (never past the run's deadline) for QEMU's output to end, as it
+    /// does when QEMU exits; says whether it did.
+    pub fn wait_for_end(&mut self, within: Duration) -> bool {
+        let until = (Instant::now() + within).min(self.deadline);
+        let (console, added) = &*self.console;
+        let Ok(mut c) = console.lock() else { return false };
+        loop {
+            if c.closed == self.readers.len() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            c = match added.wait_timeout(c, until - now) {
+                Ok((c, _)) => c,
+                Err(_) => return false,
+            };
+        }
+    }
+
     /// Types `line` and Enter at the console.
     pub fn send_line(&mut self, line: &str) -> Result<(), String> {
         let stdin = self.stdin.as_mut().ok_or("the console input is closed")?;
