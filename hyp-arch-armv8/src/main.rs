@@ -72,6 +72,8 @@ struct VmFactory {
     /// Each VM's passthrough devices, with their region and interrupt capabilities (by VM
     /// index).
     passthrough: Vec<Vec<passthrough::PassthroughDevice>>,
+    /// Where each VM's random seeds come from (none if the board gave the hypervisor none).
+    seeds: Option<spin::Mutex<hyp_core::entropy::SeedSource>>,
 }
 
 static FACTORY: Once<VmFactory> = Once::new();
@@ -85,7 +87,9 @@ fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::Stri
     let granted =
         vm::grant_resources(&mut caps.lock(), &factory.untyped, spec.memory, spec.vcpus, factory.gicv, devices)
             .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
-    Vm::create(id, spec, granted, factory.gic_v3, devices).map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
+    let seeds = factory.seeds.as_ref().map(|s| s.lock().next_for(id));
+    Vm::create(id, spec, granted, factory.gic_v3, devices, seeds)
+        .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
 }
 /// Every VM's rights; it owns their stage-2 tables.
 static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
@@ -229,6 +233,15 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         gicv,
         gic_v3: platform.gic.version == GicVersion::V3,
         passthrough,
+        seeds: match platform.rng_seed.and_then(hyp_core::entropy::SeedSource::from_board_seed) {
+            Some(source) => Some(spin::Mutex::new(source)),
+            None => {
+                println!(
+                    "hypervisor: the board's device tree has no /chosen/rng-seed: VMs start without a random seed"
+                );
+                None
+            }
+        },
     });
     let mut vms = Vec::new();
     for (id, spec) in bundle.vms().enumerate() {

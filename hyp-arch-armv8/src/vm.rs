@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hyp_core::bundle::{VmDevices, VmSpec};
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
+use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
@@ -326,6 +327,7 @@ impl Vm {
         granted: VmResources,
         gic_v3: bool,
         passthrough: &[PassthroughDevice],
+        seeds: Option<GuestSeeds>,
     ) -> Result<Vm, VmError> {
         let ram = granted.ram;
         if ram.size < spec.memory {
@@ -342,7 +344,7 @@ impl Vm {
         let bootargs = spec.bootargs.unwrap_or(DEFAULT_BOOTARGS);
         let initrd = layout.initrd.map(|(offset, len)| (GUEST_RAM_IPA + offset, GUEST_RAM_IPA + offset + len));
         let device_tree = match spec.device_tree {
-            Some(given) => guest_fdt::with_chosen(given, bootargs, initrd),
+            Some(given) => guest_fdt::with_chosen(given, bootargs, initrd, seeds),
             None => guest_fdt::build(&GuestPlatform {
                 vcpus: spec.vcpus,
                 ram_base: GUEST_RAM_IPA,
@@ -354,6 +356,7 @@ impl Vm {
                 bootargs: bootargs.into(),
                 initrd,
                 passthrough: passthrough.iter().map(PassthroughDevice::guest_node).collect(),
+                seeds,
             }),
         }
         .map_err(VmError::DeviceTree)?;

@@ -10,6 +10,8 @@ use core::fmt;
 
 use vm_fdt::FdtWriter;
 
+use crate::entropy::GuestSeeds;
+
 /// Where a guest's interrupt controller sits and which version it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GuestGic {
@@ -39,6 +41,8 @@ pub struct GuestPlatform {
     pub initrd: Option<(u64, u64)>,
     /// Board devices passed through to the VM, at the same address as on the board.
     pub passthrough: Vec<GuestPassthrough>,
+    /// `/chosen/rng-seed` and `/chosen/kaslr-seed` (none if the board gave no seed).
+    pub seeds: Option<GuestSeeds>,
 }
 
 /// A board device passed through to the VM (`[[vm.passthrough]]`), as its device tree node
@@ -118,6 +122,7 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
         f.property_u64("linux,initrd-start", start).map_err(err)?;
         f.property_u64("linux,initrd-end", end).map_err(err)?;
     }
+    write_seeds(&mut f, p.seeds)?;
     f.end_node(chosen).map_err(err)?;
 
     let memory = f.begin_node(&format!("memory@{:x}", p.ram_base)).map_err(err)?;
@@ -237,7 +242,12 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
 /// A device tree the user brought (`--dtb`) with its `/chosen` node set as the hypervisor
 /// places things: `bootargs`, and `linux,initrd-start`/`-end` (or none), as QEMU does with
 /// `-dtb`. Everything else is copied as it is, memory reservations included.
-pub fn with_chosen(tree: &[u8], bootargs: &str, initrd: Option<(u64, u64)>) -> Result<Vec<u8>, GuestFdtError> {
+pub fn with_chosen(
+    tree: &[u8],
+    bootargs: &str,
+    initrd: Option<(u64, u64)>,
+    seeds: Option<GuestSeeds>,
+) -> Result<Vec<u8>, GuestFdtError> {
     let fdt = fdt::Fdt::new(tree).map_err(|e| GuestFdtError(format!("the given device tree is not valid: {e:?}")))?;
     let root = fdt.find_node("/").ok_or_else(|| GuestFdtError("the given device tree has no root node".into()))?;
     let reserved: Vec<vm_fdt::FdtReserveEntry> = fdt
@@ -251,13 +261,13 @@ pub fn with_chosen(tree: &[u8], bootargs: &str, initrd: Option<(u64, u64)>) -> R
     for child in root.children() {
         if child.name == "chosen" {
             chosen_seen = true;
-            write_chosen(&mut f, Some(child), bootargs, initrd)?;
+            write_chosen(&mut f, Some(child), bootargs, initrd, seeds)?;
         } else {
             copy_node(&mut f, child, 1)?;
         }
     }
     if !chosen_seen {
-        write_chosen(&mut f, None, bootargs, initrd)?;
+        write_chosen(&mut f, None, bootargs, initrd, seeds)?;
     }
     f.end_node(top).map_err(err)?;
     f.finish().map_err(err)
@@ -285,14 +295,24 @@ fn copy_properties(f: &mut FdtWriter, node: fdt::node::FdtNode<'_, '_>) -> Resul
     Ok(())
 }
 
-/// The properties `with_chosen` sets; the given tree's values for them are dropped.
-const CHOSEN_SET: [&str; 3] = ["bootargs", "linux,initrd-start", "linux,initrd-end"];
+/// The properties `with_chosen` sets; the given tree's values for them are dropped (a seed
+/// baked into a tree file would be the same at every boot).
+const CHOSEN_SET: [&str; 5] = ["bootargs", "linux,initrd-start", "linux,initrd-end", "rng-seed", "kaslr-seed"];
+
+fn write_seeds(f: &mut FdtWriter, seeds: Option<GuestSeeds>) -> Result<(), GuestFdtError> {
+    if let Some(seeds) = seeds {
+        f.property("rng-seed", &seeds.rng_seed).map_err(err)?;
+        f.property_u64("kaslr-seed", seeds.kaslr_seed).map_err(err)?;
+    }
+    Ok(())
+}
 
 fn write_chosen(
     f: &mut FdtWriter,
     given: Option<fdt::node::FdtNode<'_, '_>>,
     bootargs: &str,
     initrd: Option<(u64, u64)>,
+    seeds: Option<GuestSeeds>,
 ) -> Result<(), GuestFdtError> {
     let chosen = f.begin_node("chosen").map_err(err)?;
     for p in given.iter().flat_map(|g| g.properties()).filter(|p| !CHOSEN_SET.contains(&p.name)) {
@@ -303,6 +323,7 @@ fn write_chosen(
         f.property_u64("linux,initrd-start", start).map_err(err)?;
         f.property_u64("linux,initrd-end", end).map_err(err)?;
     }
+    write_seeds(f, seeds)?;
     for child in given.iter().flat_map(|g| g.children()) {
         copy_node(f, child, 2)?;
     }
@@ -326,6 +347,7 @@ mod tests {
             bootargs: "console=ttyAMA0 earlycon".into(),
             initrd: Some((0x4800_0000, 0x4820_0000)),
             passthrough: Vec::new(),
+            seeds: None,
         }
     }
 
@@ -424,7 +446,7 @@ mod tests {
             ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 2)
         })
         .unwrap();
-        let tree = with_chosen(&given, "console=ttyAMA0", Some((0x4800_0000, 0x4900_0000))).unwrap();
+        let tree = with_chosen(&given, "console=ttyAMA0", Some((0x4800_0000, 0x4900_0000)), None).unwrap();
         let fdt = fdt::Fdt::new(&tree).unwrap();
         assert_eq!(fdt.chosen().bootargs(), Some("console=ttyAMA0"));
         let chosen = fdt.find_node("/chosen").unwrap();
@@ -436,7 +458,7 @@ mod tests {
         let names = |f: &fdt::Fdt<'_>| f.all_nodes().map(|n| n.name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(&fdt), names(&original));
         assert_eq!(fdt.cpus().count(), 2);
-        let no_initrd = with_chosen(&given, "x", None).unwrap();
+        let no_initrd = with_chosen(&given, "x", None, None).unwrap();
         assert!(fdt::Fdt::new(&no_initrd)
             .unwrap()
             .find_node("/chosen")
@@ -452,10 +474,31 @@ mod tests {
         w.property_u32("#address-cells", 2).unwrap();
         w.end_node(root).unwrap();
         let bare = w.finish().unwrap();
-        let tree = with_chosen(&bare, "init=/bin/sh", None).unwrap();
+        let tree = with_chosen(&bare, "init=/bin/sh", None, None).unwrap();
         assert_eq!(fdt::Fdt::new(&tree).unwrap().chosen().bootargs(), Some("init=/bin/sh"));
-        let err = with_chosen(b"not a device tree at all", "", None).unwrap_err();
+        let err = with_chosen(b"not a device tree at all", "", None, None).unwrap_err();
         assert!(err.to_string().contains("the given device tree is not valid"), "{err}");
+    }
+
+    #[test]
+    fn the_vms_seeds_are_in_chosen_and_a_given_trees_own_are_replaced() {
+        let seeds = GuestSeeds { rng_seed: [0xa5; 32], kaslr_seed: 0x1234_5678_9abc_def0 };
+        let read = |tree: &[u8]| {
+            let fdt = fdt::Fdt::new(tree).unwrap();
+            let chosen = fdt.find_node("/chosen").unwrap();
+            let rng = chosen.property("rng-seed").map(|p| p.value.to_vec());
+            let kaslr = chosen.property("kaslr-seed").map(|p| p.value.to_vec());
+            (rng, kaslr)
+        };
+        let gic = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
+        let built = build(&GuestPlatform { seeds: Some(seeds), ..virt(gic, 1) }).unwrap();
+        assert_eq!(read(&built), (Some([0xa5; 32].to_vec()), Some(0x1234_5678_9abc_def0u64.to_be_bytes().to_vec())));
+        assert_eq!(read(&build(&virt(gic, 1)).unwrap()), (None, None), "no seed from a board without one");
+        let other = GuestSeeds { rng_seed: [0x5a; 32], kaslr_seed: 7 };
+        let given = with_chosen(&built, "x", None, Some(other)).unwrap();
+        assert_eq!(read(&given), (Some([0x5a; 32].to_vec()), Some(7u64.to_be_bytes().to_vec())));
+        let unseeded = with_chosen(&built, "x", None, None).unwrap();
+        assert_eq!(read(&unseeded), (None, None), "a seed baked into a tree file is not reused");
     }
 
     #[test]

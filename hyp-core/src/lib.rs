@@ -5,6 +5,7 @@ extern crate alloc;
 
 pub mod bundle;
 pub mod cap;
+pub mod entropy;
 pub mod exit;
 pub mod exit_stats;
 pub mod guest_fdt;

@@ -97,6 +97,9 @@ pub struct Platform<'a> {
     /// The board's virtio-mmio transports (`virtio,mmio`), which the hypervisor may drive as
     /// its own devices (the backends of its guests' virtio devices), with their interrupts.
     pub virtio_mmio: FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO>,
+    /// `/chosen/rng-seed`: random bytes the firmware (QEMU, U-Boot) gives the hypervisor;
+    /// each VM's seed is derived from it (`entropy`).
+    pub rng_seed: Option<&'a [u8]>,
 }
 
 /// A virtio-mmio transport of the board: its register window and interrupt (an INTID).
@@ -177,6 +180,7 @@ impl<'a> Platform<'a> {
             reserved,
             initrd: initrd(&fdt)?,
             virtio_mmio: virtio_mmio(&fdt),
+            rng_seed: fdt.find_node("/chosen").and_then(|c| c.property("rng-seed")).map(|p| p.value),
         })
     }
 }
@@ -403,6 +407,7 @@ mod tests {
         );
         assert_eq!(p.initrd, None);
         assert_eq!(p.virtio_mmio.len(), 32, "QEMU's virt has 32 virtio-mmio transports");
+        assert_eq!(p.rng_seed.map(<[u8]>::len), Some(32), "QEMU gives 32 random bytes in /chosen/rng-seed");
         for (i, t) in p.virtio_mmio.iter().enumerate() {
             let i = i as u64;
             assert_eq!(t.window, PhysRange { base: 0x0a00_0000 + i * 0x200, size: 0x200 });

@@ -24,6 +24,7 @@ fn boot_use_and_power_off(test: &str, machine: Machine, gic_label: &str) {
     let mut s = start_session(test, machine, &[linux_vm(2)], RUN_LIMIT);
     wait_for_shell(&mut s);
 
+    assert_guest_is_seeded(&mut s);
     let uname = run(&mut s, "uname -a");
     assert!(uname.contains("Linux guest 6.") && uname.contains("aarch64"), "uname -a: {uname}");
 
@@ -145,6 +146,7 @@ fn a_given_device_tree_is_the_one_linux_boots_with() {
         passthrough: Vec::new(),
         bootargs: "this is replaced".into(),
         initrd: None,
+        seeds: None,
     })
     .expect("a device tree");
     // Same length, so the tree's offsets stay valid.
@@ -160,9 +162,18 @@ fn a_given_device_tree_is_the_one_linux_boots_with() {
     let seen = run(&mut s, "cat /proc/device-tree/model; echo; cat /proc/cmdline");
     assert!(seen.contains("user-given virtual machine"), "the given tree's model: {seen}");
     assert!(seen.contains("console=ttyAMA0 earlycon"), "the hypervisor set /chosen/bootargs: {seen}");
+    assert_guest_is_seeded(&mut s);
     s.send_line("poweroff").unwrap();
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.finish().status, Some(0));
+}
+
+/// The hypervisor gave the guest `/chosen/rng-seed` and `kaslr-seed` (docs/entropy.md): its
+/// random number generator is ready from the start and its kernel placed at random.
+fn assert_guest_is_seeded(s: &mut Session) {
+    let log = run(s, "dmesg | grep -e 'crng init done' -e KASLR");
+    assert!(log.contains("crng init done"), "the guest's CRNG was seeded at boot: {log}");
+    assert!(!log.contains("KASLR disabled"), "the guest had a KASLR seed: {log}");
 }
 
 /// A guest kernel that panics stops only its own VM: the other VM's shell goes on working

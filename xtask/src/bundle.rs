@@ -151,7 +151,7 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
         if let Some(path) = &vm.device_tree {
             let tree = read(path, &vm.name, "device tree")?;
             // The hypervisor will set /chosen in it: a tree it cannot do that with fails here.
-            hyp_core::guest_fdt::with_chosen(&tree, "", None)
+            hyp_core::guest_fdt::with_chosen(&tree, "", None, None)
                 .map_err(|e| XtaskError::Usage(format!("VM {}: {}: {e}", vm.name, path.display())))?;
             fdt.property("device-tree", &tree).map_err(fdt_error)?;
         }
