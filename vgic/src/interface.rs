@@ -89,6 +89,10 @@ impl Distributor {
         }
         // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4).
         let count = lrs.count().min(MAX_LIST_REGISTERS);
+        if owned_mask == 0 {
+            self.fill_empty(vcpu, lrs, &wanted, count);
+            return Ok(());
+        }
         let mut owned = [None; MAX_LIST_REGISTERS];
         for i in bits(owned_mask) {
             owned[i] = Some(self.decode(self.interfaces[vcpu].lr[i]));
@@ -130,6 +134,29 @@ impl Distributor {
         }
         self.set_maintenance(vcpu, lrs, plan.maintenance);
         Ok(())
+    }
+
+    /// `flush_to_hw` when `vcpu` holds no list register (the common case of an interrupt
+    /// arriving for a vCPU that had none): what the planner decides then, without building
+    /// its inputs. The best wanted interrupts go into the empty list registers in order; the
+    /// underflow maintenance interrupt is asked for if some did not fit, the no-pending one
+    /// if a GICv2 SGI has more sources waiting (`ListRegisterPlanner::plan` with no owned
+    /// list register: `tests/planner.rs` states the rule, `tests/robustness.rs` runs both).
+    fn fill_empty(&mut self, vcpu: usize, lrs: &mut impl ListRegisters, wanted: &WantedList, count: usize) {
+        let empty = lrs.empty_status();
+        let mut free = (0..count).filter(|&i| empty & (1 << i) != 0);
+        let (mut shown, mut no_pending) = (0, false);
+        for w in wanted.as_slice() {
+            let Some(i) = free.next() else { break };
+            self.placed(vcpu, &w.lr);
+            let raw = self.encode(&w.lr);
+            self.interfaces[vcpu].set_lr(i, raw);
+            lrs.write_lr(i, raw);
+            shown += 1;
+            no_pending |= w.refill_on_ack && w.lr.state == LrState::Pending;
+        }
+        let overflow = wanted.as_slice().len() > shown || wanted.more_waiting();
+        self.set_maintenance(vcpu, lrs, Maintenance { underflow: overflow && count > 0, no_pending });
     }
 
     /// After `vcpu` exits: takes back the state of the list registers it owns. An empty one

@@ -132,3 +132,28 @@ proptest! {
         prop_assert_eq!(plan.maintenance.underflow, (wanted.len() > capacity || more) && used > 0);
     }
 }
+
+proptest! {
+    /// With no list register of its own, the planner writes the best wanted interrupts into
+    /// the empty list registers in order, and asks for underflow when some did not fit: the
+    /// rule `Distributor::flush_to_hw` applies directly in that case (`fill_empty`), without
+    /// calling the planner.
+    #[test]
+    fn with_nothing_owned_the_best_go_into_the_empty_registers_in_order(
+        count in 0usize..6,
+        empty in any::<u64>(),
+        n in 0usize..8,
+        more_waiting in any::<bool>(),
+        refill in any::<bool>(),
+    ) {
+        let wanted: Vec<Wanted> =
+            (0..n as u32).map(|i| Wanted { refill_on_ack: refill && i == 0, ..want(32 + i, LrState::Pending, i as u8 * 8) }).collect();
+        let plan = ListRegisterPlanner::plan(&LrSnapshot { count, empty, owned: &[], wanted: &wanted, more_waiting });
+        let free: Vec<usize> = (0..count).filter(|i| empty & (1 << i) != 0).collect();
+        let shown = n.min(free.len());
+        let expected: Vec<(usize, LrAction)> = free.iter().zip(&wanted).map(|(&i, w)| (i, LrAction::Write(w.lr))).collect();
+        prop_assert_eq!(plan.changes().collect::<Vec<_>>(), expected);
+        prop_assert_eq!(plan.maintenance.underflow, (n > shown || more_waiting) && count > 0);
+        prop_assert_eq!(plan.maintenance.no_pending, refill && shown > 0);
+    }
+}
