@@ -335,6 +335,12 @@ mod tests {
     use super::*;
     use crate::platform::{GicVersion, PhysRange, Platform, PsciConduit, TimerInterrupts};
 
+    /// A node's `interrupts` property as its cells.
+    fn interrupt_cells(node: &fdt::node::FdtNode<'_, '_>) -> Vec<u32> {
+        let value = node.property("interrupts").unwrap().value;
+        value.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect()
+    }
+
     fn virt(gic: GuestGic, vcpus: u32) -> GuestPlatform {
         GuestPlatform {
             vcpus,
@@ -370,13 +376,7 @@ mod tests {
         assert_eq!(node.compatible().unwrap().all().collect::<Vec<_>>(), ["arm,pl031", "arm,primecell"]);
         let regs: Vec<_> = node.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
         assert_eq!(regs, [(0x0901_0000, 0x1000)]);
-        let cells: Vec<u32> = node
-            .property("interrupts")
-            .unwrap()
-            .value
-            .chunks(4)
-            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
-            .collect();
+        let cells = interrupt_cells(&node);
         assert_eq!(cells, [0, 2, 4], "SPI 2 (INTID 34), level high");
         assert_eq!(node.property("clock-names").and_then(|p| p.as_str()), Some("apb_pclk"));
     }
@@ -418,13 +418,7 @@ mod tests {
         let regs: Vec<_> = gic.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
         assert_eq!(regs, [(0x0800_0000, 0x1_0000), (0x0801_0000, 0x2000)]);
         let timer = fdt.find_compatible(&["arm,armv8-timer"]).unwrap();
-        let cells: Vec<u32> = timer
-            .property("interrupts")
-            .unwrap()
-            .value
-            .chunks(4)
-            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
-            .collect();
+        let cells = interrupt_cells(&timer);
         assert_eq!(&cells[0..3], &[1, 13, 0xf04], "PPI to all 4 CPUs, level high");
     }
 
