@@ -211,7 +211,8 @@ struct MacroRun {
 /// (`crng-ready N`: N lines `random: crng init done` in its log). Unseeded, every
 /// `get_random_*` of the kernel takes the slow path, and Linux takes one per system call
 /// (the kernel stack offset is randomised on each): about 9,000 instructions more per call
-/// on this kernel. QEMU seeds it (`rng-seed` in the device tree it gives the guest).
+/// on this kernel. Both sides seed it (`rng-seed` in the device tree: QEMU's, or the one the
+/// hypervisor writes for each VM, docs/entropy.md); a difference is reported.
 fn crng_ready(output: &str) -> Result<bool, XtaskError> {
     output
         .lines()
