@@ -166,10 +166,10 @@ pub fn forward(intid: u32, iar: u32) -> bool {
     true
 }
 
-/// The SPIs of `devices`, as "34, 35", for log lines.
-pub fn spi_list(devices: &[PassthroughDevice]) -> String {
+/// The SPIs `spis`, as "34, 35", for log lines.
+pub fn spi_list(spis: &[PassthroughSpi]) -> String {
     let mut out = String::new();
-    for (i, spi) in devices.iter().flat_map(|d| d.spis.iter()).enumerate() {
+    for (i, spi) in spis.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }

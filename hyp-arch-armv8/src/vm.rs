@@ -447,7 +447,7 @@ impl Vm {
                 device.name,
                 device.reg,
                 device.reg.base,
-                crate::passthrough::spi_list(core::slice::from_ref(device))
+                crate::passthrough::spi_list(&device.spis)
             );
         }
         // Off until the VM runs: configured as the board says, nothing left pending or active.

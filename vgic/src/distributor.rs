@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 
 use crate::gicr::Redistributor;
 use crate::interface::VcpuInterfaceState;
+use crate::mask::set_bits;
 use crate::state::IrqState;
 use crate::{IntId, VcpuMask, VgicError, MAX_SPIS, MAX_VCPUS, MAX_VCPUS_V2};
 
@@ -86,16 +87,7 @@ impl Eq for LiveSpis {}
 impl LiveSpis {
     /// The set slots, in ascending order.
     pub(crate) fn slots(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, &bits)| {
-            let mut bits = bits;
-            core::iter::from_fn(move || {
-                (bits != 0).then(|| {
-                    let b = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    w * 64 + b
-                })
-            })
-        })
+        self.0.iter().enumerate().flat_map(|(w, &bits)| set_bits(bits).map(move |b| w * 64 + b))
     }
     fn mark(&mut self, slot: usize) {
         if let Some(w) = self.0.get_mut(slot / 64) {
@@ -232,10 +224,7 @@ impl Distributor {
     /// Clears the live bits of the SPIs that turned out quiet.
     pub(crate) fn forget_quiet_spis(&mut self) {
         for (w, word) in self.live_spis.0.iter_mut().enumerate() {
-            let mut bits = *word;
-            while bits != 0 {
-                let b = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
+            for b in set_bits(*word) {
                 if self.spi.get(w * 64 + b).is_none_or(|s| s.quiet()) {
                     *word &= !(1 << b);
                 }

@@ -9,6 +9,7 @@
 
 use crate::distributor::NO_OWNER;
 use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
+use crate::mask::set_bits;
 use crate::planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot};
 use crate::wanted::WantedList;
 use crate::{Distributor, GicVersion, VgicError, MAX_LIST_REGISTERS};
@@ -49,17 +50,6 @@ impl VcpuInterfaceState {
     }
 }
 
-/// The indices of the set bits of `mask`, lowest first.
-fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
-    core::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            i
-        })
-    })
-}
-
 impl Distributor {
     fn decode(&self, raw: u64) -> ListRegister {
         match self.version {
@@ -94,7 +84,7 @@ impl Distributor {
             return Ok(());
         }
         let mut owned = [None; MAX_LIST_REGISTERS];
-        for i in bits(owned_mask) {
+        for i in set_bits(owned_mask) {
             owned[i] = Some(self.decode(self.interfaces[vcpu].lr[i]));
         }
         let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize)];
@@ -172,7 +162,7 @@ impl Distributor {
         }
         let done = lrs.empty_status() | lrs.eoi_status();
         let mut changed = false;
-        for i in bits(owned) {
+        for i in set_bits(owned) {
             let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
             if raw == self.interfaces[vcpu].lr[i] {
                 continue;
@@ -198,7 +188,7 @@ impl Distributor {
     pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         self.sync_from_hw(vcpu, lrs)?;
         let owned = self.interfaces[vcpu].owned();
-        for i in bits(owned) {
+        for i in set_bits(owned) {
             let old = self.decode(self.interfaces[vcpu].lr[i]);
             self.released(vcpu, &old);
             self.interfaces[vcpu].set_lr(i, 0);

@@ -1,5 +1,6 @@
 //! A set of vCPUs of one VM: SGI targets, and the vCPUs the hypervisor should kick because
-//! something may have become deliverable to them.
+//! something may have become deliverable to them; and the walk over a bit mask's set bits
+//! that the vGIC's other masks (live SPIs, owned list registers) share.
 
 use core::ops::BitOr;
 
@@ -35,4 +36,15 @@ impl BitOr for VcpuMask {
     fn bitor(self, rhs: VcpuMask) -> VcpuMask {
         VcpuMask(self.0 | rhs.0)
     }
+}
+
+/// The indices of the set bits of `mask`, lowest first: one step per set bit, not per bit.
+pub(crate) fn set_bits(mut mask: u64) -> impl Iterator<Item = usize> {
+    core::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            i
+        })
+    })
 }
