@@ -1,13 +1,14 @@
-//! A VM's virtual GIC as the MMIO bus sees it: the distributor and redistributor windows
-//! forward trapped guest accesses to the VM's `vgic::Distributor`.
+//! A VM's virtual GIC as the hypervisor shares it between CPUs: the VM's `vgic::Distributor`
+//! behind its lock, the per-vCPU hints and kicks that make vCPUs look at their interrupts,
+//! and the guest's trapped accesses to the distributor and redistributor windows.
 
 use alloc::sync::Arc;
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use hyp_core::mmio::{MmioDevice, MmioError};
+use hyp_core::mmio::MmioError;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vgic::{AccessError, Distributor, MAX_VCPUS_V2 as MAX_VCPUS};
+use vgic::{AccessError, Distributor, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
 
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
@@ -37,21 +38,19 @@ impl VgicHandle {
     /// leaves its guest, one waiting for an interrupt runs again. A vCPU of this CPU is in
     /// the hypervisor already and looks at its hint before it enters again.
     pub fn kick(&self, mask: u32) {
-        let me = crate::cpus::current_index();
-        for (v, cpu) in self.running_on.iter().enumerate().filter(|(v, _)| mask & (1 << v) != 0) {
-            crate::scheduling::wake(crate::scheduling::vcpu_ref(self.vm, v), &self.waiting[v]);
+        for v in VcpuMask(u64::from(mask)).iter() {
+            let (Some(waiting), Some(cpu)) = (self.waiting.get(v), self.running_on.get(v)) else { return };
+            crate::scheduling::wake(crate::scheduling::vcpu_ref(self.vm, v), waiting);
             let cpu = cpu.load(Ordering::Acquire);
-            if cpu != usize::MAX && cpu != me {
+            if cpu != usize::MAX && cpu != crate::cpus::current_index() {
                 crate::cpus::kick(cpu);
             }
         }
     }
     /// Something may have changed for the vCPUs in `mask`.
     pub fn hint(&self, mask: u32) {
-        for (v, h) in self.hints.iter().enumerate() {
-            if mask & (1 << v) != 0 {
-                h.store(true, Ordering::Release);
-            }
+        for h in VcpuMask(u64::from(mask)).iter().map_while(|v| self.hints.get(v)) {
+            h.store(true, Ordering::Release);
         }
     }
     pub fn take_hint(&self, vcpu: usize) -> bool {
@@ -72,52 +71,37 @@ fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
     }
 }
 
-/// GICD: banked per accessing vCPU where the GIC version banks registers.
-pub struct DistributorWindow(pub SharedVgic);
+/// The guest's accesses to its vGIC's windows, which the VM's data-abort path sends here
+/// directly (`vm::GuestMmio`): GICD, banked per accessing vCPU where the GIC version banks
+/// registers, and GICR, one RD and one SGI frame per vCPU in vCPU order.
+impl VgicHandle {
+    pub fn read_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.vgic.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
+    }
 
-impl MmioDevice for DistributorWindow {
-    fn name(&self) -> &'static str {
-        "gic-distributor"
-    }
-    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.read_by(0, offset, width)
-    }
-    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        self.write_by(0, offset, width, value)
-    }
-    fn read_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.vgic.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
-    }
-    fn write_by(&mut self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    pub fn write_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
-            let mut vgic = self.0.vgic.lock();
+            let mut vgic = self.vgic.lock();
             vgic.write(vcpu, offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
             vgic.take_kicks().0 as u32
         };
-        self.0.hint(changed);
+        self.hint(changed);
         // GICv2 SGIs (GICD_SGIR) and pending bits set for others: make them look.
-        self.0.kick(changed & !(1 << vcpu));
+        self.kick(changed & !(1 << vcpu));
         Ok(())
     }
-}
 
-/// GICR: one RD and one SGI frame per vCPU, in vCPU order.
-pub struct RedistributorWindow(pub SharedVgic);
+    pub fn read_redistributor(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.vgic.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
+    }
 
-impl MmioDevice for RedistributorWindow {
-    fn name(&self) -> &'static str {
-        "gic-redistributor"
-    }
-    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.vgic.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
-    }
-    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    pub fn write_redistributor(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
-            let mut vgic = self.0.vgic.lock();
+            let mut vgic = self.vgic.lock();
             vgic.write_redistributor(offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
             vgic.take_kicks().0 as u32
         };
-        self.0.hint(changed);
+        self.hint(changed);
         Ok(())
     }
 }

@@ -11,11 +11,11 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use hyp_core::bundle::{VmDevices, VmSpec};
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::entropy::GuestSeeds;
-use hyp_core::exit::{self, BusAccess, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
+use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
-use hyp_core::mmio::{MmioBus, MmioDevice, MmioError};
+use hyp_core::mmio::{MmioBus, MmioDevice, MmioDispatch, MmioError};
 use hyp_core::pl011::{InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
 use hyp_core::smccc::{psci_status, Hypercall};
@@ -28,7 +28,7 @@ use stage2::{Ipa, IpaRange};
 
 use crate::console::{ConsoleChoice, TrackedConsole, VmConsole};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
-use crate::guest_gic::{DistributorWindow, RedistributorWindow, SharedVgic, VgicHandle};
+use crate::guest_gic::{SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::passthrough::{PassthroughDevice, PassthroughSpi};
@@ -50,6 +50,8 @@ const GUEST_UART_SPI: u32 = 1;
 const GUEST_GICD_IPA: u64 = 0x0800_0000;
 const GUEST_GICR_IPA: u64 = 0x080a_0000;
 const GUEST_GICC_IPA: u64 = 0x0801_0000;
+// The redistributors of the most vCPUs a VM may have end below the UART (`GuestMmio`).
+const _: () = assert!(GUEST_GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 <= GUEST_UART_IPA);
 /// SPIs each VM's GIC has: INTIDs 32..127 (the UART is SPI 1, virtio from SPI 16).
 const GUEST_SPIS: usize = 96;
 /// The virtual timer's PPI, the same INTID for the guest and the board (DESIGN.md).
@@ -295,7 +297,7 @@ pub struct Vm {
     vttbr: u64,
     vtcr: u64,
     bus: Mutex<MmioBus>,
-    /// The VM's virtual GIC (also reached through the bus's GIC windows).
+    /// The VM's virtual GIC (its windows are not on the bus: `GuestMmio` decodes them first).
     vgic: SharedVgic,
     vgic_config: VgicConfig,
     /// The VM's console UART (also on the bus), which console input reaches directly.
@@ -379,11 +381,6 @@ impl Vm {
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(window(GUEST_UART_IPA, GUEST_UART_SIZE)?, Box::new(uart.clone()));
-        let _ = bus.attach(window(GUEST_GICD_IPA, GICD_SIZE)?, Box::new(DistributorWindow(Arc::clone(&vgic))));
-        if gic_v3 {
-            let size = GICR_FRAME_SIZE * u64::from(spec.vcpus);
-            let _ = bus.attach(window(GUEST_GICR_IPA, size)?, Box::new(RedistributorWindow(Arc::clone(&vgic))));
-        }
         let virtio = create_virtio(id, &spec, ram, &vgic, &console_choice)?;
         // Granted by the capability space like the windows above: they cannot overlap.
         let mut attach = |slot: u64, device: Box<dyn MmioDevice + Send>| {
@@ -588,7 +585,12 @@ impl Vm {
             if intid >= crate::gic::SPURIOUS {
                 break;
             }
-            if crate::passthrough::forward(intid, iar) {
+            // The most frequent first: another CPU made this vCPU look (an IPI, an I/O
+            // completion).
+            if intid == crate::gic::SGI_KICK {
+                self.count_exit(vcpu, ExitReason::Kick);
+                crate::gic::end_of_interrupt(iar);
+            } else if crate::passthrough::forward(intid, iar) {
                 self.count_exit(vcpu, ExitReason::OtherInterrupt);
             } else if intid == VTIMER_PPI {
                 self.count_exit(vcpu, ExitReason::TimerInterrupt);
@@ -608,14 +610,8 @@ impl Vm {
                 scheduling::request_reschedule(crate::cpus::current_index());
                 crate::gic::end_of_interrupt(iar);
             } else {
-                self.count_exit(
-                    vcpu,
-                    match intid {
-                        crate::gic::SGI_KICK => ExitReason::Kick,
-                        _ if intid == crate::board_ppis()[0] => ExitReason::Maintenance,
-                        _ => ExitReason::OtherInterrupt,
-                    },
-                );
+                let maintenance = intid == crate::board_ppis()[0];
+                self.count_exit(vcpu, if maintenance { ExitReason::Maintenance } else { ExitReason::OtherInterrupt });
                 crate::gic::end_of_interrupt(iar);
             }
             self.vgic.hint(1 << vcpu);
@@ -860,7 +856,7 @@ impl Vm {
                     if shared && exit.syndrome.class() == ExceptionClass::WFX && exit.syndrome.iss() & 0b11 == 1 {
                         scheduling::yield_now(cpu, scheduling::vcpu_ref(self.id, vcpu));
                     }
-                    let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut LockedBus(&self.bus), self);
+                    let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut GuestMmio(self), self);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
                         Some(incident) => {
@@ -1113,12 +1109,55 @@ fn create_virtio(
     Ok(VirtioDevices { disk, nic, console })
 }
 
-/// A VM's bus, locked only for the exits that use it.
-struct LockedBus<'a>(&'a Mutex<MmioBus>);
+/// Where a VM's trapped MMIO accesses go. The vGIC's windows, at fixed IPAs and the most
+/// used (Linux reads and writes the distributor on every interrupt it configures), go to
+/// the vGIC at once; the rest goes through the bus, locked only for the exits that use it.
+struct GuestMmio<'a>(&'a Vm);
 
-impl BusAccess for LockedBus<'_> {
-    fn with_bus<R>(&mut self, f: impl FnOnce(&mut MmioBus) -> R) -> R {
-        f(&mut self.0.lock())
+impl GuestMmio<'_> {
+    /// The offset of `ipa` in the distributor window, or in the redistributors' (GICv3).
+    fn vgic_window(&self, ipa: Ipa) -> Option<(VgicWindow, u64)> {
+        // One test for every other device (they all lie above: the UART first).
+        if !(GUEST_GICD_IPA..GUEST_UART_IPA).contains(&ipa.0) {
+            return None;
+        }
+        if let Some(offset) = ipa.0.checked_sub(GUEST_GICD_IPA).filter(|&o| o < GICD_SIZE) {
+            return Some((VgicWindow::Distributor, offset));
+        }
+        let redistributors = GICR_FRAME_SIZE * u64::from(self.0.spec.vcpus);
+        let offset = ipa.0.checked_sub(GUEST_GICR_IPA).filter(|&o| self.0.gic_v3 && o < redistributors)?;
+        Some((VgicWindow::Redistributors, offset))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum VgicWindow {
+    Distributor,
+    Redistributors,
+}
+
+impl MmioDispatch for GuestMmio<'_> {
+    fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+        match self.vgic_window(ipa) {
+            Some((VgicWindow::Distributor, offset)) => self.0.vgic.read_distributor(vcpu, offset, width),
+            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.read_redistributor(offset, width),
+            None => self.0.bus.lock().read(vcpu, ipa, width),
+        }
+    }
+    fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let value = value & width.mask();
+        match self.vgic_window(ipa) {
+            Some((VgicWindow::Distributor, offset)) => self.0.vgic.write_distributor(vcpu, offset, width, value),
+            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.write_redistributor(offset, width, value),
+            None => self.0.bus.lock().write(vcpu, ipa, width, value),
+        }
+    }
+    fn device_name(&mut self, ipa: Ipa) -> Option<&'static str> {
+        match self.vgic_window(ipa) {
+            Some((VgicWindow::Distributor, _)) => Some("gic-distributor"),
+            Some((VgicWindow::Redistributors, _)) => Some("gic-redistributor"),
+            None => self.0.bus.lock().device_name(ipa),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use core::fmt;
 
 use stage2::Ipa;
 
-use crate::mmio::{MmioBus, MmioError};
+use crate::mmio::{MmioDispatch, MmioError};
 use crate::smccc::{self, Hypercall};
 use crate::syndrome::{ExceptionClass, Syndrome};
 use crate::sysreg::{self, IdRegisters, SgiGenerationRegister, SysRegAccess, SysRegAction, VmFeatures};
@@ -135,18 +135,6 @@ impl fmt::Display for Incident {
     }
 }
 
-/// Access to a VM's MMIO bus, taken only by the exits that need it (a hypercall should not
-/// pay for the bus lock).
-pub trait BusAccess {
-    fn with_bus<R>(&mut self, f: impl FnOnce(&mut MmioBus) -> R) -> R;
-}
-
-impl BusAccess for MmioBus {
-    fn with_bus<R>(&mut self, f: impl FnOnce(&mut MmioBus) -> R) -> R {
-        f(self)
-    }
-}
-
 /// What a trapped system register access needs from the VM and the CPU.
 pub trait SysRegEnv {
     fn features(&self) -> VmFeatures;
@@ -158,7 +146,7 @@ pub fn handle_sync(
     ctx: &mut GuestContext,
     vcpu: usize,
     exit: &SyncExit,
-    bus: &mut impl BusAccess,
+    mmio: &mut impl MmioDispatch,
     sys: &impl SysRegEnv,
 ) -> (Outcome, Option<Incident>) {
     let s = exit.syndrome;
@@ -184,7 +172,7 @@ pub fn handle_sync(
                 call => (Outcome::Call(call), None),
             }
         }
-        ExceptionClass::DATA_ABORT_LOWER => bus.with_bus(|bus| data_abort(ctx, vcpu, exit, bus)),
+        ExceptionClass::DATA_ABORT_LOWER => data_abort(ctx, vcpu, exit, mmio),
         ExceptionClass::INSTRUCTION_ABORT_LOWER => (
             Outcome::InjectAbort { instruction: true, far: exit.far },
             Some(Incident::InstructionFetchOutsideMemory { ipa: exit.fault_ipa() }),
@@ -225,21 +213,26 @@ pub fn handle_sync(
     }
 }
 
-fn data_abort(ctx: &mut GuestContext, vcpu: usize, exit: &SyncExit, bus: &mut MmioBus) -> (Outcome, Option<Incident>) {
+fn data_abort(
+    ctx: &mut GuestContext,
+    vcpu: usize,
+    exit: &SyncExit,
+    mmio: &mut impl MmioDispatch,
+) -> (Outcome, Option<Incident>) {
     let abort = exit.syndrome.data_abort();
     let ipa = exit.fault_ipa();
     let inject = Outcome::InjectAbort { instruction: false, far: exit.far };
     let Some(access) = abort.mmio_access() else {
-        let incident = match bus.device_name(ipa) {
+        let incident = match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
             None => Incident::NoMemoryOrDevice { ipa, va: exit.far, write: abort.is_write() },
         };
         return (inject, Some(incident));
     };
     let result = if access.is_write {
-        bus.write(vcpu, ipa, access.width, ctx.reg(access.register))
+        mmio.write(vcpu, ipa, access.width, ctx.reg(access.register))
     } else {
-        bus.read(vcpu, ipa, access.width).map(|value| ctx.set_reg(access.register, access.load_result(value)))
+        mmio.read(vcpu, ipa, access.width).map(|value| ctx.set_reg(access.register, access.load_result(value)))
     };
     match result {
         Ok(()) => {
@@ -318,6 +311,7 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mmio::MmioBus;
     use crate::pl011::{ConsoleOutput, InterruptLine, Pl011};
     use crate::syndrome::AccessWidth;
     use alloc::boxed::Box;

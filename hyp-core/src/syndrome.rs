@@ -112,23 +112,21 @@ impl Syndrome {
     }
 }
 
-/// Width of a data access.
+/// Width of a data access; the value is log2 of the bytes, as ISS.SAS encodes it (ARM ARM
+/// D24.2.40).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
 pub enum AccessWidth {
-    Byte,
-    Halfword,
-    Word,
-    Doubleword,
+    Byte = 0,
+    Halfword = 1,
+    Word = 2,
+    Doubleword = 3,
 }
 
 impl AccessWidth {
+    /// A shift, not a match: every MMIO exit asks more than once.
     pub const fn bytes(self) -> u64 {
-        match self {
-            Self::Byte => 1,
-            Self::Halfword => 2,
-            Self::Word => 4,
-            Self::Doubleword => 8,
-        }
+        1 << self as u8
     }
     pub const fn from_bytes(bytes: u64) -> Option<Self> {
         match bytes {
@@ -141,10 +139,7 @@ impl AccessWidth {
     }
     /// The bits of a register that an access of this width carries.
     pub const fn mask(self) -> u64 {
-        match self {
-            Self::Doubleword => u64::MAX,
-            w => (1u64 << (8 * w.bytes())) - 1,
-        }
+        u64::MAX >> (64 - 8 * self.bytes())
     }
 }
 
@@ -323,6 +318,9 @@ mod tests {
             assert_eq!(AccessWidth::from_bytes(w.bytes()), Some(w));
         }
         assert_eq!(AccessWidth::from_bytes(3), None);
+        assert_eq!(AccessWidth::Byte.mask(), 0xff);
         assert_eq!(AccessWidth::Halfword.mask(), 0xffff);
+        assert_eq!(AccessWidth::Word.mask(), 0xffff_ffff);
+        assert_eq!(AccessWidth::Doubleword.mask(), u64::MAX);
     }
 }

@@ -9,7 +9,7 @@ use crate::gicr::Redistributor;
 use crate::interface::VcpuInterfaceState;
 use crate::mask::set_bits;
 use crate::state::IrqState;
-use crate::{IntId, VcpuMask, VgicError, MAX_SPIS, MAX_VCPUS, MAX_VCPUS_V2};
+use crate::{IntId, VcpuMask, VgicError, MAX_LIST_REGISTERS, MAX_SPIS, MAX_VCPUS, MAX_VCPUS_V2};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum GicVersion {
@@ -197,14 +197,14 @@ impl Distributor {
     /// The state of `intid` for `vcpu` (private interrupts are per vCPU), if it exists.
     pub(crate) fn irq(&self, vcpu: usize, intid: u32) -> Option<&IrqState> {
         if intid < 32 {
-            self.redistributors.get(vcpu)?.irqs.get(intid as usize)
+            self.redistributors.get(vcpu)?.irq(intid)
         } else {
             self.spi.get(intid as usize - 32)
         }
     }
     pub(crate) fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut IrqState> {
         if intid < 32 {
-            self.redistributors.get_mut(vcpu)?.irqs.get_mut(intid as usize)
+            self.redistributors.get_mut(vcpu)?.irq_mut(intid)
         } else {
             let slot = intid as usize - 32;
             let irq = self.spi.get_mut(slot)?;
@@ -213,16 +213,22 @@ impl Distributor {
         }
     }
 
-    /// The invariant behind `live_spis`, for property tests: every SPI that is not quiet has
-    /// its live bit set (or a vCPU would never be shown it).
+    /// The invariant behind the live masks (`live_spis`, each redistributor's), for property
+    /// tests: every interrupt that is not quiet has its live bit set (or a vCPU would never
+    /// be shown it).
     #[doc(hidden)]
-    pub fn live_spis_cover_every_busy_spi(&self) -> bool {
+    pub fn live_masks_cover_every_busy_interrupt(&self) -> bool {
         let live: Vec<usize> = self.live_spis.slots().collect();
         self.spi.iter().enumerate().all(|(slot, irq)| irq.quiet() || live.binary_search(&slot).is_ok())
+            && self.redistributors.iter().all(Redistributor::live_covers_every_busy_interrupt)
     }
 
-    /// Clears the live bits of the SPIs that turned out quiet.
-    pub(crate) fn forget_quiet_spis(&mut self) {
+    /// Clears the live bits of the SPIs, and of `vcpu`'s private interrupts, that turned out
+    /// quiet.
+    pub(crate) fn forget_quiet(&mut self, vcpu: usize) {
+        if let Some(rd) = self.redistributors.get_mut(vcpu) {
+            rd.forget_quiet();
+        }
         for (w, word) in self.live_spis.0.iter_mut().enumerate() {
             for b in set_bits(*word) {
                 if self.spi.get(w * 64 + b).is_none_or(|s| s.quiet()) {
@@ -350,7 +356,7 @@ impl Distributor {
         if vcpu >= self.vcpus {
             return false;
         }
-        let mut wanted = crate::wanted::WantedList::new();
+        let mut wanted = crate::wanted::WantedList::<MAX_LIST_REGISTERS>::new();
         self.wanted(vcpu, &mut wanted);
         wanted.any_pending()
     }

@@ -4,7 +4,7 @@
 //! registers, and GICv3's IROUTER.
 
 use crate::distributor::IRM;
-use crate::mmio::{check, Frame, BYTE_OR_WORD, WORD, WORD_OR_DOUBLE};
+use crate::mmio::{check, Frame, BYTE_OR_WORD, INTERRUPT_BLOCK, WORD, WORD_OR_DOUBLE};
 use crate::{AccessError, Distributor, GicVersion, VcpuMask};
 
 /// GICD_IIDR / GICR_IIDR: implementer Arm (JEP106 0x43b), product 0x48.
@@ -92,8 +92,12 @@ impl Distributor {
     /// A guest read of the distributor at `offset`, `width` bytes, by `vcpu`.
     pub fn read(&self, vcpu: usize, offset: u64, width: usize) -> Result<u64, AccessError> {
         self.check_dist(vcpu, offset)?;
-        if let Some(r) = self.read_block(Frame::Distributor { accessor: vcpu }, offset, width) {
-            return r;
+        // Tested here, not only inside: GICD_CTLR and GICD_TYPER, the most read, are below
+        // the block and should not pay for the call.
+        if INTERRUPT_BLOCK.contains(&offset) {
+            if let Some(r) = self.read_block(Frame::Distributor { accessor: vcpu }, offset, width) {
+                return r;
+            }
         }
         let (reg, allowed) = self.dist_reg(offset);
         check(offset, width, allowed)?;
@@ -165,7 +169,8 @@ impl Distributor {
     /// extended SPIs, A3V = 0, RSS = 0 (IHI 0069H 12.9, GICD_TYPER); GICv2: CPUNumber [7:5]
     /// (IHI 0048B 4.3.2).
     fn typer(&self) -> u64 {
-        let lines = ((32 + self.spis as u64).div_ceil(32)) - 1;
+        // 32 * (ITLinesNumber + 1) INTIDs: 32 private ones, then the SPIs in blocks of 32.
+        let lines = (self.spis as u64).div_ceil(32);
         match self.version {
             GicVersion::V3 => lines | (9 << 19),
             GicVersion::V2 => lines | ((self.vcpus as u64 - 1) << 5),
@@ -211,18 +216,22 @@ impl Distributor {
     /// source CPU (IHI 0048B 4.3.16, 4.3.17).
     fn write_sgi_pending(&mut self, vcpu: usize, sgi: u32, sources: u8, set: bool) {
         let sources = sources & self.v2_cpu_mask();
-        let i = sgi as usize;
-        let rd = &mut self.redistributors[vcpu];
-        let before = (rd.sgi_sources[i], rd.irqs[i]);
-        if set {
-            rd.sgi_sources[i] |= sources;
-        } else {
-            rd.sgi_sources[i] &= !sources;
-            if sources & (1 << (rd.sgi_lr_source[i] & 7)) != 0 {
-                rd.irqs[i].set_lr_pending(false);
+        let Some(rd) = self.redistributors.get_mut(vcpu) else { return };
+        let in_lr = rd.sgi_lr_source.get(sgi as usize).map_or(0, |s| s & 7);
+        let before = (rd.sgi_sources(sgi), rd.irq(sgi).copied());
+        if let Some(waiting) = rd.sgi_sources_mut(sgi) {
+            if set {
+                *waiting |= sources;
+            } else {
+                *waiting &= !sources;
             }
         }
-        if before != (rd.sgi_sources[i], rd.irqs[i]) {
+        if !set && sources & (1 << in_lr) != 0 {
+            if let Some(s) = rd.irq_mut(sgi) {
+                s.set_lr_pending(false);
+            }
+        }
+        if before != (rd.sgi_sources(sgi), rd.irq(sgi).copied()) {
             self.kicks.insert(vcpu);
         }
     }

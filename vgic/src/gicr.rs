@@ -3,6 +3,7 @@
 //! `Redistributor` is also where a GICv2 VM keeps each vCPU's banked private interrupts
 //! and its SGIs' per-source pending state.
 
+use crate::mask::set_bits;
 use crate::mmio::{check, Frame, WORD, WORD_OR_DOUBLE};
 use crate::state::IrqState;
 use crate::{AccessError, Distributor, GicVersion};
@@ -24,19 +25,100 @@ const WAKER_CHILDREN_ASLEEP: u64 = 1 << 2;
 /// One vCPU's private interrupts and what goes with them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Redistributor {
-    pub(crate) irqs: [IrqState; 32],
+    /// Changed only through `irq_mut`, which keeps `live`.
+    irqs: [IrqState; 32],
     /// GICv2: per SGI, the source CPUs it is pending from and not yet in a list register
-    /// (IHI 0048B 4.3.16): two sources are two interrupts, neither may be lost.
-    pub(crate) sgi_sources: [u8; 16],
+    /// (IHI 0048B 4.3.16): two sources are two interrupts, neither may be lost. Changed only
+    /// through `sgi_sources_mut`, which keeps `live`.
+    sgi_sources: [u8; 16],
     /// GICv2: the source of the SGI in a list register (pending or active there).
     pub(crate) sgi_lr_source: [u8; 16],
     /// GICR_WAKER.ProcessorSleep.
     pub(crate) processor_sleep: bool,
+    live: LivePrivate,
 }
+
+/// Bit n set: private interrupt n may not be quiet. Set whenever its state may change,
+/// cleared when it is found quiet, so that finding what to show a vCPU (on every interrupt
+/// it is sent) looks at those few instead of all 32. A cache, not GIC state: two
+/// redistributors with the same interrupt states are equal whatever their caches hold.
+#[derive(Clone, Copy, Debug)]
+struct LivePrivate(u32);
+
+impl PartialEq for LivePrivate {
+    fn eq(&self, _: &LivePrivate) -> bool {
+        true
+    }
+}
+impl Eq for LivePrivate {}
 
 impl Redistributor {
     pub(crate) const fn new(irqs: [IrqState; 32]) -> Redistributor {
-        Redistributor { irqs, sgi_sources: [0; 16], sgi_lr_source: [0; 16], processor_sleep: true }
+        Redistributor {
+            irqs,
+            sgi_sources: [0; 16],
+            sgi_lr_source: [0; 16],
+            processor_sleep: true,
+            live: LivePrivate(u32::MAX),
+        }
+    }
+
+    pub(crate) fn irq(&self, intid: u32) -> Option<&IrqState> {
+        self.irqs.get(intid as usize)
+    }
+    pub(crate) fn irq_mut(&mut self, intid: u32) -> Option<&mut IrqState> {
+        let irq = self.irqs.get_mut(intid as usize)?;
+        self.live.0 |= 1 << intid;
+        Some(irq)
+    }
+
+    /// GICv2: the sources `sgi` is pending from, not counting one in a list register.
+    pub(crate) fn sgi_sources(&self, sgi: u32) -> u8 {
+        self.sgi_sources.get(sgi as usize).copied().unwrap_or(0)
+    }
+    pub(crate) fn sgi_sources_mut(&mut self, sgi: u32) -> Option<&mut u8> {
+        let sources = self.sgi_sources.get_mut(sgi as usize)?;
+        self.live.0 |= 1 << sgi;
+        Some(sources)
+    }
+
+    /// GICv2: `sgi` from `source` is shown pending in a list register.
+    pub(crate) fn sgi_to_lr(&mut self, sgi: u32, source: u8) {
+        if let Some(sources) = self.sgi_sources_mut(sgi) {
+            *sources &= !(1 << (source & 7));
+        }
+        if let Some(s) = self.irq_mut(sgi) {
+            s.set_lr_pending(true);
+        }
+    }
+
+    /// GICv2: the pending state `sgi` showed in a list register goes back to its source.
+    pub(crate) fn sgi_from_lr(&mut self, sgi: u32) {
+        let source = self.sgi_lr_source.get(sgi as usize).map_or(0, |s| s & 7);
+        let Some(s) = self.irq_mut(sgi).filter(|s| s.lr_pending()) else { return };
+        s.set_lr_pending(false);
+        if let Some(sources) = self.sgi_sources_mut(sgi) {
+            *sources |= 1 << source;
+        }
+    }
+
+    /// The private interrupts that may not be quiet (a bit per INTID).
+    pub(crate) fn live(&self) -> u64 {
+        u64::from(self.live.0)
+    }
+
+    /// Clears the live bits of the private interrupts that turned out quiet.
+    pub(crate) fn forget_quiet(&mut self) {
+        for intid in set_bits(self.live()) {
+            if self.irqs[intid].quiet() && self.sgi_sources(intid as u32) == 0 {
+                self.live.0 &= !(1 << intid);
+            }
+        }
+    }
+
+    /// The invariant behind `live`: every private interrupt that is not quiet has its bit.
+    pub(crate) fn live_covers_every_busy_interrupt(&self) -> bool {
+        (0..32u32).all(|i| (self.irqs[i as usize].quiet() && self.sgi_sources(i) == 0) || self.live() & (1 << i) != 0)
     }
 
     /// GICR_WAKER.ProcessorSleep: the guest has not yet woken this redistributor.
@@ -46,9 +128,8 @@ impl Redistributor {
 
     /// GICv2: the sources `sgi` is pending from, including one already in a list register.
     pub(crate) fn sgi_pending_sources(&self, sgi: u32, irq: IrqState) -> u8 {
-        let i = sgi as usize;
-        let waiting = self.sgi_sources.get(i).copied().unwrap_or(0);
-        let in_lr = self.sgi_lr_source.get(i).copied().unwrap_or(0);
+        let waiting = self.sgi_sources(sgi);
+        let in_lr = self.sgi_lr_source.get(sgi as usize).copied().unwrap_or(0);
         waiting | if irq.lr_pending() { 1 << (in_lr & 7) } else { 0 }
     }
 }

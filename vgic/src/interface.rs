@@ -69,19 +69,29 @@ impl Distributor {
     /// With nothing to show and nothing shown, it touches no list register.
     pub fn flush_to_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         self.check_vcpu(vcpu)?;
-        self.forget_quiet_spis();
-        let mut wanted = WantedList::new();
+        self.forget_quiet(vcpu);
+        // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4),
+        // and no more wanted interrupts are kept than they could show.
+        let count = lrs.count().min(MAX_LIST_REGISTERS);
+        if count <= 4 {
+            self.flush_wanted::<4>(vcpu, lrs, count);
+        } else {
+            self.flush_wanted::<MAX_LIST_REGISTERS>(vcpu, lrs, count);
+        }
+        Ok(())
+    }
+
+    fn flush_wanted<const N: usize>(&mut self, vcpu: usize, lrs: &mut impl ListRegisters, count: usize) {
+        let mut wanted = WantedList::<N>::new();
         self.wanted(vcpu, &mut wanted);
         let owned_mask = self.interfaces[vcpu].owned();
         if wanted.is_empty() && owned_mask == 0 {
             self.set_maintenance(vcpu, lrs, Maintenance::default());
-            return Ok(());
+            return;
         }
-        // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4).
-        let count = lrs.count().min(MAX_LIST_REGISTERS);
         if owned_mask == 0 {
             self.fill_empty(vcpu, lrs, &wanted, count);
-            return Ok(());
+            return;
         }
         let mut owned = [None; MAX_LIST_REGISTERS];
         for i in set_bits(owned_mask) {
@@ -123,7 +133,6 @@ impl Distributor {
             }
         }
         self.set_maintenance(vcpu, lrs, plan.maintenance);
-        Ok(())
     }
 
     /// `flush_to_hw` when `vcpu` holds no list register (the common case of an interrupt
@@ -132,7 +141,13 @@ impl Distributor {
     /// underflow maintenance interrupt is asked for if some did not fit, the no-pending one
     /// if a GICv2 SGI has more sources waiting (`ListRegisterPlanner::plan` with no owned
     /// list register: `tests/planner.rs` states the rule, `tests/robustness.rs` runs both).
-    fn fill_empty(&mut self, vcpu: usize, lrs: &mut impl ListRegisters, wanted: &WantedList, count: usize) {
+    fn fill_empty<const N: usize>(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut impl ListRegisters,
+        wanted: &WantedList<N>,
+        count: usize,
+    ) {
         let empty = lrs.empty_status();
         let mut free = (0..count).filter(|&i| empty & (1 << i) != 0);
         let (mut shown, mut no_pending) = (0, false);
@@ -220,10 +235,7 @@ impl Distributor {
         if !lr.state.pending() {
             self.return_pending(vcpu, intid);
         } else if self.is_v2_sgi(intid) {
-            let rd = &mut self.redistributors[vcpu];
-            let i = intid as usize;
-            rd.sgi_sources[i] &= !(1 << (lr.source & 7));
-            rd.irqs[i].set_lr_pending(true);
+            self.redistributors[vcpu].sgi_to_lr(intid, lr.source);
         } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.edge_like()) {
             s.set_latch(false);
             s.set_lr_pending(true);
@@ -237,8 +249,11 @@ impl Distributor {
     /// longer deliverable here. Its pending state goes back to software; an active state
     /// stays in the software state (so `wanted` shows it again).
     fn released(&mut self, vcpu: usize, old: &ListRegister) {
-        let intid = old.vintid.0;
-        self.return_pending(vcpu, intid);
+        self.return_pending(vcpu, old.vintid.0);
+        self.release_owner(vcpu, old.vintid.0);
+    }
+
+    fn release_owner(&mut self, vcpu: usize, intid: u32) {
         if intid >= 32 && self.spi_owner.get(intid as usize - 32) == Some(&(vcpu as u8)) {
             self.set_owner(intid, NO_OWNER);
         }
@@ -246,12 +261,7 @@ impl Distributor {
 
     fn return_pending(&mut self, vcpu: usize, intid: u32) {
         if self.is_v2_sgi(intid) {
-            let rd = &mut self.redistributors[vcpu];
-            let i = intid as usize;
-            if rd.irqs[i].lr_pending() {
-                rd.irqs[i].set_lr_pending(false);
-                rd.sgi_sources[i] |= 1 << (rd.sgi_lr_source[i] & 7);
-            }
+            self.redistributors[vcpu].sgi_from_lr(intid);
         } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.lr_pending()) {
             s.set_lr_pending(false);
             if s.edge_like() {
@@ -265,16 +275,19 @@ impl Distributor {
         let intid = old.vintid.0;
         if let Some(s) = self.irq_mut(vcpu, intid) {
             s.set_active(state.active());
-            if s.edge_like() {
-                s.set_lr_pending(state.pending());
-            } else if !state.pending() {
+            // Only a latch-like pending state moves into a list register (`placed`); a level
+            // interrupt (or one reconfigured as level since) holds none there.
+            s.set_lr_pending(state.pending() && s.edge_like());
+            if !s.edge_like() && !state.pending() {
                 // Acknowledged: a pending state set through ISPENDR is consumed; the line
                 // is what remains (IHI 0069H 4.1, "Interrupt lifecycle", level-sensitive interrupts).
                 s.set_latch(false);
             }
         }
         if state == LrState::Invalid {
-            self.released(vcpu, old);
+            // Nothing pending is left to give back (`released` would find nothing): only
+            // the SPI's owner goes.
+            self.release_owner(vcpu, intid);
         }
     }
 }

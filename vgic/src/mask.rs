@@ -23,8 +23,9 @@ impl VcpuMask {
     pub const fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// The vCPUs in the set, lowest first: one step per vCPU in it.
     pub fn iter(self) -> impl Iterator<Item = usize> {
-        (0..64).filter(move |&v| self.contains(v))
+        set_bits(self.0)
     }
     pub(crate) fn insert(&mut self, vcpu: usize) {
         *self = *self | VcpuMask::single(vcpu);

@@ -67,7 +67,7 @@ impl Distributor {
         let req = SgiRequest::decode(value);
         let mut targets = VcpuMask::EMPTY;
         for vcpu in (0..self.vcpus).filter(|&v| req.names(source, v)) {
-            let sgi = &mut self.redistributors[vcpu].irqs[req.intid as usize];
+            let Some(sgi) = self.redistributors[vcpu].irq_mut(req.intid) else { continue };
             // An access for Group 0 generates only Group 0 SGIs; ICC_SGI1R_EL1 either
             // group, there being one Security state (IHI 0069H 12.2.22, Table 12-14).
             if register == SgiRegister::Sgi1r || !sgi.group1() {
@@ -82,7 +82,7 @@ impl Distributor {
     /// GICD_SGIR: TargetListFilter [25:24] (0: the list, 1: all but the sender, 2: the sender
     /// only, 3: reserved, nothing), CPUTargetList [23:16], SGIINTID [3:0].
     pub(crate) fn write_sgir(&mut self, source: usize, value: u32) {
-        let sgi = (value & 0xf) as usize;
+        let sgi = value & 0xf;
         let mask = u32::from(self.v2_cpu_mask())
             & match (value >> 24) & 3 {
                 0 => (value >> 16) & 0xff,
@@ -91,7 +91,9 @@ impl Distributor {
                 _ => 0,
             };
         for vcpu in (0..self.vcpus).filter(|v| mask & (1 << v) != 0) {
-            self.redistributors[vcpu].sgi_sources[sgi] |= 1 << source;
+            if let Some(sources) = self.redistributors[vcpu].sgi_sources_mut(sgi) {
+                *sources |= 1 << source;
+            }
             self.kicks.insert(vcpu);
         }
     }

@@ -1,16 +1,18 @@
 //! What one vCPU should see in its list registers: its private interrupts and the SPIs
 //! routed to it (or still held in its list registers), each with the list-register
-//! contents that show its state, best first. Only the best `MAX_LIST_REGISTERS` are kept,
-//! with a count of the rest: no allocation, whatever the number pending.
+//! contents that show its state, best first. Only the best `N` are kept (no more than the
+//! list registers that could show them), with a count of the rest: no allocation, whatever
+//! the number pending.
 
 use crate::distributor::NO_OWNER;
 use crate::lr::{ListRegister, LrState};
+use crate::mask::set_bits;
 use crate::planner::Wanted;
 use crate::state::IrqState;
-use crate::{Distributor, IntId, MAX_LIST_REGISTERS};
+use crate::{Distributor, IntId};
 
-pub(crate) struct WantedList {
-    items: [Wanted; MAX_LIST_REGISTERS],
+pub(crate) struct WantedList<const N: usize> {
+    items: [Wanted; N],
     len: usize,
     total: usize,
 }
@@ -22,22 +24,27 @@ fn key(w: &Wanted) -> (bool, u8, u32) {
     (!w.lr.state.active(), w.lr.priority, w.lr.vintid.0)
 }
 
-impl WantedList {
-    pub(crate) fn new() -> WantedList {
-        WantedList { items: [Wanted::default(); MAX_LIST_REGISTERS], len: 0, total: 0 }
+impl<const N: usize> WantedList<N> {
+    pub(crate) fn new() -> WantedList<N> {
+        WantedList { items: [Wanted::default(); N], len: 0, total: 0 }
     }
 
+    // Inlined: called out of line, the copy of `w` into the list is a memcpy call.
+    #[inline(always)]
     fn push(&mut self, w: Wanted) {
         self.total += 1;
         let k = key(&w);
         let pos = self.items[..self.len].iter().position(|x| key(x) > k).unwrap_or(self.len);
-        if pos >= MAX_LIST_REGISTERS {
+        if pos >= N {
             return;
         }
-        if self.len < MAX_LIST_REGISTERS {
+        if self.len < N {
             self.len += 1;
         }
-        self.items.copy_within(pos..self.len - 1, pos + 1);
+        // Shifted one by one: a list this short (usually empty) is not worth a memmove call.
+        for i in (pos + 1..self.len).rev() {
+            self.items[i] = self.items[i - 1];
+        }
         self.items[pos] = w;
     }
 
@@ -58,22 +65,12 @@ impl WantedList {
 impl Distributor {
     /// Fills `list` (empty) with what `vcpu` should see. The caller owns the list, so the
     /// few hundred bytes of it are not copied on the way back.
-    pub(crate) fn wanted(&self, vcpu: usize, list: &mut WantedList) {
+    pub(crate) fn wanted<const N: usize>(&self, vcpu: usize, list: &mut WantedList<N>) {
         let Some(rd) = self.redistributors.get(vcpu) else { return };
-        // Most private interrupts are quiet: a test per INTID, no bounds checks.
-        let (sgis, ppis) = rd.irqs.split_at(16);
-        for (intid, (irq, &sources)) in (0u32..).zip(sgis.iter().zip(rd.sgi_sources.iter())) {
-            if !irq.quiet() || sources != 0 {
-                if let Some(w) = self.want_private(vcpu, intid) {
-                    list.push(w);
-                }
-            }
-        }
-        for (intid, irq) in (16u32..).zip(ppis.iter()) {
-            if !irq.quiet() {
-                if let Some(w) = self.want_private(vcpu, intid) {
-                    list.push(w);
-                }
+        // Only the private interrupts that may not be quiet: usually one, or none.
+        for intid in set_bits(rd.live()) {
+            if let Some(w) = self.want_private(vcpu, intid as u32) {
+                list.push(w);
             }
         }
         for slot in self.live_spis.slots() {
@@ -124,15 +121,14 @@ impl Distributor {
     /// deactivated).
     fn want_private(&self, vcpu: usize, intid: u32) -> Option<Wanted> {
         let rd = self.redistributors.get(vcpu)?;
-        let s = *rd.irqs.get(intid as usize)?;
+        let s = *rd.irq(intid)?;
         if !self.is_v2_sgi(intid) {
             return self.want(s, intid, true);
         }
-        let i = intid as usize;
         let forward = s.enabled() && self.group_enabled(s);
-        let waiting = rd.sgi_sources[i];
+        let waiting = rd.sgi_sources(intid);
         let (source, pending) = if s.active() || s.lr_pending() {
-            let src = rd.sgi_lr_source[i] & 7;
+            let src = rd.sgi_lr_source[intid as usize] & 7;
             (src, forward && (s.lr_pending() || (s.active() && waiting & (1 << src) != 0)))
         } else {
             (waiting.trailing_zeros().min(7) as u8, forward && waiting != 0)

@@ -89,6 +89,18 @@ extern "C" fn guest_main() -> ! {
         format_args!("mmio: a 64-bit UART access gives an external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
     );
 
+    // The vGIC's windows are decoded before the other devices': their refusals too.
+    let caught = expect_exception(|| unsafe {
+        let _ = read_volatile(gic::GICD as *const u64);
+    });
+    c.check(
+        is_external_abort(caught, EC_DATA_ABORT_SAME_EL, gic::GICD),
+        format_args!(
+            "mmio: a 64-bit GIC distributor access gives an external abort (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
+    );
+
     let caught = expect_exception(|| unsafe { asm!("mrs {}, pmccntr_el0", out(reg) _) });
     c.check(
         matches!(caught, Some((esr, _)) if esr >> 26 == 0),
