@@ -50,7 +50,7 @@ enum BlockReg {
     RazWi,
 }
 
-/// The offsets of the interrupt block.
+/// The offsets of the interrupt block (`block_reg` decodes them).
 pub(crate) const INTERRUPT_BLOCK: core::ops::Range<u64> = 0x080..0xf00;
 
 fn block_reg(offset: u64) -> Option<(BlockReg, u8)> {
@@ -86,9 +86,6 @@ impl Distributor {
 
     /// An access in the interrupt block: `None` if `offset` is not in it.
     pub(crate) fn read_block(&self, frame: Frame, offset: u64, width: usize) -> Option<Result<u64, AccessError>> {
-        if !INTERRUPT_BLOCK.contains(&offset) {
-            return None;
-        }
         let (reg, allowed) = block_reg(offset)?;
         Some(check(offset, width, allowed).map(|()| match reg {
             BlockReg::Bits(reg, n) => u64::from(self.read_bits(frame, reg, n)),

@@ -8,7 +8,7 @@ pub mod chart;
 pub mod exits;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use self::chart::{Bar, Target};
@@ -440,17 +440,83 @@ fn sha256_digest(output: &str) -> Option<String> {
     })
 }
 
-/// Throughput of the guest's virtio devices in MB/s (wall time: under `-icount` virtual time
-/// jumps while the guest waits for I/O), under the hypervisor and with the same QEMU devices
-/// given straight to the guest.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct IoFigures {
-    pub disk_write: f64,
-    pub disk_read: f64,
-    pub net_to_guest: f64,
+/// Repeated runs of one throughput figure, in MB/s, in the order they ran (at least one).
+/// On a shared 2-core machine a single run moves by a factor of 2 or more with the other
+/// work on it; the median of several runs in one boot moves much less, and the range shows
+/// the reader how noisy the runs were.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Samples {
+    values: Vec<f64>,
 }
 
-/// The throughput runs: both sides' figures, and the hypervisor's exits during each.
+impl Samples {
+    /// None without a value: a figure needs at least one run.
+    pub fn new(values: Vec<f64>) -> Option<Samples> {
+        (!values.is_empty()).then_some(Samples { values })
+    }
+
+    /// Every run's figure, in the order they ran.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// The middle value, or with an even count the mean of the two middle ones: one run
+    /// slowed (or sped up) by the rest of the machine hardly moves it, where it would move
+    /// a mean.
+    pub fn median(&self) -> f64 {
+        let sorted = self.sorted();
+        let mid = sorted.len() / 2;
+        if sorted.len() % 2 == 1 {
+            sorted[mid]
+        } else {
+            (sorted[mid - 1] + sorted[mid]) / 2.0
+        }
+    }
+
+    pub fn min(&self) -> f64 {
+        self.sorted()[0]
+    }
+
+    pub fn max(&self) -> f64 {
+        self.sorted()[self.values.len() - 1]
+    }
+
+    fn sorted(&self) -> Vec<f64> {
+        let mut sorted = self.values.clone();
+        sorted.sort_by(f64::total_cmp);
+        sorted
+    }
+
+    /// `median (min..max)`, one decimal: the terminal table's cell.
+    fn spread_text(&self) -> String {
+        format!("{:.1} ({:.1}..{:.1})", self.median(), self.min(), self.max())
+    }
+
+    /// `{"median": .., "min": .., "max": .., "samples": [..]}`, two decimals.
+    fn json(&self) -> String {
+        let samples: Vec<String> = self.values.iter().map(|v| format!("{v:.2}")).collect();
+        format!(
+            "{{\"median\": {:.2}, \"min\": {:.2}, \"max\": {:.2}, \"samples\": [{}]}}",
+            self.median(),
+            self.min(),
+            self.max(),
+            samples.join(", ")
+        )
+    }
+}
+
+/// Throughput of the guest's virtio devices in MB/s (wall time: under `-icount` virtual time
+/// jumps while the guest waits for I/O), under the hypervisor and with the same QEMU devices
+/// given straight to the guest: every run of each transfer.
+#[derive(Clone, Debug)]
+pub struct IoFigures {
+    pub disk_write: Samples,
+    pub disk_read: Samples,
+    pub net_to_guest: Samples,
+}
+
+/// The throughput runs: both sides' figures, and the hypervisor's exits during each
+/// workload (all its runs together).
 #[derive(Clone, Debug)]
 pub struct IoRun {
     pub under: IoFigures,
@@ -458,38 +524,89 @@ pub struct IoRun {
     pub exits: Vec<WorkloadExits>,
 }
 
-/// Bytes each throughput figure moves.
-const IO_BYTES: usize = 64 << 20;
+/// Bytes each disk run moves, and the runs of each of write and read in one boot. A run of
+/// 64 MiB lasted only 0.2 to 0.4 s, short beside a stretch of other work on the machine;
+/// 128 MiB at the 200 to 560 MB/s seen takes 0.25 to 0.7 s, and the 10 runs of a side
+/// 3 to 6 s of transfer.
+const DISK_RUN_BYTES: usize = 128 << 20;
+const DISK_RUNS: usize = 5;
+/// Bytes each TCP run sends, and the runs in one boot. QEMU's user-mode network moves 2 to
+/// 7 MB/s here, so a run lasts 2.4 to 8.4 s (long beside the connection's start: still a
+/// steady rate) and the 3 runs stay under about 25 s per side.
+const NET_RUN_BYTES: usize = 16 << 20;
+const NET_RUNS: usize = 3;
+/// The guest's port for `nc -l`, forwarded from a free port of 127.0.0.1.
+const NET_GUEST_PORT: u16 = 5001;
+
+/// The exits' clocks: the seconds of all a workload's runs, summed.
+const DISK_CLOCK: &str = "wall (the guest's counter around dd), summed over the runs";
+const NET_CLOCK: &str = "wall (the host, from connect to the guest's close), summed over the runs";
 
 pub fn virtio_io() -> Result<IoRun, XtaskError> {
     let hyp = images::build_hypervisor()?;
     let linux = linux_guest::debian_arm64()?;
     let disk = bench_dir()?.join("io-disk.img");
-    let _ = std::fs::remove_file(&disk);
-    images::create_disk(&disk, 2 * IO_BYTES as u64)?;
+    allocated_disk(&disk, DISK_RUN_BYTES)?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| XtaskError::Tool(format!("no free port on 127.0.0.1: {e}")))?;
     let bootargs = format!("{} {}", linux_guest::BOOTARGS, linux_guest::NETWORK_BOOTARGS);
-    let machine = Machine { smp: 2, disk: Some(disk), network: Some(vec![(port, 5001)]), ..Machine::default() };
+    let machine =
+        Machine { smp: 2, disk: Some(disk), network: Some(vec![(port, NET_GUEST_PORT)]), ..Machine::default() };
     let vm = linux_vm(
         &linux,
         &bootargs,
         VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), network: Some(None), ..Default::default() },
     );
     let bundle_path = bundle::write_file("io-bench", &[vm], &BundleOptions::default())?;
-    step("virtio throughput under the hypervisor (dd with O_DIRECT, TCP from the host), with its exits");
+    let runs = format!(
+        "{DISK_RUNS} x {} MiB dd write and read with O_DIRECT, {NET_RUNS} x {} MiB TCP from the host",
+        DISK_RUN_BYTES >> 20,
+        NET_RUN_BYTES >> 20
+    );
+    step(&format!("virtio throughput under the hypervisor ({runs}), with its exits"));
     let (under, exits) = io_run(machine.command(&hyp, Some(&bundle_path)), port, true)?;
-    step("virtio throughput with QEMU's devices given straight to the guest");
+    step(&samples_text(&under));
+    step(&format!("virtio throughput with QEMU's devices given straight to the guest ({runs})"));
     let mut cmd =
         Machine { virtualization: false, memory_mib: 512, ..machine }.command(&linux.kernel, Some(&linux.initrd));
     cmd.arg("-append").arg(&bootargs);
     let (native, _) = io_run(cmd, port, false)?;
+    step(&samples_text(&native));
     Ok(IoRun { under, native, exits })
 }
 
-/// Boots, runs the three transfers (with the hypervisor's exit counts around each when
+/// A new disk image of `size` bytes, every block written once. A sparse image makes the
+/// first write into each block pay for the host file system's allocation (on this
+/// machine's ext4 a first O_DIRECT pass over 128 MiB took 0.14 s, the next ones 0.05 to
+/// 0.08 s), and only the side that runs first would pay it.
+fn allocated_disk(path: &Path, size: usize) -> Result<(), XtaskError> {
+    use std::io::Write;
+    let _ = std::fs::remove_file(path);
+    images::create_disk(path, size as u64)?;
+    let failed = |e: std::io::Error| XtaskError::Build(format!("cannot fill {}: {e}", path.display()));
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).map_err(failed)?;
+    let chunk = vec![0u8; 1 << 20];
+    for _ in 0..size.div_ceil(chunk.len()) {
+        file.write_all(&chunk).map_err(failed)?;
+    }
+    file.sync_all().map_err(failed)
+}
+
+/// `  MB/s run by run: disk write a b c ...; disk read ...; TCP ...`: the order shows a
+/// trend (a first run slower than the rest, or the load changing) that the range hides.
+fn samples_text(f: &IoFigures) -> String {
+    let runs = |s: &Samples| s.values().iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(" ");
+    format!(
+        "  MB/s run by run: disk write {}; disk read {}; TCP {}",
+        runs(&f.disk_write),
+        runs(&f.disk_read),
+        runs(&f.net_to_guest)
+    )
+}
+
+/// Boots, runs the transfers (with the hypervisor's exit counts around each run when
 /// `hypervisor`), powers off.
 fn io_run(
     cmd: std::process::Command,
@@ -497,44 +614,78 @@ fn io_run(
     hypervisor: bool,
 ) -> Result<(IoFigures, Vec<WorkloadExits>), XtaskError> {
     let mut b = boot(cmd, hypervisor)?;
-    let count = IO_BYTES >> 20;
+    let count = DISK_RUN_BYTES >> 20;
     let mut exits = Vec::new();
-    let mut rates = Vec::new();
-    for (workload, command) in [
-        ("disk write", format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>/dev/null")),
-        ("disk read", format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>/dev/null")),
-    ] {
-        let (out, window) = b.shell.measured(&timed(&command), hypervisor)?;
-        let seconds = guest_ticks(&out)? / b.hz;
-        rates.push(IO_BYTES as f64 / seconds / 1e6);
-        if let Some(window) = window {
-            exits.push(WorkloadExits {
-                workload: workload.into(),
-                clock: "wall (the guest's counter around dd)",
-                seconds,
-                exits: window,
-            });
+    let (mut write, mut read) = (Vec::new(), Vec::new());
+    // Write and read take turns, so a stretch of load on the machine falls on both.
+    for _ in 0..DISK_RUNS {
+        for (workload, command, rates) in [
+            (
+                "disk write",
+                format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>/dev/null"),
+                &mut write,
+            ),
+            (
+                "disk read",
+                format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>/dev/null"),
+                &mut read,
+            ),
+        ] {
+            let (out, window) = b.shell.measured(&timed(&command), hypervisor)?;
+            let seconds = guest_ticks(&out)? / b.hz;
+            rates.push(DISK_RUN_BYTES as f64 / seconds / 1e6);
+            if let Some(window) = window {
+                add_run_exits(&mut exits, workload, DISK_CLOCK, seconds, &window);
+            }
         }
     }
-    b.shell.run("(nc -l -p 5001 > /dev/null &) ; sleep 1")?;
-    let before = if hypervisor { Some(b.shell.exits(None)?) } else { None };
-    let seconds = send_to_guest(port)?;
-    if let Some(before) = before {
-        let window = b.shell.exits(None)?.since(&before)?;
-        exits.push(WorkloadExits {
-            workload: "TCP receive".into(),
-            clock: "wall (the host, from connect to the guest's close)",
-            seconds,
-            exits: window,
-        });
+    let mut net = Vec::new();
+    for _ in 0..NET_RUNS {
+        // A new `nc` for each run: it ends with its connection.
+        b.shell.run(&format!("(nc -l -p {NET_GUEST_PORT} > /dev/null &) ; sleep 1"))?;
+        let before = if hypervisor { Some(b.shell.exits(None)?) } else { None };
+        let seconds = send_to_guest(port, NET_RUN_BYTES)?;
+        net.push(NET_RUN_BYTES as f64 / seconds / 1e6);
+        if let Some(before) = before {
+            let window = b.shell.exits(None)?.since(&before)?;
+            add_run_exits(&mut exits, "TCP receive", NET_CLOCK, seconds, &window);
+        }
     }
     b.shell.power_off();
-    Ok((IoFigures { disk_write: rates[0], disk_read: rates[1], net_to_guest: IO_BYTES as f64 / seconds / 1e6 }, exits))
+    let samples = |values: Vec<f64>, what: &str| {
+        Samples::new(values).ok_or_else(|| XtaskError::Failed(format!("no run of the {what} throughput")))
+    };
+    let figures = IoFigures {
+        disk_write: samples(write, "disk write")?,
+        disk_read: samples(read, "disk read")?,
+        net_to_guest: samples(net, "TCP")?,
+    };
+    Ok((figures, exits))
 }
 
-/// Sends IO_BYTES to the guest's `nc -l` through QEMU's hostfwd and waits until the guest
+/// Adds one run's exits to its workload's entry (made at its first run): a workload's
+/// exits per second are the exits of all its runs over their summed seconds. Every run's
+/// window counts the same per second of its own, and the time between runs (the shell
+/// starting the next one) is in neither the exits nor the seconds.
+fn add_run_exits(
+    all: &mut Vec<WorkloadExits>,
+    workload: &str,
+    clock: &'static str,
+    seconds: f64,
+    window: &ExitSnapshot,
+) {
+    match all.iter_mut().find(|w| w.workload == workload) {
+        Some(w) => {
+            w.seconds += seconds;
+            w.exits.add(window);
+        }
+        None => all.push(WorkloadExits { workload: workload.into(), clock, seconds, exits: window.clone() }),
+    }
+}
+
+/// Sends `bytes` to the guest's `nc -l` through QEMU's hostfwd and waits until the guest
 /// closes the connection (it has read everything): the seconds that took.
-fn send_to_guest(port: u16) -> Result<f64, XtaskError> {
+fn send_to_guest(port: u16, bytes: usize) -> Result<f64, XtaskError> {
     use std::io::{Read, Write};
     let failed = |e: std::io::Error| XtaskError::Failed(format!("TCP to the guest on 127.0.0.1:{port}: {e}"));
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
@@ -542,7 +693,7 @@ fn send_to_guest(port: u16) -> Result<f64, XtaskError> {
     stream.set_write_timeout(Some(TIMEOUT)).map_err(failed)?;
     let chunk = vec![0x5au8; 1 << 16];
     let start = std::time::Instant::now();
-    for _ in 0..IO_BYTES / chunk.len() {
+    for _ in 0..bytes / chunk.len() {
         stream.write_all(&chunk).map_err(failed)?;
     }
     stream.shutdown(std::net::Shutdown::Write).map_err(failed)?;
@@ -582,32 +733,65 @@ fn target_text(target: Target) -> String {
 
 /// The throughput figures as table rows, and `target/bench/io.json`.
 pub fn io_report(io: &IoRun) -> Result<String, XtaskError> {
-    let mut table =
-        format!("{:<24} {:>10} {:>10} {:>8} {:>8} {:>5}\n", "MB/s", "hypervisor", "no hyp.", "ratio", "target", "met");
-    let mut json = Vec::new();
-    for (name, u, n) in io_rows(io) {
-        let ratio = u / n;
+    write_bench_file("io.json", &io_json(io))?;
+    Ok(io_table(io))
+}
+
+/// Per figure the runs, each side's `median (min..max)` and the ratio of the medians.
+fn io_table(io: &IoRun) -> String {
+    let mut table = format!(
+        "{:<24} {:>4} {:>22} {:>22} {:>6} {:>8} {:>5}\n",
+        "MB/s: median (min..max)", "runs", "hypervisor", "no hyp.", "ratio", "target", "met"
+    );
+    for (name, u, n, _) in io_rows(io) {
+        let ratio = u.median() / n.median();
         table.push_str(&format!(
-            "{name:<24} {u:>10.1} {n:>10.1} {ratio:>8.2} {:>8} {:>5}\n",
+            "{name:<24} {:>4} {:>22} {:>22} {ratio:>6.2} {:>8} {:>5}\n",
+            u.values().len(),
+            u.spread_text(),
+            n.spread_text(),
             target_text(IO_TARGET),
             met(IO_TARGET, ratio)
         ));
-        json.push(format!(
-            "    {{\"name\": \"{name}\", \"hypervisor\": {u:.2}, \"native\": {n:.2}, \"ratio\": {ratio:.3}, \
-             \"target\": \"{}\"}}",
-            target_text(IO_TARGET)
-        ));
     }
-    let body = format!("{{\n  \"unit\": \"MB/s (wall time)\",\n  \"io\": [\n{}\n  ]\n}}\n", json.join(",\n"));
-    write_bench_file("io.json", &body)?;
-    Ok(table)
+    table.push_str(&format!(
+        "  (disk: {} MiB per run, write and read taking turns; TCP: {} MiB per run; the ratio is of the medians)\n",
+        DISK_RUN_BYTES >> 20,
+        NET_RUN_BYTES >> 20
+    ));
+    table
 }
 
-fn io_rows(io: &IoRun) -> [(&'static str, f64, f64); 3] {
+/// `io.json`: per figure the bytes per run, each side's median, min, max and every run in
+/// order, the ratio of the medians and the target.
+fn io_json(io: &IoRun) -> String {
+    let rows: Vec<String> = io_rows(io)
+        .into_iter()
+        .map(|(name, u, n, bytes)| {
+            format!(
+                "    {{\n      \"name\": \"{name}\",\n      \"bytes_per_run\": {bytes},\n      \"hypervisor\": {},\n      \
+                 \"native\": {},\n      \"ratio\": {:.3},\n      \"target\": \"{}\"\n    }}",
+                u.json(),
+                n.json(),
+                u.median() / n.median(),
+                target_text(IO_TARGET)
+            )
+        })
+        .collect();
+    format!(
+        "{{\n  \"unit\": \"MB/s (wall time)\",\n  \"statistic\": \"per side the median of its runs in one boot, with \
+         the min, the max and every run in order; ratio: hypervisor median / native median\",\n  \"io\": [\n{}\n  \
+         ]\n}}\n",
+        rows.join(",\n")
+    )
+}
+
+/// Per figure: its name, the hypervisor's runs, the reference runs, the bytes of one run.
+fn io_rows(io: &IoRun) -> [(&'static str, &Samples, &Samples, usize); 3] {
     [
-        ("disk write (O_DIRECT)", io.under.disk_write, io.native.disk_write),
-        ("disk read (O_DIRECT)", io.under.disk_read, io.native.disk_read),
-        ("TCP host -> guest", io.under.net_to_guest, io.native.net_to_guest),
+        ("disk write (O_DIRECT)", &io.under.disk_write, &io.native.disk_write, DISK_RUN_BYTES),
+        ("disk read (O_DIRECT)", &io.under.disk_read, &io.native.disk_read, DISK_RUN_BYTES),
+        ("TCP host -> guest", &io.under.net_to_guest, &io.native.net_to_guest, NET_RUN_BYTES),
     ]
 }
 
@@ -688,9 +872,9 @@ pub fn write_chart(m: &MacroFigures, io: Option<&IoRun>) -> Result<PathBuf, Xtas
         .map(|(name, _, pair, target)| Bar { label: name.into(), ratio: pair.ratio(), target: Some(target) })
         .collect();
     if let Some(io) = io {
-        bars.extend(io_rows(io).into_iter().map(|(name, u, n)| Bar {
+        bars.extend(io_rows(io).into_iter().map(|(name, u, n, _)| Bar {
             label: name.replace(" (O_DIRECT)", "").replace("->", "→"),
-            ratio: u / n,
+            ratio: u.median() / n.median(),
             target: Some(IO_TARGET),
         }));
     }
@@ -774,6 +958,87 @@ mod tests {
         assert!(!BOOT_TARGET.met(p.ratio()) && SHA256_TARGET.met(1.0) && IO_TARGET.met(0.9));
         assert_eq!((met(SHA256_TARGET, 1.02), met(IO_TARGET, 1.8)), ("NO", "yes"));
         assert_eq!((target_text(SHA256_TARGET).as_str(), target_text(IO_TARGET).as_str()), ("<= 1.01", ">= 0.8"));
+    }
+
+    fn samples(values: &[f64]) -> Samples {
+        Samples::new(values.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_median_is_the_middle_run_and_the_range_its_extremes() {
+        let odd = samples(&[210.0, 90.0, 200.0, 400.0, 205.0]);
+        assert_eq!((odd.median(), odd.min(), odd.max()), (205.0, 90.0, 400.0), "one slow and one fast run ignored");
+        assert_eq!(odd.values(), [210.0, 90.0, 200.0, 400.0, 205.0], "in the order they ran");
+        let even = samples(&[4.0, 2.0, 3.0, 1.0]);
+        assert_eq!((even.median(), even.min(), even.max()), (2.5, 1.0, 4.0), "the mean of the two middle runs");
+        let one = samples(&[5.0]);
+        assert_eq!((one.median(), one.min(), one.max()), (5.0, 5.0, 5.0));
+        assert_eq!(Samples::new(Vec::new()), None, "no figure without a run");
+        assert_eq!(odd.spread_text(), "205.0 (90.0..400.0)");
+        assert_eq!(
+            samples(&[2.126, 3.0, 1.0]).json(),
+            "{\"median\": 2.13, \"min\": 1.00, \"max\": 3.00, \"samples\": [2.13, 3.00, 1.00]}"
+        );
+    }
+
+    fn io_run_for_tests() -> IoRun {
+        IoRun {
+            under: IoFigures {
+                disk_write: samples(&[160.0, 170.0, 150.0, 165.0, 90.0]),
+                disk_read: samples(&[150.0, 160.0, 155.0, 150.0, 158.0]),
+                net_to_guest: samples(&[4.0, 2.0, 5.0]),
+            },
+            native: IoFigures {
+                disk_write: samples(&[200.0, 210.0, 190.0, 205.0, 300.0]),
+                disk_read: samples(&[300.0, 310.0, 305.0, 290.0, 320.0]),
+                net_to_guest: samples(&[2.5, 2.0, 3.0]),
+            },
+            exits: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_io_table_shows_each_sides_spread_and_the_ratio_of_the_medians() {
+        let t = io_table(&io_run_for_tests());
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("MB/s: median (min..max)") && lines[0].contains("runs"), "{t}");
+        let row = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>().join(" ");
+        // 160 / 205 = 0.78; 4 / 2.5 = 1.60.
+        assert_eq!(row(1), "disk write (O_DIRECT) 5 160.0 (90.0..170.0) 205.0 (190.0..300.0) 0.78 >= 0.8 NO");
+        assert_eq!(row(3), "TCP host -> guest 3 4.0 (2.0..5.0) 2.5 (2.0..3.0) 1.60 >= 0.8 yes");
+        assert!(lines[4].contains("128 MiB per run") && lines[4].contains("16 MiB per run"), "{t}");
+    }
+
+    #[test]
+    fn io_json_keeps_every_run_and_the_ratio_of_the_medians() {
+        let j = io_json(&io_run_for_tests());
+        assert_eq!(j.matches("\"name\":").count(), 3);
+        assert!(
+            j.contains("\"hypervisor\": {\"median\": 160.00, \"min\": 90.00, \"max\": 170.00, \"samples\": ["),
+            "{j}"
+        );
+        assert!(j.contains("\"samples\": [160.00, 170.00, 150.00, 165.00, 90.00]"), "every run, in order: {j}");
+        assert!(j.contains("\"ratio\": 0.780") && j.contains("\"ratio\": 1.600"), "{j}");
+        assert!(
+            j.contains(&format!("\"bytes_per_run\": {}", 128 << 20))
+                && j.contains(&format!("\"bytes_per_run\": {}", 16 << 20))
+        );
+        assert_eq!(j.matches('{').count(), j.matches('}').count());
+        assert_eq!(j.matches('[').count(), j.matches(']').count());
+    }
+
+    #[test]
+    fn a_workloads_exits_are_those_of_all_its_runs_over_their_summed_seconds() {
+        let window =
+            |total: u64| ExitSnapshot { total, by_reason: [("data-abort".to_string(), total)].into_iter().collect() };
+        let mut all = Vec::new();
+        add_run_exits(&mut all, "disk write", DISK_CLOCK, 0.5, &window(1000));
+        add_run_exits(&mut all, "disk read", DISK_CLOCK, 0.25, &window(300));
+        add_run_exits(&mut all, "disk write", DISK_CLOCK, 1.5, &window(1000));
+        assert_eq!(all.len(), 2, "one entry per workload, in the order they first ran");
+        assert_eq!((all[0].workload.as_str(), all[0].seconds, all[0].exits.total), ("disk write", 2.0, 2000));
+        assert_eq!(all[0].total_per_second(), 1000.0);
+        assert_eq!((all[1].workload.as_str(), all[1].total_per_second()), ("disk read", 1200.0));
     }
 
     #[test]

@@ -75,6 +75,15 @@ impl ExitSnapshot {
         }
         Ok(ExitSnapshot { total, by_reason })
     }
+
+    /// Adds `other`'s exits to these: a workload run several times counts the exits of
+    /// every run (each run's `since`).
+    pub fn add(&mut self, other: &ExitSnapshot) {
+        self.total += other.total;
+        for (reason, n) in &other.by_reason {
+            *self.by_reason.entry(reason.clone()).or_default() += n;
+        }
+    }
 }
 
 /// The exits of one workload under the hypervisor and how long it ran.
@@ -232,9 +241,17 @@ mod tests {
         assert_eq!((diff.by_reason["timer-irq"], diff.by_reason["wfi"]), (400, 100));
         assert!(before.since(&after).unwrap_err().to_string().contains("was the VM restarted"));
 
-        let w = WorkloadExits { workload: "sha256sum".into(), clock: "virtual", seconds: 2.0, exits: diff };
+        let w = WorkloadExits { workload: "sha256sum".into(), clock: "virtual", seconds: 2.0, exits: diff.clone() };
         assert_eq!((w.per_second("timer-irq"), w.per_second("wfi"), w.per_second("kick")), (200.0, 50.0, 0.0));
         assert_eq!(w.total_per_second(), 250.0);
+
+        // Two runs' windows add up by reason, a reason of only one of them included.
+        let mut both = diff.clone();
+        both.add(&ExitSnapshot { total: 3, by_reason: [("kick".to_string(), 3)].into_iter().collect() });
+        both.add(&diff);
+        assert_eq!(both.total, 1003);
+        assert_eq!((both.by_reason["timer-irq"], both.by_reason["wfi"], both.by_reason["kick"]), (800, 200, 3));
+        assert_eq!(both.by_reason.values().sum::<u64>(), both.total);
     }
 
     #[test]
