@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 
 use crate::gicr::Redistributor;
 use crate::interface::VcpuInterfaceState;
-use crate::mask::set_bits;
+use crate::mask::{set_bits, Cache};
 use crate::state::IrqState;
 use crate::{IntId, VcpuMask, VgicError, MAX_LIST_REGISTERS, MAX_SPIS, MAX_VCPUS, MAX_VCPUS_V2};
 
@@ -61,7 +61,7 @@ pub struct Distributor {
     // SPIs they take 28 KiB, too much to move around on a hypervisor stack.
     pub(crate) spi: Box<[IrqState]>,
     /// The SPIs that may not be quiet, so finding what to show a vCPU looks at those only.
-    pub(crate) live_spis: LiveSpis,
+    pub(crate) live_spis: Cache<LiveSpis>,
     /// GICv3: GICD_IROUTER<n> without Aff3 (GICD_TYPER.A3V = 0); GICv2: GICD_ITARGETSR<n>.
     pub(crate) route: Box<[u32]>,
     /// The vCPU whose list register holds the SPI, so no other vCPU shows it too.
@@ -72,22 +72,24 @@ pub struct Distributor {
 }
 
 /// A bit per SPI, set whenever its state may have changed (every change goes through
-/// `Distributor::irq_mut`) and cleared when it is found quiet. A cache, not GIC state: two
-/// distributors with the same interrupt states are equal whatever their caches hold.
+/// `Distributor::irq_mut`) and cleared when it is found quiet.
 #[derive(Clone, Debug)]
 pub(crate) struct LiveSpis(pub(crate) Box<[u64]>);
-
-impl PartialEq for LiveSpis {
-    fn eq(&self, _: &LiveSpis) -> bool {
-        true
-    }
-}
-impl Eq for LiveSpis {}
 
 impl LiveSpis {
     /// The set slots, in ascending order.
     pub(crate) fn slots(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().enumerate().flat_map(|(w, &bits)| set_bits(bits).map(move |b| w * 64 + b))
+    }
+    /// Clears the bits of the slots `quiet` says are quiet.
+    fn forget(&mut self, quiet: impl Fn(usize) -> bool) {
+        for (w, word) in self.0.iter_mut().enumerate() {
+            for b in set_bits(*word) {
+                if quiet(w * 64 + b) {
+                    *word &= !(1 << b);
+                }
+            }
+        }
     }
     fn mark(&mut self, slot: usize) {
         if let Some(w) = self.0.get_mut(slot / 64) {
@@ -136,7 +138,7 @@ impl Distributor {
             enable_grp0: false,
             enable_grp1: false,
             spi: boxed(IrqState::default(), spis)?,
-            live_spis: LiveSpis(boxed(0, spis.div_ceil(64))?),
+            live_spis: Cache(LiveSpis(boxed(0, spis.div_ceil(64))?)),
             // GICv2: CPU 0; GICv3: affinity 0.0.0.0, that is vCPU 0 (reset values are
             // UNKNOWN; these make a guest that never routes its SPIs still work).
             route: boxed(if config.version == GicVersion::V2 { 1 } else { 0 }, spis)?,
@@ -208,7 +210,7 @@ impl Distributor {
         } else {
             let slot = intid as usize - 32;
             let irq = self.spi.get_mut(slot)?;
-            self.live_spis.mark(slot);
+            self.live_spis.0.mark(slot);
             Some(irq)
         }
     }
@@ -218,7 +220,7 @@ impl Distributor {
     /// be shown it).
     #[doc(hidden)]
     pub fn live_masks_cover_every_busy_interrupt(&self) -> bool {
-        let live: Vec<usize> = self.live_spis.slots().collect();
+        let live: Vec<usize> = self.live_spis.0.slots().collect();
         self.spi.iter().enumerate().all(|(slot, irq)| irq.quiet() || live.binary_search(&slot).is_ok())
             && self.redistributors.iter().all(Redistributor::live_covers_every_busy_interrupt)
     }
@@ -229,13 +231,8 @@ impl Distributor {
         if let Some(rd) = self.redistributors.get_mut(vcpu) {
             rd.forget_quiet();
         }
-        for (w, word) in self.live_spis.0.iter_mut().enumerate() {
-            for b in set_bits(*word) {
-                if self.spi.get(w * 64 + b).is_none_or(|s| s.quiet()) {
-                    *word &= !(1 << b);
-                }
-            }
-        }
+        let spi = &self.spi;
+        self.live_spis.0.forget(|slot| spi.get(slot).is_none_or(|s| s.quiet()));
     }
 
     /// The vCPU that `intid` is delivered to: the owner for private interrupts; for SPIs,

@@ -3,7 +3,7 @@
 //! `Redistributor` is also where a GICv2 VM keeps each vCPU's banked private interrupts
 //! and its SGIs' per-source pending state.
 
-use crate::mask::set_bits;
+use crate::mask::{set_bits, Cache};
 use crate::mmio::{check, Frame, WORD, WORD_OR_DOUBLE};
 use crate::state::IrqState;
 use crate::{AccessError, Distributor, GicVersion};
@@ -35,22 +35,11 @@ pub struct Redistributor {
     pub(crate) sgi_lr_source: [u8; 16],
     /// GICR_WAKER.ProcessorSleep.
     pub(crate) processor_sleep: bool,
-    live: LivePrivate,
+    /// Bit n set: private interrupt n may not be quiet. Set whenever its state may change,
+    /// cleared when it is found quiet, so that finding what to show a vCPU (on every
+    /// interrupt it is sent) looks at those few instead of all 32.
+    live: Cache<u32>,
 }
-
-/// Bit n set: private interrupt n may not be quiet. Set whenever its state may change,
-/// cleared when it is found quiet, so that finding what to show a vCPU (on every interrupt
-/// it is sent) looks at those few instead of all 32. A cache, not GIC state: two
-/// redistributors with the same interrupt states are equal whatever their caches hold.
-#[derive(Clone, Copy, Debug)]
-struct LivePrivate(u32);
-
-impl PartialEq for LivePrivate {
-    fn eq(&self, _: &LivePrivate) -> bool {
-        true
-    }
-}
-impl Eq for LivePrivate {}
 
 impl Redistributor {
     pub(crate) const fn new(irqs: [IrqState; 32]) -> Redistributor {
@@ -59,7 +48,7 @@ impl Redistributor {
             sgi_sources: [0; 16],
             sgi_lr_source: [0; 16],
             processor_sleep: true,
-            live: LivePrivate(u32::MAX),
+            live: Cache(u32::MAX),
         }
     }
 

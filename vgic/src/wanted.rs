@@ -73,7 +73,7 @@ impl Distributor {
                 list.push(w);
             }
         }
-        for slot in self.live_spis.slots() {
+        for slot in self.live_spis.0.slots() {
             let (Some(&irq), Some(&owner)) = (self.spi.get(slot), self.spi_owner.get(slot)) else { continue };
             if irq.quiet() {
                 continue;
