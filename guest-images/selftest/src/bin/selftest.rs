@@ -101,6 +101,18 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // GICR_TYPER allows 32- and 64-bit reads only; with a GICv2 there is nothing there.
+    let caught = expect_exception(|| unsafe {
+        let _ = read_volatile((gic::GICR + 0x8) as *const u8);
+    });
+    c.check(
+        is_external_abort(caught, EC_DATA_ABORT_SAME_EL, gic::GICR + 0x8),
+        format_args!(
+            "mmio: a byte read of GICR_TYPER gives an external abort (ESR_EL1 {:#x})",
+            caught.map_or(0, |c| c.0)
+        ),
+    );
+
     let caught = expect_exception(|| unsafe { asm!("mrs {}, pmccntr_el0", out(reg) _) });
     c.check(
         matches!(caught, Some((esr, _)) if esr >> 26 == 0),
