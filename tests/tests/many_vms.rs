@@ -112,10 +112,7 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     expect(&mut s, "hypervisor: vm2 batch: capabilities revoked, 256 MiB returned to untyped memory", COMMAND_LIMIT);
     command(&mut s, "focus web");
     expect(&mut s, "hyp: console input goes to vm0 web", COMMAND_LIMIT);
-    s.send_line("").unwrap();
-    wait_for_shell_prompt(&mut s);
-    let work = run(&mut s, "seq 1 1000 | sort -nr | head -n 1");
-    assert!(work.lines().any(|l| l.trim() == "1000"), "web still works: {work}");
+    assert_shell_works(&mut s, "web still works");
     s.send_line("poweroff").unwrap();
     expect(&mut s, "hypervisor: vm0 web ended: PoweredOff (clean)", COMMAND_LIMIT);
     command(&mut s, "focus db");
@@ -162,10 +159,7 @@ fn a_guest_spinning_with_interrupts_masked_does_not_hold_up_the_vm_sharing_its_c
     command(&mut s, "destroy spinner");
     expect(&mut s, "hypervisor: vm1 spinner ended: Destroyed (clean)", COMMAND_LIMIT);
     expect(&mut s, "hypervisor: vm1 spinner: capabilities revoked, 64 MiB returned to untyped memory", COMMAND_LIMIT);
-    s.send_line("").unwrap();
-    wait_for_shell_prompt(&mut s);
-    let work = run(&mut s, "seq 1 1000 | sort -nr | head -n 1");
-    assert!(work.lines().any(|l| l.trim() == "1000"), "Linux works after the spinner is gone: {work}");
+    assert_shell_works(&mut s, "Linux works after the spinner is gone");
     s.send_line("poweroff").unwrap();
     expect(&mut s, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed", COMMAND_LIMIT);
     let out = s.finish();
@@ -174,6 +168,14 @@ fn a_guest_spinning_with_interrupts_masked_does_not_hold_up_the_vm_sharing_its_c
 }
 
 /// The shell prompt of the VM with the console (after an Enter).
+/// The Linux VM with the console answers a command at its shell; `what` says what that shows.
+fn assert_shell_works(s: &mut Session, what: &str) {
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(s);
+    let work = run(s, "seq 1 1000 | sort -nr | head -n 1");
+    assert!(work.lines().any(|l| l.trim() == "1000"), "{what}: {work}");
+}
+
 fn wait_for_shell_prompt(s: &mut Session) {
     expect(s, system_tests::PROMPT, COMMAND_LIMIT);
 }

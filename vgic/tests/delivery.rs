@@ -279,13 +279,7 @@ fn a_hardware_mapped_spi_the_guest_disabled_waits_and_only_real_interrupts_map()
         let mut lrs = FakeLrs::for_gic(&g, 4);
         spi(&mut g, 34, 0x80, 0);
         g.set_hw(IntId(34), 0, Some(IntId(34))).unwrap();
-        g.write(0, ICENABLER + 4, 4, 1 << 2).unwrap();
-        g.set_level(IntId(34), 0, true).unwrap();
-        g.flush_to_hw(0, &mut lrs).unwrap();
-        assert!(lrs.valid().is_empty(), "disabled: not forwarded");
-        assert!(g.interrupt(0, IntId(34)).unwrap().pending, "but pending");
-        g.write(0, ISENABLER + 4, 4, 1 << 2).unwrap();
-        assert_eq!(deliver_all(&mut g, 0, &mut lrs), [(34, 0)]);
+        waits_while_disabled(&mut g, &mut lrs, 34, |g| g.set_level(IntId(34), 0, true).unwrap());
         assert!(g.set_hw(IntId(34), 0, Some(IntId(3))).is_err(), "an SGI cannot back an SPI");
         assert!(g.set_hw(IntId(34), 0, Some(IntId(1020))).is_err(), "nor a special INTID");
         g.set_hw(IntId(34), 0, None).unwrap();
@@ -329,14 +323,21 @@ fn a_disabled_interrupt_stays_pending_but_is_not_forwarded() {
     both(1, |mut g| {
         let mut lrs = FakeLrs::for_gic(&g, 4);
         spi(&mut g, 40, 0x10, 0);
-        g.write(0, ICENABLER + 4, 4, 1 << 8).unwrap();
-        g.inject_edge(IntId(40), 0).unwrap();
-        g.flush_to_hw(0, &mut lrs).unwrap();
-        assert!(lrs.valid().is_empty());
-        assert!(g.interrupt(0, IntId(40)).unwrap().pending);
-        g.write(0, ISENABLER + 4, 4, 1 << 8).unwrap();
-        assert_eq!(deliver_all(&mut g, 0, &mut lrs), [(40, 0)]);
+        waits_while_disabled(&mut g, &mut lrs, 40, |g| g.inject_edge(IntId(40), 0).unwrap());
     });
+}
+
+/// SPI `intid` of vCPU 0, disabled, then raised by `raise`: not forwarded, but pending;
+/// enabled again, it is delivered.
+fn waits_while_disabled(g: &mut Distributor, lrs: &mut FakeLrs, intid: u32, raise: impl FnOnce(&mut Distributor)) {
+    let (word, mask) = bit(intid);
+    g.write(0, ICENABLER + word, 4, mask).unwrap();
+    raise(g);
+    g.flush_to_hw(0, lrs).unwrap();
+    assert!(lrs.valid().is_empty(), "disabled: not forwarded");
+    assert!(g.interrupt(0, IntId(intid)).unwrap().pending, "but pending");
+    g.write(0, ISENABLER + word, 4, mask).unwrap();
+    assert_eq!(deliver_all(g, 0, lrs), [(intid, 0)]);
 }
 
 #[test]

@@ -474,11 +474,11 @@ impl Samples {
     }
 
     pub fn min(&self) -> f64 {
-        self.sorted()[0]
+        self.values.iter().copied().fold(f64::INFINITY, f64::min)
     }
 
     pub fn max(&self) -> f64 {
-        self.sorted()[self.values.len() - 1]
+        self.values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
     }
 
     fn sorted(&self) -> Vec<f64> {
@@ -615,23 +615,16 @@ fn io_run(
 ) -> Result<(IoFigures, Vec<WorkloadExits>), XtaskError> {
     let mut b = boot(cmd, hypervisor)?;
     let count = DISK_RUN_BYTES >> 20;
+    let write_command = timed(&format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>/dev/null"));
+    let read_command = timed(&format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>/dev/null"));
     let mut exits = Vec::new();
     let (mut write, mut read) = (Vec::new(), Vec::new());
     // Write and read take turns, so a stretch of load on the machine falls on both.
     for _ in 0..DISK_RUNS {
-        for (workload, command, rates) in [
-            (
-                "disk write",
-                format!("dd if=/dev/zero of=/dev/vda bs=1M count={count} oflag=direct 2>/dev/null"),
-                &mut write,
-            ),
-            (
-                "disk read",
-                format!("dd if=/dev/vda of=/dev/null bs=1M count={count} iflag=direct 2>/dev/null"),
-                &mut read,
-            ),
-        ] {
-            let (out, window) = b.shell.measured(&timed(&command), hypervisor)?;
+        for (workload, command, rates) in
+            [("disk write", &write_command, &mut write), ("disk read", &read_command, &mut read)]
+        {
+            let (out, window) = b.shell.measured(command, hypervisor)?;
             let seconds = guest_ticks(&out)? / b.hz;
             rates.push(DISK_RUN_BYTES as f64 / seconds / 1e6);
             if let Some(window) = window {

@@ -45,7 +45,8 @@ pub fn both(vcpus: usize, f: impl Fn(Distributor)) {
     f(v2(vcpus));
 }
 
-fn bit(intid: u32) -> (u64, u64) {
+/// The offset of `intid`'s word in a one-bit-per-INTID register block, and its bit there.
+pub fn bit(intid: u32) -> (u64, u64) {
     (4 * u64::from(intid / 32), 1 << (intid % 32))
 }
 
