@@ -1,14 +1,13 @@
 //! The hypervisor's own console: the board's PL011, found in the device tree, shared by
-//! every CPU under one lock, and each VM's console output, attributed line by line. The VM
-//! with the input focus is interactive: its bytes go out as they come (a prompt shows before
-//! its line ends, line editing works); the others' are printed as whole lines.
+//! every CPU under one lock. How the VMs' output and the hypervisor's share it, line by
+//! line, is `hyp_core::console_lines`.
 
-use core::fmt::{self, Write};
+use core::fmt;
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use alloc::string::String;
 use alloc::sync::Arc;
+use hyp_core::console_lines::{HostConsole, Transmit, VmConsoleLines};
 use hyp_core::pl011::ConsoleOutput;
 use spin::Mutex;
 
@@ -24,12 +23,9 @@ const INT_RX_RT: u32 = (1 << 4) | (1 << 6);
 
 struct HostUart {
     base: usize,
-    /// The VM whose unfinished line the cursor is on, if any: anything else printed starts
-    /// on a new line.
-    open_line: Option<usize>,
 }
 
-impl HostUart {
+impl Transmit for HostUart {
     fn put(&mut self, byte: u8) {
         // SAFETY: `base` is the PL011 the device tree names, mapped Device-nGnRE in the EL2
         // tables (mmu.rs) or reached with the MMU off; these are its FR and DR registers.
@@ -41,13 +37,6 @@ impl HostUart {
 }
 
 impl HostUart {
-    fn close_open_line(&mut self) {
-        if self.open_line.take().is_some() {
-            self.put(b'\r');
-            self.put(b'\n');
-        }
-    }
-
     fn register(&self, offset: usize) -> *mut u32 {
         (self.base + offset) as *mut u32
     }
@@ -75,61 +64,35 @@ impl HostUart {
 /// At most this many received bytes are taken per interrupt (the FIFO holds 32).
 pub const RECEIVE_BATCH: usize = 64;
 
-impl Write for HostUart {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for b in s.bytes() {
-            if b == b'\n' {
-                self.put(b'\r');
-            }
-            self.put(b);
-        }
-        Ok(())
-    }
-}
-
-static UART: Mutex<Option<HostUart>> = Mutex::new(None);
+static CONSOLE: Mutex<Option<HostConsole<HostUart>>> = Mutex::new(None);
 /// The same UART's base, for printing without the lock.
 static UART_BASE: AtomicUsize = AtomicUsize::new(0);
 
 /// Called once the EL2 MMU is on (the lock needs cacheable memory for its exclusives).
 pub fn init(base: u64) {
-    *UART.lock() = Some(HostUart { base: base as usize, open_line: None });
+    *CONSOLE.lock() = Some(HostConsole::new(HostUart { base: base as usize }));
     UART_BASE.store(base as usize, Ordering::Release);
 }
 
 /// Console input from here on raises the UART's interrupt.
 pub fn enable_input() {
-    if let Some(uart) = UART.lock().as_mut() {
-        uart.enable_receive_interrupt();
+    if let Some(console) = CONSOLE.lock().as_mut() {
+        console.uart().enable_receive_interrupt();
     }
 }
 
 /// The bytes the user typed since the last call (up to `RECEIVE_BATCH`).
 pub fn take_input() -> heapless::Vec<u8, RECEIVE_BATCH> {
     let mut bytes = heapless::Vec::new();
-    if let Some(uart) = UART.lock().as_mut() {
-        uart.receive(&mut bytes);
+    if let Some(console) = CONSOLE.lock().as_mut() {
+        console.uart().receive(&mut bytes);
     }
     bytes
 }
 
 pub fn print(args: fmt::Arguments<'_>) {
-    if let Some(uart) = UART.lock().as_mut() {
-        uart.close_open_line();
-        let _ = uart.write_fmt(args);
-    }
-}
-
-/// Bytes of the interactive VM `vm`, passed through as they are (the guest's terminal
-/// driver sends its own carriage returns), each line prefixed with the VM's name.
-fn print_interactive(vm: usize, prefix: &str, byte: u8) {
-    if let Some(uart) = UART.lock().as_mut() {
-        if uart.open_line != Some(vm) {
-            uart.close_open_line();
-            let _ = write!(uart, "{prefix} | ");
-        }
-        uart.put(byte);
-        uart.open_line = if byte == b'\n' { None } else { Some(vm) };
+    if let Some(console) = CONSOLE.lock().as_mut() {
+        console.print(args);
     }
 }
 
@@ -138,7 +101,7 @@ fn print_interactive(vm: usize, prefix: &str, byte: u8) {
 pub fn print_unlocked(args: fmt::Arguments<'_>) {
     let base = UART_BASE.load(Ordering::Acquire);
     if base != 0 {
-        let _ = HostUart { base, open_line: None }.write_fmt(args);
+        HostConsole::new(HostUart { base }).print(args);
     }
 }
 
@@ -148,51 +111,23 @@ macro_rules! println {
     ($($arg:tt)*) => { $crate::console::print(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
-/// A VM's console: bytes from its emulated UART. The interactive VM's go out at once;
-/// the others' as whole lines prefixed with the VM's name, so several VMs stay readable.
-pub struct VmConsole {
-    vm: usize,
-    prefix: &'static str,
-    line: String,
-}
+/// A VM's console: bytes from its emulated UART, attributed to it on the host console.
+pub struct VmConsole(VmConsoleLines);
 
 impl VmConsole {
-    pub fn new(vm: usize, prefix: &'static str) -> Self {
-        VmConsole { vm, prefix, line: String::new() }
-    }
-
-    fn flush_line(&mut self) {
-        print(format_args!("{} | {}\n", self.prefix, self.line));
-        self.line.clear();
+    pub fn new(vm: usize, name: &'static str) -> Self {
+        VmConsole(VmConsoleLines::new(vm, name))
     }
 }
-
-const MAX_LINE: usize = 256;
 
 impl ConsoleOutput for VmConsole {
     fn put(&mut self, byte: u8) {
-        if crate::input::has_focus(self.vm) {
-            if !self.line.is_empty() {
-                // Buffered before it became interactive: out first, in order.
-                let line = core::mem::take(&mut self.line);
-                line.bytes().for_each(|b| print_interactive(self.vm, self.prefix, b));
+        let interactive = crate::input::has_focus(self.0.vm());
+        self.0.put(byte, interactive, |print| {
+            if let Some(console) = CONSOLE.lock().as_mut() {
+                print(console);
             }
-            return print_interactive(self.vm, self.prefix, byte);
-        }
-        match byte {
-            b'\n' => self.flush_line(),
-            b'\r' => {}
-            _ => {
-                self.line.push(if byte == b'\t' || (byte.is_ascii() && !byte.is_ascii_control()) {
-                    byte as char
-                } else {
-                    '?'
-                });
-                if self.line.len() >= MAX_LINE {
-                    self.flush_line();
-                }
-            }
-        }
+        });
     }
 }
 

@@ -103,15 +103,6 @@ pub fn assert_line(out: &RunOutput, line: &str) {
     );
 }
 
-/// Asserts that VM `vm`'s console output contains `text`. The VM with the input focus is
-/// printed as its bytes come (docs/boot.md), so when another VM prints meanwhile, one
-/// of its lines shows as two `vm | ` fragments: they are joined here before the search.
-pub fn assert_vm_output(out: &RunOutput, vm: &str, text: &str) {
-    let prefix = format!("{vm} | ");
-    let joined: String = out.console.lines().filter_map(|l| l.strip_prefix(&prefix)).collect();
-    assert!(joined.contains(text), "expected {text:?} in VM {vm}'s output; console:\n{}", out.console);
-}
-
 /// The Debian arm64 kernel and BusyBox initramfs (`cargo xtask image`; cached).
 pub fn linux() -> &'static xtask::linux_guest::LinuxGuest {
     static LINUX: OnceLock<xtask::linux_guest::LinuxGuest> = OnceLock::new();

@@ -48,7 +48,7 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
             "secret | ok 2 - isolation: the secret is intact after the probe ran",
             "db | guest: eth0 is 10.0.2.16",
             "batch | guest: eth0 is 10.0.2.17",
-            "guest: eth0 is 10.0.2.15",
+            "web | guest: eth0 is 10.0.2.15",
         ],
         BOOT_LIMIT,
     )
