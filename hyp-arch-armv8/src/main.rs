@@ -87,10 +87,14 @@ fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::Stri
     let granted =
         vm::grant_resources(&mut caps.lock(), &factory.untyped, spec.memory, spec.vcpus, factory.gicv, devices)
             .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
-    let seeds = factory.seeds.as_ref().map(|s| s.lock().next_for(id));
-    Vm::create(id, spec, granted, factory.gic_v3, devices, seeds)
+    Vm::create(id, spec, granted, factory.gic_v3, devices, next_seeds(factory, id))
         .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
 }
+/// Fresh random seeds for VM `id`, none if the board gave the hypervisor none.
+fn next_seeds(factory: &VmFactory, id: usize) -> Option<hyp_core::entropy::GuestSeeds> {
+    factory.seeds.as_ref().map(|s| s.lock().next_for(id))
+}
+
 /// Every VM's rights; it owns their stage-2 tables.
 static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
 static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -482,7 +486,7 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             VcpuExit::Stopped | VcpuExit::Descheduled => {}
             VcpuExit::VmEnded(EndReason::Reset) => {
                 // This CPU stopped the VM's last vCPU: it reboots the VM, from vCPU 0.
-                vm.reset();
+                vm.reset(FACTORY.get().and_then(|factory| next_seeds(factory, vm.id)));
                 if let Err(e) = scheduling::start(scheduling::vcpu_ref(vm.id, 0)) {
                     println!("hypervisor: vm{} {}: cannot restart: {e}", vm.id, vm.spec.name);
                 }

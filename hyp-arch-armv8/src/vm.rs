@@ -277,8 +277,9 @@ pub struct Vm {
     pub id: usize,
     /// Where kernel, initrd and device tree go in RAM.
     layout: GuestLayout,
-    /// The guest's device tree (generated from its manifest entry).
-    device_tree: Vec<u8>,
+    /// The guest's device tree (generated from its manifest entry); its seeds are replaced
+    /// when the VM resets itself.
+    device_tree: Mutex<Vec<u8>>,
     /// Guest mistakes logged so far: a guest must not be able to flood the console.
     incidents: AtomicU64,
     /// Exits by reason, per vCPU.
@@ -405,7 +406,7 @@ impl Vm {
         let vm = Vm {
             id,
             layout,
-            device_tree,
+            device_tree: Mutex::new(device_tree),
             incidents: AtomicU64::new(0),
             exits: (0..spec.vcpus).map(|_| ExitCounts::default()).collect(),
             saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
@@ -476,12 +477,22 @@ impl Vm {
         if let (Some((offset, _)), Some(initrd)) = (self.layout.initrd, self.spec.initrd) {
             place(offset, initrd);
         }
-        place(self.layout.dtb, &self.device_tree);
+        place(self.layout.dtb, &self.device_tree.lock());
     }
 
     /// After a SYSTEM_RESET has stopped every vCPU: the interrupt controller and UART as at
-    /// power-on, the kernel reloaded; vCPU 0 starts again.
-    pub fn reset(&self) {
+    /// power-on, the kernel reloaded with `seeds` in its device tree (a reboot must not
+    /// repeat the random seeds of the last boot); vCPU 0 starts again.
+    pub fn reset(&self, seeds: Option<GuestSeeds>) {
+        if let Some(seeds) = seeds {
+            if let Err(e) = guest_fdt::reseed(&mut self.device_tree.lock(), seeds) {
+                vm_log!(
+                    self,
+                    0,
+                    "SYSTEM_RESET: the random seeds cannot be replaced ({e}); it boots with the last ones"
+                );
+            }
+        }
         // The passthrough SPIs are off (and not left active) until vCPU 0 starts again.
         for spi in &self.passthrough_spis {
             crate::gic::disable_spi(spi.intid);

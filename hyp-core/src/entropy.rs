@@ -5,10 +5,10 @@
 //! `early_init_dt_scan_chosen` credits `rng-seed` to the CRNG). The hypervisor is the
 //! bootloader of its VMs: it derives each VM's seeds from the board's own `rng-seed`.
 //!
-//! Rules: no two VMs, and no two creations of one VM, get the same seed; a VM's seed tells
-//! it nothing about the board's seed or another VM's (each is SHA-256 of the board seed
-//! with the VM's index and a creation count, and SHA-256 is one-way); a board without a
-//! seed gives its VMs none, rather than a guessable one.
+//! Rules: no two VMs, and no two creations or boots of one VM, get the same seed; a VM's
+//! seed tells it nothing about the board's seed or another VM's (each is SHA-256 of the
+//! board seed with the VM's index and a count of seeds given, and SHA-256 is one-way); a
+//! board without a seed gives its VMs none, rather than a guessable one.
 
 use sha2::{Digest, Sha256};
 

@@ -273,6 +273,27 @@ pub fn with_chosen(
     f.finish().map_err(err)
 }
 
+/// Puts `seeds` in place of the `/chosen/rng-seed` and `/chosen/kaslr-seed` a tree of
+/// `build` or `with_chosen` holds, in place (the values keep their sizes, so nothing else of
+/// the tree moves): a VM that resets itself boots again with new seeds (docs/entropy.md).
+pub fn reseed(tree: &mut [u8], seeds: GuestSeeds) -> Result<(), GuestFdtError> {
+    let kaslr = seeds.kaslr_seed.to_be_bytes();
+    let [rng_at, kaslr_at] = {
+        let fdt = fdt::Fdt::new(tree).map_err(|e| GuestFdtError(format!("the device tree is not valid: {e:?}")))?;
+        let chosen = fdt.find_node("/chosen").ok_or_else(|| GuestFdtError("the device tree has no /chosen".into()))?;
+        let base = tree.as_ptr() as usize;
+        let value_at = |name: &str, len: usize| match chosen.property(name) {
+            Some(p) if p.value.len() == len => Ok(p.value.as_ptr() as usize - base),
+            Some(p) => Err(GuestFdtError(format!("/chosen/{name} has {} bytes, not {len}", p.value.len()))),
+            None => Err(GuestFdtError(format!("the device tree has no /chosen/{name} to replace"))),
+        };
+        [value_at("rng-seed", seeds.rng_seed.len())?, value_at("kaslr-seed", kaslr.len())?]
+    };
+    tree[rng_at..rng_at + seeds.rng_seed.len()].copy_from_slice(&seeds.rng_seed);
+    tree[kaslr_at..kaslr_at + kaslr.len()].copy_from_slice(&kaslr);
+    Ok(())
+}
+
 /// Deeper than this, a tree is refused rather than copied (the copy recurses).
 const MAX_DEPTH: usize = 32;
 
@@ -493,6 +514,23 @@ mod tests {
         assert_eq!(read(&given), (Some([0x5a; 32].to_vec()), Some(7u64.to_be_bytes().to_vec())));
         let unseeded = with_chosen(&built, "x", None, None).unwrap();
         assert_eq!(read(&unseeded), (None, None), "a seed baked into a tree file is not reused");
+    }
+
+    #[test]
+    fn reseeding_replaces_both_seeds_and_nothing_else() {
+        let first = GuestSeeds { rng_seed: [0xa5; 32], kaslr_seed: 0x1234_5678_9abc_def0 };
+        let second = GuestSeeds { rng_seed: [0x3c; 32], kaslr_seed: 0x0fed_cba9_8765_4321 };
+        let gic = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
+        let generated = |seeds| build(&GuestPlatform { seeds: Some(seeds), ..virt(gic, 2) }).unwrap();
+        let given = |seeds| with_chosen(&build(&virt(gic, 1)).unwrap(), "x", None, Some(seeds)).unwrap();
+        for (mut tree, expected) in [(generated(first), generated(second)), (given(first), given(second))] {
+            assert_ne!(tree, expected);
+            reseed(&mut tree, second).unwrap();
+            assert_eq!(tree, expected, "the same tree as one built with the new seeds");
+        }
+        let mut unseeded = build(&virt(gic, 1)).unwrap();
+        let err = reseed(&mut unseeded, second).unwrap_err();
+        assert!(err.to_string().contains("no /chosen/rng-seed to replace"), "{err}");
     }
 
     #[test]

@@ -76,15 +76,29 @@ fn linux_reboots_and_comes_back() {
     let mut s = start_session("linux-reboot", Machine::default(), &[linux_vm(2)], RUN_LIMIT);
     wait_for_shell(&mut s);
     run(&mut s, "echo first boot > /tmp/marker");
+    let first_start = kernel_start_address(&mut s);
     s.send_line("reboot").unwrap();
     s.wait_for("SYSTEM_RESET: the VM reboots", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     wait_for_shell(&mut s);
     let marker = run(&mut s, "cat /tmp/marker 2>&1; grep -c ^processor /proc/cpuinfo");
     assert!(marker.contains("No such file"), "a fresh boot, tmpfs empty: {marker}");
     assert!(marker.lines().any(|l| l.trim() == "2"), "both vCPUs again: {marker}");
+    // New seeds (docs/entropy.md): with another kaslr-seed the kernel lies elsewhere.
+    let second_start = kernel_start_address(&mut s);
+    assert_ne!(first_start, second_start, "the reboot got the first boot's kaslr-seed again");
     s.send_line("poweroff").unwrap();
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.finish().status, Some(0));
+}
+
+/// Where the kernel placed itself (KASLR), from /proc/kallsyms.
+fn kernel_start_address(s: &mut xtask::qemu::Session) -> u64 {
+    let out = run(s, "grep -w _stext /proc/kallsyms");
+    out.lines()
+        .find_map(|l| l.trim().strip_suffix(" T _stext"))
+        .and_then(|address| u64::from_str_radix(address, 16).ok())
+        .filter(|&address| address != 0)
+        .unwrap_or_else(|| panic!("no address of _stext in /proc/kallsyms: {out}"))
 }
 
 /// What a newcomer runs: `cargo xtask qemu` with no arguments reaches a shell on the
