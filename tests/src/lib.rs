@@ -103,6 +103,12 @@ pub fn assert_line(out: &RunOutput, line: &str) {
     );
 }
 
+/// Asserts that `output` (of `run`) has `line` as one of its lines: the guest kernel's own
+/// messages (a network link coming up, ...) may print among a command's output.
+pub fn assert_output_line(output: &str, line: &str, what: &str) {
+    assert!(output.lines().any(|l| l.trim() == line), "{what}: expected the line {line:?} in:\n{output}");
+}
+
 /// The Debian arm64 kernel and BusyBox initramfs (`cargo xtask image`; cached).
 pub fn linux() -> &'static xtask::linux_guest::LinuxGuest {
     static LINUX: OnceLock<xtask::linux_guest::LinuxGuest> = OnceLock::new();

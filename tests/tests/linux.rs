@@ -3,7 +3,8 @@
 //! goes host UART -> hypervisor -> the VM's PL011 -> its receive interrupt.
 
 use system_tests::{
-    linux_vm, one_linux_at_a_time, run, start_session, wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
+    assert_output_line, linux_vm, one_linux_at_a_time, run, start_session, wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT,
+    RUN_LIMIT,
 };
 use xtask::qemu::{Machine, Session};
 
@@ -29,7 +30,7 @@ fn boot_use_and_power_off(test: &str, machine: Machine, gic_label: &str) {
     assert!(uname.contains("Linux guest 6.") && uname.contains("aarch64"), "uname -a: {uname}");
 
     let processors = run(&mut s, "grep -c ^processor /proc/cpuinfo");
-    assert_eq!(processors.trim(), "2", "both vCPUs in /proc/cpuinfo");
+    assert_output_line(&processors, "2", "both vCPUs in /proc/cpuinfo");
 
     // A workload on both vCPUs: compress and checksum 8 MiB twice in parallel.
     let work = run(
@@ -42,7 +43,7 @@ fn boot_use_and_power_off(test: &str, machine: Machine, gic_label: &str) {
         work.contains("2daeb1f36095b44b318410b3f4e8b5d989dcc7bb023d1426c492dab0a3053e74"),
         "sha256 of 8 MiB of zeros after a gzip round trip: {work}"
     );
-    assert!(work.lines().any(|l| l.trim() == "200000"), "sort: {work}");
+    assert_output_line(&work, "200000", "sort");
 
     let interrupts = run(&mut s, "cat /proc/interrupts");
     let timer = interrupt_counts(&interrupts, "arch_timer", 2);
@@ -82,7 +83,7 @@ fn linux_reboots_and_comes_back() {
     wait_for_shell(&mut s);
     let marker = run(&mut s, "cat /tmp/marker 2>&1; grep -c ^processor /proc/cpuinfo");
     assert!(marker.contains("No such file"), "a fresh boot, tmpfs empty: {marker}");
-    assert!(marker.lines().any(|l| l.trim() == "2"), "both vCPUs again: {marker}");
+    assert_output_line(&marker, "2", "both vCPUs again");
     // New seeds (docs/entropy.md): with another kaslr-seed the kernel lies elsewhere.
     let second_start = kernel_start_address(&mut s);
     assert_ne!(first_start, second_start, "the reboot got the first boot's kaslr-seed again");
@@ -132,9 +133,9 @@ fn cargo_xtask_qemu_with_no_arguments_gives_a_usable_shell() {
     s.wait_for("to leave: `poweroff` in the guest", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     wait_for_shell(&mut s);
     let processors = run(&mut s, "grep -c ^processor /proc/cpuinfo");
-    assert_eq!(processors.trim(), "2", "the default VM has 2 vCPUs");
+    assert_output_line(&processors, "2", "the default VM has 2 vCPUs");
     let disk = run(&mut s, "cat /sys/block/vda/size");
-    assert_eq!(disk.trim(), "131072", "its disk is the 64 MiB image given with --disk, in sectors");
+    assert_output_line(&disk, "131072", "its disk is the 64 MiB image given with --disk, in sectors");
     let page = system_tests::http_get(port.parse().expect("a port"), COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     assert!(page.contains("hello from guest"), "the guest's httpd answers on the forwarded port: {page}");
     s.send_line("poweroff").unwrap();
@@ -208,7 +209,7 @@ fn a_guest_that_panics_does_not_stop_the_other_vm() {
     assert!(line.starts_with("doomed | "), "the panic is the doomed VM's: {line:?}");
     wait_for_shell(&mut s);
     let work = run(&mut s, "seq 1 1000 | sort -nr | head -n 1");
-    assert!(work.lines().any(|l| l.trim() == "1000"), "the healthy VM works: {work}");
+    assert_output_line(&work, "1000", "the healthy VM works");
     s.send_line("poweroff").unwrap();
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     // The panicked VM still holds its CPU: the machine runs on until the session is dropped.

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use system_tests::{
-    images, linux_vm, linux_vm_on_network, one_linux_at_a_time, run, start_session, test_vm, BOOT_LIMIT, COMMAND_LIMIT,
-    RUN_LIMIT,
+    assert_output_line, images, linux_vm, linux_vm_on_network, one_linux_at_a_time, run, start_session, test_vm,
+    BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{Placement, Policy, VmEntry};
 use xtask::qemu::{Machine, Session};
@@ -59,7 +59,7 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     s.send_line("").unwrap();
     wait_for_shell_prompt(&mut s);
     let work = run(&mut s, "seq 1 200000 | sort -nr | head -n 1");
-    assert!(work.lines().any(|l| l.trim() == "200000"), "web works: {work}");
+    assert_output_line(&work, "200000", "web works");
     for peer in ["10.0.2.16", "10.0.2.17"] {
         let ping = run(&mut s, &format!("ping -c 3 -W 5 {peer}"));
         assert!(ping.contains("3 packets transmitted, 3 packets received"), "web pings {peer}: {ping}");
@@ -71,14 +71,14 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     s.send_line("").unwrap();
     wait_for_shell_prompt(&mut s);
     let cpus = run(&mut s, "grep -c ^processor /proc/cpuinfo");
-    assert!(cpus.lines().any(|l| l.trim() == "2"), "batch has both vCPUs: {cpus}");
+    assert_output_line(&cpus, "2", "batch has both vCPUs");
     let work = run(
         &mut s,
         "dd if=/dev/zero bs=1M count=4 2>/dev/null | gzip -c > /tmp/a.gz & \
          seq 1 100000 | sort -nr | head -n 1; wait; gunzip -c /tmp/a.gz | wc -c",
     );
-    assert!(work.lines().any(|l| l.trim() == "100000"), "batch sorts: {work}");
-    assert!(work.lines().any(|l| l.trim() == "4194304"), "batch compresses on its other vCPU: {work}");
+    assert_output_line(&work, "100000", "batch sorts");
+    assert_output_line(&work, "4194304", "batch compresses on its other vCPU");
 
     // The list shows every VM with its state, vCPUs and exits by reason.
     command(&mut s, "list");
@@ -141,7 +141,7 @@ fn a_guest_spinning_with_interrupts_masked_does_not_hold_up_the_vm_sharing_its_c
         .unwrap_or_else(|e| panic!("{e}"));
     wait_for_shell_prompt(&mut s);
     let work = run(&mut s, "seq 1 100000 | sort -nr | head -n 1");
-    assert!(work.lines().any(|l| l.trim() == "100000"), "Linux works beside the spinner: {work}");
+    assert_output_line(&work, "100000", "Linux works beside the spinner");
 
     // The spinner is still running, and it left its CPU only at the ends of its slices.
     command(&mut s, "list");
@@ -173,7 +173,7 @@ fn assert_shell_works(s: &mut Session, what: &str) {
     s.send_line("").unwrap();
     wait_for_shell_prompt(s);
     let work = run(s, "seq 1 1000 | sort -nr | head -n 1");
-    assert!(work.lines().any(|l| l.trim() == "1000"), "{what}: {work}");
+    assert_output_line(&work, "1000", what);
 }
 
 fn wait_for_shell_prompt(s: &mut Session) {

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use system_tests::{
-    free_local_port, http_get, linux_vm, linux_vm_on_network, one_linux_at_a_time, run, scratch_file, start_session,
-    wait_for_shell, COMMAND_LIMIT, RUN_LIMIT,
+    assert_output_line, free_local_port, http_get, linux_vm, linux_vm_on_network, one_linux_at_a_time, run,
+    scratch_file, start_session, wait_for_shell, COMMAND_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{DiskSlice, VmDevices, VmEntry};
 use xtask::qemu::{Machine, Session};
@@ -45,9 +45,9 @@ fn a_file_written_on_the_virtio_disk_is_in_the_host_image_and_survives_a_reboot(
     let mut s = start_session("virtio-disk-1", machine.clone(), std::slice::from_ref(&vm), RUN_LIMIT);
     wait_for_shell(&mut s);
     let size = run(&mut s, "cat /sys/block/vda/size");
-    assert_eq!(size.trim(), "131072", "the whole 64 MiB image, in 512-byte sectors");
+    assert_output_line(&size, "131072", "the whole 64 MiB image, in 512-byte sectors");
     let made = run(&mut s, "mke2fs -q /dev/vda && mount -t ext4 /dev/vda /mnt && echo mounted");
-    assert!(made.lines().any(|l| l.trim() == "mounted"), "format and mount: {made}");
+    assert_output_line(&made, "mounted", "format and mount");
     let written = run(
         &mut s,
         &format!(
@@ -55,7 +55,7 @@ fn a_file_written_on_the_virtio_disk_is_in_the_host_image_and_survives_a_reboot(
              sync; sha256sum /mnt/data.txt; umount /mnt && echo unmounted"
         ),
     );
-    assert!(written.lines().any(|l| l.trim() == "unmounted"), "{written}");
+    assert_output_line(&written, "unmounted", "the file written, synced and the disk unmounted");
     let sum = written
         .lines()
         .filter_map(|l| l.trim().strip_suffix("  /mnt/data.txt"))
