@@ -10,12 +10,13 @@
 use core::ptr::NonNull;
 
 use alloc::alloc::{alloc_zeroed, dealloc};
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::alloc::Layout;
 use hyp_core::platform::Platform;
 use spin::{Mutex, Once};
 use virtio_drivers::device::blk::SECTOR_SIZE;
-use virtio_drivers::device::net::VirtIONet;
+use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::queue::VirtQueue;
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
 use virtio_drivers::transport::{DeviceType, Transport};
@@ -180,36 +181,109 @@ impl HostDisk {
     }
 }
 
-/// Receive buffers of the uplink: 64 of a full Ethernet frame each.
+/// Descriptors of each of the uplink's queues, and the size of its buffers: a full
+/// Ethernet frame and the virtio-net header.
 const UPLINK_QUEUE: usize = 64;
 const UPLINK_BUFFER: usize = 2048;
 
-/// The board's NIC: the switch's way out.
+/// The board's NIC: the switch's way out. Frames are sent without waiting for the device:
+/// a guest's transmit exit would otherwise wait for QEMU's main loop to take each frame (a
+/// TCP acknowledgement included), where a guest with the NIC to itself goes on at once.
+/// The buffers the device has taken stay here until it hands them back.
 pub struct Uplink {
-    net: VirtIONet<IdentityHal, Transport0, UPLINK_QUEUE>,
-    /// Its interrupt, which says frames arrived.
+    net: VirtIONetRaw<IdentityHal, Transport0, UPLINK_QUEUE>,
+    /// The receive buffers the device holds, by token (the head descriptor's index).
+    receiving: [Option<Box<[u8]>>; UPLINK_QUEUE],
+    /// The frames the device is sending, by token: the buffer and the bytes handed over.
+    sending: [Option<(Box<[u8]>, usize)>; UPLINK_QUEUE],
+    /// Transmit buffers the device gave back, for the next frames.
+    spare: Vec<Box<[u8]>>,
+    /// Its interrupt, which says frames arrived or were sent.
     pub intid: Option<u32>,
 }
 
 impl Uplink {
+    fn new(transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
+        let mut uplink = Uplink {
+            net: VirtIONetRaw::new(transport)?,
+            receiving: [const { None }; UPLINK_QUEUE],
+            sending: [const { None }; UPLINK_QUEUE],
+            spare: Vec::new(),
+            intid,
+        };
+        for _ in 0..UPLINK_QUEUE {
+            uplink.give_receive_buffer(alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice())?;
+        }
+        Ok(uplink)
+    }
+
     pub fn mac(&self) -> [u8; 6] {
         self.net.mac_address()
     }
 
-    /// Sends one Ethernet frame (waits until the device has taken it).
+    fn give_receive_buffer(&mut self, mut buffer: Box<[u8]>) -> Result<(), virtio_drivers::Error> {
+        // SAFETY: the buffer is kept in `receiving` under its token, untouched, until the
+        // device has used it (`receive`); its heap memory does not move with the Box.
+        let token = unsafe { self.net.receive_begin(&mut buffer)? };
+        let slot = self.receiving.get_mut(usize::from(token)).ok_or(virtio_drivers::Error::WrongToken)?;
+        *slot = Some(buffer);
+        Ok(())
+    }
+
+    /// Queues one Ethernet frame for sending; false if the device cannot take it.
     pub fn send(&mut self, frame: &[u8]) -> bool {
-        let mut tx = self.net.new_tx_buffer(frame.len());
-        tx.packet_mut().copy_from_slice(frame);
-        self.net.send(tx).is_ok()
+        self.take_back_sent();
+        while !self.net.can_send() && self.sending.iter().any(Option::is_some) {
+            // Every descriptor is out: wait for the device to finish the oldest frames.
+            core::hint::spin_loop();
+            self.take_back_sent();
+        }
+        let mut buffer = self.spare.pop().unwrap_or_else(|| alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice());
+        let Ok(header) = self.net.fill_buffer_header(&mut buffer) else { return false };
+        let Some(bytes) = buffer.get_mut(header..header + frame.len()) else { return false };
+        bytes.copy_from_slice(frame);
+        let len = header + frame.len();
+        // SAFETY: the buffer is kept in `sending` under its token, untouched, until the
+        // device has used it (`take_back_sent`); its heap memory does not move with the Box.
+        match unsafe { self.net.transmit_begin(&buffer[..len]) } {
+            Ok(token) => match self.sending.get_mut(usize::from(token)) {
+                Some(slot) => {
+                    *slot = Some((buffer, len));
+                    true
+                }
+                // A token beyond the queue cannot come from the driver; the buffer is leaked
+                // rather than freed under the device.
+                None => {
+                    core::mem::forget(buffer);
+                    false
+                }
+            },
+            Err(_) => {
+                self.spare.push(buffer);
+                false
+            }
+        }
+    }
+
+    /// Takes back the buffers of the frames the device has sent.
+    pub fn take_back_sent(&mut self) {
+        while let Some(token) = self.net.poll_transmit() {
+            let Some((buffer, len)) = self.sending.get_mut(usize::from(token)).and_then(Option::take) else { break };
+            // SAFETY: the same buffer and length `transmit_begin` was given for this token.
+            let _ = unsafe { self.net.transmit_complete(token, &buffer[..len]) };
+            self.spare.push(buffer);
+        }
     }
 
     /// The next received frame, copied out (its buffer goes straight back to the device).
-    pub fn receive(&mut self, frame: &mut alloc::vec::Vec<u8>) -> bool {
-        let Ok(rx) = self.net.receive() else { return false };
+    pub fn receive(&mut self, frame: &mut Vec<u8>) -> bool {
+        let Some(token) = self.net.poll_receive() else { return false };
+        let Some(mut buffer) = self.receiving.get_mut(usize::from(token)).and_then(Option::take) else { return false };
+        // SAFETY: the same buffer `receive_begin` was given for this token.
+        let Ok((header, len)) = (unsafe { self.net.receive_complete(token, &mut buffer) }) else { return false };
         frame.clear();
-        frame.extend_from_slice(rx.packet());
-        let _ = self.net.recycle_rx_buffer(rx);
-        true
+        frame.extend_from_slice(buffer.get(header..header + len).unwrap_or(&[]));
+        self.give_receive_buffer(buffer).is_ok()
     }
 
     pub fn acknowledge_interrupt(&mut self) {
@@ -242,14 +316,12 @@ pub fn probe(platform: &Platform<'_>) -> Found {
                 }
                 Err(e) => println!("hypervisor: the virtio disk at {} cannot be used: {e}", t.window),
             },
-            DeviceType::Network if UPLINK.get().is_none() => {
-                match VirtIONet::<IdentityHal, _, UPLINK_QUEUE>::new(transport, UPLINK_BUFFER) {
-                    Ok(net) => {
-                        UPLINK.call_once(|| Mutex::new(Uplink { net, intid: t.intid }));
-                    }
-                    Err(e) => println!("hypervisor: the virtio NIC at {} cannot be used: {e}", t.window),
+            DeviceType::Network if UPLINK.get().is_none() => match Uplink::new(transport, t.intid) {
+                Ok(uplink) => {
+                    UPLINK.call_once(|| Mutex::new(uplink));
                 }
-            }
+                Err(e) => println!("hypervisor: the virtio NIC at {} cannot be used: {e}", t.window),
+            },
             _ => {}
         }
     }

@@ -65,11 +65,16 @@ pub fn is_uplink_interrupt(intid: u32) -> bool {
     intid != 0 && intid == UPLINK_INTID.load(Ordering::Relaxed)
 }
 
-/// The uplink's interrupt: every frame it received goes through the switch. The device's
-/// interrupt is acknowledged first, so a frame arriving during the loop raises it again.
+/// The uplink's interrupt: every frame it received goes through the switch, and the
+/// buffers of the frames it sent come back. The device's interrupt is acknowledged first,
+/// so a frame arriving during the loop raises it again.
 pub fn uplink_interrupt() {
     let Some(uplink) = UPLINK.get() else { return };
-    uplink.lock().acknowledge_interrupt();
+    {
+        let mut uplink = uplink.lock();
+        uplink.acknowledge_interrupt();
+        uplink.take_back_sent();
+    }
     let mut frame = Vec::with_capacity(2048);
     while uplink.lock().receive(&mut frame) {
         forward(UPLINK_PORT, &frame);
