@@ -181,8 +181,10 @@ impl HostDisk {
     }
 }
 
-/// Descriptors of each of the uplink's queues, and the size of its buffers: a full
-/// Ethernet frame and the virtio-net header.
+/// Descriptors of each of the uplink's queues, and the size of its buffers: the
+/// virtio-net header and a frame of the board NIC's MTU, 1500 (it offers no other,
+/// virtio 1.2 5.1.4), with room to spare. A longer frame is not sent: the network behind
+/// the board's NIC would not carry it either.
 const UPLINK_QUEUE: usize = 64;
 const UPLINK_BUFFER: usize = 2048;
 
@@ -230,7 +232,8 @@ impl Uplink {
         Ok(())
     }
 
-    /// Queues one Ethernet frame for sending; false if the device cannot take it.
+    /// Queues one Ethernet frame for sending; false if the device cannot take it or it is
+    /// longer than a buffer holds.
     pub fn send(&mut self, frame: &[u8]) -> bool {
         self.take_back_sent();
         while !self.net.can_send() && self.sending.iter().any(Option::is_some) {
