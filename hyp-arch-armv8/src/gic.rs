@@ -109,7 +109,7 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
         write32(sgi + 0x80, 0xffff_ffff); // GICR_IGROUPR0: Group 1
         write32(sgi + 0x180, 0xffff_ffff); // GICR_ICENABLER0
         for i in 0..8 {
-            write32(sgi + 0x400 + 4 * i, 0xa0a0_a0a0); // GICR_IPRIORITYR<n>
+            write32(sgi + 0x400 + 4 * i, PRIORITY * 0x0101_0101); // GICR_IPRIORITYR<n>
         }
         write32(sgi + 0x100, enable); // GICR_ISENABLER0
                                       // SAFETY: ICC_SRE_EL2: SRE, DFB, DIB, and Enable (EL1 may use the system register
@@ -129,7 +129,7 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
                 "msr icc_igrpen1_el1, {one}",
                 "isb",
                 t = out(reg) _,
-                pmr = in(reg) 0xffu64,
+                pmr = in(reg) u64::from(MASK_NONE),
                 one = in(reg) 1u64,
                 options(nostack)
             );
@@ -139,13 +139,13 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
         let gicc = GICC.load(Ordering::Relaxed);
         write32(gicd + 0x180, 0xffff_ffff); // GICD_ICENABLER0 (banked)
         for i in 0..8 {
-            write32(gicd + 0x400 + 4 * i, 0xa0a0_a0a0); // GICD_IPRIORITYR (banked for 0-31)
+            write32(gicd + 0x400 + 4 * i, PRIORITY * 0x0101_0101); // GICD_IPRIORITYR (banked for 0-31)
         }
         write32(gicd + 0x100, enable);
         // GICD_ITARGETSR0 reads as this CPU's own interface mask (IHI 0048B 4.3.12).
         let mask = read32(gicd + 0x800) & 0xff;
         CPU_INTERFACE[index].store(mask.trailing_zeros() as u8, Ordering::Relaxed);
-        write32(gicc + 0x4, 0xff); // GICC_PMR
+        write32(gicc + 0x4, MASK_NONE); // GICC_PMR
         write32(gicc, 1 | (1 << 9)); // GICC_CTLR: EnableGrp1, EOImodeNS
     }
     Ok(())
@@ -169,19 +169,32 @@ pub fn clear_active_private(intid: u32, index: usize) {
     }
 }
 
+/// The priority of every interrupt the hypervisor takes (SGIs, PPIs, SPIs).
+const PRIORITY: u32 = 0xa0;
+/// A higher one, for the one SPI a CPU waits for in `wait_for_spi`, and a priority mask
+/// between the two: while it waits, only that SPI is signalled to the CPU.
+const PRIORITY_AWAITED: u32 = 0x80;
+const MASK_BELOW_AWAITED: u32 = 0x90;
+/// The priority mask otherwise: every priority is signalled.
+const MASK_NONE: u32 = 0xff;
+
 /// Enables SPI `intid` (level-sensitive, as the device tree gives them) at the middle
 /// priority, delivered to the CPU with this index and MPIDR: GICD_IGROUPR, GICD_IPRIORITYR,
 /// GICD_IROUTER (GICv3, IHI 0069 12.9.22) or GICD_ITARGETSR (GICv2, IHI 0048B 4.3.12),
 /// GICD_ISENABLER.
 pub fn enable_spi(intid: u32, index: usize, mpidr: u64) {
+    enable_spi_at(intid, index, mpidr, PRIORITY);
+}
+
+fn enable_spi_at(intid: u32, index: usize, mpidr: u64, priority: u32) {
     if !(32..1020).contains(&intid) {
         return;
     }
     let gicd = GICD.load(Ordering::Relaxed);
     let (word, bit) = (4 * (intid as usize / 32), 1u32 << (intid % 32));
-    let priority = gicd + 0x400 + (intid as usize & !3);
+    let priority_register = gicd + 0x400 + (intid as usize & !3);
     let shift = 8 * (intid % 4);
-    write32(priority, (read32(priority) & !(0xff << shift)) | (0xa0 << shift));
+    write32(priority_register, (read32(priority_register) & !(0xff << shift)) | (priority << shift));
     if is_v3() {
         write32(gicd + 0x80 + word, read32(gicd + 0x80 + word) | bit); // Group 1, as the PPIs
         let affinity = ((mpidr >> 32 & 0xff) << 32) | (mpidr & 0xff_ffff);
@@ -213,6 +226,35 @@ pub fn disable_spi(intid: u32) {
     let gicd = GICD.load(Ordering::Relaxed);
     write32(gicd + 0x180 + 4 * (intid as usize / 32), 1 << (intid % 32));
     wait_for_distributor();
+}
+
+/// Waits in WFI, on the CPU with this index and MPIDR, until `done()`: SPI `intid` is
+/// enabled for this CPU above a priority mask that keeps every other interrupt from being
+/// signalled, so only it (or a virtual interrupt of the vCPU this CPU runs) ends a WFI;
+/// the others stay pending and are taken after. PSTATE.I stays set: the SPI wakes the WFI
+/// (ARM DDI 0487, "WFI wake-up events": an interrupt masked by PSTATE.I still is one) and is
+/// never taken. It is disabled and cleared before this returns; its device must lower its
+/// line afterwards (for a level-sensitive SPI), or the next wait ends at once.
+pub fn wait_for_spi(intid: u32, index: usize, mpidr: u64, mut done: impl FnMut() -> bool) {
+    enable_spi_at(intid, index, mpidr, PRIORITY_AWAITED);
+    set_priority_mask(MASK_BELOW_AWAITED);
+    while !done() {
+        aarch64_cpu::asm::wfi();
+    }
+    set_priority_mask(MASK_NONE);
+    disable_spi(intid);
+    clear_spi(intid);
+}
+
+/// ICC_PMR_EL1 (IHI 0069 12.2.20) or GICC_PMR (IHI 0048B 4.4.2): interrupts of this
+/// priority or lower are not signalled to this CPU.
+fn set_priority_mask(mask: u32) {
+    if is_v3() {
+        // SAFETY: the priority mask changes which interrupts are signalled, nothing in memory.
+        unsafe { asm!("msr icc_pmr_el1, {}", "isb", in(reg) u64::from(mask), options(nostack)) };
+    } else {
+        write32(GICC.load(Ordering::Relaxed) + 0x4, mask);
+    }
 }
 
 /// Clears SPI `intid`'s pending and active states (GICD_ICPENDR, GICD_ICACTIVER: IHI 0069

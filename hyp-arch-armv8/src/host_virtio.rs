@@ -94,6 +94,8 @@ pub struct HostDisk {
     transport: Transport0,
     queue: VirtQueue<IdentityHal, DISK_QUEUE>,
     capacity: u64,
+    /// Its interrupt, which a request waits for (`wait_for_completion`).
+    intid: Option<u32>,
 }
 
 /// The board's disk refused or failed a request.
@@ -101,7 +103,7 @@ pub struct HostDisk {
 pub struct DiskError;
 
 impl HostDisk {
-    fn new(mut transport: Transport0) -> Result<Self, virtio_drivers::Error> {
+    fn new(mut transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
         let features = transport.begin_init(
             BlockFeatures::FLUSH
                 | BlockFeatures::RING_INDIRECT_DESC
@@ -121,7 +123,7 @@ impl HostDisk {
             features.contains(BlockFeatures::RING_EVENT_IDX),
         )?;
         transport.finish_init();
-        Ok(HostDisk { transport, queue, capacity })
+        Ok(HostDisk { transport, queue, capacity, intid })
     }
 
     /// Sectors of 512 bytes.
@@ -139,17 +141,51 @@ impl HostDisk {
         let done = if kind == VIRTIO_BLK_T_IN {
             let mut outputs: Vec<&mut [u8]> = data.iter_mut().map(|d| &mut **d).collect();
             outputs.push(&mut status);
-            self.queue.add_notify_wait_pop(&[&header], &mut outputs, &mut self.transport)
+            self.add_wait_pop(&[&header], &mut outputs)
         } else {
             let mut inputs: Vec<&[u8]> = Vec::with_capacity(data.len() + 1);
             inputs.push(&header);
             inputs.extend(data.iter().map(|d| &**d));
-            self.queue.add_notify_wait_pop(&inputs, &mut [&mut status], &mut self.transport)
+            self.add_wait_pop(&inputs, &mut [&mut status])
         };
         match (done, status[0]) {
             (Ok(_), 0) => Ok(()),
             _ => Err(DiskError),
         }
+    }
+
+    /// Hands the buffers to the device, waits until it has used them, takes them back.
+    fn add_wait_pop<'a>(
+        &mut self,
+        inputs: &'a [&'a [u8]],
+        outputs: &'a mut [&'a mut [u8]],
+    ) -> Result<u32, virtio_drivers::Error> {
+        // SAFETY: the buffers stay borrowed, untouched, until they are popped below, which
+        // this function waits for.
+        let token = unsafe { self.queue.add(inputs, outputs)? };
+        if self.queue.should_notify() {
+            self.transport.notify(0);
+        }
+        self.wait_for_completion();
+        // SAFETY: the same buffers `add` was given for this token.
+        unsafe { self.queue.pop_used(token, inputs, outputs) }
+    }
+
+    /// Waits until the device has used the request, in WFI woken by the disk's interrupt
+    /// where there is one. Under QEMU each CPU is a host thread, and one spinning here takes
+    /// a host core from QEMU's I/O threads, which do the request (docs/performance.md,
+    /// "virtio throughput"); a guest with the disk to itself sleeps in WFI too.
+    fn wait_for_completion(&mut self) {
+        let Some(intid) = self.intid else {
+            while !self.queue.can_pop() {
+                core::hint::spin_loop();
+            }
+            return;
+        };
+        let cpu = crate::cpus::current_index();
+        crate::gic::wait_for_spi(intid, cpu, crate::cpus::mpidr_of(cpu), || self.queue.can_pop());
+        // Lowers the device's level-sensitive line (InterruptStatus, virtio 1.2 4.2.2).
+        let _ = self.transport.ack_interrupt();
     }
 
     /// Checks a transfer: non-empty buffers of whole sectors, within the disk.
@@ -313,7 +349,7 @@ pub fn probe(platform: &Platform<'_>) -> Found {
         // Device memory by the EL2 identity map, and only this transport object uses it.
         let Ok(transport) = (unsafe { MmioTransport::new(header, t.window.size as usize) }) else { continue };
         match transport.device_type() {
-            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport) {
+            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport, t.intid) {
                 Ok(disk) => {
                     DISK.call_once(|| Mutex::new(disk));
                 }
