@@ -37,6 +37,12 @@ fn write32(addr: usize, value: u32) {
     unsafe { write_volatile(addr as *mut u32, value) }
 }
 
+fn write8(addr: usize, value: u8) {
+    // SAFETY: as for `read32`; a byte of a byte-accessible register (GICD_IPRIORITYR,
+    // GICD_ITARGETSR).
+    unsafe { write_volatile(addr as *mut u8, value) }
+}
+
 fn read64(addr: usize) -> u64 {
     // SAFETY: as for `read32`; GICR_TYPER is a 64-bit register.
     unsafe { read_volatile(addr as *const u64) }
@@ -109,7 +115,7 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
         write32(sgi + 0x80, 0xffff_ffff); // GICR_IGROUPR0: Group 1
         write32(sgi + 0x180, 0xffff_ffff); // GICR_ICENABLER0
         for i in 0..8 {
-            write32(sgi + 0x400 + 4 * i, PRIORITY * 0x0101_0101); // GICR_IPRIORITYR<n>
+            write32(sgi + 0x400 + 4 * i, u32::from(PRIORITY) * 0x0101_0101); // GICR_IPRIORITYR<n>
         }
         write32(sgi + 0x100, enable); // GICR_ISENABLER0
                                       // SAFETY: ICC_SRE_EL2: SRE, DFB, DIB, and Enable (EL1 may use the system register
@@ -139,7 +145,7 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
         let gicc = GICC.load(Ordering::Relaxed);
         write32(gicd + 0x180, 0xffff_ffff); // GICD_ICENABLER0 (banked)
         for i in 0..8 {
-            write32(gicd + 0x400 + 4 * i, PRIORITY * 0x0101_0101); // GICD_IPRIORITYR (banked for 0-31)
+            write32(gicd + 0x400 + 4 * i, u32::from(PRIORITY) * 0x0101_0101); // GICD_IPRIORITYR (banked for 0-31)
         }
         write32(gicd + 0x100, enable);
         // GICD_ITARGETSR0 reads as this CPU's own interface mask (IHI 0048B 4.3.12).
@@ -170,10 +176,10 @@ pub fn clear_active_private(intid: u32, index: usize) {
 }
 
 /// The priority of every interrupt the hypervisor takes (SGIs, PPIs, SPIs).
-const PRIORITY: u32 = 0xa0;
-/// A higher one, for the one SPI a CPU waits for in `wait_for_spi`, and a priority mask
-/// between the two: while it waits, only that SPI is signalled to the CPU.
-const PRIORITY_AWAITED: u32 = 0x80;
+const PRIORITY: u8 = 0xa0;
+/// A higher one, for an SPI a CPU waits for in `wait_for_spi`, and a priority mask between
+/// the two: while it waits, only that SPI is signalled to the CPU.
+const PRIORITY_AWAITED: u8 = 0x80;
 const MASK_BELOW_AWAITED: u32 = 0x90;
 /// The priority mask otherwise: every priority is signalled.
 const MASK_NONE: u32 = 0xff;
@@ -183,29 +189,45 @@ const MASK_NONE: u32 = 0xff;
 /// GICD_IROUTER (GICv3, IHI 0069 12.9.22) or GICD_ITARGETSR (GICv2, IHI 0048B 4.3.12),
 /// GICD_ISENABLER.
 pub fn enable_spi(intid: u32, index: usize, mpidr: u64) {
-    enable_spi_at(intid, index, mpidr, PRIORITY);
-}
-
-fn enable_spi_at(intid: u32, index: usize, mpidr: u64, priority: u32) {
     if !(32..1020).contains(&intid) {
         return;
     }
+    configure_spi_delivery(intid, PRIORITY);
+    route_and_enable_spi(intid, index, mpidr);
+}
+
+/// Group 1 and `priority`, both set once and before the SPI is enabled: GICD_IGROUPR is
+/// read, modified and written (it has no byte access), so it must not race with another
+/// CPU's setup; GICD_IPRIORITYR is written by its byte (IHI 0069 12.9.18, IHI 0048B 4.3.11).
+fn configure_spi_delivery(intid: u32, priority: u8) {
     let gicd = GICD.load(Ordering::Relaxed);
-    let (word, bit) = (4 * (intid as usize / 32), 1u32 << (intid % 32));
-    let priority_register = gicd + 0x400 + (intid as usize & !3);
-    let shift = 8 * (intid % 4);
-    write32(priority_register, (read32(priority_register) & !(0xff << shift)) | (priority << shift));
     if is_v3() {
+        let (word, bit) = (4 * (intid as usize / 32), 1u32 << (intid % 32));
         write32(gicd + 0x80 + word, read32(gicd + 0x80 + word) | bit); // Group 1, as the PPIs
+    }
+    write8(gicd + 0x400 + intid as usize, priority);
+}
+
+/// Routes SPI `intid` to the CPU with this index and MPIDR and enables it; neither write
+/// touches another SPI's state.
+fn route_and_enable_spi(intid: u32, index: usize, mpidr: u64) {
+    let gicd = GICD.load(Ordering::Relaxed);
+    if is_v3() {
         let affinity = ((mpidr >> 32 & 0xff) << 32) | (mpidr & 0xff_ffff);
         // SAFETY: GICD_IROUTER<n> is a 64-bit register of the distributor frame.
         unsafe { write_volatile((gicd + 0x6000 + 8 * intid as usize) as *mut u64, affinity) };
     } else {
-        let targets = gicd + 0x800 + (intid as usize & !3);
-        let interface = u32::from(CPU_INTERFACE[index].load(Ordering::Relaxed));
-        write32(targets, (read32(targets) & !(0xff << shift)) | ((1 << interface) << shift));
+        let interface = CPU_INTERFACE[index].load(Ordering::Relaxed);
+        write8(gicd + 0x800 + intid as usize, 1 << interface); // GICD_ITARGETSR, byte-accessible
     }
-    write32(gicd + 0x100 + word, bit);
+    write32(gicd + 0x100 + 4 * (intid as usize / 32), 1 << (intid % 32));
+}
+
+/// Sets SPI `intid` up for `wait_for_spi`, once, before any wait: its group and priority.
+pub fn prepare_awaited_spi(intid: u32) {
+    if (32..1020).contains(&intid) {
+        configure_spi_delivery(intid, PRIORITY_AWAITED);
+    }
 }
 
 /// GICv3: waits until a distributor register write has taken effect (GICD_CTLR.RWP, IHI
@@ -228,15 +250,21 @@ pub fn disable_spi(intid: u32) {
     wait_for_distributor();
 }
 
-/// Waits in WFI, on the CPU with this index and MPIDR, until `done()`: SPI `intid` is
-/// enabled for this CPU above a priority mask that keeps every other interrupt from being
+/// Waits in WFI, on the CPU with this index and MPIDR, until `done()`: SPI `intid` (set up
+/// by `prepare_awaited_spi`) is enabled for this CPU above a priority mask that keeps every other interrupt from being
 /// signalled, so only it (or a virtual interrupt of the vCPU this CPU runs) ends a WFI;
 /// the others stay pending and are taken after. PSTATE.I stays set: the SPI wakes the WFI
 /// (ARM DDI 0487, "WFI wake-up events": an interrupt masked by PSTATE.I still is one) and is
 /// never taken. It is disabled and cleared before this returns; its device must lower its
 /// line afterwards (for a level-sensitive SPI), or the next wait ends at once.
 pub fn wait_for_spi(intid: u32, index: usize, mpidr: u64, mut done: impl FnMut() -> bool) {
-    enable_spi_at(intid, index, mpidr, PRIORITY_AWAITED);
+    if !(32..1020).contains(&intid) {
+        while !done() {
+            core::hint::spin_loop();
+        }
+        return;
+    }
+    route_and_enable_spi(intid, index, mpidr);
     set_priority_mask(MASK_BELOW_AWAITED);
     while !done() {
         aarch64_cpu::asm::wfi();

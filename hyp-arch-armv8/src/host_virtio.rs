@@ -278,10 +278,12 @@ impl Uplink {
             self.take_back_sent();
         }
         let mut buffer = self.spare.pop().unwrap_or_else(|| alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice());
-        let Ok(header) = self.net.fill_buffer_header(&mut buffer) else { return false };
-        let Some(bytes) = buffer.get_mut(header..header + frame.len()) else { return false };
-        bytes.copy_from_slice(frame);
-        let len = header + frame.len();
+        let header = self.net.fill_buffer_header(&mut buffer).ok();
+        let Some(len) = header.map(|h| h + frame.len()).filter(|&len| len <= buffer.len()) else {
+            self.spare.push(buffer);
+            return false;
+        };
+        buffer[len - frame.len()..len].copy_from_slice(frame);
         // SAFETY: the buffer is kept in `sending` under its token, untouched, until the
         // device has used it (`take_back_sent`); its heap memory does not move with the Box.
         match unsafe { self.net.transmit_begin(&buffer[..len]) } {
@@ -351,6 +353,9 @@ pub fn probe(platform: &Platform<'_>) -> Found {
         match transport.device_type() {
             DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport, t.intid) {
                 Ok(disk) => {
+                    if let Some(intid) = t.intid {
+                        crate::gic::prepare_awaited_spi(intid);
+                    }
                     DISK.call_once(|| Mutex::new(disk));
                 }
                 Err(e) => println!("hypervisor: the virtio disk at {} cannot be used: {e}", t.window),

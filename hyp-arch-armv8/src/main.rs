@@ -90,6 +90,7 @@ fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::Stri
     Vm::create(id, spec, granted, factory.gic_v3, devices, next_seeds(factory, id))
         .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
 }
+
 /// Fresh random seeds for VM `id`, none if the board gave the hypervisor none.
 fn next_seeds(factory: &VmFactory, id: usize) -> Option<hyp_core::entropy::GuestSeeds> {
     factory.seeds.as_ref().map(|s| s.lock().next_for(id))
