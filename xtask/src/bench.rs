@@ -416,7 +416,9 @@ fn timed(command: &str) -> String {
     )
 }
 
-/// The counter ticks a `timed` command printed.
+/// The counter ticks a `timed` command printed. The last such line counts: the VM has the
+/// console, so a line something interrupted shows first in part, then whole
+/// (`hyp_core::console_lines`).
 fn guest_ticks(output: &str) -> Result<f64, XtaskError> {
     // The echoed command line says FAILED too: only a line of its own counts.
     if output.lines().any(|l| strip_vm_name(l) == "FAILED") {
@@ -424,6 +426,7 @@ fn guest_ticks(output: &str) -> Result<f64, XtaskError> {
     }
     output
         .lines()
+        .rev()
         .filter_map(|l| l.split("guest-ticks ").nth(1))
         .find_map(|t| t.trim().parse::<f64>().ok())
         .filter(|&t| t > 0.0)
@@ -923,6 +926,8 @@ mod tests {
         assert!(guest_ticks("FAILED\nguest-ticks 5\n").is_err(), "without the hypervisor's prefix too");
         assert!(guest_ticks("guest-ticks 0\n").is_err());
         assert!(guest_ticks("nothing").is_err());
+        let interrupted = "linux | guest-ticks 312\nhypervisor: a log line\nlinux | guest-ticks 31250000\n";
+        assert_eq!(guest_ticks(interrupted).unwrap(), 31_250_000.0, "the whole line, not the part before it");
     }
 
     #[test]
