@@ -93,7 +93,7 @@ fn linux_reboots_and_comes_back() {
 }
 
 /// Where the kernel placed itself (KASLR), from /proc/kallsyms.
-fn kernel_start_address(s: &mut xtask::qemu::Session) -> u64 {
+fn kernel_start_address(s: &mut Session) -> u64 {
     let out = run(s, "grep -w _stext /proc/kallsyms");
     out.lines()
         .find_map(|l| l.trim().strip_suffix(" T _stext"))
