@@ -190,6 +190,7 @@ extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
         println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
         park()
     }
+    crate::debug_hw::init_cpu();
     println!("hypervisor: cpu{index} (MPIDR {:#x}) online", mpidr());
     ONLINE[index].store(true, Ordering::Release);
     crate::cpu_loop(index)

@@ -9,6 +9,7 @@ mod boot;
 #[macro_use]
 mod console;
 mod cpus;
+mod debug_hw;
 mod exceptions;
 mod firmware;
 mod gic;
@@ -169,6 +170,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     if let Err(e) = gic::init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &ppis) {
         halt(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
     }
+    debug_hw::init_cpu();
     cpus::start_secondaries(&platform, &mmu_regs);
     println!("hypervisor: {} of {} CPUs online", cpus::online_count(), platform.cpus.len());
     let (answered, asked) = cpus::check_sgis();

@@ -4,10 +4,17 @@
 //! active-priority registers (the list registers go back into the vGIC with `put`).
 //!
 //! The register list follows what an EL1 guest can change without trapping (ARM ARM D24,
-//! the EL1 and EL0 registers; with HCR_EL2 as `vm.rs` sets it, ACTLR, the ID registers, the
-//! PMU and the EL1 physical timer trap, so they are not here).
+//! the EL1 and EL0 registers; with HCR_EL2 and MDCR_EL2 as `vm.rs` sets them, ACTLR, the ID
+//! registers, the PMU, the debug registers and the EL1 physical timer trap, so they are not
+//! here: the debug registers travel as the vCPU's software copy).
+//!
+//! The same state, at its reset values (`SavedVcpu::at_reset`), is what a vCPU starts from
+//! on every fresh start (its first, PSCI CPU_ON, SYSTEM_RESET, a console restart): nothing
+//! another vCPU left in the CPU reaches it.
 
 use core::arch::{asm, global_asm};
+
+use hyp_core::debug_registers::DebugRegisters;
 
 use crate::list_registers::{InterfaceState, ListRegisterFile};
 
@@ -37,7 +44,6 @@ pub struct El1Registers {
     tpidr_el0: u64,
     tpidrro_el0: u64,
     sp_el0: u64,
-    mdscr: u64,
     csselr: u64,
 }
 
@@ -58,6 +64,22 @@ pub struct SavedVcpu {
     pub cntv_ctl: u64,
     pub cntv_cval: u64,
     pub gic: InterfaceState,
+    /// Its debug registers (the guest's accesses trap into this copy).
+    pub debug: DebugRegisters,
+}
+
+/// SCTLR_EL1 at reset with the MMU and caches off: its RES1 bits only (ARMv8.0; booting.rst
+/// asks for the MMU and data cache off).
+const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+
+impl SavedVcpu {
+    /// A vCPU as it starts: every EL1 and EL0 register, the FP/SIMD registers, FPCR and
+    /// FPSR, the virtual timer, the GIC virtual CPU interface and the debug registers at
+    /// zero, but SCTLR_EL1's RES1 bits (ARM ARM D1.9, "Reset": what the architecture leaves
+    /// UNKNOWN is zero here, so no earlier context shows through).
+    pub fn at_reset() -> SavedVcpu {
+        SavedVcpu { el1: El1Registers { sctlr: SCTLR_EL1_RESET, ..El1Registers::default() }, ..SavedVcpu::default() }
+    }
 }
 
 global_asm!(
@@ -131,7 +153,7 @@ macro_rules! el1_registers {
             esr "esr_el1", afsr0 "afsr0_el1", afsr1 "afsr1_el1", far "far_el1", mair "mair_el1",
             vbar "vbar_el1", contextidr "contextidr_el1", amair "amair_el1", cntkctl "cntkctl_el1",
             par "par_el1", tpidr_el1 "tpidr_el1", sp_el1 "sp_el1", elr "elr_el1", spsr "spsr_el1",
-            tpidr_el0 "tpidr_el0", tpidrro_el0 "tpidrro_el0", sp_el0 "sp_el0", mdscr "mdscr_el1",
+            tpidr_el0 "tpidr_el0", tpidrro_el0 "tpidrro_el0", sp_el0 "sp_el0",
             csselr "csselr_el1"
         )
     };
@@ -139,8 +161,8 @@ macro_rules! el1_registers {
 
 /// Takes the running vCPU's state out of this CPU (the CPU's FP/SIMD registers and EL1
 /// registers stay as they are; the virtual timer is stopped so it cannot fire for the next
-/// vCPU).
-pub fn save(lrs: ListRegisterFile) -> SavedVcpu {
+/// vCPU). `debug` is its debug registers' copy.
+pub fn save(lrs: ListRegisterFile, debug: DebugRegisters) -> SavedVcpu {
     let mut el1 = El1Registers::default();
     macro_rules! read_all {
         ($($field:ident $reg:literal),*) => {
@@ -149,7 +171,7 @@ pub fn save(lrs: ListRegisterFile) -> SavedVcpu {
         };
     }
     el1_registers!(read_all);
-    let mut saved = SavedVcpu { el1, gic: lrs.save_interface(), ..SavedVcpu::default() };
+    let mut saved = SavedVcpu { el1, gic: lrs.save_interface(), debug, ..SavedVcpu::default() };
     // SAFETY: stores the FP/SIMD registers into `saved.fp`, 16-byte aligned (repr(align(16))).
     unsafe { save_fp(&mut saved.fp) };
     // SAFETY: reading and stopping the guest's virtual timer; this vCPU is leaving the CPU.
@@ -167,7 +189,9 @@ pub fn save(lrs: ListRegisterFile) -> SavedVcpu {
     saved
 }
 
-/// Puts a vCPU's state back into this CPU before it runs again here.
+/// Puts a vCPU's state back into this CPU before it runs again here (or for the first time,
+/// from `SavedVcpu::at_reset`). The debug registers are not among them: the run loop loads
+/// them only if the vCPU has debug on (`debug_hw`).
 pub fn restore(saved: &SavedVcpu, lrs: ListRegisterFile) {
     macro_rules! write_all {
         ($($field:ident $reg:literal),*) => {

@@ -10,6 +10,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hyp_core::bundle::{VmDevices, VmSpec};
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
+use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
@@ -73,8 +74,13 @@ pub const GUEST_IPA_BITS: u8 = 40;
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
-/// SCTLR_EL1 at reset with MMU and caches off: RES1 bits only (ARMv8.0).
-const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+/// MDCR_EL2 traps (ARM ARM D24.2.x, MDCR_EL2): TPMCR [5] and TPM [6], PMU accesses; TDA [9],
+/// TDOSA [10] and TDRA [11], debug register accesses.
+const MDCR_TPMCR: u64 = 1 << 5;
+const MDCR_TPM: u64 = 1 << 6;
+const MDCR_TDA: u64 = 1 << 9;
+const MDCR_TDOSA: u64 = 1 << 10;
+const MDCR_TDRA: u64 = 1 << 11;
 /// HCR_EL2.TWI and TWE: WFI and WFE trap (vCPUs that share a CPU: a vCPU waiting for an
 /// interrupt or for a spinlock's holder gives its CPU to the others, which include that
 /// holder if it shares the CPU).
@@ -679,17 +685,21 @@ impl Vm {
     /// This vCPU leaves the CPU to another one: its state goes into the VM (the timer is
     /// stopped before the timer PPI's active state is cleared, so the PPI does not fire for
     /// the next vCPU), its list registers into the vGIC.
-    fn deschedule(&self, vcpu: usize, lr_file: &mut ListRegisterFile, resume: Resume) -> VcpuExit {
-        let state = vcpu_state::save(*lr_file);
-        self.leave_cpu(vcpu, lr_file, Some(Box::new(Resume { state, ..resume })));
+    fn deschedule(&self, vcpu: usize, here: &mut OnCpu, resume: Resume) -> VcpuExit {
+        let state = vcpu_state::save(here.lrs, here.debug);
+        self.leave_cpu(vcpu, here, Some(Box::new(Resume { state, ..resume })));
         VcpuExit::Descheduled
     }
 
     /// The vCPU's list registers go back into the vGIC, a timer interrupt it left active is
     /// deactivated (or the timer could not fire again on this CPU), the CPU leaves the VM's
     /// translation regime; `saved` is what the vCPU resumes from, if it does.
-    fn leave_cpu(&self, vcpu: usize, lr_file: &mut ListRegisterFile, saved: Option<Box<Resume>>) {
-        let _ = self.vgic.vgic.lock().put(vcpu, lr_file);
+    fn leave_cpu(&self, vcpu: usize, here: &mut OnCpu, saved: Option<Box<Resume>>) {
+        let _ = self.vgic.vgic.lock().put(vcpu, &mut here.lrs);
+        if here.debug_loaded {
+            crate::debug_hw::clear(here.geometry);
+            here.debug_loaded = false;
+        }
         if let Some(slot) = self.saved.get(vcpu) {
             *slot.lock() = saved;
         }
@@ -700,7 +710,7 @@ impl Vm {
 
     /// A trapped WFI of a vCPU that shares its CPU: unless an interrupt is pending for it,
     /// it waits off the CPU, woken by an interrupt or by its virtual timer.
-    fn wait_for_interrupt(&self, vcpu: usize, lr_file: &mut ListRegisterFile, resume: Resume) -> Option<VcpuExit> {
+    fn wait_for_interrupt(&self, vcpu: usize, here: &mut OnCpu, resume: Resume) -> Option<VcpuExit> {
         let v = scheduling::vcpu_ref(self.id, vcpu);
         let timer =
             (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(self.cntvoff));
@@ -714,13 +724,13 @@ impl Vm {
         if let Some(deadline) = timer {
             scheduling::wake_at(crate::cpus::current_index(), v, deadline);
         }
-        Some(self.deschedule(vcpu, lr_file, resume))
+        Some(self.deschedule(vcpu, here, resume))
     }
 
     /// This vCPU stops for good (`leave_cpu`, with nothing to resume from); the scheduler
     /// and the VM's power state learn it.
-    fn stop(&self, vcpu: usize, lr_file: &mut ListRegisterFile) -> VcpuExit {
-        self.leave_cpu(vcpu, lr_file, None);
+    fn stop(&self, vcpu: usize, here: &mut OnCpu) -> VcpuExit {
+        self.leave_cpu(vcpu, here, None);
         if let Err(e) = scheduling::stop(scheduling::vcpu_ref(self.id, vcpu)) {
             vm_log!(self, vcpu, "the scheduler does not know this vCPU: {e}");
         }
@@ -773,31 +783,9 @@ impl Vm {
                 cnthctl = in(reg) 0b01u64,
                 cntvoff = in(reg) self.cntvoff,
                 // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF).
-                mdcr = in(reg) mdcr_hpmn | (1 << 5) | (1 << 6),
-                options(nostack)
-            );
-        }
-    }
-
-    /// EL1 as at reset, for a vCPU's first instruction (booting.rst: MMU and caches off).
-    fn reset_el1_state() {
-        // SAFETY: the EL1 registers of the vCPU about to start on this CPU.
-        unsafe {
-            asm!(
-                "msr sctlr_el1, {sctlr}",
-                "msr cpacr_el1, xzr",
-                "msr vbar_el1, xzr",
-                "msr tcr_el1, xzr",
-                "msr ttbr0_el1, xzr",
-                "msr ttbr1_el1, xzr",
-                "msr mair_el1, xzr",
-                "msr sp_el1, xzr",
-                "msr sp_el0, xzr",
-                "msr tpidr_el1, xzr",
-                "msr cntkctl_el1, xzr",
-                "msr cntv_ctl_el0, xzr",
-                "isb",
-                sctlr = in(reg) SCTLR_EL1_RESET,
+                // TDA, TDOSA, TDRA: every debug register access traps into the vCPU's own
+                // copy (hyp_core::debug_registers), so none crosses to another VM.
+                mdcr = in(reg) mdcr_hpmn | MDCR_TPMCR | MDCR_TPM | MDCR_TDA | MDCR_TDOSA | MDCR_TDRA,
                 options(nostack)
             );
         }
@@ -807,8 +795,10 @@ impl Vm {
     pub fn run_vcpu(&self, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit {
         self.vgic.running_on[vcpu].store(cpu, Ordering::Release);
         // List registers: how many the hardware has (GICv3 guests), and how many are in use.
-        let mut lr_file = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
-        lr_file.reset();
+        let lrs = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
+        lrs.reset();
+        let mut here =
+            OnCpu { lrs, debug: DebugRegisters::AT_RESET, debug_loaded: false, geometry: crate::debug_hw::geometry() };
         // Only a vCPU that shares its CPU is ever descheduled (and its WFI traps).
         let shared = decision.trap_wfi;
         self.enter_el2_state(vcpu, shared);
@@ -816,25 +806,29 @@ impl Vm {
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let (mut ctx, mut last_unknown) = match resumed {
             Some(resume) => {
-                vcpu_state::restore(&resume.state, lr_file);
+                vcpu_state::restore(&resume.state, here.lrs);
+                here.debug = resume.state.debug;
                 // Its list registers went back into the vGIC: planned again before entry.
                 self.vgic.hint(1 << vcpu);
                 (resume.ctx, resume.last_unknown)
             }
             None => {
                 let Some((entry, context)) = self.power.lock().started(vcpu) else {
-                    return self.stop(vcpu, &mut lr_file);
+                    return self.stop(vcpu, &mut here);
                 };
                 if vcpu == 0 {
                     vm_log!(self, vcpu, "starting at IPA {entry:#x}");
                     self.route_passthrough(vcpu, cpu);
                 }
-                Self::reset_el1_state();
+                // Every register the guest can read, as at reset: nothing of the context
+                // that ran here before (another VM's, or this vCPU's last life) shows.
+                vcpu_state::restore(&SavedVcpu::at_reset(), here.lrs);
                 let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
                 ctx.x[0] = context;
                 (ctx, None)
             }
         };
+        here.follow_debug();
         scheduling::program_timer(cpu, decision.until);
         let no_counts = ExitCounts::default();
         let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
@@ -845,16 +839,16 @@ impl Vm {
         let (mut lrs_in_use, mut lrs_changed) = (false, false);
         loop {
             if self.ending.load(Ordering::Acquire) {
-                return self.stop(vcpu, &mut lr_file);
+                return self.stop(vcpu, &mut here);
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
             if lrs_changed || self.vgic.take_hint(vcpu) {
                 let mut vgic = self.vgic.vgic.lock();
-                let _ = vgic.flush_to_hw(vcpu, &mut lr_file);
+                let _ = vgic.flush_to_hw(vcpu, &mut here.lrs);
                 lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
             }
             let exit_kind = run_guest(&mut ctx);
-            lrs_changed = lrs_in_use && self.vgic.vgic.lock().sync_from_hw(vcpu, &mut lr_file).unwrap_or(true);
+            lrs_changed = lrs_in_use && self.vgic.vgic.lock().sync_from_hw(vcpu, &mut here.lrs).unwrap_or(true);
             match exit_kind {
                 EXIT_SYNC => {
                     let exit = SyncExit {
@@ -867,7 +861,9 @@ impl Vm {
                     if shared && exit.syndrome.class() == ExceptionClass::WFX && exit.syndrome.iss() & 0b11 == 1 {
                         scheduling::yield_now(cpu, scheduling::vcpu_ref(self.id, vcpu));
                     }
-                    let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut GuestMmio(self), self);
+                    let mut sysregs = VcpuSysRegs { vm: self, debug: &mut here.debug };
+                    let (outcome, incident) =
+                        exit::handle_sync(&mut ctx, vcpu, &exit, &mut GuestMmio(self), &mut sysregs);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
                         Some(incident) => {
@@ -882,7 +878,7 @@ impl Vm {
                     match outcome {
                         Outcome::WaitForInterrupt if shared => {
                             let resume = Resume { ctx: ctx.clone(), state: SavedVcpu::default(), last_unknown };
-                            if let Some(exit) = self.wait_for_interrupt(vcpu, &mut lr_file, resume) {
+                            if let Some(exit) = self.wait_for_interrupt(vcpu, &mut here, resume) {
                                 return exit;
                             }
                         }
@@ -890,6 +886,7 @@ impl Vm {
                         Outcome::CleanInvalidateVm => {
                             crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
                         }
+                        Outcome::DebugStateChanged => here.follow_debug(),
                         Outcome::GenerateSgi { register, value } => {
                             let register = match register {
                                 SgiGenerationRegister::Sgi1r => SgiRegister::Sgi1r,
@@ -909,7 +906,7 @@ impl Vm {
                         }
                         Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
                         Outcome::Call(call) => {
-                            if let Some(exit) = self.vm_call(&mut ctx, vcpu, call, &mut lr_file) {
+                            if let Some(exit) = self.vm_call(&mut ctx, vcpu, call, &mut here) {
                                 return exit;
                             }
                         }
@@ -921,12 +918,12 @@ impl Vm {
                     self.count_exit(vcpu, ExitReason::SError);
                     vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
                     let _ = self.end(vcpu, EndReason::Crashed);
-                    return self.stop(vcpu, &mut lr_file);
+                    return self.stop(vcpu, &mut here);
                 }
                 other => {
                     vm_log!(self, vcpu, "exit of unknown kind {other}: the VM is stopped");
                     let _ = self.end(vcpu, EndReason::Crashed);
-                    return self.stop(vcpu, &mut lr_file);
+                    return self.stop(vcpu, &mut here);
                 }
             }
             // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
@@ -934,7 +931,7 @@ impl Vm {
                 let next = scheduling::tick(cpu);
                 if next.run != Some(scheduling::vcpu_ref(self.id, vcpu)) {
                     let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
-                    return self.deschedule(vcpu, &mut lr_file, resume);
+                    return self.deschedule(vcpu, &mut here, resume);
                 }
                 scheduling::program_timer(cpu, next.until);
             }
@@ -943,16 +940,10 @@ impl Vm {
 
     /// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if
     /// it does.
-    fn vm_call(
-        &self,
-        ctx: &mut GuestContext,
-        vcpu: usize,
-        call: Hypercall,
-        lr_file: &mut ListRegisterFile,
-    ) -> Option<VcpuExit> {
+    fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall, here: &mut OnCpu) -> Option<VcpuExit> {
         let mut ending = |reason: EndReason| {
             let _ = self.end(vcpu, reason);
-            Some(self.stop(vcpu, lr_file))
+            Some(self.stop(vcpu, here))
         };
         match call {
             Hypercall::SystemOff => {
@@ -964,7 +955,7 @@ impl Vm {
                 vm_log!(self, vcpu, "HYP_VM_EXIT with status {status}");
                 return ending(EndReason::Exited(status));
             }
-            Hypercall::CpuOff => return Some(self.stop(vcpu, lr_file)),
+            Hypercall::CpuOff => return Some(self.stop(vcpu, here)),
             Hypercall::CpuOn { target_mpidr, entry, context } => {
                 let start = self.power.lock().cpu_on(target_mpidr, entry, context);
                 ctx.x[0] = match start {
@@ -989,12 +980,46 @@ impl Vm {
     }
 }
 
-impl SysRegEnv for Vm {
+/// What a vCPU holds of its physical CPU while it runs there: the list registers and, while
+/// its debug is on, the hardware debug registers.
+struct OnCpu {
+    lrs: ListRegisterFile,
+    /// The vCPU's debug registers (its accesses trap here).
+    debug: DebugRegisters,
+    /// Whether `debug` is in the hardware now.
+    debug_loaded: bool,
+    geometry: DebugGeometry,
+}
+
+impl OnCpu {
+    /// The hardware debug registers follow the vCPU's: loaded while something of it could
+    /// fire, cleared otherwise (debug_hw).
+    fn follow_debug(&mut self) {
+        if self.debug.needs_hardware() {
+            crate::debug_hw::load(&self.debug, self.geometry);
+            self.debug_loaded = true;
+        } else if self.debug_loaded {
+            crate::debug_hw::clear(self.geometry);
+            self.debug_loaded = false;
+        }
+    }
+}
+
+/// The system-register view of one exiting vCPU.
+struct VcpuSysRegs<'a> {
+    vm: &'a Vm,
+    debug: &'a mut DebugRegisters,
+}
+
+impl SysRegEnv for VcpuSysRegs<'_> {
     fn features(&self) -> VmFeatures {
-        VmFeatures { gic_v3: self.gic_v3, ipa_bits: self.stage2_ipa_bits }
+        VmFeatures { gic_v3: self.vm.gic_v3, ipa_bits: self.vm.stage2_ipa_bits }
     }
     fn id_registers(&self) -> &impl IdRegisters {
         &HardwareIdRegisters
+    }
+    fn debug_registers(&mut self) -> &mut DebugRegisters {
+        self.debug
     }
 }
 

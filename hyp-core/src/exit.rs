@@ -13,7 +13,8 @@ use stage2::Ipa;
 use crate::mmio::{MmioDispatch, MmioError};
 use crate::smccc::{self, Hypercall};
 use crate::syndrome::{ExceptionClass, Syndrome};
-use crate::sysreg::{self, IdRegisters, SgiGenerationRegister, SysRegAccess, SysRegAction, VmFeatures};
+pub use crate::sysreg::SysRegEnv;
+use crate::sysreg::{self, SgiGenerationRegister, SysRegAccess, SysRegAction};
 
 /// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
 /// assembly: x0..x30 at 0, pc at 248, pstate at 256).
@@ -75,6 +76,10 @@ pub enum Outcome {
     /// A write of `value` to ICC_SGI1R_EL1, ICC_ASGI1R_EL1 or ICC_SGI0R_EL1: generate the
     /// SGIs, then resume (the PC is already past the instruction).
     GenerateSgi { register: SgiGenerationRegister, value: u64 },
+    /// A debug register of the vCPU (`SysRegEnv::debug_registers`) was written: the
+    /// hardware's debug registers follow it, then resume (the PC is already past the
+    /// instruction).
+    DebugStateChanged,
 }
 
 /// Something a guest did that the hypervisor logs (with the VM and vCPU).
@@ -135,19 +140,13 @@ impl fmt::Display for Incident {
     }
 }
 
-/// What a trapped system register access needs from the VM and the CPU.
-pub trait SysRegEnv {
-    fn features(&self) -> VmFeatures;
-    fn id_registers(&self) -> &impl IdRegisters;
-}
-
 /// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64.
 pub fn handle_sync(
     ctx: &mut GuestContext,
     vcpu: usize,
     exit: &SyncExit,
     mmio: &mut impl MmioDispatch,
-    sys: &impl SysRegEnv,
+    sys: &mut impl SysRegEnv,
 ) -> (Outcome, Option<Incident>) {
     let s = exit.syndrome;
     match s.class() {
@@ -188,7 +187,7 @@ pub fn handle_sync(
         }
         ExceptionClass::SYSREG64 => {
             let access = SysRegAccess::decode(s.iss());
-            match sysreg::emulate(&access, sys.features(), sys.id_registers()) {
+            match sysreg::emulate(&access, ctx.reg(access.rt), sys) {
                 SysRegAction::Read(value) => {
                     ctx.set_reg(access.rt, value);
                     ctx.skip_instruction(s);
@@ -201,6 +200,10 @@ pub fn handle_sync(
                 SysRegAction::CleanInvalidateVm => {
                     ctx.skip_instruction(s);
                     (Outcome::CleanInvalidateVm, None)
+                }
+                SysRegAction::DebugStateChanged => {
+                    ctx.skip_instruction(s);
+                    (Outcome::DebugStateChanged, None)
                 }
                 SysRegAction::GenerateSgi(register) => {
                     ctx.skip_instruction(s);
@@ -311,9 +314,11 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::debug_registers::DebugRegisters;
     use crate::mmio::MmioBus;
     use crate::pl011::{ConsoleOutput, InterruptLine, Pl011};
     use crate::syndrome::AccessWidth;
+    use crate::sysreg::{IdRegisters, VmFeatures};
     use alloc::boxed::Box;
     use stage2::IpaRange;
 
@@ -325,18 +330,23 @@ mod tests {
         fn set_level(&mut self, _: bool) {}
     }
 
-    struct Env;
-    impl IdRegisters for Env {
+    struct Ids;
+    impl IdRegisters for Ids {
         fn read(&self, _: crate::sysreg::Encoding) -> u64 {
             0x1111_1111_1111_1111
         }
     }
+    #[derive(Default)]
+    struct Env(DebugRegisters);
     impl SysRegEnv for Env {
         fn features(&self) -> VmFeatures {
             VmFeatures { gic_v3: true, ipa_bits: 40 }
         }
         fn id_registers(&self) -> &impl IdRegisters {
-            self
+            &Ids
+        }
+        fn debug_registers(&mut self) -> &mut DebugRegisters {
+            &mut self.0
         }
     }
 
@@ -365,7 +375,7 @@ mod tests {
     #[test]
     fn psci_version_returns_1_1_and_resumes_after_the_hvc() {
         let (mut ctx, exit) = hvc(smccc::PSCI_VERSION as u64);
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()), (Outcome::Resume, None));
         assert_eq!(ctx.x[0], 0x1_0001);
         assert_eq!(ctx.pc, 0x4000_1004, "HVC's return address is already the next instruction");
     }
@@ -373,7 +383,7 @@ mod tests {
     #[test]
     fn an_unknown_function_returns_not_supported_and_is_logged() {
         let (mut ctx, exit) = hvc(0xc200_1234);
-        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default());
         assert_eq!(outcome, Outcome::Resume);
         assert_eq!(incident, Some(Incident::UnknownHypercall { function: 0xc200_1234 }));
         assert_eq!(ctx.x[0] as i64, -1);
@@ -383,7 +393,7 @@ mod tests {
     fn a_trapped_smc_is_skipped_and_answered_like_an_hvc() {
         let (mut ctx, mut exit) = hvc(smccc::SMCCC_VERSION as u64);
         exit.syndrome = Syndrome((0x17 << 26) | (1 << 25));
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Resume);
         assert_eq!((ctx.x[0], ctx.pc), (0x1_0001, 0x4000_1008));
     }
 
@@ -391,7 +401,7 @@ mod tests {
     fn a_non_zero_immediate_is_not_supported() {
         let (mut ctx, mut exit) = hvc(smccc::PSCI_VERSION as u64);
         exit.syndrome = Syndrome((0x16 << 26) | (1 << 25) | 0x42);
-        let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
+        let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default());
         assert_eq!(incident, Some(Incident::NonZeroCallImmediate { immediate: 0x42 }));
         assert_eq!(ctx.x[0] as i64, -1);
     }
@@ -399,7 +409,10 @@ mod tests {
     #[test]
     fn lifecycle_calls_go_to_the_vm_layer() {
         let (mut ctx, exit) = hvc(smccc::PSCI_SYSTEM_OFF as u64);
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env).0, Outcome::Call(Hypercall::SystemOff));
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()).0,
+            Outcome::Call(Hypercall::SystemOff)
+        );
     }
 
     #[test]
@@ -407,10 +420,14 @@ mod tests {
         let mut bus = bus_with_uart();
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         ctx.x[3] = b'A' as u64;
-        let (outcome, incident) = handle_sync(&mut ctx, 0, &abort(0x0900_0000, 3, true, true), &mut bus, &Env);
+        let (outcome, incident) =
+            handle_sync(&mut ctx, 0, &abort(0x0900_0000, 3, true, true), &mut bus, &mut Env::default());
         assert_eq!((outcome, incident, ctx.pc), (Outcome::Resume, None, 0x4000_0004));
         ctx.x[5] = 0xdead;
-        assert_eq!(handle_sync(&mut ctx, 0, &abort(0x0900_0018, 5, false, true), &mut bus, &Env).0, Outcome::Resume);
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &abort(0x0900_0018, 5, false, true), &mut bus, &mut Env::default()).0,
+            Outcome::Resume
+        );
         assert_eq!(ctx.x[5], 0x90, "UARTFR: TXFE | RXFE");
     }
 
@@ -418,7 +435,7 @@ mod tests {
     fn a_load_from_an_unmapped_ipa_gets_an_external_abort_and_a_log_line() {
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         let exit = abort(0x2000_0000, 1, false, true);
-        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &mut Env::default());
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000 });
         assert_eq!(incident, Some(Incident::NoMemoryOrDevice { ipa: Ipa(0x2000_0000), va: 0x2000_0000, write: false }));
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
@@ -428,7 +445,7 @@ mod tests {
     fn an_access_to_a_missing_register_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
         let (outcome, incident) =
-            handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &Env);
+            handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &mut Env::default());
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
         assert_eq!(
             incident,
@@ -440,7 +457,7 @@ mod tests {
     fn a_device_access_without_syndrome_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
         let (outcome, incident) =
-            handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &Env);
+            handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &mut Env::default());
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000 });
         assert_eq!(incident, Some(Incident::NotEmulatable { ipa: Ipa(0x0900_0000) }));
     }
@@ -450,7 +467,7 @@ mod tests {
         let mut ctx = GuestContext::default();
         let mut exit = abort(0x0900_0000, 1, false, true);
         exit.syndrome = Syndrome(exit.syndrome.0 | (3 << 22));
-        let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &Env);
+        let (_, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &mut Env::default());
         assert_eq!(
             incident,
             Some(Incident::DeviceRefused {
@@ -466,10 +483,14 @@ mod tests {
         // MRS x3, ID_AA64PFR0_EL1.
         let iss = (3 << 20) | (3 << 5) | (4 << 1) | 1;
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::Resume, None));
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()), (Outcome::Resume, None));
         assert_eq!(
             ctx.x[3],
-            crate::sysreg::sanitised_id(crate::sysreg::ID_AA64PFR0_EL1, 0x1111_1111_1111_1111, Env.features())
+            crate::sysreg::sanitised_id(
+                crate::sysreg::ID_AA64PFR0_EL1,
+                0x1111_1111_1111_1111,
+                Env::default().features()
+            )
         );
         assert_eq!(ctx.pc, 0x104);
     }
@@ -482,7 +503,7 @@ mod tests {
         let iss = (3 << 20) | (5 << 17) | (12 << 10) | (2 << 5) | (11 << 1);
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
         assert_eq!(
-            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env),
+            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()),
             (Outcome::GenerateSgi { register: SgiGenerationRegister::Sgi1r, value: (1 << 24) | 0b10 }, None)
         );
         assert_eq!(ctx.pc, 4);
@@ -493,7 +514,7 @@ mod tests {
                 far: 0,
                 hpfar: 0,
             };
-            let (outcome, _) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
+            let (outcome, _) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default());
             assert_eq!(outcome, Outcome::GenerateSgi { register, value: (1 << 24) | 0b10 });
         }
     }
@@ -504,8 +525,38 @@ mod tests {
         // DC CISW, x0: op0 1, op1 0, CRn 7, CRm 14, op2 2, write.
         let iss = (1 << 20) | (2 << 17) | (7 << 10) | (14 << 1);
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env), (Outcome::CleanInvalidateVm, None));
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()),
+            (Outcome::CleanInvalidateVm, None)
+        );
         assert_eq!(ctx.pc, 4);
+    }
+
+    #[test]
+    fn debug_registers_are_the_vcpus_own_copy() {
+        // MSR/MRS DBGBVR<n>_EL1, x<rt>: op0 2, op1 0, CRn 0, CRm n, op2 4.
+        let bvr = |n: u64, rt: u64, read: bool| SyncExit {
+            syndrome: Syndrome(
+                (0x18 << 26) | (1 << 25) | (2 << 20) | (4 << 17) | (n << 1) | (rt << 5) | u64::from(read),
+            ),
+            far: 0,
+            hpfar: 0,
+        };
+        let mut env = Env::default();
+        let mut ctx = GuestContext::default();
+        ctx.x[4] = 0x4000_1000;
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &bvr(1, 4, false), &mut MmioBus::new(), &mut env),
+            (Outcome::DebugStateChanged, None)
+        );
+        assert_eq!((env.0.bvr[1], ctx.pc), (0x4000_1000, 4));
+        assert_eq!(handle_sync(&mut ctx, 0, &bvr(1, 5, true), &mut MmioBus::new(), &mut env), (Outcome::Resume, None));
+        assert_eq!((ctx.x[5], ctx.pc), (0x4000_1000, 8));
+        // ID_AA64DFR0_EL1 reads 0x..1111 here: BRPs = 1, so two breakpoints and no DBGBVR2.
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &bvr(2, 4, false), &mut MmioBus::new(), &mut env);
+        assert_eq!(outcome, Outcome::InjectUndefined);
+        assert!(matches!(incident, Some(Incident::SystemRegister { .. })));
+        assert_eq!(ctx.pc, 8, "an undefined instruction is not skipped");
     }
 
     #[test]
@@ -514,20 +565,26 @@ mod tests {
         // MRS of PMCCNTR_EL0 (op0 3, op1 3, CRn 9, CRm 13, op2 0).
         let iss = (3 << 20) | (3 << 14) | (9 << 10) | (13 << 1) | 1;
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
-        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env);
+        let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default());
         assert_eq!(outcome, Outcome::InjectUndefined);
         assert!(matches!(incident, Some(Incident::SystemRegister { .. })));
         let exit = SyncExit { syndrome: Syndrome(0x07 << 26), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &Env).0, Outcome::InjectUndefined);
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()).0,
+            Outcome::InjectUndefined
+        );
     }
 
     #[test]
     fn wfi_waits_and_wfe_resumes() {
         let mut ctx = GuestContext::default();
         let wfi = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25)), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, 0, &wfi, &mut MmioBus::new(), &Env).0, Outcome::WaitForInterrupt);
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &wfi, &mut MmioBus::new(), &mut Env::default()).0,
+            Outcome::WaitForInterrupt
+        );
         let wfe = SyncExit { syndrome: Syndrome((0x01 << 26) | (1 << 25) | 1), far: 0, hpfar: 0 };
-        assert_eq!(handle_sync(&mut ctx, 0, &wfe, &mut MmioBus::new(), &Env).0, Outcome::Resume);
+        assert_eq!(handle_sync(&mut ctx, 0, &wfe, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Resume);
         assert_eq!(ctx.pc, 8);
     }
 

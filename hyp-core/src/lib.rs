@@ -6,6 +6,7 @@ extern crate alloc;
 pub mod bundle;
 pub mod cap;
 pub mod console_lines;
+pub mod debug_registers;
 pub mod entropy;
 pub mod exit;
 pub mod exit_stats;

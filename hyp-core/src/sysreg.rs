@@ -1,9 +1,11 @@
 //! Trapped system register accesses (EC 0x18): the ID registers a guest reads, sanitised so
-//! it is not offered what the hypervisor does not virtualise; set/way cache maintenance;
-//! ACTLR_EL1; and UNDEF for the rest.
+//! it is not offered what the hypervisor does not virtualise; the debug registers (kept per
+//! vCPU: `debug_registers`); set/way cache maintenance; ACTLR_EL1; and UNDEF for the rest.
 //!
 //! ARM ARM D24.2.40 (ISS for EC 0x18), D23.1 (the ID register space: op0 3, op1 0, CRn 0,
 //! CRm 1-7 is RAZ where unallocated), D24.2 field descriptions of each register.
+
+use crate::debug_registers::{DebugAccess, DebugGeometry, DebugRegisters};
 
 /// One MSR/MRS or system instruction, decoded from the ISS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +98,9 @@ pub enum SysRegAction {
     CleanInvalidateVm,
     /// A write to an SGI generation register (the value written is in Rt).
     GenerateSgi(SgiGenerationRegister),
+    /// A debug register was written: the vCPU's debug state may need the hardware now, or
+    /// no longer (`DebugRegisters::needs_hardware`).
+    DebugStateChanged,
     /// Not emulated: the guest gets an undefined instruction.
     Undefined,
 }
@@ -151,11 +156,30 @@ pub fn sanitised_id(register: Encoding, real: u64, vm: VmFeatures) -> u64 {
     }
 }
 
-pub fn emulate(access: &SysRegAccess, vm: VmFeatures, hw: &impl IdRegisters) -> SysRegAction {
+/// What a trapped system register access needs from the VM, the vCPU and the CPU.
+pub trait SysRegEnv {
+    fn features(&self) -> VmFeatures;
+    fn id_registers(&self) -> &impl IdRegisters;
+    /// The exiting vCPU's debug registers (trapped, and kept per vCPU).
+    fn debug_registers(&mut self) -> &mut DebugRegisters;
+}
+
+/// Emulates one trapped access of the vCPU `env` describes; `value` is what a write writes
+/// (the guest's Rt).
+pub fn emulate(access: &SysRegAccess, value: u64, env: &mut impl SysRegEnv) -> SysRegAction {
     let encoding = access.encoding();
+    let vm = env.features();
+    if DebugRegisters::is_debug_register(access) {
+        let geometry = DebugGeometry::from_id_aa64dfr0(env.id_registers().read(ID_AA64DFR0_EL1));
+        return match env.debug_registers().access(access, value, geometry) {
+            DebugAccess::Read(v) => SysRegAction::Read(v),
+            DebugAccess::Written => SysRegAction::DebugStateChanged,
+            DebugAccess::Undefined => SysRegAction::Undefined,
+        };
+    }
     if access.is_id_register() {
         return if access.is_read {
-            SysRegAction::Read(sanitised_id(encoding, hw.read(encoding), vm))
+            SysRegAction::Read(sanitised_id(encoding, env.id_registers().read(encoding), vm))
         } else {
             SysRegAction::Undefined
         };
@@ -198,10 +222,31 @@ mod tests {
 
     fn read(e: Encoding, vm: VmFeatures) -> u64 {
         let access = SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 0, is_read: true };
-        match emulate(&access, vm, &Max) {
+        match emu(&access, vm) {
             SysRegAction::Read(v) => v,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A vCPU of a VM with `features` on a `-cpu max` CPU.
+    pub(crate) struct MaxVcpu {
+        pub(crate) features: VmFeatures,
+        pub(crate) debug: DebugRegisters,
+    }
+    impl SysRegEnv for MaxVcpu {
+        fn features(&self) -> VmFeatures {
+            self.features
+        }
+        fn id_registers(&self) -> &impl IdRegisters {
+            &Max
+        }
+        fn debug_registers(&mut self) -> &mut DebugRegisters {
+            &mut self.debug
+        }
+    }
+
+    fn emu(access: &SysRegAccess, vm: VmFeatures) -> SysRegAction {
+        emulate(access, 0, &mut MaxVcpu { features: vm, debug: DebugRegisters::AT_RESET })
     }
 
     fn field(v: u64, lsb: u32) -> u64 {
@@ -254,36 +299,23 @@ mod tests {
     fn other_id_registers_read_as_the_hardware_and_writes_are_undefined() {
         assert_eq!(read(Encoding(3, 0, 0, 6, 0), V3), 0x1111);
         let write = SysRegAccess { op0: 3, op1: 0, crn: 0, crm: 4, op2: 0, rt: 0, is_read: false };
-        assert_eq!(emulate(&write, V3, &Max), SysRegAction::Undefined);
+        assert_eq!(emu(&write, V3), SysRegAction::Undefined);
     }
 
     #[test]
     fn actlr_is_raz_wi_and_set_way_cleans_the_vm() {
         let a =
             |e: Encoding, is_read| SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 1, is_read };
-        assert_eq!(emulate(&a(ACTLR_EL1, true), V3, &Max), SysRegAction::Read(0));
-        assert_eq!(emulate(&a(ACTLR_EL1, false), V3, &Max), SysRegAction::WriteIgnored);
+        assert_eq!(emu(&a(ACTLR_EL1, true), V3), SysRegAction::Read(0));
+        assert_eq!(emu(&a(ACTLR_EL1, false), V3), SysRegAction::WriteIgnored);
         for dc in [DC_ISW, DC_CSW, DC_CISW] {
-            assert_eq!(emulate(&a(dc, false), V3, &Max), SysRegAction::CleanInvalidateVm);
+            assert_eq!(emu(&a(dc, false), V3), SysRegAction::CleanInvalidateVm);
         }
-        assert_eq!(emulate(&a(Encoding(3, 3, 9, 13, 0), true), V3, &Max), SysRegAction::Undefined, "PMCCNTR_EL0");
-        assert_eq!(
-            emulate(&a(ICC_SGI1R_EL1, false), V3, &Max),
-            SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r)
-        );
-        assert_eq!(
-            emulate(&a(ICC_ASGI1R_EL1, false), V3, &Max),
-            SysRegAction::GenerateSgi(SgiGenerationRegister::Asgi1r)
-        );
-        assert_eq!(
-            emulate(&a(ICC_SGI0R_EL1, false), V3, &Max),
-            SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r)
-        );
-        assert_eq!(
-            emulate(&a(ICC_SGI1R_EL1, false), V2, &Max),
-            SysRegAction::Undefined,
-            "no system register interface on GICv2"
-        );
-        assert_eq!(emulate(&a(ICC_SGI1R_EL1, true), V3, &Max), SysRegAction::Undefined, "write-only");
+        assert_eq!(emu(&a(Encoding(3, 3, 9, 13, 0), true), V3), SysRegAction::Undefined, "PMCCNTR_EL0");
+        assert_eq!(emu(&a(ICC_SGI1R_EL1, false), V3), SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r));
+        assert_eq!(emu(&a(ICC_ASGI1R_EL1, false), V3), SysRegAction::GenerateSgi(SgiGenerationRegister::Asgi1r));
+        assert_eq!(emu(&a(ICC_SGI0R_EL1, false), V3), SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r));
+        assert_eq!(emu(&a(ICC_SGI1R_EL1, false), V2), SysRegAction::Undefined, "no system register interface on GICv2");
+        assert_eq!(emu(&a(ICC_SGI1R_EL1, true), V3), SysRegAction::Undefined, "write-only");
     }
 }

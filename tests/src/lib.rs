@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use xtask::bundle::{self, BundleOptions, VmDevices, VmEntry};
+use xtask::bundle::{self, BundleOptions, Placement, Policy, VmDevices, VmEntry};
 use xtask::images;
 use xtask::qemu::{self, Machine, RunOutput, Session};
 
@@ -21,6 +21,8 @@ pub struct Images {
     pub microbench: PathBuf,
     pub spinner: PathBuf,
     pub passthrough: PathBuf,
+    pub leak_secret: PathBuf,
+    pub leak_reader: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -39,6 +41,8 @@ pub fn images() -> &'static Images {
             microbench: guest("microbench"),
             spinner: guest("spinner"),
             passthrough: guest("passthrough"),
+            leak_secret: guest("leak-secret"),
+            leak_reader: guest("leak-reader"),
         }
     })
 }
@@ -92,6 +96,12 @@ pub fn test_vm(name: &str, kernel: &Path, memory: u64) -> VmEntry {
         device_tree: None,
         devices: VmDevices::default(),
     }
+}
+
+/// `vm` with its vCPUs on `cpus` (vCPU n on the n-th), pinned or sharing them.
+pub fn placed(mut vm: VmEntry, cpus: &[u32], policy: Policy) -> VmEntry {
+    vm.devices.placement = Placement { cpus: Some(cpus.to_vec()), policy: Some(policy), slice_us: None };
+    vm
 }
 
 /// Asserts that `line` occurs in the console, showing the console when it does not.

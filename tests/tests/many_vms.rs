@@ -6,16 +6,11 @@
 use std::time::Duration;
 
 use system_tests::{
-    assert_output_line, images, linux_vm, linux_vm_on_network, one_linux_at_a_time, run, start_session, test_vm,
-    BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
+    assert_output_line, images, linux_vm, linux_vm_on_network, one_linux_at_a_time, placed, run, start_session,
+    test_vm, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
-use xtask::bundle::{Placement, Policy, VmEntry};
+use xtask::bundle::{Policy, VmEntry};
 use xtask::qemu::{Machine, Session};
-
-fn placed(mut vm: VmEntry, cpus: &[u32], policy: Policy) -> VmEntry {
-    vm.devices.placement = Placement { cpus: Some(cpus.to_vec()), policy: Some(policy), slice_us: None };
-    vm
-}
 
 /// Types a management console command (Ctrl-] opens the command line).
 fn command(s: &mut Session, line: &str) {

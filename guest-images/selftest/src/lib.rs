@@ -6,6 +6,8 @@
 //! The guests run at EL1 with their MMU off, so every access is to an IPA.
 #![no_std]
 
+pub mod debug;
+pub mod entry_state;
 pub mod gic;
 
 use core::arch::{asm, global_asm};
@@ -22,6 +24,99 @@ pub const HYP_VM_EXIT: u64 = 0xc600_0001;
 
 global_asm!(
     r#"
+// Stores x0-x30 (x17, the base register, as zero), SP, the EL1/EL0 system registers of
+// `entry_state::SYSTEM_REGISTERS` and the FP/SIMD registers into the `EntryState` at
+// \buf, before anything else runs; leaves CPACR_EL1.FPEN on and x0 as it came.
+.macro SNAPSHOT buf
+    adrp    x17, \buf
+    add     x17, x17, :lo12:\buf
+    stp     x0, x1, [x17, #0]
+    stp     x2, x3, [x17, #16]
+    stp     x4, x5, [x17, #32]
+    stp     x6, x7, [x17, #48]
+    stp     x8, x9, [x17, #64]
+    stp     x10, x11, [x17, #80]
+    stp     x12, x13, [x17, #96]
+    stp     x14, x15, [x17, #112]
+    stp     x16, xzr, [x17, #128]
+    stp     x18, x19, [x17, #144]
+    stp     x20, x21, [x17, #160]
+    stp     x22, x23, [x17, #176]
+    stp     x24, x25, [x17, #192]
+    stp     x26, x27, [x17, #208]
+    stp     x28, x29, [x17, #224]
+    str     x30, [x17, #240]
+    mov     x0, sp
+    str     x0, [x17, #248]
+    mrs     x0, sctlr_el1
+    mrs     x1, cpacr_el1
+    stp     x0, x1, [x17, #256]
+    mrs     x0, ttbr0_el1
+    mrs     x1, ttbr1_el1
+    stp     x0, x1, [x17, #272]
+    mrs     x0, tcr_el1
+    mrs     x1, esr_el1
+    stp     x0, x1, [x17, #288]
+    mrs     x0, afsr0_el1
+    mrs     x1, afsr1_el1
+    stp     x0, x1, [x17, #304]
+    mrs     x0, far_el1
+    mrs     x1, mair_el1
+    stp     x0, x1, [x17, #320]
+    mrs     x0, vbar_el1
+    mrs     x1, contextidr_el1
+    stp     x0, x1, [x17, #336]
+    mrs     x0, amair_el1
+    mrs     x1, cntkctl_el1
+    stp     x0, x1, [x17, #352]
+    mrs     x0, par_el1
+    mrs     x1, tpidr_el1
+    stp     x0, x1, [x17, #368]
+    mrs     x0, sp_el0
+    mrs     x1, elr_el1
+    stp     x0, x1, [x17, #384]
+    mrs     x0, spsr_el1
+    mrs     x1, tpidr_el0
+    stp     x0, x1, [x17, #400]
+    mrs     x0, tpidrro_el0
+    mrs     x1, csselr_el1
+    stp     x0, x1, [x17, #416]
+    mrs     x0, cntv_ctl_el0
+    mrs     x1, cntv_cval_el0
+    stp     x0, x1, [x17, #432]
+    mrs     x0, mdscr_el1
+    mrs     x1, daif
+    stp     x0, x1, [x17, #448]
+    mrs     x0, nzcv
+    mrs     x1, actlr_el1
+    stp     x0, x1, [x17, #464]
+    mov     x1, #(3 << 20)      // CPACR_EL1.FPEN, to read the FP/SIMD registers
+    msr     cpacr_el1, x1
+    isb
+    add     x16, x17, #480
+    stp     q0, q1, [x16, #0]
+    stp     q2, q3, [x16, #32]
+    stp     q4, q5, [x16, #64]
+    stp     q6, q7, [x16, #96]
+    stp     q8, q9, [x16, #128]
+    stp     q10, q11, [x16, #160]
+    stp     q12, q13, [x16, #192]
+    stp     q14, q15, [x16, #224]
+    stp     q16, q17, [x16, #256]
+    stp     q18, q19, [x16, #288]
+    stp     q20, q21, [x16, #320]
+    stp     q22, q23, [x16, #352]
+    stp     q24, q25, [x16, #384]
+    stp     q26, q27, [x16, #416]
+    stp     q28, q29, [x16, #448]
+    stp     q30, q31, [x16, #480]
+    mrs     x0, fpcr
+    mrs     x1, fpsr
+    add     x16, x16, #512
+    stp     x0, x1, [x16]
+    ldr     x0, [x17, #0]
+.endm
+
     .section .text.head, "ax"
     .global _start
 _start:
@@ -33,7 +128,8 @@ _start:
     .quad   0, 0, 0
     .ascii  "ARM\x64"
     .long   0
-1:  mov     x19, x0             // the device tree, per the arm64 boot protocol
+1:  SNAPSHOT BOOT_ENTRY_STATE   // every register as the hypervisor started this vCPU
+    mov     x19, x0             // the device tree, per the arm64 boot protocol
     ldr     x1, =__stack_top
     mov     sp, x1
     mov     x1, #(3 << 20)      // CPACR_EL1.FPEN: Rust uses FP/SIMD registers
@@ -56,6 +152,7 @@ _start:
     .section .text, "ax"
     .global secondary_entry
 secondary_entry:
+    SNAPSHOT SECONDARY_ENTRY_STATE
     ldr     x1, =__secondary_stack_top
     mov     sp, x1
     mov     x1, #(3 << 20)
@@ -291,6 +388,39 @@ pub fn current_el() -> u64 {
     unsafe { asm!("mrs {}, CurrentEL", out(reg) el) };
     (el >> 2) & 3
 }
+
+pub const PSCI_SYSTEM_RESET: u64 = 0x8400_0009;
+
+/// The virtual counter in milliseconds (it starts near 0 when the VM is created).
+pub fn counter_ms() -> u64 {
+    let (now, freq): (u64, u64);
+    // SAFETY: the virtual counter registers are readable at EL1.
+    unsafe {
+        asm!("isb", "mrs {}, cntvct_el0", out(reg) now);
+        asm!("mrs {}, cntfrq_el0", out(reg) freq);
+    }
+    now / (freq / 1000).max(1)
+}
+
+/// A few instructions of code placed at `at` in RAM (the MMU is off, so instruction fetches
+/// read it), made visible to instruction fetch.
+pub fn place_code(at: usize, code: &[u32]) {
+    for (i, &insn) in code.iter().enumerate() {
+        // SAFETY: RAM of this VM that the caller reserves for the code.
+        unsafe { write_volatile((at + 4 * i) as *mut u32, insn) };
+    }
+    // SAFETY: cache maintenance of this VM's own memory.
+    unsafe { asm!("dsb sy", "ic iallu", "dsb sy", "isb") };
+}
+
+/// Calls the code at `at` (placed with `place_code`).
+pub fn call_code(at: usize) {
+    // SAFETY: the caller placed a function there that preserves the callee-saved registers.
+    unsafe { asm!("blr {}", in(reg) at, clobber_abi("C")) };
+}
+
+/// `ret`.
+pub const RET: u32 = 0xd65f_03c0;
 
 /// The virtual counter and its frequency, for waiting a while.
 pub fn wait_ms(ms: u64) {
