@@ -15,6 +15,8 @@
 use core::arch::{asm, global_asm};
 
 use hyp_core::debug_registers::DebugRegisters;
+use hyp_core::set_way::SetWayState;
+use hyp_core::sysreg::VmControlRegister;
 
 use crate::list_registers::{InterfaceState, ListRegisterFile};
 
@@ -66,6 +68,8 @@ pub struct SavedVcpu {
     pub gic: InterfaceState,
     /// Its debug registers (the guest's accesses trap into this copy).
     pub debug: DebugRegisters,
+    /// Its set/way emulation (whether its control registers trap, a clean under way).
+    pub set_way: SetWayState,
 }
 
 /// SCTLR_EL1 at reset with the MMU and caches off: its RES1 bits only (ARMv8.0; booting.rst
@@ -218,4 +222,28 @@ pub fn restore(saved: &SavedVcpu, lrs: ListRegisterFile) {
             options(nostack)
         )
     };
+}
+
+/// A guest's write to one of its VM control registers, trapped by HCR_EL2.TVM, carried out.
+pub fn write_control_register(register: VmControlRegister, value: u64) {
+    macro_rules! write {
+        ($reg:literal) => {
+            // SAFETY: an EL1 register of the vCPU running on this CPU, written as the guest
+            // asked; HCR_EL2.TVM only made the write trap.
+            unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) value, options(nostack)) }
+        };
+    }
+    match register {
+        VmControlRegister::Sctlr => write!("sctlr_el1"),
+        VmControlRegister::Ttbr0 => write!("ttbr0_el1"),
+        VmControlRegister::Ttbr1 => write!("ttbr1_el1"),
+        VmControlRegister::Tcr => write!("tcr_el1"),
+        VmControlRegister::Afsr0 => write!("afsr0_el1"),
+        VmControlRegister::Afsr1 => write!("afsr1_el1"),
+        VmControlRegister::Esr => write!("esr_el1"),
+        VmControlRegister::Far => write!("far_el1"),
+        VmControlRegister::Mair => write!("mair_el1"),
+        VmControlRegister::Amair => write!("amair_el1"),
+        VmControlRegister::Contextidr => write!("contextidr_el1"),
+    }
 }

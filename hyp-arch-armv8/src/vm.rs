@@ -19,10 +19,11 @@ use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::mmio::{MmioBus, MmioDevice, MmioDispatch, MmioError};
 use hyp_core::pl011::{InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
+use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::syndrome::AccessWidth;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
-use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmFeatures};
+use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
@@ -86,6 +87,9 @@ const MDCR_TDRA: u64 = 1 << 11;
 /// holder if it shares the CPU).
 const HCR_TWI: u64 = 1 << 13;
 const HCR_TWE: u64 = 1 << 14;
+/// HCR_EL2.TVM: writes to the VM control registers trap (while set/way maintenance is
+/// watched: hyp_core::set_way).
+const HCR_TVM: u64 = 1 << 26;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
 /// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
@@ -686,7 +690,7 @@ impl Vm {
     /// stopped before the timer PPI's active state is cleared, so the PPI does not fire for
     /// the next vCPU), its list registers into the vGIC.
     fn deschedule(&self, vcpu: usize, here: &mut OnCpu, resume: Resume) -> VcpuExit {
-        let state = vcpu_state::save(here.lrs, here.debug);
+        let state = SavedVcpu { set_way: here.set_way, ..vcpu_state::save(here.lrs, here.debug) };
         self.leave_cpu(vcpu, here, Some(Box::new(Resume { state, ..resume })));
         VcpuExit::Descheduled
     }
@@ -727,6 +731,37 @@ impl Vm {
         Some(self.deschedule(vcpu, here, resume))
     }
 
+    /// A trapped set/way instruction or VM control register write (hyp_core::set_way): a
+    /// part of the VM's RAM cleaned, and the instruction completed if that was the last or
+    /// none was needed (`write` applied first). Otherwise the PC stays, and the guest traps
+    /// again at the same instruction after any interrupt due now has been taken.
+    fn set_way(
+        &self,
+        ctx: &mut GuestContext,
+        syndrome: Syndrome,
+        here: &mut OnCpu,
+        trap: CacheTrap,
+        write: Option<(VmControlRegister, u64)>,
+    ) {
+        let trapping = here.set_way.trapping_controls();
+        match here.set_way.on_trap(trap, ctx.pc, self.spec.memory) {
+            CacheStep::CleanPart { offset, len, last } => {
+                crate::mmu::clean_invalidate_dcache_range(self.ram.base + offset, self.ram.base + offset + len);
+                if !last {
+                    return;
+                }
+            }
+            CacheStep::Complete => {}
+        }
+        if let Some((register, value)) = write {
+            vcpu_state::write_control_register(register, value);
+        }
+        ctx.skip_instruction(syndrome);
+        if here.set_way.trapping_controls() != trapping {
+            write_hcr(here.hcr());
+        }
+    }
+
     /// This vCPU stops for good (`leave_cpu`, with nothing to resume from); the scheduler
     /// and the VM's power state learn it.
     fn stop(&self, vcpu: usize, here: &mut OnCpu) -> VcpuExit {
@@ -751,9 +786,9 @@ impl Vm {
         }
     }
 
-    /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (WFI traps when the
-    /// vCPU shares its CPU: HCR_EL2.TWI), identity, timer offset.
-    fn enter_el2_state(&self, vcpu: usize, trap_wfi: bool) {
+    /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
+    /// identity, timer offset.
+    fn enter_el2_state(&self, vcpu: usize, hcr: u64) {
         let mdcr_hpmn = (sysreg!("pmcr_el0") >> 11) & 0x1f;
         let midr = sysreg!("midr_el1");
         // SAFETY: configures this CPU's EL2 state for this VM's vCPU; the stage-2 tables at
@@ -774,7 +809,7 @@ impl Vm {
                 "isb",
                 vtcr = in(reg) self.vtcr,
                 vttbr = in(reg) self.vttbr,
-                hcr = in(reg) HCR_GUEST | if trap_wfi { HCR_TWI | HCR_TWE } else { 0 },
+                hcr = in(reg) hcr,
                 vmpidr = in(reg) (1u64 << 31) | Distributor::vcpu_affinity(vcpu),
                 midr = in(reg) midr,
                 // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
@@ -797,12 +832,18 @@ impl Vm {
         // List registers: how many the hardware has (GICv3 guests), and how many are in use.
         let lrs = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
         lrs.reset();
-        let mut here =
-            OnCpu { lrs, debug: DebugRegisters::AT_RESET, debug_loaded: false, geometry: crate::debug_hw::geometry() };
+        let resumed = self.saved.get(vcpu).and_then(|s| s.lock().take());
         // Only a vCPU that shares its CPU is ever descheduled (and its WFI traps).
         let shared = decision.trap_wfi;
-        self.enter_el2_state(vcpu, shared);
-        let resumed = self.saved.get(vcpu).and_then(|s| s.lock().take());
+        let mut here = OnCpu {
+            lrs,
+            debug: DebugRegisters::AT_RESET,
+            debug_loaded: false,
+            geometry: crate::debug_hw::geometry(),
+            set_way: resumed.as_ref().map_or(SetWayState::default(), |r| r.state.set_way),
+            hcr: HCR_GUEST | if shared { HCR_TWI | HCR_TWE } else { 0 },
+        };
+        self.enter_el2_state(vcpu, here.hcr());
         // The last unknown function this vCPU called: a guest repeating it is logged once.
         let (mut ctx, mut last_unknown) = match resumed {
             Some(resume) => {
@@ -883,8 +924,15 @@ impl Vm {
                             }
                         }
                         Outcome::Resume | Outcome::WaitForInterrupt => {}
-                        Outcome::CleanInvalidateVm => {
-                            crate::mmu::clean_invalidate_dcache_range(self.ram.base, self.ram.end())
+                        Outcome::SetWay => self.set_way(&mut ctx, exit.syndrome, &mut here, CacheTrap::SetWay, None),
+                        Outcome::ControlWrite { register, value } => {
+                            let trap = match register {
+                                VmControlRegister::Sctlr => {
+                                    CacheTrap::SctlrWrite { old: sysreg!("sctlr_el1"), new: value }
+                                }
+                                _ => CacheTrap::OtherControlWrite,
+                            };
+                            self.set_way(&mut ctx, exit.syndrome, &mut here, trap, Some((register, value)))
                         }
                         Outcome::DebugStateChanged => here.follow_debug(),
                         Outcome::GenerateSgi { register, value } => {
@@ -980,9 +1028,13 @@ impl Vm {
     }
 }
 
-/// What a vCPU holds of its physical CPU while it runs there: the list registers and, while
-/// its debug is on, the hardware debug registers.
+/// What a vCPU holds of its physical CPU while it runs there: the list registers, its traps
+/// (HCR_EL2) and, while its debug is on, the hardware debug registers.
 struct OnCpu {
+    /// Its set/way emulation, which decides whether HCR_EL2.TVM is set.
+    set_way: SetWayState,
+    /// HCR_EL2 but TVM.
+    hcr: u64,
     lrs: ListRegisterFile,
     /// The vCPU's debug registers (its accesses trap here).
     debug: DebugRegisters,
@@ -992,6 +1044,11 @@ struct OnCpu {
 }
 
 impl OnCpu {
+    /// HCR_EL2 for the vCPU now.
+    fn hcr(&self) -> u64 {
+        self.hcr | if self.set_way.trapping_controls() { HCR_TVM } else { 0 }
+    }
+
     /// The hardware debug registers follow the vCPU's: loaded while something of it could
     /// fire, cleared otherwise (debug_hw).
     fn follow_debug(&mut self) {
@@ -1050,6 +1107,12 @@ impl IdRegisters for HardwareIdRegisters {
         let Encoding(_, _, _, crm, op2) = register;
         read_id_space!(crm, op2; 1, 2, 3, 4, 5, 6, 7; 0, 1, 2, 3, 4, 5, 6, 7)
     }
+}
+
+fn write_hcr(hcr: u64) {
+    // SAFETY: the traps of the vCPU running on this CPU; RW, VM and the interrupt routing
+    // are part of every value `OnCpu::hcr` gives.
+    unsafe { asm!("msr hcr_el2, {}", "isb", in(reg) hcr, options(nostack)) };
 }
 
 /// Takes this CPU out of any VM's translation regime (HCR_EL2.VM off, no VTTBR), so no

@@ -14,7 +14,7 @@ use crate::mmio::{MmioDispatch, MmioError};
 use crate::smccc::{self, Hypercall};
 use crate::syndrome::{ExceptionClass, Syndrome};
 pub use crate::sysreg::SysRegEnv;
-use crate::sysreg::{self, SgiGenerationRegister, SysRegAccess, SysRegAction};
+use crate::sysreg::{self, SgiGenerationRegister, SysRegAccess, SysRegAction, VmControlRegister};
 
 /// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
 /// assembly: x0..x30 at 0, pc at 248, pstate at 256).
@@ -36,7 +36,8 @@ impl GuestContext {
             *r = value;
         }
     }
-    fn skip_instruction(&mut self, syndrome: Syndrome) {
+    /// Moves past the instruction that trapped with `syndrome` (it completed).
+    pub fn skip_instruction(&mut self, syndrome: Syndrome) {
         self.pc = self.pc.wrapping_add(if syndrome.instruction_is_32bit() { 4 } else { 2 });
     }
 }
@@ -70,9 +71,12 @@ pub enum Outcome {
     Call(Hypercall),
     /// WFI: the vCPU waits for an interrupt.
     WaitForInterrupt,
-    /// Set/way cache maintenance: clean and invalidate the VM's memory, then resume (the PC
-    /// is already past the instruction).
-    CleanInvalidateVm,
+    /// Set/way cache maintenance (hyp_core::set_way says what to do). The PC is still at the
+    /// instruction: the arch crate moves past it when it completes.
+    SetWay,
+    /// A write of `value` to a VM control register, trapped by HCR_EL2.TVM while set/way
+    /// maintenance is watched (hyp_core::set_way). The PC is still at the instruction.
+    ControlWrite { register: VmControlRegister, value: u64 },
     /// A write of `value` to ICC_SGI1R_EL1, ICC_ASGI1R_EL1 or ICC_SGI0R_EL1: generate the
     /// SGIs, then resume (the PC is already past the instruction).
     GenerateSgi { register: SgiGenerationRegister, value: u64 },
@@ -197,9 +201,9 @@ pub fn handle_sync(
                     ctx.skip_instruction(s);
                     (Outcome::Resume, None)
                 }
-                SysRegAction::CleanInvalidateVm => {
-                    ctx.skip_instruction(s);
-                    (Outcome::CleanInvalidateVm, None)
+                SysRegAction::SetWay => (Outcome::SetWay, None),
+                SysRegAction::ControlWrite(register) => {
+                    (Outcome::ControlWrite { register, value: ctx.reg(access.rt) }, None)
                 }
                 SysRegAction::DebugStateChanged => {
                     ctx.skip_instruction(s);
@@ -520,16 +524,22 @@ mod tests {
     }
 
     #[test]
-    fn set_way_maintenance_cleans_the_vm_and_moves_on() {
+    fn set_way_maintenance_and_control_writes_leave_the_pc_to_the_set_way_emulation() {
         let mut ctx = GuestContext::default();
         // DC CISW, x0: op0 1, op1 0, CRn 7, CRm 14, op2 2, write.
         let iss = (1 << 20) | (2 << 17) | (7 << 10) | (14 << 1);
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()), (Outcome::SetWay, None));
+        assert_eq!(ctx.pc, 0, "the instruction completes when its clean is done");
+        // MSR SCTLR_EL1, x3 (trapped by HCR_EL2.TVM).
+        ctx.x[3] = 0x30d0_0805;
+        let iss = (3 << 20) | (1 << 10) | (3 << 5);
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
         assert_eq!(
             handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()),
-            (Outcome::CleanInvalidateVm, None)
+            (Outcome::ControlWrite { register: VmControlRegister::Sctlr, value: 0x30d0_0805 }, None)
         );
-        assert_eq!(ctx.pc, 4);
+        assert_eq!(ctx.pc, 0);
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod memory_map;
 pub mod mmio;
 pub mod pl011;
 pub mod platform;
+pub mod set_way;
 pub mod smccc;
 pub mod syndrome;
 pub mod sysreg;

@@ -56,6 +56,55 @@ pub const ID_AA64MMFR0_EL1: Encoding = Encoding(3, 0, 0, 7, 0);
 pub const ID_AA64MMFR1_EL1: Encoding = Encoding(3, 0, 0, 7, 1);
 pub const ID_DFR0_EL1: Encoding = Encoding(3, 0, 0, 1, 2);
 pub const ACTLR_EL1: Encoding = Encoding(3, 0, 1, 0, 1);
+/// The VM control registers whose writes HCR_EL2.TVM traps (ARM ARM D24.2.x, HCR_EL2.TVM),
+/// watched while a guest uses set/way maintenance (`set_way`).
+pub const SCTLR_EL1: Encoding = Encoding(3, 0, 1, 0, 0);
+pub const TTBR0_EL1: Encoding = Encoding(3, 0, 2, 0, 0);
+pub const TTBR1_EL1: Encoding = Encoding(3, 0, 2, 0, 1);
+pub const TCR_EL1: Encoding = Encoding(3, 0, 2, 0, 2);
+pub const AFSR0_EL1: Encoding = Encoding(3, 0, 5, 1, 0);
+pub const AFSR1_EL1: Encoding = Encoding(3, 0, 5, 1, 1);
+pub const ESR_EL1: Encoding = Encoding(3, 0, 5, 2, 0);
+pub const FAR_EL1: Encoding = Encoding(3, 0, 6, 0, 0);
+pub const MAIR_EL1: Encoding = Encoding(3, 0, 10, 2, 0);
+pub const AMAIR_EL1: Encoding = Encoding(3, 0, 10, 3, 0);
+pub const CONTEXTIDR_EL1: Encoding = Encoding(3, 0, 13, 0, 1);
+
+/// A register HCR_EL2.TVM traps writes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmControlRegister {
+    Sctlr,
+    Ttbr0,
+    Ttbr1,
+    Tcr,
+    Afsr0,
+    Afsr1,
+    Esr,
+    Far,
+    Mair,
+    Amair,
+    Contextidr,
+}
+
+impl VmControlRegister {
+    pub fn from_encoding(e: Encoding) -> Option<VmControlRegister> {
+        Some(match e {
+            SCTLR_EL1 => VmControlRegister::Sctlr,
+            TTBR0_EL1 => VmControlRegister::Ttbr0,
+            TTBR1_EL1 => VmControlRegister::Ttbr1,
+            TCR_EL1 => VmControlRegister::Tcr,
+            AFSR0_EL1 => VmControlRegister::Afsr0,
+            AFSR1_EL1 => VmControlRegister::Afsr1,
+            ESR_EL1 => VmControlRegister::Esr,
+            FAR_EL1 => VmControlRegister::Far,
+            MAIR_EL1 => VmControlRegister::Mair,
+            AMAIR_EL1 => VmControlRegister::Amair,
+            CONTEXTIDR_EL1 => VmControlRegister::Contextidr,
+            _ => return None,
+        })
+    }
+}
+
 /// DC ISW, DC CSW, DC CISW (set/way maintenance, trapped by HCR_EL2.TSW).
 pub const DC_ISW: Encoding = Encoding(1, 0, 7, 6, 2);
 pub const DC_CSW: Encoding = Encoding(1, 0, 7, 10, 2);
@@ -94,8 +143,11 @@ pub enum SysRegAction {
     Read(u64),
     /// A write with no effect (RAZ/WI register).
     WriteIgnored,
-    /// Set/way maintenance: clean and invalidate the VM's memory to the point of coherency.
-    CleanInvalidateVm,
+    /// Set/way maintenance (`set_way` decides what it costs).
+    SetWay,
+    /// A write to a VM control register, trapped while set/way maintenance is watched
+    /// (`set_way`); the value is in Rt.
+    ControlWrite(VmControlRegister),
     /// A write to an SGI generation register (the value written is in Rt).
     GenerateSgi(SgiGenerationRegister),
     /// A debug register was written: the vCPU's debug state may need the hardware now, or
@@ -188,7 +240,10 @@ pub fn emulate(access: &SysRegAccess, value: u64, env: &mut impl SysRegEnv) -> S
         // IMPLEMENTATION DEFINED auxiliary control: RAZ/WI for guests.
         ACTLR_EL1 if access.is_read => SysRegAction::Read(0),
         ACTLR_EL1 => SysRegAction::WriteIgnored,
-        DC_ISW | DC_CSW | DC_CISW if !access.is_read => SysRegAction::CleanInvalidateVm,
+        DC_ISW | DC_CSW | DC_CISW if !access.is_read => SysRegAction::SetWay,
+        _ if !access.is_read && VmControlRegister::from_encoding(encoding).is_some() => {
+            VmControlRegister::from_encoding(encoding).map_or(SysRegAction::Undefined, SysRegAction::ControlWrite)
+        }
         ICC_SGI1R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r),
         ICC_ASGI1R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi(SgiGenerationRegister::Asgi1r),
         ICC_SGI0R_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r),
@@ -303,13 +358,17 @@ mod tests {
     }
 
     #[test]
-    fn actlr_is_raz_wi_and_set_way_cleans_the_vm() {
+    fn actlr_is_raz_wi_and_set_way_goes_to_the_set_way_emulation() {
         let a =
             |e: Encoding, is_read| SysRegAccess { op0: e.0, op1: e.1, crn: e.2, crm: e.3, op2: e.4, rt: 1, is_read };
         assert_eq!(emu(&a(ACTLR_EL1, true), V3), SysRegAction::Read(0));
         assert_eq!(emu(&a(ACTLR_EL1, false), V3), SysRegAction::WriteIgnored);
         for dc in [DC_ISW, DC_CSW, DC_CISW] {
-            assert_eq!(emu(&a(dc, false), V3), SysRegAction::CleanInvalidateVm);
+            assert_eq!(emu(&a(dc, false), V3), SysRegAction::SetWay);
+        }
+        for (e, r) in [(SCTLR_EL1, VmControlRegister::Sctlr), (CONTEXTIDR_EL1, VmControlRegister::Contextidr)] {
+            assert_eq!(emu(&a(e, false), V3), SysRegAction::ControlWrite(r));
+            assert_eq!(emu(&a(e, true), V3), SysRegAction::Undefined, "reads are never trapped (no TRVM)");
         }
         assert_eq!(emu(&a(Encoding(3, 3, 9, 13, 0), true), V3), SysRegAction::Undefined, "PMCCNTR_EL0");
         assert_eq!(emu(&a(ICC_SGI1R_EL1, false), V3), SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r));

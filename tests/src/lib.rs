@@ -23,6 +23,8 @@ pub struct Images {
     pub passthrough: PathBuf,
     pub leak_secret: PathBuf,
     pub leak_reader: PathBuf,
+    pub setway_storm: PathBuf,
+    pub watcher: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -43,6 +45,8 @@ pub fn images() -> &'static Images {
             passthrough: guest("passthrough"),
             leak_secret: guest("leak-secret"),
             leak_reader: guest("leak-reader"),
+            setway_storm: guest("setway-storm"),
+            watcher: guest("watcher"),
         }
     })
 }
