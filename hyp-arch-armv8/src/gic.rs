@@ -161,18 +161,46 @@ pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> 
 /// GICR_ICACTIVER0 (IHI 0069 12.10.7) or the banked GICD_ICACTIVER0 (IHI 0048B 4.3.6). For a
 /// hardware-mapped interrupt whose vCPU stopped before deactivating it.
 pub fn clear_active_private(intid: u32, index: usize) {
+    set_active_private(intid, index, false);
+}
+
+/// Sets or clears the active state of private interrupt `intid` of the CPU with this index
+/// (GICR_ISACTIVER0 / GICR_ICACTIVER0, or the banked GICD_ISACTIVER0 / GICD_ICACTIVER0 of
+/// the calling CPU on GICv2): a hardware-mapped interrupt whose virtual interrupt is active
+/// or pending is held active, so it does not fire at EL2 while the guest has it.
+pub fn set_active_private(intid: u32, index: usize, active: bool) {
     if intid >= 32 {
         return;
     }
+    let offset = if active { 0x300 } else { 0x380 };
     if is_v3() {
         let rd = REDISTRIBUTOR[index].load(Ordering::Relaxed);
         if rd != 0 {
-            write32(rd + 0x1_0000 + 0x380, 1 << intid);
+            write32(rd + 0x1_0000 + offset, 1 << intid);
         }
     } else {
         // Banked: only the calling CPU's copy is reachable.
-        write32(GICD.load(Ordering::Relaxed) + 0x380, 1 << intid);
+        write32(GICD.load(Ordering::Relaxed) + offset, 1 << intid);
     }
+}
+
+/// Whether SPI `intid` is pending (GICD_ISPENDR, IHI 0069 12.9.25 / IHI 0048B 4.3.7): for a
+/// level-sensitive SPI held active, whether its input is still asserted.
+pub fn spi_pending(intid: u32) -> bool {
+    if !(32..1020).contains(&intid) {
+        return false;
+    }
+    let gicd = GICD.load(Ordering::Relaxed);
+    read32(gicd + 0x200 + 4 * (intid as usize / 32)) & (1 << (intid % 32)) != 0
+}
+
+/// Deactivates SPI `intid` (GICD_ICACTIVER, IHI 0069 12.9.8 / IHI 0048B 4.3.10): a
+/// hardware-mapped SPI whose virtual interrupt was retired before the guest took it.
+pub fn deactivate_spi(intid: u32) {
+    if !(32..1020).contains(&intid) {
+        return;
+    }
+    write32(GICD.load(Ordering::Relaxed) + 0x380 + 4 * (intid as usize / 32), 1 << (intid % 32));
 }
 
 /// The priority of every interrupt the hypervisor takes (SGIs, PPIs, SPIs).

@@ -43,7 +43,7 @@ use sched::Decision;
 use vdev_virtio::block::VirtioBlock;
 use vdev_virtio::console::VirtioConsole;
 use vdev_virtio::net::VirtioNet;
-use vgic::{Distributor, GicVersion, IntId, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
+use vgic::{Distributor, GicVersion, IntId, RetiredLines, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
 
 /// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
 pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
@@ -659,9 +659,12 @@ impl Vm {
     /// A physical passthrough SPI fired (its priority dropped, still active): it becomes
     /// pending in the vGIC, hardware-mapped, for the vCPU the guest routed it to.
     pub fn passthrough_interrupt(&self, intid: u32) {
+        let edge = self.passthrough_spis.iter().find(|s| s.intid == intid).is_none_or(|s| s.edge());
         let targets = {
             let mut vgic = self.vgic.vgic.lock();
-            let _ = vgic.inject_edge(IntId(intid), 0);
+            // A level SPI's pending state follows its line from now on (its physical
+            // interrupt is held active, the line sampled at each exit: `HwLines`).
+            let _ = if edge { vgic.inject_edge(IntId(intid), 0) } else { vgic.set_level(IntId(intid), 0, true) };
             vgic.take_kicks().0 as u32
         };
         self.vgic.hint(targets);
@@ -729,6 +732,44 @@ impl Vm {
             scheduling::wake_at(crate::cpus::current_index(), v, deadline);
         }
         Some(self.deschedule(vcpu, here, resume))
+    }
+
+    /// After an exit of a vCPU holding list registers: their state goes back into the vGIC,
+    /// and a hardware-mapped level interrupt still pending there whose input went low is
+    /// retired (its physical interrupt deactivated here). Returns whether anything changed.
+    fn take_back_list_registers(&self, vcpu: usize, cpu: usize, here: &mut OnCpu) -> bool {
+        let mut retired = RetiredLines::default();
+        let changed = self
+            .vgic
+            .vgic
+            .lock()
+            .sync_from_hw_sampling(vcpu, &mut here.lrs, &mut HwLines, &mut retired)
+            .unwrap_or(true);
+        for physical in retired.iter() {
+            if physical.is_private() {
+                crate::gic::clear_active_private(physical.0, cpu);
+            } else {
+                crate::gic::deactivate_spi(physical.0);
+            }
+        }
+        changed
+    }
+
+    /// When the vCPU comes onto this CPU (its timer registers restored): the timer's line as
+    /// it is now goes into the vGIC (a stale level from before it left is dropped), and the
+    /// physical PPI is held active while the virtual one is active or pending, so it does
+    /// not fire at EL2 while the guest has it (the guest's deactivation reaches it).
+    fn load_timer_line(&self, vcpu: usize, cpu: usize) {
+        let line = timer_line();
+        let active = {
+            let mut vgic = self.vgic.vgic.lock();
+            let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
+            vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active)
+        };
+        crate::gic::set_active_private(VTIMER_PPI, cpu, active || line);
+        if line {
+            self.vgic.hint(1 << vcpu);
+        }
     }
 
     /// A trapped set/way instruction or VM control register write (hyp_core::set_way): a
@@ -875,6 +916,7 @@ impl Vm {
         let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
         // The virtual timer's PPI is the physical one, deactivated by the guest.
         let _ = self.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
+        self.load_timer_line(vcpu, cpu);
         // Whether this vCPU holds list registers (then they are taken back on every exit),
         // and whether what came back changed (then they are planned again before entry).
         let (mut lrs_in_use, mut lrs_changed) = (false, false);
@@ -889,7 +931,7 @@ impl Vm {
                 lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
             }
             let exit_kind = run_guest(&mut ctx);
-            lrs_changed = lrs_in_use && self.vgic.vgic.lock().sync_from_hw(vcpu, &mut here.lrs).unwrap_or(true);
+            lrs_changed = lrs_in_use && self.take_back_list_registers(vcpu, cpu, &mut here);
             match exit_kind {
                 EXIT_SYNC => {
                     let exit = SyncExit {
@@ -1106,6 +1148,30 @@ impl IdRegisters for HardwareIdRegisters {
     fn read(&self, register: Encoding) -> u64 {
         let Encoding(_, _, _, crm, op2) = register;
         read_id_space!(crm, op2; 1, 2, 3, 4, 5, 6, 7; 0, 1, 2, 3, 4, 5, 6, 7)
+    }
+}
+
+/// The virtual timer's output on this CPU (ARM ARM D12.x, "The virtual timer"): asserted
+/// when CNTV_CTL_EL0.ENABLE and ISTATUS are set and IMASK is clear.
+fn timer_line() -> bool {
+    sysreg!("cntv_ctl_el0") & 0b111 == 0b101
+}
+
+/// The inputs of a VM's hardware-mapped level interrupts, as the vGIC asks for them after an
+/// exit, on the CPU of the vCPU that exited: its virtual timer, or a passthrough SPI's pending
+/// state at the distributor (held active, a level SPI is pending exactly while its input is
+/// asserted).
+struct HwLines;
+
+impl vgic::LineSampler for HwLines {
+    fn is_asserted(&mut self, _: IntId, physical: IntId) -> bool {
+        if physical.0 == VTIMER_PPI {
+            timer_line()
+        } else if physical.is_spi() {
+            crate::gic::spi_pending(physical.0)
+        } else {
+            true
+        }
     }
 }
 

@@ -25,6 +25,7 @@ pub struct Images {
     pub leak_reader: PathBuf,
     pub setway_storm: PathBuf,
     pub watcher: PathBuf,
+    pub ticker: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -47,6 +48,7 @@ pub fn images() -> &'static Images {
             leak_reader: guest("leak-reader"),
             setway_storm: guest("setway-storm"),
             watcher: guest("watcher"),
+            ticker: guest("ticker"),
         }
     })
 }

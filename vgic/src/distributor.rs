@@ -283,15 +283,18 @@ impl Distributor {
         self.irq_mut(vcpu, intid.0).ok_or(VgicError::NoSuchInterrupt { intid: intid.0 })
     }
 
-    /// A level-sensitive input (an SPI, or a PPI of `vcpu`) goes high or low. For a
-    /// hardware-mapped interrupt, high means the physical interrupt fired and is held active
-    /// until the guest deactivates the virtual one: one event.
+    /// The input of an interrupt (an SPI, or a PPI of `vcpu`) goes high or low. A
+    /// level-sensitive interrupt is pending while it is high; an edge-triggered one becomes
+    /// pending when it rises (IHI 0069H 4.1, "Interrupt lifecycle"; IHI 0048B 1.4.2). For a
+    /// hardware-mapped interrupt, high means the physical interrupt fired (the hypervisor
+    /// holds it active until the guest deactivates the virtual one), low that its input was
+    /// found low before the guest took it (`sync_from_hw_sampling`).
     pub fn set_level(&mut self, intid: IntId, vcpu: usize, level: bool) -> Result<(), VgicError> {
         let irq = self.line_irq(intid, vcpu)?;
-        irq.set_line(level);
-        if level && irq.hw().is_some() {
+        if level && irq.edge() && !irq.line() {
             irq.set_latch(true);
         }
+        irq.set_line(level);
         self.kick_target(vcpu, intid.0);
         Ok(())
     }

@@ -8,11 +8,12 @@
 //! already say it is empty), and on entry the planner decides what to write.
 
 use crate::distributor::NO_OWNER;
+use crate::line::{AssumeAsserted, LineSampler, RetiredLines};
 use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
 use crate::mask::set_bits;
 use crate::planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot};
 use crate::wanted::WantedList;
-use crate::{Distributor, GicVersion, VgicError, MAX_LIST_REGISTERS};
+use crate::{Distributor, GicVersion, IntId, VgicError, MAX_LIST_REGISTERS};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct VcpuInterfaceState {
@@ -170,6 +171,45 @@ impl Distributor {
     /// deactivation already reached the physical GIC. Returns whether any list register
     /// changed: if not, and nothing new was raised, the next entry need not look again.
     pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
+        self.sync_from_hw_sampling(vcpu, lrs, &mut AssumeAsserted, &mut RetiredLines::default())
+    }
+
+    /// `sync_from_hw`, and then the input of every hardware-mapped level-sensitive interrupt
+    /// that a list register still shows pending (the guest has not taken it) is sampled: if
+    /// it went low, the interrupt is no longer pending (IHI 0069H 4.1: a level-sensitive
+    /// interrupt is pending while its input is asserted; a guest that turned its timer off
+    /// or cleared its device's interrupt with interrupts masked must not take it later). Its
+    /// list register is emptied, and its physical interrupt, which the hypervisor holds
+    /// active, goes into `retired` for the hypervisor to deactivate.
+    pub fn sync_from_hw_sampling(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut impl ListRegisters,
+        sampler: &mut impl LineSampler,
+        retired: &mut RetiredLines,
+    ) -> Result<bool, VgicError> {
+        let mut changed = self.take_back(vcpu, lrs)?;
+        for i in set_bits(self.interfaces[vcpu].owned()) {
+            let lr = self.decode(self.interfaces[vcpu].lr[i]);
+            let (Some(physical), LrState::Pending) = (lr.hw, lr.state) else { continue };
+            let Some(&s) = self.irq(vcpu, lr.vintid.0) else { continue };
+            if s.edge() || s.latch() || sampler.is_asserted(lr.vintid, IntId(physical)) {
+                continue;
+            }
+            if let Some(s) = self.irq_mut(vcpu, lr.vintid.0) {
+                s.set_line(false);
+            }
+            self.release_owner(vcpu, lr.vintid.0);
+            self.interfaces[vcpu].set_lr(i, 0);
+            lrs.write_lr(i, 0);
+            retired.push(IntId(physical));
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// The list-register part of `sync_from_hw`.
+    fn take_back(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
         let owned = self.interfaces[vcpu].owned();
         if owned == 0 {
@@ -236,7 +276,7 @@ impl Distributor {
             self.return_pending(vcpu, intid);
         } else if self.is_v2_sgi(intid) {
             self.redistributors[vcpu].sgi_to_lr(intid, lr.source);
-        } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.edge_like()) {
+        } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.edge()) {
             s.set_latch(false);
             s.set_lr_pending(true);
         }
@@ -264,7 +304,7 @@ impl Distributor {
             self.redistributors[vcpu].sgi_from_lr(intid);
         } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.lr_pending()) {
             s.set_lr_pending(false);
-            if s.edge_like() {
+            if s.edge() {
                 s.set_latch(true);
             }
         }
@@ -275,13 +315,18 @@ impl Distributor {
         let intid = old.vintid.0;
         if let Some(s) = self.irq_mut(vcpu, intid) {
             s.set_active(state.active());
-            // Only a latch-like pending state moves into a list register (`placed`); a level
+            // Only an edge's pending state moves into a list register (`placed`); a level
             // interrupt (or one reconfigured as level since) holds none there.
-            s.set_lr_pending(state.pending() && s.edge_like());
-            if !s.edge_like() && !state.pending() {
+            s.set_lr_pending(state.pending() && s.edge());
+            if !s.edge() && !state.pending() {
                 // Acknowledged: a pending state set through ISPENDR is consumed; the line
                 // is what remains (IHI 0069H 4.1, "Interrupt lifecycle", level-sensitive interrupts).
                 s.set_latch(false);
+            }
+            if state == LrState::Invalid && s.hw().is_some() {
+                // Deactivated, and with it the physical interrupt (HW = 1): if its input is
+                // still asserted it fires again, and comes back as a new `set_level`.
+                s.set_line(false);
             }
         }
         if state == LrState::Invalid {

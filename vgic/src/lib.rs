@@ -9,8 +9,9 @@
 //!
 //! The arch crate traps guest accesses into [`Distributor::read`] / [`Distributor::write`]
 //! (and the `_redistributor` pair), and around each guest entry calls
-//! [`Distributor::flush_to_hw`] and, on exit, [`Distributor::sync_from_hw`] with its
-//! [`ListRegisters`] implementation; [`Distributor::put`] before a vCPU leaves its CPU.
+//! [`Distributor::flush_to_hw`] and, on exit, [`Distributor::sync_from_hw_sampling`] with its
+//! [`ListRegisters`] implementation and a [`LineSampler`] of the hardware-mapped level
+//! inputs; [`Distributor::put`] before a vCPU leaves its CPU.
 //! Nothing here touches hardware or panics on guest input; a VM's state is allocated once,
 //! when it is created, sized by its vCPUs and SPIs.
 #![cfg_attr(not(test), no_std)]
@@ -23,6 +24,7 @@ mod gicd;
 mod gicr;
 mod interface;
 mod intid;
+mod line;
 mod lr;
 mod mask;
 mod mmio;
@@ -36,6 +38,7 @@ pub use error::{AccessError, VgicError};
 pub use gicr::{Redistributor, GICR_FRAME_SIZE};
 pub use interface::VcpuInterfaceState;
 pub use intid::IntId;
+pub use line::{AssumeAsserted, LineSampler, RetiredLines};
 pub use lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
 pub use mask::VcpuMask;
 pub use planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot, Wanted};

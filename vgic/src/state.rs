@@ -5,9 +5,15 @@
 //! Pending is split in three so that no edge is lost while the interrupt sits in a list
 //! register of a running vCPU: `latch` holds edges (and ISPENDR writes) that are not in a
 //! list register yet, `lr_pending` says a list register holds the pending state, and `line`
-//! is the input of a level-sensitive interrupt. Placing a pending interrupt in a list
-//! register moves `latch` into `lr_pending`; taking the list register back on exit sets
-//! `lr_pending` from it, so an edge that arrived meanwhile stays in `latch`.
+//! is the input of a level-sensitive interrupt. Placing a pending edge-triggered interrupt
+//! in a list register moves `latch` into `lr_pending`; taking the list register back on
+//! exit sets `lr_pending` from it, so an edge that arrived meanwhile stays in `latch`.
+//!
+//! A hardware-mapped interrupt keeps its trigger's semantics: a level-sensitive one (the
+//! virtual timer, a level passthrough SPI) is pending while its `line` is high, and the
+//! line is the physical input as the hypervisor last saw it (`line`: high when the
+//! physical interrupt fired, low when the guest deactivated it or when the input was
+//! sampled low before the guest took it).
 
 const ENABLED: u8 = 1 << 0;
 const LATCH: u8 = 1 << 1;
@@ -69,23 +75,16 @@ impl IrqState {
         self.hw = physical.map_or(0, |p| p as u16);
     }
 
-    /// Pending state that behaves as a latch: edge-triggered interrupts, and hardware-mapped
-    /// ones (the physical GIC holds the physical interrupt active until the guest
-    /// deactivates the virtual one, so each physical firing is one event).
-    pub(crate) const fn edge_like(self) -> bool {
-        self.edge() || self.hw != 0
-    }
-
     /// What GICD_ISPENDR reads (for all but GICv2 SGIs, which are pending per source).
     pub(crate) const fn pending_view(self) -> bool {
-        self.latch() || self.lr_pending() || (!self.edge_like() && self.line())
+        self.latch() || self.lr_pending() || (!self.edge() && self.line())
     }
 
     /// Whether the interrupt should be shown pending in a list register, given that its
     /// pending state may be forwarded at all. A level interrupt that is active is sampled
     /// again when it is deactivated (IHI 0069H 4.1, "Interrupt lifecycle"), not before.
     pub(crate) const fn wants_pending(self) -> bool {
-        if self.edge_like() {
+        if self.edge() {
             self.latch() || self.lr_pending()
         } else {
             self.latch() || (self.line() && !self.active())

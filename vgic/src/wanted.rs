@@ -109,7 +109,7 @@ impl Distributor {
             group1: s.group1(),
             hw: s.hw(),
             // A software level interrupt is sampled again when the guest deactivates it.
-            eoi_maintenance: s.hw().is_none() && !s.edge_like(),
+            eoi_maintenance: s.hw().is_none() && !s.edge(),
             source: 0,
         };
         Some(Wanted { lr, refill_on_ack: false })

@@ -1,7 +1,10 @@
 //! The GIC test guest: brings its interrupt controller up as Linux does (GICv3 system
 //! registers, or the GICv2 CPU interface at 0x0801_0000, whichever ID_AA64PFR0_EL1.GIC
 //! says), takes a virtual timer interrupt, and takes an SGI that its second vCPU (started
-//! with PSCI CPU_ON) sends it. One line per check.
+//! with PSCI CPU_ON) sends it. The timer's interrupt is level-sensitive: one that became
+//! pending and was then turned off (ENABLE = 0 or IMASK = 1) while the guest had interrupts
+//! masked is not taken once an exit has let the hypervisor see its line low. One line per
+//! check.
 #![no_std]
 #![no_main]
 
@@ -15,11 +18,14 @@ const SGI_FROM_VCPU1: u32 = 1;
 
 /// INTIDs taken, as a bitmask (INTIDs below 32).
 static TAKEN: AtomicU32 = AtomicU32::new(0);
+/// Virtual timer interrupts taken.
+static TIMER_INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn irq() {
     let iar = gic::acknowledge();
     let intid = iar & 0x3ff;
     if intid == VTIMER {
+        TIMER_INTERRUPTS.fetch_add(1, Ordering::SeqCst);
         // SAFETY: disabling this vCPU's own virtual timer.
         unsafe { asm!("msr cntv_ctl_el0, xzr", "isb") };
     }
@@ -76,5 +82,46 @@ extern "C" fn guest_main() -> ! {
     let took = wait_for(SGI_FROM_VCPU1);
     let how = if gic::is_v3() { "ICC_SGI1R_EL1" } else { "GICD_SGIR" };
     c.check(status == 0 && took, format_args!("gic: SGI 1 sent by vCPU 1 with {how} arrives on vCPU 0"));
+
+    c.check(
+        TIMER_INTERRUPTS.load(Ordering::SeqCst) == 1,
+        format_args!(
+            "gic: one expiry of the timer is one interrupt (took {})",
+            TIMER_INTERRUPTS.load(Ordering::SeqCst)
+        ),
+    );
+    for (how, ctl) in [("turned off (ENABLE = 0)", 0u64), ("masked (IMASK = 1)", 0b011)] {
+        let taken = timer_pending_then_quiet(freq, ctl);
+        c.check(
+            taken == 0,
+            format_args!(
+                "gic: a timer interrupt pending while {how} with interrupts masked is not taken (took {taken})"
+            ),
+        );
+    }
     finish("gic", &c)
+}
+
+/// Lets the timer fire with interrupts masked (its interrupt becomes pending in the vGIC:
+/// the physical one brought the vCPU out), writes `ctl` to CNTV_CTL_EL0 (the timer's output
+/// goes low), exits once (an HVC: the hypervisor samples the line), unmasks interrupts for
+/// a while: returns how many timer interrupts came.
+fn timer_pending_then_quiet(freq: u64, ctl: u64) -> u32 {
+    // SAFETY: this vCPU's own PSTATE.I and virtual timer.
+    unsafe {
+        asm!("msr daifset, #2", "isb");
+        asm!("msr cntv_tval_el0, {}", "msr cntv_ctl_el0, {}", "isb", in(reg) freq / 1000, in(reg) 1u64);
+    }
+    // Past the deadline, and long enough for the physical interrupt to reach EL2.
+    wait_ms(5);
+    let before = TIMER_INTERRUPTS.load(Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { asm!("msr cntv_ctl_el0, {}", "isb", in(reg) ctl) };
+    hvc(SMCCC_VERSION, 0);
+    // SAFETY: as above.
+    unsafe { asm!("msr daifclr, #2", "isb") };
+    wait_ms(5);
+    // SAFETY: as above: the timer off for the next check.
+    unsafe { asm!("msr cntv_ctl_el0, xzr", "isb") };
+    TIMER_INTERRUPTS.load(Ordering::SeqCst) - before
 }

@@ -105,6 +105,34 @@ extern "C" fn guest_main() -> ! {
     wait_ms(2500);
     let n = TAKEN.load(Ordering::SeqCst);
     c.check(n == 1, format_args!("passthrough: it came once and not again ({n} time(s))"));
+
+    // A match with interrupts masked: the SPI fires (the physical interrupt brings this
+    // vCPU out, the virtual one becomes pending), the guest clears it at the device by
+    // polling, and after an exit (the hypervisor samples the line) it never arrives.
+    // SAFETY: this vCPU's own PSTATE.I.
+    unsafe { core::arch::asm!("msr daifset, #2", "isb") };
+    rtc_write(RTCMR, rtc_read(RTCDR).wrapping_add(2));
+    let mut polled = false;
+    for _ in 0..500 {
+        if rtc_read(RTCRIS) != 0 {
+            polled = true;
+            break;
+        }
+        wait_ms(10);
+    }
+    wait_ms(10);
+    rtc_write(RTCICR, 1);
+    hvc(SMCCC_VERSION, 0);
+    // SAFETY: as above.
+    unsafe { core::arch::asm!("msr daifclr, #2", "isb") };
+    wait_ms(100);
+    let again = TAKEN.load(Ordering::SeqCst) - n;
+    c.check(
+        polled && again == 0,
+        format_args!(
+            "passthrough: a match cleared at the device before it was taken does not arrive ({again} time(s))"
+        ),
+    );
     rtc_write(RTCIMSC, 0);
     finish("passthrough", &c)
 }
