@@ -58,8 +58,6 @@ const _: () = assert!(GUEST_GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 
 const GUEST_SPIS: usize = 96;
 /// The virtual timer's PPI, the same INTID for the guest and the board (DESIGN.md).
 const VTIMER_PPI: u32 = 27;
-/// Bootargs when the manifest gives none: the console on the emulated PL011.
-const DEFAULT_BOOTARGS: &str = "console=ttyAMA0 earlycon";
 const GUEST_UART_SIZE: u64 = 0x1000;
 /// virtio-mmio transports: one 0x200-byte window and SPI each, from these (DESIGN.md), in
 /// a fixed order so a device keeps its address whatever else the VM has.
@@ -354,7 +352,7 @@ impl Vm {
         } else {
             GuestGic::V2 { distributor: GUEST_GICD_IPA, cpu_interface: GUEST_GICC_IPA }
         };
-        let bootargs = spec.bootargs.unwrap_or(DEFAULT_BOOTARGS);
+        let bootargs = spec.command_line();
         let initrd = layout.initrd.map(|(offset, len)| (GUEST_RAM_IPA + offset, GUEST_RAM_IPA + offset + len));
         let device_tree = match spec.device_tree {
             Some(given) => guest_fdt::with_chosen(given, bootargs, initrd, seeds),

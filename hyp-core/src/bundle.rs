@@ -40,6 +40,16 @@ pub struct VmSpec<'a> {
     pub passthrough: PassthroughList<'a>,
 }
 
+impl<'a> VmSpec<'a> {
+    /// The kernel command line the VM's /chosen gets: its `bootargs`, or none (an empty
+    /// one) when the manifest gives none. The hypervisor adds nothing of its own: a kernel
+    /// that is not Linux may not know `console=` (docs/manifest.md; xtask gives the Debian
+    /// kernel its default).
+    pub fn command_line(&self) -> &'a str {
+        self.bootargs.unwrap_or("")
+    }
+}
+
 /// A list of 32-bit big-endian cells as the bundle holds it (`cpus`, `interrupts`): the
 /// property's bytes, read on demand so that [`VmSpec`] stays `Copy` and needs no heap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -415,6 +425,16 @@ mod tests {
         let vm = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
         assert_eq!(vm.placement, Placement { cpus: None, policy: Policy::Pinned, slice_us: None });
         assert_eq!(vm.placement.time_slice_us(), None);
+    }
+
+    #[test]
+    fn a_vm_without_bootargs_gets_an_empty_command_line_and_one_with_them_gets_them() {
+        let blob = bundle(|_| {});
+        let vm = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!((vm.bootargs, vm.command_line()), (None, ""), "nothing the manifest did not give");
+        let blob = bundle(|fdt| fdt.property_string("bootargs", "console=ttyAMA0 quiet").unwrap());
+        let vm = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!(vm.command_line(), "console=ttyAMA0 quiet");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub enum DeviceIncident {
     FeaturesAfterFeaturesOk,
     /// The driver set DRIVER_OK without FEATURES_OK; refused.
     DriverOkWithoutFeaturesOk,
+    /// A register of the legacy interface only (virtio 4.2.4); read as zero, write ignored.
+    LegacyRegister { offset: u64, write: bool },
 }
 
 impl fmt::Display for DeviceIncident {
@@ -130,6 +132,12 @@ impl fmt::Display for DeviceIncident {
             ),
             FeaturesAfterFeaturesOk => write!(f, "DriverFeatures written after FEATURES_OK; ignored"),
             DriverOkWithoutFeaturesOk => write!(f, "DRIVER_OK set before FEATURES_OK; refused (legacy drivers are not supported)"),
+            LegacyRegister { offset, write } => write!(
+                f,
+                "{} of legacy register {offset:#x} on a version 2 device: {} (a legacy driver must read Version first)",
+                if write { "write" } else { "read" },
+                if write { "ignored" } else { "reads as zero" }
+            ),
         }
     }
 }

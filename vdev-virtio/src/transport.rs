@@ -41,6 +41,11 @@ pub mod regs {
     pub const SHM_BASE_LOW: u64 = 0x0b8;
     pub const SHM_BASE_HIGH: u64 = 0x0bc;
     pub const CONFIG_GENERATION: u64 = 0x0fc;
+    /// Registers of the legacy layout only (4.2.4, "Legacy interface"): GuestPageSize,
+    /// QueueAlign, QueuePFN.
+    pub const LEGACY_GUEST_PAGE_SIZE: u64 = 0x028;
+    pub const LEGACY_QUEUE_ALIGN: u64 = 0x03c;
+    pub const LEGACY_QUEUE_PFN: u64 = 0x040;
     pub const CONFIG: u64 = 0x100;
     /// Size of one transport's window.
     pub const WINDOW_SIZE: u64 = 0x200;
@@ -80,6 +85,11 @@ impl fmt::Display for RegisterError {
         }
     }
 }
+
+/// The legacy-only registers: on this version-2 device they read as zero and ignore writes,
+/// with an incident (as QEMU does), so an old driver that probes them before it reads
+/// Version is not killed by an external abort and can see the version and give up.
+const LEGACY_ONLY: [u64; 3] = [regs::LEGACY_GUEST_PAGE_SIZE, regs::LEGACY_QUEUE_ALIGN, regs::LEGACY_QUEUE_PFN];
 
 const WRITE_ONLY: [u64; 14] = [
     regs::DEVICE_FEATURES_SEL,
@@ -299,6 +309,10 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             regs::SHM_LEN_LOW | regs::SHM_LEN_HIGH | regs::SHM_BASE_LOW | regs::SHM_BASE_HIGH => u32::MAX,
             // The configuration never changes under the driver's feet.
             regs::CONFIG_GENERATION => 0,
+            o if LEGACY_ONLY.contains(&o) => {
+                self.incidents.record(DeviceIncident::LegacyRegister { offset, write: false });
+                0
+            }
             o if WRITE_ONLY.contains(&o) => return Err(RegisterError::WriteOnly { offset }),
             _ => return Err(RegisterError::NoRegister { offset }),
         };
@@ -340,6 +354,9 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             regs::QUEUE_DEVICE_HIGH => self.with_idle_queue(offset, |q| q.device = set_high(q.device, v)),
             // No shared memory regions: the selector has nothing to select.
             regs::SHM_SEL => {}
+            o if LEGACY_ONLY.contains(&o) => {
+                self.incidents.record(DeviceIncident::LegacyRegister { offset, write: true })
+            }
             o if READ_ONLY.contains(&o) => return Err(RegisterError::ReadOnly { offset }),
             _ => return Err(RegisterError::NoRegister { offset }),
         }

@@ -202,6 +202,25 @@ fn read_only_write_only_and_missing_registers_are_refused() {
 }
 
 #[test]
+fn legacy_only_registers_read_as_zero_and_ignore_writes_with_an_incident() {
+    // virtio 1.2 4.2.4: GuestPageSize (0x028), QueueAlign (0x03c) and QueuePFN (0x040) exist
+    // in the legacy layout only; an old driver probing them must not get an external abort.
+    let mut d = Driver::bare(disk());
+    d.mmio.take_incidents();
+    for offset in [regs::LEGACY_GUEST_PAGE_SIZE, regs::LEGACY_QUEUE_ALIGN, regs::LEGACY_QUEUE_PFN] {
+        assert_eq!(d.mmio.read(offset, 4), Ok(0), "{offset:#x}");
+        assert_eq!(d.mmio.write(&d.mem, offset, 4, 0x1000), Ok(()), "{offset:#x}");
+        assert_eq!(d.mmio.read(offset, 4), Ok(0), "{offset:#x}: the write kept nothing");
+    }
+    let incidents = d.mmio.take_incidents();
+    assert_eq!(incidents.len(), 9);
+    assert_eq!(incidents[1], DeviceIncident::LegacyRegister { offset: 0x28, write: true });
+    assert!(incidents[0].to_string().contains("read of legacy register 0x28 on a version 2 device: reads as zero"));
+    assert_eq!(d.read(regs::VERSION), 2, "the driver then finds version 2");
+    assert_eq!(d.mmio.read(0x2a, 2), Err(RegisterError::BadWidth { offset: 0x2a, width: 2 }), "widths still apply");
+}
+
+#[test]
 fn config_space_accepts_natural_widths_and_a_64_bit_read_of_capacity() {
     let mut d = Driver::bare(disk());
     assert_eq!(d.mmio.read(0x100, 8), Ok(64));
