@@ -138,12 +138,17 @@ impl HostDisk {
         header[..4].copy_from_slice(&kind.to_le_bytes());
         header[8..].copy_from_slice(&sector.to_le_bytes());
         let mut status = [0xffu8];
+        // The lists of buffers are allocated fallibly: out of heap is a failed request (the
+        // guest gets an I/O error), not a panic with the disk's lock held.
         let done = if kind == VIRTIO_BLK_T_IN {
-            let mut outputs: Vec<&mut [u8]> = data.iter_mut().map(|d| &mut **d).collect();
+            let mut outputs: Vec<&mut [u8]> = Vec::new();
+            outputs.try_reserve_exact(data.len() + 1).map_err(|_| DiskError)?;
+            outputs.extend(data.iter_mut().map(|d| &mut **d));
             outputs.push(&mut status);
             self.add_wait_pop(&[&header], &mut outputs)
         } else {
-            let mut inputs: Vec<&[u8]> = Vec::with_capacity(data.len() + 1);
+            let mut inputs: Vec<&[u8]> = Vec::new();
+            inputs.try_reserve_exact(data.len() + 1).map_err(|_| DiskError)?;
             inputs.push(&header);
             inputs.extend(data.iter().map(|d| &**d));
             self.add_wait_pop(&inputs, &mut [&mut status])

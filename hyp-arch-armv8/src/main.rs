@@ -275,7 +275,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let vms = VMS.call_once(|| {
         vms.into_iter().map(|vm| VmSlot { spec: vm.spec, vm: spin::Mutex::new(Some(Arc::new(vm))) }).collect()
     });
-    network::init(vms.len(), me, cpus::mpidr_of(me));
+    network::init(vms.iter().enumerate().map(|(i, slot)| slot.spec.nic_mac(i)), me, cpus::mpidr_of(me));
     match platform.uart_intid {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
         None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
@@ -508,6 +508,15 @@ pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
     }
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
     println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exit_counts());
+    let left_out = vm.guest_log.left_out();
+    if left_out > 0 {
+        println!(
+            "hypervisor: vm{} {}: {left_out} more line(s) the guest caused were left out (after the first {}, one a second)",
+            vm.id,
+            vm.spec.name,
+            hyp_core::log_limit::BURST
+        );
+    }
     // Nothing may reach its RAM once the memory goes back: not the switch, not console input.
     vm.shut_down_devices();
     if let Some(slot) = VMS.get().and_then(|s| s.get(vm.id)) {

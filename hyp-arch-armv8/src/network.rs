@@ -1,6 +1,7 @@
-//! The virtual switch at run time: a learning Ethernet switch (`vdev_virtio::switch`)
-//! between the VMs' NICs and the uplink, the board's own NIC. Port 0 is the uplink; port
-//! 1 + n is VM n's NIC.
+//! The virtual switch at run time: the Ethernet switch (`vdev_virtio::switch`) between the
+//! VMs' NICs and the uplink, the board's own NIC. Port 0 is the uplink; port 1 + n is VM n's
+//! NIC, with the address its manifest entry gives it (a VM keeps its index and its address
+//! when the console restarts it).
 //!
 //! Frames are forwarded on the CPU that produced them: a VM's transmit exit, or the uplink's
 //! receive interrupt. No lock is held across two devices (vdev.rs explains the order).
@@ -9,7 +10,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use spin::{Mutex, Once};
-use vdev_virtio::switch::{Forward, PortId, Switch};
+use vdev_virtio::switch::{Forward, Port, PortId, Switch};
 
 use crate::host_virtio::UPLINK;
 
@@ -23,10 +24,11 @@ static SWITCH: Once<Mutex<Switch>> = Once::new();
 /// The uplink's interrupt, once it is on (0: off).
 static UPLINK_INTID: AtomicU32 = AtomicU32::new(0);
 
-/// The switch for `vms` VMs and the uplink; the uplink's receive interrupt goes to the CPU
-/// with this index and MPIDR.
-pub fn init(vms: usize, cpu: usize, mpidr: u64) {
-    SWITCH.call_once(|| Mutex::new(Switch::new(vms + 1)));
+/// The switch for the uplink and the VMs whose NICs have these addresses (by VM index; none:
+/// no NIC); the uplink's receive interrupt goes to the CPU with this index and MPIDR.
+pub fn init(nics: impl Iterator<Item = Option<[u8; 6]>>, cpu: usize, mpidr: u64) {
+    let ports = core::iter::once(Port::Uplink).chain(nics.map(Port::Vm)).collect();
+    SWITCH.call_once(|| Mutex::new(Switch::new(ports)));
     if let Some(intid) = UPLINK.get().and_then(|u| u.lock().intid) {
         UPLINK_INTID.store(intid, Ordering::Release);
         crate::gic::enable_spi(intid, cpu, mpidr);
@@ -40,8 +42,19 @@ pub fn forward(from: usize, frame: &[u8]) {
     let decision = switch.lock().forward(PortId(from), frame);
     match decision {
         Forward::To(port) => deliver(port.0, frame),
-        Forward::Flood(ports) => ports.iter().for_each(|p| deliver(p.0, frame)),
+        Forward::Flood { except } => {
+            let ports = switch.lock().ports();
+            (0..ports).filter(|&p| p != except.0).for_each(|p| deliver(p, frame));
+        }
         Forward::Drop => {}
+        Forward::Refused(refusal) => {
+            if let Some(vm) = from.checked_sub(1).and_then(crate::vm_at) {
+                crate::vm::guest_line(
+                    &vm.guest_log,
+                    format_args!("hypervisor: vm{} {}: {refusal}", vm.id, vm.spec.name),
+                );
+            }
+        }
     }
 }
 

@@ -3,16 +3,19 @@
 //! the virtual switch, the VM's console. Each device's interrupt is a level line into the
 //! VM's vGIC (InterruptStatus != 0, virtio 1.2 section 4.2.3.4).
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{fence, AtomicBool, Ordering};
 
 use hyp_core::bundle::DiskSlice;
+use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{MmioDevice, MmioError};
 use hyp_core::pl011::{ConsoleOutput, InterruptLine};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
 use vdev_virtio::block::{BlockBackend, BlockError, VirtioBlock};
+use vdev_virtio::bounce::{self, Direction, BOUNCE_BYTES};
 use vdev_virtio::console::{ConsoleBackend, VirtioConsole};
 use vdev_virtio::device::VirtioDevice;
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError, Segment};
@@ -75,6 +78,9 @@ pub struct DiskSliceBackend {
     count: u64,
     ram: GuestRam,
     id: [u8; 20],
+    /// For requests whose buffers are not whole sectors: allocated once, with the VM, so a
+    /// request's size never decides an allocation (vdev_virtio::bounce).
+    bounce: Box<[u8]>,
 }
 
 impl DiskSliceBackend {
@@ -90,12 +96,18 @@ impl DiskSliceBackend {
         let mut id = [0u8; 20];
         let name = alloc::format!("hyp-vm{vm}-disk");
         id[..name.len().min(20)].copy_from_slice(&name.as_bytes()[..name.len().min(20)]);
-        Ok(DiskSliceBackend { first, count, ram, id })
+        let mut bounce = Vec::new();
+        bounce.try_reserve_exact(BOUNCE_BYTES).map_err(|_| "no heap left for the disk's bounce buffer")?;
+        bounce.resize(BOUNCE_BYTES, 0);
+        Ok(DiskSliceBackend { first, count, ram, id, bounce: bounce.into_boxed_slice() })
     }
 
     /// Moves the request's data between the disk and the guest's buffers in one request of
     /// the board's disk: straight into the guest's buffers when each is whole sectors, through
-    /// a bounce buffer otherwise.
+    /// the bounce buffer a chunk at a time otherwise. The device model already bounded the
+    /// request (seg_max, size_max); nothing here allocates more than a list of its buffers,
+    /// and that fallibly: a failure is an I/O error for the guest, never a panic with the
+    /// disk's lock held.
     fn transfer(&mut self, sector: u64, segments: &[Segment], write: bool) -> Result<(), BlockError> {
         let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
         let sectors = total / SECTOR;
@@ -105,7 +117,8 @@ impl DiskSliceBackend {
         let mut disk = host_virtio::DISK.get().ok_or(BlockError::Io)?.lock();
         let at = self.first + sector;
         if segments.iter().all(|s| s.len > 0 && u64::from(s.len).is_multiple_of(SECTOR)) {
-            let mut buffers = Vec::with_capacity(segments.len());
+            let mut buffers = Vec::new();
+            buffers.try_reserve_exact(segments.len()).map_err(|_| BlockError::Io)?;
             let mut i = 0;
             while i < segments.len() {
                 // Buffers adjacent in guest memory are one buffer for the disk.
@@ -126,22 +139,11 @@ impl DiskSliceBackend {
             let done = if write { disk.write(at, &mut buffers) } else { disk.read(at, &mut buffers) };
             return done.map_err(|_| BlockError::Io);
         }
-        let mut bounce = alloc::vec![0u8; total as usize];
-        let mut offset = 0;
-        if write {
-            for s in segments {
-                self.ram.read(s.addr, &mut bounce[offset..offset + s.len as usize]).map_err(BlockError::Memory)?;
-                offset += s.len as usize;
-            }
-            disk.write(at, &mut [&mut bounce]).map_err(|_| BlockError::Io)
-        } else {
-            disk.read(at, &mut [&mut bounce]).map_err(|_| BlockError::Io)?;
-            for s in segments {
-                self.ram.write(s.addr, &bounce[offset..offset + s.len as usize]).map_err(BlockError::Memory)?;
-                offset += s.len as usize;
-            }
-            Ok(())
-        }
+        let direction = if write { Direction::Write } else { Direction::Read };
+        bounce::transfer(&self.ram, segments, at, &mut self.bounce, direction, |sector, chunk| {
+            let done = if write { disk.write(sector, &mut [chunk]) } else { disk.read(sector, &mut [chunk]) };
+            done.map_err(|_| BlockError::Io)
+        })
     }
 }
 
@@ -216,6 +218,11 @@ impl AfterAccess for VirtioNet<SwitchPort> {
 pub struct VirtioSlot<D: VirtioDevice> {
     pub vm: usize,
     pub name: &'static str,
+    /// The VM's limit on the lines its guest causes (the device's incidents are some).
+    log: Arc<GuestLogLimit>,
+    /// This device left work for later; `work` is the VM's flag for any of its devices.
+    pending: AtomicBool,
+    work: Arc<AtomicBool>,
     pub device: Mutex<VirtioMmio<D>>,
     pub ram: GuestRam,
     line: Mutex<crate::vm::VgicLine>,
@@ -229,18 +236,26 @@ pub struct VirtioSlot<D: VirtioDevice> {
 
 pub type Shared<D> = Arc<VirtioSlot<D>>;
 
+/// What every virtio device of a VM is built with.
+pub struct SlotSetup {
+    pub vm: usize,
+    pub name: &'static str,
+    pub ram: GuestRam,
+    pub line: crate::vm::VgicLine,
+    pub log: Arc<GuestLogLimit>,
+    /// Set when one of the VM's devices left work for later (the VM's next exit does it).
+    pub work: Arc<AtomicBool>,
+}
+
 impl<D: VirtioDevice + AfterAccess> VirtioSlot<D> {
-    pub fn new(
-        vm: usize,
-        name: &'static str,
-        device: D,
-        ram: GuestRam,
-        line: crate::vm::VgicLine,
-        port: usize,
-    ) -> Self {
+    pub fn new(setup: SlotSetup, device: D, port: usize) -> Self {
+        let SlotSetup { vm, name, ram, line, log, work } = setup;
         VirtioSlot {
             vm,
             name,
+            log,
+            pending: AtomicBool::new(false),
+            work,
             device: Mutex::new(VirtioMmio::new(device)),
             ram,
             line: Mutex::new(line),
@@ -260,6 +275,11 @@ impl<D: VirtioDevice + AfterAccess> VirtioSlot<D> {
                 return None;
             }
             let result = f(&mut device, &self.ram);
+            let pending = device.has_pending_work();
+            self.pending.store(pending, Ordering::Release);
+            if pending {
+                self.work.store(true, Ordering::Release);
+            }
             let frames = device.device_mut().take_frames();
             (result, device.interrupt_level(), device.take_incidents(), frames)
         };
@@ -267,12 +287,22 @@ impl<D: VirtioDevice + AfterAccess> VirtioSlot<D> {
             self.line.lock().set_level(level);
         }
         for incident in incidents {
-            println!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name);
+            crate::vm::guest_line(
+                &self.log,
+                format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name),
+            );
         }
         for frame in frames {
             crate::network::forward(self.port, &frame);
         }
         Some(result)
+    }
+
+    /// Goes on with work the device left for later (a bounded notify), if it did.
+    pub fn continue_work(&self) {
+        if self.pending.load(Ordering::Acquire) {
+            let _ = self.with_device(|d, ram| d.continue_work(ram));
+        }
     }
 
     /// The VM is being destroyed: once this returns, the device never touches its RAM.

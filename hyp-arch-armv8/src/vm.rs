@@ -6,7 +6,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::arch::asm;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use hyp_core::bundle::{VmDevices, VmSpec};
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
@@ -16,6 +16,7 @@ use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, S
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
+use hyp_core::log_limit::{Admit, GuestLogLimit};
 use hyp_core::mmio::{MmioBus, MmioDevice, MmioDispatch, MmioError};
 use hyp_core::pl011::{InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
@@ -36,7 +37,7 @@ use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableM
 use crate::passthrough::{PassthroughDevice, PassthroughSpi};
 use crate::scheduling;
 use crate::vcpu_state::{self, SavedVcpu};
-use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SwitchPort, VirtioSlot, Window};
+use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SlotSetup, SwitchPort, VirtioSlot, Window};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
 use sched::Decision;
@@ -106,9 +107,6 @@ const HCR_GUEST: u64 = (1 << 0)
     | (1 << 21)
     | (1 << 22)
     | (1 << 31);
-
-const INCIDENTS_LOGGED_IN_FULL: u64 = 16;
-const INCIDENT_LOG_INTERVAL: u64 = 1024;
 
 #[derive(Debug)]
 pub enum VmError {
@@ -288,8 +286,12 @@ pub struct Vm {
     /// The guest's device tree (generated from its manifest entry); its seeds are replaced
     /// when the VM resets itself.
     device_tree: Mutex<Vec<u8>>,
-    /// Guest mistakes logged so far: a guest must not be able to flood the console.
-    incidents: AtomicU64,
+    /// The lines the guest causes (its mistakes, its devices' incidents, its refused frames)
+    /// go through this limit: a guest must not be able to flood the console.
+    pub guest_log: Arc<GuestLogLimit>,
+    /// Set when one of its virtio devices left work for later: the next exit of any of its
+    /// vCPUs goes on with it (a bounded notify; `vdev::VirtioSlot::continue_work`).
+    device_work: Arc<AtomicBool>,
     /// Exits by reason, per vCPU.
     exits: Box<[ExitCounts]>,
     /// The saved state of each descheduled vCPU.
@@ -390,7 +392,9 @@ impl Vm {
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(window(GUEST_UART_IPA, GUEST_UART_SIZE)?, Box::new(uart.clone()));
-        let virtio = create_virtio(id, &spec, ram, &vgic, &console_choice)?;
+        let guest_log = Arc::new(GuestLogLimit::new());
+        let device_work = Arc::new(AtomicBool::new(false));
+        let virtio = create_virtio(id, &spec, ram, &vgic, &console_choice, (&guest_log, &device_work))?;
         // Granted by the capability space like the windows above: they cannot overlap.
         let mut attach = |slot: u64, device: Box<dyn MmioDevice + Send>| {
             window(virtio_ipa(slot), VIRTIO_WINDOW).map(|w| {
@@ -415,7 +419,8 @@ impl Vm {
             id,
             layout,
             device_tree: Mutex::new(device_tree),
-            incidents: AtomicU64::new(0),
+            guest_log,
+            device_work,
             exits: (0..spec.vcpus).map(|_| ExitCounts::default()).collect(),
             saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
             spec,
@@ -585,6 +590,13 @@ impl Vm {
     /// Whether the VM is ending (its vCPUs stop at their next exit).
     pub fn is_ending(&self) -> bool {
         self.ending.load(Ordering::Acquire)
+    }
+
+    /// Work its virtio devices left for later, a bounded step of it.
+    fn continue_device_work(&self) {
+        self.virtio.console.continue_work();
+        self.virtio.disk.iter().for_each(|d| d.continue_work());
+        self.virtio.nic.iter().for_each(|n| n.continue_work());
     }
 
     /// From here on no device of the VM touches its RAM: before its memory is revoked.
@@ -814,15 +826,12 @@ impl Vm {
         }
     }
 
-    /// Logs the first `INCIDENTS_LOGGED_IN_FULL` incidents of the VM, then one in
-    /// `INCIDENT_LOG_INTERVAL` with the running count.
+    /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit).
     fn log_incident(&self, vcpu: usize, incident: Incident) {
-        let n = self.incidents.fetch_add(1, Ordering::Relaxed) + 1;
-        if n <= INCIDENTS_LOGGED_IN_FULL {
-            vm_log!(self, vcpu, "{incident}");
-        } else if n.is_multiple_of(INCIDENT_LOG_INTERVAL) {
-            vm_log!(self, vcpu, "{incident} ({n} incidents so far; logging one in {INCIDENT_LOG_INTERVAL})");
-        }
+        guest_line(
+            &self.guest_log,
+            format_args!("hypervisor: vm{} {} vcpu{}: {incident}", self.id, self.spec.name, vcpu),
+        );
     }
 
     /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
@@ -921,6 +930,9 @@ impl Vm {
         loop {
             if self.ending.load(Ordering::Acquire) {
                 return self.stop(vcpu, &mut here);
+            }
+            if self.device_work.load(Ordering::Relaxed) && self.device_work.swap(false, Ordering::AcqRel) {
+                self.continue_device_work();
             }
             // The common case, nothing in flight and nothing new: one load, no lock.
             if lrs_changed || self.vgic.take_hint(vcpu) {
@@ -1149,6 +1161,16 @@ impl IdRegisters for HardwareIdRegisters {
     }
 }
 
+/// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit): the first
+/// lines in full, then one a second with the count of those left out.
+pub(crate) fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>) {
+    match limit.admit(scheduling::now(), sysreg!("cntfrq_el0")) {
+        Admit::Print => println!("{line}"),
+        Admit::PrintAfter { left_out } => println!("{line} ({left_out} earlier line(s) of this VM left out)"),
+        Admit::LeaveOut => {}
+    }
+}
+
 /// The virtual timer's output on this CPU (ARM ARM D12.x, "The virtual timer"): asserted
 /// when CNTV_CTL_EL0.ENABLE and ISTATUS are set and IMASK is clear.
 fn timer_line() -> bool {
@@ -1249,25 +1271,25 @@ fn create_virtio(
     ram: PhysRange,
     vgic: &SharedVgic,
     console_choice: &ConsoleChoice,
+    (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>),
 ) -> Result<VirtioDevices, VmError> {
     let guest_ram = GuestRam { ipa: GUEST_RAM_IPA, pa: ram.base, size: spec.memory };
     let line = |slot: u64| VgicLine { vgic: Arc::clone(vgic), intid: IntId(32 + virtio_spi(slot)) };
+    let slot =
+        |name, line| SlotSetup { vm: id, name, ram: guest_ram, line, log: Arc::clone(log), work: Arc::clone(work) };
     let console = ConsoleBridge(TrackedConsole::new(VmConsole::new(id, spec.name), console_choice, true));
-    let console =
-        Arc::new(VirtioSlot::new(id, "console", VirtioConsole::new(console), guest_ram, line(VIRTIO_SLOT_CONSOLE), 0));
+    let console = Arc::new(VirtioSlot::new(slot("console", line(VIRTIO_SLOT_CONSOLE)), VirtioConsole::new(console), 0));
     let disk = match spec.devices.disk {
         None => None,
         Some(slice) => {
             let backend = DiskSliceBackend::new(slice, guest_ram, id).map_err(VmError::Device)?;
-            Some(Arc::new(VirtioSlot::new(id, "blk", VirtioBlock::new(backend), guest_ram, line(VIRTIO_SLOT_DISK), 0)))
+            Some(Arc::new(VirtioSlot::new(slot("blk", line(VIRTIO_SLOT_DISK)), VirtioBlock::new(backend), 0)))
         }
     };
-    let nic = spec.devices.network.map(|mac| {
-        // 52:54:00 is the locally administered prefix QEMU uses; the last bytes say the VM.
-        let mac = mac.unwrap_or([0x52, 0x54, 0x00, 0x12, 0x35, 0x10u8.wrapping_add(id as u8)]);
+    let nic = spec.nic_mac(id).map(|mac| {
         let port = crate::network::port_of_vm(id);
         let device = VirtioNet::new(mac, SwitchPort::default());
-        Arc::new(VirtioSlot::new(id, "net", device, guest_ram, line(VIRTIO_SLOT_NIC), port))
+        Arc::new(VirtioSlot::new(slot("net", line(VIRTIO_SLOT_NIC)), device, port))
     });
     Ok(VirtioDevices { disk, nic, console })
 }

@@ -48,6 +48,13 @@ impl<'a> VmSpec<'a> {
     pub fn command_line(&self) -> &'a str {
         self.bootargs.unwrap_or("")
     }
+
+    /// The MAC address of its NIC, if it has one, as VM `index` of the bundle: the
+    /// manifest's, or 52:54:00:12:35:(0x10 + index) (QEMU's locally administered prefix; the
+    /// last byte says the VM). The switch lets the NIC send from this address only.
+    pub fn nic_mac(&self, index: usize) -> Option<[u8; 6]> {
+        self.devices.network.map(|mac| mac.unwrap_or([0x52, 0x54, 0x00, 0x12, 0x35, 0x10u8.wrapping_add(index as u8)]))
+    }
 }
 
 /// A list of 32-bit big-endian cells as the bundle holds it (`cpus`, `interrupts`): the

@@ -207,6 +207,12 @@ pub enum ManifestError<'a> {
     BadName {
         vm: &'a str,
     },
+    /// Two VMs' NICs have the same MAC address (given, or the default of the VM's index).
+    MacTaken {
+        vm: &'a str,
+        mac: [u8; 6],
+        other: &'a str,
+    },
     DuplicateName {
         vm: &'a str,
     },
@@ -372,6 +378,12 @@ impl fmt::Display for ManifestError<'_> {
         match *self {
             Self::BadName { vm } => write!(f, "VM {vm}: field `name` must be letters, digits, '-' or '_'"),
             Self::DuplicateName { vm } => write!(f, "VM {vm}: two VMs have this name"),
+            Self::MacTaken { vm, mac: m, other } => write!(
+                f,
+                "VM {vm}: field `mac`: {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} is also VM {other}'s NIC address; give \
+                 each NIC its own (the switch delivers frames by address)",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ),
             Self::Vcpus { vm, .. } => write!(f, "VM {vm}: field `vcpus` must be between 1 and {MAX_VCPUS}"),
             Self::Memory { vm, .. } => write!(f, "VM {vm}: field `memory` must be a non-zero multiple of 2 MiB"),
             Self::TooMuchMemory { vm, total, available } => write!(
@@ -435,8 +447,8 @@ impl fmt::Display for ManifestError<'_> {
             ),
             Self::CpuTaken { vm, cpu, other, .. } if vm == other => write!(
                 f,
-                "VM {vm}: field `cpus`: CPU {cpu} is listed for two of its vCPUs, but each vCPU of a VM needs a \
-                 CPU of its own (vCPUs of different VMs may share one); list another CPU"
+                "VM {vm}: field `cpus`: CPU {cpu} is listed for two of its pinned vCPUs, but a pinned vCPU needs a \
+                 CPU of its own; list another CPU, or make the VM shared (its vCPUs then take turns)"
             ),
             Self::CpuTaken { vm, cpu, policy: Policy::Pinned, other, other_policy: Policy::Pinned } => write!(
                 f,
@@ -534,8 +546,11 @@ where
     let mut free_taken = 0usize;
     for (i, vm) in vms.clone().enumerate() {
         check_alone(&vm)?;
-        for earlier in vms.clone().take(i) {
+        for (j, earlier) in vms.clone().take(i).enumerate() {
             check_pair(&vm, &earlier)?;
+            if let Some(mac) = vm.nic_mac(i).filter(|&m| earlier.nic_mac(j) == Some(m)) {
+                return Err(ManifestError::MacTaken { vm: vm.name, mac, other: earlier.name });
+            }
         }
         if let Some(board) = board {
             check_on_board(&vm, board)?;
@@ -605,12 +620,10 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
             if cpus.len() != vm.vcpus as usize {
                 return Err(ManifestError::CpusLength { vm: name, cpus: cpus.len(), vcpus: vm.vcpus });
             }
-            // Two vCPUs of one VM never share a CPU, whatever the policy: a Linux guest so
-            // placed stops making progress in its spinlocks under QEMU, whose TCG never traps
-            // WFE, so a waiter cannot yield to the lock holder (docs/scheduler.md, "Known
-            // limits").
+            // Pinned vCPUs of one VM each own their CPU; shared ones may take turns on one
+            // (overcommit: docs/scheduler.md).
             for (j, cpu) in cpus.iter().enumerate() {
-                if cpus.iter().take(j).any(|c| c == cpu) {
+                if placement.policy == Policy::Pinned && cpus.iter().take(j).any(|c| c == cpu) {
                     let p = placement.policy;
                     return Err(ManifestError::CpuTaken { vm: name, cpu, policy: p, other: name, other_policy: p });
                 }
@@ -910,6 +923,24 @@ mod tests {
     }
 
     #[test]
+    fn two_nics_with_one_mac_address_are_refused_whether_given_or_by_default() {
+        let nic = |name, mac| VmSpec { devices: VmDevices { disk: None, network: Some(mac) }, ..vm(name) };
+        let same = [0x52, 0x54, 0, 0xab, 0xcd, 0xef];
+        assert_eq!(
+            error(&[nic("a", Some(same)), nic("b", Some(same))]),
+            "VM b: field `mac`: 52:54:00:ab:cd:ef is also VM a's NIC address; give each NIC its own (the switch \
+             delivers frames by address)"
+        );
+        // VM 1's default address, given to VM 0.
+        let default_of_1 = [0x52, 0x54, 0x00, 0x12, 0x35, 0x11];
+        assert_eq!(nic("b", None).nic_mac(1), Some(default_of_1));
+        assert!(
+            error(&[nic("a", Some(default_of_1)), nic("b", None)]).starts_with("VM b: field `mac`: 52:54:00:12:35:11")
+        );
+        assert!(check([nic("a", None), nic("b", None)].into_iter(), &board()).is_ok(), "defaults differ");
+    }
+
+    #[test]
     fn an_unknown_policy_is_named() {
         assert_eq!(Policy::from_name("shared"), Some(Policy::Shared));
         assert_eq!(Policy::from_name("pinned"), Some(Policy::Pinned));
@@ -979,11 +1010,11 @@ mod tests {
     }
 
     #[test]
-    fn a_cpu_listed_for_two_vcpus_of_one_vm_is_refused() {
-        let message = "VM web: field `cpus`: CPU 1 is listed for two of its vCPUs, but each vCPU of a VM needs a CPU \
-                       of its own (vCPUs of different VMs may share one); list another CPU";
+    fn a_cpu_listed_for_two_pinned_vcpus_of_one_vm_is_refused_and_shared_ones_take_turns() {
+        let message = "VM web: field `cpus`: CPU 1 is listed for two of its pinned vCPUs, but a pinned vCPU needs a \
+                       CPU of its own; list another CPU, or make the VM shared (its vCPUs then take turns)";
         assert_eq!(error(&[pinned("web", &[1, 1])]), message);
-        assert_eq!(error(&[shared("web", &[1, 1])]), message, "shared too");
+        assert!(check([shared("web", &[1, 1, 2, 2])].into_iter(), &board()).is_ok(), "overcommit of a shared VM");
     }
 
     #[test]

@@ -110,6 +110,18 @@ fn two_vms_ping_each_other_through_the_switch() {
     assert!(ping.contains("3 packets transmitted, 3 packets received"), "vm0 pings vm1: {ping}");
     let neighbours = run(&mut s, "cat /proc/net/arp");
     assert!(neighbours.contains("10.0.2.16") && neighbours.contains("52:54:00:12:35:11"), "{neighbours}");
+    // vm0 takes vm1's MAC address: the switch refuses every frame it sends from it, and
+    // with its own address back it reaches vm1 again (issue: isolation, point 8).
+    let set_mac = |mac: &str| format!("ip link set eth0 down; ip link set eth0 address {mac}; ip link set eth0 up");
+    let spoofed = run(&mut s, &format!("{}; ping -c 2 -W 2 10.0.2.2", set_mac("52:54:00:12:35:11")));
+    assert!(spoofed.contains("0 packets received"), "nothing gets through from a stolen address: {spoofed}");
+    s.wait_for(
+        "hypervisor: vm0 linux: switch port 1: frame from source address 52:54:00:12:35:11, not the NIC's own 52:54:00:12:35:10; dropped",
+        COMMAND_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let again = run(&mut s, &format!("{}; ping -c 3 -W 5 10.0.2.16", set_mac("52:54:00:12:35:10")));
+    assert!(again.contains("3 packets received"), "vm0 with its own address: {again}");
     s.send_line("poweroff").unwrap();
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -37,6 +37,11 @@ pub const QUEUE_SIZE: u16 = 256;
 /// seg_max (5.2.4): data segments per request, leaving room for the header and status
 /// descriptors so a whole request fits one indirect table of QueueNumMax entries.
 pub const SEG_MAX: u32 = QUEUE_SIZE as u32 - 2;
+/// size_max (5.2.4): bytes per data segment. With `SEG_MAX` it bounds what one request can
+/// carry, and so cost the hypervisor, to about 16 MiB; a request beyond either fails with
+/// IOERR before anything is read or written. Linux sends 1.25 MiB requests at most by
+/// default, of segments of a few pages.
+pub const SIZE_MAX: u32 = 64 << 10;
 /// Length of the VIRTIO_BLK_T_GET_ID answer (5.2.6).
 pub const ID_BYTES: usize = 20;
 /// The request header: le32 type, le32 reserved, le64 sector (5.2.6).
@@ -118,6 +123,7 @@ impl<B: BlockBackend> VirtioBlock<B> {
     fn config_image(&self) -> [u8; CONFIG_LEN] {
         let mut c = [0u8; CONFIG_LEN];
         c[0..8].copy_from_slice(&self.backend.capacity_sectors().to_le_bytes());
+        c[8..12].copy_from_slice(&SIZE_MAX.to_le_bytes());
         c[12..16].copy_from_slice(&SEG_MAX.to_le_bytes());
         c[20..24].copy_from_slice(&(SECTOR_SIZE as u32).to_le_bytes());
         c
@@ -201,12 +207,13 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     let what = "the read request's data buffer is device-readable; the device must write into it";
                     return fail(q, DeviceIncident::WrongDirection { queue: 0, head, what });
                 }
-                if let Err(incident) = self.check_range(head, sector, data_writable) {
-                    return fail(q, incident);
-                }
                 let Some(segments) = chain.segments(true, 0, data_writable) else {
                     return (VIRTIO_BLK_S_IOERR, 0);
                 };
+                if let Err(incident) = within_limits(head, &segments).and(self.check_range(head, sector, data_writable))
+                {
+                    return fail(q, incident);
+                }
                 match self.backend.read(mem, sector, &segments) {
                     Ok(()) => (VIRTIO_BLK_S_OK, data_writable),
                     Err(_) => {
@@ -224,12 +231,13 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     let what = "write request to a read-only disk";
                     return fail(q, DeviceIncident::RequestFailed { queue: 0, head, what });
                 }
-                if let Err(incident) = self.check_range(head, sector, readable_data) {
-                    return fail(q, incident);
-                }
                 let Some(segments) = chain.segments(false, HEADER_LEN, readable_data) else {
                     return (VIRTIO_BLK_S_IOERR, 0);
                 };
+                if let Err(incident) = within_limits(head, &segments).and(self.check_range(head, sector, readable_data))
+                {
+                    return fail(q, incident);
+                }
                 match self.backend.write(mem, sector, &segments) {
                     Ok(()) => (VIRTIO_BLK_S_OK, 0),
                     Err(_) => {
@@ -276,6 +284,20 @@ impl<B: BlockBackend> VirtioBlock<B> {
     }
 }
 
+/// A request's data segments within the limits the device advertises (seg_max, size_max:
+/// 5.2.4), so no request costs more than `MAX_REQUEST_BYTES`.
+fn within_limits(head: u16, segments: &[Segment]) -> Result<(), DeviceIncident> {
+    let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+    let what = if segments.len() > SEG_MAX as usize {
+        "more data segments than seg_max (254)"
+    } else if segments.iter().any(|s| s.len > SIZE_MAX) {
+        "a data segment longer than size_max (65536 bytes)"
+    } else {
+        return Ok(());
+    };
+    Err(DeviceIncident::BadLength { queue: 0, head, what, len: total })
+}
+
 impl<B: BlockBackend> VirtioDevice for VirtioBlock<B> {
     fn device_id(&self) -> u32 {
         2
@@ -283,7 +305,7 @@ impl<B: BlockBackend> VirtioDevice for VirtioBlock<B> {
 
     fn device_features(&self) -> u64 {
         let ro = if self.backend.read_only() { VIRTIO_BLK_F_RO } else { 0 };
-        VIRTIO_BLK_F_FLUSH | VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | ro
+        VIRTIO_BLK_F_FLUSH | VIRTIO_BLK_F_SIZE_MAX | VIRTIO_BLK_F_SEG_MAX | VIRTIO_BLK_F_BLK_SIZE | ro
     }
 
     fn num_queues(&self) -> u16 {

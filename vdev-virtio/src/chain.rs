@@ -89,6 +89,9 @@ fn push(
         return Err(DeviceIncident::ReadableAfterWritable { queue, descriptor: index });
     }
     let in_ram = mem.check(d.addr, u64::from(d.len)).is_ok();
+    // A chain holds at most a queue's (or an indirect table's) worth of buffers; the heap
+    // can still be exhausted, which must not panic the hypervisor.
+    buffers.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
     buffers.push(Buffer { addr: d.addr, len: d.len, writable, in_ram, descriptor: index });
     Ok(())
 }
@@ -205,7 +208,8 @@ impl Chain {
     }
 
     /// The guest memory holding bytes [offset, offset+len) of the readable (or writable) part,
-    /// split at buffer boundaries; `None` if that part is shorter or a buffer is outside RAM.
+    /// split at buffer boundaries; `None` if that part is shorter, a buffer is outside RAM, or
+    /// the heap has no room for the list.
     pub fn segments(&self, writable: bool, offset: u64, len: u64) -> Option<Vec<Segment>> {
         let mut out = Vec::new();
         let mut skip = offset;
@@ -223,6 +227,7 @@ impl Chain {
                 return None;
             }
             let take = (blen - skip).min(left);
+            out.try_reserve(1).ok()?;
             // take <= b.len (a u32), so the cast is exact; skip < blen so the sum stays in the buffer.
             out.push(Segment { addr: b.addr.checked_add(skip)?, len: take as u32 });
             left -= take;

@@ -19,6 +19,10 @@ pub const QUEUE_SIZE: u16 = 128;
 pub const BACKLOG_CAPACITY: usize = 4096;
 /// Longest transmit chain accepted: more than any console write, small enough to bound a notify.
 pub const MAX_TX_CHAIN: u64 = 64 * 1024;
+/// Bytes written out per notify or per `continue_work`: a guest's output never keeps the
+/// exit that carries it for long (the hypervisor's UART takes a few microseconds a byte under
+/// QEMU; one exit once printed 1 MiB in 3.4 s).
+pub const TX_BUDGET: u64 = 1024;
 /// Bytes moved per step when streaming a transmit chain to the backend.
 const CHUNK: usize = 256;
 /// Configuration space: le16 cols, le16 rows, le32 max_nr_ports, le32 emerg_wr (5.3.4).
@@ -45,11 +49,21 @@ pub struct VirtioConsole<C: ConsoleBackend> {
     backend: C,
     backlog: VecDeque<u8>,
     stats: ConsoleStats,
+    /// The transmit chain being written out, and how much of it is done.
+    sending: Option<(Chain, u64)>,
+    /// Transmit buffers may wait in the queue (the last turn ran out of budget).
+    more_to_send: bool,
 }
 
 impl<C: ConsoleBackend> VirtioConsole<C> {
     pub fn new(backend: C) -> Self {
-        VirtioConsole { backend, backlog: VecDeque::new(), stats: ConsoleStats::default() }
+        VirtioConsole {
+            backend,
+            backlog: VecDeque::new(),
+            stats: ConsoleStats::default(),
+            sending: None,
+            more_to_send: false,
+        }
     }
 
     pub fn backend(&self) -> &C {
@@ -92,7 +106,8 @@ impl<C: ConsoleBackend> VirtioConsole<C> {
     }
 
     /// Streams one transmit chain to the backend in small chunks (no allocation).
-    fn transmit(&mut self, chain: &Chain, q: &mut QueueAccess<'_>) {
+    /// Checks a transmit chain: false (with an incident) if it is malformed.
+    fn sendable(&mut self, chain: &Chain, q: &mut QueueAccess<'_>) -> bool {
         let incident = Self::malformed(chain, TRANSMITQ, false).or_else(|| {
             let len = chain.readable_len();
             (len > MAX_TX_CHAIN).then_some(DeviceIncident::BadLength {
@@ -105,25 +120,60 @@ impl<C: ConsoleBackend> VirtioConsole<C> {
         if let Some(incident) = incident {
             q.incident(incident);
             self.stats.bad_chains += 1;
-            return;
+            return false;
         }
-        let len = chain.readable_len();
-        let mut chunk = [0u8; CHUNK];
-        let mut at = 0u64;
-        while at < len {
-            // At most CHUNK, so the cast is exact.
-            let n = (len - at).min(CHUNK as u64) as usize;
-            let Some(part) = chunk.get_mut(..n) else { return };
-            if !chain.read_bytes(q.mem(), at, part) {
-                return;
+        true
+    }
+
+    /// Writes out transmit buffers until `TX_BUDGET` bytes are out: the chain in progress
+    /// first, then new ones. A chain is used when all of it is out; what the budget did not
+    /// cover waits for `continue_work` (the next exit of the VM), so one exit never prints
+    /// more than the budget, however much the guest queued.
+    fn send(&mut self, q: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
+        let mut budget = TX_BUDGET;
+        loop {
+            let (chain, done) = match self.sending.take() {
+                Some(sending) => sending,
+                None => {
+                    let Some(chain) = q.pop(TRANSMITQ)? else {
+                        self.more_to_send = false;
+                        return Ok(());
+                    };
+                    if !self.sendable(&chain, q) {
+                        q.push_used(TRANSMITQ, chain.head, 0)?;
+                        continue;
+                    }
+                    (chain, 0)
+                }
+            };
+            if budget == 0 {
+                self.sending = Some((chain, done));
+                self.more_to_send = true;
+                return Ok(());
             }
-            self.backend.write(part);
-            self.stats.tx_bytes += n as u64;
-            at += n as u64;
+            let len = chain.readable_len();
+            let n = (len - done).min(budget);
+            let mut chunk = [0u8; CHUNK];
+            let mut at = done;
+            while at < done + n {
+                let part_len = (done + n - at).min(CHUNK as u64) as usize;
+                let Some(part) = chunk.get_mut(..part_len) else { break };
+                if !chain.read_bytes(q.mem(), at, part) {
+                    break;
+                }
+                self.backend.write(part);
+                self.stats.tx_bytes += part_len as u64;
+                at += part_len as u64;
+            }
+            budget -= n;
+            if done + n < len && at == done + n {
+                self.sending = Some((chain, done + n));
+            } else {
+                q.push_used(TRANSMITQ, chain.head, 0)?;
+            }
         }
     }
 
-    /// Moves backlog bytes into the guest's receive buffers while both last.
     fn deliver(&mut self, q: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
         while !self.backlog.is_empty() {
             let Some(chain) = q.pop(RECEIVEQ)? else {
@@ -179,23 +229,30 @@ impl<C: ConsoleBackend> VirtioDevice for VirtioConsole<C> {
     fn queue_notify(&mut self, queue: u16, q: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
         match queue {
             RECEIVEQ => self.deliver(q),
-            TRANSMITQ => {
-                while let Some(chain) = q.pop(TRANSMITQ)? {
-                    self.transmit(&chain, q);
-                    q.push_used(TRANSMITQ, chain.head, 0)?;
-                }
-                Ok(())
-            }
+            TRANSMITQ => self.send(q),
             _ => Ok(()),
         }
     }
 
+    fn has_pending_work(&self) -> bool {
+        self.more_to_send
+    }
+
+    fn continue_work(&mut self, q: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
+        self.send(q)
+    }
+
     /// The driver's reset keeps the backlog: what the user typed while the guest's driver was
-    /// (re)starting still reaches it once it has receive buffers.
-    fn reset(&mut self) {}
+    /// (re)starting still reaches it once it has receive buffers. A transmit chain in
+    /// progress belongs to the old queue: it is forgotten.
+    fn reset(&mut self) {
+        self.sending = None;
+        self.more_to_send = false;
+    }
 
     fn power_on_reset(&mut self) {
         self.backlog.clear();
+        self.reset();
     }
 }
 

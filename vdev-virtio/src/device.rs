@@ -63,6 +63,16 @@ pub trait VirtioDevice {
     }
     /// The driver notified `queue` (DRIVER_OK set, queue ready, device not broken).
     fn queue_notify(&mut self, queue: u16, queues: &mut QueueAccess<'_>) -> Result<(), NeedsReset>;
+    /// Whether the device left work for later (it bounds what one notify does):
+    /// `continue_work` should run soon, on the next exit of the VM.
+    fn has_pending_work(&self) -> bool {
+        false
+    }
+    /// Goes on with the work `has_pending_work` says is left.
+    fn continue_work(&mut self, queues: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
+        let _ = queues;
+        Ok(())
+    }
     /// Device reset by the driver (Status = 0): forget everything the driver set up.
     fn reset(&mut self);
     /// Reset as at power-on (VM reboot); by default the same as `reset`.

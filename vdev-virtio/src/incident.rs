@@ -57,6 +57,8 @@ pub enum DeviceIncident {
     FeaturesAfterFeaturesOk,
     /// The driver set DRIVER_OK without FEATURES_OK; refused.
     DriverOkWithoutFeaturesOk,
+    /// The hypervisor's heap had no room to read a chain: the device needs a reset.
+    OutOfMemory { queue: u16 },
     /// A register of the legacy interface only (virtio 4.2.4); read as zero, write ignored.
     LegacyRegister { offset: u64, write: bool },
 }
@@ -132,6 +134,10 @@ impl fmt::Display for DeviceIncident {
             ),
             FeaturesAfterFeaturesOk => write!(f, "DriverFeatures written after FEATURES_OK; ignored"),
             DriverOkWithoutFeaturesOk => write!(f, "DRIVER_OK set before FEATURES_OK; refused (legacy drivers are not supported)"),
+            OutOfMemory { queue } => write!(
+                f,
+                "queue {queue}: the hypervisor has no memory left to read a descriptor chain; the device needs a reset"
+            ),
             LegacyRegister { offset, write } => write!(
                 f,
                 "{} of legacy register {offset:#x} on a version 2 device: {} (a legacy driver must read Version first)",

@@ -11,6 +11,7 @@
 extern crate alloc;
 
 pub mod block;
+pub mod bounce;
 pub mod chain;
 pub mod console;
 pub mod device;

@@ -120,8 +120,16 @@ impl<N: NetBackend> VirtioNet<N> {
                 let what = "a transmitted frame must hold the 12-byte header and at most 65550 bytes";
                 Some(DeviceIncident::BadLength { queue, head, what, len })
             } else {
-                // Bounded just above, so the length fits and the buffer stays small.
-                self.tx_buffer.resize(len as usize - NET_HDR_LEN, 0);
+                // Bounded just above, so the length fits and the buffer stays small; grown
+                // fallibly all the same (out of heap drops the frame).
+                let frame_len = len as usize - NET_HDR_LEN;
+                let grown = frame_len <= self.tx_buffer.len()
+                    || self.tx_buffer.try_reserve_exact(frame_len - self.tx_buffer.len()).is_ok();
+                if !grown {
+                    q.incident(DeviceIncident::RequestFailed { queue, head, what: "no memory for the frame" });
+                    return;
+                }
+                self.tx_buffer.resize(frame_len, 0);
                 if chain.read_bytes(q.mem(), NET_HDR_LEN as u64, &mut self.tx_buffer) {
                     self.backend.transmit(&self.tx_buffer);
                     self.stats.tx_frames += 1;

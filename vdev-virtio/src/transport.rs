@@ -475,6 +475,19 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         }
     }
 
+    /// Whether the device has work left from an earlier notify (`continue_work`).
+    pub fn has_pending_work(&self) -> bool {
+        self.running() && self.device.has_pending_work()
+    }
+
+    /// Goes on with the work a bounded notify left, as a notify would (interrupt decisions
+    /// afterwards, a driver bug making the device need a reset).
+    pub fn continue_work(&mut self, mem: &dyn GuestMemory) {
+        if self.has_pending_work() {
+            let _ = self.run(mem, |device, access| device.continue_work(access));
+        }
+    }
+
     fn process(&mut self, mem: &dyn GuestMemory, queue: u16) {
         // A driver bug already became DEVICE_NEEDS_RESET inside `run`.
         let _ = self.run(mem, |device, access| device.queue_notify(queue, access));

@@ -45,6 +45,9 @@ fn features_offer_flush_seg_max_blk_size_and_ro_only_when_read_only() {
     let f = rw.device_features();
     assert_ne!(f & VIRTIO_BLK_F_FLUSH, 0);
     assert_ne!(f & VIRTIO_BLK_F_SEG_MAX, 0);
+    assert_ne!(f & VIRTIO_BLK_F_SIZE_MAX, 0);
+    assert_eq!(rw.mmio.read(0x108, 4), Ok(u64::from(SIZE_MAX)), "size_max");
+    assert_eq!(rw.mmio.read(0x10c, 4), Ok(u64::from(SEG_MAX)), "seg_max");
     assert_ne!(f & VIRTIO_BLK_F_BLK_SIZE, 0);
     assert_eq!(f & VIRTIO_BLK_F_RO, 0);
     let mut ro_disk = Driver::bare(VirtioBlock::new(RamDisk::new(8, true, ID)));
@@ -210,4 +213,43 @@ fn data_and_status_byte_may_share_one_writable_buffer() {
     assert_eq!(d.take_used(0), [(0, 513)]);
     assert_eq!(d.peek(buf, 512), vec![0x42; 512]);
     assert_eq!(d.peek(buf + 512, 1), [VIRTIO_BLK_S_OK]);
+}
+
+/// A read that asks for more than the advertised limits: two overlapping 32 MiB buffers
+/// (any VM can ask for that much with two descriptors), a segment just over size_max, or one
+/// segment more than seg_max. Each fails with IOERR and reads nothing (the request that once
+/// made the hypervisor allocate a 32 MiB bounce buffer and panic).
+#[test]
+fn requests_beyond_size_max_or_seg_max_fail_with_ioerr_before_any_data_moves() {
+    let mut d = Driver::standard_with_ram(VirtioBlock::new(RamDisk::new(1 << 17, false, ID)), 40 << 20);
+    let buf = d.alloc(32 << 20, 0xaa);
+    let huge = [wr(buf, 32 << 20), wr(buf, 32 << 20)];
+    assert_eq!(submit(&mut d, VIRTIO_BLK_T_IN, 0, &huge, true).0, VIRTIO_BLK_S_IOERR);
+    let over = [wr(buf, SIZE_MAX + 512)];
+    assert_eq!(submit(&mut d, VIRTIO_BLK_T_IN, 0, &over, true).0, VIRTIO_BLK_S_IOERR);
+    // seg_max + 1 data segments fit a full indirect table when the status byte shares the
+    // last data buffer.
+    let h = d.alloc_with(&header(VIRTIO_BLK_T_IN, 0));
+    let last = d.alloc(513, 0xaa);
+    let mut too_many = vec![ro(h, 16)];
+    too_many.extend((0..SEG_MAX).map(|_| wr(buf, 512)));
+    too_many.push(wr(last, 513));
+    d.add_indirect(0, &too_many);
+    d.notify(0);
+    assert_eq!(d.take_used(0).len(), 1);
+    assert_eq!(d.peek(last + 512, 1), [VIRTIO_BLK_S_IOERR]);
+    assert!(d.peek(buf, 32 << 20).iter().all(|&b| b == 0xaa), "nothing was read into the buffers");
+    let incidents = d.mmio.take_incidents();
+    assert!(
+        incidents.iter().any(|i| i.to_string().contains("longer than size_max"))
+            && incidents.iter().any(|i| i.to_string().contains("more data segments than seg_max")),
+        "{incidents:?}"
+    );
+    // Exactly at the limits works: seg_max segments (they may overlap), one of size_max.
+    let sectors = SEG_MAX as usize - 1 + SIZE_MAX as usize / 512;
+    let mut big = Driver::standard(VirtioBlock::new(RamDisk::new(sectors, false, ID)));
+    let buf = big.alloc(SIZE_MAX as usize, 0);
+    let mut at_limit: Vec<Buf> = (1..SEG_MAX).map(|_| wr(buf, 512)).collect();
+    at_limit.push(wr(buf, SIZE_MAX));
+    assert_eq!(submit(&mut big, VIRTIO_BLK_T_IN, 0, &at_limit, true), (VIRTIO_BLK_S_OK, sectors as u32 * 512 + 1));
 }

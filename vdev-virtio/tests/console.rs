@@ -137,3 +137,47 @@ fn a_device_readable_receive_buffer_is_used_empty_and_the_next_one_taken() {
     assert_eq!(d.take_used(0), [(0, 0), (1, 2)]);
     assert!(matches!(d.mmio.take_incidents()[..], [DeviceIncident::WrongDirection { .. }]));
 }
+
+/// One notify writes out at most TX_BUDGET bytes; the rest goes out, in order and whole, on
+/// later turns (`continue_work`, at the VM's next exits), and a chain is used only once all
+/// of it is out: a guest that queues megabytes of output cannot hold an exit for seconds.
+#[test]
+fn output_beyond_the_budget_of_one_exit_goes_out_on_later_turns_in_order_and_whole() {
+    let mut d = Driver::standard_with_ram(VirtioConsole::new(Screen::default()), 4 << 20);
+    let mut expected = Vec::new();
+    for n in 0..3u8 {
+        let bytes: Vec<u8> = (0..MAX_TX_CHAIN).map(|i| b'a' + ((i as u8).wrapping_add(n)) % 26).collect();
+        let at = d.alloc_with(&bytes);
+        d.add_chain(1, &[ro(at, MAX_TX_CHAIN as u32)]);
+        expected.extend(bytes);
+    }
+    d.notify(1);
+    assert_eq!(d.mmio.device().backend().0.len() as u64, TX_BUDGET, "one notify, one budget");
+    assert!(d.take_used(1).is_empty(), "no chain is used before all of it is out");
+    assert!(d.mmio.has_pending_work());
+    let mut turns = 1;
+    while d.mmio.has_pending_work() {
+        let before = d.mmio.device().backend().0.len() as u64;
+        d.mmio.continue_work(&d.mem);
+        assert!(d.mmio.device().backend().0.len() as u64 - before <= TX_BUDGET);
+        turns += 1;
+        assert!(turns < 1000, "it ends");
+    }
+    assert_eq!(d.mmio.device().backend().0, expected, "nothing lost, nothing reordered");
+    assert_eq!(d.take_used(1), [(0, 0), (1, 0), (2, 0)]);
+    assert_eq!(turns as u64, 3 * MAX_TX_CHAIN / TX_BUDGET, "a budget a turn, and no empty turn at the end");
+}
+
+#[test]
+fn a_driver_reset_forgets_output_in_progress() {
+    let mut d = console();
+    let long = vec![b'x'; 3000];
+    let at = d.alloc_with(&long);
+    d.add_chain(1, &[ro(at, 3000)]);
+    d.notify(1);
+    assert!(d.mmio.has_pending_work());
+    d.reinit(!vdev_virtio::features::VIRTIO_F_EVENT_IDX);
+    assert!(!d.mmio.has_pending_work(), "the old queue's chain is not the new driver's");
+    d.mmio.continue_work(&d.mem);
+    assert_eq!(d.mmio.device().backend().0.len() as u64, TX_BUDGET);
+}

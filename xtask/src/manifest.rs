@@ -539,8 +539,8 @@ mod tests {
             ),
             (
                 vm("a", "cpus = [1, 1]").replace("vcpus = 1", "vcpus = 2"),
-                "test.toml: VM a: field `cpus`: CPU 1 is listed for two of its vCPUs, but each vCPU of a VM needs a \
-                 CPU of its own (vCPUs of different VMs may share one); list another CPU",
+                "test.toml: VM a: field `cpus`: CPU 1 is listed for two of its pinned vCPUs, but a pinned vCPU needs \
+                 a CPU of its own; list another CPU, or make the VM shared (its vCPUs then take turns)",
             ),
             (
                 vm("a", "cpus = [1]") + &vm("b", "cpus = [1]"),

@@ -70,9 +70,20 @@ impl<D: VirtioDevice> Driver<D> {
 
     /// Not initialised at all.
     pub fn bare(device: D) -> Self {
+        Self::bare_with_ram(device, RAM_SIZE)
+    }
+
+    /// Initialised as `standard`, with `ram` bytes of guest RAM.
+    pub fn standard_with_ram(device: D, ram: usize) -> Self {
+        let mut d = Self::bare_with_ram(device, ram);
+        d.init(!VIRTIO_F_EVENT_IDX, None).expect("initialisation");
+        d
+    }
+
+    fn bare_with_ram(device: D, ram: usize) -> Self {
         Driver {
             mmio: VirtioMmio::new(device),
-            mem: VecMemory::new(RAM_BASE, RAM_SIZE),
+            mem: VecMemory::new(RAM_BASE, ram),
             queues: Vec::new(),
             features: 0,
             next_data: DATA_AREA,
@@ -171,7 +182,7 @@ impl<D: VirtioDevice> Driver<D> {
     pub fn alloc(&mut self, len: usize, fill: u8) -> u64 {
         let addr = self.next_data;
         self.next_data = (self.next_data + len as u64 + 15) & !15;
-        assert!(self.next_data <= RAM_BASE + RAM_SIZE as u64, "test data area exhausted");
+        assert!(self.mem.check(addr, len as u64).is_ok(), "test data area exhausted");
         self.mem.write(addr, &vec![fill; len]).unwrap();
         addr
     }

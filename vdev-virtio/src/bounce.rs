@@ -1,0 +1,208 @@
+//! Moving a block request's data between guest buffers and a disk through one fixed-size
+//! bounce buffer, a chunk at a time, for buffers the disk cannot take as they are (not whole
+//! sectors). The buffer is the backend's own, allocated once: a request's size, which the
+//! guest chooses, never decides an allocation (a 32 MiB request once made the hypervisor
+//! allocate 32 MiB from its heap and panic).
+
+use crate::block::{BlockError, SECTOR_SIZE};
+use crate::memory::{GuestMemory, Segment};
+
+/// Size of a backend's bounce buffer: one `size_max` segment, a whole number of sectors.
+pub const BOUNCE_BYTES: usize = crate::block::SIZE_MAX as usize;
+
+/// Which way the data goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Disk to guest (VIRTIO_BLK_T_IN).
+    Read,
+    /// Guest to disk (VIRTIO_BLK_T_OUT).
+    Write,
+}
+
+/// Transfers `segments` (a whole number of sectors in all) from or to the disk at `sector`,
+/// `bounce.len()` bytes at a time (a non-zero multiple of 512): `disk(sector, chunk)` reads
+/// into or writes from `chunk`. Stops at the first failure; on a read the guest buffers
+/// before it hold what was read.
+pub fn transfer(
+    mem: &dyn GuestMemory,
+    segments: &[Segment],
+    sector: u64,
+    bounce: &mut [u8],
+    direction: Direction,
+    mut disk: impl FnMut(u64, &mut [u8]) -> Result<(), BlockError>,
+) -> Result<(), BlockError> {
+    let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+    let chunk_max = bounce.len() as u64 - bounce.len() as u64 % SECTOR_SIZE;
+    if chunk_max == 0 || !total.is_multiple_of(SECTOR_SIZE) {
+        return Err(BlockError::Io);
+    }
+    let mut done = 0u64;
+    while done < total {
+        let n = chunk_max.min(total - done);
+        let chunk = &mut bounce[..n as usize];
+        let at = sector.checked_add(done / SECTOR_SIZE).ok_or(BlockError::OutOfRange { sector, sectors: 0 })?;
+        match direction {
+            Direction::Write => {
+                gather_or_scatter(mem, segments, done, chunk, direction)?;
+                disk(at, chunk)?;
+            }
+            Direction::Read => {
+                disk(at, chunk)?;
+                gather_or_scatter(mem, segments, done, chunk, direction)?;
+            }
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Copies between `chunk` and the bytes `[offset, offset + chunk.len())` of the request's
+/// data, which the segments hold in order: into the chunk for a write, out of it for a read.
+fn gather_or_scatter(
+    mem: &dyn GuestMemory,
+    segments: &[Segment],
+    offset: u64,
+    chunk: &mut [u8],
+    direction: Direction,
+) -> Result<(), BlockError> {
+    let mut skip = offset;
+    let mut filled = 0usize;
+    for s in segments {
+        if filled == chunk.len() {
+            break;
+        }
+        let len = u64::from(s.len);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let take = (len - skip).min((chunk.len() - filled) as u64) as usize;
+        let addr = s.addr.checked_add(skip).ok_or(BlockError::Io)?;
+        let part = &mut chunk[filled..filled + take];
+        match direction {
+            Direction::Write => mem.read(addr, part),
+            Direction::Read => mem.write(addr, part),
+        }
+        .map_err(BlockError::Memory)?;
+        filled += take;
+        skip = 0;
+    }
+    if filled == chunk.len() {
+        Ok(())
+    } else {
+        Err(BlockError::Io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::VecMemory;
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    const BASE: u64 = 0x4000_0000;
+
+    /// A disk of `sectors` sectors whose byte i is i * 7 (mod 251), and the chunks it saw.
+    struct Disk {
+        data: Vec<u8>,
+        chunks: Vec<(u64, usize)>,
+    }
+
+    impl Disk {
+        fn new(sectors: usize) -> Disk {
+            Disk { data: (0..sectors * 512).map(|i| (i * 7 % 251) as u8).collect(), chunks: vec![] }
+        }
+        fn io(&mut self, direction: Direction) -> impl FnMut(u64, &mut [u8]) -> Result<(), BlockError> + '_ {
+            move |sector, chunk| {
+                let at = sector as usize * 512;
+                self.chunks.push((sector, chunk.len()));
+                let span = self.data.get_mut(at..at + chunk.len()).ok_or(BlockError::Io)?;
+                match direction {
+                    Direction::Read => chunk.copy_from_slice(span),
+                    Direction::Write => span.copy_from_slice(chunk),
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Odd-sized segments over 5 sectors, out of order in guest memory.
+    fn segments() -> Vec<Segment> {
+        vec![
+            Segment { addr: BASE + 0x3000, len: 100 },
+            Segment { addr: BASE + 0x1000, len: 1000 },
+            Segment { addr: BASE + 0x8000, len: 1460 },
+        ]
+    }
+
+    #[test]
+    fn a_read_lands_in_the_guest_buffers_in_order_whatever_the_chunk_size() {
+        for bounce_len in [512, 1024, 1536, 4096] {
+            let mem = VecMemory::new(BASE, 0x10000);
+            let mut disk = Disk::new(16);
+            let mut bounce = vec![0u8; bounce_len];
+            transfer(&mem, &segments(), 3, &mut bounce, Direction::Read, disk.io(Direction::Read)).unwrap();
+            let mut got = Vec::new();
+            for s in segments() {
+                let mut part = vec![0u8; s.len as usize];
+                mem.read(s.addr, &mut part).unwrap();
+                got.extend(part);
+            }
+            assert_eq!(got, disk.data[3 * 512..8 * 512], "bounce of {bounce_len}");
+            assert!(disk.chunks.iter().all(|&(_, n)| n <= bounce_len && n % 512 == 0), "{:?}", disk.chunks);
+            assert_eq!(disk.chunks.iter().map(|c| c.1).sum::<usize>(), 5 * 512);
+        }
+    }
+
+    #[test]
+    fn a_write_gathers_the_guest_buffers_in_order() {
+        let mem = VecMemory::new(BASE, 0x10000);
+        let mut expected = Vec::new();
+        for (i, s) in segments().iter().enumerate() {
+            let bytes: Vec<u8> = (0..s.len).map(|b| (b as usize + i * 31) as u8).collect();
+            mem.write(s.addr, &bytes).unwrap();
+            expected.extend(bytes);
+        }
+        let mut disk = Disk::new(16);
+        let mut bounce = vec![0u8; 1024];
+        transfer(&mem, &segments(), 2, &mut bounce, Direction::Write, disk.io(Direction::Write)).unwrap();
+        assert_eq!(disk.data[2 * 512..7 * 512], expected[..]);
+        assert_eq!(disk.chunks, [(2, 1024), (4, 1024), (6, 512)]);
+    }
+
+    #[test]
+    fn a_disk_failure_stops_the_transfer_with_an_error() {
+        let mem = VecMemory::new(BASE, 0x10000);
+        let mut bounce = vec![0u8; 1024];
+        let mut calls = 0;
+        let failing = |_: u64, _: &mut [u8]| {
+            calls += 1;
+            if calls == 2 {
+                Err(BlockError::Io)
+            } else {
+                Ok(())
+            }
+        };
+        assert_eq!(transfer(&mem, &segments(), 0, &mut bounce, Direction::Read, failing), Err(BlockError::Io));
+        assert_eq!(calls, 2, "nothing after the failure");
+    }
+
+    #[test]
+    fn segments_not_whole_sectors_in_all_or_a_useless_bounce_buffer_are_refused() {
+        let mem = VecMemory::new(BASE, 0x10000);
+        let odd = [Segment { addr: BASE, len: 700 }];
+        let mut disk = Disk::new(4);
+        let mut bounce = vec![0u8; 1024];
+        assert_eq!(
+            transfer(&mem, &odd, 0, &mut bounce, Direction::Read, disk.io(Direction::Read)),
+            Err(BlockError::Io)
+        );
+        let mut tiny = vec![0u8; 100];
+        assert_eq!(
+            transfer(&mem, &segments(), 0, &mut tiny, Direction::Read, disk.io(Direction::Read)),
+            Err(BlockError::Io)
+        );
+        assert!(disk.chunks.is_empty(), "the disk was never touched");
+    }
+}
