@@ -76,6 +76,48 @@ pub trait BoardDevices {
     fn device_at(&self, window: PhysRange) -> Option<PhysRange>;
     /// Whether the device whose register window is `device` raises `intid`.
     fn raises(&self, device: PhysRange, intid: u32) -> bool;
+    /// Why the device whose register window is `device` may access memory by DMA; `None`
+    /// when it is known not to (`dma_capability`).
+    fn dma(&self, device: PhysRange) -> Option<DmaReason>;
+}
+
+/// Devices that cannot master the bus, by their most specific `compatible` (the first
+/// string): given to a VM without an SMMU, they reach nothing but their own registers. Any
+/// other device is taken to be able to DMA, which the hypervisor cannot confine without an
+/// SMMU (docs/manifest.md, "Passthrough devices and DMA").
+pub const DMA_FREE_DEVICES: [(&str, &str); 5] = [
+    ("arm,pl031", "real-time clock"),
+    ("arm,pl061", "GPIO controller"),
+    ("arm,sp804", "dual timer"),
+    ("arm,sp805", "watchdog"),
+    // A PL011 uses DMA only through a DMA controller named by `dmas`, refused below.
+    ("arm,pl011", "UART"),
+];
+
+/// Device-tree properties that say a device masters the bus or uses a DMA controller
+/// (Devicetree Specification 0.4, 2.3.9-2.3.10; the `dmas` and `iommus` bindings).
+pub const DMA_PROPERTIES: [&str; 5] = ["dmas", "iommus", "dma-coherent", "dma-noncoherent", "dma-ranges"];
+
+/// Why a device is taken to be able to DMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaReason {
+    /// Its first `compatible` string is not in `DMA_FREE_DEVICES` (or it has none).
+    NotKnownDmaFree,
+    /// It has this property of `DMA_PROPERTIES`.
+    Property(&'static str),
+}
+
+/// The DMA verdict for a device with this `compatible` (its first string) and these
+/// property names.
+pub fn dma_capability(compatible: &str, mut has_property: impl FnMut(&'static str) -> bool) -> Option<DmaReason> {
+    if let Some(property) = DMA_PROPERTIES.iter().copied().find(|p| has_property(p)) {
+        return Some(DmaReason::Property(property));
+    }
+    if DMA_FREE_DEVICES.iter().any(|(c, _)| *c == compatible) {
+        None
+    } else {
+        Some(DmaReason::NotKnownDmaFree)
+    }
 }
 
 /// The register windows the hypervisor drives itself on `platform`, for
@@ -97,10 +139,26 @@ pub struct BoardDevice<'b> {
     pub name: &'b str,
     pub reg: PhysRange,
     pub intids: &'b [u32],
+    /// Its first `compatible` string.
+    pub compatible: &'b str,
+    /// The `DMA_PROPERTIES` its device-tree node has.
+    pub dma_properties: &'b [&'b str],
 }
 
 fn within(window: PhysRange, device: PhysRange) -> bool {
     window.base >= device.base && window.end() <= device.end()
+}
+
+/// `DMA_FREE_DEVICES`' compatibles, for messages.
+struct DmaFreeList;
+
+impl fmt::Display for DmaFreeList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (compatible, _)) in DMA_FREE_DEVICES.iter().enumerate() {
+            write!(f, "{}{compatible}", if i == 0 { "" } else { ", " })?;
+        }
+        Ok(())
+    }
 }
 
 /// A board's devices as a table.
@@ -113,6 +171,10 @@ impl BoardDevices for DeviceTable<'_> {
     }
     fn raises(&self, device: PhysRange, intid: u32) -> bool {
         self.0.iter().any(|d| d.reg == device && d.intids.contains(&intid))
+    }
+    fn dma(&self, device: PhysRange) -> Option<DmaReason> {
+        let d = self.0.iter().find(|d| d.reg == device)?;
+        dma_capability(d.compatible, |p| d.dma_properties.contains(&p))
     }
 }
 
@@ -199,6 +261,14 @@ impl BoardDevices for DeviceTreeDevices<'_> {
             })
         })
     }
+    fn dma(&self, device: PhysRange) -> Option<DmaReason> {
+        let (node, _) = self.windows().find(|&(_, reg)| reg == device)?;
+        // The first of its NUL-separated strings: the most specific.
+        let raw = node.property("compatible").map_or(&[][..], |p| p.value);
+        let first = raw.split(|&b| b == 0).next().unwrap_or(&[]);
+        let compatible = core::str::from_utf8(first).unwrap_or("");
+        dma_capability(compatible, |p| node.property(p).is_some())
+    }
 }
 
 /// A manifest rule broken: names the VM and the field (Display says what to do).
@@ -206,6 +276,13 @@ impl BoardDevices for DeviceTreeDevices<'_> {
 pub enum ManifestError<'a> {
     BadName {
         vm: &'a str,
+    },
+    /// A passthrough device may access memory by DMA, and nothing confines it (no SMMU).
+    PassthroughCanDma {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+        reason: DmaReason,
     },
     /// Two VMs' NICs have the same MAC address (given, or the default of the VM's index).
     MacTaken {
@@ -378,6 +455,22 @@ impl fmt::Display for ManifestError<'_> {
         match *self {
             Self::BadName { vm } => write!(f, "VM {vm}: field `name` must be letters, digits, '-' or '_'"),
             Self::DuplicateName { vm } => write!(f, "VM {vm}: two VMs have this name"),
+            Self::PassthroughCanDma { vm, device, window, reason } => {
+                write!(f, "VM {vm}: passthrough {device}: the board's device at {window} ")?;
+                match reason {
+                    DmaReason::Property(p) => write!(f, "has `{p}` in its device tree: it can access memory by DMA")?,
+                    DmaReason::NotKnownDmaFree => write!(
+                        f,
+                        "is not one known to have no DMA (its first `compatible` is not among {})",
+                        DmaFreeList
+                    )?,
+                };
+                write!(
+                    f,
+                    ", and with no SMMU to confine it, it could read and write the hypervisor's and other VMs' \
+                     memory; give a device that cannot master the bus (docs/manifest.md)"
+                )
+            }
             Self::MacTaken { vm, mac: m, other } => write!(
                 f,
                 "VM {vm}: field `mac`: {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} is also VM {other}'s NIC address; give \
@@ -735,6 +828,9 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
         if let Some(intid) = device.interrupts.iter().find(|&i| !board.devices.raises(found, i)) {
             return Err(ManifestError::InterruptNotOfDevice { vm: name, device: dev, intid, window: found });
         }
+        if let Some(reason) = board.devices.dma(found) {
+            return Err(ManifestError::PassthroughCanDma { vm: name, device: dev, window: found, reason });
+        }
     }
     Ok(())
 }
@@ -753,8 +849,20 @@ mod tests {
         PhysRange { base: 0x0900_0000, size: 0x1000 },
         PhysRange { base: 0x0a00_0000, size: 0x4000 },
     ];
-    const DEVICES: [BoardDevice<'static>; 2] =
-        [BoardDevice { name: "rtc", reg: RTC, intids: &[34] }, BoardDevice { name: "gpio", reg: GPIO, intids: &[39] }];
+    const FW_CFG: PhysRange = PhysRange { base: 0x0902_0000, size: 0x1000 };
+    const NIC: PhysRange = PhysRange { base: 0x0a00_4000, size: 0x1000 };
+    const DEVICES: [BoardDevice<'static>; 4] = [
+        BoardDevice { name: "rtc", reg: RTC, intids: &[34], compatible: "arm,pl031", dma_properties: &[] },
+        BoardDevice { name: "gpio", reg: GPIO, intids: &[39], compatible: "arm,pl061", dma_properties: &[] },
+        BoardDevice {
+            name: "fw-cfg",
+            reg: FW_CFG,
+            intids: &[],
+            compatible: "qemu,fw-cfg-mmio",
+            dma_properties: &["dma-coherent"],
+        },
+        BoardDevice { name: "virtio", reg: NIC, intids: &[79], compatible: "virtio,mmio", dma_properties: &[] },
+    ];
     const TABLE: DeviceTable<'static> = DeviceTable(&DEVICES);
 
     fn board() -> BoardLimits<'static> {
@@ -1186,5 +1294,51 @@ mod tests {
             "VM web: passthrough rtc: field `interrupts`: INTID 40 is not an interrupt of the board's device at \
              0x9010000..0x9011000; give that device's own interrupts"
         );
+    }
+
+    #[test]
+    fn on_qemu_virts_own_device_tree_bus_masters_and_unknown_devices_are_refused_for_dma() {
+        let dtb = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
+        let devices = DeviceTreeDevices::new(dtb).unwrap();
+        assert_eq!(devices.dma(RTC), None, "the PL031 cannot DMA");
+        assert_eq!(devices.dma(GPIO), None, "nor the PL061");
+        let ecam = PhysRange { base: 0x40_1000_0000, size: 0x1000_0000 };
+        assert_eq!(devices.dma(ecam), Some(DmaReason::Property("dma-coherent")), "the PCIe host bridge");
+        let flash = PhysRange { base: 0, size: 0x400_0000 };
+        assert_eq!(devices.dma(flash), Some(DmaReason::NotKnownDmaFree), "cfi-flash is not on the list");
+        let board = BoardLimits { devices: &devices, ram: &[], hypervisor_devices: &[], ..board() };
+        let page = |base| PhysRange { base, size: 0x1000 };
+        let message = |device, window| {
+            check([with_device(vm("web"), device, window, &[])].into_iter(), &board).unwrap_err().to_string()
+        };
+        assert!(
+            message("pcie", page(0x40_1000_0000)).starts_with(
+                "VM web: passthrough pcie: the board's device at 0x4010000000..0x4020000000 has `dma-coherent` in its \
+                 device tree: it can access memory by DMA, and with no SMMU"
+            ),
+            "{}",
+            message("pcie", page(0x40_1000_0000))
+        );
+        assert!(message("flash", page(0)).contains("is not one known to have no DMA"));
+    }
+
+    #[test]
+    fn a_device_that_can_dma_is_refused_by_property_or_for_not_being_known_dma_free() {
+        assert_eq!(
+            error(&[with_device(vm("web"), "fwcfg", FW_CFG, &[])]),
+            "VM web: passthrough fwcfg: the board's device at 0x9020000..0x9021000 has `dma-coherent` in its device \
+             tree: it can access memory by DMA, and with no SMMU to confine it, it could read and write the \
+             hypervisor's and other VMs' memory; give a device that cannot master the bus (docs/manifest.md)"
+        );
+        assert_eq!(
+            error(&[with_device(vm("web"), "nic", NIC, &[79])]),
+            "VM web: passthrough nic: the board's device at 0xa004000..0xa005000 is not one known to have no DMA (its \
+             first `compatible` is not among arm,pl031, arm,pl061, arm,sp804, arm,sp805, arm,pl011), and with no SMMU \
+             to confine it, it could read and write the hypervisor's and other VMs' memory; give a device that \
+             cannot master the bus (docs/manifest.md)"
+        );
+        assert_eq!(dma_capability("arm,pl011", |p| p == "dmas"), Some(DmaReason::Property("dmas")));
+        assert_eq!(dma_capability("arm,pl011", |_| false), None);
+        assert_eq!(dma_capability("", |_| false), Some(DmaReason::NotKnownDmaFree), "no compatible at all");
     }
 }

@@ -37,6 +37,14 @@ fn overcommitted(test: &str, vcpus: u32, cpus: &[u32], machine: Machine) {
     let work = run(&mut s, &format!("{} wait; cat /tmp/j*", jobs.join(" ")));
     let done = work.lines().filter(|l| l.trim() == "4194304").count();
     assert_eq!(done, vcpus as usize, "every job finished with its 4 MiB: {work}");
+    // The workload once seen to stop a 2-vCPU VM on one CPU (docs/scheduler.md).
+    let work = run(
+        &mut s,
+        "dd if=/dev/zero bs=1M count=8 2>/dev/null | gzip -c > /tmp/a.gz & \
+         seq 1 200000 | sort -nr | head -n 1 > /tmp/b; wait; gunzip -c /tmp/a.gz | wc -c; cat /tmp/b",
+    );
+    assert_output_line(&work, "8388608", "gzip round trip");
+    assert_output_line(&work, "200000", "sort");
     let stat = run(&mut s, "cat /proc/stat");
     let ticks = busy_ticks(&stat, vcpus as usize);
     assert!(ticks.iter().all(|&t| t > 0), "every vCPU ran: {ticks:?}\n{stat}");

@@ -21,9 +21,21 @@ pub const DEBIAN: &str = "debian";
 /// a VM can be given: each a page of registers and one SPI.
 pub const QEMU_VIRT_DEVICES: &[BoardDevice<'static>] = &[
     // PL031 real-time clock: VIRT_RTC, SPI 2.
-    BoardDevice { name: "rtc", reg: PhysRange { base: 0x0901_0000, size: 0x1000 }, intids: &[34] },
+    BoardDevice {
+        name: "rtc",
+        reg: PhysRange { base: 0x0901_0000, size: 0x1000 },
+        intids: &[34],
+        compatible: "arm,pl031",
+        dma_properties: &[],
+    },
     // PL061 GPIO controller: VIRT_GPIO, SPI 7 (its pin 3 is the power button).
-    BoardDevice { name: "gpio", reg: PhysRange { base: 0x0903_0000, size: 0x1000 }, intids: &[39] },
+    BoardDevice {
+        name: "gpio",
+        reg: PhysRange { base: 0x0903_0000, size: 0x1000 },
+        intids: &[39],
+        compatible: "arm,pl061",
+        dma_properties: &[],
+    },
 ];
 
 /// What the hypervisor drives itself on QEMU's `virt`: the GIC and its CPU peripherals
@@ -619,6 +631,9 @@ mod tests {
             for &intid in device.intids {
                 assert!(tree.raises(device.reg, intid), "{} raises INTID {intid}", device.name);
             }
+            let table = hyp_core::manifest::DeviceTable(QEMU_VIRT_DEVICES);
+            assert_eq!(table.dma(device.reg), tree.dma(device.reg), "{}: the same DMA verdict", device.name);
+            assert_eq!(table.dma(device.reg), None, "{} can be given to a VM", device.name);
         }
         let platform = Platform::from_device_tree(dtb).unwrap();
         let kept = |r: PhysRange| QEMU_VIRT_HYPERVISOR_DEVICES.iter().any(|h| h.base <= r.base && r.end() <= h.end());
