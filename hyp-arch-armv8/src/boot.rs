@@ -130,6 +130,7 @@ extern "C" {
     pub static __image_start: u8;
     pub static __image_end: u8;
     pub static __text_end: u8;
+    pub static __rodata_end: u8;
     pub fn secondary_entry();
 }
 
@@ -137,4 +138,20 @@ extern "C" {
 pub fn image_range() -> (u64, u64) {
     // Only the addresses of the linker-script symbols are taken, never their contents.
     (&raw const __image_start as u64, &raw const __image_end as u64)
+}
+
+/// The image's three parts, each page-aligned (link.ld): code `[start, text_end)`,
+/// read-only data `[text_end, rodata_end)`, writable data `[rodata_end, end)`.
+#[derive(Clone, Copy, Debug)]
+pub struct ImageLayout {
+    pub start: u64,
+    pub text_end: u64,
+    pub rodata_end: u64,
+    pub end: u64,
+}
+
+pub fn image_layout() -> ImageLayout {
+    let (start, end) = image_range();
+    // As in `image_range`: addresses only.
+    ImageLayout { start, text_end: &raw const __text_end as u64, rodata_end: &raw const __rodata_end as u64, end }
 }

@@ -11,6 +11,7 @@ mod console;
 mod cpus;
 mod debug_hw;
 mod exceptions;
+mod fault_test;
 mod firmware;
 mod gic;
 mod guest_gic;
@@ -102,6 +103,8 @@ static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
 static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
 static VMS_FAILED: AtomicUsize = AtomicUsize::new(0);
 static SEMIHOSTING_EXIT: Once<bool> = Once::new();
+/// The deliberate EL2 fault a system test's boot bundle asks for.
+static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
 
 /// The device tree blob at `dtb`, sized by its header (the loader guarantees it is mapped).
 fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
@@ -126,7 +129,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         // Without a device tree there is no known UART to complain on.
         cpus::park()
     };
-    let Ok(mmu_regs) = mmu::build(&platform) else { cpus::park() };
+    let Ok(mmu_regs) = mmu::build(&platform, boot::image_layout()) else { cpus::park() };
     let (image_start, image_end) = boot::image_range();
     mmu::invalidate_dcache_range(image_start, image_end);
     mmu::enable(&mmu_regs);
@@ -258,9 +261,12 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         }
     }
     let me = cpus::current_index();
-    let fault_cpu = bundle.options.test_el2_fault_cpu.map(|c| c as usize).filter(|&c| c != me && cpus::is_online(c));
-    if let Some(cpu) = fault_cpu {
-        println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault (a test)");
+    let fault =
+        bundle.options.test_el2_fault.map(|(c, f)| (c as usize, f)).filter(|&(c, _)| c != me && cpus::is_online(c));
+    let fault_cpu = fault.map(|(c, _)| c);
+    if let Some((cpu, kind)) = fault {
+        println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault, {} (a test)", kind.name());
+        EL2_FAULT.call_once(|| kind);
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
     }
     let specs: Vec<VmSpec<'static>> = vms.iter().map(|vm| vm.spec).collect();
@@ -467,11 +473,9 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             continue;
         }
         if work == cpus::WORK_EL2_FAULT {
-            // An address in the EL2 VA range that the identity map leaves unmapped.
-            const UNMAPPED_EL2_VA: usize = 0x7f_ffff_f000;
-            // SAFETY: a deliberate translation fault; the EL2 vector reports it and parks
-            // this CPU. Requested only by the boot bundle of a system test.
-            let _ = unsafe { core::ptr::read_volatile(UNMAPPED_EL2_VA as *const u64) };
+            if let Some(&fault) = EL2_FAULT.get() {
+                fault_test::provoke(fault, cpu);
+            }
             continue;
         }
         let decision = scheduling::pick(cpu);

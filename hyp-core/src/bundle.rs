@@ -186,9 +186,49 @@ pub const SECTOR_SIZE: u64 = 512;
 pub struct BundleOptions {
     /// The QEMU run enabled semihosting, so a failed run can set QEMU's exit status.
     pub semihosting_exit: bool,
-    /// For the system tests: this CPU makes a deliberate data abort at EL2 after boot, to
-    /// show that the report works and that only that CPU stops.
-    pub test_el2_fault_cpu: Option<u32>,
+    /// For the system tests: this CPU makes this deliberate fault at EL2 after boot, to show
+    /// that the report works, that only that CPU stops, and that the EL2 map refuses what it
+    /// must (W^X).
+    pub test_el2_fault: Option<(u32, El2Fault)>,
+}
+
+/// A deliberate fault at EL2, for the system tests (bundle property `test-el2-fault`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum El2Fault {
+    /// A load from an address the EL2 map leaves unmapped.
+    ReadUnmapped,
+    /// A store into the hypervisor's own code.
+    WriteText,
+    /// A store into its read-only data.
+    WriteRodata,
+    /// A jump to an instruction in its writable data.
+    ExecuteData,
+    /// A jump to an instruction on its heap.
+    ExecuteHeap,
+}
+
+impl El2Fault {
+    pub const ALL: [El2Fault; 5] = [
+        El2Fault::ReadUnmapped,
+        El2Fault::WriteText,
+        El2Fault::WriteRodata,
+        El2Fault::ExecuteData,
+        El2Fault::ExecuteHeap,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            El2Fault::ReadUnmapped => "read-unmapped",
+            El2Fault::WriteText => "write-text",
+            El2Fault::WriteRodata => "write-rodata",
+            El2Fault::ExecuteData => "execute-data",
+            El2Fault::ExecuteHeap => "execute-heap",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<El2Fault> {
+        El2Fault::ALL.into_iter().find(|f| f.name() == name)
+    }
 }
 
 pub struct BootBundle<'a> {
@@ -261,8 +301,17 @@ impl<'a> BootBundle<'a> {
         }
         let options = fdt.find_node("/options");
         let semihosting_exit = options.is_some_and(|o| o.property("semihosting-exit").is_some());
-        let test_el2_fault_cpu = options.and_then(|o| u32_prop(o, "test-el2-fault-cpu"));
-        let bundle = BootBundle { fdt, options: BundleOptions { semihosting_exit, test_el2_fault_cpu } };
+        let fault_cpu = options.and_then(|o| u32_prop(o, "test-el2-fault-cpu"));
+        let fault = match options.and_then(|o| o.property("test-el2-fault")) {
+            None => El2Fault::ReadUnmapped,
+            Some(p) => p.as_str().and_then(El2Fault::from_name).ok_or(BundleError::BadField {
+                vm: "(options)",
+                field: "test-el2-fault",
+                problem: "is not a known fault (read-unmapped, write-text, write-rodata, execute-data, execute-heap)",
+            })?,
+        };
+        let test_el2_fault = fault_cpu.map(|cpu| (cpu, fault));
+        let bundle = BootBundle { fdt, options: BundleOptions { semihosting_exit, test_el2_fault } };
         bundle.check()?;
         Ok(bundle)
     }

@@ -63,7 +63,7 @@ pub fn scratch_file(name: &str) -> PathBuf {
 /// Boots the hypervisor with these VMs (semihosting exit on, so a failure shows in the
 /// exit status) and returns the console.
 pub fn boot(test: &str, machine: Machine, vms: &[VmEntry]) -> RunOutput {
-    boot_with_options(test, machine, vms, BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })
+    boot_with_options(test, machine, vms, BundleOptions { semihosting_exit: true, test_el2_fault: None })
 }
 
 pub fn boot_with_options(test: &str, machine: Machine, vms: &[VmEntry], options: BundleOptions) -> RunOutput {

@@ -42,14 +42,23 @@ fn a_gicv2_guest_takes_its_timer_interrupt_and_an_sgi_from_its_second_vcpu() {
 }
 
 /// A periodic timer costs one exit per tick (the physical timer interrupt; the guest's
-/// deactivation goes to the hardware, and nothing else traps), on both GIC versions.
+/// deactivation goes to the hardware, and nothing else traps), on both GIC versions. Run
+/// with `-icount shift=0`: on GICv2, QEMU re-signals a level-sensitive physical interrupt
+/// that a guest deactivates through a hardware-mapped list register only at the next
+/// physical GIC event (docs/vgic.md), so a guest whose next deadline has already passed when
+/// it deactivates (a host too loaded to run it in time) would stall under QEMU.
 #[test]
 fn a_periodic_timer_costs_one_exit_per_tick() {
     for gic_version in [3, 2] {
-        let machine = Machine { gic_version, smp: 2, ..Machine::default() };
+        let machine = Machine { gic_version, smp: 2, icount: true, ..Machine::default() };
         let out = boot(&format!("ticker-v{gic_version}"), machine, &[test_vm("ticker", &images().ticker, 64 << 20)]);
         assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
-        assert_line(&out, "ticker | ok 1 - ticker: 200 ticks of 1000 us taken");
+        let taken: u64 = out
+            .console
+            .lines()
+            .find_map(|l| l.strip_prefix("ticker | ok 1 - ticker: ")?.strip_suffix(" ticks of 1000 us taken"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no tick count; console:\n{}", out.console));
         let counts = out
             .console
             .lines()
@@ -58,8 +67,9 @@ fn a_periodic_timer_costs_one_exit_per_tick() {
         let count = |reason: &str| -> u64 {
             counts.split(", ").find_map(|p| p.strip_prefix(&format!("{reason} "))?.parse().ok()).unwrap_or(0)
         };
-        println!("GICv{gic_version}: {counts}");
-        assert_eq!(count("timer-irq"), 200, "GICv{gic_version}: one timer exit per tick: {counts}");
+        println!("GICv{gic_version}: {taken} ticks; {counts}");
+        assert!(taken >= 200, "GICv{gic_version}: {taken} ticks");
+        assert_eq!(count("timer-irq"), taken, "GICv{gic_version}: one timer exit per tick: {counts}");
         // No other interrupt brought it out: no maintenance interrupt, no kick (the other
         // exits are its own console writes, GIC set-up and PSCI calls).
         let interrupts: u64 = ["kick", "maintenance", "slice-end", "other-irq"].iter().map(|r| count(r)).sum();

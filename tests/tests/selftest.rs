@@ -2,6 +2,7 @@
 //! tree, starts every CPU, and runs the selftest guest, whose every check must pass.
 
 use system_tests::{assert_line, boot, boot_with_initrd, scratch_file, selftest_vm};
+use xtask::bundle::{BundleOptions, El2Fault};
 use xtask::qemu::Machine;
 
 const SELFTEST_CHECKS: &[&str] = &[
@@ -122,7 +123,7 @@ fn the_image_runs_wherever_it_is_loaded() {
     let bundle = scratch_file("moved.bundle");
     let blob = xtask::bundle::write(
         &[selftest_vm(64 << 20)],
-        &xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None },
+        &xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault: None },
     )
     .expect("bundle");
     std::fs::write(&bundle, blob).expect("write bundle");
@@ -133,9 +134,18 @@ fn the_image_runs_wherever_it_is_loaded() {
     assert_line(&out, "selftest | selftest: all 28 checks passed; powering off with PSCI SYSTEM_OFF");
 }
 
+/// The ESR_EL2 value the EL2 exception report printed.
+fn reported_esr(console: &str) -> u64 {
+    console
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("ESR_EL2 0x"))
+        .and_then(|rest| u64::from_str_radix(&rest[..16], 16).ok())
+        .unwrap_or_else(|| panic!("no ESR_EL2 in the report:\n{console}"))
+}
+
 #[test]
 fn an_unexpected_el2_exception_is_reported_and_stops_only_that_cpu() {
-    let options = xtask::bundle::BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) };
+    let options = BundleOptions { semihosting_exit: true, test_el2_fault: Some((3, El2Fault::ReadUnmapped)) };
     let out = system_tests::boot_with_options("el2-fault", Machine::default(), &[selftest_vm(64 << 20)], options);
     assert_line(
         &out,
@@ -149,4 +159,37 @@ fn an_unexpected_el2_exception_is_reported_and_stops_only_that_cpu() {
     // The VM on the boot CPU carried on and the run ended cleanly.
     assert_line(&out, "selftest | selftest: all 28 checks passed; powering off with PSCI SYSTEM_OFF");
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+}
+
+/// The EL2 map is W^X (issue: isolation, point 10; docs/boot.md): a store into the
+/// hypervisor's code or read-only data and a jump into its writable data or heap are
+/// permission faults, reported, stopping only that CPU.
+#[test]
+fn the_hypervisors_code_is_not_writable_and_its_data_not_executable() {
+    let cases = [
+        (El2Fault::WriteText, 0x25, "data abort at the same EL"),
+        (El2Fault::WriteRodata, 0x25, "data abort at the same EL"),
+        (El2Fault::ExecuteData, 0x21, "instruction abort at the same EL"),
+        (El2Fault::ExecuteHeap, 0x21, "instruction abort at the same EL"),
+    ];
+    for (fault, class, what) in cases {
+        let options = BundleOptions { semihosting_exit: true, test_el2_fault: Some((3, fault)) };
+        let out = system_tests::boot_with_options(
+            &format!("el2-{}", fault.name()),
+            Machine::default(),
+            &[selftest_vm(64 << 20)],
+            options,
+        );
+        assert!(!out.console.contains("did not fault (W^X broken)"), "{}:\n{}", fault.name(), out.console);
+        assert_line(
+            &out,
+            &format!("hypervisor: unexpected synchronous exception at EL2 on cpu3: EC {class:#04x} ({what})"),
+        );
+        let esr = reported_esr(&out.console);
+        // DFSC/IFSC 0b0011xx: a permission fault (ARM ARM D24.2.40), at whatever level.
+        assert_eq!(esr & 0x3c, 0x0c, "{}: a permission fault, ESR_EL2 {esr:#x}", fault.name());
+        assert_line(&out, "hypervisor: cpu3 stopped");
+        assert_line(&out, "selftest | selftest: all 28 checks passed; powering off with PSCI SYSTEM_OFF");
+        assert_eq!(out.status, Some(0), "{}: QEMU exit status; console:\n{}", fault.name(), out.console);
+    }
 }

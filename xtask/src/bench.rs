@@ -91,7 +91,7 @@ pub fn micro() -> Result<(Figures, Figures), XtaskError> {
         devices: VmDevices::default(),
     };
     let bundle_path =
-        bundle::write_file("microbench", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
+        bundle::write_file("microbench", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault: None })?;
     let machine = Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() };
     let under = run("under the hypervisor", machine.clone(), &hyp, Some(&bundle_path))?;
     let native =

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub use hyp_core::bundle::El2Fault;
 use hyp_core::bundle::{BootBundle, COMPATIBLE};
 pub use hyp_core::bundle::{DiskSlice, Policy};
 use hyp_core::guest_layout;
@@ -70,8 +71,8 @@ pub struct Passthrough {
 #[derive(Clone, Debug, Default)]
 pub struct BundleOptions {
     pub semihosting_exit: bool,
-    /// System tests only: the CPU that takes a deliberate EL2 fault after boot.
-    pub test_el2_fault_cpu: Option<u32>,
+    /// System tests only: the CPU that takes a deliberate EL2 fault after boot, and which.
+    pub test_el2_fault: Option<(u32, El2Fault)>,
 }
 
 fn read(path: &Path, vm: &str, what: &str) -> Result<Vec<u8>, XtaskError> {
@@ -124,8 +125,9 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
     if options.semihosting_exit {
         fdt.property_null("semihosting-exit").map_err(fdt_error)?;
     }
-    if let Some(cpu) = options.test_el2_fault_cpu {
+    if let Some((cpu, fault)) = options.test_el2_fault {
         fdt.property_u32("test-el2-fault-cpu", cpu).map_err(fdt_error)?;
+        fdt.property_string("test-el2-fault", fault.name()).map_err(fdt_error)?;
     }
     fdt.end_node(opts).map_err(fdt_error)?;
     let list = fdt.begin_node("vms").map_err(fdt_error)?;
@@ -226,12 +228,12 @@ mod tests {
         let dir = tempdir("roundtrip");
         let blob = write(
             &[vm(kernel_file(&dir, 8192))],
-            &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: Some(3) },
+            &BundleOptions { semihosting_exit: true, test_el2_fault: Some((3, El2Fault::WriteText)) },
         )
         .unwrap();
         let bundle = BootBundle::parse(&blob).unwrap();
         assert!(bundle.options.semihosting_exit);
-        assert_eq!(bundle.options.test_el2_fault_cpu, Some(3));
+        assert_eq!(bundle.options.test_el2_fault, Some((3, El2Fault::WriteText)));
         let vms: Vec<_> = bundle.vms().collect();
         assert_eq!(vms.len(), 1);
         assert_eq!((vms[0].name, vms[0].vcpus, vms[0].memory), ("one", 1, 64 << 20));

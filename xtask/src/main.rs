@@ -335,7 +335,7 @@ fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
         devices: VmDevices::default(),
     };
     let bundle_path =
-        bundle::write_file("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault_cpu: None })?;
+        bundle::write_file("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault: None })?;
     let machine = Machine { semihosting: true, ..args.machine };
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120));
     step(&format!(

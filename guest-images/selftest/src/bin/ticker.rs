@@ -70,6 +70,6 @@ extern "C" fn guest_main() -> ! {
     // SAFETY: interrupts and the timer off before the last words.
     unsafe { asm!("msr daifset, #2", "msr cntv_ctl_el0, xzr", "isb") };
     let taken = TAKEN.load(Ordering::SeqCst);
-    c.check(taken == TICKS, format_args!("ticker: {taken} ticks of {PERIOD_US} us taken"));
+    c.check(taken >= TICKS, format_args!("ticker: {taken} ticks of {PERIOD_US} us taken"));
     finish("ticker", &c)
 }

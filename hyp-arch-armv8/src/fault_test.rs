@@ -1,0 +1,56 @@
+//! Deliberate faults at EL2, which only a system test's boot bundle asks for
+//! (`test-el2-fault`): they show that an exception at EL2 is reported and stops only its CPU,
+//! and that the EL2 map is W^X (mmu.rs): a store into the hypervisor's code or read-only
+//! data, or a jump to an instruction in its writable data or on its heap, is a permission
+//! fault. Were it not, the line after each would print, and the test looks for it.
+
+use alloc::boxed::Box;
+use core::ptr::{read_volatile, write_volatile};
+
+use hyp_core::bundle::El2Fault;
+
+/// `ret`: what the jumps land on, so that a jump the map failed to refuse comes back.
+const RET: u32 = 0xd65f_03c0;
+/// An address in the EL2 VA range that the identity map leaves unmapped.
+const UNMAPPED_EL2_VA: usize = 0x7f_ffff_f000;
+
+/// Read-only data to store into.
+static READ_ONLY: u64 = 0x5ec2_e7;
+/// Writable data holding an instruction to jump to.
+static mut WRITABLE_CODE: [u32; 2] = [RET, RET];
+
+/// Makes `fault` happen on this CPU; returns only if the EL2 map let it through.
+pub fn provoke(fault: El2Fault, cpu: usize) {
+    match fault {
+        // SAFETY: a deliberate translation fault; the EL2 vector reports it and parks this
+        // CPU. Requested only by the boot bundle of a system test.
+        El2Fault::ReadUnmapped => {
+            let _ = unsafe { read_volatile(UNMAPPED_EL2_VA as *const u64) };
+        }
+        El2Fault::WriteText => {
+            let target = provoke as *const () as *mut u32;
+            // SAFETY: as above: a store the map must refuse (permission fault); were it to
+            // succeed, it writes back the instruction that is there.
+            unsafe { write_volatile(target, read_volatile(target)) };
+        }
+        El2Fault::WriteRodata => {
+            // SAFETY: as above.
+            unsafe { write_volatile(&raw const READ_ONLY as *mut u64, 0) };
+        }
+        El2Fault::ExecuteData => {
+            // SAFETY: as above: an instruction fetch the map must refuse; what is there is a
+            // `ret`, so a fetch that succeeds comes back here.
+            let f: extern "C" fn() = unsafe { core::mem::transmute(&raw const WRITABLE_CODE as usize) };
+            f();
+        }
+        El2Fault::ExecuteHeap => {
+            let code: Box<[u32; 2]> = Box::new([RET, RET]);
+            let at = &*code as *const [u32; 2] as usize;
+            crate::mmu::clean_dcache_range(at as u64, at as u64 + 8);
+            // SAFETY: as for `ExecuteData`.
+            let f: extern "C" fn() = unsafe { core::mem::transmute(at) };
+            f();
+        }
+    }
+    println!("hypervisor: cpu{cpu}: the deliberate EL2 fault {} did not fault (W^X broken)", fault.name());
+}
