@@ -36,6 +36,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, VmSpec, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
+use hyp_core::fdt::FdtError;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use sched::{Policy, VcpuRef};
@@ -109,13 +110,13 @@ static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
 /// The device tree blob at `dtb`, sized by its header (the loader guarantees it is mapped).
 fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
     if dtb == 0 || !dtb.is_multiple_of(8) {
-        return Err(PlatformError::NotADeviceTree);
+        return Err(PlatformError::NotADeviceTree(FdtError::BadMagic));
     }
     // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned; the
     // first 8 bytes are its magic and total size, and it is never written or freed.
     let header = unsafe { core::slice::from_raw_parts(dtb as *const u8, 8) };
     if header[0..4] != [0xd0, 0x0d, 0xfe, 0xed] {
-        return Err(PlatformError::NotADeviceTree);
+        return Err(PlatformError::NotADeviceTree(FdtError::BadMagic));
     }
     let size = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
     // SAFETY: as above, for the size the header states.

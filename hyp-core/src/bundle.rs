@@ -4,8 +4,7 @@
 
 use core::fmt;
 
-use fdt::node::FdtNode;
-use fdt::Fdt;
+use crate::fdt::{Fdt, Node};
 
 pub use crate::manifest::Policy;
 use crate::manifest::{self, BoardLimits, ManifestError};
@@ -295,7 +294,7 @@ impl<'a> BootBundle<'a> {
     /// [`BootBundle::check_board`]'s.
     pub fn parse(blob: &'a [u8]) -> Result<Self, BundleError<'a>> {
         let fdt = Fdt::new(blob).map_err(|_| BundleError::NotABundle)?;
-        let root = fdt.find_node("/").ok_or(BundleError::NotABundle)?;
+        let root = fdt.root();
         if root.property("compatible").and_then(|p| p.as_str()) != Some(COMPATIBLE) {
             return Err(BundleError::NotABundle);
         }
@@ -316,7 +315,7 @@ impl<'a> BootBundle<'a> {
         Ok(bundle)
     }
 
-    fn vm_nodes(&self) -> impl Iterator<Item = FdtNode<'_, 'a>> {
+    fn vm_nodes(&self) -> impl Iterator<Item = Node<'a>> + 'a {
         self.fdt.find_node("/vms").into_iter().flat_map(|n| n.children())
     }
 
@@ -345,12 +344,12 @@ impl<'a> BootBundle<'a> {
     }
 }
 
-fn u32_prop(node: FdtNode<'_, '_>, name: &str) -> Option<u32> {
+fn u32_prop(node: Node<'_>, name: &str) -> Option<u32> {
     let v = node.property(name)?.value;
     Some(u32::from_be_bytes(v.try_into().ok()?))
 }
 
-fn u64_prop(node: FdtNode<'_, '_>, name: &str) -> Option<u64> {
+fn u64_prop(node: Node<'_>, name: &str) -> Option<u64> {
     let v = node.property(name)?.value;
     Some(u64::from_be_bytes(v.try_into().ok()?))
 }
@@ -364,7 +363,7 @@ fn u64_pair(bytes: &[u8]) -> Option<[u64; 2]> {
 
 /// One VM node, read. Only the format is checked here (a property of the wrong size or
 /// kind); what the values may be is `manifest`'s.
-fn vm_spec<'a>(node: FdtNode<'_, 'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
+fn vm_spec<'a>(node: Node<'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
     let name = node.property("name").and_then(|p| p.as_str()).unwrap_or(node.name);
     let bad = |field, problem| BundleError::BadField { vm: name, field, problem };
     let vcpus = u32_prop(node, "vcpus").ok_or(bad("vcpus", "is missing"))?;

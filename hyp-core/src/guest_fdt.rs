@@ -11,6 +11,7 @@ use core::fmt;
 use vm_fdt::FdtWriter;
 
 use crate::entropy::GuestSeeds;
+use crate::fdt::{Fdt, Node};
 
 /// Where a guest's interrupt controller sits and which version it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,12 +249,10 @@ pub fn with_chosen(
     initrd: Option<(u64, u64)>,
     seeds: Option<GuestSeeds>,
 ) -> Result<Vec<u8>, GuestFdtError> {
-    let fdt = fdt::Fdt::new(tree).map_err(|e| GuestFdtError(format!("the given device tree is not valid: {e:?}")))?;
-    let root = fdt.find_node("/").ok_or_else(|| GuestFdtError("the given device tree has no root node".into()))?;
-    let reserved: Vec<vm_fdt::FdtReserveEntry> = fdt
-        .memory_reservations()
-        .filter_map(|r| vm_fdt::FdtReserveEntry::new(r.address() as u64, r.size() as u64).ok())
-        .collect();
+    let fdt = Fdt::new(tree).map_err(|e| GuestFdtError(format!("the given device tree is not valid: {e}")))?;
+    let root = fdt.root();
+    let reserved: Vec<vm_fdt::FdtReserveEntry> =
+        fdt.memory_reservations().filter_map(|r| vm_fdt::FdtReserveEntry::new(r.address, r.size).ok()).collect();
     let mut f = FdtWriter::new_with_mem_reserv(&reserved).map_err(err)?;
     let top = f.begin_node("").map_err(err)?;
     copy_properties(&mut f, root)?;
@@ -263,7 +262,7 @@ pub fn with_chosen(
             chosen_seen = true;
             write_chosen(&mut f, Some(child), bootargs, initrd, seeds)?;
         } else {
-            copy_node(&mut f, child, 1)?;
+            copy_node(&mut f, child)?;
         }
     }
     if !chosen_seen {
@@ -279,7 +278,7 @@ pub fn with_chosen(
 pub fn reseed(tree: &mut [u8], seeds: GuestSeeds) -> Result<(), GuestFdtError> {
     let kaslr = seeds.kaslr_seed.to_be_bytes();
     let [rng_at, kaslr_at] = {
-        let fdt = fdt::Fdt::new(tree).map_err(|e| GuestFdtError(format!("the device tree is not valid: {e:?}")))?;
+        let fdt = Fdt::new(tree).map_err(|e| GuestFdtError(format!("the device tree is not valid: {e}")))?;
         let chosen = fdt.find_node("/chosen").ok_or_else(|| GuestFdtError("the device tree has no /chosen".into()))?;
         let base = tree.as_ptr() as usize;
         let value_at = |name: &str, len: usize| match chosen.property(name) {
@@ -294,22 +293,17 @@ pub fn reseed(tree: &mut [u8], seeds: GuestSeeds) -> Result<(), GuestFdtError> {
     Ok(())
 }
 
-/// Deeper than this, a tree is refused rather than copied (the copy recurses).
-const MAX_DEPTH: usize = 32;
-
-fn copy_node(f: &mut FdtWriter, node: fdt::node::FdtNode<'_, '_>, depth: usize) -> Result<(), GuestFdtError> {
-    if depth > MAX_DEPTH {
-        return Err(GuestFdtError(format!("the given device tree nests deeper than {MAX_DEPTH} levels")));
-    }
+/// Recursion is bounded: `Fdt::new` refuses a tree nested deeper than `fdt::MAX_DEPTH`.
+fn copy_node(f: &mut FdtWriter, node: Node<'_>) -> Result<(), GuestFdtError> {
     let n = f.begin_node(node.name).map_err(err)?;
     copy_properties(f, node)?;
     for child in node.children() {
-        copy_node(f, child, depth + 1)?;
+        copy_node(f, child)?;
     }
     f.end_node(n).map_err(err)
 }
 
-fn copy_properties(f: &mut FdtWriter, node: fdt::node::FdtNode<'_, '_>) -> Result<(), GuestFdtError> {
+fn copy_properties(f: &mut FdtWriter, node: Node<'_>) -> Result<(), GuestFdtError> {
     for p in node.properties() {
         f.property(p.name, p.value).map_err(err)?;
     }
@@ -330,7 +324,7 @@ fn write_seeds(f: &mut FdtWriter, seeds: Option<GuestSeeds>) -> Result<(), Guest
 
 fn write_chosen(
     f: &mut FdtWriter,
-    given: Option<fdt::node::FdtNode<'_, '_>>,
+    given: Option<Node<'_>>,
     bootargs: &str,
     initrd: Option<(u64, u64)>,
     seeds: Option<GuestSeeds>,
@@ -346,7 +340,7 @@ fn write_chosen(
     }
     write_seeds(f, seeds)?;
     for child in given.iter().flat_map(|g| g.children()) {
-        copy_node(f, child, 2)?;
+        copy_node(f, child)?;
     }
     f.end_node(chosen).map_err(err)
 }
@@ -357,7 +351,7 @@ mod tests {
     use crate::platform::{GicVersion, PhysRange, Platform, PsciConduit, TimerInterrupts};
 
     /// A node's `interrupts` property as its cells.
-    fn interrupt_cells(node: &fdt::node::FdtNode<'_, '_>) -> Vec<u32> {
+    fn interrupt_cells(node: &Node<'_>) -> Vec<u32> {
         let value = node.property("interrupts").unwrap().value;
         value.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect()
     }
@@ -391,11 +385,11 @@ mod tests {
             ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)
         })
         .unwrap();
-        let fdt = fdt::Fdt::new(&blob).unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
         let node = fdt.find_compatible(&["arm,pl031"]).unwrap();
         assert_eq!(node.name, "pl031@9010000");
-        assert_eq!(node.compatible().unwrap().all().collect::<Vec<_>>(), ["arm,pl031", "arm,primecell"]);
-        let regs: Vec<_> = node.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
+        assert_eq!(node.compatible().collect::<Vec<_>>(), ["arm,pl031", "arm,primecell"]);
+        let regs: Vec<_> = node.reg().map(|r| (r.address, r.size.unwrap())).collect();
         assert_eq!(regs, [(0x0901_0000, 0x1000)]);
         let cells = interrupt_cells(&node);
         assert_eq!(cells, [0, 2, 4], "SPI 2 (INTID 34), level high");
@@ -434,9 +428,9 @@ mod tests {
     #[test]
     fn a_gicv2_guest_tree_names_the_cpu_interface_and_cpu_masks() {
         let blob = build(&virt(GuestGic::V2 { distributor: 0x0800_0000, cpu_interface: 0x0801_0000 }, 4)).unwrap();
-        let fdt = fdt::Fdt::new(&blob).unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
         let gic = fdt.find_compatible(&["arm,cortex-a15-gic"]).unwrap();
-        let regs: Vec<_> = gic.reg().unwrap().map(|r| (r.starting_address as u64, r.size.unwrap() as u64)).collect();
+        let regs: Vec<_> = gic.reg().map(|r| (r.address, r.size.unwrap())).collect();
         assert_eq!(regs, [(0x0800_0000, 0x1_0000), (0x0801_0000, 0x2000)]);
         let timer = fdt.find_compatible(&["arm,armv8-timer"]).unwrap();
         let cells = interrupt_cells(&timer);
@@ -446,9 +440,12 @@ mod tests {
     #[test]
     fn chosen_and_virtio_nodes_are_present() {
         let blob = build(&virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)).unwrap();
-        let fdt = fdt::Fdt::new(&blob).unwrap();
-        assert_eq!(fdt.chosen().bootargs(), Some("console=ttyAMA0 earlycon"));
-        assert_eq!(fdt.chosen().stdout().map(|n| n.name), Some("pl011@9000000"));
+        let fdt = Fdt::new(&blob).unwrap();
+        assert_eq!(
+            fdt.find_node("/chosen").unwrap().property("bootargs").and_then(|p| p.as_str()),
+            Some("console=ttyAMA0 earlycon")
+        );
+        assert_eq!(fdt.stdout().map(|n| n.name), Some("pl011@9000000"));
         let virtio: Vec<_> = fdt.all_nodes().filter(|n| n.name.starts_with("virtio_mmio@")).map(|n| n.name).collect();
         assert_eq!(virtio, ["virtio_mmio@a000000", "virtio_mmio@a000200"]);
     }
@@ -462,24 +459,22 @@ mod tests {
         })
         .unwrap();
         let tree = with_chosen(&given, "console=ttyAMA0", Some((0x4800_0000, 0x4900_0000)), None).unwrap();
-        let fdt = fdt::Fdt::new(&tree).unwrap();
-        assert_eq!(fdt.chosen().bootargs(), Some("console=ttyAMA0"));
+        let fdt = Fdt::new(&tree).unwrap();
+        assert_eq!(
+            fdt.find_node("/chosen").unwrap().property("bootargs").and_then(|p| p.as_str()),
+            Some("console=ttyAMA0")
+        );
         let chosen = fdt.find_node("/chosen").unwrap();
         let start = chosen.property("linux,initrd-start").unwrap().value;
         assert_eq!(start, 0x4800_0000u64.to_be_bytes());
         assert!(chosen.property("stdout-path").is_some(), "other /chosen properties are kept");
         // Everything else reads back as the original.
-        let original = fdt::Fdt::new(&given).unwrap();
-        let names = |f: &fdt::Fdt<'_>| f.all_nodes().map(|n| n.name.to_string()).collect::<Vec<_>>();
+        let original = Fdt::new(&given).unwrap();
+        let names = |f: &Fdt<'_>| f.all_nodes().map(|n| n.name.to_string()).collect::<Vec<_>>();
         assert_eq!(names(&fdt), names(&original));
-        assert_eq!(fdt.cpus().count(), 2);
+        assert_eq!(fdt.find_node("/cpus").unwrap().children().filter(|c| c.name.starts_with("cpu@")).count(), 2);
         let no_initrd = with_chosen(&given, "x", None, None).unwrap();
-        assert!(fdt::Fdt::new(&no_initrd)
-            .unwrap()
-            .find_node("/chosen")
-            .unwrap()
-            .property("linux,initrd-start")
-            .is_none());
+        assert!(Fdt::new(&no_initrd).unwrap().find_node("/chosen").unwrap().property("linux,initrd-start").is_none());
     }
 
     #[test]
@@ -490,7 +485,10 @@ mod tests {
         w.end_node(root).unwrap();
         let bare = w.finish().unwrap();
         let tree = with_chosen(&bare, "init=/bin/sh", None, None).unwrap();
-        assert_eq!(fdt::Fdt::new(&tree).unwrap().chosen().bootargs(), Some("init=/bin/sh"));
+        assert_eq!(
+            Fdt::new(&tree).unwrap().find_node("/chosen").unwrap().property("bootargs").and_then(|p| p.as_str()),
+            Some("init=/bin/sh")
+        );
         let err = with_chosen(b"not a device tree at all", "", None, None).unwrap_err();
         assert!(err.to_string().contains("the given device tree is not valid"), "{err}");
     }
@@ -499,7 +497,7 @@ mod tests {
     fn the_vms_seeds_are_in_chosen_and_a_given_trees_own_are_replaced() {
         let seeds = GuestSeeds { rng_seed: [0xa5; 32], kaslr_seed: 0x1234_5678_9abc_def0 };
         let read = |tree: &[u8]| {
-            let fdt = fdt::Fdt::new(tree).unwrap();
+            let fdt = Fdt::new(tree).unwrap();
             let chosen = fdt.find_node("/chosen").unwrap();
             let rng = chosen.property("rng-seed").map(|p| p.value.to_vec());
             let kaslr = chosen.property("kaslr-seed").map(|p| p.value.to_vec());

@@ -10,6 +10,7 @@ pub mod debug_registers;
 pub mod entropy;
 pub mod exit;
 pub mod exit_stats;
+pub mod fdt;
 pub mod guest_fdt;
 pub mod guest_layout;
 pub mod image;

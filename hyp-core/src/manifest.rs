@@ -12,8 +12,7 @@
 
 use core::fmt;
 
-use fdt::node::FdtNode;
-use fdt::Fdt;
+use crate::fdt::{Fdt, Node};
 
 use crate::bundle::{DiskSlice, Passthrough, VmSpec, MAX_VCPUS, RAM_GRANULE, SECTOR_SIZE};
 use crate::platform::{PhysRange, Platform, MAX_VIRTIO_MMIO};
@@ -190,19 +189,11 @@ impl<'a> DeviceTreeDevices<'a> {
         Fdt::new(blob).ok().map(|fdt| DeviceTreeDevices { fdt })
     }
 
-    fn windows(&self) -> impl Iterator<Item = (FdtNode<'_, 'a>, PhysRange)> + '_ {
+    fn windows(&self) -> impl Iterator<Item = (Node<'a>, PhysRange)> + 'a {
         self.fdt
             .all_nodes()
-            .filter(|n| {
-                n.property("device_type").and_then(|p| p.as_str()) != Some("memory")
-                    && n.property("status").and_then(|p| p.as_str()).is_none_or(|s| s == "okay" || s == "ok")
-            })
-            .flat_map(|n| {
-                n.reg().into_iter().flatten().filter_map(move |r| {
-                    let size = r.size? as u64;
-                    Some((n, PhysRange { base: r.starting_address as usize as u64, size }))
-                })
-            })
+            .filter(|n| n.property("device_type").and_then(|p| p.as_str()) != Some("memory") && n.is_enabled())
+            .flat_map(|n| n.reg().filter_map(move |r| Some((n, PhysRange { base: r.address, size: r.size? }))))
     }
 }
 

@@ -6,8 +6,7 @@
 
 use core::fmt;
 
-use fdt::node::FdtNode;
-use fdt::Fdt;
+use crate::fdt::{Fdt, FdtError, Node};
 use heapless::Vec as FixedVec;
 
 /// How many physical CPUs the hypervisor manages; further CPUs are reported and left off.
@@ -112,7 +111,7 @@ pub struct VirtioMmioTransport {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PlatformError {
     /// The blob is not a flattened device tree.
-    NotADeviceTree,
+    NotADeviceTree(FdtError),
     NoMemory,
     NoCpus,
     TooManyRanges(&'static str),
@@ -131,7 +130,7 @@ pub enum PlatformError {
 impl fmt::Display for PlatformError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotADeviceTree => write!(f, "x0 does not point to a flattened device tree (bad magic or size); boot through a loader that passes one"),
+            Self::NotADeviceTree(e) => write!(f, "x0 does not point to a flattened device tree this hypervisor reads ({e}); boot through a loader that passes one"),
             Self::NoMemory => write!(f, "the device tree has no /memory node with a reg property"),
             Self::NoCpus => write!(f, "the device tree lists no enabled CPU under /cpus"),
             Self::TooManyRanges(what) => write!(f, "the device tree lists more {what} ranges than the hypervisor supports"),
@@ -152,10 +151,10 @@ const TIMER_COMPATIBLES: &[&str] = &["arm,armv8-timer", "arm,armv7-timer"];
 
 impl<'a> Platform<'a> {
     pub fn from_device_tree(blob: &'a [u8]) -> Result<Self, PlatformError> {
-        let fdt = Fdt::new(blob).map_err(|_| PlatformError::NotADeviceTree)?;
+        let fdt = Fdt::new(blob).map_err(PlatformError::NotADeviceTree)?;
         let mut reserved = FixedVec::new();
         for r in fdt.memory_reservations() {
-            let range = PhysRange { base: r.address() as u64, size: r.size() as u64 };
+            let range = PhysRange { base: r.address, size: r.size };
             reserved.push(range).map_err(|_| PlatformError::TooManyRanges("reserved memory"))?;
         }
         if let Some(node) = fdt.find_node("/reserved-memory") {
@@ -168,7 +167,7 @@ impl<'a> Platform<'a> {
         let (cpus, cpus_left_off) = cpus(&fdt)?;
         let (uart, uart_intid) = uart(&fdt)?;
         Ok(Platform {
-            model: fdt.find_node("/").and_then(|n| n.property("model")).and_then(|p| p.as_str()).unwrap_or("unknown"),
+            model: fdt.root().property("model").and_then(|p| p.as_str()).unwrap_or("unknown"),
             memory: memory(&fdt)?,
             cpus,
             cpus_left_off,
@@ -185,24 +184,17 @@ impl<'a> Platform<'a> {
     }
 }
 
-fn is_enabled(node: FdtNode<'_, '_>) -> bool {
-    node.property("status").and_then(|p| p.as_str()).is_none_or(|s| s == "okay" || s == "ok")
-}
-
 /// The node's `reg` ranges (translated by the parent's cell sizes). Ranges with no size
 /// are skipped: they name registers, not memory.
-fn regs<'b, 'a: 'b>(node: FdtNode<'b, 'a>) -> impl Iterator<Item = PhysRange> + 'a {
-    node.reg()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.size.map(|size| PhysRange { base: r.starting_address as usize as u64, size: size as u64 }))
+fn regs<'a>(node: Node<'a>) -> impl Iterator<Item = PhysRange> + 'a {
+    node.reg().filter_map(|r| r.size.map(|size| PhysRange { base: r.address, size }))
 }
 
 fn memory(fdt: &Fdt<'_>) -> Result<FixedVec<PhysRange, MAX_MEMORY_RANGES>, PlatformError> {
     let mut memory = FixedVec::new();
     let memory_nodes = fdt
         .all_nodes()
-        .filter(|n| n.property("device_type").and_then(|p| p.as_str()) == Some("memory") && is_enabled(*n));
+        .filter(|n| n.property("device_type").and_then(|p| p.as_str()) == Some("memory") && n.is_enabled());
     for node in memory_nodes {
         for range in regs(node).filter(|r| r.size > 0) {
             memory.push(range).map_err(|_| PlatformError::TooManyRanges("memory"))?;
@@ -241,7 +233,7 @@ fn cpus(fdt: &Fdt<'_>) -> Result<(FixedVec<u64, MAX_CPUS>, usize), PlatformError
         let reg = cpu.property("reg").ok_or(PlatformError::BadProperty("/cpus/cpu reg"))?;
         let mpidr = cells_value(reg.value, "/cpus/cpu reg")?;
         // CPUs marked disabled are not waited for (a known source of slow boots).
-        if !is_enabled(cpu) || cpus.push(mpidr).is_err() {
+        if !cpu.is_enabled() || cpus.push(mpidr).is_err() {
             left_off += 1;
         }
     }
@@ -309,17 +301,16 @@ fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
 }
 
 fn uart(fdt: &Fdt<'_>) -> Result<(PhysRange, Option<u32>), PlatformError> {
-    let is_pl011 =
-        |n: &FdtNode<'_, '_>| n.compatible().is_some_and(|c| c.all().any(|s| s == "arm,pl011")) && is_enabled(*n);
+    let is_pl011 = |n: &Node<'_>| n.compatible().any(|s| s == "arm,pl011") && n.is_enabled();
     // The console the loader chose, if it is a PL011; otherwise the first PL011.
-    let chosen = fdt.chosen().stdout().filter(is_pl011);
+    let chosen = fdt.stdout().filter(is_pl011);
     let node = chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)?;
     let range = regs(node).next().ok_or(PlatformError::BadProperty("PL011 reg"))?;
     Ok((range, first_interrupt(node)))
 }
 
 /// The first interrupt of a node, as an INTID.
-fn first_interrupt(node: FdtNode<'_, '_>) -> Option<u32> {
+fn first_interrupt(node: Node<'_>) -> Option<u32> {
     let mut cells = be_cells(node.property("interrupts")?.value);
     gic_intid(cells.next()?, cells.next()?)
 }
@@ -329,7 +320,7 @@ fn first_interrupt(node: FdtNode<'_, '_>) -> Option<u32> {
 fn virtio_mmio(fdt: &Fdt<'_>) -> FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> {
     let mut found: FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> = fdt
         .all_nodes()
-        .filter(|n| n.compatible().is_some_and(|c| c.all().any(|s| s == "virtio,mmio")) && is_enabled(*n))
+        .filter(|n| n.compatible().any(|s| s == "virtio,mmio") && n.is_enabled())
         .filter_map(|n| Some(VirtioMmioTransport { window: regs(n).next()?, intid: first_interrupt(n) }))
         .take(MAX_VIRTIO_MMIO)
         .collect();
@@ -428,8 +419,11 @@ mod tests {
 
     #[test]
     fn garbage_is_not_a_device_tree() {
-        assert_eq!(Platform::from_device_tree(&[0u8; 64]).unwrap_err(), PlatformError::NotADeviceTree);
-        assert_eq!(Platform::from_device_tree(&[]).unwrap_err(), PlatformError::NotADeviceTree);
+        assert_eq!(
+            Platform::from_device_tree(&[0u8; 64]).unwrap_err(),
+            PlatformError::NotADeviceTree(FdtError::BadMagic)
+        );
+        assert_eq!(Platform::from_device_tree(&[]).unwrap_err(), PlatformError::NotADeviceTree(FdtError::TooShort));
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub struct Images {
     pub setway_storm: PathBuf,
     pub watcher: PathBuf,
     pub ticker: PathBuf,
+    pub hostile: PathBuf,
+    pub bystander: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -49,6 +51,8 @@ pub fn images() -> &'static Images {
             setway_storm: guest("setway-storm"),
             watcher: guest("watcher"),
             ticker: guest("ticker"),
+            hostile: guest("hostile"),
+            bystander: guest("bystander"),
         }
     })
 }

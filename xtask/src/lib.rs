@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bundle;
 pub mod cpio;
 pub mod elf;
+pub mod fuzz;
 pub mod images;
 pub mod linux_guest;
 pub mod manifest;

@@ -8,7 +8,7 @@ use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::manifest::{Board, DebianGuest, Manifest};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
-use xtask::{bench, images, setup, XtaskError};
+use xtask::{bench, fuzz, images, setup, XtaskError};
 
 const HELP: &str = "\
 cargo xtask <command> [options]
@@ -21,6 +21,8 @@ Commands:
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md)
   image   build every image into target/images/: the hypervisor, the test guests, and the
           Debian arm64 Linux guest (kernel and busybox initramfs, downloads cached)
+  fuzz    run the libFuzzer targets of fuzz/ (docs/fuzzing.md): every decoder a guest or a
+          file feeds; installs a nightly toolchain and cargo-fuzz if they are missing
   help    this text
 
 Options of `qemu`:
@@ -51,6 +53,10 @@ Options of `bench`:
                    third of the time): the virtio throughput runs, their exits and their
                    bars in ratios.svg are skipped
 
+Options of `fuzz`: [TARGET...] (default: all), and one of
+  --time SECS      run each target this long (default 60)
+  --runs N         run each target for N executions
+
 To leave the linux guest: `poweroff` (the VM ends, then QEMU), or Ctrl-A then X.
 
 Missing tools are installed first: Rust targets with rustup, QEMU 10 from Debian
@@ -63,6 +69,7 @@ fn main() {
         Some("qemu") => cmd_qemu(&args[1..]),
         Some("test") => cmd_test(&args[1..]),
         Some("bench") => cmd_bench(&args[1..]),
+        Some("fuzz") => cmd_fuzz(&args[1..]),
         Some("build") | Some("image") => cmd_image(),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{HELP}");
@@ -373,10 +380,46 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
         .current_dir(&root)
         .args(["build", "--quiet", "--target", images::AARCH64_TARGET])
         .args(["-p", "hyp-core", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"]))?;
+    step(&format!("fuzzing: a short pass of every target ({FUZZ_SECONDS_IN_TEST} s each; docs/fuzzing.md)"));
+    fuzz::ensure_tools()?;
+    let results = fuzz::run(&root, &[], fuzz::Budget::Seconds(FUZZ_SECONDS_IN_TEST))?;
+    eprint!("{}", fuzz::report(&results));
+    if let Some(failed) = results.iter().find(|r| r.crash.is_some()) {
+        return Err(XtaskError::Build(format!("fuzz target {} failed", failed.target)));
+    }
     step("system tests: the hypervisor and its guests under QEMU");
     run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;
     step("all tests passed");
     Ok(())
+}
+
+/// Seconds each fuzz target runs in `cargo xtask test` (the full runs are `cargo xtask fuzz`).
+const FUZZ_SECONDS_IN_TEST: u64 = 15;
+
+fn cmd_fuzz(args: &[String]) -> Result<(), XtaskError> {
+    let mut budget = fuzz::Budget::Seconds(60);
+    let mut targets = Vec::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut number = |flag: &str| -> Result<u64, XtaskError> {
+            it.next().and_then(|v| v.parse().ok()).ok_or_else(|| XtaskError::Usage(format!("{flag} needs a number")))
+        };
+        match arg.as_str() {
+            "--time" => budget = fuzz::Budget::Seconds(number("--time")?),
+            "--runs" => budget = fuzz::Budget::Runs(number("--runs")?),
+            flag if flag.starts_with('-') => {
+                return Err(XtaskError::Usage(format!("unknown option `{flag}` for fuzz (--time SECS, --runs N)")))
+            }
+            target => targets.push(target.to_string()),
+        }
+    }
+    fuzz::ensure_tools()?;
+    let results = fuzz::run(&images::workspace_root(), &targets, budget)?;
+    print!("{}", fuzz::report(&results));
+    match results.iter().find(|r| r.crash.is_some()) {
+        Some(failed) => Err(XtaskError::Build(format!("fuzz target {} failed", failed.target))),
+        None => Ok(()),
+    }
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {

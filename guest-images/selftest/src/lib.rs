@@ -9,6 +9,7 @@
 pub mod debug;
 pub mod entry_state;
 pub mod gic;
+pub mod virtio;
 
 use core::arch::{asm, global_asm};
 use core::fmt::{self, Write};
