@@ -15,7 +15,7 @@ use hyp_core::pl011::{ConsoleOutput, InterruptLine};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
 use vdev_virtio::block::{BlockBackend, BlockError, VirtioBlock};
-use vdev_virtio::bounce::{self, Direction, BOUNCE_BYTES};
+use vdev_virtio::bounce::{self, Direction, Route, BOUNCE_BYTES};
 use vdev_virtio::console::{ConsoleBackend, VirtioConsole};
 use vdev_virtio::device::VirtioDevice;
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError, Segment};
@@ -103,42 +103,38 @@ impl DiskSliceBackend {
     }
 
     /// Moves the request's data between the disk and the guest's buffers in one request of
-    /// the board's disk: straight into the guest's buffers when each is whole sectors, through
-    /// the bounce buffer a chunk at a time otherwise. The device model already bounded the
-    /// request (seg_max, size_max); nothing here allocates more than a list of its buffers,
-    /// and that fallibly: a failure is an I/O error for the guest, never a panic with the
-    /// disk's lock held.
+    /// the board's disk: straight into the guest's buffers when each is whole sectors and no
+    /// two overlap, through the bounce buffer a chunk at a time otherwise. The device model
+    /// already bounded the request (seg_max, size_max); nothing here allocates more than a
+    /// list of its buffers, and that fallibly and before the disk's lock is taken: a failure
+    /// is an I/O error for the guest, never a panic with the lock held.
     fn transfer(&mut self, sector: u64, segments: &[Segment], write: bool) -> Result<(), BlockError> {
         let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
         let sectors = total / SECTOR;
         if !total.is_multiple_of(SECTOR) || sector.checked_add(sectors).is_none_or(|end| end > self.count) {
             return Err(BlockError::OutOfRange { sector, sectors });
         }
-        let mut disk = host_virtio::DISK.get().ok_or(BlockError::Io)?.lock();
         let at = self.first + sector;
-        if segments.iter().all(|s| s.len > 0 && u64::from(s.len).is_multiple_of(SECTOR)) {
+        let board_disk = host_virtio::DISK.get().ok_or(BlockError::Io)?;
+        if bounce::route(segments) == Route::Direct {
+            // The list is built before the disk's lock is taken: nothing that can fail is
+            // done while it is held.
             let mut buffers = Vec::new();
             buffers.try_reserve_exact(segments.len()).map_err(|_| BlockError::Io)?;
-            let mut i = 0;
-            while i < segments.len() {
-                // Buffers adjacent in guest memory are one buffer for the disk.
-                let mut run = segments[i];
-                i += 1;
-                while let Some(next) = segments.get(i).filter(|n| run.addr + u64::from(run.len) == n.addr) {
-                    let Some(len) = run.len.checked_add(next.len) else { break };
-                    run.len = len;
-                    i += 1;
-                }
+            for run in bounce::merge_adjacent(segments) {
                 let pa = self.ram.pa_of(run.addr, u64::from(run.len)).map_err(BlockError::Memory)?;
                 // SAFETY: `pa` is this VM's RAM (checked just above), identity-mapped at EL2,
-                // and the runs do not overlap (each covers the next segments in turn). The
-                // slices alias memory the guest may change at any time, so they are only
-                // handed to the disk, never read or interpreted here.
+                // and no two runs share a byte (`Route::Direct`: the segments are pairwise
+                // disjoint, and a run is adjacent segments). The slices alias memory the guest
+                // may change at any time, so they are only handed to the disk, never read or
+                // interpreted here.
                 buffers.push(unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, run.len as usize) });
             }
+            let mut disk = board_disk.lock();
             let done = if write { disk.write(at, &mut buffers) } else { disk.read(at, &mut buffers) };
             return done.map_err(|_| BlockError::Io);
         }
+        let mut disk = board_disk.lock();
         let direction = if write { Direction::Write } else { Direction::Read };
         bounce::transfer(&self.ram, segments, at, &mut self.bounce, direction, |sector, chunk| {
             let done = if write { disk.write(sector, &mut [chunk]) } else { disk.read(sector, &mut [chunk]) };

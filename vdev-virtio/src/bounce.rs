@@ -19,6 +19,46 @@ pub enum Direction {
     Write,
 }
 
+/// How a request's buffers may reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Each buffer as it is: every one is whole sectors, and no two share a byte of guest
+    /// memory, so the disk may be handed each as its own mutable slice.
+    Direct,
+    /// Through the bounce buffer: a buffer is not whole sectors, or two overlap (a guest may
+    /// name the same memory twice; two mutable slices of it would alias).
+    Bounce,
+}
+
+/// The route for `segments` (at most `seg_max`, so the pairwise check is bounded).
+pub fn route(segments: &[Segment]) -> Route {
+    let whole = segments.iter().all(|s| s.len > 0 && u64::from(s.len).is_multiple_of(SECTOR_SIZE));
+    let end = |s: &Segment| s.addr.saturating_add(u64::from(s.len));
+    let overlap =
+        segments.iter().enumerate().any(|(i, a)| segments[i + 1..].iter().any(|b| a.addr < end(b) && b.addr < end(a)));
+    if whole && !overlap {
+        Route::Direct
+    } else {
+        Route::Bounce
+    }
+}
+
+/// `segments` with each run of buffers that follow each other in guest memory as one (the
+/// disk takes fewer, longer buffers).
+pub fn merge_adjacent(segments: &[Segment]) -> impl Iterator<Item = Segment> + '_ {
+    let mut i = 0;
+    core::iter::from_fn(move || {
+        let mut run = *segments.get(i)?;
+        i += 1;
+        while let Some(next) = segments.get(i).filter(|n| run.addr.checked_add(u64::from(run.len)) == Some(n.addr)) {
+            let Some(len) = run.len.checked_add(next.len) else { break };
+            run.len = len;
+            i += 1;
+        }
+        Some(run)
+    })
+}
+
 /// Transfers `segments` (a whole number of sectors in all) from or to the disk at `sector`,
 /// `bounce.len()` bytes at a time (a non-zero multiple of 512): `disk(sector, chunk)` reads
 /// into or writes from `chunk`. Stops at the first failure; on a read the guest buffers
@@ -186,6 +226,41 @@ mod tests {
         };
         assert_eq!(transfer(&mem, &segments(), 0, &mut bounce, Direction::Read, failing), Err(BlockError::Io));
         assert_eq!(calls, 2, "nothing after the failure");
+    }
+
+    #[test]
+    fn overlapping_or_partial_sector_buffers_go_through_the_bounce_buffer() {
+        let seg = |addr: u64, len: u32| Segment { addr, len };
+        assert_eq!(route(&[seg(BASE, 512), seg(BASE + 512, 1024)]), Route::Direct, "adjacent is not overlapping");
+        assert_eq!(route(&[seg(BASE, 1024), seg(BASE + 512, 512)]), Route::Bounce, "the second inside the first");
+        assert_eq!(route(&[seg(BASE, 16 << 20), seg(BASE, 16 << 20)]), Route::Bounce, "the same buffer twice");
+        assert_eq!(route(&[seg(BASE + 4096, 512), seg(BASE, 8192)]), Route::Bounce, "overlap in either order");
+        let far_apart = [seg(BASE, 512), seg(BASE + 4096, 512), seg(BASE + 1024, 512)];
+        assert_eq!(route(&far_apart), Route::Direct);
+        let mut with_a_repeat = far_apart.to_vec();
+        with_a_repeat.push(seg(BASE + 4096 + 511, 512));
+        assert_eq!(route(&with_a_repeat), Route::Bounce, "one byte shared is enough");
+        assert_eq!(route(&[seg(BASE, 513)]), Route::Bounce, "not whole sectors");
+        assert_eq!(route(&[seg(BASE, 0), seg(BASE + 512, 512)]), Route::Bounce, "an empty buffer");
+        assert_eq!(
+            route(&[seg(u64::MAX - 511, 512), seg(u64::MAX - 1023, 1024)]),
+            Route::Bounce,
+            "at the top of the address space"
+        );
+        // The largest request the device model lets through: 254 separate 64 KiB buffers.
+        let largest: Vec<_> = (0..254).map(|i| seg(BASE + i * (128 << 10), 64 << 10)).collect();
+        assert_eq!(route(&largest), Route::Direct);
+    }
+
+    #[test]
+    fn adjacent_buffers_merge_and_others_stay_apart() {
+        let seg = |addr: u64, len: u32| Segment { addr, len };
+        let merged: Vec<_> =
+            merge_adjacent(&[seg(BASE, 512), seg(BASE + 512, 512), seg(BASE + 4096, 512), seg(BASE, 512)]).collect();
+        assert_eq!(merged, [seg(BASE, 1024), seg(BASE + 4096, 512), seg(BASE, 512)]);
+        let wrapping = [seg(u64::MAX - 511, 512), seg(0, 512)];
+        assert_eq!(merge_adjacent(&wrapping).count(), 2, "an address that wraps is not adjacent");
+        assert_eq!(merge_adjacent(&[]).count(), 0);
     }
 
     #[test]
