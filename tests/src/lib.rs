@@ -28,6 +28,8 @@ pub struct Images {
     pub ticker: PathBuf,
     pub hostile: PathBuf,
     pub bystander: PathBuf,
+    pub disk_faults: PathBuf,
+    pub disk_writer: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -53,6 +55,8 @@ pub fn images() -> &'static Images {
             ticker: guest("ticker"),
             hostile: guest("hostile"),
             bystander: guest("bystander"),
+            disk_faults: guest("disk-faults"),
+            disk_writer: guest("disk-writer"),
         }
     })
 }

@@ -27,6 +27,9 @@ pub struct Machine {
     pub semihosting: bool,
     /// A raw disk image file as the board's virtio-blk device.
     pub disk: Option<PathBuf>,
+    /// A QEMU `blkdebug` configuration for that disk: requests it names fail as it says
+    /// (tests of a failing board disk).
+    pub disk_errors: Option<PathBuf>,
     /// A virtio-net device on QEMU's user-mode network, with these TCP ports of
     /// 127.0.0.1 forwarded to the guest side (host port, guest port). Nothing listens
     /// anywhere but on the loopback address.
@@ -44,6 +47,7 @@ impl Default for Machine {
             virtualization: true,
             semihosting: false,
             disk: None,
+            disk_errors: None,
             network: None,
         }
     }
@@ -73,8 +77,12 @@ impl Machine {
         cmd.args(["-global", "virtio-mmio.force-legacy=false"]);
         if let Some(disk) = &self.disk {
             // `cache=none`: a write the guest flushed is in the host file, not in QEMU.
+            let file = match &self.disk_errors {
+                Some(config) => format!("blkdebug:{}:{}", config.display(), disk.display()),
+                None => disk.display().to_string(),
+            };
             cmd.arg("-drive")
-                .arg(format!("file={},if=none,format=raw,id=disk0,cache=none", disk.display()))
+                .arg(format!("file={file},if=none,format=raw,id=disk0,cache=none"))
                 .args(["-device", "virtio-blk-device,drive=disk0"]);
         }
         if let Some(forwards) = &self.network {
