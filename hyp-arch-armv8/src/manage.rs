@@ -98,4 +98,5 @@ fn list() {
             ),
         }
     }
+    println!("{}", hyp_core::management::heap_line(crate::memory::heap_in_use(), crate::memory::HEAP_SIZE));
 }

@@ -15,6 +15,12 @@ static HEAP: LockedHeap<33> = LockedHeap::empty();
 /// Bytes of the hypervisor heap (VM objects, stage-2 tables, device models).
 pub const HEAP_SIZE: u64 = 32 << 20;
 
+/// Bytes of the heap allocated now (as the allocator rounds them: what is really taken),
+/// for the management console's `list` and `cargo xtask soak`.
+pub fn heap_in_use() -> u64 {
+    HEAP.lock().stats_alloc_actual() as u64
+}
+
 /// # Safety
 /// `[base, base + size)` is identity-mapped RAM that nothing else uses, now or later.
 pub unsafe fn init_heap(base: u64, size: u64) {

@@ -77,12 +77,17 @@ impl fmt::Display for CommandError {
 }
 
 pub const HELP: &str = "\
-commands: list                 the VMs, their state, vCPUs and exits by reason
+commands: list                 the VMs, their state, vCPUs and exits by reason, and the heap
           focus VM             console input goes to VM (a number or a name)
           destroy VM           stop VM, revoke its capabilities, return its memory
           restart VM           destroy VM and create it again from the manifest
           help                 this text
 an empty line or Ctrl-] goes back to the VM";
+
+/// The last line of `list`: the hypervisor heap's use (`cargo xtask soak` reads it).
+pub fn heap_line(in_use: u64, size: u64) -> String {
+    alloc::format!("heap: {} KiB of {} KiB in use", in_use / 1024, size / 1024)
+}
 
 impl Command {
     pub fn parse(line: &str) -> Result<Command, CommandError> {
@@ -197,6 +202,11 @@ mod tests {
 
     fn run(line: &str) -> Result<Command, CommandError> {
         Command::parse(line)
+    }
+
+    #[test]
+    fn the_heap_line_says_kib_in_use_of_the_whole() {
+        assert_eq!(heap_line(1536 * 1024 + 100, 32 << 20), "heap: 1536 KiB of 32768 KiB in use");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod linux_guest;
 pub mod manifest;
 pub mod qemu;
 pub mod setup;
+pub mod soak;
 pub mod util;
 
 pub use util::XtaskError;

@@ -8,7 +8,7 @@ use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::manifest::{Board, DebianGuest, Manifest};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
-use xtask::{bench, fuzz, images, setup, XtaskError};
+use xtask::{bench, fuzz, images, setup, soak, XtaskError};
 
 const HELP: &str = "\
 cargo xtask <command> [options]
@@ -23,6 +23,8 @@ Commands:
           Debian arm64 Linux guest (kernel and busybox initramfs, downloads cached)
   fuzz    run the libFuzzer targets of fuzz/ (docs/fuzzing.md): every decoder a guest or a
           file feeds; installs a nightly toolchain and cargo-fuzz if they are missing
+  soak    three Linux VMs (manifests/three-vms.toml) with disk and network traffic for a
+          long while; samples the hypervisor's heap and fails on any error or heap growth
   help    this text
 
 Options of `qemu`:
@@ -57,6 +59,9 @@ Options of `fuzz`: [TARGET...] (default: all), and one of
   --time SECS      run each target this long (default 60)
   --runs N         run each target for N executions
 
+Options of `soak`:
+  --minutes N      how long the workloads run (default 30)
+
 To leave the linux guest: `poweroff` (the VM ends, then QEMU), or Ctrl-A then X.
 
 Missing tools are installed first: Rust targets with rustup, QEMU 10 from Debian
@@ -70,6 +75,7 @@ fn main() {
         Some("test") => cmd_test(&args[1..]),
         Some("bench") => cmd_bench(&args[1..]),
         Some("fuzz") => cmd_fuzz(&args[1..]),
+        Some("soak") => cmd_soak(&args[1..]),
         Some("build") | Some("image") => cmd_image(),
         Some("help") | Some("--help") | Some("-h") | None => {
             print!("{HELP}");
@@ -420,6 +426,22 @@ fn cmd_fuzz(args: &[String]) -> Result<(), XtaskError> {
         Some(failed) => Err(XtaskError::Build(format!("fuzz target {} failed", failed.target))),
         None => Ok(()),
     }
+}
+
+fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
+    let minutes = match args {
+        [] => 30,
+        [flag, n] if flag == "--minutes" => {
+            n.parse().map_err(|_| XtaskError::Usage(format!("--minutes needs a number (got `{n}`)")))?
+        }
+        _ => return Err(XtaskError::Usage("soak takes only --minutes N".into())),
+    };
+    setup::ensure_rust_targets()?;
+    setup::ensure_qemu()?;
+    let (samples, errors) = soak::run(&images::workspace_root(), minutes)?;
+    let verdict = soak::verdict(&samples, &errors);
+    print!("{}", soak::report(&samples, &errors, &verdict));
+    verdict.map_err(|e| XtaskError::Build(format!("soak: {e}")))
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
