@@ -11,8 +11,9 @@ use vdev_virtio::net::{NetBackend, VirtioNet, MAX_FRAME};
 
 struct Wire;
 impl NetBackend for Wire {
-    fn transmit(&mut self, frame: &[u8]) {
+    fn transmit(&mut self, frame: &[u8]) -> bool {
         assert!(frame.len() <= MAX_FRAME, "a {}-byte frame left the device", frame.len());
+        true
     }
 }
 

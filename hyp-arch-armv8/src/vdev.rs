@@ -170,17 +170,30 @@ impl BlockBackend for DiskSliceBackend {
 #[derive(Default)]
 pub struct SwitchPort {
     outbox: Vec<Vec<u8>>,
+    /// Bytes of the frames in `outbox`.
+    bytes: usize,
 }
 
-/// Frames one exit may queue before the rest are dropped (the guest sends faster than the
-/// switch is given a chance to forward only if something is badly wrong).
-const OUTBOX_LIMIT: usize = 256;
+/// What one exit may copy out of a guest's transmit queue: six maximum-size frames (or 256
+/// small ones); the rest of the queue waits for the next exit (`NetBackend::ready`). Frames
+/// are copied fallibly: with no heap left a frame is dropped and counted, never a panic.
+const OUTBOX_BYTES: usize = 6 * vdev_virtio::net::MAX_FRAME;
+const OUTBOX_FRAMES: usize = 256;
 
 impl NetBackend for SwitchPort {
-    fn transmit(&mut self, frame: &[u8]) {
-        if self.outbox.len() < OUTBOX_LIMIT {
-            self.outbox.push(frame.to_vec());
+    fn transmit(&mut self, frame: &[u8]) -> bool {
+        let mut copy = Vec::new();
+        if self.outbox.try_reserve(1).is_err() || copy.try_reserve_exact(frame.len()).is_err() {
+            return false;
         }
+        copy.extend_from_slice(frame);
+        self.outbox.push(copy);
+        self.bytes += frame.len();
+        true
+    }
+
+    fn ready(&self) -> bool {
+        self.outbox.len() < OUTBOX_FRAMES && self.bytes + vdev_virtio::net::MAX_FRAME <= OUTBOX_BYTES
     }
 }
 
@@ -204,7 +217,9 @@ impl AfterAccess for VirtioBlock<DiskSliceBackend> {}
 impl AfterAccess for VirtioConsole<ConsoleBridge> {}
 impl AfterAccess for VirtioNet<SwitchPort> {
     fn take_frames(&mut self) -> Vec<Vec<u8>> {
-        core::mem::take(&mut self.backend_mut().outbox)
+        let port = self.backend_mut();
+        port.bytes = 0;
+        core::mem::take(&mut port.outbox)
     }
 }
 

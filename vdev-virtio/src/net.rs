@@ -30,8 +30,17 @@ const CONFIG_LEN: usize = 12;
 
 /// Where transmitted frames go (usually a `Switch` port).
 pub trait NetBackend {
-    /// `frame` is an Ethernet frame without the virtio_net_hdr.
-    fn transmit(&mut self, frame: &[u8]);
+    /// `frame` is an Ethernet frame without the virtio_net_hdr. False: it was dropped (the
+    /// backend had no memory for it); the device counts it in `tx_dropped`.
+    fn transmit(&mut self, frame: &[u8]) -> bool;
+
+    /// Whether it can take a frame of up to MAX_FRAME bytes now. When it cannot, the device
+    /// leaves the rest of the transmit queue where it is, for `continue_work` once the
+    /// backend has passed its frames on: what one exit copies is bounded, and nothing is
+    /// dropped for it.
+    fn ready(&self) -> bool {
+        true
+    }
 }
 
 /// Why a received frame was not delivered (it was dropped and counted).
@@ -82,11 +91,13 @@ pub struct VirtioNet<N: NetBackend> {
     stats: NetStats,
     /// Reused for every transmitted frame (at most NET_HDR_LEN + MAX_FRAME bytes).
     tx_buffer: Vec<u8>,
+    /// The backend was not ready: transmit chains may wait in the queue.
+    more_to_send: bool,
 }
 
 impl<N: NetBackend> VirtioNet<N> {
     pub fn new(mac: [u8; 6], backend: N) -> Self {
-        VirtioNet { mac, backend, stats: NetStats::default(), tx_buffer: Vec::new() }
+        VirtioNet { mac, backend, stats: NetStats::default(), tx_buffer: Vec::new(), more_to_send: false }
     }
 
     pub fn mac(&self) -> [u8; 6] {
@@ -103,6 +114,22 @@ impl<N: NetBackend> VirtioNet<N> {
 
     pub fn stats(&self) -> NetStats {
         self.stats
+    }
+
+    /// Transmit chains while the backend is ready for a frame; the rest wait for
+    /// `continue_work`.
+    fn send(&mut self, q: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
+        self.more_to_send = false;
+        loop {
+            if !self.backend.ready() {
+                self.more_to_send = true;
+                return Ok(());
+            }
+            let Some(chain) = q.pop(TRANSMITQ)? else { return Ok(()) };
+            self.transmit(&chain, q);
+            // Transmit buffers are only read: the used length is 0 (2.7.8).
+            q.push_used(TRANSMITQ, chain.head, 0)?;
+        }
     }
 
     /// One transmit chain: header then frame, all device-readable (5.1.6.2).
@@ -130,12 +157,14 @@ impl<N: NetBackend> VirtioNet<N> {
                     return;
                 }
                 self.tx_buffer.resize(frame_len, 0);
-                if chain.read_bytes(q.mem(), NET_HDR_LEN as u64, &mut self.tx_buffer) {
-                    self.backend.transmit(&self.tx_buffer);
+                if !chain.read_bytes(q.mem(), NET_HDR_LEN as u64, &mut self.tx_buffer) {
+                    Some(DeviceIncident::RequestFailed { queue, head, what: "the frame could not be read" })
+                } else if self.backend.transmit(&self.tx_buffer) {
                     self.stats.tx_frames += 1;
                     return;
+                } else {
+                    Some(DeviceIncident::RequestFailed { queue, head, what: "no memory to pass the frame on" })
                 }
-                Some(DeviceIncident::RequestFailed { queue, head, what: "the frame could not be read" })
             }
         };
         if let Some(incident) = incident {
@@ -222,15 +251,20 @@ impl<N: NetBackend> VirtioDevice for VirtioNet<N> {
         if queue != TRANSMITQ {
             return Ok(());
         }
-        while let Some(chain) = q.pop(TRANSMITQ)? {
-            self.transmit(&chain, q);
-            // Transmit buffers are only read: the used length is 0 (2.7.8).
-            q.push_used(TRANSMITQ, chain.head, 0)?;
-        }
-        Ok(())
+        self.send(q)
     }
 
-    fn reset(&mut self) {}
+    fn has_pending_work(&self) -> bool {
+        self.more_to_send
+    }
+
+    fn continue_work(&mut self, q: &mut QueueAccess<'_>) -> Result<(), NeedsReset> {
+        self.send(q)
+    }
+
+    fn reset(&mut self) {
+        self.more_to_send = false;
+    }
 }
 
 impl<N: NetBackend> VirtioMmio<VirtioNet<N>> {

@@ -16,8 +16,9 @@ impl ConsoleBackend for Sink {
     fn write(&mut self, _bytes: &[u8]) {}
 }
 impl NetBackend for Sink {
-    fn transmit(&mut self, frame: &[u8]) {
+    fn transmit(&mut self, frame: &[u8]) -> bool {
         assert!(frame.len() <= 65550);
+        true
     }
 }
 

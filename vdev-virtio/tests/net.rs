@@ -12,8 +12,9 @@ use vdev_virtio::DeviceIncident;
 #[derive(Default)]
 struct Wire(Vec<Vec<u8>>);
 impl NetBackend for Wire {
-    fn transmit(&mut self, frame: &[u8]) {
+    fn transmit(&mut self, frame: &[u8]) -> bool {
         self.0.push(frame.to_vec());
+        true
     }
 }
 
@@ -153,4 +154,61 @@ fn config_space_carries_the_mac_and_link_up() {
     let mac: Vec<u8> = (0..6).map(|i| d.mmio.read(0x100 + i, 1).unwrap() as u8).collect();
     assert_eq!(mac, MAC);
     assert_eq!(d.mmio.read(0x106, 2), Ok(u64::from(VIRTIO_NET_S_LINK_UP)));
+}
+
+/// A backend that takes `room` frames, then is not ready until the test empties it; with
+/// `refuse`, it has no memory for any frame.
+#[derive(Default)]
+struct Port {
+    sent: Vec<Vec<u8>>,
+    room: usize,
+    refuse: bool,
+}
+impl NetBackend for Port {
+    fn transmit(&mut self, frame: &[u8]) -> bool {
+        if self.refuse {
+            return false;
+        }
+        self.sent.push(frame.to_vec());
+        true
+    }
+    fn ready(&self) -> bool {
+        self.sent.len() < self.room
+    }
+}
+
+#[test]
+fn a_backend_that_is_not_ready_leaves_the_rest_of_the_queue_for_later_and_drops_nothing() {
+    let mut d = Driver::standard(VirtioNet::new(MAC, Port { room: 2, ..Port::default() }));
+    let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(60 + i)).collect();
+    for f in &frames {
+        let at = d.alloc_with(&[vec![0; 12], f.clone()].concat());
+        d.add_chain(TRANSMITQ as usize, &[ro(at, 12 + f.len() as u32)]);
+    }
+    d.notify(TRANSMITQ as usize);
+    assert_eq!(d.mmio.device().backend().sent, frames[..2], "one exit takes what the backend has room for");
+    assert_eq!(d.take_used(1).len(), 2, "the others stay in the queue, not used");
+    assert!(d.mmio.has_pending_work());
+    d.mmio.continue_work(&d.mem);
+    assert_eq!(d.take_used(1).len(), 0, "still no room: nothing moves");
+    let mut sent = core::mem::take(&mut d.mmio.device_mut().backend_mut().sent);
+    while d.mmio.has_pending_work() {
+        d.mmio.continue_work(&d.mem);
+        sent.append(&mut d.mmio.device_mut().backend_mut().sent);
+    }
+    assert_eq!(sent, frames, "every frame, in order");
+    assert_eq!(d.take_used(1).len(), 3);
+    let stats = d.mmio.device().stats();
+    assert_eq!((stats.tx_frames, stats.tx_dropped), (5, 0));
+}
+
+#[test]
+fn a_frame_the_backend_has_no_memory_for_is_dropped_counted_and_used() {
+    let mut d = Driver::standard(VirtioNet::new(MAC, Port { room: usize::MAX, refuse: true, ..Port::default() }));
+    let at = d.alloc_with(&[vec![0; 12], frame(60)].concat());
+    d.add_chain(TRANSMITQ as usize, &[ro(at, 72)]);
+    d.notify(TRANSMITQ as usize);
+    assert_eq!(d.take_used(1), [(0, 0)]);
+    assert_eq!(d.mmio.device().stats().tx_dropped, 1);
+    assert!(matches!(d.mmio.take_incidents()[..], [DeviceIncident::RequestFailed { .. }]));
 }

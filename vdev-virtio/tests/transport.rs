@@ -20,7 +20,9 @@ impl ConsoleBackend for Sink {
 }
 struct NoNet;
 impl NetBackend for NoNet {
-    fn transmit(&mut self, _frame: &[u8]) {}
+    fn transmit(&mut self, _frame: &[u8]) -> bool {
+        true
+    }
 }
 
 fn disk() -> VirtioBlock<RamDisk> {
