@@ -149,10 +149,16 @@ impl fmt::Display for DeviceIncident {
 }
 
 /// A bounded log: the newest `INCIDENT_LOG_CAPACITY` incidents and a count of the dropped ones.
-#[derive(Default)]
+/// Its room is allocated with it, so recording what a guest did never allocates.
 pub struct IncidentLog {
     entries: VecDeque<DeviceIncident>,
     dropped: u64,
+}
+
+impl Default for IncidentLog {
+    fn default() -> Self {
+        IncidentLog { entries: VecDeque::with_capacity(INCIDENT_LOG_CAPACITY), dropped: 0 }
+    }
 }
 
 impl IncidentLog {
@@ -164,9 +170,15 @@ impl IncidentLog {
         self.entries.push_back(incident);
     }
 
-    /// Everything since the last call; a leading `Dropped` entry when some were lost.
+    /// Everything since the last call; a leading `Dropped` entry when some were lost. With no
+    /// heap for the list, the incidents are counted as dropped instead (a log, not a panic).
     pub fn take(&mut self) -> Vec<DeviceIncident> {
-        let mut out = Vec::with_capacity(self.entries.len() + 1);
+        let mut out = Vec::new();
+        if out.try_reserve_exact(self.entries.len() + 1).is_err() {
+            self.dropped = self.dropped.saturating_add(self.entries.len() as u64);
+            self.entries.clear();
+            return out;
+        }
         if self.dropped > 0 {
             out.push(DeviceIncident::Dropped { count: self.dropped });
             self.dropped = 0;

@@ -152,12 +152,12 @@ impl<N: NetBackend> VirtioNet<N> {
                 let frame_len = len as usize - NET_HDR_LEN;
                 let grown = frame_len <= self.tx_buffer.len()
                     || self.tx_buffer.try_reserve_exact(frame_len - self.tx_buffer.len()).is_ok();
-                if !grown {
-                    q.incident(DeviceIncident::RequestFailed { queue, head, what: "no memory for the frame" });
-                    return;
+                if grown {
+                    self.tx_buffer.resize(frame_len, 0);
                 }
-                self.tx_buffer.resize(frame_len, 0);
-                if !chain.read_bytes(q.mem(), NET_HDR_LEN as u64, &mut self.tx_buffer) {
+                if !grown {
+                    Some(DeviceIncident::RequestFailed { queue, head, what: "no memory for the frame" })
+                } else if !chain.read_bytes(q.mem(), NET_HDR_LEN as u64, &mut self.tx_buffer) {
                     Some(DeviceIncident::RequestFailed { queue, head, what: "the frame could not be read" })
                 } else if self.backend.transmit(&self.tx_buffer) {
                     self.stats.tx_frames += 1;

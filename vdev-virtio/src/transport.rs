@@ -138,9 +138,13 @@ pub struct VirtioMmio<D: VirtioDevice> {
     pub(crate) incidents: IncidentLog,
 }
 
+/// Queues a device may have (its own choice, not the guest's; ours have at most two).
+pub const MAX_QUEUES: usize = 8;
+
 impl<D: VirtioDevice> VirtioMmio<D> {
     pub fn new(device: D) -> Self {
-        let queues = (0..device.num_queues()).map(|q| Virtqueue::new(device.queue_max_size(q))).collect();
+        let count = device.num_queues().min(MAX_QUEUES as u16);
+        let queues = (0..count).map(|q| Virtqueue::new(device.queue_max_size(q))).collect();
         VirtioMmio {
             device,
             status: 0,
@@ -257,7 +261,11 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             return Err(NeedsReset);
         }
         let features = self.negotiated_features();
-        let before: Vec<u16> = self.queues.iter().map(|q| q.used_idx).collect();
+        // A guest's notify must not allocate: the used indices fit in an array.
+        let mut before = [0u16; MAX_QUEUES];
+        for (b, q) in before.iter_mut().zip(&self.queues) {
+            *b = q.used_idx;
+        }
         let mut access =
             QueueAccess { mem, queues: &mut self.queues, features, incidents: &mut self.incidents, popped: 0 };
         let mut result = f(&mut self.device, &mut access);
