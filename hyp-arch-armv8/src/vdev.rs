@@ -346,7 +346,12 @@ impl<D: VirtioDevice + AfterAccess + Send> MmioDevice for Window<D> {
         self.0.name
     }
     fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.device.lock().read(offset, width.bytes() as u8).map_err(|e| mmio_error(e, width))
+        // Through `with_device`, as a write, so an incident a read causes (a legacy register)
+        // is logged at once.
+        self.0
+            .with_device(|d, _| d.read(offset, width.bytes() as u8))
+            .unwrap_or(Ok(0))
+            .map_err(|e| mmio_error(e, width))
     }
     fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         // A shut-down device belongs to a VM whose vCPUs have stopped: no access reaches it.

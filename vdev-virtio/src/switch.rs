@@ -42,18 +42,26 @@ pub enum Refusal {
     NotConnected { port: PortId },
 }
 
+/// A MAC address as `52:54:00:12:34:56`, written in place (a refusal is said for a frame a
+/// guest sent: nothing on that path allocates).
+struct Mac<'a>(&'a [u8; 6]);
+
+impl core::fmt::Display for Mac<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let m = self.0;
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
+    }
+}
+
 impl core::fmt::Display for Refusal {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let mac = |m: &[u8; 6]| {
-            alloc::format!("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
-        };
         match self {
             Refusal::SpoofedSource { port, source, own } => write!(
                 f,
                 "switch port {}: frame from source address {}, not the NIC's own {}; dropped (a VM may send only from its own MAC)",
                 port.0,
-                mac(source),
-                mac(own)
+                Mac(source),
+                Mac(own)
             ),
             Refusal::NotConnected { port } => write!(f, "switch port {}: no NIC is connected; frame dropped", port.0),
         }
