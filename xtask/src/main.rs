@@ -438,9 +438,9 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
     };
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
-    let (samples, errors) = soak::run(&images::workspace_root(), minutes)?;
-    let verdict = soak::verdict(&samples, &errors);
-    print!("{}", soak::report(&samples, &errors, &verdict));
+    let run = soak::run(&images::workspace_root(), minutes)?;
+    let verdict = soak::verdict(&run.samples, &run.work, &run.errors);
+    print!("{}", soak::report(&run.samples, &run.work, &run.errors, &verdict));
     verdict.map_err(|e| XtaskError::Build(format!("soak: {e}")))
 }
 

@@ -23,6 +23,8 @@ pub struct Sample {
 pub const WARM_UP_SECONDS: u64 = 120;
 /// What the heap may grow by after the warm-up: frames in flight when a sample is taken.
 pub const GROWTH_ALLOWED_KIB: u64 = 256;
+/// Exits each VM must make during the run for its workload to count as running.
+pub const MIN_EXITS: u64 = 10_000;
 const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 /// Written by a workload when a command fails; the shell sees it typed as `SOAK-""ERROR`,
 /// so the echo of the typed line does not match.
@@ -45,23 +47,40 @@ fn workload(network: &str) -> String {
     )
 }
 
+/// Each VM's exits in a `list` output: (name, exits), from lines `vmN NAME: ...; E exits, ...`.
+pub fn exits(list: &str) -> Vec<(String, u64)> {
+    list.lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("vm")?;
+            let (_, rest) = rest.split_once(' ')?;
+            let (name, rest) = rest.split_once(": ")?;
+            let (_, counts) = rest.split_once("; ")?;
+            Some((name.to_string(), counts.split_once(" exits")?.0.parse().ok()?))
+        })
+        .collect()
+}
+
 /// The KiB in use of the last `heap: N KiB of M KiB in use` line of `text`.
 pub fn parse_heap(text: &str) -> Option<u64> {
     text.lines().rev().find_map(|l| l.trim().strip_prefix("heap: ")?.split_once(" KiB of ")?.0.parse().ok())
 }
 
 /// Lines of the console that say something went wrong: a workload's error mark, a panic,
-/// a failed check, a VM that ended, an I/O error a guest kernel logged.
+/// a failed check, a VM that ended in failure, an I/O error a guest kernel logged.
 pub fn errors(console: &str) -> Vec<String> {
-    const SIGNS: [&str; 6] = [ERROR_MARK, "panic", "not ok", " ended: ", "I/O error", "Oops"];
+    const SIGNS: [&str; 6] = [ERROR_MARK, "panic", "not ok", "(failed)", "I/O error", "Oops"];
     console.lines().filter(|l| SIGNS.iter().any(|s| l.contains(s))).map(str::to_string).collect()
 }
 
-/// Whether the run passed: no error line, samples after the warm-up, and the last of them no
-/// more than `GROWTH_ALLOWED_KIB` above the first.
-pub fn verdict(samples: &[Sample], errors: &[String]) -> Result<(), String> {
+/// Whether the run passed: no error line, every VM busy (its exits grew by at least
+/// `MIN_EXITS` during the run: the workloads ran), samples after the warm-up, and the last of
+/// them no more than `GROWTH_ALLOWED_KIB` above the first.
+pub fn verdict(samples: &[Sample], work: &[(String, u64)], errors: &[String]) -> Result<(), String> {
     if let Some(first) = errors.first() {
         return Err(format!("{} error line(s), the first: {first}", errors.len()));
+    }
+    if let Some((idle, n)) = work.iter().find(|(_, n)| *n < MIN_EXITS) {
+        return Err(format!("VM {idle} made only {n} exits during the run: its workload did not run"));
     }
     let settled: Vec<&Sample> = samples.iter().filter(|s| s.seconds >= WARM_UP_SECONDS).collect();
     let (Some(first), Some(last)) = (settled.first(), settled.last()) else {
@@ -78,10 +97,13 @@ pub fn verdict(samples: &[Sample], errors: &[String]) -> Result<(), String> {
 }
 
 /// The table `cargo xtask soak` prints.
-pub fn report(samples: &[Sample], errors: &[String], verdict: &Result<(), String>) -> String {
+pub fn report(samples: &[Sample], work: &[(String, u64)], errors: &[String], verdict: &Result<(), String>) -> String {
     let mut out = String::from("seconds   heap KiB\n");
     for s in samples {
         out.push_str(&format!("{:>7}   {:>8}\n", s.seconds, s.heap_kib));
+    }
+    for (vm, n) in work {
+        out.push_str(&format!("{vm}: {n} exits during the run\n"));
     }
     let max = samples.iter().map(|s| s.heap_kib).max().unwrap_or(0);
     out.push_str(&format!("samples {}, heap at most {max} KiB, error lines {}\n", samples.len(), errors.len()));
@@ -104,7 +126,14 @@ fn wait(s: &mut Session, text: &str, within: Duration) -> Result<String, XtaskEr
 }
 
 /// Boots the three VMs, starts their workloads, samples the heap every 30 s for `minutes`.
-pub fn run(root: &Path, minutes: u64) -> Result<(Vec<Sample>, Vec<String>), XtaskError> {
+/// What a run saw: the heap samples, each VM's exits during it, and the error lines.
+pub struct Soak {
+    pub samples: Vec<Sample>,
+    pub work: Vec<(String, u64)>,
+    pub errors: Vec<String>,
+}
+
+pub fn run(root: &Path, minutes: u64) -> Result<Soak, XtaskError> {
     let manifest = Manifest::load(&root.join("manifests").join("three-vms.toml"), &mut || {
         let linux = linux_guest::debian_arm64()?;
         Ok(DebianGuest { kernel: linux.kernel, initrd: linux.initrd })
@@ -140,10 +169,12 @@ pub fn run(root: &Path, minutes: u64) -> Result<(Vec<Sample>, Vec<String>), Xtas
     }
     let start = Instant::now();
     let mut samples = Vec::new();
+    let (mut first_list, mut last_list) = (None, String::new());
     while start.elapsed() < length {
         std::thread::sleep(SAMPLE_EVERY.min(length.saturating_sub(start.elapsed())));
         console_command(&mut s, "list")?;
-        wait(&mut s, "heap: ", Duration::from_secs(60))?;
+        last_list = wait(&mut s, "heap: ", Duration::from_secs(60))?;
+        first_list.get_or_insert_with(|| last_list.clone());
         let kib = wait(&mut s, " KiB of", Duration::from_secs(60))?;
         let heap_kib =
             kib.trim().parse().map_err(|_| XtaskError::Tool(format!("soak: cannot read the heap from {kib:?}")))?;
@@ -151,8 +182,23 @@ pub fn run(root: &Path, minutes: u64) -> Result<(Vec<Sample>, Vec<String>), Xtas
         step(&format!("soak: {} s, heap {} KiB in use", sample.seconds, sample.heap_kib));
         samples.push(sample);
     }
+    let before = exits(first_list.as_deref().unwrap_or(""));
+    let work = exits(&last_list)
+        .into_iter()
+        .map(|(vm, n)| {
+            let earlier = before.iter().find(|(v, _)| *v == vm).map_or(0, |(_, e)| *e);
+            (vm, n.saturating_sub(earlier))
+        })
+        .collect();
+    // Every VM powers off: the hypervisor ends, and QEMU with it.
+    for (vm, _) in WORKLOADS {
+        console_command(&mut s, &format!("focus {vm}"))?;
+        wait(&mut s, "console input goes to vm", Duration::from_secs(60))?;
+        s.send_line("poweroff").map_err(XtaskError::Tool)?;
+        wait(&mut s, &format!(" {vm} ended: "), Duration::from_secs(120))?;
+    }
     let out = s.finish();
-    Ok((samples, errors(&out.console)))
+    Ok(Soak { samples, work, errors: errors(&out.console) })
 }
 
 #[cfg(test)]
@@ -174,6 +220,7 @@ mod tests {
         );
         let found = errors(&console);
         assert_eq!(found.len(), 3, "{found:?}");
+        assert!(errors("hypervisor: vm0 web ended: PoweredOff (clean)").is_empty(), "a clean end is no error");
         assert!(found[0].ends_with("SOAK-ERROR ping"));
     }
 
@@ -182,13 +229,26 @@ mod tests {
         let samples = |kib: &[u64]| -> Vec<Sample> {
             kib.iter().enumerate().map(|(i, &k)| Sample { seconds: 30 * i as u64, heap_kib: k }).collect()
         };
+        let busy = [("web".to_string(), 50_000), ("db".to_string(), 40_000)];
         let steady = samples(&[100, 900, 1000, 1100, 1010, 1050, 1200]);
-        assert_eq!(verdict(&steady, &[]), Ok(()), "warm-up growth and noise within the bound");
+        assert_eq!(verdict(&steady, &busy, &[]), Ok(()), "warm-up growth and noise within the bound");
         let leaking = samples(&[100, 900, 1000, 1100, 1400, 1700, 2000]);
-        assert!(verdict(&leaking, &[]).unwrap_err().contains("grew by 600 KiB"));
-        assert!(verdict(&samples(&[100, 200]), &[]).unwrap_err().contains("warm-up"));
-        assert!(verdict(&steady, &["web | SOAK-ERROR http".into()]).unwrap_err().contains("1 error line"));
-        let table = report(&steady, &[], &verdict(&steady, &[]));
+        assert!(verdict(&leaking, &busy, &[]).unwrap_err().contains("grew by 600 KiB"));
+        assert!(verdict(&samples(&[100, 200]), &busy, &[]).unwrap_err().contains("warm-up"));
+        assert!(verdict(&steady, &busy, &["web | SOAK-ERROR http".into()]).unwrap_err().contains("1 error line"));
+        let idle = [("web".to_string(), 50_000), ("db".to_string(), 12)];
+        assert!(verdict(&steady, &idle, &[]).unwrap_err().contains("VM db made only 12 exits"));
+        let table = report(&steady, &busy, &[], &verdict(&steady, &busy, &[]));
         assert!(table.contains("verdict: passed") && table.contains("heap at most 1200 KiB"), "{table}");
+        assert!(table.contains("web: 50000 exits during the run"), "{table}");
+    }
+
+    #[test]
+    fn exits_are_read_per_vm_from_a_list() {
+        let list =
+            "vm0 web: running, 1 vCPU(s) pinned on CPUs [0], 256 MiB, has the console; 1234 exits, data-abort 1000\n\
+                    vm1 db: running, 1 vCPU(s) shared on CPUs [2], 256 MiB; 77 exits\n\
+                    vm2 batch: destroyed, 2 vCPU(s) shared on CPUs [2, 3], 256 MiB\n";
+        assert_eq!(exits(list), [("web".to_string(), 1234), ("db".to_string(), 77)]);
     }
 }
