@@ -95,6 +95,13 @@ pub fn run(root: &Path, targets: &[String], budget: Budget) -> Result<Vec<FuzzRe
             rate: stat(&log, "average_exec_per_sec").unwrap_or(0),
             crash: (!out.status.success()).then(|| crash_file(&log).unwrap_or_else(|| last_lines(&log, 20))),
         };
+        // Said as each target ends: a long run stopped part way keeps what it found.
+        step(&format!(
+            "{target}: {} executions in {:.0} s{}",
+            result.executions,
+            result.seconds,
+            if result.crash.is_some() { ", FAILED" } else { ", no failure" }
+        ));
         results.push(result);
     }
     Ok(results)
