@@ -16,7 +16,7 @@ const READ_BACK: usize = 0x4120_0000;
 const CANARY: usize = 0x4130_0000;
 const CANARY_LEN: usize = 1 << 20;
 /// As long as the hostile guest needs (the test checks it finished first).
-const WATCH_MS: u64 = 25_000;
+const WATCH_MS: u64 = 60_000;
 const CHUNK: u32 = 64 * 1024;
 const CHUNKS: u64 = 16;
 
