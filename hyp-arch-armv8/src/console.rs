@@ -4,9 +4,8 @@
 
 use core::fmt;
 use core::ptr::{read_volatile, write_volatile};
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
-use alloc::sync::Arc;
 use hyp_core::console_lines::{HostConsole, Transmit, VmConsoleLines};
 use hyp_core::pl011::ConsoleOutput;
 use spin::Mutex;
@@ -122,43 +121,11 @@ impl VmConsole {
 
 impl ConsoleOutput for VmConsole {
     fn put(&mut self, byte: u8) {
-        let interactive = crate::input::has_focus(self.0.vm());
+        let interactive = crate::input::FOCUS.is(self.0.vm());
         self.0.put(byte, interactive, |print| {
             if let Some(console) = CONSOLE.lock().as_mut() {
                 print(console);
             }
         });
-    }
-}
-
-/// Which of a VM's two consoles (its PL011 and its virtio console) the guest wrote to last:
-/// what the user types goes there, to the console the guest's shell is on. Feeding both
-/// would hand a reader of the other one everything typed for the shell.
-#[derive(Clone, Default)]
-pub struct ConsoleChoice(Arc<AtomicBool>);
-
-impl ConsoleChoice {
-    pub fn virtio_is_active(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-/// A VM console output that marks itself as the one the guest uses.
-pub struct TrackedConsole {
-    out: VmConsole,
-    choice: ConsoleChoice,
-    is_virtio: bool,
-}
-
-impl TrackedConsole {
-    pub fn new(out: VmConsole, choice: &ConsoleChoice, is_virtio: bool) -> Self {
-        TrackedConsole { out, choice: choice.clone(), is_virtio }
-    }
-}
-
-impl ConsoleOutput for TrackedConsole {
-    fn put(&mut self, byte: u8) {
-        self.choice.0.store(self.is_virtio, Ordering::Relaxed);
-        self.out.put(byte);
     }
 }

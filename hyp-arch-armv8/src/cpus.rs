@@ -99,7 +99,7 @@ pub fn drain_interrupts() {
         } else if crate::network::is_uplink_interrupt(intid) {
             crate::network::uplink_interrupt();
         } else if intid == crate::board_ppis()[2] {
-            crate::scheduling::timer_fired(current_index(), crate::vm::wake_waiting);
+            crate::arch::SCHEDULING.timer_fired(current_index(), crate::vm::wake_waiting);
         }
         crate::gic::end_of_interrupt(iar);
     }

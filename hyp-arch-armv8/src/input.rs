@@ -3,17 +3,18 @@
 //! until Ctrl-] opens the management console's command line (`hyp_core::management`,
 //! carried out by `manage`).
 
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 use hyp_core::management::{Action, ConsoleMux};
+use hyp_runtime::focus::Focus;
 use spin::Mutex;
 
 use crate::console;
 
 /// The board UART's interrupt, once console input is on (0: off).
 static UART_INTID: AtomicU32 = AtomicU32::new(0);
-/// The VM (by index) that receives console input.
-static FOCUS: AtomicUsize = AtomicUsize::new(0);
+/// The VM that receives console input.
+pub static FOCUS: Focus = Focus::new();
 static MUX: Mutex<ConsoleMux> = Mutex::new(ConsoleMux { line: None });
 
 /// Turns console input on: the UART's interrupt `intid` goes to the CPU with this index and
@@ -22,16 +23,6 @@ pub fn enable(intid: u32, cpu: usize, mpidr: u64) {
     UART_INTID.store(intid, Ordering::Release);
     crate::gic::enable_spi(intid, cpu, mpidr);
     console::enable_input();
-}
-
-/// Whether VM `vm` (by index) has the input focus: its console is interactive.
-pub fn has_focus(vm: usize) -> bool {
-    FOCUS.load(Ordering::Relaxed) == vm
-}
-
-/// Console input goes to VM `vm` from now on.
-pub fn set_focus(vm: usize) {
-    FOCUS.store(vm, Ordering::Relaxed);
 }
 
 /// Whether physical interrupt `intid` is the UART's.
@@ -50,7 +41,7 @@ pub fn uart_interrupt() {
         for action in actions {
             match action {
                 Action::ToVm(bytes) => {
-                    if let Some(vm) = crate::vm_at(FOCUS.load(Ordering::Relaxed)) {
+                    if let Some(vm) = crate::vm_at(FOCUS.get()) {
                         vm.console_input(&bytes);
                     }
                 }

@@ -5,6 +5,7 @@
 
 extern crate alloc;
 
+mod arch;
 mod boot;
 #[macro_use]
 mod console;
@@ -14,7 +15,6 @@ mod exceptions;
 mod fault_test;
 mod firmware;
 mod gic;
-mod guest_gic;
 mod host_virtio;
 mod ich;
 mod input;
@@ -24,7 +24,6 @@ mod memory;
 mod mmu;
 mod network;
 mod passthrough;
-mod scheduling;
 mod vcpu_state;
 mod vdev;
 mod vm;
@@ -33,13 +32,16 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::arch::{Aarch64, SCHEDULING};
 use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, VmSpec, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
 use hyp_core::fdt::FdtError;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
-use sched::{Policy, VcpuRef};
+use hyp_runtime::placement::{place_vcpus, Home};
+use hyp_runtime::scheduling::vcpu_ref;
+use hyp_runtime::Arch;
 use spin::Once;
 use stage2::TableFormat;
 
@@ -74,7 +76,7 @@ struct VmFactory {
     gic_v3: bool,
     /// Each VM's passthrough devices, with their region and interrupt capabilities (by VM
     /// index).
-    passthrough: Vec<Vec<passthrough::PassthroughDevice>>,
+    passthrough: Vec<Vec<hyp_runtime::passthrough::PassthroughDevice>>,
     /// Where each VM's random seeds come from (none if the board gave the hypervisor none).
     seeds: Option<spin::Mutex<hyp_core::entropy::SeedSource>>,
 }
@@ -230,7 +232,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     });
     // Passthrough devices: their windows become device regions and their SPIs interrupts,
     // from the board's device tree (never from untyped memory).
-    let passthrough = match passthrough::from_board(&mut caps, bundle.vms(), &board_devices) {
+    let passthrough = match hyp_runtime::passthrough::from_board(&mut caps, bundle.vms(), &board_devices) {
         Ok(p) => p,
         Err(e) => halt(format_args!("boot bundle: {e}")),
     };
@@ -271,7 +273,9 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
     }
     let specs: Vec<VmSpec<'static>> = vms.iter().map(|vm| vm.spec).collect();
-    let homes = match place_vcpus(&specs, me, fault_cpu, platform.cpus.len()) {
+    let usable = |cpu| cpus::is_online(cpu) && Some(cpu) != fault_cpu;
+    let ticks_per_us = Aarch64::counter_frequency() / 1_000_000;
+    let homes = match place_vcpus(&specs, me, platform.cpus.len(), usable, ticks_per_us) {
         Ok(homes) => homes,
         Err(e) => halt(e),
     };
@@ -287,15 +291,15 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
         None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
     }
-    scheduling::init(platform.cpus.len());
-    for (v, cpu, policy) in homes {
-        if let Err(e) = scheduling::add(v, cpu, policy) {
+    SCHEDULING.init(platform.cpus.len());
+    for Home { vcpu: v, cpu, policy } in homes {
+        if let Err(e) = SCHEDULING.add(v, cpu, policy) {
             let name = vms.get(usize::from(v.vm)).map_or("?", |s| s.spec.name);
             halt(format_args!("vm{} {name} vCPU {}: {e}", v.vm, v.vcpu));
         }
     }
     for (i, vm) in vms.iter().enumerate() {
-        if let Err(e) = scheduling::start(scheduling::vcpu_ref(i, 0)) {
+        if let Err(e) = SCHEDULING.start(vcpu_ref(i, 0)) {
             halt(format_args!("vm{i} {}: {e}", vm.spec.name));
         }
     }
@@ -315,60 +319,6 @@ pub(crate) static LIST_REGISTERS: Once<ListRegisterFile> = Once::new();
 
 pub(crate) fn board_ppis() -> [u32; 3] {
     PPIS.get().copied().unwrap_or([25, 27, 26])
-}
-
-/// Where each vCPU runs: on the CPUs its manifest entry names, pinned or sharing them; a VM
-/// that names none has each vCPU pinned to a CPU no VM named (every such VM's vCPU 0 first,
-/// vm0's on this CPU). Says what is wrong when a CPU cannot run what it is given.
-fn place_vcpus(
-    vms: &[VmSpec<'static>],
-    me: usize,
-    fault_cpu: Option<usize>,
-    cpus: usize,
-) -> Result<Vec<(VcpuRef, usize, Policy)>, alloc::string::String> {
-    let ticks_per_us = exceptions::sysreg!("cntfrq_el0") / 1_000_000;
-    let mut homes = Vec::new();
-    let mut named = Vec::new();
-    for (i, spec) in vms.iter().enumerate() {
-        let placement = spec.placement;
-        let policy = match placement.time_slice_us() {
-            Some(us) => Policy::Shared { slice: (u64::from(us) * ticks_per_us).max(1) },
-            None => Policy::Pinned,
-        };
-        for v in 0..spec.vcpus as usize {
-            let Some(cpu) = placement.cpu_of(v).map(|c| c as usize) else { continue };
-            if !cpus::is_online(cpu) || Some(cpu) == fault_cpu {
-                return Err(alloc::format!("vm{i} {}: vCPU {v}: cpu{cpu} is not online", spec.name));
-            }
-            homes.push((scheduling::vcpu_ref(i, v), cpu, policy));
-            named.push(cpu);
-        }
-    }
-    let free: Vec<usize> = core::iter::once(me)
-        .chain(0..cpus)
-        .filter(|&c| cpus::is_online(c) && Some(c) != fault_cpu && !named.contains(&c))
-        .fold(Vec::new(), |mut list, c| {
-            if !list.contains(&c) {
-                list.push(c);
-            }
-            list
-        });
-    let mut unplaced: Vec<(usize, usize)> = vms
-        .iter()
-        .enumerate()
-        .filter(|(_, spec)| spec.placement.cpu_of(0).is_none())
-        .flat_map(|(i, spec)| (0..spec.vcpus as usize).map(move |v| (v, i)))
-        .collect();
-    unplaced.sort_by_key(|&(v, i)| (v != 0, i, v));
-    if unplaced.len() > free.len() {
-        return Err(alloc::format!(
-            "the VMs without `cpus` have {} vCPUs but only {} CPUs are free for them: each is pinned to a CPU of its own",
-            unplaced.len(),
-            free.len()
-        ));
-    }
-    homes.extend(unplaced.iter().zip(&free).map(|(&(v, i), &cpu)| (scheduling::vcpu_ref(i, v), cpu, Policy::Pinned)));
-    Ok(homes)
 }
 
 /// Removes `[base, base + size)` from the front of the untyped range that starts there.
@@ -479,15 +429,15 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             }
             continue;
         }
-        let decision = scheduling::pick(cpu);
+        let decision = SCHEDULING.pick(cpu);
         let Some(v) = decision.run else {
             // Only blocked vCPUs' timers can need this CPU now.
-            scheduling::program_timer(cpu, None);
+            SCHEDULING.program_timer(cpu, None);
             cpus::idle();
             continue;
         };
         let Some(vm) = vm_at(usize::from(v.vm)) else {
-            let _ = scheduling::stop(v);
+            let _ = SCHEDULING.stop(v);
             continue;
         };
         match vm.run_vcpu(usize::from(v.vcpu), cpu, &decision) {
@@ -495,7 +445,7 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
             VcpuExit::VmEnded(EndReason::Reset) => {
                 // This CPU stopped the VM's last vCPU: it reboots the VM, from vCPU 0.
                 vm.reset(FACTORY.get().and_then(|factory| next_seeds(factory, vm.id)));
-                if let Err(e) = scheduling::start(scheduling::vcpu_ref(vm.id, 0)) {
+                if let Err(e) = SCHEDULING.start(vcpu_ref(vm.id, 0)) {
                     println!("hypervisor: vm{} {}: cannot restart: {e}", vm.id, vm.spec.name);
                 }
             }
@@ -560,7 +510,7 @@ fn recreate(id: usize) -> Result<(), alloc::string::String> {
     let vm = create_vm(id, slot.spec)?;
     vm.load();
     *slot.vm.lock() = Some(Arc::new(vm));
-    scheduling::start(scheduling::vcpu_ref(id, 0)).map_err(|e| alloc::format!("vm{id} {}: {e}", slot.spec.name))
+    SCHEDULING.start(vcpu_ref(id, 0)).map_err(|e| alloc::format!("vm{id} {}: {e}", slot.spec.name))
 }
 
 /// A destroyed VM created again by the console (it counts as running again).

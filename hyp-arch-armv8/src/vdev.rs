@@ -22,8 +22,9 @@ use vdev_virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 use vdev_virtio::net::{NetBackend, VirtioNet};
 use vdev_virtio::transport::{RegisterError, VirtioMmio};
 
-use crate::console::TrackedConsole;
+use crate::console::VmConsole;
 use crate::host_virtio;
+use hyp_runtime::focus::TrackedConsole;
 
 /// A VM's RAM as its devices see it: IPAs checked against the one RAM region its
 /// capabilities map, then reached through the hypervisor's identity map.
@@ -198,7 +199,7 @@ impl NetBackend for SwitchPort {
 }
 
 /// A VM's virtio console: what the guest writes goes to its console beside the PL011's.
-pub struct ConsoleBridge(pub TrackedConsole);
+pub struct ConsoleBridge(pub TrackedConsole<VmConsole>);
 
 impl ConsoleBackend for ConsoleBridge {
     fn write(&mut self, bytes: &[u8]) {

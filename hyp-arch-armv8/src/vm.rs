@@ -29,17 +29,21 @@ use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
 
-use crate::console::{ConsoleChoice, TrackedConsole, VmConsole};
+use crate::arch::SPI_OWNERS;
+use crate::arch::{Aarch64, SCHEDULING};
+use crate::console::VmConsole;
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
-use crate::guest_gic::{SharedVgic, VgicHandle};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
-use crate::passthrough::{PassthroughDevice, PassthroughSpi};
-use crate::scheduling;
 use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SlotSetup, SwitchPort, VirtioSlot, Window};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
+use hyp_runtime::focus::{ConsoleChoice, TrackedConsole};
+use hyp_runtime::passthrough::{PassthroughDevice, PassthroughSpi};
+use hyp_runtime::scheduling::vcpu_ref;
+use hyp_runtime::shared_vgic::VgicHandle;
+use hyp_runtime::Arch;
 use sched::Decision;
 use vdev_virtio::block::VirtioBlock;
 use vdev_virtio::console::VirtioConsole;
@@ -57,6 +61,8 @@ const GUEST_GICC_IPA: u64 = 0x0801_0000;
 const _: () = assert!(GUEST_GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 <= GUEST_UART_IPA);
 /// SPIs each VM's GIC has: INTIDs 32..127 (the UART is SPI 1, virtio from SPI 16).
 const GUEST_SPIS: usize = 96;
+/// A VM's virtual GIC, shared by the CPUs its vCPUs run on.
+type SharedVgic = hyp_runtime::shared_vgic::SharedVgic<Aarch64>;
 /// The virtual timer's PPI, the same INTID for the guest and the board (DESIGN.md).
 const VTIMER_PPI: u32 = 27;
 const GUEST_UART_SIZE: u64 = 0x1000;
@@ -384,7 +390,7 @@ impl Vm {
         let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis };
         let mut distributor = Distributor::new(vgic_config).map_err(VmError::Vgic)?;
         map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
-        let vgic: SharedVgic = Arc::new(VgicHandle::new(id, distributor));
+        let vgic: SharedVgic = Arc::new(VgicHandle::new(id, distributor, &SCHEDULING));
         let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + GUEST_UART_SPI) };
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(VmConsole::new(id, spec.name), &console_choice, false);
@@ -458,7 +464,7 @@ impl Vm {
                 device.name,
                 device.reg,
                 device.reg.base,
-                crate::passthrough::spi_list(&device.spis)
+                hyp_runtime::passthrough::spi_list(&device.spis)
             );
         }
         // Off until the VM runs: configured as the board says, nothing left pending or active.
@@ -466,7 +472,7 @@ impl Vm {
             crate::gic::disable_spi(spi.intid);
             crate::gic::clear_spi(spi.intid);
             crate::gic::configure_spi(spi.intid, spi.edge());
-            crate::passthrough::claim(spi.intid, id);
+            SPI_OWNERS.claim(spi.intid, id);
         }
         Ok(vm)
     }
@@ -637,8 +643,8 @@ impl Vm {
                 crate::gic::end_of_interrupt(iar);
             } else if intid == crate::board_ppis()[2] {
                 self.count_exit(vcpu, ExitReason::SliceEnd);
-                scheduling::timer_fired(crate::cpus::current_index(), wake_waiting);
-                scheduling::request_reschedule(crate::cpus::current_index());
+                SCHEDULING.timer_fired(crate::cpus::current_index(), wake_waiting);
+                SCHEDULING.request_reschedule(crate::cpus::current_index());
                 crate::gic::end_of_interrupt(iar);
             } else {
                 let maintenance = intid == crate::board_ppis()[0];
@@ -687,7 +693,7 @@ impl Vm {
     pub fn release_passthrough(&self) {
         for spi in &self.passthrough_spis {
             crate::gic::disable_spi(spi.intid);
-            crate::passthrough::release(spi.intid);
+            SPI_OWNERS.release(spi.intid);
             crate::gic::clear_spi(spi.intid);
             println!(
                 "hypervisor: vm{} {}: passthrough SPI INTID {} disabled and deactivated (enabled: {})",
@@ -728,18 +734,18 @@ impl Vm {
     /// A trapped WFI of a vCPU that shares its CPU: unless an interrupt is pending for it,
     /// it waits off the CPU, woken by an interrupt or by its virtual timer.
     fn wait_for_interrupt(&self, vcpu: usize, here: &mut OnCpu, resume: Resume) -> Option<VcpuExit> {
-        let v = scheduling::vcpu_ref(self.id, vcpu);
+        let v = vcpu_ref(self.id, vcpu);
         let timer =
             (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(self.cntvoff));
-        if timer.is_some_and(|deadline| deadline <= scheduling::now()) {
+        if timer.is_some_and(|deadline| deadline <= Aarch64::now()) {
             return None;
         }
         let waiting = &self.vgic.waiting[vcpu];
-        if !scheduling::block(v, waiting, || self.vgic.vgic.lock().has_pending(vcpu)) {
+        if !SCHEDULING.block(v, waiting, || self.vgic.vgic.lock().has_pending(vcpu)) {
             return None;
         }
         if let Some(deadline) = timer {
-            scheduling::wake_at(crate::cpus::current_index(), v, deadline);
+            SCHEDULING.wake_at(crate::cpus::current_index(), v, deadline);
         }
         Some(self.deschedule(vcpu, here, resume))
     }
@@ -817,7 +823,7 @@ impl Vm {
     /// and the VM's power state learn it.
     fn stop(&self, vcpu: usize, here: &mut OnCpu) -> VcpuExit {
         self.leave_cpu(vcpu, here, None);
-        if let Err(e) = scheduling::stop(scheduling::vcpu_ref(self.id, vcpu)) {
+        if let Err(e) = SCHEDULING.stop(vcpu_ref(self.id, vcpu)) {
             vm_log!(self, vcpu, "the scheduler does not know this vCPU: {e}");
         }
         match self.power.lock().stopped(vcpu) {
@@ -918,7 +924,7 @@ impl Vm {
             }
         };
         here.follow_debug();
-        scheduling::program_timer(cpu, decision.until);
+        SCHEDULING.program_timer(cpu, decision.until);
         let no_counts = ExitCounts::default();
         let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
         // The virtual timer's PPI is the physical one, deactivated by the guest.
@@ -952,7 +958,7 @@ impl Vm {
                     exits.record_sync(exit.syndrome);
                     // WFE (ISS.TI = 1) of a shared vCPU: its turn ends (lock-holder preemption).
                     if shared && exit.syndrome.class() == ExceptionClass::WFX && exit.syndrome.iss() & 0b11 == 1 {
-                        scheduling::yield_now(cpu, scheduling::vcpu_ref(self.id, vcpu));
+                        SCHEDULING.yield_now(cpu, vcpu_ref(self.id, vcpu));
                     }
                     let mut sysregs = VcpuSysRegs { vm: self, debug: &mut here.debug };
                     let (outcome, incident) =
@@ -1027,13 +1033,13 @@ impl Vm {
                 }
             }
             // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
-            if shared && scheduling::take_reschedule(cpu) {
-                let next = scheduling::tick(cpu);
-                if next.run != Some(scheduling::vcpu_ref(self.id, vcpu)) {
+            if shared && SCHEDULING.take_reschedule(cpu) {
+                let next = SCHEDULING.tick(cpu);
+                if next.run != Some(vcpu_ref(self.id, vcpu)) {
                     let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
                     return self.deschedule(vcpu, &mut here, resume);
                 }
-                scheduling::program_timer(cpu, next.until);
+                SCHEDULING.program_timer(cpu, next.until);
             }
         }
     }
@@ -1060,7 +1066,7 @@ impl Vm {
                 let start = self.power.lock().cpu_on(target_mpidr, entry, context);
                 ctx.x[0] = match start {
                     Err(status) => status,
-                    Ok(start) => match scheduling::start(scheduling::vcpu_ref(self.id, start.vcpu)) {
+                    Ok(start) => match SCHEDULING.start(vcpu_ref(self.id, start.vcpu)) {
                         Ok(()) => psci_status::SUCCESS,
                         Err(e) => {
                             self.power.lock().stopped(start.vcpu);
@@ -1164,7 +1170,7 @@ impl IdRegisters for HardwareIdRegisters {
 /// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit): the first
 /// lines in full, then one a second with the count of those left out.
 pub(crate) fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>) {
-    match limit.admit(scheduling::now(), sysreg!("cntfrq_el0")) {
+    match limit.admit(Aarch64::now(), sysreg!("cntfrq_el0")) {
         Admit::Print => println!("{line}"),
         Admit::PrintAfter { left_out } => println!("{line} ({left_out} earlier line(s) of this VM left out)"),
         Admit::LeaveOut => {}
@@ -1372,7 +1378,7 @@ fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
 pub(crate) fn wake_waiting(v: sched::VcpuRef) {
     if let Some(vm) = crate::vm_at(usize::from(v.vm)) {
         if let Some(flag) = vm.vgic.waiting.get(usize::from(v.vcpu)) {
-            scheduling::wake(v, flag);
+            SCHEDULING.wake(v, flag);
         }
     }
 }

@@ -15,6 +15,7 @@
 //!   vCPU's breakpoints, watchpoints and software step off, as the architecture says;
 //! - the claim tags; no external debugger (the DCC registers read as zero, writes are
 //!   ignored; MDRAR_EL1 says there is no ROM table).
+//!
 //! A vCPU starts with everything off and the OS lock unlocked (the architecture leaves a
 //! cold reset's OS lock IMPLEMENTATION DEFINED-ly set; an unlocked lock is what KVM gives
 //! and what a guest that never touches debug expects).

@@ -379,13 +379,12 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_qemu()?;
     let root = images::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    step("host tests: cargo test (hyp-core, stage2, vgic, vdev-virtio, sched, xtask)");
+    step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev-virtio, sched, xtask)");
     run(Command::new(&cargo).current_dir(&root).arg("test"))?;
     step("the logic crates build for aarch64-unknown-none (no_std)");
-    run(Command::new(&cargo)
-        .current_dir(&root)
-        .args(["build", "--quiet", "--target", images::AARCH64_TARGET])
-        .args(["-p", "hyp-core", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"]))?;
+    run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET]).args(
+        ["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"],
+    ))?;
     step(&format!("fuzzing: a short pass of every target ({FUZZ_SECONDS_IN_TEST} s each; docs/fuzzing.md)"));
     fuzz::ensure_tools()?;
     let results = fuzz::run(&root, &[], fuzz::Budget::Seconds(FUZZ_SECONDS_IN_TEST))?;

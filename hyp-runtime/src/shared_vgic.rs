@@ -3,19 +3,24 @@
 //! and the guest's trapped accesses to the distributor and redistributor windows.
 
 use alloc::sync::Arc;
-
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use hyp_core::mmio::MmioError;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
 use vgic::{AccessError, Distributor, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
 
+use crate::arch::Arch;
+use crate::scheduling::{vcpu_ref, Scheduling};
+
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
-pub struct VgicHandle {
+pub struct VgicHandle<A: Arch> {
     pub vgic: Mutex<Distributor>,
     /// The VM (its index), for the scheduler.
     vm: usize,
+    /// The scheduler that wakes its vCPUs waiting for an interrupt.
+    scheduling: &'static Scheduling<A>,
     hints: [AtomicBool; MAX_VCPUS],
     /// The physical CPU each vCPU runs on (usize::MAX: none), to kick it.
     pub running_on: [AtomicUsize; MAX_VCPUS],
@@ -23,11 +28,12 @@ pub struct VgicHandle {
     pub waiting: [AtomicBool; MAX_VCPUS],
 }
 
-impl VgicHandle {
-    pub fn new(vm: usize, vgic: Distributor) -> Self {
+impl<A: Arch> VgicHandle<A> {
+    pub fn new(vm: usize, vgic: Distributor, scheduling: &'static Scheduling<A>) -> Self {
         VgicHandle {
             vgic: Mutex::new(vgic),
             vm,
+            scheduling,
             hints: [const { AtomicBool::new(false) }; MAX_VCPUS],
             running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
@@ -40,10 +46,10 @@ impl VgicHandle {
     pub fn kick(&self, mask: u32) {
         for v in VcpuMask(u64::from(mask)).iter() {
             let (Some(waiting), Some(cpu)) = (self.waiting.get(v), self.running_on.get(v)) else { return };
-            crate::scheduling::wake(crate::scheduling::vcpu_ref(self.vm, v), waiting);
+            self.scheduling.wake(vcpu_ref(self.vm, v), waiting);
             let cpu = cpu.load(Ordering::Acquire);
-            if cpu != usize::MAX && cpu != crate::cpus::current_index() {
-                crate::cpus::kick(cpu);
+            if cpu != usize::MAX && cpu != A::current_cpu() {
+                A::kick_cpu(cpu);
             }
         }
     }
@@ -59,7 +65,7 @@ impl VgicHandle {
     }
 }
 
-pub type SharedVgic = Arc<VgicHandle>;
+pub type SharedVgic<A> = Arc<VgicHandle<A>>;
 
 fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
     match e {
@@ -72,9 +78,9 @@ fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
 }
 
 /// The guest's accesses to its vGIC's windows, which the VM's data-abort path sends here
-/// directly (`vm::GuestMmio`): GICD, banked per accessing vCPU where the GIC version banks
-/// registers, and GICR, one RD and one SGI frame per vCPU in vCPU order.
-impl VgicHandle {
+/// directly (the VM's `GuestMmio`): GICD, banked per accessing vCPU where the GIC version
+/// banks registers, and GICR, one RD and one SGI frame per vCPU in vCPU order.
+impl<A: Arch> VgicHandle<A> {
     pub fn read_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.vgic.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }

@@ -1,0 +1,30 @@
+//! The seam between the runtime and the CPU architecture it runs on (docs/architecture.md,
+//! "The two traits").
+//!
+//! An image has one architecture, so the trait has associated functions, not methods: the
+//! runtime's types take it as a type parameter (`Scheduling<A>`, `SharedVgic<A>`) and every
+//! call is resolved when the image is built, costing what a direct call costs. Each function
+//! is one the runtime cannot do without and cannot do itself: it names a register, an
+//! instruction or an interrupt controller. `hyp-arch-armv8` implements it for AArch64 at
+//! EL2; the runtime's host tests implement it with a fake whose CPUs are threads.
+
+/// What the runtime asks of the architecture.
+pub trait Arch: 'static {
+    /// The index of the CPU this runs on, in the board's CPU list.
+    fn current_cpu() -> usize;
+
+    /// Makes CPU `cpu` leave the guest it runs, or its wait for an interrupt, and look at
+    /// its state again (on ARM, a software-generated interrupt). Never called for the CPU
+    /// the caller runs on: that one is in the hypervisor already.
+    fn kick_cpu(cpu: usize);
+
+    /// The system counter: the same on every CPU, the scheduler's clock.
+    fn now() -> u64;
+
+    /// The counter's ticks per second.
+    fn counter_frequency() -> u64;
+
+    /// Programs this CPU's hypervisor timer to interrupt at counter value `deadline`, or
+    /// stops it (`None`).
+    fn set_hyp_timer(deadline: Option<u64>);
+}

@@ -1,0 +1,28 @@
+//! The hypervisor's runtime, the part of it that names no architecture: where vCPUs run
+//! ([`placement`]), the scheduler at run time ([`scheduling`]), a VM's virtual GIC as the
+//! CPUs share it ([`shared_vgic`]), passthrough devices and who owns their interrupts
+//! ([`passthrough`]), where console input goes ([`focus`]) and the management console's
+//! commands ([`management`]).
+//!
+//! It is generic over the [`Arch`] trait (`arch`), which an arch crate (`hyp-arch-armv8`)
+//! implements; its host tests implement it with a fake whose CPUs are threads.
+//! docs/architecture.md draws the crates and the seam.
+#![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+pub mod arch;
+pub mod focus;
+pub mod management;
+pub mod passthrough;
+pub mod placement;
+pub mod scheduling;
+pub mod shared_vgic;
+
+pub use arch::Arch;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;

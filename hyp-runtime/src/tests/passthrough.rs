@@ -1,0 +1,131 @@
+//! Passthrough devices from the board's device tree, and who owns their interrupts.
+
+use hyp_core::bundle::{Passthrough, U32List};
+use hyp_core::cap::{CapError, CapSpace};
+use hyp_core::guest_fdt::{self, GuestGic, GuestPassthrough, GuestPlatform};
+use hyp_core::manifest::DeviceTreeDevices;
+use hyp_core::platform::PhysRange;
+use stage2::TableFormat;
+
+use super::spec;
+use crate::passthrough::{from_board, spi_list, Owners, PassthroughError};
+
+/// A board with an edge-triggered device at 0x1c09_0000 (SPIs 37, 38) and a level one at
+/// 0x1c0a_0000 (SPI 39), described the way a device tree does.
+fn board() -> Vec<u8> {
+    guest_fdt::build(&GuestPlatform {
+        vcpus: 1,
+        ram_base: 0x4000_0000,
+        ram_size: 256 << 20,
+        gic: GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 },
+        uart_base: 0x0900_0000,
+        uart_spi: 1,
+        virtio_mmio: vec![],
+        bootargs: String::new(),
+        initrd: None,
+        passthrough: vec![
+            GuestPassthrough {
+                base: 0x1c09_0000,
+                size: 0x1000,
+                compatible: b"arm,pl031\0".to_vec(),
+                spis: vec![(5, 1), (6, 1)],
+            },
+            GuestPassthrough {
+                base: 0x1c0a_0000,
+                size: 0x1000,
+                compatible: b"acme,dev\0".to_vec(),
+                spis: vec![(7, 4)],
+            },
+        ],
+        seeds: None,
+    })
+    .unwrap()
+}
+
+fn cells(values: &[u32]) -> U32List<'static> {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+    U32List::new(Box::leak(bytes.into_boxed_slice())).unwrap()
+}
+
+fn with_device(name: &'static str, base: u64, spis: &[u32]) -> hyp_core::bundle::VmSpec<'static> {
+    let mut vm = spec(name, 1, None, false);
+    vm.passthrough
+        .push(Passthrough { name: "dev", reg: PhysRange { base, size: 0x1000 }, interrupts: cells(spis) })
+        .unwrap();
+    vm
+}
+
+fn caps() -> CapSpace {
+    CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 40 })
+}
+
+#[test]
+fn each_device_gets_its_board_node_trigger_and_capabilities() {
+    let tree = board();
+    let board = DeviceTreeDevices::new(&tree).unwrap();
+    let mut caps = caps();
+    let vms = [with_device("a", 0x1c09_0000, &[37, 38]), with_device("b", 0x1c0a_0000, &[39])];
+    let devices = from_board(&mut caps, vms.into_iter(), &board).unwrap();
+    assert_eq!(devices.len(), 2);
+    let (a, b) = (&devices[0][0], &devices[1][0]);
+    assert!(a.spis.iter().all(|s| s.edge()), "{a:?}");
+    assert!(!b.spis[0].edge(), "{b:?}");
+    assert_eq!(spi_list(&a.spis), "37, 38");
+    assert_eq!(a.compatible, b"arm,pl031\0");
+    let node = a.guest_node();
+    assert_eq!((node.base, node.size), (0x1c09_0000, 0x1000));
+    assert_eq!(node.spis, vec![(5, 1), (6, 1)], "the guest's node has the board's SPI numbers and flags");
+    assert_ne!(a.region, b.region);
+}
+
+#[test]
+fn a_window_the_board_has_no_device_at_is_refused() {
+    let tree = board();
+    let board = DeviceTreeDevices::new(&tree).unwrap();
+    let err = from_board(&mut caps(), [with_device("a", 0x1c0b_0000, &[])].into_iter(), &board).unwrap_err();
+    assert!(matches!(err, PassthroughError::NoBoardNode { vm: "a", .. }), "{err}");
+    assert!(err.to_string().contains("has no device at"), "{err}");
+}
+
+#[test]
+fn an_spi_given_to_two_vms_is_refused() {
+    let tree = board();
+    let board = DeviceTreeDevices::new(&tree).unwrap();
+    let vms = [with_device("a", 0x1c09_0000, &[37]), with_device("b", 0x1c0a_0000, &[37])];
+    let err = from_board(&mut caps(), vms.into_iter(), &board).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PassthroughError::Interrupt { vm: "b", intid: 37, error: CapError::DuplicateInterrupt { .. }, .. }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("give each SPI to one VM"), "{err}");
+}
+
+#[test]
+fn a_window_over_memory_handed_to_vms_is_refused() {
+    let tree = board();
+    let board = DeviceTreeDevices::new(&tree).unwrap();
+    let mut caps = caps();
+    caps.add_untyped(PhysRange { base: 0x1c00_0000, size: 0x20_0000 }).unwrap();
+    let err = from_board(&mut caps, [with_device("a", 0x1c09_0000, &[])].into_iter(), &board).unwrap_err();
+    assert!(matches!(err, PassthroughError::Region { vm: "a", .. }), "{err}");
+}
+
+#[test]
+fn an_spi_is_forwarded_to_its_owner_until_released() {
+    let owners = Owners::new();
+    assert_eq!(owners.owner(40), None);
+    assert!(owners.claim(40, 0));
+    assert!(owners.claim(41, 3));
+    assert_eq!((owners.owner(40), owners.owner(41)), (Some(0), Some(3)));
+    owners.release(40);
+    assert_eq!(owners.owner(40), None);
+    assert_eq!(owners.owner(41), Some(3), "another SPI keeps its owner");
+    for not_an_spi in [0, 27, 31, 1020, 1023, u32::MAX] {
+        assert!(!owners.claim(not_an_spi, 1), "INTID {not_an_spi}");
+        assert_eq!(owners.owner(not_an_spi), None, "INTID {not_an_spi}");
+        owners.release(not_an_spi);
+    }
+}

@@ -1,0 +1,80 @@
+//! The shared vGIC: a change for a vCPU reaches it wherever it is (running on another CPU:
+//! kicked; blocked in WFI: woken; on this CPU: its hint), and a bad access is an MMIO error.
+
+use std::sync::atomic::Ordering;
+
+use hyp_core::mmio::MmioError;
+use hyp_core::syndrome::AccessWidth;
+use sched::{Policy, VcpuState};
+use vgic::{Distributor, GicVersion, VgicConfig};
+
+use super::leak;
+use crate::fake::FakeArch;
+use crate::scheduling::{vcpu_ref, Scheduling};
+use crate::shared_vgic::VgicHandle;
+
+/// GICD_SGIR (GICv2): TargetListFilter 0, the CPU target list in bits [23:16].
+const GICD_SGIR: u64 = 0xf00;
+
+fn vgic(vcpus: usize) -> (&'static Scheduling<FakeArch>, VgicHandle<FakeArch>) {
+    let scheduling = leak(Scheduling::new());
+    scheduling.init(4);
+    let config = VgicConfig { version: GicVersion::V2, vcpus, spis: 32 };
+    (scheduling, VgicHandle::new(0, Distributor::new(config).unwrap(), scheduling))
+}
+
+#[test]
+fn an_sgi_kicks_the_cpu_its_target_runs_on_and_hints_it() {
+    let (_, vgic) = vgic(3);
+    FakeArch::become_cpu(0);
+    vgic.running_on[0].store(0, Ordering::Release);
+    vgic.running_on[1].store(2, Ordering::Release);
+    // vCPU 0 sends SGI 3 to vCPUs 1 and 2; vCPU 2 runs nowhere.
+    vgic.write_distributor(0, GICD_SGIR, AccessWidth::Word, (0b110 << 16) | 3).unwrap();
+    assert_eq!(FakeArch::take_kicks(), vec![2], "vCPU 1's CPU only: vCPU 2 is not on a CPU");
+    assert!(vgic.take_hint(1) && vgic.take_hint(2));
+    assert!(!vgic.take_hint(1), "a hint is taken once");
+    assert!(!vgic.take_hint(0), "the sender had no change");
+}
+
+#[test]
+fn a_vcpu_on_this_cpu_is_not_kicked() {
+    let (_, vgic) = vgic(2);
+    FakeArch::become_cpu(1);
+    vgic.running_on[1].store(1, Ordering::Release);
+    vgic.kick(0b10);
+    assert!(FakeArch::take_kicks().is_empty());
+}
+
+#[test]
+fn a_blocked_vcpu_is_woken_by_an_interrupt_for_it() {
+    let (scheduling, vgic) = vgic(2);
+    FakeArch::become_cpu(0);
+    let v = vcpu_ref(0, 1);
+    scheduling.add(v, 0, Policy::Shared { slice: 100 }).unwrap();
+    scheduling.start(v).unwrap();
+    assert_eq!(scheduling.pick(0).run, Some(v));
+    assert!(scheduling.block(v, &vgic.waiting[1], || false));
+    assert_eq!(scheduling.state(v), Some(VcpuState::Blocked));
+    vgic.write_distributor(0, GICD_SGIR, AccessWidth::Word, (0b10 << 16) | 1).unwrap();
+    assert_eq!(scheduling.state(v), Some(VcpuState::Runnable));
+    assert!(!vgic.waiting[1].load(Ordering::SeqCst));
+}
+
+#[test]
+fn kicks_and_hints_beyond_the_vcpus_are_ignored() {
+    let (_, vgic) = vgic(2);
+    vgic.hint(u32::MAX);
+    vgic.kick(u32::MAX);
+    assert!(!vgic.take_hint(usize::MAX));
+    assert!(vgic.take_hint(0) && vgic.take_hint(1));
+}
+
+#[test]
+fn bad_accesses_are_mmio_errors() {
+    let (_, vgic) = vgic(1);
+    let unaligned = vgic.read_distributor(0, 0x101, AccessWidth::Word);
+    assert!(matches!(unaligned, Err(MmioError::BadWidth { offset: 0x101, .. })), "{unaligned:?}");
+    assert!(vgic.read_distributor(0, 0x10_0000, AccessWidth::Word).is_err());
+    assert!(vgic.write_redistributor(0, AccessWidth::Word, u64::MAX).is_err(), "GICv2 has no redistributors");
+}
