@@ -14,6 +14,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::alloc::Layout;
 use hyp_core::platform::Platform;
+use hyp_runtime::board::{BoardDisk, DiskError, PhysicalRun};
 use spin::{Mutex, Once};
 use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::device::net::VirtIONetRaw;
@@ -98,10 +99,6 @@ pub struct HostDisk {
     intid: Option<u32>,
 }
 
-/// The board's disk refused or failed a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DiskError;
-
 impl HostDisk {
     fn new(mut transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
         let features = transport.begin_init(
@@ -124,11 +121,6 @@ impl HostDisk {
         )?;
         transport.finish_init();
         Ok(HostDisk { transport, queue, capacity, intid })
-    }
-
-    /// Sectors of 512 bytes.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
     }
 
     /// One request: the header, the data buffers (device-writable for a read), the status
@@ -203,21 +195,53 @@ impl HostDisk {
         }
         Ok(())
     }
+}
 
-    /// Reads from `sector` into the buffers, in order, in one request.
-    pub fn read(&mut self, sector: u64, buffers: &mut [&mut [u8]]) -> Result<(), DiskError> {
-        self.check(sector, buffers)?;
-        self.request(VIRTIO_BLK_T_IN, sector, buffers)
+/// `runs` as the buffers of one request: built fallibly (out of heap is a failed request).
+fn guest_buffers<'a>(runs: &[PhysicalRun]) -> Result<Vec<&'a mut [u8]>, DiskError> {
+    let mut buffers = Vec::new();
+    buffers.try_reserve_exact(runs.len()).map_err(|_| DiskError)?;
+    for run in runs {
+        // SAFETY: `BoardDisk` callers guarantee each run is RAM of one VM, identity-mapped at
+        // EL2, and that no two runs share a byte. The slices alias memory the guest may change
+        // at any time, so they are only handed to the disk, never read or interpreted here,
+        // and they do not outlive the request.
+        buffers.push(unsafe { core::slice::from_raw_parts_mut(run.pa as *mut u8, run.len as usize) });
+    }
+    Ok(buffers)
+}
+
+impl BoardDisk for HostDisk {
+    fn capacity(&self) -> u64 {
+        self.capacity
     }
 
-    /// Writes the buffers, in order, from `sector`, in one request.
-    pub fn write(&mut self, sector: u64, buffers: &mut [&mut [u8]]) -> Result<(), DiskError> {
-        self.check(sector, buffers)?;
-        self.request(VIRTIO_BLK_T_OUT, sector, buffers)
+    fn read_to_guest(&mut self, sector: u64, runs: &[PhysicalRun]) -> Result<(), DiskError> {
+        let mut buffers = guest_buffers(runs)?;
+        self.check(sector, &buffers)?;
+        self.request(VIRTIO_BLK_T_IN, sector, &mut buffers)
+    }
+
+    fn write_from_guest(&mut self, sector: u64, runs: &[PhysicalRun]) -> Result<(), DiskError> {
+        let mut buffers = guest_buffers(runs)?;
+        self.check(sector, &buffers)?;
+        self.request(VIRTIO_BLK_T_OUT, sector, &mut buffers)
+    }
+
+    fn read(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let mut buffers = [buf];
+        self.check(sector, &buffers)?;
+        self.request(VIRTIO_BLK_T_IN, sector, &mut buffers)
+    }
+
+    fn write(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
+        let mut buffers = [buf];
+        self.check(sector, &buffers)?;
+        self.request(VIRTIO_BLK_T_OUT, sector, &mut buffers)
     }
 
     /// Returns once what was written before is on the host file (QEMU flushes it).
-    pub fn flush(&mut self) -> Result<(), DiskError> {
+    fn flush(&mut self) -> Result<(), DiskError> {
         self.request(VIRTIO_BLK_T_FLUSH, 0, &mut [])
     }
 }

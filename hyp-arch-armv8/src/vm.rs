@@ -36,13 +36,16 @@ use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
-use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared, SlotSetup, SwitchPort, VirtioSlot, Window};
+use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared};
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
 use hyp_runtime::focus::{ConsoleChoice, TrackedConsole};
 use hyp_runtime::passthrough::{PassthroughDevice, PassthroughSpi};
 use hyp_runtime::scheduling::vcpu_ref;
 use hyp_runtime::shared_vgic::VgicHandle;
+use hyp_runtime::virtio::disk_slice::DiskSliceError;
+use hyp_runtime::virtio::slot::{SlotSetup, VirtioSlot, Window};
+use hyp_runtime::virtio::switch_port::SwitchPort;
 use hyp_runtime::Arch;
 use sched::Decision;
 use vdev_virtio::block::VirtioBlock;
@@ -123,8 +126,10 @@ pub enum VmError {
     RamMismatch,
     /// The manifest asks for a GIC the vGIC cannot provide (too many vCPUs for GICv2).
     Vgic(vgic::VgicError),
-    /// A virtio device the manifest asks for cannot be given.
-    Device(&'static str),
+    /// The manifest gives the VM a `disk`, and the board has no disk.
+    NoBoardDisk,
+    /// The VM's `disk` slice cannot be given.
+    Disk(DiskSliceError),
 }
 
 impl fmt::Display for VmError {
@@ -135,7 +140,8 @@ impl fmt::Display for VmError {
             VmError::Capability(e) => write!(f, "{e}"),
             VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
             VmError::Vgic(e) => write!(f, "{e}"),
-            VmError::Device(e) => write!(f, "{e}"),
+            VmError::NoBoardDisk => write!(f, "the board has no virtio disk for the VM's `disk`"),
+            VmError::Disk(e) => write!(f, "{e}"),
         }
     }
 }
@@ -1253,7 +1259,7 @@ impl MmioDevice for SharedUart {
 
 /// An interrupt line of a VM's device into its vGIC: a level change makes the target vCPU
 /// look at its interrupts (kicked out of its guest if it runs on another CPU).
-pub(crate) struct VgicLine {
+pub struct VgicLine {
     pub(crate) vgic: SharedVgic,
     pub(crate) intid: IntId,
 }
@@ -1283,12 +1289,17 @@ fn create_virtio(
     let line = |slot: u64| VgicLine { vgic: Arc::clone(vgic), intid: IntId(32 + virtio_spi(slot)) };
     let slot =
         |name, line| SlotSetup { vm: id, name, ram: guest_ram, line, log: Arc::clone(log), work: Arc::clone(work) };
-    let console = ConsoleBridge(TrackedConsole::new(VmConsole::new(id, spec.name), console_choice, true));
+    let console = hyp_runtime::virtio::console_bridge::ConsoleBridge(TrackedConsole::new(
+        VmConsole::new(id, spec.name),
+        console_choice,
+        true,
+    ));
     let console = Arc::new(VirtioSlot::new(slot("console", line(VIRTIO_SLOT_CONSOLE)), VirtioConsole::new(console), 0));
     let disk = match spec.devices.disk {
         None => None,
         Some(slice) => {
-            let backend = DiskSliceBackend::new(slice, guest_ram, id).map_err(VmError::Device)?;
+            let disk = crate::host_virtio::DISK.get().ok_or(VmError::NoBoardDisk)?;
+            let backend = DiskSliceBackend::new(disk, slice, guest_ram, id).map_err(VmError::Disk)?;
             Some(Arc::new(VirtioSlot::new(slot("blk", line(VIRTIO_SLOT_DISK)), VirtioBlock::new(backend), 0)))
         }
     };

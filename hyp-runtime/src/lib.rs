@@ -13,12 +13,14 @@
 extern crate alloc;
 
 pub mod arch;
+pub mod board;
 pub mod focus;
 pub mod management;
 pub mod passthrough;
 pub mod placement;
 pub mod scheduling;
 pub mod shared_vgic;
+pub mod virtio;
 
 pub use arch::Arch;
 

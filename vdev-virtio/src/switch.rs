@@ -10,6 +10,7 @@
 //!   out of the uplink when it came from a VM (the rest of the network lies behind it), and
 //!   is dropped when it came from the uplink;
 //! - broadcast and multicast frames go to every other port.
+//!
 //! There is no MAC table to fill or evict: flooding source addresses changes nothing.
 
 /// The shortest frame that has both addresses and the EtherType.

@@ -5,6 +5,7 @@ mod passthrough;
 mod placement;
 mod scheduling;
 mod shared_vgic;
+mod virtio;
 
 use std::boxed::Box;
 use std::vec::Vec;

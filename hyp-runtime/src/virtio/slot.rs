@@ -1,0 +1,191 @@
+//! One virtio device of a VM ([`VirtioSlot`]): its `vdev-virtio` model behind a lock,
+//! shared by its MMIO window ([`Window`]) and whatever feeds it from outside (the switch,
+//! console input); after each access, what the device left is done outside its lock: its
+//! interrupt line follows its level, its incidents are logged within the VM's limit, the
+//! frames it sent go to the switch.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use hyp_core::log_limit::GuestLogLimit;
+use hyp_core::mmio::{MmioDevice, MmioError};
+use hyp_core::pl011::{ConsoleOutput, InterruptLine};
+use hyp_core::syndrome::AccessWidth;
+use spin::Mutex;
+use vdev_virtio::block::VirtioBlock;
+use vdev_virtio::console::VirtioConsole;
+use vdev_virtio::device::VirtioDevice;
+use vdev_virtio::memory::GuestMemory;
+use vdev_virtio::net::VirtioNet;
+use vdev_virtio::transport::{RegisterError, VirtioMmio};
+
+use super::console_bridge::ConsoleBridge;
+use super::disk_slice::DiskSliceBackend;
+use super::switch_port::SwitchPort;
+use super::PhysicalRam;
+use crate::board::BoardDisk;
+
+/// What a VM's virtio devices need from the rest of the hypervisor.
+pub trait DeviceEnv: 'static {
+    /// The VM's RAM as the devices reach it.
+    type Ram: GuestMemory + Send + Sync;
+    /// A device's interrupt line into the VM's vGIC.
+    type Line: InterruptLine + Send;
+    /// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit).
+    fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>);
+    /// A frame the NIC on switch port `from` sent, for the switch.
+    fn forward_frame(from: usize, frame: &[u8]);
+}
+
+/// Work a device leaves for after its lock is released.
+pub trait AfterAccess {
+    /// Frames for the switch.
+    fn take_frames(&mut self) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+}
+impl<K: BoardDisk, M: PhysicalRam> AfterAccess for VirtioBlock<DiskSliceBackend<K, M>> {}
+impl<O: ConsoleOutput> AfterAccess for VirtioConsole<ConsoleBridge<O>> {}
+impl AfterAccess for VirtioNet<SwitchPort> {
+    fn take_frames(&mut self) -> Vec<Vec<u8>> {
+        self.backend_mut().take_frames()
+    }
+}
+
+/// One virtio device of a VM, shared by its MMIO window and whatever feeds it from outside
+/// (the switch, console input). Lock order: the VM's bus, then this device, then the vGIC;
+/// never two devices at once.
+pub struct VirtioSlot<D: VirtioDevice, E: DeviceEnv> {
+    pub vm: usize,
+    pub name: &'static str,
+    /// The VM's limit on the lines its guest causes (the device's incidents are some).
+    log: Arc<GuestLogLimit>,
+    /// This device left work for later; `work` is the VM's flag for any of its devices.
+    pending: AtomicBool,
+    work: Arc<AtomicBool>,
+    pub device: Mutex<VirtioMmio<D>>,
+    pub ram: E::Ram,
+    line: Mutex<E::Line>,
+    level: AtomicBool,
+    /// Set (under the device lock) when the VM is destroyed: the device touches its RAM no
+    /// more, whoever still holds it.
+    shut_down: AtomicBool,
+    /// The switch port of a NIC.
+    pub port: usize,
+}
+
+pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
+
+/// What every virtio device of a VM is built with.
+pub struct SlotSetup<E: DeviceEnv> {
+    pub vm: usize,
+    pub name: &'static str,
+    pub ram: E::Ram,
+    pub line: E::Line,
+    pub log: Arc<GuestLogLimit>,
+    /// Set when one of the VM's devices left work for later (the VM's next exit does it).
+    pub work: Arc<AtomicBool>,
+}
+
+impl<D: VirtioDevice + AfterAccess, E: DeviceEnv> VirtioSlot<D, E> {
+    pub fn new(setup: SlotSetup<E>, device: D, port: usize) -> Self {
+        let SlotSetup { vm, name, ram, line, log, work } = setup;
+        VirtioSlot {
+            vm,
+            name,
+            log,
+            pending: AtomicBool::new(false),
+            work,
+            device: Mutex::new(VirtioMmio::new(device)),
+            ram,
+            line: Mutex::new(line),
+            level: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
+            port,
+        }
+    }
+
+    /// Runs `f` on the device, then does what it left: the interrupt line follows the
+    /// device's level, the incidents are logged, frames go to the switch. Nothing runs once
+    /// the device is shut down.
+    pub fn with_device<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &E::Ram) -> R) -> Option<R> {
+        let (result, level, incidents, frames) = {
+            let mut device = self.device.lock();
+            if self.shut_down.load(Ordering::Acquire) {
+                return None;
+            }
+            let result = f(&mut device, &self.ram);
+            let pending = device.has_pending_work();
+            self.pending.store(pending, Ordering::Release);
+            if pending {
+                self.work.store(true, Ordering::Release);
+            }
+            let frames = device.device_mut().take_frames();
+            (result, device.interrupt_level(), device.take_incidents(), frames)
+        };
+        if self.level.swap(level, Ordering::AcqRel) != level {
+            self.line.lock().set_level(level);
+        }
+        for incident in incidents {
+            E::guest_line(&self.log, format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name));
+        }
+        for frame in frames {
+            E::forward_frame(self.port, &frame);
+        }
+        Some(result)
+    }
+
+    /// Goes on with work the device left for later (a bounded notify), if it did.
+    pub fn continue_work(&self) {
+        if self.pending.load(Ordering::Acquire) {
+            let _ = self.with_device(|d, ram| d.continue_work(ram));
+        }
+    }
+
+    /// The VM is being destroyed: once this returns, the device never touches its RAM.
+    pub fn shut_down(&self) {
+        let _device = self.device.lock();
+        self.shut_down.store(true, Ordering::Release);
+    }
+
+    /// After a VM reset: the device as at power-on, its line low.
+    pub fn reset(&self) {
+        let _ = self.with_device(|d, _| d.reset());
+    }
+}
+
+/// The bus's error for a register error of an access of `width` (a data abort for the guest).
+fn mmio_error(e: RegisterError, width: AccessWidth) -> MmioError {
+    match e {
+        RegisterError::NoRegister { offset } => MmioError::NoRegister { offset },
+        RegisterError::BadWidth { offset, .. } => MmioError::BadWidth { offset, width },
+        RegisterError::ReadOnly { offset } => MmioError::ReadOnly { offset },
+        RegisterError::WriteOnly { offset } => MmioError::WriteOnly { offset },
+    }
+}
+
+/// The MMIO window of a virtio device on the VM's bus.
+pub struct Window<D: VirtioDevice, E: DeviceEnv>(pub Shared<D, E>);
+
+impl<D: VirtioDevice + AfterAccess + Send, E: DeviceEnv> MmioDevice for Window<D, E> {
+    fn name(&self) -> &'static str {
+        self.0.name
+    }
+    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        // Through `with_device`, as a write, so an incident a read causes (a legacy register)
+        // is logged at once.
+        self.0
+            .with_device(|d, _| d.read(offset, width.bytes() as u8))
+            .unwrap_or(Ok(0))
+            .map_err(|e| mmio_error(e, width))
+    }
+    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        // A shut-down device belongs to a VM whose vCPUs have stopped: no access reaches it.
+        self.0
+            .with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value))
+            .unwrap_or(Ok(()))
+            .map_err(|e| mmio_error(e, width))
+    }
+}
