@@ -4,7 +4,7 @@
 //! A guest exit saves only the guest's general registers, PC and PSTATE into the running
 //! vCPU's `GuestContext` (TPIDR_EL2 points at it) and returns from `enter_guest` into the
 //! Rust run loop on the hypervisor stack: EL1 system registers stay live in the CPU while
-//! the same vCPU keeps running (DESIGN.md, "Performance principles").
+//! the same vCPU keeps running (docs/architecture.md, "Performance principles").
 
 use core::arch::global_asm;
 

@@ -220,7 +220,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     }
     // Every VM gets memory through capabilities only: the free memory becomes untyped.
     let pa_bits = physical_address_bits().min(48);
-    let mut caps = CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: vm::GUEST_IPA_BITS.min(pa_bits), pa_bits });
+    let mut caps =
+        CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: hyp_core::guest_map::IPA_BITS.min(pa_bits), pa_bits });
     let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
     // GICv2: every VM's CPU interface is this CPU's bank of the hardware GICV frame.
     let gicv = platform.gic.virtual_cpu_interface.and_then(|r| {

@@ -8,7 +8,7 @@ use core::arch::asm;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use hyp_core::bundle::{VmDevices, VmSpec};
+use hyp_core::bundle::VmSpec;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
@@ -16,6 +16,10 @@ use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, S
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
+use hyp_core::guest_map::{
+    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, SPIS, UART_IPA, UART_SIZE, UART_SPI, VIRTIO_IPA,
+    VIRTIO_PAGE, VIRTIO_WINDOW, VTIMER_PPI,
+};
 use hyp_core::log_limit::{Admit, GuestLogLimit};
 use hyp_core::mmio::{MmioBus, MmioDevice, MmioDispatch, MmioError};
 use hyp_core::pl011::{InterruptLine, Pl011};
@@ -53,33 +57,10 @@ use vdev_virtio::console::VirtioConsole;
 use vdev_virtio::net::VirtioNet;
 use vgic::{Distributor, GicVersion, IntId, RetiredLines, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
 
-/// The guest's platform (DESIGN.md, "The guest's view"): shaped like QEMU's `virt`.
-pub const GUEST_RAM_IPA: u64 = 0x4000_0000;
-pub const GUEST_UART_IPA: u64 = 0x0900_0000;
-const GUEST_UART_SPI: u32 = 1;
-const GUEST_GICD_IPA: u64 = 0x0800_0000;
-const GUEST_GICR_IPA: u64 = 0x080a_0000;
-const GUEST_GICC_IPA: u64 = 0x0801_0000;
 // The redistributors of the most vCPUs a VM may have end below the UART (`GuestMmio`).
-const _: () = assert!(GUEST_GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 <= GUEST_UART_IPA);
-/// SPIs each VM's GIC has: INTIDs 32..127 (the UART is SPI 1, virtio from SPI 16).
-const GUEST_SPIS: usize = 96;
+const _: () = assert!(GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 <= UART_IPA);
 /// A VM's virtual GIC, shared by the CPUs its vCPUs run on.
 type SharedVgic = hyp_runtime::shared_vgic::SharedVgic<Aarch64>;
-/// The virtual timer's PPI, the same INTID for the guest and the board (DESIGN.md).
-const VTIMER_PPI: u32 = 27;
-const GUEST_UART_SIZE: u64 = 0x1000;
-/// virtio-mmio transports: one 0x200-byte window and SPI each, from these (DESIGN.md), in
-/// a fixed order so a device keeps its address whatever else the VM has.
-const GUEST_VIRTIO_IPA: u64 = 0x0a00_0000;
-const GUEST_VIRTIO_SPI: u32 = 16;
-const VIRTIO_WINDOW: u64 = 0x200;
-const VIRTIO_PAGE: u64 = 0x1000;
-const VIRTIO_SLOT_DISK: u64 = 0;
-const VIRTIO_SLOT_NIC: u64 = 1;
-const VIRTIO_SLOT_CONSOLE: u64 = 2;
-/// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
-pub const GUEST_IPA_BITS: u8 = 40;
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
@@ -158,7 +139,7 @@ pub struct VmResources {
 
 /// Creates the VM in the capability space: a VM object with its stage-2 tables and vCPUs, its RAM
 /// retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2 uses
-/// 1 GiB blocks; else 2 MiB-aligned) and mapped at GUEST_RAM_IPA, and its emulated UART
+/// 1 GiB blocks; else 2 MiB-aligned) and mapped at RAM_IPA, and its emulated UART
 /// window. Nothing else gives a VM memory.
 /// `gicv` is the GICv2 virtual CPU interface to map at the guest's GICC address (None on a
 /// GICv3 board, where the guest's CPU interface is system registers). `passthrough`: its
@@ -203,19 +184,19 @@ fn grant_to(
     let vm = caps.vm_id(vm_cap)?;
     let vttbr = caps.vm_table(vm).map_or(0, |t| t.vttbr());
     let mut tlb = Stage2Tlb { vttbr };
-    caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, region, Ipa(GUEST_RAM_IPA), Rights::RWX)?;
+    caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, region, Ipa(RAM_IPA), Rights::RWX)?;
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
-    caps.add_emulated_window(vm_cap, window(GUEST_UART_IPA, GUEST_UART_SIZE)?, DEVICE_PL011)?;
-    caps.add_emulated_window(vm_cap, window(GUEST_GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
+    caps.add_emulated_window(vm_cap, window(UART_IPA, UART_SIZE)?, DEVICE_PL011)?;
+    caps.add_emulated_window(vm_cap, window(GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
     // Stage 2 traps by page: the capability is the page of virtio transports, which the
     // bus divides into their windows (an access between them is a data abort).
-    caps.add_emulated_window(vm_cap, window(GUEST_VIRTIO_IPA, VIRTIO_PAGE)?, DEVICE_VIRTIO)?;
+    caps.add_emulated_window(vm_cap, window(VIRTIO_IPA, VIRTIO_PAGE)?, DEVICE_VIRTIO)?;
     match gicv {
         None => {
-            caps.add_emulated_window(vm_cap, window(GUEST_GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
+            caps.add_emulated_window(vm_cap, window(GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
         }
         Some(gicv) => {
-            caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, gicv, Ipa(GUEST_GICC_IPA), Rights::RW)?;
+            caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, gicv, Ipa(GICC_IPA), Rights::RW)?;
         }
     }
     for device in passthrough {
@@ -240,25 +221,6 @@ const DEVICE_PL011: u32 = 1;
 const DEVICE_GICD: u32 = 2;
 const DEVICE_GICR: u32 = 3;
 const DEVICE_VIRTIO: u32 = 4;
-
-/// The virtio slots a VM has: its console always, a disk and a NIC if its manifest says so.
-fn virtio_slots(devices: &VmDevices) -> impl Iterator<Item = u64> {
-    [
-        devices.disk.is_some().then_some(VIRTIO_SLOT_DISK),
-        devices.network.is_some().then_some(VIRTIO_SLOT_NIC),
-        Some(VIRTIO_SLOT_CONSOLE),
-    ]
-    .into_iter()
-    .flatten()
-}
-
-fn virtio_ipa(slot: u64) -> u64 {
-    GUEST_VIRTIO_IPA + slot * VIRTIO_WINDOW
-}
-
-fn virtio_spi(slot: u64) -> u32 {
-    GUEST_VIRTIO_SPI + slot as u32
-}
 
 /// A VM's virtio devices.
 struct VirtioDevices {
@@ -362,22 +324,22 @@ impl Vm {
         let layout = guest_layout::layout(spec.memory, spec.kernel, initrd_len, 0).map_err(VmError::Layout)?;
         let entry_offset = layout.kernel;
         let gic = if gic_v3 {
-            GuestGic::V3 { distributor: GUEST_GICD_IPA, redistributors: GUEST_GICR_IPA }
+            GuestGic::V3 { distributor: GICD_IPA, redistributors: GICR_IPA }
         } else {
-            GuestGic::V2 { distributor: GUEST_GICD_IPA, cpu_interface: GUEST_GICC_IPA }
+            GuestGic::V2 { distributor: GICD_IPA, cpu_interface: GICC_IPA }
         };
         let bootargs = spec.command_line();
-        let initrd = layout.initrd.map(|(offset, len)| (GUEST_RAM_IPA + offset, GUEST_RAM_IPA + offset + len));
+        let initrd = layout.initrd.map(|(offset, len)| (RAM_IPA + offset, RAM_IPA + offset + len));
         let device_tree = match spec.device_tree {
             Some(given) => guest_fdt::with_chosen(given, bootargs, initrd, seeds),
             None => guest_fdt::build(&GuestPlatform {
                 vcpus: spec.vcpus,
-                ram_base: GUEST_RAM_IPA,
+                ram_base: RAM_IPA,
                 ram_size: spec.memory,
                 gic,
-                uart_base: GUEST_UART_IPA,
-                uart_spi: GUEST_UART_SPI,
-                virtio_mmio: virtio_slots(&spec.devices).map(|s| (virtio_ipa(s), virtio_spi(s))).collect(),
+                uart_base: UART_IPA,
+                uart_spi: UART_SPI,
+                virtio_mmio: Slot::of(&spec.devices).map(|s| (s.ipa(), s.spi())).collect(),
                 bootargs: bootargs.into(),
                 initrd,
                 passthrough: passthrough.iter().map(PassthroughDevice::guest_node).collect(),
@@ -392,41 +354,36 @@ impl Vm {
         let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
         let passthrough_spis: Vec<PassthroughSpi> = passthrough.iter().flat_map(|d| d.spis.iter().copied()).collect();
         // Enough SPIs for the board's INTIDs it is given (the guest sees them unchanged).
-        let spis = passthrough_spis.iter().map(|s| s.intid as usize - 31).fold(GUEST_SPIS, usize::max);
+        let spis = passthrough_spis.iter().map(|s| s.intid as usize - 31).fold(SPIS, usize::max);
         let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis };
         let mut distributor = Distributor::new(vgic_config).map_err(VmError::Vgic)?;
         map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
         let vgic: SharedVgic = Arc::new(VgicHandle::new(id, distributor, &SCHEDULING));
-        let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + GUEST_UART_SPI) };
+        let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + UART_SPI) };
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(VmConsole::new(id, spec.name), &console_choice, false);
         let uart = SharedUart(Arc::new(Mutex::new(Pl011::new(Box::new(uart_out), Box::new(uart_line)))));
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
-        let _ = bus.attach(window(GUEST_UART_IPA, GUEST_UART_SIZE)?, Box::new(uart.clone()));
+        let _ = bus.attach(window(UART_IPA, UART_SIZE)?, Box::new(uart.clone()));
         let guest_log = Arc::new(GuestLogLimit::new());
         let device_work = Arc::new(AtomicBool::new(false));
         let virtio = create_virtio(id, &spec, ram, &vgic, &console_choice, (&guest_log, &device_work))?;
         // Granted by the capability space like the windows above: they cannot overlap.
-        let mut attach = |slot: u64, device: Box<dyn MmioDevice + Send>| {
-            window(virtio_ipa(slot), VIRTIO_WINDOW).map(|w| {
+        let mut attach = |slot: Slot, device: Box<dyn MmioDevice + Send>| {
+            window(slot.ipa(), VIRTIO_WINDOW).map(|w| {
                 let _ = bus.attach(w, device);
             })
         };
-        attach(VIRTIO_SLOT_CONSOLE, Box::new(Window(Arc::clone(&virtio.console))))?;
+        attach(Slot::Console, Box::new(Window(Arc::clone(&virtio.console))))?;
         if let Some(disk) = &virtio.disk {
-            attach(VIRTIO_SLOT_DISK, Box::new(Window(Arc::clone(disk))))?;
+            attach(Slot::Disk, Box::new(Window(Arc::clone(disk))))?;
         }
         if let Some(nic) = &virtio.nic {
-            attach(VIRTIO_SLOT_NIC, Box::new(Window(Arc::clone(nic))))?;
+            attach(Slot::Nic, Box::new(Window(Arc::clone(nic))))?;
         }
-        let power = VmPower::new(
-            spec.vcpus as usize,
-            GUEST_RAM_IPA,
-            spec.memory,
-            GUEST_RAM_IPA + entry_offset,
-            GUEST_RAM_IPA + layout.dtb,
-        );
+        let power =
+            VmPower::new(spec.vcpus as usize, RAM_IPA, spec.memory, RAM_IPA + entry_offset, RAM_IPA + layout.dtb);
         let vm = Vm {
             id,
             layout,
@@ -455,7 +412,7 @@ impl Vm {
             passthrough_spis,
         };
         println!(
-            "hypervisor: vm{id} {}: {} MiB RAM at IPA {GUEST_RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
+            "hypervisor: vm{id} {}: {} MiB RAM at IPA {RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
             spec.name,
             spec.memory >> 20,
             ram.base,
@@ -533,7 +490,7 @@ impl Vm {
         self.virtio.disk.iter().for_each(|d| d.reset());
         self.virtio.nic.iter().for_each(|n| n.reset());
         self.load();
-        self.power.lock().reset(GUEST_RAM_IPA + self.entry_offset, GUEST_RAM_IPA + self.layout.dtb);
+        self.power.lock().reset(RAM_IPA + self.entry_offset, RAM_IPA + self.layout.dtb);
         self.ending.store(false, Ordering::Release);
         vm_log!(self, 0, "SYSTEM_RESET: the VM reboots");
     }
@@ -1285,8 +1242,8 @@ fn create_virtio(
     console_choice: &ConsoleChoice,
     (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>),
 ) -> Result<VirtioDevices, VmError> {
-    let guest_ram = GuestRam { ipa: GUEST_RAM_IPA, pa: ram.base, size: spec.memory };
-    let line = |slot: u64| VgicLine { vgic: Arc::clone(vgic), intid: IntId(32 + virtio_spi(slot)) };
+    let guest_ram = GuestRam { ipa: RAM_IPA, pa: ram.base, size: spec.memory };
+    let line = |slot: Slot| VgicLine { vgic: Arc::clone(vgic), intid: IntId(32 + slot.spi()) };
     let slot =
         |name, line| SlotSetup { vm: id, name, ram: guest_ram, line, log: Arc::clone(log), work: Arc::clone(work) };
     let console = hyp_runtime::virtio::console_bridge::ConsoleBridge(TrackedConsole::new(
@@ -1294,19 +1251,19 @@ fn create_virtio(
         console_choice,
         true,
     ));
-    let console = Arc::new(VirtioSlot::new(slot("console", line(VIRTIO_SLOT_CONSOLE)), VirtioConsole::new(console), 0));
+    let console = Arc::new(VirtioSlot::new(slot("console", line(Slot::Console)), VirtioConsole::new(console), 0));
     let disk = match spec.devices.disk {
         None => None,
         Some(slice) => {
             let disk = crate::host_virtio::DISK.get().ok_or(VmError::NoBoardDisk)?;
             let backend = DiskSliceBackend::new(disk, slice, guest_ram, id).map_err(VmError::Disk)?;
-            Some(Arc::new(VirtioSlot::new(slot("blk", line(VIRTIO_SLOT_DISK)), VirtioBlock::new(backend), 0)))
+            Some(Arc::new(VirtioSlot::new(slot("blk", line(Slot::Disk)), VirtioBlock::new(backend), 0)))
         }
     };
     let nic = spec.nic_mac(id).map(|mac| {
         let port = crate::network::port_of_vm(id);
         let device = VirtioNet::new(mac, SwitchPort::default());
-        Arc::new(VirtioSlot::new(slot("net", line(VIRTIO_SLOT_NIC)), device, port))
+        Arc::new(VirtioSlot::new(slot("net", line(Slot::Nic)), device, port))
     });
     Ok(VirtioDevices { disk, nic, console })
 }
@@ -1320,14 +1277,14 @@ impl GuestMmio<'_> {
     /// The offset of `ipa` in the distributor window, or in the redistributors' (GICv3).
     fn vgic_window(&self, ipa: Ipa) -> Option<(VgicWindow, u64)> {
         // One test for every other device (they all lie above: the UART first).
-        if !(GUEST_GICD_IPA..GUEST_UART_IPA).contains(&ipa.0) {
+        if !(GICD_IPA..UART_IPA).contains(&ipa.0) {
             return None;
         }
-        if let Some(offset) = ipa.0.checked_sub(GUEST_GICD_IPA).filter(|&o| o < GICD_SIZE) {
+        if let Some(offset) = ipa.0.checked_sub(GICD_IPA).filter(|&o| o < GICD_SIZE) {
             return Some((VgicWindow::Distributor, offset));
         }
         let redistributors = GICR_FRAME_SIZE * u64::from(self.0.spec.vcpus);
-        let offset = ipa.0.checked_sub(GUEST_GICR_IPA).filter(|&o| self.0.gic_v3 && o < redistributors)?;
+        let offset = ipa.0.checked_sub(GICR_IPA).filter(|&o| self.0.gic_v3 && o < redistributors)?;
         Some((VgicWindow::Redistributors, offset))
     }
 }

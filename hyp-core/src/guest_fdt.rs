@@ -1,5 +1,5 @@
 //! The device tree a Linux guest boots with: what it sees of its virtual platform
-//! (DESIGN.md, "The guest's view"), generated from its manifest entry, never from the host
+//! (docs/architecture.md, "The guest's view"), generated from its manifest entry, never from the host
 //! board. Bindings: Documentation/devicetree/bindings (arm,gic-v3, arm,gic, arm,arch_timer,
 //! arm,psci, arm,pl011, virtio,mmio) and the devicetree specification, section 3.
 

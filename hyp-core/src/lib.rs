@@ -13,6 +13,7 @@ pub mod exit_stats;
 pub mod fdt;
 pub mod guest_fdt;
 pub mod guest_layout;
+pub mod guest_map;
 pub mod image;
 pub mod log_limit;
 pub mod management;

@@ -1,6 +1,6 @@
 //! The board as the device tree describes it: memory, CPUs, GIC, UART, PSCI conduit, timer
 //! interrupts, reserved memory and the initrd. Nothing here is hard-coded for a board; the
-//! hypervisor discovers one platform at run time (DESIGN.md, "one image per architecture").
+//! hypervisor discovers one platform at run time (docs/architecture.md, "One image per architecture").
 //!
 //! Runs before the heap exists, so it uses fixed-capacity lists.
 

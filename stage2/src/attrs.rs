@@ -30,7 +30,7 @@ pub struct MappingAttributes {
 }
 
 /// Who owns the memory behind a mapping, kept in the descriptor's software bits so the
-/// tables and the ownership can never disagree (CONVENTIONS 4; Hafnium's `mm.h`).
+/// tables and the ownership can never disagree (Hafnium's `mm.h`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum OwnershipState {
     /// Private to this VM.

@@ -1,5 +1,5 @@
 //! The two table formats and their geometry, in one place: the level description the one
-//! walker is parameterised by (Bao's `page_table_dscr`, CONVENTIONS 5), where the walk starts,
+//! walker is parameterised by (Bao's `page_table_dscr`), where the walk starts,
 //! and how many concatenated tables the root has. The format-specific part is only which
 //! sizes are allowed and how VTCR encodes them.
 //!

@@ -1,11 +1,11 @@
 //! Stage-2 translation tables: what IPA maps to what physical address, with which
 //! attributes and permissions, in the hardware's own format. One walker serves VMSAv8-64
 //! (4 KiB granule, 32- to 48-bit IPA) and ARMv7 LPAE (40-bit IPA): the formats differ only
-//! in their geometry and in a few descriptor bits (CONVENTIONS 5).
+//! in their geometry and in a few descriptor bits.
 //!
 //! Table memory and TLB maintenance are traits (`TableMemory`, `TlbMaintenance`): the arch
 //! crate implements them on the hardware, `testing` fakes them so host tests inspect the
-//! very tables the walker built (CONVENTIONS 2).
+//! very tables the walker built.
 #![cfg_attr(not(test), no_std)]
 
 mod addr;

@@ -4,7 +4,7 @@
 //! to go through (`Geometry::levels`), the first being the level of the table in hand.
 //!
 //! Changes follow two rules. Prepare, then commit (Hafnium's `mm_vm_identity_prepare` /
-//! `_commit`, CONVENTIONS 3): a change first counts the table frames it needs (new tables
+//! `_commit`): a change first counts the table frames it needs (new tables
 //! for a map, split blocks for an unmap or protect) and allocates all of them; only then does
 //! it write a descriptor, and from there on nothing can fail. Running out of frames therefore
 //! leaves the tables untouched. Break-before-make (ARM ARM D8.14.1 "Using break-before-make

@@ -1,4 +1,4 @@
-//! The list-register planner (CONVENTIONS 10, the shape of Bao's `vgic_add_lr`): a pure
+//! The list-register planner (the shape of Bao's `vgic_add_lr`): a pure
 //! function from a snapshot of one vCPU's list registers and the interrupts it should see to
 //! the writes that make the hardware show them.
 //!

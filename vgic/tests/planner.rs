@@ -1,4 +1,4 @@
-//! The pure list-register planner (CONVENTIONS 10): examples, then properties over random
+//! The pure list-register planner: examples, then properties over random
 //! snapshots: it never writes a list register that is neither empty nor its own, never
 //! drops a wanted interrupt without asking for a refill, and always shows the best ones.
 

@@ -1,6 +1,6 @@
 //! The capability space: capabilities, the objects they name, and the operations. Each
 //! operation is `decode_*` (every check, no side effect, `&self`) then `invoke_*` (applies
-//! what was decoded), seL4's decode/invoke split (CONVENTIONS 6).
+//! what was decoded), seL4's decode/invoke split.
 
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::vec::Vec;

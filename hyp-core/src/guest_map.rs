@@ -1,0 +1,91 @@
+//! The guest's physical address map and interrupt numbers, the same for every VM and every
+//! architecture (docs/architecture.md, "The guest's view"): shaped like QEMU's `virt`
+//! board, so a kernel built for it finds its devices where it expects them. The guest's
+//! device tree (`guest_fdt`) describes exactly this.
+
+use crate::bundle::VmDevices;
+
+/// The VM's RAM starts here.
+pub const RAM_IPA: u64 = 0x4000_0000;
+/// The GIC distributor (GICD), 64 KiB (`guest_fdt::GICD_SIZE`).
+pub const GICD_IPA: u64 = 0x0800_0000;
+/// GICv2: the CPU interface (GICC), where the board's virtual CPU interface is mapped.
+pub const GICC_IPA: u64 = 0x0801_0000;
+/// GICv3: the redistributors (GICR), one 128 KiB frame pair per vCPU in vCPU order; those of
+/// the most vCPUs a VM may have end below the UART.
+pub const GICR_IPA: u64 = 0x080a_0000;
+/// The PL011 console UART, one page.
+pub const UART_IPA: u64 = 0x0900_0000;
+pub const UART_SIZE: u64 = 0x1000;
+/// The UART's SPI (INTID 33).
+pub const UART_SPI: u32 = 1;
+/// SPIs each VM's GIC has: INTIDs 32..127 (the UART is SPI 1, virtio from SPI 16).
+pub const SPIS: usize = 96;
+/// The virtual timer's PPI, the same INTID for the guest and the board.
+pub const VTIMER_PPI: u32 = 27;
+/// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
+pub const IPA_BITS: u8 = 40;
+
+/// virtio-mmio transports: one 0x200-byte window and SPI each, in one page from
+/// `VIRTIO_IPA`, in a fixed order so a device keeps its address whatever else the VM has.
+pub const VIRTIO_IPA: u64 = 0x0a00_0000;
+pub const VIRTIO_SPI: u32 = 16;
+pub const VIRTIO_WINDOW: u64 = 0x200;
+/// The page of the transports: stage 2 traps by page, so this is the VM's capability.
+pub const VIRTIO_PAGE: u64 = 0x1000;
+
+/// A virtio transport's place in the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VirtioSlot {
+    Disk = 0,
+    Nic = 1,
+    Console = 2,
+}
+
+impl VirtioSlot {
+    /// The transports a VM has: its console always, a disk and a NIC if its manifest says so.
+    pub fn of(devices: &VmDevices) -> impl Iterator<Item = VirtioSlot> {
+        [
+            devices.disk.is_some().then_some(VirtioSlot::Disk),
+            devices.network.is_some().then_some(VirtioSlot::Nic),
+            Some(VirtioSlot::Console),
+        ]
+        .into_iter()
+        .flatten()
+    }
+    /// Its window's IPA.
+    pub fn ipa(self) -> u64 {
+        VIRTIO_IPA + self as u64 * VIRTIO_WINDOW
+    }
+    /// Its SPI number (INTID - 32).
+    pub fn spi(self) -> u32 {
+        VIRTIO_SPI + self as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guest_fdt::{GICC_SIZE, GICD_SIZE};
+
+    #[test]
+    fn the_windows_do_not_overlap_and_the_transports_fit_their_page() {
+        const MAX_VCPUS: u64 = 64;
+        const GICR_FRAMES: u64 = 0x2_0000;
+        assert!(GICD_IPA + GICD_SIZE <= GICC_IPA && GICC_IPA + GICC_SIZE <= GICR_IPA);
+        assert!(GICR_IPA + GICR_FRAMES * MAX_VCPUS <= UART_IPA);
+        assert!(UART_IPA + UART_SIZE <= VIRTIO_IPA && VIRTIO_IPA + VIRTIO_PAGE <= RAM_IPA);
+        for slot in [VirtioSlot::Disk, VirtioSlot::Nic, VirtioSlot::Console] {
+            assert!(slot.ipa() + VIRTIO_WINDOW <= VIRTIO_IPA + VIRTIO_PAGE);
+            assert!(32 + (slot.spi() as usize) < 32 + SPIS && slot.spi() != UART_SPI);
+        }
+    }
+
+    #[test]
+    fn a_vm_has_its_console_and_the_devices_its_manifest_names() {
+        let mut devices = VmDevices::default();
+        assert_eq!(VirtioSlot::of(&devices).collect::<Vec<_>>(), [VirtioSlot::Console]);
+        devices.network = Some(None);
+        assert_eq!(VirtioSlot::of(&devices).collect::<Vec<_>>(), [VirtioSlot::Nic, VirtioSlot::Console]);
+    }
+}
