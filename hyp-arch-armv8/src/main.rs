@@ -89,9 +89,14 @@ fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::Stri
         return Err(alloc::format!("vm{id} {}: the hypervisor is not ready to create VMs", spec.name));
     };
     let devices = factory.passthrough.get(id).map_or(&[][..], |d| d.as_slice());
-    let granted =
-        vm::grant_resources(&mut caps.lock(), &factory.untyped, spec.memory, spec.vcpus, factory.gicv, devices)
-            .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
+    let request = hyp_runtime::vm_resources::VmRequest {
+        memory: spec.memory,
+        vcpus: spec.vcpus,
+        gicv: factory.gicv,
+        passthrough: devices,
+    };
+    let granted = vm::grant_resources(&mut caps.lock(), &factory.untyped, &request)
+        .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
     Vm::create(id, spec, granted, factory.gic_v3, devices, next_seeds(factory, id))
         .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
 }

@@ -9,7 +9,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use hyp_core::bundle::VmSpec;
-use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
+use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
@@ -17,8 +17,8 @@ use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::guest_map::{
-    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, SPIS, UART_IPA, UART_SIZE, UART_SPI, VIRTIO_IPA,
-    VIRTIO_PAGE, VIRTIO_WINDOW, VTIMER_PPI,
+    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, SPIS, UART_IPA, UART_SIZE, UART_SPI, VIRTIO_WINDOW,
+    VTIMER_PPI,
 };
 use hyp_core::log_limit::{Admit, GuestLogLimit};
 use hyp_core::mmio::{MmioBus, MmioDevice, MmioDispatch, MmioError};
@@ -41,7 +41,6 @@ use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared};
-use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::guest_fdt::GICD_SIZE;
 use hyp_runtime::focus::{ConsoleChoice, TrackedConsole};
 use hyp_runtime::passthrough::{PassthroughDevice, PassthroughSpi};
@@ -50,6 +49,7 @@ use hyp_runtime::shared_vgic::VgicHandle;
 use hyp_runtime::virtio::disk_slice::DiskSliceError;
 use hyp_runtime::virtio::slot::{SlotSetup, VirtioSlot, Window};
 use hyp_runtime::virtio::switch_port::SwitchPort;
+use hyp_runtime::vm_resources::{revoke_all, VmRequest, VmResources};
 use hyp_runtime::Arch;
 use sched::Decision;
 use vdev_virtio::block::VirtioBlock;
@@ -127,100 +127,21 @@ impl fmt::Display for VmError {
     }
 }
 
-/// What a VM is given through the capability space before it is built.
-pub struct VmResources {
-    pub vm_cap: CapId,
-    pub ram: PhysRange,
-    pub vttbr: u64,
-    pub vtcr: u64,
-    pub ipa_bits: u8,
-    pub table_frames: usize,
-}
-
-/// Creates the VM in the capability space: a VM object with its stage-2 tables and vCPUs, its RAM
-/// retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2 uses
-/// 1 GiB blocks; else 2 MiB-aligned) and mapped at RAM_IPA, and its emulated UART
-/// window. Nothing else gives a VM memory.
-/// `gicv` is the GICv2 virtual CPU interface to map at the guest's GICC address (None on a
-/// GICv3 board, where the guest's CPU interface is system registers). `passthrough`: its
-/// board devices, each region mapped at its own address (IPA = PA; Device-nGnRE, read and
-/// write, never executable: the region kind decides) and each SPI granted.
+/// Creates the VM's capabilities (hyp_runtime::vm_resources), its stage-2 tables in the
+/// hypervisor's heap.
 pub fn grant_resources(
     caps: &mut CapSpace,
     untyped: &[CapId],
-    memory: u64,
-    vcpus: u32,
-    gicv: Option<CapId>,
-    passthrough: &[PassthroughDevice],
+    request: &VmRequest<'_>,
 ) -> Result<VmResources, CapError> {
-    let vm_cap = caps.create_vm(&mut HeapTableMemory)?;
-    let granted = grant_to(caps, untyped, vm_cap, memory, vcpus, gicv, passthrough);
-    if granted.is_err() {
-        // Nothing half-built stays behind: the VM and whatever it was given go.
-        let vttbr = caps.vm_id(vm_cap).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
-        let _ = caps.destroy_vm(&mut HeapTableMemory, &mut Stage2Tlb { vttbr }, vm_cap);
-    }
-    granted
+    hyp_runtime::vm_resources::grant_resources(
+        caps,
+        &mut HeapTableMemory,
+        |vttbr| Stage2Tlb { vttbr },
+        untyped,
+        request,
+    )
 }
-
-fn grant_to(
-    caps: &mut CapSpace,
-    untyped: &[CapId],
-    vm_cap: CapId,
-    memory: u64,
-    vcpus: u32,
-    gicv: Option<CapId>,
-    passthrough: &[PassthroughDevice],
-) -> Result<VmResources, CapError> {
-    for _ in 0..vcpus {
-        caps.create_vcpu(vm_cap, vcpus)?;
-    }
-    let align = if memory >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
-    let retyped = [align, RAM_GRANULE]
-        .iter()
-        .flat_map(|a| untyped.iter().map(move |u| (*u, *a)))
-        .find_map(|(u, a)| caps.retype(u, RegionKind::Ram, memory, a).ok());
-    let region = retyped.ok_or(CapError::OutOfUntyped { size: memory })?;
-    let vm = caps.vm_id(vm_cap)?;
-    let vttbr = caps.vm_table(vm).map_or(0, |t| t.vttbr());
-    let mut tlb = Stage2Tlb { vttbr };
-    caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, region, Ipa(RAM_IPA), Rights::RWX)?;
-    let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
-    caps.add_emulated_window(vm_cap, window(UART_IPA, UART_SIZE)?, DEVICE_PL011)?;
-    caps.add_emulated_window(vm_cap, window(GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
-    // Stage 2 traps by page: the capability is the page of virtio transports, which the
-    // bus divides into their windows (an access between them is a data abort).
-    caps.add_emulated_window(vm_cap, window(VIRTIO_IPA, VIRTIO_PAGE)?, DEVICE_VIRTIO)?;
-    match gicv {
-        None => {
-            caps.add_emulated_window(vm_cap, window(GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
-        }
-        Some(gicv) => {
-            caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, gicv, Ipa(GICC_IPA), Rights::RW)?;
-        }
-    }
-    for device in passthrough {
-        caps.map(&mut HeapTableMemory, &mut tlb, vm_cap, device.region, Ipa(device.reg.base), Rights::RW)?;
-        for spi in &device.spis {
-            caps.grant_interrupt(vm_cap, spi.cap)?;
-        }
-    }
-    let table = caps.vm_table(vm).ok_or(CapError::WrongType { cap: vm_cap, expected: "a VM" })?;
-    Ok(VmResources {
-        vm_cap,
-        ram: caps.region(region)?.0,
-        vttbr: table.vttbr(),
-        vtcr: table.vtcr(),
-        ipa_bits: table.geometry().ipa_bits,
-        table_frames: table.table_frame_count(&HeapTableMemory),
-    })
-}
-
-/// Device model ids of the emulated windows.
-const DEVICE_PL011: u32 = 1;
-const DEVICE_GICD: u32 = 2;
-const DEVICE_GICR: u32 = 3;
-const DEVICE_VIRTIO: u32 = 4;
 
 /// A VM's virtio devices.
 struct VirtioDevices {
@@ -1180,12 +1101,11 @@ fn leave_guest_regime() {
     };
 }
 
-/// Destroys an ended VM through its capability: every mapping and window revoked, its RAM
-/// back to untyped memory, its stage-2 tables freed and its VMID's TLB entries invalidated.
+/// Destroys an ended VM through its capability (hyp_runtime::vm_resources::revoke_all),
+/// its passthrough SPIs quiet first.
 pub fn destroy(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
     vm.release_passthrough();
-    let mut tlb = Stage2Tlb { vttbr: vm.vttbr };
-    caps.destroy_vm(&mut HeapTableMemory, &mut tlb, vm.cap)
+    revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: vm.vttbr }, vm.cap)
 }
 
 /// Each passthrough SPI as the VM's virtual SPI of the same INTID, hardware-mapped to the

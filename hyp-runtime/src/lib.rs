@@ -21,6 +21,7 @@ pub mod placement;
 pub mod scheduling;
 pub mod shared_vgic;
 pub mod virtio;
+pub mod vm_resources;
 
 pub use arch::Arch;
 

@@ -1,0 +1,131 @@
+//! A VM's capabilities: created, destroyed and created again with everything it was given
+//! revoked and its memory returned; a failure halfway leaves nothing behind.
+
+use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind};
+use hyp_core::guest_map::RAM_IPA;
+use hyp_core::platform::PhysRange;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use stage2::testing::VecTableMemory;
+use stage2::{Ipa, PhysAddr, TableFormat, TlbMaintenance};
+
+use crate::passthrough::{PassthroughDevice, PassthroughSpi};
+use crate::vm_resources::{grant_resources, revoke_all, VmRequest, VmResources};
+
+const MIB: u64 = 1 << 20;
+const UNTYPED: PhysRange = PhysRange { base: 0x4000_0000, size: 64 * MIB };
+const DEVICE: PhysRange = PhysRange { base: 0x1c09_0000, size: 0x1000 };
+
+struct World {
+    caps: CapSpace,
+    mem: VecTableMemory,
+    untyped: Vec<CapId>,
+    device: PassthroughDevice,
+}
+
+impl World {
+    fn new() -> World {
+        let mut caps = CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 40 });
+        let untyped = vec![caps.add_untyped(UNTYPED).unwrap()];
+        let region = caps.add_device_region(DEVICE, RegionKind::DeviceMmio).unwrap();
+        let spi = PassthroughSpi { intid: 37, cap: caps.add_interrupt(37).unwrap(), flags: 4 };
+        let device = PassthroughDevice { name: "rtc", reg: DEVICE, region, spis: vec![spi], compatible: vec![] };
+        World { caps, mem: VecTableMemory::with_capacity(256), untyped, device }
+    }
+
+    fn grant(&mut self, memory: u64, passthrough: bool) -> Result<VmResources, CapError> {
+        let devices = if passthrough { std::slice::from_ref(&self.device) } else { &[] };
+        let request = VmRequest { memory, vcpus: 2, gicv: None, passthrough: devices };
+        grant_resources(&mut self.caps, &mut self.mem, |_| Tlb::default(), &self.untyped, &request)
+    }
+
+    /// Destroys the VM; the TLB maintenance it did.
+    fn revoke(&mut self, vm: &VmResources) -> Vec<Maintenance> {
+        let mut tlb = Tlb::default();
+        revoke_all(&mut self.caps, &mut self.mem, &mut tlb, vm.vm_cap).unwrap();
+        tlb.0.take()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Maintenance {
+    Ipa,
+    Vmid(u16),
+    Publish,
+}
+
+#[derive(Default)]
+struct Tlb(Rc<RefCell<Vec<Maintenance>>>);
+
+impl TlbMaintenance for Tlb {
+    fn invalidate_ipa(&mut self, _: u16, _: Ipa) {
+        self.0.borrow_mut().push(Maintenance::Ipa);
+    }
+    fn invalidate_vmid(&mut self, vmid: u16) {
+        self.0.borrow_mut().push(Maintenance::Vmid(vmid));
+    }
+    fn publish(&mut self) {
+        self.0.borrow_mut().push(Maintenance::Publish);
+    }
+}
+
+#[test]
+fn a_vm_gets_its_ram_at_the_guest_address_and_gives_everything_back() {
+    let mut world = World::new();
+    let caps_before = world.caps.capability_count();
+    let vm = world.grant(16 * MIB, true).unwrap();
+    assert_eq!(vm.ram.size, 16 * MIB);
+    assert!(vm.ram.base >= UNTYPED.base && vm.ram.base + vm.ram.size <= UNTYPED.base + UNTYPED.size);
+    assert_eq!(vm.ram.base % (2 * MIB), 0, "2 MiB-aligned: stage 2 maps it in blocks");
+    assert!(vm.table_frames > 0 && vm.vttbr != 0);
+    let table = world.caps.vm_table(world.caps.vm_id(vm.vm_cap).unwrap()).unwrap();
+    assert_eq!(table.translate(&world.mem, Ipa(RAM_IPA)).map(|t| t.pa), Some(PhysAddr(vm.ram.base)));
+    let device = table.translate(&world.mem, Ipa(DEVICE.base)).map(|t| t.pa);
+    assert_eq!(device, Some(PhysAddr(DEVICE.base)), "IPA = PA");
+    let vmid = table.vmid();
+
+    let events = world.revoke(&vm);
+    assert!(events.contains(&Maintenance::Vmid(vmid)), "its TLB entries go: {events:?}");
+    assert_eq!(world.mem.frames_in_use(), 0, "its stage-2 tables are freed");
+    assert_eq!(world.caps.capability_count(), caps_before, "every capability it was given is gone");
+    // All the memory is back: one VM may now take all of it.
+    let whole = world.grant(UNTYPED.size, false).unwrap();
+    assert_eq!(whole.ram, UNTYPED);
+}
+
+#[test]
+fn create_destroy_and_restart_many_times_leak_nothing() {
+    let mut world = World::new();
+    let caps_before = world.caps.capability_count();
+    for round in 0..50 {
+        let vm = world.grant(8 * MIB, round % 2 == 0).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        world.revoke(&vm);
+        assert_eq!(world.mem.frames_in_use(), 0, "round {round}");
+        assert_eq!(world.caps.capability_count(), caps_before, "round {round}");
+    }
+}
+
+#[test]
+fn a_passthrough_device_belongs_to_one_live_vm_at_a_time() {
+    let mut world = World::new();
+    let first = world.grant(8 * MIB, true).unwrap();
+    let caps_with_first = world.caps.capability_count();
+    let frames_with_first = world.mem.frames_in_use();
+    assert!(world.grant(8 * MIB, true).is_err(), "the device is the first VM's");
+    assert_eq!(world.caps.capability_count(), caps_with_first, "the failed VM left nothing behind");
+    assert_eq!(world.mem.frames_in_use(), frames_with_first, "nor its tables");
+    world.revoke(&first);
+    let second = world.grant(8 * MIB, true).expect("free again once the first VM is destroyed");
+    world.revoke(&second);
+}
+
+#[test]
+fn a_vm_larger_than_the_free_memory_is_refused_and_leaves_nothing() {
+    let mut world = World::new();
+    let caps_before = world.caps.capability_count();
+    let err = world.grant(UNTYPED.size + 2 * MIB, false).unwrap_err();
+    assert_eq!(err, CapError::OutOfUntyped { size: UNTYPED.size + 2 * MIB });
+    assert_eq!(world.caps.capability_count(), caps_before);
+    assert_eq!(world.mem.frames_in_use(), 0);
+}
