@@ -463,7 +463,7 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
 /// The VM's last vCPU stopped (or the console ended a VM with none running): it is
 /// destroyed through its capability, and created again if it restarts.
 pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
-    let clean = vm::is_clean(end);
+    let clean = hyp_runtime::vm::is_clean(end);
     if !clean {
         VMS_FAILED.fetch_add(1, Ordering::AcqRel);
     }

@@ -14,11 +14,7 @@ use vdev_virtio::switch::{Forward, Port, PortId, Switch};
 
 use crate::host_virtio::UPLINK;
 
-pub const UPLINK_PORT: usize = 0;
-
-pub fn port_of_vm(vm: usize) -> usize {
-    vm + 1
-}
+use hyp_runtime::network::{vm_of_port, UPLINK_PORT};
 
 static SWITCH: Once<Mutex<Switch>> = Once::new();
 /// The uplink's interrupt, once it is on (0: off).
@@ -48,7 +44,7 @@ pub fn forward(from: usize, frame: &[u8]) {
         }
         Forward::Drop => {}
         Forward::Refused(refusal) => {
-            if let Some(vm) = from.checked_sub(1).and_then(crate::vm_at) {
+            if let Some(vm) = vm_of_port(from).and_then(crate::vm_at) {
                 crate::vm::guest_line(
                     &vm.guest_log,
                     format_args!("hypervisor: vm{} {}: {refusal}", vm.id, vm.spec.name),
@@ -65,7 +61,7 @@ fn deliver(port: usize, frame: &[u8]) {
         }
         return;
     }
-    let nic = crate::vm_at(port - 1).and_then(|vm| vm.nic());
+    let nic = vm_of_port(port).and_then(crate::vm_at).and_then(|vm| vm.nic());
     if let Some(nic) = nic {
         // A NIC with no receive buffer drops the frame, as a real one would.
         let _ = nic.with_device(|device, ram| {

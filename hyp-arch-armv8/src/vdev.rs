@@ -5,12 +5,16 @@ use core::fmt;
 use core::sync::atomic::{fence, Ordering};
 
 use hyp_core::log_limit::GuestLogLimit;
-use hyp_runtime::virtio::slot::{DeviceEnv, VirtioSlot};
+use hyp_runtime::virtio::slot::VmEnv;
 use hyp_runtime::virtio::PhysicalRam;
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError};
 
+use crate::arch::Aarch64;
 use crate::console::VmConsole;
 use crate::host_virtio::HostDisk;
+use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
+use spin::Mutex;
+use vgic::IntId;
 
 /// A VM's RAM as its devices see it: IPAs checked against the one RAM region its
 /// capabilities map, then reached through the hypervisor's identity map.
@@ -59,9 +63,27 @@ impl GuestMemory for GuestRam {
 /// The devices of VMs on this image.
 pub struct Devices;
 
-impl DeviceEnv for Devices {
+impl VmEnv for Devices {
+    type Arch = Aarch64;
     type Ram = GuestRam;
-    type Line = crate::vm::VgicLine;
+    type Line = VgicLine<Aarch64>;
+    type Console = VmConsole;
+    type Disk = HostDisk;
+    fn guest_ram(ipa: u64, pa: u64, size: u64) -> GuestRam {
+        GuestRam { ipa, pa, size }
+    }
+    fn interrupt_line(vgic: &SharedVgic<Aarch64>, intid: IntId) -> VgicLine<Aarch64> {
+        VgicLine { vgic: alloc::sync::Arc::clone(vgic), intid }
+    }
+    fn console(vm: usize, name: &'static str) -> VmConsole {
+        VmConsole::new(vm, name)
+    }
+    fn board_disk() -> Option<&'static Mutex<HostDisk>> {
+        crate::host_virtio::DISK.get()
+    }
+    fn log(line: fmt::Arguments<'_>) {
+        println!("{line}");
+    }
     fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>) {
         crate::vm::guest_line(limit, line);
     }
@@ -69,10 +91,3 @@ impl DeviceEnv for Devices {
         crate::network::forward(from, frame);
     }
 }
-
-/// A VM's disk: a slice of the board's disk.
-pub type DiskSliceBackend = hyp_runtime::virtio::disk_slice::DiskSliceBackend<HostDisk, GuestRam>;
-/// A VM's virtio console backend.
-pub type ConsoleBridge = hyp_runtime::virtio::console_bridge::ConsoleBridge<VmConsole>;
-/// One virtio device of a VM, shared.
-pub type Shared<D> = alloc::sync::Arc<VirtioSlot<D, Devices>>;

@@ -2,11 +2,9 @@
 //! devices, the kernel loaded per the arm64 boot protocol), and running a vCPU on this CPU.
 
 use alloc::boxed::Box;
-use alloc::sync::Arc;
-use alloc::vec::Vec;
 use core::arch::asm;
 use core::fmt;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::Ordering;
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::cap::{CapError, CapId, CapSpace};
@@ -14,53 +12,29 @@ use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
-use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
-use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
-use hyp_core::guest_map::{
-    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, SPIS, UART_IPA, UART_SIZE, UART_SPI, VIRTIO_WINDOW,
-    VTIMER_PPI,
-};
+use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::log_limit::{Admit, GuestLogLimit};
-use hyp_core::mmio::{MmioBus, MmioDevice, MmioDispatch, MmioError};
-use hyp_core::pl011::{InterruptLine, Pl011};
-use hyp_core::platform::PhysRange;
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_core::smccc::{psci_status, Hypercall};
-use hyp_core::syndrome::AccessWidth;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
-use hyp_core::vcpu_power::{EndReason, VmPower};
+use hyp_core::vcpu_power::EndReason;
 use spin::Mutex;
-use stage2::{Ipa, IpaRange};
 
 use crate::arch::SPI_OWNERS;
 use crate::arch::{Aarch64, SCHEDULING};
-use crate::console::VmConsole;
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
-use crate::vdev::{ConsoleBridge, DiskSliceBackend, GuestRam, Shared};
-use hyp_core::guest_fdt::GICD_SIZE;
-use hyp_runtime::focus::{ConsoleChoice, TrackedConsole};
-use hyp_runtime::passthrough::{PassthroughDevice, PassthroughSpi};
+use crate::vdev::Devices;
+use hyp_runtime::passthrough::PassthroughDevice;
 use hyp_runtime::scheduling::vcpu_ref;
-use hyp_runtime::shared_vgic::VgicHandle;
-use hyp_runtime::virtio::disk_slice::DiskSliceError;
-use hyp_runtime::virtio::slot::{SlotSetup, VirtioSlot, Window};
-use hyp_runtime::virtio::switch_port::SwitchPort;
+use hyp_runtime::vm::{Vm as VmCore, VmBuild, VmError};
 use hyp_runtime::vm_resources::{revoke_all, VmRequest, VmResources};
 use hyp_runtime::Arch;
 use sched::Decision;
-use vdev_virtio::block::VirtioBlock;
-use vdev_virtio::console::VirtioConsole;
-use vdev_virtio::net::VirtioNet;
-use vgic::{Distributor, GicVersion, IntId, RetiredLines, SgiRegister, VgicConfig, GICR_FRAME_SIZE};
-
-// The redistributors of the most vCPUs a VM may have end below the UART (`GuestMmio`).
-const _: () = assert!(GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 <= UART_IPA);
-/// A VM's virtual GIC, shared by the CPUs its vCPUs run on.
-type SharedVgic = hyp_runtime::shared_vgic::SharedVgic<Aarch64>;
+use vgic::{Distributor, IntId, RetiredLines, SgiRegister};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
@@ -98,35 +72,6 @@ const HCR_GUEST: u64 = (1 << 0)
     | (1 << 22)
     | (1 << 31);
 
-#[derive(Debug)]
-pub enum VmError {
-    Layout(LayoutError),
-    DeviceTree(GuestFdtError),
-    Capability(CapError),
-    /// The VM's RAM is smaller than its manifest says (an internal inconsistency).
-    RamMismatch,
-    /// The manifest asks for a GIC the vGIC cannot provide (too many vCPUs for GICv2).
-    Vgic(vgic::VgicError),
-    /// The manifest gives the VM a `disk`, and the board has no disk.
-    NoBoardDisk,
-    /// The VM's `disk` slice cannot be given.
-    Disk(DiskSliceError),
-}
-
-impl fmt::Display for VmError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VmError::Layout(e) => write!(f, "{e}"),
-            VmError::DeviceTree(e) => write!(f, "{e}"),
-            VmError::Capability(e) => write!(f, "{e}"),
-            VmError::RamMismatch => write!(f, "RAM given to the VM is smaller than its manifest entry"),
-            VmError::Vgic(e) => write!(f, "{e}"),
-            VmError::NoBoardDisk => write!(f, "the board has no virtio disk for the VM's `disk`"),
-            VmError::Disk(e) => write!(f, "{e}"),
-        }
-    }
-}
-
 /// Creates the VM's capabilities (hyp_runtime::vm_resources), its stage-2 tables in the
 /// hypervisor's heap.
 pub fn grant_resources(
@@ -141,18 +86,6 @@ pub fn grant_resources(
         untyped,
         request,
     )
-}
-
-/// A VM's virtio devices.
-struct VirtioDevices {
-    disk: Option<Shared<VirtioBlock<DiskSliceBackend>>>,
-    nic: Option<Shared<VirtioNet<SwitchPort>>>,
-    console: Shared<VirtioConsole<ConsoleBridge>>,
-}
-
-/// A clean end: PSCI SYSTEM_OFF, or HYP_VM_EXIT with status 0.
-pub fn is_clean(end: EndReason) -> bool {
-    matches!(end, EndReason::PoweredOff | EndReason::Exited(0) | EndReason::Destroyed | EndReason::Restart)
 }
 
 /// How a vCPU's run on this CPU ended.
@@ -174,51 +107,25 @@ struct Resume {
     last_unknown: Option<u32>,
 }
 
+/// A VM as this image runs it: the runtime's VM, with its stage-2 registers, its counter
+/// offset and the saved state of each descheduled vCPU.
 pub struct Vm {
-    pub id: usize,
-    /// Where kernel, initrd and device tree go in RAM.
-    layout: GuestLayout,
-    /// The guest's device tree (generated from its manifest entry); its seeds are replaced
-    /// when the VM resets itself.
-    device_tree: Mutex<Vec<u8>>,
-    /// The lines the guest causes (its mistakes, its devices' incidents, its refused frames)
-    /// go through this limit: a guest must not be able to flood the console.
-    pub guest_log: Arc<GuestLogLimit>,
-    /// Set when one of its virtio devices left work for later: the next exit of any of its
-    /// vCPUs goes on with it (a bounded notify; `vdev::VirtioSlot::continue_work`).
-    device_work: Arc<AtomicBool>,
-    /// Exits by reason, per vCPU.
-    exits: Box<[ExitCounts]>,
+    core: VmCore<Devices>,
     /// The saved state of each descheduled vCPU.
     saved: Box<[Mutex<Option<Box<Resume>>>]>,
-    pub spec: VmSpec<'static>,
-    ram: PhysRange,
-    entry_offset: u64,
-    /// The VM's capability: destroying or restarting the VM goes through it.
-    pub cap: CapId,
     /// CNTVOFF_EL2: the physical count when the VM was created, so its virtual counter
     /// starts at zero.
     cntvoff: u64,
     /// VTTBR_EL2 and VTCR_EL2 of the VM's stage-2 tables (which the capability space owns).
     vttbr: u64,
     vtcr: u64,
-    bus: Mutex<MmioBus>,
-    /// The VM's virtual GIC (its windows are not on the bus: `GuestMmio` decodes them first).
-    vgic: SharedVgic,
-    vgic_config: VgicConfig,
-    /// The VM's console UART (also on the bus), which console input reaches directly.
-    uart: SharedUart,
-    /// Its virtio devices (also on the bus), which the switch and console input reach.
-    virtio: VirtioDevices,
-    /// Which console typed input goes to.
-    console_choice: ConsoleChoice,
-    power: Mutex<VmPower>,
-    /// Set once the VM is ending: every vCPU leaves at its next exit.
-    ending: AtomicBool,
-    gic_v3: bool,
-    stage2_ipa_bits: u8,
-    /// The SPIs of its passthrough devices: physical INTID = virtual INTID, hardware-mapped.
-    passthrough_spis: Vec<PassthroughSpi>,
+}
+
+impl core::ops::Deref for Vm {
+    type Target = VmCore<Devices>;
+    fn deref(&self) -> &VmCore<Devices> {
+        &self.core
+    }
 }
 
 macro_rules! vm_log {
@@ -228,7 +135,9 @@ macro_rules! vm_log {
 }
 
 impl Vm {
-    /// Builds the VM `spec` describes, with the resources its capabilities grant.
+    /// Builds the VM `spec` describes, with the resources its capabilities grant; its
+    /// passthrough SPIs are configured as the board says and left off, nothing pending or
+    /// active, until it runs.
     pub fn create(
         id: usize,
         spec: VmSpec<'static>,
@@ -237,121 +146,16 @@ impl Vm {
         passthrough: &[PassthroughDevice],
         seeds: Option<GuestSeeds>,
     ) -> Result<Vm, VmError> {
-        let ram = granted.ram;
-        if ram.size < spec.memory {
-            return Err(VmError::RamMismatch);
-        }
-        let initrd_len = spec.initrd.map(|i| i.len() as u64);
-        let layout = guest_layout::layout(spec.memory, spec.kernel, initrd_len, 0).map_err(VmError::Layout)?;
-        let entry_offset = layout.kernel;
-        let gic = if gic_v3 {
-            GuestGic::V3 { distributor: GICD_IPA, redistributors: GICR_IPA }
-        } else {
-            GuestGic::V2 { distributor: GICD_IPA, cpu_interface: GICC_IPA }
-        };
-        let bootargs = spec.command_line();
-        let initrd = layout.initrd.map(|(offset, len)| (RAM_IPA + offset, RAM_IPA + offset + len));
-        let device_tree = match spec.device_tree {
-            Some(given) => guest_fdt::with_chosen(given, bootargs, initrd, seeds),
-            None => guest_fdt::build(&GuestPlatform {
-                vcpus: spec.vcpus,
-                ram_base: RAM_IPA,
-                ram_size: spec.memory,
-                gic,
-                uart_base: UART_IPA,
-                uart_spi: UART_SPI,
-                virtio_mmio: Slot::of(&spec.devices).map(|s| (s.ipa(), s.spi())).collect(),
-                bootargs: bootargs.into(),
-                initrd,
-                passthrough: passthrough.iter().map(PassthroughDevice::guest_node).collect(),
-                seeds,
-            }),
-        }
-        .map_err(VmError::DeviceTree)?;
-        if device_tree.len() as u64 > guest_layout::MAX_DTB {
-            return Err(VmError::Layout(LayoutError::DeviceTreeTooBig { size: device_tree.len() as u64 }));
-        }
-        let mut bus = MmioBus::new();
-        let version = if gic_v3 { GicVersion::V3 } else { GicVersion::V2 };
-        let passthrough_spis: Vec<PassthroughSpi> = passthrough.iter().flat_map(|d| d.spis.iter().copied()).collect();
-        // Enough SPIs for the board's INTIDs it is given (the guest sees them unchanged).
-        let spis = passthrough_spis.iter().map(|s| s.intid as usize - 31).fold(SPIS, usize::max);
-        let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis };
-        let mut distributor = Distributor::new(vgic_config).map_err(VmError::Vgic)?;
-        map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
-        let vgic: SharedVgic = Arc::new(VgicHandle::new(id, distributor, &SCHEDULING));
-        let uart_line = VgicLine { vgic: Arc::clone(&vgic), intid: IntId(32 + UART_SPI) };
-        let console_choice = ConsoleChoice::default();
-        let uart_out = TrackedConsole::new(VmConsole::new(id, spec.name), &console_choice, false);
-        let uart = SharedUart(Arc::new(Mutex::new(Pl011::new(Box::new(uart_out), Box::new(uart_line)))));
-        let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
-        // These windows are the ones the capability space granted; they cannot overlap.
-        let _ = bus.attach(window(UART_IPA, UART_SIZE)?, Box::new(uart.clone()));
-        let guest_log = Arc::new(GuestLogLimit::new());
-        let device_work = Arc::new(AtomicBool::new(false));
-        let virtio = create_virtio(id, &spec, ram, &vgic, &console_choice, (&guest_log, &device_work))?;
-        // Granted by the capability space like the windows above: they cannot overlap.
-        let mut attach = |slot: Slot, device: Box<dyn MmioDevice + Send>| {
-            window(slot.ipa(), VIRTIO_WINDOW).map(|w| {
-                let _ = bus.attach(w, device);
-            })
-        };
-        attach(Slot::Console, Box::new(Window(Arc::clone(&virtio.console))))?;
-        if let Some(disk) = &virtio.disk {
-            attach(Slot::Disk, Box::new(Window(Arc::clone(disk))))?;
-        }
-        if let Some(nic) = &virtio.nic {
-            attach(Slot::Nic, Box::new(Window(Arc::clone(nic))))?;
-        }
-        let power =
-            VmPower::new(spec.vcpus as usize, RAM_IPA, spec.memory, RAM_IPA + entry_offset, RAM_IPA + layout.dtb);
+        let build = VmBuild { id, spec, granted: &granted, gic_v3, passthrough, seeds };
+        let core = VmCore::create(build, &SCHEDULING)?;
         let vm = Vm {
-            id,
-            layout,
-            device_tree: Mutex::new(device_tree),
-            guest_log,
-            device_work,
-            exits: (0..spec.vcpus).map(|_| ExitCounts::default()).collect(),
             saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
-            spec,
-            ram,
-            entry_offset,
-            cap: granted.vm_cap,
             cntvoff: sysreg!("cntpct_el0"),
             vttbr: granted.vttbr,
             vtcr: granted.vtcr,
-            bus: Mutex::new(bus),
-            vgic,
-            vgic_config,
-            uart,
-            virtio,
-            console_choice,
-            power: Mutex::new(power),
-            ending: AtomicBool::new(false),
-            gic_v3,
-            stage2_ipa_bits: granted.ipa_bits,
-            passthrough_spis,
+            core,
         };
-        println!(
-            "hypervisor: vm{id} {}: {} MiB RAM at IPA {RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
-            spec.name,
-            spec.memory >> 20,
-            ram.base,
-            spec.vcpus,
-            granted.table_frames
-        );
         println!("hypervisor: vm{id} {}: its virtual counter starts at physical count {}", spec.name, vm.cntvoff);
-        for device in passthrough {
-            println!(
-                "hypervisor: vm{id} {}: passthrough {}: {} mapped at IPA {:#x} (Device-nGnRE, not executable), SPI(s) [{}] granted",
-                spec.name,
-                device.name,
-                device.reg,
-                device.reg.base,
-                hyp_runtime::passthrough::spi_list(&device.spis)
-            );
-        }
-        // Off until the VM runs: configured as the board says, nothing left pending or active.
         for spi in &vm.passthrough_spis {
             crate::gic::disable_spi(spi.intid);
             crate::gic::clear_spi(spi.intid);
@@ -370,130 +174,24 @@ impl Vm {
         // no vCPU of this VM runs while it is loaded.
         let ram = unsafe { core::slice::from_raw_parts_mut(self.ram.base as *mut u8, self.spec.memory as usize) };
         let base = self.ram.base;
-        let mut place = |offset: u64, bytes: &[u8]| {
+        self.core.load(|offset, bytes| {
             let at = offset as usize;
             copy_fast(&mut ram[at..at + bytes.len()], bytes);
             make_visible_to_guest(base + offset, bytes.len() as u64);
-        };
-        // `guest_layout` checked that each piece fits in RAM without overlapping another.
-        place(self.layout.kernel, self.spec.kernel);
-        if let (Some((offset, _)), Some(initrd)) = (self.layout.initrd, self.spec.initrd) {
-            place(offset, initrd);
-        }
-        place(self.layout.dtb, &self.device_tree.lock());
+        });
     }
 
-    /// After a SYSTEM_RESET has stopped every vCPU: the interrupt controller and UART as at
-    /// power-on, the kernel reloaded with `seeds` in its device tree (a reboot must not
-    /// repeat the random seeds of the last boot); vCPU 0 starts again.
+    /// After a SYSTEM_RESET has stopped every vCPU: its passthrough SPIs off (and not left
+    /// active) until vCPU 0 starts again, the VM as at power-on (hyp_runtime::vm), no vCPU
+    /// state kept, the kernel reloaded.
     pub fn reset(&self, seeds: Option<GuestSeeds>) {
-        if let Some(seeds) = seeds {
-            if let Err(e) = guest_fdt::reseed(&mut self.device_tree.lock(), seeds) {
-                vm_log!(
-                    self,
-                    0,
-                    "SYSTEM_RESET: the random seeds cannot be replaced ({e}); it boots with the last ones"
-                );
-            }
-        }
-        // The passthrough SPIs are off (and not left active) until vCPU 0 starts again.
         for spi in &self.passthrough_spis {
             crate::gic::disable_spi(spi.intid);
             crate::gic::clear_spi(spi.intid);
         }
-        if let Ok(mut fresh) = Distributor::new(self.vgic_config) {
-            let _ = map_passthrough_spis(&mut fresh, &self.passthrough_spis);
-            *self.vgic.vgic.lock() = fresh;
-        }
-        self.uart.0.lock().reset();
+        self.core.reset(seeds);
         self.saved.iter().for_each(|s| *s.lock() = None);
-        self.virtio.console.reset();
-        self.virtio.disk.iter().for_each(|d| d.reset());
-        self.virtio.nic.iter().for_each(|n| n.reset());
         self.load();
-        self.power.lock().reset(RAM_IPA + self.entry_offset, RAM_IPA + self.layout.dtb);
-        self.ending.store(false, Ordering::Release);
-        vm_log!(self, 0, "SYSTEM_RESET: the VM reboots");
-    }
-
-    fn count_exit(&self, vcpu: usize, reason: ExitReason) {
-        if let Some(counts) = self.exits.get(vcpu) {
-            counts.record(reason);
-        }
-    }
-
-    /// Exits of all its vCPUs, by reason.
-    pub fn exit_counts(&self) -> ExitCounts {
-        let total = ExitCounts::default();
-        self.exits.iter().for_each(|c| total.add(c));
-        total
-    }
-
-    /// Bytes the user typed for this VM: they wait in its UART for the guest to read.
-    pub fn console_input(&self, bytes: &[u8]) {
-        if self.console_choice.virtio_is_active() {
-            let taken = self.virtio.console.with_device(|console, ram| console.receive_input(ram, bytes)).unwrap_or(0);
-            if taken < bytes.len() {
-                vm_log!(
-                    self,
-                    0,
-                    "console input: {} byte(s) dropped, the guest is not reading hvc0",
-                    bytes.len() - taken
-                );
-            }
-            return;
-        }
-        let dropped = {
-            let mut uart = self.uart.0.lock();
-            let before = uart.dropped();
-            for &b in bytes {
-                uart.receive(b);
-            }
-            uart.dropped() - before
-        };
-        if dropped > 0 {
-            vm_log!(self, 0, "console input: {dropped} byte(s) dropped, the guest is not reading its UART");
-        }
-    }
-
-    /// The VM's NIC, if its manifest gives it one.
-    pub fn nic(&self) -> Option<Shared<VirtioNet<SwitchPort>>> {
-        self.virtio.nic.clone()
-    }
-
-    /// Asks the whole VM to end: every other vCPU is kicked out of the guest (or woken, if
-    /// it waits for an interrupt) and stops at its next exit. Returns how many vCPUs run.
-    fn end(&self, vcpu: usize, reason: EndReason) -> usize {
-        let running = self.power.lock().request_end(reason);
-        self.ending.store(true, Ordering::Release);
-        self.vgic.kick(running.iter().filter(|v| **v != vcpu).fold(0, |mask, v| mask | 1 << v));
-        running.len()
-    }
-
-    /// From outside the VM (the management console): the VM ends for `reason`, at once if
-    /// no vCPU runs, else when its last vCPU has stopped (`cpu_loop`). Returns whether it
-    /// ended at once.
-    pub fn request_end(&self, reason: EndReason) -> bool {
-        self.end(usize::MAX, reason) == 0
-    }
-
-    /// Whether the VM is ending (its vCPUs stop at their next exit).
-    pub fn is_ending(&self) -> bool {
-        self.ending.load(Ordering::Acquire)
-    }
-
-    /// Work its virtio devices left for later, a bounded step of it.
-    fn continue_device_work(&self) {
-        self.virtio.console.continue_work();
-        self.virtio.disk.iter().for_each(|d| d.continue_work());
-        self.virtio.nic.iter().for_each(|n| n.continue_work());
-    }
-
-    /// From here on no device of the VM touches its RAM: before its memory is revoked.
-    pub fn shut_down_devices(&self) {
-        self.virtio.console.shut_down();
-        self.virtio.disk.iter().for_each(|d| d.shut_down());
-        self.virtio.nic.iter().for_each(|n| n.shut_down());
     }
 
     /// Physical interrupts that brought the guest out: the virtual timer's becomes the
@@ -554,21 +252,6 @@ impl Vm {
                 if spi.edge() { "edge" } else { "level" }
             );
         }
-    }
-
-    /// A physical passthrough SPI fired (its priority dropped, still active): it becomes
-    /// pending in the vGIC, hardware-mapped, for the vCPU the guest routed it to.
-    pub fn passthrough_interrupt(&self, intid: u32) {
-        let edge = self.passthrough_spis.iter().find(|s| s.intid == intid).is_none_or(|s| s.edge());
-        let targets = {
-            let mut vgic = self.vgic.vgic.lock();
-            // A level SPI's pending state follows its line from now on (its physical
-            // interrupt is held active, the line sampled at each exit: `HwLines`).
-            let _ = if edge { vgic.inject_edge(IntId(intid), 0) } else { vgic.set_level(IntId(intid), 0, true) };
-            vgic.take_kicks().0 as u32
-        };
-        self.vgic.hint(targets);
-        self.vgic.kick(targets);
     }
 
     /// Before the VM's capabilities are revoked: each passthrough SPI stops being forwarded,
@@ -716,14 +399,6 @@ impl Vm {
         }
     }
 
-    /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit).
-    fn log_incident(&self, vcpu: usize, incident: Incident) {
-        guest_line(
-            &self.guest_log,
-            format_args!("hypervisor: vm{} {} vcpu{}: {incident}", self.id, self.spec.name, vcpu),
-        );
-    }
-
     /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
     /// identity, timer offset.
     fn enter_el2_state(&self, vcpu: usize, hcr: u64) {
@@ -818,7 +493,7 @@ impl Vm {
         // and whether what came back changed (then they are planned again before entry).
         let (mut lrs_in_use, mut lrs_changed) = (false, false);
         loop {
-            if self.ending.load(Ordering::Acquire) {
+            if self.is_ending() {
                 return self.stop(vcpu, &mut here);
             }
             if self.device_work.load(Ordering::Relaxed) && self.device_work.swap(false, Ordering::AcqRel) {
@@ -845,8 +520,7 @@ impl Vm {
                         SCHEDULING.yield_now(cpu, vcpu_ref(self.id, vcpu));
                     }
                     let mut sysregs = VcpuSysRegs { vm: self, debug: &mut here.debug };
-                    let (outcome, incident) =
-                        exit::handle_sync(&mut ctx, vcpu, &exit, &mut GuestMmio(self), &mut sysregs);
+                    let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut self.mmio(), &mut sysregs);
                     match incident {
                         Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
                         Some(incident) => {
@@ -1106,138 +780,6 @@ fn leave_guest_regime() {
 pub fn destroy(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
     vm.release_passthrough();
     revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: vm.vttbr }, vm.cap)
-}
-
-/// Each passthrough SPI as the VM's virtual SPI of the same INTID, hardware-mapped to the
-/// physical one (ICH_LR<n>_EL2.HW / GICH_LRn.HW): the guest's deactivation deactivates it.
-fn map_passthrough_spis(vgic: &mut Distributor, spis: &[PassthroughSpi]) -> Result<(), vgic::VgicError> {
-    for spi in spis {
-        vgic.set_hw(IntId(spi.intid), 0, Some(IntId(spi.intid)))?;
-    }
-    Ok(())
-}
-
-/// A VM's console UART, shared by its MMIO window and the console input path. Lock order:
-/// the bus, then the UART, then the vGIC.
-#[derive(Clone)]
-struct SharedUart(Arc<Mutex<Pl011>>);
-
-impl MmioDevice for SharedUart {
-    fn name(&self) -> &'static str {
-        "pl011"
-    }
-    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.lock().read(offset, width)
-    }
-    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        self.0.lock().write(offset, width, value)
-    }
-}
-
-/// An interrupt line of a VM's device into its vGIC: a level change makes the target vCPU
-/// look at its interrupts (kicked out of its guest if it runs on another CPU).
-pub struct VgicLine {
-    pub(crate) vgic: SharedVgic,
-    pub(crate) intid: IntId,
-}
-
-impl InterruptLine for VgicLine {
-    fn set_level(&mut self, high: bool) {
-        let targets = {
-            let mut vgic = self.vgic.vgic.lock();
-            let _ = vgic.set_level(self.intid, 0, high);
-            vgic.take_kicks().0 as u32
-        };
-        self.vgic.hint(targets);
-        self.vgic.kick(targets);
-    }
-}
-
-/// The VM's virtio devices, as its manifest entry asks, over its RAM.
-fn create_virtio(
-    id: usize,
-    spec: &VmSpec<'static>,
-    ram: PhysRange,
-    vgic: &SharedVgic,
-    console_choice: &ConsoleChoice,
-    (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>),
-) -> Result<VirtioDevices, VmError> {
-    let guest_ram = GuestRam { ipa: RAM_IPA, pa: ram.base, size: spec.memory };
-    let line = |slot: Slot| VgicLine { vgic: Arc::clone(vgic), intid: IntId(32 + slot.spi()) };
-    let slot =
-        |name, line| SlotSetup { vm: id, name, ram: guest_ram, line, log: Arc::clone(log), work: Arc::clone(work) };
-    let console = hyp_runtime::virtio::console_bridge::ConsoleBridge(TrackedConsole::new(
-        VmConsole::new(id, spec.name),
-        console_choice,
-        true,
-    ));
-    let console = Arc::new(VirtioSlot::new(slot("console", line(Slot::Console)), VirtioConsole::new(console), 0));
-    let disk = match spec.devices.disk {
-        None => None,
-        Some(slice) => {
-            let disk = crate::host_virtio::DISK.get().ok_or(VmError::NoBoardDisk)?;
-            let backend = DiskSliceBackend::new(disk, slice, guest_ram, id).map_err(VmError::Disk)?;
-            Some(Arc::new(VirtioSlot::new(slot("blk", line(Slot::Disk)), VirtioBlock::new(backend), 0)))
-        }
-    };
-    let nic = spec.nic_mac(id).map(|mac| {
-        let port = crate::network::port_of_vm(id);
-        let device = VirtioNet::new(mac, SwitchPort::default());
-        Arc::new(VirtioSlot::new(slot("net", line(Slot::Nic)), device, port))
-    });
-    Ok(VirtioDevices { disk, nic, console })
-}
-
-/// Where a VM's trapped MMIO accesses go. The vGIC's windows, at fixed IPAs and the most
-/// used (Linux reads and writes the distributor on every interrupt it configures), go to
-/// the vGIC at once; the rest goes through the bus, locked only for the exits that use it.
-struct GuestMmio<'a>(&'a Vm);
-
-impl GuestMmio<'_> {
-    /// The offset of `ipa` in the distributor window, or in the redistributors' (GICv3).
-    fn vgic_window(&self, ipa: Ipa) -> Option<(VgicWindow, u64)> {
-        // One test for every other device (they all lie above: the UART first).
-        if !(GICD_IPA..UART_IPA).contains(&ipa.0) {
-            return None;
-        }
-        if let Some(offset) = ipa.0.checked_sub(GICD_IPA).filter(|&o| o < GICD_SIZE) {
-            return Some((VgicWindow::Distributor, offset));
-        }
-        let redistributors = GICR_FRAME_SIZE * u64::from(self.0.spec.vcpus);
-        let offset = ipa.0.checked_sub(GICR_IPA).filter(|&o| self.0.gic_v3 && o < redistributors)?;
-        Some((VgicWindow::Redistributors, offset))
-    }
-}
-
-#[derive(Clone, Copy)]
-enum VgicWindow {
-    Distributor,
-    Redistributors,
-}
-
-impl MmioDispatch for GuestMmio<'_> {
-    fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
-        match self.vgic_window(ipa) {
-            Some((VgicWindow::Distributor, offset)) => self.0.vgic.read_distributor(vcpu, offset, width),
-            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.read_redistributor(offset, width),
-            None => self.0.bus.lock().read(vcpu, ipa, width),
-        }
-    }
-    fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        let value = value & width.mask();
-        match self.vgic_window(ipa) {
-            Some((VgicWindow::Distributor, offset)) => self.0.vgic.write_distributor(vcpu, offset, width, value),
-            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.write_redistributor(offset, width, value),
-            None => self.0.bus.lock().write(vcpu, ipa, width, value),
-        }
-    }
-    fn device_name(&mut self, ipa: Ipa) -> Option<&'static str> {
-        match self.vgic_window(ipa) {
-            Some((VgicWindow::Distributor, _)) => Some("gic-distributor"),
-            Some((VgicWindow::Redistributors, _)) => Some("gic-redistributor"),
-            None => self.0.bus.lock().device_name(ipa),
-        }
-    }
 }
 
 /// Delivers `exception` to the guest's EL1 vector (the registers are live in this CPU).

@@ -16,11 +16,13 @@ pub mod arch;
 pub mod board;
 pub mod focus;
 pub mod management;
+pub mod network;
 pub mod passthrough;
 pub mod placement;
 pub mod scheduling;
 pub mod shared_vgic;
 pub mod virtio;
+pub mod vm;
 pub mod vm_resources;
 
 pub use arch::Arch;

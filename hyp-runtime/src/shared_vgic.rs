@@ -111,3 +111,22 @@ impl<A: Arch> VgicHandle<A> {
         Ok(())
     }
 }
+
+/// An interrupt line of a VM's device into its vGIC: a level change makes the target vCPU
+/// look at its interrupts (kicked out of its guest if it runs on another CPU).
+pub struct VgicLine<A: Arch> {
+    pub vgic: SharedVgic<A>,
+    pub intid: vgic::IntId,
+}
+
+impl<A: Arch> hyp_core::pl011::InterruptLine for VgicLine<A> {
+    fn set_level(&mut self, high: bool) {
+        let targets = {
+            let mut vgic = self.vgic.vgic.lock();
+            let _ = vgic.set_level(self.intid, 0, high);
+            vgic.take_kicks().0 as u32
+        };
+        self.vgic.hint(targets);
+        self.vgic.kick(targets);
+    }
+}

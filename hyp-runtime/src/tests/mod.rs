@@ -6,6 +6,7 @@ mod placement;
 mod scheduling;
 mod shared_vgic;
 mod virtio;
+mod vm;
 mod vm_resources;
 
 use std::boxed::Box;

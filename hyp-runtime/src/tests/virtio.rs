@@ -20,18 +20,18 @@ use vdev_virtio::net::{NetBackend, MAX_FRAME};
 use super::leak;
 use crate::board::{BoardDisk, DiskError, PhysicalRun};
 use crate::virtio::disk_slice::{DiskSliceBackend, DiskSliceError};
-use crate::virtio::slot::{DeviceEnv, SlotSetup, VirtioSlot, Window};
+use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window};
 use crate::virtio::switch_port::{SwitchPort, OUTBOX_BYTES};
 use crate::virtio::PhysicalRam;
 
-const RAM_IPA: u64 = 0x4000_0000;
-const RAM_PA: u64 = 0x8000_0000;
-const RAM_SIZE: usize = 1 << 20;
+pub(crate) const RAM_IPA: u64 = 0x4000_0000;
+pub(crate) const RAM_PA: u64 = 0x8000_0000;
+pub(crate) const RAM_SIZE: usize = 4 << 20;
 const SECTOR: usize = 512;
 
 /// A VM's RAM: `RAM_SIZE` bytes at IPA `RAM_IPA`, "physical" address `RAM_PA`.
 #[derive(Clone)]
-struct FakeRam(Arc<StdMutex<Vec<u8>>>);
+pub(crate) struct FakeRam(Arc<StdMutex<Vec<u8>>>);
 
 impl FakeRam {
     fn new() -> FakeRam {
@@ -86,7 +86,7 @@ enum Request {
 }
 
 /// A board disk of `sectors` sectors that reaches the VM's RAM by physical address.
-struct FakeDisk {
+pub(crate) struct FakeDisk {
     data: Vec<u8>,
     ram: FakeRam,
     requests: Vec<Request>,
@@ -262,14 +262,14 @@ fn a_slice_that_does_not_fit_the_board_disk_is_refused_and_size_zero_is_the_rest
 }
 
 thread_local! {
-    static LINES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    pub(crate) static LINES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
     static FRAMES: RefCell<Vec<(usize, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
 }
 
-struct FakeEnv;
+pub(crate) struct FakeEnv;
 
 #[derive(Default)]
-struct Level(Arc<StdMutex<Vec<bool>>>);
+pub(crate) struct Level(Arc<StdMutex<Vec<bool>>>);
 
 impl InterruptLine for Level {
     fn set_level(&mut self, high: bool) {
@@ -277,9 +277,48 @@ impl InterruptLine for Level {
     }
 }
 
-impl DeviceEnv for FakeEnv {
+/// A VM console that keeps what the guest wrote.
+pub(crate) struct Recorded(pub(crate) Arc<StdMutex<Vec<u8>>>);
+
+impl hyp_core::pl011::ConsoleOutput for Recorded {
+    fn put(&mut self, byte: u8) {
+        self.0.lock().unwrap().push(byte);
+    }
+}
+
+thread_local! {
+    /// What every VM console of this thread received.
+    pub(crate) static CONSOLE: Arc<StdMutex<Vec<u8>>> = Arc::default();
+}
+
+/// The board disk the fake image has: 64 sectors.
+pub(crate) fn board_disk() -> &'static Mutex<FakeDisk> {
+    static DISK: std::sync::OnceLock<&'static Mutex<FakeDisk>> = std::sync::OnceLock::new();
+    DISK.get_or_init(|| disk().0)
+}
+
+impl VmEnv for FakeEnv {
+    type Arch = crate::fake::FakeArch;
     type Ram = FakeRam;
     type Line = Level;
+    type Console = Recorded;
+    type Disk = FakeDisk;
+    fn guest_ram(ipa: u64, pa: u64, size: u64) -> FakeRam {
+        assert_eq!((ipa, pa, size as usize), (RAM_IPA, RAM_PA, RAM_SIZE), "the fake image has one RAM");
+        FakeRam::new()
+    }
+    fn interrupt_line(_: &crate::shared_vgic::SharedVgic<crate::fake::FakeArch>, _: vgic::IntId) -> Level {
+        Level::default()
+    }
+    fn console(_: usize, _: &'static str) -> Recorded {
+        Recorded(CONSOLE.with(Arc::clone))
+    }
+    fn board_disk() -> Option<&'static Mutex<FakeDisk>> {
+        Some(board_disk())
+    }
+    fn log(line: fmt::Arguments<'_>) {
+        LINES.with(|l| l.borrow_mut().push(line.to_string()));
+    }
     fn guest_line(_: &GuestLogLimit, line: fmt::Arguments<'_>) {
         LINES.with(|l| l.borrow_mut().push(line.to_string()));
     }

@@ -17,7 +17,6 @@ use spin::Mutex;
 use vdev_virtio::block::VirtioBlock;
 use vdev_virtio::console::VirtioConsole;
 use vdev_virtio::device::VirtioDevice;
-use vdev_virtio::memory::GuestMemory;
 use vdev_virtio::net::VirtioNet;
 use vdev_virtio::transport::{RegisterError, VirtioMmio};
 
@@ -25,14 +24,33 @@ use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;
 use super::switch_port::SwitchPort;
 use super::PhysicalRam;
+use crate::arch::Arch;
 use crate::board::BoardDisk;
+use crate::shared_vgic::SharedVgic;
+use vgic::IntId;
 
-/// What a VM's virtio devices need from the rest of the hypervisor.
-pub trait DeviceEnv: 'static {
+/// What a VM needs from the image it runs in: the architecture, how its RAM is reached,
+/// its interrupt lines, its console, the board's disk, the log and the switch. The arch
+/// crate implements it (hyp-arch-armv8/src/vdev.rs); the host tests, with fakes.
+pub trait VmEnv: 'static {
+    type Arch: Arch;
     /// The VM's RAM as the devices reach it.
-    type Ram: GuestMemory + Send + Sync;
+    type Ram: PhysicalRam + Send + Sync;
     /// A device's interrupt line into the VM's vGIC.
     type Line: InterruptLine + Send;
+    /// Where a VM's console output goes.
+    type Console: ConsoleOutput + Send;
+    type Disk: BoardDisk + 'static;
+    /// The VM's RAM: `size` bytes at IPA `ipa`, physical address `pa`.
+    fn guest_ram(ipa: u64, pa: u64, size: u64) -> Self::Ram;
+    /// Interrupt `intid` of the VM's vGIC, as a device's line.
+    fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
+    /// The console of VM `vm`.
+    fn console(vm: usize, name: &'static str) -> Self::Console;
+    /// The board's disk, if it has one.
+    fn board_disk() -> Option<&'static Mutex<Self::Disk>>;
+    /// Prints a line of the hypervisor's.
+    fn log(line: fmt::Arguments<'_>);
     /// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit).
     fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>);
     /// A frame the NIC on switch port `from` sent, for the switch.
@@ -57,7 +75,7 @@ impl AfterAccess for VirtioNet<SwitchPort> {
 /// One virtio device of a VM, shared by its MMIO window and whatever feeds it from outside
 /// (the switch, console input). Lock order: the VM's bus, then this device, then the vGIC;
 /// never two devices at once.
-pub struct VirtioSlot<D: VirtioDevice, E: DeviceEnv> {
+pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     pub vm: usize,
     pub name: &'static str,
     /// The VM's limit on the lines its guest causes (the device's incidents are some).
@@ -79,7 +97,7 @@ pub struct VirtioSlot<D: VirtioDevice, E: DeviceEnv> {
 pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
 
 /// What every virtio device of a VM is built with.
-pub struct SlotSetup<E: DeviceEnv> {
+pub struct SlotSetup<E: VmEnv> {
     pub vm: usize,
     pub name: &'static str,
     pub ram: E::Ram,
@@ -89,7 +107,7 @@ pub struct SlotSetup<E: DeviceEnv> {
     pub work: Arc<AtomicBool>,
 }
 
-impl<D: VirtioDevice + AfterAccess, E: DeviceEnv> VirtioSlot<D, E> {
+impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     pub fn new(setup: SlotSetup<E>, device: D, port: usize) -> Self {
         let SlotSetup { vm, name, ram, line, log, work } = setup;
         VirtioSlot {
@@ -167,9 +185,9 @@ fn mmio_error(e: RegisterError, width: AccessWidth) -> MmioError {
 }
 
 /// The MMIO window of a virtio device on the VM's bus.
-pub struct Window<D: VirtioDevice, E: DeviceEnv>(pub Shared<D, E>);
+pub struct Window<D: VirtioDevice, E: VmEnv>(pub Shared<D, E>);
 
-impl<D: VirtioDevice + AfterAccess + Send, E: DeviceEnv> MmioDevice for Window<D, E> {
+impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> MmioDevice for Window<D, E> {
     fn name(&self) -> &'static str {
         self.0.name
     }

@@ -1,0 +1,69 @@
+//! Where a VM's trapped MMIO accesses go. The vGIC's windows, at fixed IPAs and the most
+//! used (Linux reads and writes the distributor on every interrupt it configures), go to
+//! the vGIC at once; the rest goes through the bus, locked only for the exits that use it.
+
+use hyp_core::guest_fdt::GICD_SIZE;
+use hyp_core::guest_map::{GICD_IPA, GICR_IPA, UART_IPA};
+use hyp_core::mmio::{MmioDispatch, MmioError};
+use hyp_core::syndrome::AccessWidth;
+use stage2::Ipa;
+use vgic::GICR_FRAME_SIZE;
+
+use super::Vm;
+use crate::virtio::slot::VmEnv;
+
+// The redistributors of the most vCPUs a VM may have end below the UART (`vgic_window`).
+const _: () = assert!(GICR_IPA + GICR_FRAME_SIZE * vgic::MAX_VCPUS as u64 <= UART_IPA);
+
+pub struct GuestMmio<'a, E: VmEnv>(&'a Vm<E>);
+
+#[derive(Clone, Copy)]
+enum VgicWindow {
+    Distributor,
+    Redistributors,
+}
+
+impl<'a, E: VmEnv> GuestMmio<'a, E> {
+    pub(super) fn new(vm: &'a Vm<E>) -> Self {
+        GuestMmio(vm)
+    }
+
+    /// The offset of `ipa` in the distributor window, or in the redistributors' (GICv3).
+    fn vgic_window(&self, ipa: Ipa) -> Option<(VgicWindow, u64)> {
+        // One test for every other device (they all lie above: the UART first).
+        if !(GICD_IPA..UART_IPA).contains(&ipa.0) {
+            return None;
+        }
+        if let Some(offset) = ipa.0.checked_sub(GICD_IPA).filter(|&o| o < GICD_SIZE) {
+            return Some((VgicWindow::Distributor, offset));
+        }
+        let redistributors = GICR_FRAME_SIZE * u64::from(self.0.spec.vcpus);
+        let offset = ipa.0.checked_sub(GICR_IPA).filter(|&o| self.0.gic_v3 && o < redistributors)?;
+        Some((VgicWindow::Redistributors, offset))
+    }
+}
+
+impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
+    fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+        match self.vgic_window(ipa) {
+            Some((VgicWindow::Distributor, offset)) => self.0.vgic.read_distributor(vcpu, offset, width),
+            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.read_redistributor(offset, width),
+            None => self.0.bus.lock().read(vcpu, ipa, width),
+        }
+    }
+    fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let value = value & width.mask();
+        match self.vgic_window(ipa) {
+            Some((VgicWindow::Distributor, offset)) => self.0.vgic.write_distributor(vcpu, offset, width, value),
+            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.write_redistributor(offset, width, value),
+            None => self.0.bus.lock().write(vcpu, ipa, width, value),
+        }
+    }
+    fn device_name(&mut self, ipa: Ipa) -> Option<&'static str> {
+        match self.vgic_window(ipa) {
+            Some((VgicWindow::Distributor, _)) => Some("gic-distributor"),
+            Some((VgicWindow::Redistributors, _)) => Some("gic-redistributor"),
+            None => self.0.bus.lock().device_name(ipa),
+        }
+    }
+}
