@@ -15,16 +15,16 @@ const RET: u32 = 0xd65f_03c0;
 const UNMAPPED_EL2_VA: usize = 0x7f_ffff_f000;
 
 /// Read-only data to store into.
-static READ_ONLY: u64 = 0x5ec2_e7;
+static READ_ONLY: u64 = 0x005e_c2e7;
 /// Writable data holding an instruction to jump to.
 static mut WRITABLE_CODE: [u32; 2] = [RET, RET];
 
 /// Makes `fault` happen on this CPU; returns only if the EL2 map let it through.
 pub fn provoke(fault: El2Fault, cpu: usize) {
     match fault {
-        // SAFETY: a deliberate translation fault; the EL2 vector reports it and parks this
-        // CPU. Requested only by the boot bundle of a system test.
         El2Fault::ReadUnmapped => {
+            // SAFETY: a deliberate translation fault; the EL2 vector reports it and parks this
+            // CPU. Requested only by the boot bundle of a system test.
             let _ = unsafe { read_volatile(UNMAPPED_EL2_VA as *const u64) };
         }
         El2Fault::WriteText => {

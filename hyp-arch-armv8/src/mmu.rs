@@ -102,8 +102,9 @@ pub struct MmuRegisters {
 /// Builds the identity map, with the image's parts as `image` says. Called once, by the boot
 /// CPU, with the MMU off.
 pub fn build(platform: &Platform<'_>, image: ImageLayout) -> Result<MmuRegisters, MmuError> {
+    // References to `static mut` go through raw pointers.
+    #[allow(clippy::deref_addrof)]
     // SAFETY: the boot CPU runs alone with the MMU off; nothing else references the tables.
-    #[allow(clippy::deref_addrof)] // references to `static mut` go through raw pointers
     let (l1, l2, l3) = unsafe { (&mut *(&raw mut L1_TABLE), &mut *(&raw mut L2_TABLES), &mut *(&raw mut L3_TABLES)) };
     let mut l2_used = 0;
     let mut map = |range: PhysRange, kind: Kind| -> Result<(), MmuError> {

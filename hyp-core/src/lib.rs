@@ -1,5 +1,6 @@
 //! The architecture-independent core of the hypervisor.
 #![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 

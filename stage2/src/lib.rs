@@ -7,6 +7,7 @@
 //! crate implements them on the hardware, `testing` fakes them so host tests inspect the
 //! very tables the walker built.
 #![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
 
 mod addr;
 mod attrs;

@@ -1,6 +1,8 @@
 //! Shared by the system tests: build the images once per test binary, write a bundle, boot
 //! QEMU with a timeout, and return what the console showed.
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;

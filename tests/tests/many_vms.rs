@@ -9,7 +9,7 @@ use system_tests::{
     assert_output_line, images, linux_vm, linux_vm_on_network, one_linux_at_a_time, placed, run, start_session,
     test_vm, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
-use xtask::bundle::{Policy, VmEntry};
+use xtask::bundle::Policy;
 use xtask::qemu::{Machine, Session};
 
 /// Types a management console command (Ctrl-] opens the command line).

@@ -1,6 +1,6 @@
 //! virtio-mmio devices as guests see them (device side, virtio 1.2): the virtio-mmio version 2
 //! transport, split virtqueues over a guest-memory accessor, block, network and console device
-//! models with their backends behind traits, and a learning Ethernet switch.
+//! models with their backends behind traits, and the virtual switch.
 //!
 //! Nothing a guest writes (registers or ring contents) can make this crate panic, loop without
 //! bound, or allocate more than a small constant: driver bugs become failed requests or

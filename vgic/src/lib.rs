@@ -15,6 +15,7 @@
 //! Nothing here touches hardware or panics on guest input; a VM's state is allocated once,
 //! when it is created, sized by its vCPUs and SPIs.
 #![cfg_attr(not(test), no_std)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 

@@ -2,6 +2,8 @@
 //! building the images, writing the boot bundle, and running QEMU. The system tests
 //! (`tests/`) use the same code, so a test runs exactly what a user runs.
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 pub mod bundle;
 pub mod cpio;

@@ -1,5 +1,7 @@
 //! `cargo xtask <command>`: see `cargo xtask help`.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -385,6 +387,28 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET]).args(
         ["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"],
     ))?;
+    step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the test guests)");
+    run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
+    run(Command::new(&cargo).current_dir(&root).args([
+        "clippy",
+        "--quiet",
+        "--release",
+        "--target",
+        images::HYPERVISOR_TARGET,
+        "-p",
+        "hyp-arch-armv8",
+        "--bin",
+        "hypervisor",
+    ]))?;
+    run(Command::new(&cargo).current_dir(&root).args([
+        "clippy",
+        "--quiet",
+        "--release",
+        "--target",
+        images::AARCH64_TARGET,
+        "-p",
+        "selftest-guest",
+    ]))?;
     step(&format!("fuzzing: a short pass of every target ({FUZZ_SECONDS_IN_TEST} s each; docs/fuzzing.md)"));
     fuzz::ensure_tools()?;
     let results = fuzz::run(&root, &[], fuzz::Budget::Seconds(FUZZ_SECONDS_IN_TEST))?;

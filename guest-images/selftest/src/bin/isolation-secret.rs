@@ -21,12 +21,14 @@ extern "C" fn guest_main() -> ! {
     }
     let intact = (REGION..REGION + REGION_SIZE)
         .step_by(4096)
+        // SAFETY: this VM's own RAM (the test gives it 64 MiB from IPA 0x4000_0000).
         .all(|a| unsafe { read_volatile(a as *const u64) } == SECRET ^ a as u64);
     c.check(intact, format_args!("isolation: wrote a 16 MiB secret at IPA {REGION:#x}"));
     // Stay alive while the probe runs on its own CPU.
     wait_ms(3000);
     let intact = (REGION..REGION + REGION_SIZE)
         .step_by(8)
+        // SAFETY: this VM's own RAM (the test gives it 64 MiB from IPA 0x4000_0000).
         .all(|a| unsafe { read_volatile(a as *const u64) } == SECRET ^ a as u64);
     c.check(intact, format_args!("isolation: the secret is intact after the probe ran"));
     finish("isolation-secret", &c)

@@ -18,9 +18,9 @@ extern "C" fn guest_main() -> ! {
     let mut c = Checks::default();
     println!("selftest: running at EL{} under the hypervisor", current_el());
 
-    // SAFETY (all volatile accesses below): MMIO to the VM's emulated PL011, or loads and
-    // stores the hypervisor is expected to refuse with an external abort.
+    // SAFETY: a read of the VM's emulated PL011 (MMIO).
     let id0 = unsafe { read_volatile((UART + 0xfe0) as *const u32) };
+    // SAFETY: a read of the VM's emulated PL011 (MMIO).
     let fr = unsafe { read_volatile((UART + 0x18) as *const u32) };
     c.check(
         id0 == 0x11 && fr & 0x80 != 0,
@@ -39,6 +39,7 @@ extern "C" fn guest_main() -> ! {
     let v = hvc_with_immediate_1(PSCI_VERSION) as i64;
     c.check(v == -1, format_args!("smccc: HVC with a non-zero immediate returns NOT_SUPPORTED (got {v})"));
 
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe {
         let _ = read_volatile(UNMAPPED_IPA as *const u32);
     });
@@ -50,6 +51,7 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe { write_volatile((UNMAPPED_IPA + 8) as *mut u64, 0x5a5a) });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UNMAPPED_IPA + 8),
@@ -59,6 +61,7 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe {
         asm!("blr {}", in(reg) UNMAPPED_IPA, out("x30") _, clobber_abi("C"));
     });
@@ -70,6 +73,7 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe {
         let _ = read_volatile((UART + 0x800) as *const u32);
     });
@@ -81,6 +85,7 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe {
         let _ = read_volatile(UART as *const u64);
     });
@@ -90,6 +95,7 @@ extern "C" fn guest_main() -> ! {
     );
 
     // The vGIC's windows are decoded before the other devices': their refusals too.
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe {
         let _ = read_volatile(gic::GICD as *const u64);
     });
@@ -102,6 +108,7 @@ extern "C" fn guest_main() -> ! {
     );
 
     // GICR_TYPER allows 32- and 64-bit reads only; with a GICv2 there is nothing there.
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe {
         let _ = read_volatile((gic::GICR + 0x8) as *const u8);
     });
@@ -113,6 +120,7 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe { asm!("mrs {}, pmccntr_el0", out(reg) _) });
     c.check(
         matches!(caught, Some((esr, _)) if esr >> 26 == 0),
@@ -124,7 +132,9 @@ extern "C" fn guest_main() -> ! {
 
     let ram_ok = {
         let p = 0x4100_0000 as *mut u64;
+        // SAFETY: this VM's own RAM, which nothing else uses.
         unsafe { write_volatile(p, 0x1234_5678_9abc_def0) };
+        // SAFETY: this VM's own RAM, which nothing else uses.
         unsafe { read_volatile(p) == 0x1234_5678_9abc_def0 }
     };
     c.check(ram_ok, format_args!("memory: RAM at IPA 0x41000000 reads back what was written"));
@@ -156,6 +166,7 @@ fn timer_checks(c: &mut Checks) {
         virt < phys && virt < 60 * freq,
         format_args!("timer: the VM's virtual counter starts at its creation (CNTVOFF set per VM)"),
     );
+    // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
     let caught = expect_exception(|| unsafe { asm!("mrs {}, cntp_ctl_el0", out(reg) _) });
     c.check(
         matches!(caught, Some((esr, _)) if esr >> 26 == 0),
@@ -227,6 +238,7 @@ fn smp_checks(c: &mut Checks) {
     let status = start_vcpu(1, vcpu1_main, CONTEXT);
     // SAFETY: reads of statics vCPU 1 writes.
     let ran = wait_until(|| unsafe { read_volatile(&raw const VCPU1_RAN) } == 1);
+    // SAFETY: a read of a static vCPU 1 writes.
     let seen = unsafe { read_volatile(&raw const SEEN_CONTEXT) };
     c.check(
         status == 0 && ran && seen == CONTEXT,
