@@ -30,7 +30,7 @@ mod vm;
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::Ordering;
 
 use crate::arch::{Aarch64, SCHEDULING};
 use crate::list_registers::ListRegisterFile;
@@ -41,6 +41,7 @@ use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use hyp_runtime::placement::{place_vcpus, Home};
 use hyp_runtime::scheduling::vcpu_ref;
+use hyp_runtime::vm_table::{RunEnd, VmTable};
 use hyp_runtime::Arch;
 use spin::Once;
 use stage2::TableFormat;
@@ -55,18 +56,12 @@ pub(crate) use println_unlocked;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The manifest's VMs, by index: each entry, and the VM while it exists (the management
-/// console destroys and restarts VMs).
-pub(crate) static VMS: Once<Vec<VmSlot>> = Once::new();
-
-pub(crate) struct VmSlot {
-    pub spec: VmSpec<'static>,
-    vm: spin::Mutex<Option<Arc<Vm>>>,
-}
+/// The manifest's VMs, by index (hyp_runtime::vm_table).
+pub(crate) static VMS: VmTable<Vm> = VmTable::new();
 
 /// VM `index`, if it exists now.
 pub(crate) fn vm_at(index: usize) -> Option<Arc<Vm>> {
-    VMS.get()?.get(index)?.vm.lock().clone()
+    VMS.get(index)
 }
 
 /// What creating a VM takes from the board, kept for restarts.
@@ -108,8 +103,6 @@ fn next_seeds(factory: &VmFactory, id: usize) -> Option<hyp_core::entropy::Guest
 
 /// Every VM's rights; it owns their stage-2 tables.
 static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
-static VMS_RUNNING: AtomicUsize = AtomicUsize::new(0);
-static VMS_FAILED: AtomicUsize = AtomicUsize::new(0);
 static SEMIHOSTING_EXIT: Once<bool> = Once::new();
 /// The deliberate EL2 fault a system test's boot bundle asks for.
 static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
@@ -285,14 +278,11 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Ok(homes) => homes,
         Err(e) => halt(e),
     };
-    VMS_RUNNING.store(vms.len(), Ordering::Release);
     for vm in &vms {
         vm.load();
     }
-    let vms = VMS.call_once(|| {
-        vms.into_iter().map(|vm| VmSlot { spec: vm.spec, vm: spin::Mutex::new(Some(Arc::new(vm))) }).collect()
-    });
-    network::init(vms.iter().enumerate().map(|(i, slot)| slot.spec.nic_mac(i)), me, cpus::mpidr_of(me));
+    VMS.fill(vms.into_iter().map(|vm| (vm.spec, vm)).collect());
+    network::init(specs.iter().enumerate().map(|(i, spec)| spec.nic_mac(i)), me, cpus::mpidr_of(me));
     match platform.uart_intid {
         Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
         None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
@@ -300,13 +290,13 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     SCHEDULING.init(platform.cpus.len());
     for Home { vcpu: v, cpu, policy } in homes {
         if let Err(e) = SCHEDULING.add(v, cpu, policy) {
-            let name = vms.get(usize::from(v.vm)).map_or("?", |s| s.spec.name);
+            let name = specs.get(usize::from(v.vm)).map_or("?", |s| s.name);
             halt(format_args!("vm{} {name} vCPU {}: {e}", v.vm, v.vcpu));
         }
     }
-    for (i, vm) in vms.iter().enumerate() {
+    for (i, spec) in specs.iter().enumerate() {
         if let Err(e) = SCHEDULING.start(vcpu_ref(i, 0)) {
-            halt(format_args!("vm{i} {}: {e}", vm.spec.name));
+            halt(format_args!("vm{i} {}: {e}", spec.name));
         }
     }
     cpu_loop(me)
@@ -464,9 +454,6 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
 /// destroyed through its capability, and created again if it restarts.
 pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
     let clean = hyp_runtime::vm::is_clean(end);
-    if !clean {
-        VMS_FAILED.fetch_add(1, Ordering::AcqRel);
-    }
     println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
     println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exit_counts());
     let left_out = vm.guest_log.left_out();
@@ -480,9 +467,7 @@ pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
     }
     // Nothing may reach its RAM once the memory goes back: not the switch, not console input.
     vm.shut_down_devices();
-    if let Some(slot) = VMS.get().and_then(|s| s.get(vm.id)) {
-        *slot.vm.lock() = None;
-    }
+    let _ = VMS.take(vm.id);
     if let Some(caps) = CAPS.get() {
         match vm::destroy(&mut caps.lock(), vm) {
             Ok(()) => println!(
@@ -502,9 +487,7 @@ pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
             Err(e) => println!("hypervisor: cannot restart: {e}"),
         }
     }
-    if VMS_RUNNING.fetch_sub(1, Ordering::AcqRel) == 1 {
-        let failed = VMS_FAILED.load(Ordering::Acquire);
-        let total = VMS.get().map_or(0, |v| v.len());
+    if let Some(RunEnd { total, failed }) = VMS.ended(clean) {
         println!("hypervisor: all {total} VM(s) ended: {} clean, {failed} failed", total - failed);
         finish(failed == 0)
     }
@@ -512,17 +495,17 @@ pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
 
 /// VM `id` anew from its manifest entry, started from vCPU 0 on its CPUs.
 fn recreate(id: usize) -> Result<(), alloc::string::String> {
-    let slot = VMS.get().and_then(|s| s.get(id)).ok_or_else(|| alloc::format!("vm{id}: no such VM"))?;
-    let vm = create_vm(id, slot.spec)?;
+    let spec = VMS.spec(id).ok_or_else(|| alloc::format!("vm{id}: no such VM"))?;
+    let vm = create_vm(id, spec)?;
     vm.load();
-    *slot.vm.lock() = Some(Arc::new(vm));
-    SCHEDULING.start(vcpu_ref(id, 0)).map_err(|e| alloc::format!("vm{id} {}: {e}", slot.spec.name))
+    VMS.put(id, vm);
+    SCHEDULING.start(vcpu_ref(id, 0)).map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
 }
 
 /// A destroyed VM created again by the console (it counts as running again).
 pub(crate) fn start_again(id: usize) -> Result<(), alloc::string::String> {
     recreate(id)?;
-    VMS_RUNNING.fetch_add(1, Ordering::AcqRel);
+    VMS.running_again();
     Ok(())
 }
 

@@ -16,10 +16,10 @@ struct VmTable;
 
 impl VmDirectory for VmTable {
     fn count(&self) -> usize {
-        VMS.get().map_or(0, |s| s.len())
+        VMS.len()
     }
     fn spec(&self, id: usize) -> Option<VmSpec<'static>> {
-        VMS.get()?.get(id).map(|s| s.spec)
+        VMS.spec(id)
     }
     fn state(&self, id: usize) -> VmState {
         match vm_at(id) {

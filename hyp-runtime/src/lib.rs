@@ -24,6 +24,7 @@ pub mod shared_vgic;
 pub mod virtio;
 pub mod vm;
 pub mod vm_resources;
+pub mod vm_table;
 
 pub use arch::Arch;
 

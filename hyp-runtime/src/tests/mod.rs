@@ -8,6 +8,7 @@ mod shared_vgic;
 mod virtio;
 mod vm;
 mod vm_resources;
+mod vm_table;
 
 use std::boxed::Box;
 use std::vec::Vec;
