@@ -3,6 +3,7 @@
 
 use core::arch::asm;
 
+use hyp_runtime::interrupts::Routes;
 use hyp_runtime::passthrough::Owners;
 use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::Arch;
@@ -48,3 +49,6 @@ pub static SCHEDULING: Scheduling<Aarch64> = Scheduling::new();
 
 /// Which VM each passthrough SPI is forwarded to.
 pub static SPI_OWNERS: Owners = Owners::new();
+
+/// What each physical interrupt is for.
+pub static ROUTES: Routes = Routes::new();

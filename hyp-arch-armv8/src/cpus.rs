@@ -4,6 +4,7 @@
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
+use hyp_runtime::interrupts::Route;
 
 use crate::firmware;
 use crate::mmu::{self, MmuRegisters};
@@ -91,15 +92,12 @@ pub fn drain_interrupts() {
         if intid >= crate::gic::SPURIOUS {
             break;
         }
-        if crate::passthrough::forward(intid, iar) {
-            continue;
-        }
-        if crate::input::is_uart_interrupt(intid) {
-            crate::input::uart_interrupt();
-        } else if crate::network::is_uplink_interrupt(intid) {
-            crate::network::uplink_interrupt();
-        } else if intid == crate::board_ppis()[2] {
-            crate::arch::SCHEDULING.timer_fired(current_index(), crate::vm::wake_waiting);
+        match crate::arch::ROUTES.of(intid) {
+            Route::Passthrough if crate::passthrough::forward(intid, iar) => continue,
+            Route::ConsoleInput => crate::input::uart_interrupt(),
+            Route::Uplink => crate::network::uplink_interrupt(),
+            Route::HypTimer => crate::arch::SCHEDULING.timer_fired(current_index(), crate::vm::wake_waiting),
+            _ => {}
         }
         crate::gic::end_of_interrupt(iar);
     }

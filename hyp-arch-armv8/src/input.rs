@@ -3,16 +3,15 @@
 //! until Ctrl-] opens the management console's command line (`hyp_core::management`,
 //! carried out by `manage`).
 
-use core::sync::atomic::{AtomicU32, Ordering};
-
 use hyp_core::management::{Action, ConsoleMux};
 use hyp_runtime::focus::Focus;
+use hyp_runtime::interrupts::Route;
+
+use crate::arch::ROUTES;
 use spin::Mutex;
 
 use crate::console;
 
-/// The board UART's interrupt, once console input is on (0: off).
-static UART_INTID: AtomicU32 = AtomicU32::new(0);
 /// The VM that receives console input.
 pub static FOCUS: Focus = Focus::new();
 static MUX: Mutex<ConsoleMux> = Mutex::new(ConsoleMux { line: None });
@@ -20,14 +19,11 @@ static MUX: Mutex<ConsoleMux> = Mutex::new(ConsoleMux { line: None });
 /// Turns console input on: the UART's interrupt `intid` goes to the CPU with this index and
 /// MPIDR, which hands the bytes to the VM with the focus.
 pub fn enable(intid: u32, cpu: usize, mpidr: u64) {
-    UART_INTID.store(intid, Ordering::Release);
+    if let Err(e) = ROUTES.set(intid, Route::ConsoleInput) {
+        return println!("hypervisor: the UART's interrupt cannot be taken ({e}): no console input");
+    }
     crate::gic::enable_spi(intid, cpu, mpidr);
     console::enable_input();
-}
-
-/// Whether physical interrupt `intid` is the UART's.
-pub fn is_uart_interrupt(intid: u32) -> bool {
-    intid != 0 && intid == UART_INTID.load(Ordering::Relaxed)
 }
 
 /// The UART's interrupt: what was typed goes to the VM with the focus, or to the command line.

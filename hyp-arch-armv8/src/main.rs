@@ -32,13 +32,14 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-use crate::arch::{Aarch64, SCHEDULING};
+use crate::arch::{Aarch64, ROUTES, SCHEDULING};
 use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, VmSpec, RAM_GRANULE};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
 use hyp_core::fdt::FdtError;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
+use hyp_runtime::interrupts::Route;
 use hyp_runtime::placement::{place_vcpus, Home};
 use hyp_runtime::scheduling::vcpu_ref;
 use hyp_runtime::vm_table::{RunEnd, VmTable};
@@ -171,6 +172,17 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     gic::init_distributor(&platform.gic);
     let ppis = gic_ppis(&platform);
     PPIS.call_once(|| ppis);
+    let own = [
+        (gic::SGI_KICK, Route::Kick),
+        (ppis[0], Route::Maintenance),
+        (hyp_core::guest_map::VTIMER_PPI, Route::VirtualTimer),
+        (ppis[2], Route::HypTimer),
+    ];
+    for (intid, route) in own {
+        if let Err(e) = ROUTES.set(intid, route) {
+            halt(format_args!("the board's interrupts: {e}"));
+        }
+    }
     if let Err(e) = gic::init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &ppis) {
         halt(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
     }
@@ -235,6 +247,11 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Ok(p) => p,
         Err(e) => halt(format_args!("boot bundle: {e}")),
     };
+    for spi in passthrough.iter().flatten().flat_map(|d| d.spis.iter()) {
+        if let Err(e) = ROUTES.set(spi.intid, Route::Passthrough) {
+            halt(format_args!("boot bundle: passthrough SPI: {e}"));
+        }
+    }
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
         (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
         _ => ListRegisterFile::V3,

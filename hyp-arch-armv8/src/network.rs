@@ -7,18 +7,18 @@
 //! receive interrupt. No lock is held across two devices (vdev.rs explains the order).
 
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU32, Ordering};
 
 use spin::{Mutex, Once};
 use vdev_virtio::switch::{Forward, Port, PortId, Switch};
 
+use hyp_runtime::interrupts::Route;
+
+use crate::arch::ROUTES;
 use crate::host_virtio::UPLINK;
 
 use hyp_runtime::network::{vm_of_port, UPLINK_PORT};
 
 static SWITCH: Once<Mutex<Switch>> = Once::new();
-/// The uplink's interrupt, once it is on (0: off).
-static UPLINK_INTID: AtomicU32 = AtomicU32::new(0);
 
 /// The switch for the uplink and the VMs whose NICs have these addresses (by VM index; none:
 /// no NIC); the uplink's receive interrupt goes to the CPU with this index and MPIDR.
@@ -26,8 +26,10 @@ pub fn init(nics: impl Iterator<Item = Option<[u8; 6]>>, cpu: usize, mpidr: u64)
     let ports = core::iter::once(Port::Uplink).chain(nics.map(Port::Vm)).collect();
     SWITCH.call_once(|| Mutex::new(Switch::new(ports)));
     if let Some(intid) = UPLINK.get().and_then(|u| u.lock().intid) {
-        UPLINK_INTID.store(intid, Ordering::Release);
-        crate::gic::enable_spi(intid, cpu, mpidr);
+        match ROUTES.set(intid, Route::Uplink) {
+            Ok(()) => crate::gic::enable_spi(intid, cpu, mpidr),
+            Err(e) => println!("hypervisor: the uplink's interrupt cannot be taken ({e}): it sends but never receives"),
+        }
     }
 }
 
@@ -68,10 +70,6 @@ fn deliver(port: usize, frame: &[u8]) {
             let _ = device.receive_frame(ram, frame);
         });
     }
-}
-
-pub fn is_uplink_interrupt(intid: u32) -> bool {
-    intid != 0 && intid == UPLINK_INTID.load(Ordering::Relaxed)
 }
 
 /// The uplink's interrupt: every frame it received goes through the switch, and the

@@ -21,13 +21,14 @@ use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmControlRe
 use hyp_core::vcpu_power::EndReason;
 use spin::Mutex;
 
-use crate::arch::SPI_OWNERS;
 use crate::arch::{Aarch64, SCHEDULING};
+use crate::arch::{ROUTES, SPI_OWNERS};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::Devices;
+use hyp_runtime::interrupts::Route;
 use hyp_runtime::passthrough::PassthroughDevice;
 use hyp_runtime::scheduling::vcpu_ref;
 use hyp_runtime::vm::{Vm as VmCore, VmBuild, VmError};
@@ -204,34 +205,44 @@ impl Vm {
             if intid >= crate::gic::SPURIOUS {
                 break;
             }
-            // The most frequent first: another CPU made this vCPU look (an IPI, an I/O
-            // completion).
-            if intid == crate::gic::SGI_KICK {
-                self.count_exit(vcpu, ExitReason::Kick);
-                crate::gic::end_of_interrupt(iar);
-            } else if crate::passthrough::forward(intid, iar) {
-                self.count_exit(vcpu, ExitReason::OtherInterrupt);
-            } else if intid == VTIMER_PPI {
-                self.count_exit(vcpu, ExitReason::TimerInterrupt);
-                crate::gic::priority_drop(iar);
-                let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
-            } else if crate::input::is_uart_interrupt(intid) {
-                self.count_exit(vcpu, ExitReason::ConsoleInput);
-                crate::input::uart_interrupt();
-                crate::gic::end_of_interrupt(iar);
-            } else if crate::network::is_uplink_interrupt(intid) {
-                self.count_exit(vcpu, ExitReason::OtherInterrupt);
-                crate::network::uplink_interrupt();
-                crate::gic::end_of_interrupt(iar);
-            } else if intid == crate::board_ppis()[2] {
-                self.count_exit(vcpu, ExitReason::SliceEnd);
-                SCHEDULING.timer_fired(crate::cpus::current_index(), wake_waiting);
-                SCHEDULING.request_reschedule(crate::cpus::current_index());
-                crate::gic::end_of_interrupt(iar);
-            } else {
-                let maintenance = intid == crate::board_ppis()[0];
-                self.count_exit(vcpu, if maintenance { ExitReason::Maintenance } else { ExitReason::OtherInterrupt });
-                crate::gic::end_of_interrupt(iar);
+            match ROUTES.of(intid) {
+                // Another CPU made this vCPU look (an IPI, an I/O completion).
+                Route::Kick => {
+                    self.count_exit(vcpu, ExitReason::Kick);
+                    crate::gic::end_of_interrupt(iar);
+                }
+                Route::Passthrough if crate::passthrough::forward(intid, iar) => {
+                    self.count_exit(vcpu, ExitReason::OtherInterrupt);
+                }
+                Route::VirtualTimer => {
+                    self.count_exit(vcpu, ExitReason::TimerInterrupt);
+                    crate::gic::priority_drop(iar);
+                    let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
+                }
+                Route::ConsoleInput => {
+                    self.count_exit(vcpu, ExitReason::ConsoleInput);
+                    crate::input::uart_interrupt();
+                    crate::gic::end_of_interrupt(iar);
+                }
+                Route::Uplink => {
+                    self.count_exit(vcpu, ExitReason::OtherInterrupt);
+                    crate::network::uplink_interrupt();
+                    crate::gic::end_of_interrupt(iar);
+                }
+                Route::HypTimer => {
+                    self.count_exit(vcpu, ExitReason::SliceEnd);
+                    SCHEDULING.timer_fired(crate::cpus::current_index(), wake_waiting);
+                    SCHEDULING.request_reschedule(crate::cpus::current_index());
+                    crate::gic::end_of_interrupt(iar);
+                }
+                Route::Maintenance => {
+                    self.count_exit(vcpu, ExitReason::Maintenance);
+                    crate::gic::end_of_interrupt(iar);
+                }
+                Route::Passthrough | Route::Unrouted => {
+                    self.count_exit(vcpu, ExitReason::OtherInterrupt);
+                    crate::gic::end_of_interrupt(iar);
+                }
             }
             self.vgic.hint(1 << vcpu);
         }

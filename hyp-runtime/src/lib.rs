@@ -15,6 +15,7 @@ extern crate alloc;
 pub mod arch;
 pub mod board;
 pub mod focus;
+pub mod interrupts;
 pub mod management;
 pub mod network;
 pub mod passthrough;
