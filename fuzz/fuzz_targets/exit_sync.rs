@@ -10,7 +10,7 @@
 use arbitrary::Arbitrary;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{handle_sync, GuestContext, Outcome, SyncExit};
-use hyp_core::mmio::MmioBus;
+use hyp_core::mmio::{Locked, MmioBus};
 use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegEnv, VmFeatures};
@@ -62,7 +62,7 @@ struct Input {
 fuzz_target!(|input: Input| {
     let mut bus = MmioBus::new();
     let uart = Pl011::new(Box::new(Sink), Box::new(Sink));
-    bus.attach(IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(), Box::new(uart)).unwrap();
+    bus.attach(IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(), Box::new(Locked::new(uart))).unwrap();
     let mut env = Env {
         ids: Ids(input.ids),
         features: VmFeatures { gic_v3: input.gic_v3, ipa_bits: 40 },

@@ -319,7 +319,7 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
 mod tests {
     use super::*;
     use crate::debug_registers::DebugRegisters;
-    use crate::mmio::MmioBus;
+    use crate::mmio::{Locked, MmioBus};
     use crate::pl011::{ConsoleOutput, InterruptLine, Pl011};
     use crate::syndrome::AccessWidth;
     use crate::sysreg::{IdRegisters, VmFeatures};
@@ -358,7 +358,7 @@ mod tests {
         let mut bus = MmioBus::new();
         bus.attach(
             IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(),
-            Box::new(Pl011::new(Box::new(Sink), Box::new(Sink))),
+            Box::new(Locked::new(Pl011::new(Box::new(Sink), Box::new(Sink)))),
         )
         .unwrap();
         bus

@@ -65,10 +65,46 @@ pub trait MmioDevice {
     }
 }
 
-/// The emulated devices of one VM, by IPA window.
+/// A device on a VM's bus, shared by the CPUs of the VM's vCPUs: it locks what it must
+/// itself, so the bus, fixed once the VM is built, takes no lock, and accesses to two
+/// devices never wait for each other.
+pub trait BusDevice: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// A read by vCPU `vcpu` at `offset` in the device's window.
+    fn read(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError>;
+    /// A write by vCPU `vcpu` at `offset` in the device's window.
+    fn write(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError>;
+}
+
+/// A device model behind a lock, as a bus device.
+pub struct Locked<T>(spin::Mutex<T>);
+
+impl<T> Locked<T> {
+    pub fn new(device: T) -> Self {
+        Locked(spin::Mutex::new(device))
+    }
+    /// The model, locked.
+    pub fn lock(&self) -> spin::MutexGuard<'_, T> {
+        self.0.lock()
+    }
+}
+
+impl<T: MmioDevice + Send> BusDevice for Locked<T> {
+    fn name(&self) -> &'static str {
+        self.0.lock().name()
+    }
+    fn read(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.0.lock().read_by(vcpu, offset, width)
+    }
+    fn write(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        self.0.lock().write_by(vcpu, offset, width, value)
+    }
+}
+
+/// The emulated devices of one VM, by IPA window; fixed once the VM is built.
 #[derive(Default)]
 pub struct MmioBus {
-    windows: Vec<(IpaRange, Box<dyn MmioDevice + Send>)>,
+    windows: Vec<(IpaRange, Box<dyn BusDevice>)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,7 +117,7 @@ impl MmioBus {
         Self::default()
     }
 
-    pub fn attach(&mut self, window: IpaRange, device: Box<dyn MmioDevice + Send>) -> Result<(), WindowOverlap> {
+    pub fn attach(&mut self, window: IpaRange, device: Box<dyn BusDevice>) -> Result<(), WindowOverlap> {
         if let Some((_, d)) = self.windows.iter().find(|(w, _)| w.overlaps(&window)) {
             return Err(WindowOverlap { existing: d.name() });
         }
@@ -89,27 +125,26 @@ impl MmioBus {
         Ok(())
     }
 
-    fn find(&mut self, ipa: Ipa, width: AccessWidth) -> Result<(u64, &mut (dyn MmioDevice + Send)), MmioError> {
-        let (window, device) =
-            self.windows.iter_mut().find(|(w, _)| w.contains(ipa)).ok_or(MmioError::Unmapped { ipa })?;
+    fn find(&self, ipa: Ipa, width: AccessWidth) -> Result<(u64, &dyn BusDevice), MmioError> {
+        let (window, device) = self.windows.iter().find(|(w, _)| w.contains(ipa)).ok_or(MmioError::Unmapped { ipa })?;
         let offset = ipa.0 - window.start().0;
         // An access that straddles the end of the window is not the device's.
         if offset + width.bytes() > window.size() {
             return Err(MmioError::BadWidth { offset, width });
         }
-        Ok((offset, device.as_mut()))
+        Ok((offset, device.as_ref()))
     }
 
     /// A read by vCPU `vcpu` of the device at `ipa` (the load narrows the value to its width).
-    pub fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+    pub fn read(&self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
         let (offset, device) = self.find(ipa, width)?;
-        device.read_by(vcpu, offset, width)
+        device.read(vcpu, offset, width)
     }
 
     /// A write by vCPU `vcpu` of the device at `ipa`.
-    pub fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    pub fn write(&self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let (offset, device) = self.find(ipa, width)?;
-        device.write_by(vcpu, offset, width, value & width.mask())
+        device.write(vcpu, offset, width, value & width.mask())
     }
 
     /// The name of the device at `ipa`, for log lines.
@@ -119,8 +154,8 @@ impl MmioBus {
 }
 
 /// Where a VM's trapped MMIO accesses go: its `MmioBus`, behind whatever the VM puts first
-/// (the arch crate sends the vGIC's fixed windows straight to the vGIC, without the bus's
-/// lock and lookup). Locked only by the exits that need it: a hypercall does not pay for it.
+/// (the runtime sends the vGIC's fixed windows straight to the vGIC, without the bus's
+/// lookup).
 pub trait MmioDispatch {
     /// A read by vCPU `vcpu` (the load narrows the value to its width).
     fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError>;
@@ -170,13 +205,13 @@ mod tests {
 
     fn bus() -> MmioBus {
         let mut bus = MmioBus::new();
-        bus.attach(IpaRange::new(Ipa(0x1000), 0x1000).unwrap(), Box::new(Scratch(0))).unwrap();
+        bus.attach(IpaRange::new(Ipa(0x1000), 0x1000).unwrap(), Box::new(Locked::new(Scratch(0)))).unwrap();
         bus
     }
 
     #[test]
     fn accesses_reach_the_device_at_an_offset_and_writes_are_narrowed() {
-        let mut bus = bus();
+        let bus = bus();
         bus.write(0, Ipa(0x1000), AccessWidth::Halfword, 0x1234_5678).unwrap();
         assert_eq!(bus.read(0, Ipa(0x1000), AccessWidth::Doubleword), Ok(0x5678));
         assert_eq!(bus.read(0, Ipa(0x1004), AccessWidth::Word), Err(MmioError::NoRegister { offset: 4 }));
@@ -184,14 +219,14 @@ mod tests {
 
     #[test]
     fn an_ipa_outside_every_window_is_unmapped() {
-        let mut bus = bus();
+        let bus = bus();
         assert_eq!(bus.read(0, Ipa(0x2000), AccessWidth::Word), Err(MmioError::Unmapped { ipa: Ipa(0x2000) }));
         assert_eq!(bus.write(0, Ipa(0xfff), AccessWidth::Byte, 1), Err(MmioError::Unmapped { ipa: Ipa(0xfff) }));
     }
 
     #[test]
     fn an_access_straddling_the_window_end_is_refused() {
-        let mut bus = bus();
+        let bus = bus();
         assert_eq!(
             bus.read(0, Ipa(0x1ffc), AccessWidth::Doubleword),
             Err(MmioError::BadWidth { offset: 0xffc, width: AccessWidth::Doubleword })
@@ -201,7 +236,8 @@ mod tests {
     #[test]
     fn overlapping_windows_are_refused() {
         let mut bus = bus();
-        let err = bus.attach(IpaRange::new(Ipa(0x1800), 0x1000).unwrap(), Box::new(Scratch(0))).unwrap_err();
+        let err =
+            bus.attach(IpaRange::new(Ipa(0x1800), 0x1000).unwrap(), Box::new(Locked::new(Scratch(0)))).unwrap_err();
         assert_eq!(err, WindowOverlap { existing: "scratch" });
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 
 use hyp_core::bundle::DiskSlice;
 use hyp_core::log_limit::GuestLogLimit;
-use hyp_core::mmio::MmioDevice;
+use hyp_core::mmio::BusDevice;
 use hyp_core::pl011::InterruptLine;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
@@ -344,11 +344,11 @@ fn block_slot() -> Arc<BlockSlot> {
 
 #[test]
 fn a_devices_window_answers_and_logs_what_the_guest_got_wrong_with_its_vm() {
-    let mut window = Window(block_slot());
-    assert_eq!(window.read(0, AccessWidth::Word), Ok(0x7472_6976), "MagicValue, virtio 1.2 4.2.2");
-    assert_eq!(window.read(4, AccessWidth::Word), Ok(2), "a modern device");
+    let window = Window(block_slot());
+    assert_eq!(window.read(0, 0, AccessWidth::Word), Ok(0x7472_6976), "MagicValue, virtio 1.2 4.2.2");
+    assert_eq!(window.read(0, 4, AccessWidth::Word), Ok(2), "a modern device");
     // GuestPageSize is a legacy register: ignored on a modern device, with a line.
-    assert_eq!(window.write(0x28, AccessWidth::Word, 0x1000), Ok(()));
+    assert_eq!(window.write(0, 0x28, AccessWidth::Word, 0x1000), Ok(()));
     let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].starts_with("hypervisor: vm3 virtio-blk: "), "{lines:?}");
@@ -357,10 +357,10 @@ fn a_devices_window_answers_and_logs_what_the_guest_got_wrong_with_its_vm() {
 #[test]
 fn a_shut_down_device_is_not_reached_again() {
     let slot = block_slot();
-    let mut window = Window(Arc::clone(&slot));
+    let window = Window(Arc::clone(&slot));
     slot.shut_down();
-    assert_eq!(window.read(0, AccessWidth::Word), Ok(0), "reads as zero");
-    assert_eq!(window.write(0x70, AccessWidth::Word, 0xf), Ok(()), "the write is dropped");
+    assert_eq!(window.read(0, 0, AccessWidth::Word), Ok(0), "reads as zero");
+    assert_eq!(window.write(0, 0x70, AccessWidth::Word, 0xf), Ok(()), "the write is dropped");
     assert!(slot.with_device(|_, _| ()).is_none());
     assert_eq!(slot.device.lock().read(0x70, 4), Ok(0), "the status the guest wrote never arrived");
 }

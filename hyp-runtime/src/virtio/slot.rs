@@ -10,7 +10,7 @@ use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use hyp_core::log_limit::GuestLogLimit;
-use hyp_core::mmio::{MmioDevice, MmioError};
+use hyp_core::mmio::{BusDevice, MmioError};
 use hyp_core::pl011::{ConsoleOutput, InterruptLine};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
@@ -187,11 +187,11 @@ fn mmio_error(e: RegisterError, width: AccessWidth) -> MmioError {
 /// The MMIO window of a virtio device on the VM's bus.
 pub struct Window<D: VirtioDevice, E: VmEnv>(pub Shared<D, E>);
 
-impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> MmioDevice for Window<D, E> {
+impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> {
     fn name(&self) -> &'static str {
         self.0.name
     }
-    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+    fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         // Through `with_device`, as a write, so an incident a read causes (a legacy register)
         // is logged at once.
         self.0
@@ -199,7 +199,7 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> MmioDevice for Window<D, E>
             .unwrap_or(Ok(0))
             .map_err(|e| mmio_error(e, width))
     }
-    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         // A shut-down device belongs to a VM whose vCPUs have stopped: no access reaches it.
         self.0
             .with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value))

@@ -9,7 +9,7 @@ use hyp_core::bundle::VmSpec;
 use hyp_core::cap::CapError;
 use hyp_core::guest_map::{VirtioSlot as Slot, RAM_IPA, VIRTIO_WINDOW};
 use hyp_core::log_limit::GuestLogLimit;
-use hyp_core::mmio::{MmioBus, MmioDevice, MmioError};
+use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
 use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
 use hyp_core::syndrome::AccessWidth;
@@ -30,7 +30,7 @@ use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window};
 use crate::virtio::switch_port::SwitchPort;
 
 /// A VM's console UART, shared by its MMIO window and the console input path. Lock order:
-/// the bus, then the UART, then the vGIC.
+/// the UART, then the vGIC.
 #[derive(Clone)]
 pub struct SharedUart(Arc<Mutex<Pl011>>);
 
@@ -52,14 +52,14 @@ impl SharedUart {
     }
 }
 
-impl MmioDevice for SharedUart {
+impl BusDevice for SharedUart {
     fn name(&self) -> &'static str {
         "pl011"
     }
-    fn read(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+    fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.0.lock().read(offset, width)
     }
-    fn write(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         self.0.lock().write(offset, width, value)
     }
 }

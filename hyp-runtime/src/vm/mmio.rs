@@ -1,6 +1,7 @@
 //! Where a VM's trapped MMIO accesses go. The vGIC's windows, at fixed IPAs and the most
 //! used (Linux reads and writes the distributor on every interrupt it configures), go to
-//! the vGIC at once; the rest goes through the bus, locked only for the exits that use it.
+//! the vGIC at once; the rest goes through the bus, which takes no lock (each device locks
+//! itself).
 
 use hyp_core::guest_fdt::GICD_SIZE;
 use hyp_core::guest_map::{GICD_IPA, GICR_IPA, UART_IPA};
@@ -48,7 +49,7 @@ impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
         match self.vgic_window(ipa) {
             Some((VgicWindow::Distributor, offset)) => self.0.vgic.read_distributor(vcpu, offset, width),
             Some((VgicWindow::Redistributors, offset)) => self.0.vgic.read_redistributor(offset, width),
-            None => self.0.bus.lock().read(vcpu, ipa, width),
+            None => self.0.bus.read(vcpu, ipa, width),
         }
     }
     fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
@@ -56,14 +57,14 @@ impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
         match self.vgic_window(ipa) {
             Some((VgicWindow::Distributor, offset)) => self.0.vgic.write_distributor(vcpu, offset, width, value),
             Some((VgicWindow::Redistributors, offset)) => self.0.vgic.write_redistributor(offset, width, value),
-            None => self.0.bus.lock().write(vcpu, ipa, width, value),
+            None => self.0.bus.write(vcpu, ipa, width, value),
         }
     }
     fn device_name(&mut self, ipa: Ipa) -> Option<&'static str> {
         match self.vgic_window(ipa) {
             Some((VgicWindow::Distributor, _)) => Some("gic-distributor"),
             Some((VgicWindow::Redistributors, _)) => Some("gic-redistributor"),
-            None => self.0.bus.lock().device_name(ipa),
+            None => self.0.bus.device_name(ipa),
         }
     }
 }

@@ -109,7 +109,8 @@ pub struct Vm<E: VmEnv> {
     pub device_work: Arc<AtomicBool>,
     /// Exits by reason, per vCPU.
     pub exits: Box<[ExitCounts]>,
-    bus: Mutex<MmioBus>,
+    /// Its emulated devices but the vGIC, fixed once it is built: each device locks itself.
+    bus: MmioBus,
     /// The VM's virtual GIC (its windows are not on the bus: `GuestMmio` decodes them first).
     pub vgic: SharedVgic<E::Arch>,
     vgic_config: VgicConfig,
@@ -187,7 +188,7 @@ impl<E: VmEnv> Vm<E> {
             guest_log,
             device_work,
             exits: (0..spec.vcpus).map(|_| ExitCounts::default()).collect(),
-            bus: Mutex::new(bus),
+            bus,
             vgic,
             vgic_config,
             uart,
