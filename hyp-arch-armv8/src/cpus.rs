@@ -1,5 +1,6 @@
-//! The physical CPUs: which one this is, starting the others through PSCI CPU_ON with their
-//! own stacks, and handing them work.
+//! The physical CPUs: what each keeps of its own (`PerCpu`, reached through TPIDR_EL2),
+//! which one this is, starting the others through PSCI CPU_ON with their own stacks, and
+//! handing them work.
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -28,12 +29,32 @@ static mut SECONDARY_BOOT: [SecondaryBoot; MAX_CPUS] =
     [const { SecondaryBoot { stack_top: 0, mmu: MmuRegisters { mair: 0, tcr: 0, ttbr0: 0, sctlr: 0 }, cpu_index: 0 } };
         MAX_CPUS];
 
-static ONLINE: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
-/// MPIDR affinity of each CPU index, as the device tree listed them.
-static MPIDRS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(usize::MAX) }; MAX_CPUS];
-/// Boot-time work for a CPU beside its vCPUs (which the scheduler gives): 0 = none,
-/// `WORK_PING` or `WORK_EL2_FAULT` (`main::cpu_loop`).
-static WORK: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+/// What one CPU keeps of its own. TPIDR_EL2 points at its entry in `PER_CPU` from the time
+/// it is online, so finding it takes one register read.
+#[repr(C)]
+pub struct PerCpu {
+    /// The `GuestContext` of the vCPU this CPU is running: the guest exit path stores the
+    /// guest's registers there (exceptions.rs relies on it being the first field).
+    guest: AtomicUsize,
+    /// Its MPIDR affinity, as the device tree listed it.
+    mpidr: AtomicUsize,
+    online: AtomicBool,
+    /// Boot-time work beside its vCPUs (which the scheduler gives): 0 = none, `WORK_PING`
+    /// or `WORK_EL2_FAULT` (`main::cpu_loop`).
+    work: AtomicUsize,
+    /// The answer to the boot-time SGI check.
+    pub pong: AtomicBool,
+}
+
+static PER_CPU: [PerCpu; MAX_CPUS] = [const {
+    PerCpu {
+        guest: AtomicUsize::new(0),
+        mpidr: AtomicUsize::new(usize::MAX),
+        online: AtomicBool::new(false),
+        work: AtomicUsize::new(0),
+        pong: AtomicBool::new(false),
+    }
+}; MAX_CPUS];
 
 pub const WORK_EL2_FAULT: usize = usize::MAX;
 
@@ -43,26 +64,53 @@ fn mpidr() -> u64 {
     crate::exceptions::sysreg!("mpidr_el1") & MPIDR_AFFINITY_MASK
 }
 
-/// This CPU's index in the device tree's CPU list.
+/// This CPU's index in the device tree's CPU list: from TPIDR_EL2 once it is online (an
+/// address in `PER_CPU`), by its MPIDR before.
 pub fn current_index() -> usize {
-    let me = mpidr() as usize;
-    MPIDRS.iter().position(|m| m.load(Ordering::Relaxed) == me).unwrap_or(0)
-}
-
-pub fn record_cpus(platform: &Platform<'_>) {
-    for (i, m) in platform.cpus.iter().enumerate() {
-        MPIDRS[i].store((*m & MPIDR_AFFINITY_MASK) as usize, Ordering::Relaxed);
+    let entry = crate::exceptions::sysreg!("tpidr_el2") as usize;
+    let first = PER_CPU.as_ptr() as usize;
+    match entry.checked_sub(first).map(|offset| offset / core::mem::size_of::<PerCpu>()) {
+        Some(index) if index < MAX_CPUS => index,
+        _ => {
+            let me = mpidr() as usize;
+            PER_CPU.iter().position(|c| c.mpidr.load(Ordering::Relaxed) == me).unwrap_or(0)
+        }
     }
 }
 
+/// The board's CPUs, as the device tree lists them; this CPU (the boot CPU) enters its
+/// `PerCpu` (TPIDR_EL2 is UNKNOWN until then).
+pub fn record_cpus(platform: &Platform<'_>) {
+    for (cpu, m) in PER_CPU.iter().zip(platform.cpus.iter()) {
+        cpu.mpidr.store((*m & MPIDR_AFFINITY_MASK) as usize, Ordering::Relaxed);
+    }
+    let me = mpidr() as usize;
+    enter_per_cpu(PER_CPU.iter().position(|c| c.mpidr.load(Ordering::Relaxed) == me).unwrap_or(0));
+}
+
+/// From now on TPIDR_EL2 of this CPU, CPU `index`, points at its `PerCpu`.
+fn enter_per_cpu(index: usize) {
+    let entry = &PER_CPU[index] as *const PerCpu as u64;
+    // SAFETY: TPIDR_EL2 is the hypervisor's own: the guest exit path and `current_index`
+    // read it, and it points at this CPU's entry of a static for the rest of the run.
+    unsafe { core::arch::asm!("msr tpidr_el2, {}", in(reg) entry, options(nostack)) };
+}
+
+/// The CPU `index`'s own state.
+pub fn per_cpu(index: usize) -> Option<&'static PerCpu> {
+    PER_CPU.get(index)
+}
+
 pub fn mpidr_of(index: usize) -> u64 {
-    MPIDRS.get(index).map_or(0, |m| m.load(Ordering::Relaxed) as u64)
+    PER_CPU.get(index).map_or(0, |c| c.mpidr.load(Ordering::Relaxed) as u64)
 }
 
 /// Hands CPU `index` work and wakes it with an SGI.
 pub fn give_work(index: usize, work: usize) {
-    WORK[index].store(work, Ordering::Release);
-    crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
+    if let Some(cpu) = PER_CPU.get(index) {
+        cpu.work.store(work, Ordering::Release);
+        crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
+    }
 }
 
 /// Makes CPU `index` leave the guest it runs (or its WFI) and look at its state again.
@@ -72,7 +120,7 @@ pub fn kick(index: usize) {
 
 /// Takes this CPU's boot-time work, if any.
 pub fn take_work(index: usize) -> usize {
-    WORK.get(index).map_or(0, |w| w.swap(0, Ordering::AcqRel))
+    PER_CPU.get(index).map_or(0, |c| c.work.swap(0, Ordering::AcqRel))
 }
 
 /// Waits in WFI until an interrupt (a kick, console input) comes; interrupts that woke it are
@@ -103,9 +151,8 @@ pub fn drain_interrupts() {
     }
 }
 
-/// Work value of the boot-time SGI check: answer in `PONG`.
+/// Work value of the boot-time SGI check: answer in `PerCpu::pong`.
 pub const WORK_PING: usize = usize::MAX - 1;
-pub static PONG: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
 /// Sends each other online CPU an SGI and counts the answers: proves the physical GIC path
 /// that later carries vCPU kicks.
@@ -119,11 +166,11 @@ pub fn check_sgis() -> (usize, usize) {
         .iter()
         .filter(|&&c| {
             let mut spins = 0u64;
-            while !PONG[c].load(Ordering::Acquire) && spins < 100_000_000 {
+            while !PER_CPU[c].pong.load(Ordering::Acquire) && spins < 100_000_000 {
                 wait_a_little();
                 spins += 1;
             }
-            PONG[c].load(Ordering::Acquire)
+            PER_CPU[c].pong.load(Ordering::Acquire)
         })
         .count();
     (answered, others.len())
@@ -138,18 +185,18 @@ fn wait_a_little() {
 }
 
 pub fn online_count() -> usize {
-    ONLINE.iter().filter(|o| o.load(Ordering::Acquire)).count()
+    PER_CPU.iter().filter(|c| c.online.load(Ordering::Acquire)).count()
 }
 
 pub fn is_online(index: usize) -> bool {
-    ONLINE.get(index).is_some_and(|o| o.load(Ordering::Acquire))
+    PER_CPU.get(index).is_some_and(|c| c.online.load(Ordering::Acquire))
 }
 
 /// Starts every other CPU and waits for each to report online (or gives up on it after a
 /// bounded wait, saying so).
 pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
     let me = current_index();
-    ONLINE[me].store(true, Ordering::Release);
+    PER_CPU[me].online.store(true, Ordering::Release);
     println!("hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", mpidr());
     for (index, &target) in platform.cpus.iter().enumerate() {
         if index == me {
@@ -171,11 +218,11 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
             continue;
         }
         let mut spins = 0u64;
-        while !ONLINE[index].load(Ordering::Acquire) && spins < 200_000_000 {
+        while !PER_CPU[index].online.load(Ordering::Acquire) && spins < 200_000_000 {
             wait_a_little();
             spins += 1;
         }
-        if !ONLINE[index].load(Ordering::Acquire) {
+        if !PER_CPU[index].online.load(Ordering::Acquire) {
             println!("hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
         }
     }
@@ -184,13 +231,14 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
 #[no_mangle]
 extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     let index = boot.cpu_index as usize;
+    enter_per_cpu(index);
     if let Err(e) = crate::gic::init_cpu(index, mpidr(), &crate::board_ppis()) {
         println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
         park()
     }
     crate::debug_hw::init_cpu();
     println!("hypervisor: cpu{index} (MPIDR {:#x}) online", mpidr());
-    ONLINE[index].store(true, Ordering::Release);
+    PER_CPU[index].online.store(true, Ordering::Release);
     crate::cpu_loop(index)
 }
 
@@ -199,3 +247,5 @@ pub fn park() -> ! {
         aarch64_cpu::asm::wfe();
     }
 }
+
+const _: () = assert!(core::mem::offset_of!(PerCpu, guest) == 0);

@@ -2,7 +2,7 @@
 //! the report of an exception the hypervisor did not expect.
 //!
 //! A guest exit saves only the guest's general registers, PC and PSTATE into the running
-//! vCPU's `GuestContext` (TPIDR_EL2 points at it) and returns from `enter_guest` into the
+//! vCPU's `GuestContext` (the first field of this CPU's `cpus::PerCpu`, at TPIDR_EL2) and returns from `enter_guest` into the
 //! Rust run loop on the hypervisor stack: EL1 system registers stay live in the CPU while
 //! the same vCPU keeps running (docs/architecture.md, "Performance principles").
 
@@ -89,7 +89,8 @@ enter_guest:
     stp     x25, x26, [sp, #48]
     stp     x27, x28, [sp, #64]
     stp     x29, x30, [sp, #80]
-    msr     tpidr_el2, x0
+    mrs     x1, tpidr_el2       // this CPU's PerCpu: its first field is the guest's context
+    str     x0, [x1]
     ldp     x2, x3, [x0, #248]
     msr     elr_el2, x2
     msr     spsr_el2, x3
@@ -116,6 +117,7 @@ enter_guest:
 guest_exit:
     // The guest's x0 and x1 are on the stack, x0 holds the reason.
     mrs     x1, tpidr_el2
+    ldr     x1, [x1]
     stp     x2, x3, [x1, #16]
     stp     x4, x5, [x1, #32]
     stp     x6, x7, [x1, #48]
@@ -156,7 +158,8 @@ pub fn run_guest(ctx: &mut GuestContext) -> u64 {
     // SAFETY: `ctx` is a valid, exclusively borrowed GuestContext (the asm relies on its
     // repr(C) layout: x0..x30 at 0, pc at 248, pstate at 256); the stage-2 tables, HCR_EL2
     // and the EL1 state of this guest were loaded by the caller, so the guest can reach
-    // nothing but what its VM's capabilities map.
+    // nothing but what its VM's capabilities map; TPIDR_EL2 points at this CPU's
+    // `cpus::PerCpu` (set when it came online), whose first field the asm uses.
     unsafe { enter_guest(ctx) }
 }
 

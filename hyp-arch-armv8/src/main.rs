@@ -433,7 +433,9 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
     loop {
         let work = cpus::take_work(cpu);
         if work == cpus::WORK_PING {
-            cpus::PONG[cpu].store(true, Ordering::Release);
+            if let Some(me) = cpus::per_cpu(cpu) {
+                me.pong.store(true, Ordering::Release);
+            }
             continue;
         }
         if work == cpus::WORK_EL2_FAULT {
