@@ -17,8 +17,8 @@ pub struct Stack(pub [u8; BOOT_STACK_SIZE]);
 pub static mut BOOT_STACK: Stack = Stack([0; BOOT_STACK_SIZE]);
 
 // CPTR_EL2 (ARM ARM D24.2.33, HCR_EL2.E2H == 0): RES1 bits [13:12] and [9:0] (TZ traps SVE),
-// TTA (bit 20) traps trace registers, TFP (bit 10) clear so EL2 (Rust uses NEON) and guests
-// can use FP/SIMD.
+// TTA (bit 20) traps trace registers, TFP (bit 10) clear so guests can use FP/SIMD (the
+// hypervisor is built soft-float and never does: docs/boot.md).
 // SCTLR_EL2 with the MMU and caches off: only the RES1 bits (D24.2.175, E2H == 0).
 global_asm!(
     r#"
