@@ -15,7 +15,7 @@ use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::log_limit::{Admit, GuestLogLimit};
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
-use hyp_core::smccc::{psci_status, Hypercall};
+use hyp_core::smccc::Hypercall;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
 use hyp_core::vcpu_power::EndReason;
@@ -31,7 +31,7 @@ use crate::vdev::Devices;
 use hyp_runtime::interrupts::Route;
 use hyp_runtime::passthrough::PassthroughDevice;
 use hyp_runtime::scheduling::vcpu_ref;
-use hyp_runtime::vm::{Vm as VmCore, VmBuild, VmError};
+use hyp_runtime::vm::{CallEffect, Vm as VmCore, VmBuild, VmError};
 use hyp_runtime::vm_resources::{revoke_all, VmRequest, VmResources};
 use hyp_runtime::Arch;
 use sched::Decision;
@@ -616,42 +616,19 @@ impl Vm {
     /// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if
     /// it does.
     fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall, here: &mut OnCpu) -> Option<VcpuExit> {
-        let mut ending = |reason: EndReason| {
-            let _ = self.end(vcpu, reason);
-            Some(self.stop(vcpu, here))
-        };
-        match call {
-            Hypercall::SystemOff => {
-                vm_log!(self, vcpu, "PSCI SYSTEM_OFF: the VM powers off");
-                return ending(EndReason::PoweredOff);
+        match self.call(vcpu, call) {
+            CallEffect::Resume(result) => {
+                if let Some(x0) = result {
+                    ctx.x[0] = x0;
+                }
+                None
             }
-            Hypercall::SystemReset => return ending(EndReason::Reset),
-            Hypercall::VmExit { status } => {
-                vm_log!(self, vcpu, "HYP_VM_EXIT with status {status}");
-                return ending(EndReason::Exited(status));
+            CallEffect::Stop => Some(self.stop(vcpu, here)),
+            CallEffect::End(reason) => {
+                let _ = self.end(vcpu, reason);
+                Some(self.stop(vcpu, here))
             }
-            Hypercall::CpuOff => return Some(self.stop(vcpu, here)),
-            Hypercall::CpuOn { target_mpidr, entry, context } => {
-                let start = self.power.lock().cpu_on(target_mpidr, entry, context);
-                ctx.x[0] = match start {
-                    Err(status) => status,
-                    Ok(start) => match SCHEDULING.start(vcpu_ref(self.id, start.vcpu)) {
-                        Ok(()) => psci_status::SUCCESS,
-                        Err(e) => {
-                            self.power.lock().stopped(start.vcpu);
-                            vm_log!(self, vcpu, "PSCI CPU_ON of vCPU {}: {e}", start.vcpu);
-                            psci_status::INTERNAL_FAILURE
-                        }
-                    },
-                };
-            }
-            Hypercall::AffinityInfo { target_mpidr, lowest_level } => {
-                ctx.x[0] = self.power.lock().affinity_info(target_mpidr, lowest_level);
-            }
-            Hypercall::CpuSuspend => ctx.x[0] = psci_status::SUCCESS,
-            Hypercall::Return(_) | Hypercall::Unknown { .. } => {}
         }
-        None
     }
 }
 

@@ -12,9 +12,13 @@ use stage2::Ipa;
 
 use super::virtio::{FakeEnv, LINES, RAM_PA, RAM_SIZE};
 use super::{leak, spec};
+use crate::fake::FakeArch;
+use crate::scheduling::vcpu_ref;
 use crate::scheduling::Scheduling;
-use crate::vm::{Vm, VmBuild, VmError};
+use crate::vm::{CallEffect, Vm, VmBuild, VmError};
 use crate::vm_resources::VmResources;
+use hyp_core::smccc::{psci_status, Hypercall};
+use sched::{Policy, VcpuState};
 
 /// An arm64 `Image` header of a 64 KiB kernel (booting.rst).
 fn kernel() -> &'static [u8] {
@@ -34,6 +38,11 @@ fn vm_spec(disk: Option<DiskSlice>, nic: bool) -> VmSpec<'static> {
 }
 
 fn build(spec: VmSpec<'static>, gic_v3: bool) -> Result<Vm<FakeEnv>, VmError> {
+    build_with(spec, gic_v3).map(|(vm, _)| vm)
+}
+
+/// The VM and the scheduler its vCPUs start through (each vCPU homed on CPU 0, shared).
+fn build_with(spec: VmSpec<'static>, gic_v3: bool) -> Result<(Vm<FakeEnv>, &'static Scheduling<FakeArch>), VmError> {
     let granted = VmResources {
         vm_cap: CapId(7),
         ram: PhysRange { base: RAM_PA, size: RAM_SIZE as u64 },
@@ -44,7 +53,11 @@ fn build(spec: VmSpec<'static>, gic_v3: bool) -> Result<Vm<FakeEnv>, VmError> {
     };
     let scheduling = leak(Scheduling::new());
     scheduling.init(2);
-    Vm::create(VmBuild { id: 1, spec, granted: &granted, gic_v3, passthrough: &[], seeds: None }, scheduling)
+    for v in 0..spec.vcpus as usize {
+        scheduling.add(vcpu_ref(1, v), 0, Policy::Shared { slice: 100 }).unwrap();
+    }
+    let vm = Vm::create(VmBuild { id: 1, spec, granted: &granted, gic_v3, passthrough: &[], seeds: None }, scheduling)?;
+    Ok((vm, scheduling))
 }
 
 fn read(vm: &Vm<FakeEnv>, ipa: u64) -> Result<u64, MmioError> {
@@ -112,4 +125,32 @@ fn a_disk_slice_the_board_disk_cannot_hold_is_a_vm_error() {
     let err = build(vm_spec(Some(too_far), false), true).err().expect("refused");
     assert!(matches!(err, VmError::Disk(_)), "{err}");
     assert!(err.to_string().contains("does not fit in the board's disk"), "{err}");
+}
+
+#[test]
+fn psci_cpu_on_starts_a_vcpu_through_the_scheduler_once() {
+    let (vm, scheduling) = build_with(vm_spec(None, false), true).unwrap();
+    let entry = hyp_core::guest_map::RAM_IPA + 0x1000;
+    let on = |target_mpidr| Hypercall::CpuOn { target_mpidr, entry, context: 7 };
+    assert_eq!(vm.call(0, on(1)), CallEffect::Resume(Some(psci_status::SUCCESS)));
+    assert_eq!(scheduling.state(vcpu_ref(1, 1)), Some(VcpuState::Runnable), "vCPU 1 waits for its CPU");
+    assert_eq!(vm.power.lock().started(1), Some((entry, 7)), "it starts at the entry with its context");
+    assert_eq!(vm.call(0, on(1)), CallEffect::Resume(Some(psci_status::ALREADY_ON)));
+    assert_eq!(vm.call(0, on(5)), CallEffect::Resume(Some(psci_status::INVALID_PARAMETERS)), "no vCPU 5");
+    let outside = Hypercall::CpuOn { target_mpidr: 1, entry: 0x10, context: 0 };
+    let invalid_address = CallEffect::Resume(Some(hyp_core::vcpu_power::INVALID_ADDRESS));
+    assert_eq!(vm.call(0, outside), invalid_address, "an entry outside the VM's RAM");
+    let info = Hypercall::AffinityInfo { target_mpidr: 1, lowest_level: 0 };
+    assert_eq!(vm.call(0, info), CallEffect::Resume(Some(psci_status::AFFINITY_ON)));
+}
+
+#[test]
+fn psci_power_calls_stop_the_vcpu_or_end_the_vm() {
+    let (vm, _) = build_with(vm_spec(None, false), true).unwrap();
+    assert_eq!(vm.call(0, Hypercall::CpuOff), CallEffect::Stop);
+    assert_eq!(vm.call(0, Hypercall::SystemOff), CallEffect::End(EndReason::PoweredOff));
+    assert_eq!(vm.call(0, Hypercall::SystemReset), CallEffect::End(EndReason::Reset));
+    assert_eq!(vm.call(1, Hypercall::VmExit { status: 3 }), CallEffect::End(EndReason::Exited(3)));
+    assert_eq!(vm.call(0, Hypercall::CpuSuspend), CallEffect::Resume(Some(psci_status::SUCCESS)));
+    assert_eq!(vm.call(0, Hypercall::Unknown { function: 0x8400_00ff }), CallEffect::Resume(None));
 }

@@ -24,6 +24,7 @@ use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::MmioBus;
 use hyp_core::platform::PhysRange;
+use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
@@ -35,7 +36,7 @@ pub use mmio::GuestMmio;
 
 use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::passthrough::{spi_list, PassthroughDevice, PassthroughSpi};
-use crate::scheduling::Scheduling;
+use crate::scheduling::{vcpu_ref, Scheduling};
 use crate::shared_vgic::{SharedVgic, VgicHandle};
 use crate::virtio::disk_slice::DiskSliceError;
 use crate::virtio::slot::{VirtioSlot, VmEnv};
@@ -77,6 +78,19 @@ impl fmt::Display for VmError {
 /// restart.
 pub fn is_clean(end: EndReason) -> bool {
     matches!(end, EndReason::PoweredOff | EndReason::Exited(0) | EndReason::Destroyed | EndReason::Restart)
+}
+
+/// What a PSCI or VM call asks of the vCPU that made it (`Vm::call`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEffect {
+    /// The guest goes on, with this result in its first register (None: registers as
+    /// they are).
+    Resume(Option<u64>),
+    /// This vCPU stops (PSCI CPU_OFF).
+    Stop,
+    /// The whole VM ends for this reason (its other vCPUs are asked to stop); this vCPU
+    /// stops.
+    End(EndReason),
 }
 
 /// How the VM came to be: what its capabilities grant and what the board gives it.
@@ -127,6 +141,8 @@ pub struct Vm<E: VmEnv> {
     pub stage2_ipa_bits: u8,
     /// The SPIs of its passthrough devices: physical INTID = virtual INTID, hardware-mapped.
     pub passthrough_spis: Vec<PassthroughSpi>,
+    /// The scheduler its vCPUs are started through.
+    scheduling: &'static Scheduling<E::Arch>,
 }
 
 /// A line about vCPU `vcpu` of VM `vm`, on the hypervisor's console.
@@ -199,6 +215,7 @@ impl<E: VmEnv> Vm<E> {
             gic_v3,
             stage2_ipa_bits: granted.ipa_bits,
             passthrough_spis,
+            scheduling,
         };
         E::log(format_args!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
@@ -341,6 +358,43 @@ impl<E: VmEnv> Vm<E> {
         };
         self.vgic.hint(targets);
         self.vgic.kick(targets);
+    }
+
+    /// A PSCI or VM call of vCPU `vcpu` (hyp_core::smccc decoded it): what it changes of
+    /// the VM's power state, and what the vCPU does next. CPU_ON starts the target through
+    /// the scheduler; a vCPU the scheduler cannot start is powered off again.
+    pub fn call(&self, vcpu: usize, call: Hypercall) -> CallEffect {
+        match call {
+            Hypercall::SystemOff => {
+                crate::vm_log!(E, self, vcpu, "PSCI SYSTEM_OFF: the VM powers off");
+                CallEffect::End(EndReason::PoweredOff)
+            }
+            Hypercall::SystemReset => CallEffect::End(EndReason::Reset),
+            Hypercall::VmExit { status } => {
+                crate::vm_log!(E, self, vcpu, "HYP_VM_EXIT with status {status}");
+                CallEffect::End(EndReason::Exited(status))
+            }
+            Hypercall::CpuOff => CallEffect::Stop,
+            Hypercall::CpuOn { target_mpidr, entry, context } => {
+                let start = self.power.lock().cpu_on(target_mpidr, entry, context);
+                CallEffect::Resume(Some(match start {
+                    Err(status) => status,
+                    Ok(start) => match self.scheduling.start(vcpu_ref(self.id, start.vcpu)) {
+                        Ok(()) => psci_status::SUCCESS,
+                        Err(e) => {
+                            self.power.lock().stopped(start.vcpu);
+                            crate::vm_log!(E, self, vcpu, "PSCI CPU_ON of vCPU {}: {e}", start.vcpu);
+                            psci_status::INTERNAL_FAILURE
+                        }
+                    },
+                }))
+            }
+            Hypercall::AffinityInfo { target_mpidr, lowest_level } => {
+                CallEffect::Resume(Some(self.power.lock().affinity_info(target_mpidr, lowest_level)))
+            }
+            Hypercall::CpuSuspend => CallEffect::Resume(Some(psci_status::SUCCESS)),
+            Hypercall::Return(_) | Hypercall::Unknown { .. } => CallEffect::Resume(None),
+        }
     }
 
     /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit).
