@@ -205,8 +205,10 @@ impl Vm {
             if intid >= crate::gic::SPURIOUS {
                 break;
             }
-            match ROUTES.of(intid) {
-                // Another CPU made this vCPU look (an IPI, an I/O completion).
+            // The most frequent first, before the table: another CPU made this vCPU look
+            // (an IPI, an I/O completion).
+            let route = if intid == crate::gic::SGI_KICK { Route::Kick } else { ROUTES.of(intid) };
+            match route {
                 Route::Kick => {
                     self.count_exit(vcpu, ExitReason::Kick);
                     crate::gic::end_of_interrupt(iar);
