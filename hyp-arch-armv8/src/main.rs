@@ -9,6 +9,7 @@ mod arch;
 mod boot;
 #[macro_use]
 mod console;
+mod board;
 mod cpus;
 mod debug_hw;
 mod exceptions;

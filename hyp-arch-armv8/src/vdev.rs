@@ -10,10 +10,8 @@ use hyp_runtime::virtio::PhysicalRam;
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError};
 
 use crate::arch::Aarch64;
-use crate::console::VmConsole;
-use crate::host_virtio::HostDisk;
+use crate::board::QemuVirt;
 use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
-use spin::Mutex;
 use vgic::IntId;
 
 /// A VM's RAM as its devices see it: IPAs checked against the one RAM region its
@@ -65,24 +63,14 @@ pub struct Devices;
 
 impl VmEnv for Devices {
     type Arch = Aarch64;
+    type Board = QemuVirt;
     type Ram = GuestRam;
     type Line = VgicLine<Aarch64>;
-    type Console = VmConsole;
-    type Disk = HostDisk;
     fn guest_ram(ipa: u64, pa: u64, size: u64) -> GuestRam {
         GuestRam { ipa, pa, size }
     }
     fn interrupt_line(vgic: &SharedVgic<Aarch64>, intid: IntId) -> VgicLine<Aarch64> {
         VgicLine { vgic: alloc::sync::Arc::clone(vgic), intid }
-    }
-    fn console(vm: usize, name: &'static str) -> VmConsole {
-        VmConsole::new(vm, name)
-    }
-    fn board_disk() -> Option<&'static Mutex<HostDisk>> {
-        crate::host_virtio::DISK.get()
-    }
-    fn log(line: fmt::Arguments<'_>) {
-        println!("{line}");
     }
     fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>) {
         crate::vm::guest_line(limit, line);

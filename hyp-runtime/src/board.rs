@@ -1,8 +1,27 @@
-//! What the runtime uses of the board's own devices (docs/architecture.md, "Boards"): for
-//! now its disk, whose slices are the VMs' disks. Each board layer implements it for the
-//! disk it has (QEMU `virt`: a virtio-mmio block device, hyp-arch-armv8/src/host_virtio.rs).
+//! The seam between the runtime and the board it runs on (docs/architecture.md, "The two
+//! traits"): what the runtime uses of the board's own devices, its console and its disk.
+//! Like `Arch`, its functions are associated functions: an image runs on one board at a
+//! time. A board layer implements it (QEMU `virt`: hyp-arch-armv8/src/board.rs, its PL011
+//! and a virtio-mmio block device); the host tests implement it with fakes.
 
 use core::fmt;
+
+use hyp_core::pl011::ConsoleOutput;
+use spin::Mutex;
+
+/// What the runtime asks of the board.
+pub trait Board: 'static {
+    /// The board's disk, whose slices are the VMs' disks.
+    type Disk: BoardDisk + 'static;
+    /// A VM's console output on the board's console, attributed to the VM.
+    type Console: ConsoleOutput + Send;
+    /// The board's disk, if it has one.
+    fn disk() -> Option<&'static Mutex<Self::Disk>>;
+    /// The console of VM `vm`.
+    fn vm_console(vm: usize, name: &'static str) -> Self::Console;
+    /// Prints a line of the hypervisor's on the board's console.
+    fn print(line: fmt::Arguments<'_>);
+}
 
 /// A run of a VM's RAM, by physical address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 //! ([`passthrough`]), where console input goes ([`focus`]) and the management console's
 //! commands ([`management`]).
 //!
-//! It is generic over the [`Arch`] trait (`arch`), which an arch crate (`hyp-arch-armv8`)
-//! implements; its host tests implement it with a fake whose CPUs are threads.
+//! It is generic over two traits, [`Arch`] (the CPU architecture) and [`Board`] (the
+//! board's console and disk), which an arch crate (`hyp-arch-armv8`) and a board layer
+//! implement; its host tests implement them with fakes whose CPUs are threads.
 //! docs/architecture.md draws the crates and the seam.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
@@ -28,6 +29,7 @@ pub mod vm_resources;
 pub mod vm_table;
 
 pub use arch::Arch;
+pub use board::Board;
 
 #[cfg(test)]
 mod fake;

@@ -297,27 +297,35 @@ pub(crate) fn board_disk() -> &'static Mutex<FakeDisk> {
     DISK.get_or_init(|| disk().0)
 }
 
+/// The fake image's board: its console records, its disk is `board_disk`, its lines go to
+/// `LINES`.
+pub(crate) struct FakeBoard;
+
+impl crate::board::Board for FakeBoard {
+    type Disk = FakeDisk;
+    type Console = Recorded;
+    fn disk() -> Option<&'static Mutex<FakeDisk>> {
+        Some(board_disk())
+    }
+    fn vm_console(_: usize, _: &'static str) -> Recorded {
+        Recorded(CONSOLE.with(Arc::clone))
+    }
+    fn print(line: fmt::Arguments<'_>) {
+        LINES.with(|l| l.borrow_mut().push(line.to_string()));
+    }
+}
+
 impl VmEnv for FakeEnv {
     type Arch = crate::fake::FakeArch;
+    type Board = FakeBoard;
     type Ram = FakeRam;
     type Line = Level;
-    type Console = Recorded;
-    type Disk = FakeDisk;
     fn guest_ram(ipa: u64, pa: u64, size: u64) -> FakeRam {
         assert_eq!((ipa, pa, size as usize), (RAM_IPA, RAM_PA, RAM_SIZE), "the fake image has one RAM");
         FakeRam::new()
     }
     fn interrupt_line(_: &crate::shared_vgic::SharedVgic<crate::fake::FakeArch>, _: vgic::IntId) -> Level {
         Level::default()
-    }
-    fn console(_: usize, _: &'static str) -> Recorded {
-        Recorded(CONSOLE.with(Arc::clone))
-    }
-    fn board_disk() -> Option<&'static Mutex<FakeDisk>> {
-        Some(board_disk())
-    }
-    fn log(line: fmt::Arguments<'_>) {
-        LINES.with(|l| l.borrow_mut().push(line.to_string()));
     }
     fn guest_line(_: &GuestLogLimit, line: fmt::Arguments<'_>) {
         LINES.with(|l| l.borrow_mut().push(line.to_string()));

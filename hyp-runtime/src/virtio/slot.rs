@@ -25,32 +25,24 @@ use super::disk_slice::DiskSliceBackend;
 use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
-use crate::board::BoardDisk;
+use crate::board::{Board, BoardDisk};
 use crate::shared_vgic::SharedVgic;
 use vgic::IntId;
 
-/// What a VM needs from the image it runs in: the architecture, how its RAM is reached,
-/// its interrupt lines, its console, the board's disk, the log and the switch. The arch
-/// crate implements it (hyp-arch-armv8/src/vdev.rs); the host tests, with fakes.
+/// What a VM needs from the image it runs in: the architecture and the board, how its RAM
+/// is reached, its interrupt lines, the log limit and the switch. The arch crate implements
+/// it (hyp-arch-armv8/src/vdev.rs); the host tests, with fakes.
 pub trait VmEnv: 'static {
     type Arch: Arch;
+    type Board: Board;
     /// The VM's RAM as the devices reach it.
     type Ram: PhysicalRam + Send + Sync;
     /// A device's interrupt line into the VM's vGIC.
     type Line: InterruptLine + Send;
-    /// Where a VM's console output goes.
-    type Console: ConsoleOutput + Send;
-    type Disk: BoardDisk + 'static;
     /// The VM's RAM: `size` bytes at IPA `ipa`, physical address `pa`.
     fn guest_ram(ipa: u64, pa: u64, size: u64) -> Self::Ram;
     /// Interrupt `intid` of the VM's vGIC, as a device's line.
     fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
-    /// The console of VM `vm`.
-    fn console(vm: usize, name: &'static str) -> Self::Console;
-    /// The board's disk, if it has one.
-    fn board_disk() -> Option<&'static Mutex<Self::Disk>>;
-    /// Prints a line of the hypervisor's.
-    fn log(line: fmt::Arguments<'_>);
     /// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit).
     fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>);
     /// A frame the NIC on switch port `from` sent, for the switch.

@@ -21,6 +21,7 @@ use vdev_virtio::net::VirtioNet;
 use vgic::IntId;
 
 use super::VmError;
+use crate::board::Board;
 use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
@@ -66,13 +67,15 @@ impl BusDevice for SharedUart {
 
 type Shared<D, E> = Arc<VirtioSlot<D, E>>;
 /// A VM's disk device, over a slice of the board's disk.
-type Disk<E> = VirtioBlock<DiskSliceBackend<<E as VmEnv>::Disk, <E as VmEnv>::Ram>>;
+type Disk<E> = VirtioBlock<DiskSliceBackend<<<E as VmEnv>::Board as Board>::Disk, <E as VmEnv>::Ram>>;
+/// A VM's console on the board's console.
+type Console<E> = <<E as VmEnv>::Board as Board>::Console;
 
 /// A VM's virtio devices: its console always, a disk and a NIC if its manifest says so.
 pub struct VirtioDevices<E: VmEnv> {
     pub disk: Option<Shared<Disk<E>, E>>,
     pub nic: Option<Shared<VirtioNet<SwitchPort>, E>>,
-    pub console: Shared<VirtioConsole<ConsoleBridge<E::Console>>, E>,
+    pub console: Shared<VirtioConsole<ConsoleBridge<Console<E>>>, E>,
 }
 
 /// What the VM's devices are built with.
@@ -97,12 +100,12 @@ impl<E: VmEnv> VirtioDevices<E> {
             log: Arc::clone(log),
             work: Arc::clone(work),
         };
-        let console = ConsoleBridge(TrackedConsole::new(E::console(id, spec.name), console_choice, true));
+        let console = ConsoleBridge(TrackedConsole::new(E::Board::vm_console(id, spec.name), console_choice, true));
         let console = Arc::new(VirtioSlot::new(slot("console", Slot::Console), VirtioConsole::new(console), 0));
         let disk = match spec.devices.disk {
             None => None,
             Some(slice) => {
-                let board = E::board_disk().ok_or(VmError::NoBoardDisk)?;
+                let board = E::Board::disk().ok_or(VmError::NoBoardDisk)?;
                 let ram = E::guest_ram(RAM_IPA, ram.base, spec.memory);
                 let backend = DiskSliceBackend::new(board, slice, ram, id).map_err(VmError::Disk)?;
                 Some(Arc::new(VirtioSlot::new(slot("blk", Slot::Disk), VirtioBlock::new(backend), 0)))

@@ -34,6 +34,7 @@ use vgic::{Distributor, GicVersion, IntId, VgicConfig};
 pub use devices::VirtioDevices;
 pub use mmio::GuestMmio;
 
+use crate::board::Board;
 use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::passthrough::{spi_list, PassthroughDevice, PassthroughSpi};
 use crate::scheduling::{vcpu_ref, Scheduling};
@@ -149,7 +150,7 @@ pub struct Vm<E: VmEnv> {
 #[macro_export]
 macro_rules! vm_log {
     ($env:ty, $vm:expr, $vcpu:expr, $($arg:tt)*) => {
-        <$env as $crate::virtio::slot::VmEnv>::log(format_args!(
+        <<$env as $crate::virtio::slot::VmEnv>::Board as $crate::board::Board>::print(format_args!(
             "hypervisor: vm{} {} vcpu{}: {}",
             $vm.id,
             $vm.spec.name,
@@ -180,7 +181,7 @@ impl<E: VmEnv> Vm<E> {
         map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
         let vgic: SharedVgic<E::Arch> = Arc::new(VgicHandle::new(id, distributor, scheduling));
         let console_choice = ConsoleChoice::default();
-        let uart_out = TrackedConsole::new(E::console(id, spec.name), &console_choice, false);
+        let uart_out = TrackedConsole::new(E::Board::vm_console(id, spec.name), &console_choice, false);
         let uart_line = E::interrupt_line(&vgic, IntId(32 + hyp_core::guest_map::UART_SPI));
         let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line));
         let guest_log = Arc::new(GuestLogLimit::new());
@@ -217,7 +218,7 @@ impl<E: VmEnv> Vm<E> {
             passthrough_spis,
             scheduling,
         };
-        E::log(format_args!(
+        E::Board::print(format_args!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
             spec.name,
             spec.memory >> 20,
@@ -226,7 +227,7 @@ impl<E: VmEnv> Vm<E> {
             granted.table_frames
         ));
         for device in passthrough {
-            E::log(format_args!(
+            E::Board::print(format_args!(
                 "hypervisor: vm{id} {}: passthrough {}: {} mapped at IPA {:#x} (Device-nGnRE, not executable), SPI(s) [{}] granted",
                 spec.name,
                 device.name,
