@@ -400,3 +400,9 @@ pub fn probe(platform: &Platform<'_>) -> Found {
     }
     Found { disk_sectors: DISK.get().map(|d| d.lock().capacity()), uplink_mac: UPLINK.get().map(|u| u.lock().mac()) }
 }
+
+impl hyp_runtime::network::BoardNic for Uplink {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        Uplink::send(self, frame)
+    }
+}

@@ -122,6 +122,12 @@ pub struct Vm {
     vtcr: u64,
 }
 
+impl core::borrow::Borrow<VmCore<Devices>> for Vm {
+    fn borrow(&self) -> &VmCore<Devices> {
+        &self.core
+    }
+}
+
 impl core::ops::Deref for Vm {
     type Target = VmCore<Devices>;
     fn deref(&self) -> &VmCore<Devices> {

@@ -1,5 +1,6 @@
 //! The seam between the runtime and the board it runs on (docs/architecture.md, "The two
-//! traits"): what the runtime uses of the board's own devices, its console and its disk.
+//! traits"): what the runtime uses of the board's own devices, its console, its disk and
+//! its NIC.
 //! Like `Arch`, its functions are associated functions: an image runs on one board at a
 //! time. A board layer implements it (QEMU `virt`: hyp-arch-armv8/src/board.rs, its PL011
 //! and a virtio-mmio block device); the host tests implement it with fakes.
@@ -9,14 +10,20 @@ use core::fmt;
 use hyp_core::pl011::ConsoleOutput;
 use spin::Mutex;
 
+use crate::network::BoardNic;
+
 /// What the runtime asks of the board.
 pub trait Board: 'static {
     /// The board's disk, whose slices are the VMs' disks.
     type Disk: BoardDisk + 'static;
     /// A VM's console output on the board's console, attributed to the VM.
     type Console: ConsoleOutput + Send;
+    /// The board's NIC, the virtual switch's uplink.
+    type Nic: BoardNic + 'static;
     /// The board's disk, if it has one.
     fn disk() -> Option<&'static Mutex<Self::Disk>>;
+    /// The board's NIC, if it has one.
+    fn nic() -> Option<&'static Mutex<Self::Nic>>;
     /// The console of VM `vm`.
     fn vm_console(vm: usize, name: &'static str) -> Self::Console;
     /// Prints a line of the hypervisor's on the board's console.

@@ -2,6 +2,7 @@
 
 mod interrupts;
 mod management;
+mod network;
 mod passthrough;
 mod placement;
 mod scheduling;

@@ -301,11 +301,31 @@ pub(crate) fn board_disk() -> &'static Mutex<FakeDisk> {
 /// `LINES`.
 pub(crate) struct FakeBoard;
 
+/// The fake board's NIC: what it sends goes to this thread's `SENT`.
+pub(crate) struct FakeNic;
+
+thread_local! {
+    /// The frames this thread sent out of the fake board's NIC.
+    pub(crate) static SENT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl crate::network::BoardNic for FakeNic {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        SENT.with(|s| s.borrow_mut().push(frame.to_vec()));
+        true
+    }
+}
+
 impl crate::board::Board for FakeBoard {
     type Disk = FakeDisk;
     type Console = Recorded;
+    type Nic = FakeNic;
     fn disk() -> Option<&'static Mutex<FakeDisk>> {
         Some(board_disk())
+    }
+    fn nic() -> Option<&'static Mutex<FakeNic>> {
+        static NIC: Mutex<FakeNic> = Mutex::new(FakeNic);
+        Some(&NIC)
     }
     fn vm_console(_: usize, _: &'static str) -> Recorded {
         Recorded(CONSOLE.with(Arc::clone))

@@ -28,7 +28,7 @@ fn kernel() -> &'static [u8] {
     Box::leak(h.into_boxed_slice())
 }
 
-fn vm_spec(disk: Option<DiskSlice>, nic: bool) -> VmSpec<'static> {
+pub(super) fn vm_spec(disk: Option<DiskSlice>, nic: bool) -> VmSpec<'static> {
     let mut s = spec("guest", 2, None, false);
     s.memory = RAM_SIZE as u64;
     s.kernel = kernel();
@@ -43,6 +43,15 @@ fn build(spec: VmSpec<'static>, gic_v3: bool) -> Result<Vm<FakeEnv>, VmError> {
 
 /// The VM and the scheduler its vCPUs start through (each vCPU homed on CPU 0, shared).
 fn build_with(spec: VmSpec<'static>, gic_v3: bool) -> Result<(Vm<FakeEnv>, &'static Scheduling<FakeArch>), VmError> {
+    build_vm(1, spec, gic_v3)
+}
+
+/// VM `id`, and the scheduler its vCPUs start through.
+pub(super) fn build_vm(
+    id: usize,
+    spec: VmSpec<'static>,
+    gic_v3: bool,
+) -> Result<(Vm<FakeEnv>, &'static Scheduling<FakeArch>), VmError> {
     let granted = VmResources {
         vm_cap: CapId(7),
         ram: PhysRange { base: RAM_PA, size: RAM_SIZE as u64 },
@@ -54,9 +63,9 @@ fn build_with(spec: VmSpec<'static>, gic_v3: bool) -> Result<(Vm<FakeEnv>, &'sta
     let scheduling = leak(Scheduling::new());
     scheduling.init(2);
     for v in 0..spec.vcpus as usize {
-        scheduling.add(vcpu_ref(1, v), 0, Policy::Shared { slice: 100 }).unwrap();
+        scheduling.add(vcpu_ref(id, v), 0, Policy::Shared { slice: 100 }).unwrap();
     }
-    let vm = Vm::create(VmBuild { id: 1, spec, granted: &granted, gic_v3, passthrough: &[], seeds: None }, scheduling)?;
+    let vm = Vm::create(VmBuild { id, spec, granted: &granted, gic_v3, passthrough: &[], seeds: None }, scheduling)?;
     Ok((vm, scheduling))
 }
 
