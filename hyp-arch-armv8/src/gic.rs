@@ -409,3 +409,13 @@ pub fn priority_drop(iar: u32) {
 pub fn interrupt_id(iar: u32) -> u32 {
     iar & 0x3ff
 }
+
+/// How the board's drivers wait for a device's interrupt on this image: the SPI prepared
+/// with `prepare_awaited_spi`, the wait in `wait_for_spi` on the CPU that waits.
+pub const INTERRUPT_WAIT: hyp_board_qemu_virt::virtio::InterruptWait = hyp_board_qemu_virt::virtio::InterruptWait {
+    prepare: prepare_awaited_spi,
+    wait: |intid, done| {
+        let cpu = crate::cpus::current_index();
+        wait_for_spi(intid, cpu, crate::cpus::mpidr_of(cpu), done);
+    },
+};

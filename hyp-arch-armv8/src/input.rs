@@ -3,17 +3,15 @@
 //! until Ctrl-] opens the management console's command line (`hyp_core::management`,
 //! carried out by `manage`).
 
+use hyp_board_qemu_virt::uart::FOCUS;
 use hyp_core::management::{Action, ConsoleMux};
-use hyp_runtime::focus::Focus;
 use hyp_runtime::interrupts::Route;
 
 use crate::arch::ROUTES;
 use spin::Mutex;
 
-use crate::console;
+use hyp_board_qemu_virt::uart as console;
 
-/// The VM that receives console input.
-pub static FOCUS: Focus = Focus::new();
 static MUX: Mutex<ConsoleMux> = Mutex::new(ConsoleMux { line: None });
 
 /// Turns console input on: the UART's interrupt `intid` goes to the CPU with this index and

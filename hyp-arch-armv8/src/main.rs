@@ -4,19 +4,17 @@
 #![no_main]
 
 extern crate alloc;
+#[macro_use]
+extern crate hyp_board_qemu_virt;
 
 mod arch;
 mod boot;
-#[macro_use]
-mod console;
-mod board;
 mod cpus;
 mod debug_hw;
 mod exceptions;
 mod fault_test;
 mod firmware;
 mod gic;
-mod host_virtio;
 mod ich;
 mod input;
 mod list_registers;
@@ -52,7 +50,7 @@ use crate::vm::{VcpuExit, Vm};
 use hyp_core::vcpu_power::EndReason;
 
 macro_rules! println_unlocked {
-    ($($arg:tt)*) => { $crate::console::print_unlocked(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { hyp_board_qemu_virt::uart::print_unlocked(format_args!("{}\n", format_args!($($arg)*))) };
 }
 pub(crate) use println_unlocked;
 
@@ -136,7 +134,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let (image_start, image_end) = boot::image_range();
     mmu::invalidate_dcache_range(image_start, image_end);
     mmu::enable(&mmu_regs);
-    console::init(platform.uart.base);
+    hyp_board_qemu_virt::uart::init(platform.uart.base);
     firmware::init(platform.psci);
     cpus::record_cpus(&platform);
 
@@ -193,7 +191,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let (answered, asked) = cpus::check_sgis();
     println!("hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
 
-    let found = host_virtio::probe(&platform);
+    let found = hyp_board_qemu_virt::virtio::probe(&platform, gic::INTERRUPT_WAIT);
     if let Some(sectors) = found.disk_sectors {
         println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
     }

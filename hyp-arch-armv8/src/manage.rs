@@ -8,8 +8,8 @@ use hyp_core::bundle::VmSpec;
 use hyp_core::management::Command;
 use hyp_runtime::management::{decide, Effect, VmDirectory, VmState};
 
-use crate::input::FOCUS;
 use crate::{vm_at, VMS};
+use hyp_board_qemu_virt::uart::FOCUS;
 
 /// The VM table as the commands see it.
 struct VmTable;

@@ -7,7 +7,7 @@ use hyp_runtime::interrupts::Route;
 use hyp_runtime::network::{Network, UPLINK_PORT};
 
 use crate::arch::ROUTES;
-use crate::host_virtio::UPLINK;
+use hyp_board_qemu_virt::virtio::UPLINK;
 
 /// The virtual switch.
 static NETWORK: Network = Network::new();

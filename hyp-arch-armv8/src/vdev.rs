@@ -10,7 +10,7 @@ use hyp_runtime::virtio::PhysicalRam;
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError};
 
 use crate::arch::Aarch64;
-use crate::board::QemuVirt;
+use hyp_board_qemu_virt::QemuVirt;
 use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
 use vgic::IntId;
 

@@ -2,8 +2,8 @@
 //! traits"): what the runtime uses of the board's own devices, its console, its disk and
 //! its NIC.
 //! Like `Arch`, its functions are associated functions: an image runs on one board at a
-//! time. A board layer implements it (QEMU `virt`: hyp-arch-armv8/src/board.rs, its PL011
-//! and a virtio-mmio block device); the host tests implement it with fakes.
+//! time. A board layer implements it (QEMU `virt`: boards/qemu-virt, its PL011 and its
+//! virtio-mmio block and network devices); the host tests implement it with fakes.
 
 use core::fmt;
 

@@ -387,7 +387,7 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET]).args(
         ["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"],
     ))?;
-    step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the test guests)");
+    step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image and its board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     run(Command::new(&cargo).current_dir(&root).args([
         "clippy",
@@ -397,8 +397,8 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
         images::HYPERVISOR_TARGET,
         "-p",
         "hyp-arch-armv8",
-        "--bin",
-        "hypervisor",
+        "-p",
+        "hyp-board-qemu-virt",
     ]))?;
     run(Command::new(&cargo).current_dir(&root).args([
         "clippy",

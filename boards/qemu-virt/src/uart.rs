@@ -1,6 +1,7 @@
 //! The hypervisor's own console: the board's PL011, found in the device tree, shared by
 //! every CPU under one lock. How the VMs' output and the hypervisor's share it, line by
-//! line, is `hyp_core::console_lines`.
+//! line, is `hyp_core::console_lines`; which VM's output is interactive, the input focus
+//! (hyp_runtime::focus).
 
 use core::fmt;
 use core::ptr::{read_volatile, write_volatile};
@@ -8,6 +9,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::console_lines::{HostConsole, Transmit, VmConsoleLines};
 use hyp_core::pl011::ConsoleOutput;
+use hyp_runtime::focus::Focus;
 use spin::Mutex;
 
 /// PL011 registers used to transmit and receive (ARM DDI 0183G 3.3.1, 3.3.3, 3.3.10, 3.3.14).
@@ -64,6 +66,8 @@ impl HostUart {
 pub const RECEIVE_BATCH: usize = 64;
 
 static CONSOLE: Mutex<Option<HostConsole<HostUart>>> = Mutex::new(None);
+/// The VM that receives console input; its console output is interactive.
+pub static FOCUS: Focus = Focus::new();
 /// The same UART's base, for printing without the lock.
 static UART_BASE: AtomicUsize = AtomicUsize::new(0);
 
@@ -106,23 +110,27 @@ pub fn print_unlocked(args: fmt::Arguments<'_>) {
 
 #[macro_export]
 macro_rules! println {
-    () => { $crate::console::print(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::console::print(format_args!("{}\n", format_args!($($arg)*))) };
+    () => { $crate::uart::print(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::uart::print(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 /// A VM's console: bytes from its emulated UART, attributed to it on the host console.
-pub struct VmConsole(VmConsoleLines);
+pub struct VmConsole {
+    lines: VmConsoleLines,
+    focus: &'static Focus,
+}
 
 impl VmConsole {
-    pub fn new(vm: usize, name: &'static str) -> Self {
-        VmConsole(VmConsoleLines::new(vm, name))
+    /// VM `vm`'s, interactive while it has `focus`.
+    pub fn new(vm: usize, name: &'static str, focus: &'static Focus) -> Self {
+        VmConsole { lines: VmConsoleLines::new(vm, name), focus }
     }
 }
 
 impl ConsoleOutput for VmConsole {
     fn put(&mut self, byte: u8) {
-        let interactive = crate::input::FOCUS.is(self.0.vm());
-        self.0.put(byte, interactive, |print| {
+        let interactive = self.focus.is(self.lines.vm());
+        self.lines.put(byte, interactive, |print| {
             if let Some(console) = CONSOLE.lock().as_mut() {
                 print(console);
             }

@@ -97,10 +97,21 @@ pub struct HostDisk {
     capacity: u64,
     /// Its interrupt, which a request waits for (`wait_for_completion`).
     intid: Option<u32>,
+    wait: InterruptWait,
+}
+
+/// How the board's drivers wait for a device's interrupt: the arch crate gives it (the
+/// interrupt controller and WFI are the CPU's business).
+#[derive(Clone, Copy)]
+pub struct InterruptWait {
+    /// Sets up SPI `intid` to be waited for.
+    pub prepare: fn(u32),
+    /// Waits on this CPU until the closure says done, woken by SPI `intid`.
+    pub wait: fn(u32, &mut dyn FnMut() -> bool),
 }
 
 impl HostDisk {
-    fn new(mut transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
+    fn new(mut transport: Transport0, intid: Option<u32>, wait: InterruptWait) -> Result<Self, virtio_drivers::Error> {
         let features = transport.begin_init(
             BlockFeatures::FLUSH
                 | BlockFeatures::RING_INDIRECT_DESC
@@ -120,7 +131,7 @@ impl HostDisk {
             features.contains(BlockFeatures::RING_EVENT_IDX),
         )?;
         transport.finish_init();
-        Ok(HostDisk { transport, queue, capacity, intid })
+        Ok(HostDisk { transport, queue, capacity, intid, wait })
     }
 
     /// One request: the header, the data buffers (device-writable for a read), the status
@@ -179,8 +190,8 @@ impl HostDisk {
             }
             return;
         };
-        let cpu = crate::cpus::current_index();
-        crate::gic::wait_for_spi(intid, cpu, crate::cpus::mpidr_of(cpu), || self.queue.can_pop());
+        let queue = &self.queue;
+        (self.wait.wait)(intid, &mut || queue.can_pop());
         // Lowers the device's level-sensitive line (InterruptStatus, virtio 1.2 4.2.2).
         let _ = self.transport.ack_interrupt();
     }
@@ -373,17 +384,17 @@ pub struct Found {
 /// Looks at every virtio-mmio transport of the board and takes the first block and the
 /// first network device. Transports with no device behind them (QEMU's spare ones) are
 /// skipped.
-pub fn probe(platform: &Platform<'_>) -> Found {
+pub fn probe(platform: &Platform<'_>, wait: InterruptWait) -> Found {
     for t in &platform.virtio_mmio {
         let Some(header) = NonNull::new(t.window.base as *mut VirtIOHeader) else { continue };
         // SAFETY: the window is a virtio-mmio register block from the device tree, mapped as
         // Device memory by the EL2 identity map, and only this transport object uses it.
         let Ok(transport) = (unsafe { MmioTransport::new(header, t.window.size as usize) }) else { continue };
         match transport.device_type() {
-            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport, t.intid) {
+            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport, t.intid, wait) {
                 Ok(disk) => {
                     if let Some(intid) = t.intid {
-                        crate::gic::prepare_awaited_spi(intid);
+                        (wait.prepare)(intid);
                     }
                     DISK.call_once(|| Mutex::new(disk));
                 }

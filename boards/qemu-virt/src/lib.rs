@@ -1,0 +1,44 @@
+//! The board layer for QEMU `virt` and boards like it: the hypervisor's console on the
+//! board's PL011 (`uart`), and the board's virtio-mmio block and network devices, which the
+//! hypervisor drives itself (`virtio`); and the runtime's `Board` (hyp_runtime::board) over
+//! them. It names no CPU architecture: an AArch64 or an ARMv7 image takes it alike, giving
+//! it how to wait for a device's interrupt (`virtio::InterruptWait`).
+#![no_std]
+
+extern crate alloc;
+
+#[macro_use]
+pub mod uart;
+pub mod virtio;
+
+use core::fmt;
+
+use hyp_runtime::Board;
+use spin::Mutex;
+
+use uart::{VmConsole, FOCUS};
+use virtio::{HostDisk, Uplink};
+
+pub struct QemuVirt;
+
+impl Board for QemuVirt {
+    type Disk = HostDisk;
+    type Console = VmConsole;
+    type Nic = Uplink;
+
+    fn disk() -> Option<&'static Mutex<HostDisk>> {
+        virtio::DISK.get()
+    }
+
+    fn nic() -> Option<&'static Mutex<Uplink>> {
+        virtio::UPLINK.get()
+    }
+
+    fn vm_console(vm: usize, name: &'static str) -> VmConsole {
+        VmConsole::new(vm, name, &FOCUS)
+    }
+
+    fn print(line: fmt::Arguments<'_>) {
+        uart::print(format_args!("{line}\n"));
+    }
+}
