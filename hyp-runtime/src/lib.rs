@@ -1,13 +1,19 @@
-//! The hypervisor's runtime, the part of it that names no architecture: where vCPUs run
-//! ([`placement`]), the scheduler at run time ([`scheduling`]), a VM's virtual GIC as the
-//! CPUs share it ([`shared_vgic`]), passthrough devices and who owns their interrupts
-//! ([`passthrough`]), where console input goes ([`focus`]) and the management console's
-//! commands ([`management`]).
+//! The hypervisor's runtime, the part of it that names no architecture and no board:
+//! - VMs: a VM built from its manifest entry and run by the arch crate ([`vm`]), the
+//!   capabilities it is granted and gives back ([`vm_resources`]), the table every part of
+//!   the hypervisor reaches VMs through ([`vm_table`]);
+//! - devices: a VM's virtio devices and their backends ([`virtio`]), the virtual switch
+//!   ([`network`]), passthrough devices and who owns their interrupts ([`passthrough`]);
+//! - CPUs: where vCPUs run ([`placement`]), the scheduler at run time ([`scheduling`]), a
+//!   VM's virtual GIC as the CPUs share it ([`shared_vgic`]), what each physical interrupt
+//!   is for ([`interrupts`]);
+//! - the console: where input goes ([`focus`]) and the management console's commands
+//!   ([`management`]).
 //!
 //! It is generic over two traits, [`Arch`] (the CPU architecture) and [`Board`] (the
-//! board's console and disk), which an arch crate (`hyp-arch-armv8`) and a board layer
-//! implement; its host tests implement them with fakes whose CPUs are threads.
-//! docs/architecture.md draws the crates and the seam.
+//! board's console, disk and NIC), which an arch crate (`hyp-arch-armv8`) and a board layer
+//! (`boards/qemu-virt`) implement; its host tests implement them with fakes whose CPUs are
+//! threads. docs/architecture.md draws the crates and the seam.
 #![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 
