@@ -1,6 +1,7 @@
 //! What to do with a guest's synchronous exit: hypercalls, emulated MMIO, and the
-//! architected fault for everything else. Pure logic over the saved guest registers; the arch
-//! crate reads the syndrome registers, calls `handle_sync`, and applies the outcome.
+//! architected fault for everything else. Pure logic over the saved guest registers: the
+//! arch crate reads the syndrome registers, a decoder of its architecture (`trap`) says what
+//! the exit asks for, `handle` answers it, and the arch crate applies the outcome.
 //!
 //! Every path a guest can drive ends in a result for the guest (a value, an external abort,
 //! an undefined instruction) and, where the guest did something wrong, an `Incident` the
@@ -12,9 +13,10 @@ use stage2::Ipa;
 
 use crate::mmio::{MmioDispatch, MmioError};
 use crate::smccc::{self, Hypercall};
-use crate::syndrome::{ExceptionClass, Syndrome};
+use crate::syndrome::{ExceptionClass, MmioAccess, Syndrome};
 pub use crate::sysreg::SysRegEnv;
-use crate::sysreg::{self, SgiGenerationRegister, SysRegAccess, SysRegAction, VmControlRegister};
+use crate::sysreg::{self, SgiGenerationRegister, SysRegAction, VmControlRegister};
+use crate::trap::{self, CoprocessorAccess, DecodedExit, GuestRegisters, Trap};
 
 /// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
 /// assembly: x0..x30 at 0, pc at 248, pstate at 256).
@@ -39,6 +41,18 @@ impl GuestContext {
     /// Moves past the instruction that trapped with `syndrome` (it completed).
     pub fn skip_instruction(&mut self, syndrome: Syndrome) {
         self.pc = self.pc.wrapping_add(if syndrome.instruction_is_32bit() { 4 } else { 2 });
+    }
+}
+
+impl GuestRegisters for GuestContext {
+    fn reg(&self, n: u8) -> u64 {
+        GuestContext::reg(self, n)
+    }
+    fn set_reg(&mut self, n: u8, value: u64) {
+        GuestContext::set_reg(self, n, value)
+    }
+    fn advance_pc(&mut self, bytes: u8) {
+        self.pc = self.pc.wrapping_add(u64::from(bytes));
     }
 }
 
@@ -117,6 +131,11 @@ pub enum Incident {
     SystemRegister {
         iss: u32,
     },
+    /// An AArch32 MCR/MRC to a coprocessor register the hypervisor does not emulate.
+    Coprocessor {
+        cp: u8,
+        access: CoprocessorAccess,
+    },
     UnexpectedClass {
         class: ExceptionClass,
     },
@@ -139,12 +158,17 @@ impl fmt::Display for Incident {
                 let dir = if iss & 1 != 0 { "read" } else { "write" };
                 write!(f, "{dir} of system register S{op0}_{op1}_C{crn}_C{crm}_{op2}: not emulated, undefined instruction injected")
             }
+            Self::Coprocessor { cp, access: a } => write!(
+                f, "{} of p{cp}, {}, c{}, c{}, {}: not emulated, undefined instruction injected",
+                if a.is_read { "MRC" } else { "MCR" }, a.opc1, a.crn, a.crm, a.opc2
+            ),
             Self::UnexpectedClass { class } => write!(f, "trap {class} not handled: undefined instruction injected"),
         }
     }
 }
 
-/// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64.
+/// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64: decoded
+/// (`trap::aarch64`), then answered (`handle`).
 pub fn handle_sync(
     ctx: &mut GuestContext,
     vcpu: usize,
@@ -152,102 +176,115 @@ pub fn handle_sync(
     mmio: &mut impl MmioDispatch,
     sys: &mut impl SysRegEnv,
 ) -> (Outcome, Option<Incident>) {
-    let s = exit.syndrome;
-    match s.class() {
-        ExceptionClass::HVC64 | ExceptionClass::SMC64 => {
+    handle(&trap::aarch64::decode(exit), ctx, vcpu, mmio, sys)
+}
+
+/// Answers one decoded exit of vCPU `vcpu`, whatever the architecture that trapped it, over
+/// its registers: a hypercall, an emulated MMIO access, a system register, a wait, or the
+/// architected fault for everything else. AArch32 coprocessor accesses are not emulated
+/// yet: they get an undefined instruction and a log line.
+pub fn handle(
+    exit: &DecodedExit,
+    regs: &mut impl GuestRegisters,
+    vcpu: usize,
+    mmio: &mut impl MmioDispatch,
+    sys: &mut impl SysRegEnv,
+) -> (Outcome, Option<Incident>) {
+    let len = exit.instruction_bytes;
+    match exit.trap {
+        Trap::Call { immediate, smc } => {
             // HVC's preferred return is the next instruction; a trapped SMC's is the SMC.
-            if s.class() == ExceptionClass::SMC64 {
-                ctx.skip_instruction(s);
+            if smc {
+                regs.advance_pc(len);
             }
-            if s.call_immediate() != 0 {
-                ctx.x[0] = smccc::NOT_SUPPORTED;
-                return (Outcome::Resume, Some(Incident::NonZeroCallImmediate { immediate: s.call_immediate() }));
+            if immediate != 0 {
+                regs.set_reg(0, smccc::NOT_SUPPORTED);
+                return (Outcome::Resume, Some(Incident::NonZeroCallImmediate { immediate }));
             }
-            match smccc::decode([ctx.x[0], ctx.x[1], ctx.x[2], ctx.x[3]]) {
+            match smccc::decode(regs.call_arguments()) {
                 Hypercall::Return(value) => {
-                    ctx.x[0] = value;
+                    regs.set_reg(0, value);
                     (Outcome::Resume, None)
                 }
                 Hypercall::Unknown { function } => {
-                    ctx.x[0] = smccc::NOT_SUPPORTED;
+                    regs.set_reg(0, smccc::NOT_SUPPORTED);
                     (Outcome::Resume, Some(Incident::UnknownHypercall { function }))
                 }
                 call => (Outcome::Call(call), None),
             }
         }
-        ExceptionClass::DATA_ABORT_LOWER => data_abort(ctx, vcpu, exit, mmio),
-        ExceptionClass::INSTRUCTION_ABORT_LOWER => (
-            Outcome::InjectAbort { instruction: true, far: exit.far },
-            Some(Incident::InstructionFetchOutsideMemory { ipa: exit.fault_ipa() }),
-        ),
-        ExceptionClass::WFX => {
-            ctx.skip_instruction(s);
-            // ISS.TI[1:0]: 0 is WFI; WFE and the others only yield.
-            if s.iss() & 0b11 == 0 {
+        Trap::DataAbort { ipa, va, access, write } => data_abort(regs, len, vcpu, ipa, va, access, write, mmio),
+        Trap::InstructionAbort { ipa, va } => {
+            (Outcome::InjectAbort { instruction: true, far: va }, Some(Incident::InstructionFetchOutsideMemory { ipa }))
+        }
+        Trap::Wait { interrupt } => {
+            regs.advance_pc(len);
+            if interrupt {
                 (Outcome::WaitForInterrupt, None)
             } else {
                 (Outcome::Resume, None)
             }
         }
-        ExceptionClass::SYSREG64 => {
-            let access = SysRegAccess::decode(s.iss());
-            match sysreg::emulate(&access, ctx.reg(access.rt), sys) {
-                SysRegAction::Read(value) => {
-                    ctx.set_reg(access.rt, value);
-                    ctx.skip_instruction(s);
-                    (Outcome::Resume, None)
-                }
-                SysRegAction::WriteIgnored => {
-                    ctx.skip_instruction(s);
-                    (Outcome::Resume, None)
-                }
-                SysRegAction::SetWay => (Outcome::SetWay, None),
-                SysRegAction::ControlWrite(register) => {
-                    (Outcome::ControlWrite { register, value: ctx.reg(access.rt) }, None)
-                }
-                SysRegAction::DebugStateChanged => {
-                    ctx.skip_instruction(s);
-                    (Outcome::DebugStateChanged, None)
-                }
-                SysRegAction::GenerateSgi(register) => {
-                    ctx.skip_instruction(s);
-                    (Outcome::GenerateSgi { register, value: ctx.reg(access.rt) }, None)
-                }
-                SysRegAction::Undefined => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss: s.iss() })),
+        Trap::SystemRegister { access, iss } => match sysreg::emulate(&access, regs.reg(access.rt), sys) {
+            SysRegAction::Read(value) => {
+                regs.set_reg(access.rt, value);
+                regs.advance_pc(len);
+                (Outcome::Resume, None)
             }
-        }
-        class => (Outcome::InjectUndefined, Some(Incident::UnexpectedClass { class })),
+            SysRegAction::WriteIgnored => {
+                regs.advance_pc(len);
+                (Outcome::Resume, None)
+            }
+            SysRegAction::SetWay => (Outcome::SetWay, None),
+            SysRegAction::ControlWrite(register) => {
+                (Outcome::ControlWrite { register, value: regs.reg(access.rt) }, None)
+            }
+            SysRegAction::DebugStateChanged => {
+                regs.advance_pc(len);
+                (Outcome::DebugStateChanged, None)
+            }
+            SysRegAction::GenerateSgi(register) => {
+                regs.advance_pc(len);
+                (Outcome::GenerateSgi { register, value: regs.reg(access.rt) }, None)
+            }
+            SysRegAction::Undefined => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss })),
+        },
+        Trap::Coprocessor { cp, access } => (Outcome::InjectUndefined, Some(Incident::Coprocessor { cp, access })),
+        Trap::Other(class) => (Outcome::InjectUndefined, Some(Incident::UnexpectedClass { class })),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn data_abort(
-    ctx: &mut GuestContext,
+    regs: &mut impl GuestRegisters,
+    len: u8,
     vcpu: usize,
-    exit: &SyncExit,
+    ipa: Ipa,
+    va: u64,
+    access: Option<MmioAccess>,
+    write: bool,
     mmio: &mut impl MmioDispatch,
 ) -> (Outcome, Option<Incident>) {
-    let abort = exit.syndrome.data_abort();
-    let ipa = exit.fault_ipa();
-    let inject = Outcome::InjectAbort { instruction: false, far: exit.far };
-    let Some(access) = abort.mmio_access() else {
+    let inject = Outcome::InjectAbort { instruction: false, far: va };
+    let Some(access) = access else {
         let incident = match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
-            None => Incident::NoMemoryOrDevice { ipa, va: exit.far, write: abort.is_write() },
+            None => Incident::NoMemoryOrDevice { ipa, va, write },
         };
         return (inject, Some(incident));
     };
     let result = if access.is_write {
-        mmio.write(vcpu, ipa, access.width, ctx.reg(access.register))
+        mmio.write(vcpu, ipa, access.width, regs.reg(access.register))
     } else {
-        mmio.read(vcpu, ipa, access.width).map(|value| ctx.set_reg(access.register, access.load_result(value)))
+        mmio.read(vcpu, ipa, access.width).map(|value| regs.set_reg(access.register, access.load_result(value)))
     };
     match result {
         Ok(()) => {
-            ctx.skip_instruction(exit.syndrome);
+            regs.advance_pc(len);
             (Outcome::Resume, None)
         }
         Err(MmioError::Unmapped { .. }) => {
-            (inject, Some(Incident::NoMemoryOrDevice { ipa, va: exit.far, write: access.is_write }))
+            (inject, Some(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write }))
         }
         Err(error) => (inject, Some(Incident::DeviceRefused { ipa, error })),
     }
@@ -627,5 +664,49 @@ mod tests {
         let from_el0 =
             exception_to_el1(&GuestContext::default(), 0, InjectedException::InstructionAbort { far: 4 }, true);
         assert_eq!(from_el0.esr_el1 >> 26, 0x20);
+    }
+
+    /// An AArch32 guest's registers (r0..r14 and the PC), for the exits its decoder gives.
+    #[derive(Default)]
+    struct Aarch32Regs {
+        r: [u32; 15],
+        pc: u32,
+    }
+    impl GuestRegisters for Aarch32Regs {
+        fn reg(&self, n: u8) -> u64 {
+            self.r.get(usize::from(n)).map_or(0, |&v| u64::from(v))
+        }
+        fn set_reg(&mut self, n: u8, value: u64) {
+            if let Some(r) = self.r.get_mut(usize::from(n)) {
+                *r = value as u32;
+            }
+        }
+        fn advance_pc(&mut self, bytes: u8) {
+            self.pc = self.pc.wrapping_add(u32::from(bytes));
+        }
+    }
+
+    #[test]
+    fn an_aarch32_guest_gets_the_same_answers_through_its_own_decoder() {
+        use crate::trap::aarch32::{decode, HypExit};
+        let mut regs = Aarch32Regs { pc: 0x8000, ..Default::default() };
+        regs.r[0] = smccc::PSCI_VERSION;
+        let hvc = decode(&HypExit { hsr: (0x12 << 26) | (1 << 25), far: 0, hpfar: 0 });
+        let answer = handle(&hvc, &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!(answer, (Outcome::Resume, None));
+        assert_eq!(u64::from(regs.r[0]), smccc::PSCI_VERSION_1_1, "r0 holds the version");
+        assert_eq!(regs.pc, 0x8000, "an HVC's return address is past it already");
+        // A word store of r2 to the UART's data register, through the emulated PL011.
+        regs.r[2] = u32::from(b'x');
+        let iss = (1 << 24) | (2 << 22) | (2 << 16) | (1 << 6);
+        let store = decode(&HypExit { hsr: (0x24 << 26) | (1 << 25) | iss, far: 0x0900_0000, hpfar: 0x0900_0000 >> 8 });
+        assert_eq!(handle(&store, &mut regs, 0, &mut bus_with_uart(), &mut Env::default()), (Outcome::Resume, None));
+        assert_eq!(regs.pc, 0x8004, "the store completed");
+        // SCTLR read: not emulated yet, an undefined instruction and a line naming it.
+        let mrc = decode(&HypExit { hsr: (0x03 << 26) | (1 << 25) | (1 << 10) | (2 << 5) | 1, far: 0, hpfar: 0 });
+        let (outcome, incident) = handle(&mrc, &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!(outcome, Outcome::InjectUndefined);
+        let line = alloc::format!("{}", incident.unwrap());
+        assert_eq!(line, "MRC of p15, 0, c1, c0, 0: not emulated, undefined instruction injected");
     }
 }

@@ -27,4 +27,5 @@ pub mod set_way;
 pub mod smccc;
 pub mod syndrome;
 pub mod sysreg;
+pub mod trap;
 pub mod vcpu_power;

@@ -9,8 +9,9 @@ use std::time::Instant;
 use crate::util::{run_quiet, step, XtaskError};
 
 /// Every target, in `fuzz/Cargo.toml`'s order.
-pub const TARGETS: [&str; 12] = [
+pub const TARGETS: [&str; 13] = [
     "exit_sync",
+    "exit_aarch32",
     "cpu_state",
     "vgic",
     "pl011",

@@ -1,0 +1,68 @@
+//! A guest's synchronous exit, decoded into what it asks for, whatever the architecture
+//! that trapped it: the AArch64 decoder ([`aarch64`], from ESR_EL2, FAR_EL2 and HPFAR_EL2)
+//! and the AArch32 one ([`aarch32`], from HSR, HDFAR and HPFAR of an ARMv7 core in HYP
+//! mode) produce the same [`Trap`], which `exit::handle` answers over the guest's registers
+//! as [`GuestRegisters`] gives them. Both syndrome registers share one layout (EC, IL, ISS:
+//! ARM ARM D24.2.40 for ESR_EL2, B3.13.6 for HSR), and so do their data-abort ISS fields.
+
+pub mod aarch32;
+pub mod aarch64;
+
+use stage2::Ipa;
+
+use crate::syndrome::{ExceptionClass, MmioAccess};
+use crate::sysreg::SysRegAccess;
+
+/// What one synchronous exit asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trap {
+    /// HVC or SMC with its immediate. A trapped SMC leaves the PC at the SMC, an HVC past it.
+    Call { immediate: u16, smc: bool },
+    /// A load or store at `ipa` (VA `va`) the VM has no memory for: `access` is the
+    /// emulatable access, None when the hardware gave no instruction syndrome.
+    DataAbort { ipa: Ipa, va: u64, access: Option<MmioAccess>, write: bool },
+    /// An instruction fetch from `ipa`, outside the VM's memory.
+    InstructionAbort { ipa: Ipa, va: u64 },
+    /// WFI (`interrupt`) or WFE.
+    Wait { interrupt: bool },
+    /// An AArch64 MSR, MRS or SYS (EC 0x18); `iss` for the log line.
+    SystemRegister { access: SysRegAccess, iss: u32 },
+    /// An AArch32 MCR or MRC to coprocessor `cp` (15 or 14: EC 0x03, 0x05).
+    Coprocessor { cp: u8, access: CoprocessorAccess },
+    /// Anything else: the class of the exception.
+    Other(ExceptionClass),
+}
+
+/// An AArch32 MCR or MRC (ISS for EC 0x03 and 0x05, ARM ARM B3.13.6): the register
+/// `Rt` moves to or from coprocessor register (Opc1, CRn, CRm, Opc2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoprocessorAccess {
+    pub opc1: u8,
+    pub crn: u8,
+    pub crm: u8,
+    pub opc2: u8,
+    pub rt: u8,
+    /// MRC: the coprocessor register is read into Rt.
+    pub is_read: bool,
+}
+
+/// One decoded exit: what it asks for, and the length of the instruction that trapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodedExit {
+    pub trap: Trap,
+    /// 4, or 2 for a 16-bit T32 instruction (the syndrome's IL bit).
+    pub instruction_bytes: u8,
+}
+
+/// A vCPU's general registers and PC as an exit handler reads and writes them.
+pub trait GuestRegisters {
+    /// Register `n` as an instruction sees it (AArch64: 31 is the zero register).
+    fn reg(&self, n: u8) -> u64;
+    fn set_reg(&mut self, n: u8, value: u64);
+    /// The PC moves past the trapped instruction of `bytes` bytes (it completed).
+    fn advance_pc(&mut self, bytes: u8);
+    /// The arguments of an SMCCC call: registers 0 to 3.
+    fn call_arguments(&self) -> [u64; 4] {
+        [self.reg(0), self.reg(1), self.reg(2), self.reg(3)]
+    }
+}
