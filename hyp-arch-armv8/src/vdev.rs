@@ -1,10 +1,8 @@
 //! What a VM's virtio devices (hyp_runtime::virtio) reach on AArch64: the VM's RAM through
 //! the EL2 identity map, the interrupt line into its vGIC, the log and the switch.
 
-use core::fmt;
 use core::sync::atomic::{fence, Ordering};
 
-use hyp_core::log_limit::GuestLogLimit;
 use hyp_runtime::virtio::slot::VmEnv;
 use hyp_runtime::virtio::PhysicalRam;
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError};
@@ -71,9 +69,6 @@ impl VmEnv for Devices {
     }
     fn interrupt_line(vgic: &SharedVgic<Aarch64>, intid: IntId) -> VgicLine<Aarch64> {
         VgicLine { vgic: alloc::sync::Arc::clone(vgic), intid }
-    }
-    fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>) {
-        crate::vm::guest_line(limit, line);
     }
     fn forward_frame(from: usize, frame: &[u8]) {
         crate::network::forward(from, frame);

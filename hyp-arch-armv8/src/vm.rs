@@ -3,7 +3,6 @@
 
 use alloc::boxed::Box;
 use core::arch::asm;
-use core::fmt;
 use core::sync::atomic::Ordering;
 
 use hyp_core::bundle::VmSpec;
@@ -13,7 +12,6 @@ use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_map::VTIMER_PPI;
-use hyp_core::log_limit::{Admit, GuestLogLimit};
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_core::smccc::Hypercall;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
@@ -135,9 +133,10 @@ impl core::ops::Deref for Vm {
     }
 }
 
+/// A line about vCPU `vcpu` of VM `vm` (hyp_runtime::vm_log).
 macro_rules! vm_log {
     ($vm:expr, $vcpu:expr, $($arg:tt)*) => {
-        println!("hypervisor: vm{} {} vcpu{}: {}", $vm.id, $vm.spec.name, $vcpu, format_args!($($arg)*))
+        hyp_runtime::vm_log!(Devices, $vm, $vcpu, $($arg)*)
     };
 }
 
@@ -718,16 +717,6 @@ impl IdRegisters for HardwareIdRegisters {
     fn read(&self, register: Encoding) -> u64 {
         let Encoding(_, _, _, crm, op2) = register;
         read_id_space!(crm, op2; 1, 2, 3, 4, 5, 6, 7; 0, 1, 2, 3, 4, 5, 6, 7)
-    }
-}
-
-/// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit): the first
-/// lines in full, then one a second with the count of those left out.
-pub(crate) fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>) {
-    match limit.admit(Aarch64::now(), sysreg!("cntfrq_el0")) {
-        Admit::Print => println!("{line}"),
-        Admit::PrintAfter { left_out } => println!("{line} ({left_out} earlier line(s) of this VM left out)"),
-        Admit::LeaveOut => {}
     }
 }
 

@@ -22,6 +22,7 @@ extern crate alloc;
 pub mod arch;
 pub mod board;
 pub mod focus;
+pub mod guest_log;
 pub mod interrupts;
 pub mod management;
 pub mod network;

@@ -70,7 +70,8 @@ impl Network {
             Forward::Refused(refusal) => {
                 if let Some(held) = vm_of_port(from).and_then(|id| vms.get(id)) {
                     let vm: &Vm<E> = (*held).borrow();
-                    E::guest_line(&vm.guest_log, format_args!("hypervisor: vm{} {}: {refusal}", vm.id, vm.spec.name));
+                    let line = format_args!("hypervisor: vm{} {}: {refusal}", vm.id, vm.spec.name);
+                    crate::guest_log::guest_line::<E::Arch, E::Board>(&vm.guest_log, line);
                 }
             }
         }

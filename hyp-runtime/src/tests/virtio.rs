@@ -347,9 +347,6 @@ impl VmEnv for FakeEnv {
     fn interrupt_line(_: &crate::shared_vgic::SharedVgic<crate::fake::FakeArch>, _: vgic::IntId) -> Level {
         Level::default()
     }
-    fn guest_line(_: &GuestLogLimit, line: fmt::Arguments<'_>) {
-        LINES.with(|l| l.borrow_mut().push(line.to_string()));
-    }
     fn forward_frame(from: usize, frame: &[u8]) {
         FRAMES.with(|f| f.borrow_mut().push((from, frame.to_vec())));
     }
@@ -407,4 +404,28 @@ fn a_switch_port_holds_a_bounded_outbox_and_gives_frames_back_in_order() {
     assert!(frames.iter().enumerate().all(|(i, f)| f[0] == i as u8));
     assert!(port.ready(), "empty again");
     assert!(port.take_frames().is_empty());
+}
+
+#[test]
+fn a_guest_flooding_the_log_is_held_to_its_vms_limit() {
+    let limit = GuestLogLimit::new();
+    LINES.with(|l| l.borrow_mut().clear());
+    crate::fake::FakeArch::set_now(0);
+    for i in 0..100 {
+        crate::guest_log::guest_line::<crate::fake::FakeArch, FakeBoard>(&limit, format_args!("line {i}"));
+    }
+    let printed = LINES.with(|l| l.take());
+    // The burst, then the first line of the first second.
+    let burst = hyp_core::log_limit::BURST as usize;
+    assert_eq!(printed.len(), burst + 1, "{printed:?}");
+    assert_eq!(limit.left_out(), 100 - burst as u64 - 1);
+    // A second later one more line is printed, saying how many were left out.
+    crate::fake::FakeArch::set_now(<crate::fake::FakeArch as crate::arch::Arch>::counter_frequency());
+    crate::guest_log::guest_line::<crate::fake::FakeArch, FakeBoard>(&limit, format_args!("later"));
+    let printed = LINES.with(|l| l.take());
+    assert_eq!(printed.len(), 1, "{printed:?}");
+    assert!(
+        printed[0].starts_with("later (") && printed[0].contains("earlier line(s) of this VM left out"),
+        "{printed:?}"
+    );
 }

@@ -6,7 +6,6 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use hyp_core::log_limit::GuestLogLimit;
@@ -26,11 +25,12 @@ use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
 use crate::board::{Board, BoardDisk};
+use crate::guest_log::guest_line;
 use crate::shared_vgic::SharedVgic;
 use vgic::IntId;
 
 /// What a VM needs from the image it runs in: the architecture and the board, how its RAM
-/// is reached, its interrupt lines, the log limit and the switch. The arch crate implements
+/// is reached, its interrupt lines and the switch. The arch crate implements
 /// it (hyp-arch-armv8/src/vdev.rs); the host tests, with fakes.
 pub trait VmEnv: 'static {
     type Arch: Arch;
@@ -43,8 +43,6 @@ pub trait VmEnv: 'static {
     fn guest_ram(ipa: u64, pa: u64, size: u64) -> Self::Ram;
     /// Interrupt `intid` of the VM's vGIC, as a device's line.
     fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
-    /// Prints a line the guest caused, within its VM's limit (hyp_core::log_limit).
-    fn guest_line(limit: &GuestLogLimit, line: fmt::Arguments<'_>);
     /// A frame the NIC on switch port `from` sent, for the switch.
     fn forward_frame(from: usize, frame: &[u8]);
 }
@@ -139,7 +137,10 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             self.line.lock().set_level(level);
         }
         for incident in incidents {
-            E::guest_line(&self.log, format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name));
+            guest_line::<E::Arch, E::Board>(
+                &self.log,
+                format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name),
+            );
         }
         for frame in frames {
             E::forward_frame(self.port, &frame);

@@ -400,7 +400,7 @@ impl<E: VmEnv> Vm<E> {
 
     /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit).
     pub fn log_incident(&self, vcpu: usize, incident: Incident) {
-        E::guest_line(
+        crate::guest_log::guest_line::<E::Arch, E::Board>(
             &self.guest_log,
             format_args!("hypervisor: vm{} {} vcpu{}: {incident}", self.id, self.spec.name, vcpu),
         );
