@@ -387,6 +387,7 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET]).args(
         ["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"],
     ))?;
+    setup::ensure_clippy()?;
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image and its board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     run(Command::new(&cargo).current_dir(&root).args([

@@ -35,6 +35,18 @@ pub fn ensure_rust_targets() -> Result<(), XtaskError> {
     run_quiet(&mut cmd)
 }
 
+/// clippy, which `cargo xtask test` runs for the lints: rust-toolchain.toml lists it, but
+/// rustup adds a listed component only when it installs the toolchain, so a toolchain
+/// installed before may lack it.
+pub fn ensure_clippy() -> Result<(), XtaskError> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    if Command::new(&cargo).args(["clippy", "--version"]).output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    step("installing clippy with rustup");
+    run_quiet(Command::new("rustup").args(["component", "add", "clippy"]))
+}
+
 /// The major version of `qemu-system-aarch64`, or None when it is not installed.
 fn qemu_major() -> Option<u32> {
     let out = Command::new("qemu-system-aarch64").arg("--version").output().ok()?;
