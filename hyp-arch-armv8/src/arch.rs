@@ -1,14 +1,21 @@
-//! The runtime's `Arch` for AArch64 at EL2 (hyp_runtime::arch), and the runtime state this
-//! image keeps for it.
+//! The runtime's `Arch` and `Virtualization` for AArch64 at EL2 (hyp_runtime::arch,
+//! hyp_runtime::hypervisor), and the runtime state this image keeps for it.
 
 use core::arch::asm;
 
-use hyp_runtime::interrupts::Routes;
-use hyp_runtime::passthrough::Owners;
+use hyp_core::cap::{CapError, CapId, CapSpace};
+use hyp_core::entropy::GuestSeeds;
+use hyp_runtime::hypervisor::VcpuExit;
 use hyp_runtime::scheduling::Scheduling;
-use hyp_runtime::Arch;
+use hyp_runtime::vm::{VmBuild, VmError};
+use hyp_runtime::vm_resources::{grant_resources, VmRequest, VmResources};
+use hyp_runtime::{Arch, Hypervisor, Virtualization};
+use sched::Decision;
 
 use crate::exceptions::sysreg;
+use crate::memory::{HeapTableMemory, Stage2Tlb};
+use crate::vdev::Devices;
+use crate::vm::Vm;
 
 pub struct Aarch64;
 
@@ -44,11 +51,51 @@ impl Arch for Aarch64 {
     }
 }
 
-/// The scheduler of every CPU.
-pub static SCHEDULING: Scheduling<Aarch64> = Scheduling::new();
+/// The state every CPU shares: the scheduler, the interrupt routes, the VMs.
+pub static HYPERVISOR: Hypervisor<Aarch64> = Hypervisor::new();
 
-/// Which VM each passthrough SPI is forwarded to.
-pub static SPI_OWNERS: Owners = Owners::new();
+impl Virtualization for Aarch64 {
+    type Env = Devices;
+    type Vm = Vm;
 
-/// What each physical interrupt is for.
-pub static ROUTES: Routes = Routes::new();
+    /// The stage-2 tables live in the hypervisor's heap.
+    fn grant_resources(
+        caps: &mut CapSpace,
+        untyped: &[CapId],
+        request: &VmRequest<'_>,
+    ) -> Result<VmResources, CapError> {
+        grant_resources(caps, &mut HeapTableMemory, |vttbr| Stage2Tlb { vttbr }, untyped, request)
+    }
+
+    fn create_vm(build: VmBuild<'_>, scheduling: &'static Scheduling<Self>) -> Result<Vm, VmError> {
+        Vm::create(build, scheduling)
+    }
+
+    fn load_vm(vm: &Vm) {
+        vm.load();
+    }
+
+    fn reset_vm(vm: &Vm, seeds: Option<GuestSeeds>) {
+        vm.reset(seeds);
+    }
+
+    fn destroy_vm(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
+        vm.destroy(caps)
+    }
+
+    fn run_vcpu(vm: &Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit {
+        vm.run_vcpu(vcpu, cpu, decision)
+    }
+
+    fn take_interrupt(intid: u32, cpu: usize) {
+        crate::gic::enable_spi(intid, cpu, crate::cpus::mpidr_of(cpu));
+    }
+
+    fn heap_usage() -> (u64, u64) {
+        (crate::memory::heap_in_use(), crate::memory::HEAP_SIZE)
+    }
+
+    fn all_vms_ended(clean: bool) {
+        crate::finish(clean)
+    }
+}

@@ -7,6 +7,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use hyp_core::platform::{Platform, MAX_CPUS};
 use hyp_runtime::interrupts::Route;
 
+use crate::arch::HYPERVISOR;
 use crate::firmware;
 use crate::mmu::{self, MmuRegisters};
 
@@ -140,11 +141,11 @@ pub fn drain_interrupts() {
         if intid >= crate::gic::SPURIOUS {
             break;
         }
-        match crate::arch::ROUTES.of(intid) {
+        match HYPERVISOR.routes.of(intid) {
             Route::Passthrough if crate::passthrough::forward(intid, iar) => continue,
-            Route::ConsoleInput => crate::input::uart_interrupt(),
-            Route::Uplink => crate::network::uplink_interrupt(),
-            Route::HypTimer => crate::arch::SCHEDULING.timer_fired(current_index(), crate::vm::wake_waiting),
+            Route::ConsoleInput => HYPERVISOR.console_interrupt(),
+            Route::Uplink => HYPERVISOR.uplink_interrupt(),
+            Route::HypTimer => HYPERVISOR.scheduling.timer_fired(current_index(), |v| HYPERVISOR.wake_waiting(v)),
             _ => {}
         }
         crate::gic::end_of_interrupt(iar);

@@ -16,38 +16,26 @@ mod fault_test;
 mod firmware;
 mod gic;
 mod ich;
-mod input;
 mod list_registers;
-mod manage;
 mod memory;
 mod mmu;
-mod network;
 mod passthrough;
 mod vcpu_state;
 mod vdev;
 mod vm;
 
-use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
-use crate::arch::{Aarch64, ROUTES, SCHEDULING};
+use crate::arch::HYPERVISOR;
 use crate::list_registers::ListRegisterFile;
-use hyp_core::bundle::{BootBundle, VmSpec, RAM_GRANULE};
-use hyp_core::cap::{CapId, CapSpace, RegionKind};
+use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::fdt::FdtError;
 use hyp_core::memory_map::free_ranges;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use hyp_runtime::interrupts::Route;
-use hyp_runtime::placement::{place_vcpus, Home};
-use hyp_runtime::scheduling::vcpu_ref;
-use hyp_runtime::vm_table::{RunEnd, VmTable};
-use hyp_runtime::Arch;
 use spin::Once;
 use stage2::TableFormat;
-
-use crate::vm::{VcpuExit, Vm};
-use hyp_core::vcpu_power::EndReason;
 
 macro_rules! println_unlocked {
     ($($arg:tt)*) => { hyp_board_qemu_virt::uart::print_unlocked(format_args!("{}\n", format_args!($($arg)*))) };
@@ -56,53 +44,6 @@ pub(crate) use println_unlocked;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// The manifest's VMs, by index (hyp_runtime::vm_table).
-pub(crate) static VMS: VmTable<Vm> = VmTable::new();
-
-/// VM `index`, if it exists now.
-pub(crate) fn vm_at(index: usize) -> Option<Arc<Vm>> {
-    VMS.get(index)
-}
-
-/// What creating a VM takes from the board, kept for restarts.
-struct VmFactory {
-    untyped: Vec<CapId>,
-    gicv: Option<CapId>,
-    gic_v3: bool,
-    /// Each VM's passthrough devices, with their region and interrupt capabilities (by VM
-    /// index).
-    passthrough: Vec<Vec<hyp_runtime::passthrough::PassthroughDevice>>,
-    /// Where each VM's random seeds come from (none if the board gave the hypervisor none).
-    seeds: Option<spin::Mutex<hyp_core::entropy::SeedSource>>,
-}
-
-static FACTORY: Once<VmFactory> = Once::new();
-
-/// Creates VM `id` from its manifest entry, through the capability space.
-fn create_vm(id: usize, spec: VmSpec<'static>) -> Result<Vm, alloc::string::String> {
-    let (Some(factory), Some(caps)) = (FACTORY.get(), CAPS.get()) else {
-        return Err(alloc::format!("vm{id} {}: the hypervisor is not ready to create VMs", spec.name));
-    };
-    let devices = factory.passthrough.get(id).map_or(&[][..], |d| d.as_slice());
-    let request = hyp_runtime::vm_resources::VmRequest {
-        memory: spec.memory,
-        vcpus: spec.vcpus,
-        gicv: factory.gicv,
-        passthrough: devices,
-    };
-    let granted = vm::grant_resources(&mut caps.lock(), &factory.untyped, &request)
-        .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))?;
-    Vm::create(id, spec, granted, factory.gic_v3, devices, next_seeds(factory, id))
-        .map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
-}
-
-/// Fresh random seeds for VM `id`, none if the board gave the hypervisor none.
-fn next_seeds(factory: &VmFactory, id: usize) -> Option<hyp_core::entropy::GuestSeeds> {
-    factory.seeds.as_ref().map(|s| s.lock().next_for(id))
-}
-
-/// Every VM's rights; it owns their stage-2 tables.
-static CAPS: Once<spin::Mutex<CapSpace>> = Once::new();
 static SEMIHOSTING_EXIT: Once<bool> = Once::new();
 /// The deliberate EL2 fault a system test's boot bundle asks for.
 static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
@@ -178,7 +119,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         (ppis[2], Route::HypTimer),
     ];
     for (intid, route) in own {
-        if let Err(e) = ROUTES.set(intid, route) {
+        if let Err(e) = HYPERVISOR.routes.set(intid, route) {
             halt(format_args!("the board's interrupts: {e}"));
         }
     }
@@ -210,110 +151,34 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Err(e) => halt(format_args!("boot bundle: {e}")),
     };
     SEMIHOSTING_EXIT.call_once(|| bundle.options.semihosting_exit);
-    // The manifest's rules against this board (xtask checked them against the board it
-    // expected): CPUs, memory, the disk, passthrough devices.
-    let windows = hyp_core::manifest::hypervisor_windows(&platform);
-    let Some(board_devices) = device_tree(dtb).ok().and_then(hyp_core::manifest::DeviceTreeDevices::new) else {
-        halt(format_args!("the device tree cannot be read again to check the manifest"))
-    };
-    let limits = hyp_core::manifest::BoardLimits {
-        cpus: platform.cpus.len(),
-        memory: untyped_total,
-        ram: &platform.memory,
-        hypervisor_devices: &windows,
-        disk: found.disk_sectors.map(|s| s * hyp_core::bundle::SECTOR_SIZE),
-        devices: &board_devices,
-    };
-    if let Err(e) = bundle.check_board(&limits) {
-        halt(format_args!("boot bundle: {e}"));
-    }
-    // Every VM gets memory through capabilities only: the free memory becomes untyped.
-    let pa_bits = physical_address_bits().min(48);
-    let mut caps =
-        CapSpace::new(TableFormat::Vmsav8_64 { ipa_bits: hyp_core::guest_map::IPA_BITS.min(pa_bits), pa_bits });
-    let untyped_caps: Vec<CapId> = untyped.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
-    // GICv2: every VM's CPU interface is this CPU's bank of the hardware GICV frame.
-    let gicv = platform.gic.virtual_cpu_interface.and_then(|r| {
-        caps.add_device_region(
-            PhysRange { base: r.base, size: hyp_core::guest_fdt::GICC_SIZE },
-            RegionKind::BankedDevice,
-        )
-        .ok()
-    });
-    // Passthrough devices: their windows become device regions and their SPIs interrupts,
-    // from the board's device tree (never from untyped memory).
-    let passthrough = match hyp_runtime::passthrough::from_board(&mut caps, bundle.vms(), &board_devices) {
-        Ok(p) => p,
-        Err(e) => halt(format_args!("boot bundle: {e}")),
-    };
-    for spi in passthrough.iter().flatten().flat_map(|d| d.spis.iter()) {
-        if let Err(e) = ROUTES.set(spi.intid, Route::Passthrough) {
-            halt(format_args!("boot bundle: passthrough SPI: {e}"));
-        }
-    }
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
         (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
         _ => ListRegisterFile::V3,
     });
-    CAPS.call_once(|| spin::Mutex::new(caps));
-    FACTORY.call_once(|| VmFactory {
-        untyped: untyped_caps,
-        gicv,
-        gic_v3: platform.gic.version == GicVersion::V3,
-        passthrough,
-        seeds: match platform.rng_seed.and_then(hyp_core::entropy::SeedSource::from_board_seed) {
-            Some(source) => Some(spin::Mutex::new(source)),
-            None => {
-                println!(
-                    "hypervisor: the board's device tree has no /chosen/rng-seed: VMs start without a random seed"
-                );
-                None
-            }
-        },
-    });
-    let mut vms = Vec::new();
-    for (id, spec) in bundle.vms().enumerate() {
-        match create_vm(id, spec) {
-            Ok(vm) => vms.push(vm),
-            Err(e) => halt(e),
-        }
-    }
+    let Some(board_devices) = device_tree(dtb).ok().and_then(hyp_core::manifest::DeviceTreeDevices::new) else {
+        halt(format_args!("the device tree cannot be read again to check the manifest"))
+    };
     let me = cpus::current_index();
     let fault =
         bundle.options.test_el2_fault.map(|(c, f)| (c as usize, f)).filter(|&(c, _)| c != me && cpus::is_online(c));
     let fault_cpu = fault.map(|(c, _)| c);
+    let pa_bits = physical_address_bits().min(48);
+    let board = hyp_runtime::hypervisor::boot::Board {
+        platform: &platform,
+        devices: &board_devices,
+        free: &untyped,
+        stage2: TableFormat::Vmsav8_64 { ipa_bits: hyp_core::guest_map::IPA_BITS.min(pa_bits), pa_bits },
+        disk_sectors: found.disk_sectors,
+        boot_cpu: me,
+        usable_cpu: &|cpu| cpus::is_online(cpu) && Some(cpu) != fault_cpu,
+    };
+    if let Err(e) = HYPERVISOR.start(&bundle, &board) {
+        halt(e);
+    }
     if let Some((cpu, kind)) = fault {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault, {} (a test)", kind.name());
         EL2_FAULT.call_once(|| kind);
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
-    }
-    let specs: Vec<VmSpec<'static>> = vms.iter().map(|vm| vm.spec).collect();
-    let usable = |cpu| cpus::is_online(cpu) && Some(cpu) != fault_cpu;
-    let ticks_per_us = Aarch64::counter_frequency() / 1_000_000;
-    let homes = match place_vcpus(&specs, me, platform.cpus.len(), usable, ticks_per_us) {
-        Ok(homes) => homes,
-        Err(e) => halt(e),
-    };
-    for vm in &vms {
-        vm.load();
-    }
-    VMS.fill(vms.into_iter().map(|vm| (vm.spec, vm)).collect());
-    network::init(specs.iter().enumerate().map(|(i, spec)| spec.nic_mac(i)), me, cpus::mpidr_of(me));
-    match platform.uart_intid {
-        Some(intid) => input::enable(intid, me, cpus::mpidr_of(me)),
-        None => println!("hypervisor: the UART has no interrupt in the device tree: no console input"),
-    }
-    SCHEDULING.init(platform.cpus.len());
-    for Home { vcpu: v, cpu, policy } in homes {
-        if let Err(e) = SCHEDULING.add(v, cpu, policy) {
-            let name = specs.get(usize::from(v.vm)).map_or("?", |s| s.name);
-            halt(format_args!("vm{} {name} vCPU {}: {e}", v.vm, v.vcpu));
-        }
-    }
-    for (i, spec) in specs.iter().enumerate() {
-        if let Err(e) = SCHEDULING.start(vcpu_ref(i, 0)) {
-            halt(format_args!("vm{i} {}: {e}", spec.name));
-        }
     }
     cpu_loop(me)
 }
@@ -420,111 +285,34 @@ fn halt(message: impl core::fmt::Display) -> ! {
 
 /// Every VM has ended, or nothing can run: stop the machine, with a failure status when
 /// the run enabled semihosting.
-fn finish(clean: bool) -> ! {
+pub(crate) fn finish(clean: bool) -> ! {
     if !clean && SEMIHOSTING_EXIT.get().copied().unwrap_or(false) {
         firmware::semihosting_exit(1)
     }
     firmware::system_off()
 }
 
-/// A CPU's life after boot: run what the scheduler says, report how a VM ended.
+/// A CPU's life after boot: the work other CPUs hand it, then the vCPUs the scheduler picks.
 pub(crate) fn cpu_loop(cpu: usize) -> ! {
     loop {
-        let work = cpus::take_work(cpu);
-        if work == cpus::WORK_PING {
-            if let Some(me) = cpus::per_cpu(cpu) {
-                me.pong.store(true, Ordering::Release);
-            }
-            continue;
-        }
-        if work == cpus::WORK_EL2_FAULT {
-            if let Some(&fault) = EL2_FAULT.get() {
-                fault_test::provoke(fault, cpu);
-            }
-            continue;
-        }
-        let decision = SCHEDULING.pick(cpu);
-        let Some(v) = decision.run else {
-            // Only blocked vCPUs' timers can need this CPU now.
-            SCHEDULING.program_timer(cpu, None);
-            cpus::idle();
-            continue;
-        };
-        let Some(vm) = vm_at(usize::from(v.vm)) else {
-            let _ = SCHEDULING.stop(v);
-            continue;
-        };
-        match vm.run_vcpu(usize::from(v.vcpu), cpu, &decision) {
-            VcpuExit::Stopped | VcpuExit::Descheduled => {}
-            VcpuExit::VmEnded(EndReason::Reset) => {
-                // This CPU stopped the VM's last vCPU: it reboots the VM, from vCPU 0.
-                vm.reset(FACTORY.get().and_then(|factory| next_seeds(factory, vm.id)));
-                if let Err(e) = SCHEDULING.start(vcpu_ref(vm.id, 0)) {
-                    println!("hypervisor: vm{} {}: cannot restart: {e}", vm.id, vm.spec.name);
+        match cpus::take_work(cpu) {
+            cpus::WORK_PING => {
+                if let Some(me) = cpus::per_cpu(cpu) {
+                    me.pong.store(true, Ordering::Release);
                 }
             }
-            VcpuExit::VmEnded(end) => vm_ended(&vm, end),
-        }
-    }
-}
-
-/// The VM's last vCPU stopped (or the console ended a VM with none running): it is
-/// destroyed through its capability, and created again if it restarts.
-pub(crate) fn vm_ended(vm: &Vm, end: EndReason) {
-    let clean = hyp_runtime::vm::is_clean(end);
-    println!("hypervisor: vm{} {} ended: {:?} ({})", vm.id, vm.spec.name, end, if clean { "clean" } else { "failed" });
-    println!("hypervisor: vm{} {}: {}", vm.id, vm.spec.name, vm.exit_counts());
-    let left_out = vm.guest_log.left_out();
-    if left_out > 0 {
-        println!(
-            "hypervisor: vm{} {}: {left_out} more line(s) the guest caused were left out (after the first {}, one a second)",
-            vm.id,
-            vm.spec.name,
-            hyp_core::log_limit::BURST
-        );
-    }
-    // Nothing may reach its RAM once the memory goes back: not the switch, not console input.
-    vm.shut_down_devices();
-    let _ = VMS.take(vm.id);
-    if let Some(caps) = CAPS.get() {
-        match vm::destroy(&mut caps.lock(), vm) {
-            Ok(()) => println!(
-                "hypervisor: vm{} {}: capabilities revoked, {} MiB returned to untyped memory",
-                vm.id,
-                vm.spec.name,
-                vm.spec.memory >> 20
-            ),
-            Err(e) => println!("hypervisor: vm{} {}: destroying it failed: {e}", vm.id, vm.spec.name),
-        }
-    }
-    if end == EndReason::Restart {
-        match recreate(vm.id) {
-            Ok(()) => {
-                return println!("hypervisor: vm{} {}: created again from its manifest entry", vm.id, vm.spec.name)
+            cpus::WORK_EL2_FAULT => {
+                if let Some(&fault) = EL2_FAULT.get() {
+                    fault_test::provoke(fault, cpu);
+                }
             }
-            Err(e) => println!("hypervisor: cannot restart: {e}"),
+            _ => {
+                if !HYPERVISOR.run_next(cpu) {
+                    cpus::idle();
+                }
+            }
         }
     }
-    if let Some(RunEnd { total, failed }) = VMS.ended(clean) {
-        println!("hypervisor: all {total} VM(s) ended: {} clean, {failed} failed", total - failed);
-        finish(failed == 0)
-    }
-}
-
-/// VM `id` anew from its manifest entry, started from vCPU 0 on its CPUs.
-fn recreate(id: usize) -> Result<(), alloc::string::String> {
-    let spec = VMS.spec(id).ok_or_else(|| alloc::format!("vm{id}: no such VM"))?;
-    let vm = create_vm(id, spec)?;
-    vm.load();
-    VMS.put(id, vm);
-    SCHEDULING.start(vcpu_ref(id, 0)).map_err(|e| alloc::format!("vm{id} {}: {e}", spec.name))
-}
-
-/// A destroyed VM created again by the console (it counts as running again).
-pub(crate) fn start_again(id: usize) -> Result<(), alloc::string::String> {
-    recreate(id)?;
-    VMS.running_again();
-    Ok(())
 }
 
 #[panic_handler]

@@ -71,6 +71,6 @@ impl VmEnv for Devices {
         VgicLine { vgic: alloc::sync::Arc::clone(vgic), intid }
     }
     fn forward_frame(from: usize, frame: &[u8]) {
-        crate::network::forward(from, frame);
+        crate::arch::HYPERVISOR.forward_frame(from, frame);
     }
 }

@@ -5,8 +5,7 @@ use alloc::boxed::Box;
 use core::arch::asm;
 use core::sync::atomic::Ordering;
 
-use hyp_core::bundle::VmSpec;
-use hyp_core::cap::{CapError, CapId, CapSpace};
+use hyp_core::cap::{CapError, CapSpace};
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
@@ -19,18 +18,18 @@ use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmControlRe
 use hyp_core::vcpu_power::EndReason;
 use spin::Mutex;
 
-use crate::arch::{Aarch64, SCHEDULING};
-use crate::arch::{ROUTES, SPI_OWNERS};
+use crate::arch::{Aarch64, HYPERVISOR};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::Devices;
+use hyp_runtime::hypervisor::VcpuExit;
 use hyp_runtime::interrupts::Route;
-use hyp_runtime::passthrough::PassthroughDevice;
 use hyp_runtime::scheduling::vcpu_ref;
+use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vm::{CallEffect, Vm as VmCore, VmBuild, VmError};
-use hyp_runtime::vm_resources::{revoke_all, VmRequest, VmResources};
+use hyp_runtime::vm_resources::revoke_all;
 use hyp_runtime::Arch;
 use sched::Decision;
 use vgic::{Distributor, IntId, RetiredLines, SgiRegister};
@@ -70,34 +69,6 @@ const HCR_GUEST: u64 = (1 << 0)
     | (1 << 21)
     | (1 << 22)
     | (1 << 31);
-
-/// Creates the VM's capabilities (hyp_runtime::vm_resources), its stage-2 tables in the
-/// hypervisor's heap.
-pub fn grant_resources(
-    caps: &mut CapSpace,
-    untyped: &[CapId],
-    request: &VmRequest<'_>,
-) -> Result<VmResources, CapError> {
-    hyp_runtime::vm_resources::grant_resources(
-        caps,
-        &mut HeapTableMemory,
-        |vttbr| Stage2Tlb { vttbr },
-        untyped,
-        request,
-    )
-}
-
-/// How a vCPU's run on this CPU ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VcpuExit {
-    /// It stopped; the VM goes on (or others will report its end).
-    Stopped,
-    /// It was the VM's last vCPU: the VM ended, for this reason.
-    VmEnded(EndReason),
-    /// It left the CPU to another vCPU (its slice ended, or it waits for an interrupt); its
-    /// state is saved in the VM and it goes on when the scheduler picks it again.
-    Descheduled,
-}
 
 /// A descheduled vCPU: its general registers and what it left in the CPU.
 struct Resume {
@@ -144,21 +115,14 @@ impl Vm {
     /// Builds the VM `spec` describes, with the resources its capabilities grant; its
     /// passthrough SPIs are configured as the board says and left off, nothing pending or
     /// active, until it runs.
-    pub fn create(
-        id: usize,
-        spec: VmSpec<'static>,
-        granted: VmResources,
-        gic_v3: bool,
-        passthrough: &[PassthroughDevice],
-        seeds: Option<GuestSeeds>,
-    ) -> Result<Vm, VmError> {
-        let build = VmBuild { id, spec, granted: &granted, gic_v3, passthrough, seeds };
-        let core = VmCore::create(build, &SCHEDULING)?;
+    pub fn create(build: VmBuild<'_>, scheduling: &'static Scheduling<Aarch64>) -> Result<Vm, VmError> {
+        let (id, spec, vttbr, vtcr) = (build.id, build.spec, build.granted.vttbr, build.granted.vtcr);
+        let core = VmCore::create(build, scheduling)?;
         let vm = Vm {
             saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
             cntvoff: sysreg!("cntpct_el0"),
-            vttbr: granted.vttbr,
-            vtcr: granted.vtcr,
+            vttbr,
+            vtcr,
             core,
         };
         println!("hypervisor: vm{id} {}: its virtual counter starts at physical count {}", spec.name, vm.cntvoff);
@@ -166,7 +130,7 @@ impl Vm {
             crate::gic::disable_spi(spi.intid);
             crate::gic::clear_spi(spi.intid);
             crate::gic::configure_spi(spi.intid, spi.edge());
-            SPI_OWNERS.claim(spi.intid, id);
+            HYPERVISOR.spi_owners.claim(spi.intid, id);
         }
         Ok(vm)
     }
@@ -212,7 +176,7 @@ impl Vm {
             }
             // The most frequent first, before the table: another CPU made this vCPU look
             // (an IPI, an I/O completion).
-            let route = if intid == crate::gic::SGI_KICK { Route::Kick } else { ROUTES.of(intid) };
+            let route = if intid == crate::gic::SGI_KICK { Route::Kick } else { HYPERVISOR.routes.of(intid) };
             match route {
                 Route::Kick => {
                     self.count_exit(vcpu, ExitReason::Kick);
@@ -228,18 +192,18 @@ impl Vm {
                 }
                 Route::ConsoleInput => {
                     self.count_exit(vcpu, ExitReason::ConsoleInput);
-                    crate::input::uart_interrupt();
+                    HYPERVISOR.console_interrupt();
                     crate::gic::end_of_interrupt(iar);
                 }
                 Route::Uplink => {
                     self.count_exit(vcpu, ExitReason::OtherInterrupt);
-                    crate::network::uplink_interrupt();
+                    HYPERVISOR.uplink_interrupt();
                     crate::gic::end_of_interrupt(iar);
                 }
                 Route::HypTimer => {
                     self.count_exit(vcpu, ExitReason::SliceEnd);
-                    SCHEDULING.timer_fired(crate::cpus::current_index(), wake_waiting);
-                    SCHEDULING.request_reschedule(crate::cpus::current_index());
+                    HYPERVISOR.scheduling.timer_fired(crate::cpus::current_index(), |v| HYPERVISOR.wake_waiting(v));
+                    HYPERVISOR.scheduling.request_reschedule(crate::cpus::current_index());
                     crate::gic::end_of_interrupt(iar);
                 }
                 Route::Maintenance => {
@@ -278,7 +242,7 @@ impl Vm {
     pub fn release_passthrough(&self) {
         for spi in &self.passthrough_spis {
             crate::gic::disable_spi(spi.intid);
-            SPI_OWNERS.release(spi.intid);
+            HYPERVISOR.spi_owners.release(spi.intid);
             crate::gic::clear_spi(spi.intid);
             println!(
                 "hypervisor: vm{} {}: passthrough SPI INTID {} disabled and deactivated (enabled: {})",
@@ -288,6 +252,13 @@ impl Vm {
                 crate::gic::spi_enabled(spi.intid)
             );
         }
+    }
+
+    /// Destroys the ended VM through its capability (hyp_runtime::vm_resources::revoke_all),
+    /// its passthrough SPIs quiet first.
+    pub fn destroy(&self, caps: &mut CapSpace) -> Result<(), CapError> {
+        self.release_passthrough();
+        revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: self.vttbr }, self.cap)
     }
 
     /// This vCPU leaves the CPU to another one: its state goes into the VM (the timer is
@@ -326,11 +297,11 @@ impl Vm {
             return None;
         }
         let waiting = &self.vgic.waiting[vcpu];
-        if !SCHEDULING.block(v, waiting, || self.vgic.vgic.lock().has_pending(vcpu)) {
+        if !HYPERVISOR.scheduling.block(v, waiting, || self.vgic.vgic.lock().has_pending(vcpu)) {
             return None;
         }
         if let Some(deadline) = timer {
-            SCHEDULING.wake_at(crate::cpus::current_index(), v, deadline);
+            HYPERVISOR.scheduling.wake_at(crate::cpus::current_index(), v, deadline);
         }
         Some(self.deschedule(vcpu, here, resume))
     }
@@ -408,13 +379,7 @@ impl Vm {
     /// and the VM's power state learn it.
     fn stop(&self, vcpu: usize, here: &mut OnCpu) -> VcpuExit {
         self.leave_cpu(vcpu, here, None);
-        if let Err(e) = SCHEDULING.stop(vcpu_ref(self.id, vcpu)) {
-            vm_log!(self, vcpu, "the scheduler does not know this vCPU: {e}");
-        }
-        match self.power.lock().stopped(vcpu) {
-            Some(end) => VcpuExit::VmEnded(end),
-            None => VcpuExit::Stopped,
-        }
+        self.vcpu_stopped(vcpu).map_or(VcpuExit::Stopped, VcpuExit::VmEnded)
     }
 
     /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
@@ -501,7 +466,7 @@ impl Vm {
             }
         };
         here.follow_debug();
-        SCHEDULING.program_timer(cpu, decision.until);
+        HYPERVISOR.scheduling.program_timer(cpu, decision.until);
         let no_counts = ExitCounts::default();
         let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
         // The virtual timer's PPI is the physical one, deactivated by the guest.
@@ -535,7 +500,7 @@ impl Vm {
                     exits.record_sync(exit.syndrome);
                     // WFE (ISS.TI = 1) of a shared vCPU: its turn ends (lock-holder preemption).
                     if shared && exit.syndrome.class() == ExceptionClass::WFX && exit.syndrome.iss() & 0b11 == 1 {
-                        SCHEDULING.yield_now(cpu, vcpu_ref(self.id, vcpu));
+                        HYPERVISOR.scheduling.yield_now(cpu, vcpu_ref(self.id, vcpu));
                     }
                     let mut sysregs = VcpuSysRegs { vm: self, debug: &mut here.debug };
                     let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut self.mmio(), &mut sysregs);
@@ -609,13 +574,13 @@ impl Vm {
                 }
             }
             // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
-            if shared && SCHEDULING.take_reschedule(cpu) {
-                let next = SCHEDULING.tick(cpu);
+            if shared && HYPERVISOR.scheduling.take_reschedule(cpu) {
+                let next = HYPERVISOR.scheduling.tick(cpu);
                 if next.run != Some(vcpu_ref(self.id, vcpu)) {
                     let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
                     return self.deschedule(vcpu, &mut here, resume);
                 }
-                SCHEDULING.program_timer(cpu, next.until);
+                HYPERVISOR.scheduling.program_timer(cpu, next.until);
             }
         }
     }
@@ -760,13 +725,6 @@ fn leave_guest_regime() {
     };
 }
 
-/// Destroys an ended VM through its capability (hyp_runtime::vm_resources::revoke_all),
-/// its passthrough SPIs quiet first.
-pub fn destroy(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
-    vm.release_passthrough();
-    revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: vm.vttbr }, vm.cap)
-}
-
 /// Delivers `exception` to the guest's EL1 vector (the registers are live in this CPU).
 fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
     let e = exit::exception_to_el1(ctx, sysreg!("vbar_el1"), exception, il);
@@ -787,13 +745,4 @@ fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
     }
     ctx.pc = e.pc;
     ctx.pstate = e.pstate;
-}
-
-/// A blocked vCPU whose virtual timer is due runs again.
-pub(crate) fn wake_waiting(v: sched::VcpuRef) {
-    if let Some(vm) = crate::vm_at(usize::from(v.vm)) {
-        if let Some(flag) = vm.vgic.waiting.get(usize::from(v.vcpu)) {
-            SCHEDULING.wake(v, flag);
-        }
-    }
 }

@@ -10,6 +10,7 @@ use core::fmt;
 use hyp_core::pl011::ConsoleOutput;
 use spin::Mutex;
 
+use crate::focus::Focus;
 use crate::network::BoardNic;
 
 /// What the runtime asks of the board.
@@ -28,6 +29,14 @@ pub trait Board: 'static {
     fn vm_console(vm: usize, name: &'static str) -> Self::Console;
     /// Prints a line of the hypervisor's on the board's console.
     fn print(line: fmt::Arguments<'_>);
+    /// Prints `text` on the board's console as it is (the management console's echo).
+    fn write(text: fmt::Arguments<'_>);
+    /// Which VM has the console's input focus.
+    fn focus() -> &'static Focus;
+    /// Console input raises the console's interrupt from now on.
+    fn enable_console_input();
+    /// What the user typed since the last call, into `buf`; how many bytes.
+    fn take_console_input(buf: &mut [u8]) -> usize;
 }
 
 /// A run of a VM's RAM, by physical address.

@@ -8,10 +8,13 @@
 //!   VM's virtual GIC as the CPUs share it ([`shared_vgic`]), what each physical interrupt
 //!   is for ([`interrupts`]);
 //! - the console: where input goes ([`focus`]) and the management console's commands
-//!   ([`management`]).
+//!   ([`management`]);
+//! - the hypervisor as a whole ([`hypervisor`]): the VMs created at boot, each CPU's turn at
+//!   running vCPUs, VMs ended, destroyed and created again, the console and the uplink.
 //!
-//! It is generic over two traits, [`Arch`] (the CPU architecture) and [`Board`] (the
-//! board's console, disk and NIC), which an arch crate (`hyp-arch-armv8`) and a board layer
+//! It is generic over two traits, [`Arch`] (the CPU architecture, with
+//! [`Virtualization`] for building and running VMs) and [`Board`] (the board's console,
+//! disk and NIC), which an arch crate (`hyp-arch-armv8`) and a board layer
 //! (`boards/qemu-virt`) implement; its host tests implement them with fakes whose CPUs are
 //! threads. docs/architecture.md draws the crates and the seam.
 #![cfg_attr(not(test), no_std)]
@@ -23,6 +26,7 @@ pub mod arch;
 pub mod board;
 pub mod focus;
 pub mod guest_log;
+pub mod hypervisor;
 pub mod interrupts;
 pub mod management;
 pub mod network;
@@ -37,6 +41,7 @@ pub mod vm_table;
 
 pub use arch::Arch;
 pub use board::Board;
+pub use hypervisor::{Hypervisor, Virtualization};
 
 #[cfg(test)]
 mod fake;

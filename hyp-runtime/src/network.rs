@@ -34,6 +34,14 @@ pub trait BoardNic: Send {
     /// Sends one frame; false if the NIC could not take it (the frame is dropped, as a
     /// full NIC drops it).
     fn send(&mut self, frame: &[u8]) -> bool;
+    /// Its interrupt is acknowledged: a frame that arrives from now on raises it again.
+    fn acknowledge_interrupt(&mut self);
+    /// Takes back the buffers of the frames it has sent.
+    fn take_back_sent(&mut self);
+    /// The next frame it received, into `frame`; false if there is none.
+    fn receive(&mut self, frame: &mut alloc::vec::Vec<u8>) -> bool;
+    /// Its interrupt, if it has one (none: it sends but never receives).
+    fn interrupt(&self) -> Option<u32>;
 }
 
 pub struct Network {

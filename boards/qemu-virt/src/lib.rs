@@ -13,6 +13,7 @@ pub mod virtio;
 
 use core::fmt;
 
+use hyp_runtime::focus::Focus;
 use hyp_runtime::Board;
 use spin::Mutex;
 
@@ -40,5 +41,21 @@ impl Board for QemuVirt {
 
     fn print(line: fmt::Arguments<'_>) {
         uart::print(format_args!("{line}\n"));
+    }
+
+    fn write(text: fmt::Arguments<'_>) {
+        uart::print(text);
+    }
+
+    fn focus() -> &'static Focus {
+        &FOCUS
+    }
+
+    fn enable_console_input() {
+        uart::enable_input();
+    }
+
+    fn take_console_input(buf: &mut [u8]) -> usize {
+        uart::take_input(buf)
     }
 }

@@ -51,19 +51,20 @@ impl HostUart {
     /// Takes the bytes waiting in the receive FIFO. The receive interrupts are cleared
     /// first: a byte that arrives after the last look at the FIFO raises them again, where
     /// clearing them afterwards would leave it unread with no interrupt.
-    fn receive(&mut self, into: &mut heapless::Vec<u8, RECEIVE_BATCH>) {
+    /// What the receive FIFO holds, into `into`; how many bytes.
+    fn receive(&mut self, into: &mut [u8]) -> usize {
+        let mut n = 0;
         // SAFETY: UARTFR, UARTDR and UARTICR of the PL011 the device tree names (see `put`).
         unsafe {
             write_volatile(self.register(UARTICR), INT_RX_RT);
-            while !into.is_full() && read_volatile(self.register(UARTFR)) & FR_RXFE == 0 {
-                let _ = into.push(read_volatile(self.register(UARTDR)) as u8);
+            while n < into.len() && read_volatile(self.register(UARTFR)) & FR_RXFE == 0 {
+                into[n] = read_volatile(self.register(UARTDR)) as u8;
+                n += 1;
             }
         }
+        n
     }
 }
-
-/// At most this many received bytes are taken per interrupt (the FIFO holds 32).
-pub const RECEIVE_BATCH: usize = 64;
 
 static CONSOLE: Mutex<Option<HostConsole<HostUart>>> = Mutex::new(None);
 /// The VM that receives console input; its console output is interactive.
@@ -84,13 +85,9 @@ pub fn enable_input() {
     }
 }
 
-/// The bytes the user typed since the last call (up to `RECEIVE_BATCH`).
-pub fn take_input() -> heapless::Vec<u8, RECEIVE_BATCH> {
-    let mut bytes = heapless::Vec::new();
-    if let Some(console) = CONSOLE.lock().as_mut() {
-        console.uart().receive(&mut bytes);
-    }
-    bytes
+/// The bytes the user typed since the last call, into `buf`; how many.
+pub fn take_input(buf: &mut [u8]) -> usize {
+    CONSOLE.lock().as_mut().map_or(0, |console| console.uart().receive(buf))
 }
 
 pub fn print(args: fmt::Arguments<'_>) {

@@ -416,4 +416,16 @@ impl hyp_runtime::network::BoardNic for Uplink {
     fn send(&mut self, frame: &[u8]) -> bool {
         Uplink::send(self, frame)
     }
+    fn acknowledge_interrupt(&mut self) {
+        Uplink::acknowledge_interrupt(self);
+    }
+    fn take_back_sent(&mut self) {
+        Uplink::take_back_sent(self);
+    }
+    fn receive(&mut self, frame: &mut Vec<u8>) -> bool {
+        Uplink::receive(self, frame)
+    }
+    fn interrupt(&self) -> Option<u32> {
+        self.intid
+    }
 }

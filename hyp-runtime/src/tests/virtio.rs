@@ -31,7 +31,7 @@ const SECTOR: usize = 512;
 
 /// A VM's RAM: `RAM_SIZE` bytes at IPA `RAM_IPA`, "physical" address `RAM_PA`.
 #[derive(Clone)]
-pub(crate) struct FakeRam(Arc<StdMutex<Vec<u8>>>);
+pub struct FakeRam(Arc<StdMutex<Vec<u8>>>);
 
 impl FakeRam {
     fn new() -> FakeRam {
@@ -86,7 +86,7 @@ enum Request {
 }
 
 /// A board disk of `sectors` sectors that reaches the VM's RAM by physical address.
-pub(crate) struct FakeDisk {
+pub struct FakeDisk {
     data: Vec<u8>,
     ram: FakeRam,
     requests: Vec<Request>,
@@ -266,10 +266,10 @@ thread_local! {
     static FRAMES: RefCell<Vec<(usize, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
 }
 
-pub(crate) struct FakeEnv;
+pub struct FakeEnv;
 
 #[derive(Default)]
-pub(crate) struct Level(Arc<StdMutex<Vec<bool>>>);
+pub struct Level(Arc<StdMutex<Vec<bool>>>);
 
 impl InterruptLine for Level {
     fn set_level(&mut self, high: bool) {
@@ -278,7 +278,7 @@ impl InterruptLine for Level {
 }
 
 /// A VM console that keeps what the guest wrote.
-pub(crate) struct Recorded(pub(crate) Arc<StdMutex<Vec<u8>>>);
+pub struct Recorded(pub(crate) Arc<StdMutex<Vec<u8>>>);
 
 impl hyp_core::pl011::ConsoleOutput for Recorded {
     fn put(&mut self, byte: u8) {
@@ -299,10 +299,10 @@ pub(crate) fn board_disk() -> &'static Mutex<FakeDisk> {
 
 /// The fake image's board: its console records, its disk is `board_disk`, its lines go to
 /// `LINES`.
-pub(crate) struct FakeBoard;
+pub struct FakeBoard;
 
 /// The fake board's NIC: what it sends goes to this thread's `SENT`.
-pub(crate) struct FakeNic;
+pub struct FakeNic;
 
 thread_local! {
     /// The frames this thread sent out of the fake board's NIC.
@@ -314,6 +314,21 @@ impl crate::network::BoardNic for FakeNic {
         SENT.with(|s| s.borrow_mut().push(frame.to_vec()));
         true
     }
+    fn acknowledge_interrupt(&mut self) {}
+    fn take_back_sent(&mut self) {}
+    fn receive(&mut self, _: &mut Vec<u8>) -> bool {
+        false
+    }
+    fn interrupt(&self) -> Option<u32> {
+        None
+    }
+}
+
+thread_local! {
+    /// What the user of this thread's board typed and the hypervisor has not taken yet.
+    pub(crate) static TYPED: RefCell<std::collections::VecDeque<u8>> = RefCell::default();
+    /// The focus of this thread's board.
+    static FOCUS: &'static crate::focus::Focus = super::leak(crate::focus::Focus::new());
 }
 
 impl crate::board::Board for FakeBoard {
@@ -332,6 +347,21 @@ impl crate::board::Board for FakeBoard {
     }
     fn print(line: fmt::Arguments<'_>) {
         LINES.with(|l| l.borrow_mut().push(line.to_string()));
+    }
+    fn write(text: fmt::Arguments<'_>) {
+        Self::print(text);
+    }
+    fn focus() -> &'static crate::focus::Focus {
+        FOCUS.with(|f| *f)
+    }
+    fn enable_console_input() {}
+    fn take_console_input(buf: &mut [u8]) -> usize {
+        TYPED.with(|t| {
+            let mut typed = t.borrow_mut();
+            let n = typed.len().min(buf.len());
+            typed.drain(..n).zip(buf.iter_mut()).for_each(|(b, out)| *out = b);
+            n
+        })
     }
 }
 

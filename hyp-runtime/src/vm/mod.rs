@@ -331,6 +331,15 @@ impl<E: VmEnv> Vm<E> {
         self.end(usize::MAX, reason) == 0
     }
 
+    /// vCPU `vcpu` left its CPU for good (CPU_OFF, or on the way out of an ending VM): the
+    /// scheduler forgets it. Returns the VM's end when it was the last vCPU running.
+    pub fn vcpu_stopped(&self, vcpu: usize) -> Option<EndReason> {
+        if let Err(e) = self.scheduling.stop(vcpu_ref(self.id, vcpu)) {
+            crate::vm_log!(E, self, vcpu, "the scheduler does not know this vCPU: {e}");
+        }
+        self.power.lock().stopped(vcpu)
+    }
+
     /// Whether the VM is ending (its vCPUs stop at their next exit).
     pub fn is_ending(&self) -> bool {
         self.ending.load(Ordering::Acquire)

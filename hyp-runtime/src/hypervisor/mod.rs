@@ -1,0 +1,182 @@
+//! The hypervisor as a whole, once its CPUs are up: the VMs of the boot bundle created and
+//! started ([`boot`]), every CPU's turn at running vCPUs, VMs ended, destroyed, reset and
+//! created again ([`lifecycle`]), and the board's console and NIC as the VMs share them
+//! ([`console`], [`uplink`]).
+//!
+//! [`Hypervisor`] holds the state every CPU shares; an image keeps one in a `static`. What
+//! it needs of the architecture beyond [`Arch`] is [`Virtualization`]: building a VM's
+//! stage 2 and running a vCPU are the architecture's.
+
+pub mod boot;
+pub mod console;
+pub mod lifecycle;
+pub mod uplink;
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::borrow::Borrow;
+
+use hyp_core::cap::{CapError, CapId, CapSpace};
+use hyp_core::entropy::{GuestSeeds, SeedSource};
+use hyp_core::management::ConsoleMux;
+use hyp_core::vcpu_power::EndReason;
+use sched::{Decision, VcpuRef};
+use spin::{Mutex, Once};
+
+use crate::arch::Arch;
+use crate::interrupts::Routes;
+use crate::network::Network;
+use crate::passthrough::{Owners, PassthroughDevice};
+use crate::scheduling::Scheduling;
+use crate::virtio::slot::VmEnv;
+use crate::vm::{Vm, VmBuild, VmError};
+use crate::vm_resources::{VmRequest, VmResources};
+use crate::vm_table::VmTable;
+
+/// What the runtime asks of the architecture's virtualization: a VM's stage-2 tables and
+/// their TLB maintenance, the CPU state it keeps beside the runtime's VM, and running one of
+/// its vCPUs. Like [`Arch`], associated functions: one architecture per image.
+pub trait Virtualization: Arch + Sized {
+    /// What the VM's devices reach (its RAM, its interrupt lines, the board).
+    type Env: VmEnv<Arch = Self>;
+    /// A VM as this architecture runs it: the runtime's VM and the CPU state beside it.
+    type Vm: Borrow<Vm<Self::Env>> + Send + Sync + 'static;
+
+    /// A new VM's capabilities and stage-2 tables (crate::vm_resources::grant_resources
+    /// with this architecture's table memory and TLB maintenance).
+    fn grant_resources(
+        caps: &mut CapSpace,
+        untyped: &[CapId],
+        request: &VmRequest<'_>,
+    ) -> Result<VmResources, CapError>;
+    /// Builds the VM `build` describes, its vCPUs started through `scheduling`.
+    fn create_vm(build: VmBuild<'_>, scheduling: &'static Scheduling<Self>) -> Result<Self::Vm, VmError>;
+    /// Zeroes the VM's RAM and loads its kernel, initrd and device tree (crate::vm::Vm::load)
+    /// so that a vCPU with its MMU off reads them.
+    fn load_vm(vm: &Self::Vm);
+    /// After a SYSTEM_RESET stopped every vCPU: the VM as at power-on, loaded again.
+    fn reset_vm(vm: &Self::Vm, seeds: Option<GuestSeeds>);
+    /// Destroys an ended VM through its capability: its passthrough interrupts quiet, its
+    /// capabilities revoked, its memory returned.
+    fn destroy_vm(caps: &mut CapSpace, vm: &Self::Vm) -> Result<(), CapError>;
+    /// Runs vCPU `vcpu` on this CPU (`cpu`) as the scheduler decided, until it leaves it.
+    fn run_vcpu(vm: &Self::Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit;
+    /// The board's interrupt `intid` is enabled and taken on CPU `cpu`.
+    fn take_interrupt(intid: u32, cpu: usize);
+    /// Bytes of the hypervisor's heap in use, and its size.
+    fn heap_usage() -> (u64, u64);
+    /// Every VM has ended (`clean`: none failed): the machine stops. Never returns on a
+    /// board.
+    fn all_vms_ended(clean: bool);
+}
+
+/// How a vCPU's run on a CPU ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VcpuExit {
+    /// It stopped; the VM goes on (or others will report its end).
+    Stopped,
+    /// It was the VM's last vCPU: the VM ended, for this reason.
+    VmEnded(EndReason),
+    /// It left the CPU to another vCPU (its slice ended, or it waits for an interrupt); its
+    /// state is saved in the VM and it goes on when the scheduler picks it again.
+    Descheduled,
+}
+
+/// What creating a VM takes from the board, kept for restarts.
+pub(crate) struct VmFactory {
+    untyped: Vec<CapId>,
+    gicv: Option<CapId>,
+    gic_v3: bool,
+    /// Each VM's passthrough devices with their capabilities, by VM index.
+    passthrough: Vec<Vec<PassthroughDevice>>,
+    /// Where each VM's random seeds come from (none if the board gave none).
+    seeds: Option<Mutex<SeedSource>>,
+}
+
+/// The state every CPU shares.
+pub struct Hypervisor<V: Virtualization> {
+    /// The scheduler of every CPU.
+    pub scheduling: Scheduling<V>,
+    /// What each physical interrupt is for.
+    pub routes: Routes,
+    /// Which VM each passthrough SPI is forwarded to.
+    pub spi_owners: Owners,
+    /// The manifest's VMs, by index.
+    pub vms: VmTable<V::Vm>,
+    /// Every VM's rights; it owns their stage-2 tables.
+    caps: Once<Mutex<CapSpace>>,
+    factory: Once<VmFactory>,
+    network: Network,
+    console: Mutex<ConsoleMux>,
+}
+
+impl<V: Virtualization> Default for Hypervisor<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Virtualization> Hypervisor<V> {
+    pub const fn new() -> Self {
+        Hypervisor {
+            scheduling: Scheduling::new(),
+            routes: Routes::new(),
+            spi_owners: Owners::new(),
+            vms: VmTable::new(),
+            caps: Once::new(),
+            factory: Once::new(),
+            network: Network::new(),
+            console: Mutex::new(ConsoleMux { line: None }),
+        }
+    }
+
+    /// VM `id`, if it exists now.
+    pub fn vm(&self, id: usize) -> Option<Arc<V::Vm>> {
+        self.vms.get(id)
+    }
+
+    /// One turn of CPU `cpu`: runs the vCPU the scheduler picks until it leaves the CPU, and
+    /// carries out how its VM ended if it did. Returns false if nothing could run (the CPU
+    /// may wait for an interrupt).
+    pub fn run_next(&'static self, cpu: usize) -> bool {
+        let decision = self.scheduling.pick(cpu);
+        let Some(v) = decision.run else {
+            // Only blocked vCPUs' timers can need this CPU now.
+            self.scheduling.program_timer(cpu, None);
+            return false;
+        };
+        let Some(vm) = self.vm(usize::from(v.vm)) else {
+            let _ = self.scheduling.stop(v);
+            return true;
+        };
+        match V::run_vcpu(&vm, usize::from(v.vcpu), cpu, &decision) {
+            VcpuExit::Stopped | VcpuExit::Descheduled => {}
+            VcpuExit::VmEnded(EndReason::Reset) => self.reboot(&vm),
+            VcpuExit::VmEnded(end) => self.vm_ended(&vm, end),
+        }
+        true
+    }
+
+    /// A blocked vCPU whose virtual timer is due runs again.
+    pub fn wake_waiting(&self, v: VcpuRef) {
+        if let Some(vm) = self.vm(usize::from(v.vm)) {
+            let core: &Vm<V::Env> = (*vm).borrow();
+            if let Some(flag) = core.vgic.waiting.get(usize::from(v.vcpu)) {
+                self.scheduling.wake(v, flag);
+            }
+        }
+    }
+
+    /// Fresh random seeds for VM `id`, none if the board gave the hypervisor none.
+    fn next_seeds(&self, id: usize) -> Option<GuestSeeds> {
+        self.factory.get()?.seeds.as_ref().map(|s| s.lock().next_for(id))
+    }
+}
+
+/// A line of the hypervisor's on the board's console.
+macro_rules! say {
+    ($v:ty, $($arg:tt)*) => {
+        <<<$v as $crate::hypervisor::Virtualization>::Env as $crate::virtio::slot::VmEnv>::Board as $crate::board::Board>::print(format_args!($($arg)*))
+    };
+}
+pub(crate) use say;

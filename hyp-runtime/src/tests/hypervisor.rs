@@ -1,0 +1,284 @@
+//! The hypervisor as a whole through the fake image: a boot bundle's VMs created on a QEMU
+//! `virt` board's device tree and started; each CPU's turn carrying out how a VM ended
+//! (destroyed with its memory returned, created again, rebooted in place, the machine
+//! stopped); console input and the management commands carried out.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use hyp_core::bundle::{BootBundle, COMPATIBLE};
+use hyp_core::cap::{CapError, CapId, CapSpace};
+use hyp_core::entropy::GuestSeeds;
+use hyp_core::guest_map::UART_IPA;
+use hyp_core::management::{Command, VmName};
+use hyp_core::manifest::DeviceTreeDevices;
+use hyp_core::mmio::MmioDispatch;
+use hyp_core::platform::{PhysRange, Platform};
+use hyp_core::syndrome::AccessWidth;
+use hyp_core::vcpu_power::EndReason;
+use sched::{Decision, VcpuState};
+use stage2::testing::VecTableMemory;
+use stage2::{Ipa, TableFormat, TlbMaintenance};
+use vm_fdt::FdtWriter;
+
+use super::leak;
+use super::virtio::{FakeEnv, LINES, RAM_PA, RAM_SIZE, TYPED};
+use crate::fake::FakeArch;
+use crate::hypervisor::boot::Board;
+use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
+use crate::interrupts::Route;
+use crate::scheduling::{vcpu_ref, Scheduling};
+use crate::vm::{Vm, VmBuild, VmError};
+use crate::vm_resources::{grant_resources, revoke_all, VmRequest, VmResources};
+
+const VIRT_GICV3: &[u8] = include_bytes!("../../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
+/// The console's interrupt on that board (the PL011's SPI 1).
+const UART_INTID: u32 = 33;
+
+thread_local! {
+    /// The stage-2 tables of this thread's VMs.
+    static TABLES: RefCell<VecTableMemory> = RefCell::new(VecTableMemory::with_capacity(64));
+    /// What the guest does in the next runs of a vCPU.
+    static SCRIPT: RefCell<VecDeque<Guest>> = RefCell::default();
+    /// What the fake architecture was asked to do, in order.
+    static EVENTS: RefCell<Vec<String>> = RefCell::default();
+}
+
+/// What a guest does while its vCPU runs.
+enum Guest {
+    /// Its slice ends, or it waits for an interrupt.
+    LeavesTheCpu,
+    /// It powers off, resets, crashes...
+    EndsTheVm(EndReason),
+}
+
+fn event(text: String) {
+    EVENTS.with(|e| e.borrow_mut().push(text));
+}
+
+fn take_events() -> Vec<String> {
+    EVENTS.with(|e| std::mem::take(&mut *e.borrow_mut()))
+}
+
+struct NoTlb;
+
+impl TlbMaintenance for NoTlb {
+    fn invalidate_ipa(&mut self, _: u16, _: Ipa) {}
+    fn invalidate_vmid(&mut self, _: u16) {}
+    fn publish(&mut self) {}
+}
+
+impl Virtualization for FakeArch {
+    type Env = FakeEnv;
+    type Vm = Vm<FakeEnv>;
+
+    fn grant_resources(
+        caps: &mut CapSpace,
+        untyped: &[CapId],
+        request: &VmRequest<'_>,
+    ) -> Result<VmResources, CapError> {
+        TABLES.with(|t| grant_resources(caps, &mut *t.borrow_mut(), |_| NoTlb, untyped, request))
+    }
+    fn create_vm(build: VmBuild<'_>, scheduling: &'static Scheduling<Self>) -> Result<Vm<FakeEnv>, VmError> {
+        event(format!("create vm{} at {:#x}", build.id, build.granted.ram.base));
+        Vm::create(build, scheduling)
+    }
+    fn load_vm(vm: &Vm<FakeEnv>) {
+        event(format!("load vm{}", vm.id));
+        vm.load(|_, _| {});
+    }
+    fn reset_vm(vm: &Vm<FakeEnv>, seeds: Option<GuestSeeds>) {
+        event(format!("reset vm{}", vm.id));
+        vm.reset(seeds);
+    }
+    fn destroy_vm(caps: &mut CapSpace, vm: &Vm<FakeEnv>) -> Result<(), CapError> {
+        event(format!("destroy vm{}", vm.id));
+        TABLES.with(|t| revoke_all(caps, &mut *t.borrow_mut(), &mut NoTlb, vm.cap))
+    }
+    /// As the arch's run loop: an ending VM's vCPU stops at once; otherwise the guest runs
+    /// as the test's script says, and a guest that ends its VM stops its vCPU.
+    fn run_vcpu(vm: &Vm<FakeEnv>, vcpu: usize, cpu: usize, _: &Decision) -> VcpuExit {
+        event(format!("run vm{} vcpu{vcpu} on cpu{cpu}", vm.id));
+        if !vm.is_ending() {
+            match SCRIPT.with(|s| s.borrow_mut().pop_front()).expect("the test says how each run ends") {
+                Guest::LeavesTheCpu => return VcpuExit::Descheduled,
+                Guest::EndsTheVm(reason) => {
+                    vm.end(vcpu, reason);
+                }
+            }
+        }
+        vm.vcpu_stopped(vcpu).map_or(VcpuExit::Stopped, VcpuExit::VmEnded)
+    }
+    fn take_interrupt(intid: u32, cpu: usize) {
+        event(format!("interrupt {intid} to cpu{cpu}"));
+    }
+    fn heap_usage() -> (u64, u64) {
+        (1 << 20, 32 << 20)
+    }
+    fn all_vms_ended(clean: bool) {
+        event(format!("all ended, clean: {clean}"));
+    }
+}
+
+/// An arm64 `Image` of 64 KiB: its header (booting.rst) and nothing else.
+fn kernel() -> Vec<u8> {
+    let mut h = vec![0u8; 64];
+    h[16..24].copy_from_slice(&(64u64 << 10).to_le_bytes());
+    h[0x38..0x3c].copy_from_slice(b"ARM\x64");
+    h
+}
+
+/// A boot bundle of one VM "guest" with 2 vCPUs sharing CPU 1 and the fake image's RAM size.
+fn bundle() -> BootBundle<'static> {
+    let mut fdt = FdtWriter::new().unwrap();
+    let root = fdt.begin_node("").unwrap();
+    fdt.property_string("compatible", COMPATIBLE).unwrap();
+    let vms = fdt.begin_node("vms").unwrap();
+    let vm = fdt.begin_node("vm@0").unwrap();
+    fdt.property_string("name", "guest").unwrap();
+    fdt.property_u32("vcpus", 2).unwrap();
+    fdt.property_u64("memory", RAM_SIZE as u64).unwrap();
+    fdt.property("kernel", &kernel()).unwrap();
+    fdt.property_array_u32("cpus", &[1, 1]).unwrap();
+    fdt.property_string("policy", "shared").unwrap();
+    fdt.end_node(vm).unwrap();
+    fdt.end_node(vms).unwrap();
+    fdt.end_node(root).unwrap();
+    let blob: &'static [u8] = Box::leak(fdt.finish().unwrap().into_boxed_slice());
+    BootBundle::parse(blob).unwrap()
+}
+
+/// A hypervisor that booted the bundle on QEMU `virt` (4 CPUs, GICv3) with exactly one
+/// VM's worth of free memory: a VM created again can only have the memory its earlier self
+/// gave back.
+fn booted() -> &'static Hypervisor<FakeArch> {
+    let hypervisor = leak(Hypervisor::new());
+    let platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
+    let devices = DeviceTreeDevices::new(VIRT_GICV3).unwrap();
+    let free = [PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }];
+    let board = Board {
+        platform: &platform,
+        devices: &devices,
+        free: &free,
+        stage2: TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 40 },
+        disk_sectors: None,
+        boot_cpu: 0,
+        usable_cpu: &|_| true,
+    };
+    hypervisor.start(&bundle(), &board).unwrap();
+    hypervisor
+}
+
+/// CPU 1 takes one turn, in which the guest does `guest`.
+fn turn(hypervisor: &'static Hypervisor<FakeArch>, guest: Guest) {
+    FakeArch::become_cpu(1);
+    SCRIPT.with(|s| s.borrow_mut().push_back(guest));
+    assert!(hypervisor.run_next(1), "a vCPU was runnable");
+}
+
+fn read_uart(vm: &Vm<FakeEnv>) -> u64 {
+    vm.mmio().read(0, Ipa(UART_IPA), AccessWidth::Word).unwrap()
+}
+
+#[test]
+fn the_bundle_s_vms_are_created_loaded_and_started_and_the_console_is_routed() {
+    let hypervisor = booted();
+    assert_eq!(
+        take_events(),
+        [format!("create vm0 at {RAM_PA:#x}"), "load vm0".into(), format!("interrupt {UART_INTID} to cpu0")]
+    );
+    assert!(hypervisor.vm(0).is_some());
+    assert_eq!(hypervisor.routes.of(UART_INTID), Route::ConsoleInput);
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable), "vCPU 0 starts");
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 1)), Some(VcpuState::Stopped), "vCPU 1 waits for CPU_ON");
+    FakeArch::become_cpu(0);
+    assert!(!hypervisor.run_next(0), "nothing is homed on the boot CPU");
+}
+
+#[test]
+fn a_vm_that_restarts_is_destroyed_and_created_again_in_the_memory_it_gave_back() {
+    let hypervisor = booted();
+    let first = hypervisor.vm(0).unwrap();
+    take_events();
+    turn(hypervisor, Guest::EndsTheVm(EndReason::Restart));
+    assert_eq!(
+        take_events(),
+        ["run vm0 vcpu0 on cpu1", "destroy vm0", &format!("create vm0 at {RAM_PA:#x}"), "load vm0"]
+    );
+    let second = hypervisor.vm(0).unwrap();
+    assert!(!Arc::ptr_eq(&first, &second), "a new VM");
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable));
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert!(lines.iter().any(|l| l == "hypervisor: vm0 guest: capabilities revoked, 4 MiB returned to untyped memory"));
+    assert!(lines.iter().any(|l| l == "hypervisor: vm0 guest: created again from its manifest entry"));
+}
+
+#[test]
+fn a_reset_reboots_the_vm_in_place_from_vcpu_0() {
+    let hypervisor = booted();
+    let before = hypervisor.vm(0).unwrap();
+    take_events();
+    turn(hypervisor, Guest::EndsTheVm(EndReason::Reset));
+    assert_eq!(take_events(), ["run vm0 vcpu0 on cpu1", "reset vm0"]);
+    assert!(Arc::ptr_eq(&before, &hypervisor.vm(0).unwrap()), "the same VM, its capabilities kept");
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable));
+}
+
+#[test]
+fn the_machine_stops_when_the_last_vm_ends_and_says_whether_one_failed() {
+    for (end, clean) in [(EndReason::PoweredOff, true), (EndReason::Crashed, false)] {
+        let hypervisor = booted();
+        take_events();
+        turn(hypervisor, Guest::EndsTheVm(end));
+        assert_eq!(take_events(), ["run vm0 vcpu0 on cpu1", "destroy vm0", &format!("all ended, clean: {clean}")]);
+        assert!(hypervisor.vm(0).is_none(), "nothing reaches a destroyed VM");
+    }
+}
+
+#[test]
+fn a_vcpu_that_leaves_its_cpu_ends_nothing() {
+    let hypervisor = booted();
+    take_events();
+    turn(hypervisor, Guest::LeavesTheCpu);
+    assert_eq!(take_events(), ["run vm0 vcpu0 on cpu1"]);
+    assert!(hypervisor.vm(0).is_some());
+}
+
+#[test]
+fn the_console_s_destroy_ends_the_vm_at_its_vcpu_s_next_turn_and_restart_creates_it_again() {
+    let hypervisor = booted();
+    take_events();
+    let guest = || VmName::Name("guest".into());
+    hypervisor.run_command(Command::Destroy(guest()));
+    assert_eq!(take_events(), Vec::<String>::new(), "vCPU 0 is on: it stops at its next turn");
+    assert!(hypervisor.vm(0).is_some_and(|vm| vm.is_ending()));
+    FakeArch::become_cpu(1);
+    assert!(hypervisor.run_next(1));
+    assert_eq!(
+        take_events(),
+        ["run vm0 vcpu0 on cpu1", "destroy vm0", "all ended, clean: true"],
+        "destroyed on purpose is a clean end"
+    );
+    assert!(hypervisor.vm(0).is_none());
+    hypervisor.run_command(Command::Restart(guest()));
+    assert_eq!(take_events(), [format!("create vm0 at {RAM_PA:#x}"), "load vm0".into()]);
+    assert!(hypervisor.vm(0).is_some());
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable));
+}
+
+#[test]
+fn typed_bytes_reach_the_focused_vm_and_ctrl_close_bracket_opens_the_command_line() {
+    let hypervisor = booted();
+    TYPED.with(|t| t.borrow_mut().extend(b"a"));
+    hypervisor.console_interrupt();
+    assert_eq!(read_uart(&hypervisor.vm(0).unwrap()), u64::from(b'a'), "into the VM's PL011");
+    LINES.with(|l| l.borrow_mut().clear());
+    TYPED.with(|t| t.borrow_mut().extend(b"\x1dlist\r"));
+    hypervisor.console_interrupt();
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert!(lines.iter().any(|l| l.contains("guest") && l.contains("running")), "{lines:?}");
+    TYPED.with(|t| t.borrow_mut().extend(b"b"));
+    hypervisor.console_interrupt();
+    assert_eq!(read_uart(&hypervisor.vm(0).unwrap()), u64::from(b'b'), "the command line closed with its line");
+}
