@@ -177,35 +177,48 @@ macro_rules! sysreg {
 pub(crate) use sysreg;
 
 /// An exception taken at EL2 itself: a hypervisor bug or a hardware fault. Prints everything
-/// a person needs to find it, then stops this CPU only; the other CPUs keep running.
+/// a person needs to find it, in one piece, then stops this CPU only; the other CPUs keep
+/// running.
 #[no_mangle]
 extern "C" fn hyp_exception(kind: u64, regs: &[u64; 32]) {
-    let esr = sysreg!("esr_el2");
-    let kind_name = ["synchronous", "IRQ", "FIQ", "SError"].get(kind as usize).copied().unwrap_or("?");
-    println_unlocked!(
-        "\nhypervisor: unexpected {kind_name} exception at EL2 on cpu{}: {}",
-        cpus::current_index(),
-        Syndrome(esr).class()
-    );
-    println_unlocked!(
-        "  ESR_EL2 {esr:#018x}  FAR_EL2 {:#018x}  ELR_EL2 {:#018x}  SPSR_EL2 {:#018x}",
-        sysreg!("far_el2"),
-        sysreg!("elr_el2"),
-        sysreg!("spsr_el2")
-    );
-    for row in 0..8 {
-        let i = row * 4;
-        println_unlocked!(
-            "  x{:<2} {:#018x}  x{:<2} {:#018x}  x{:<2} {:#018x}  x{:<2} {:#018x}",
-            i,
-            regs[i],
-            i + 1,
-            regs[i + 1],
-            i + 2,
-            regs[i + 2],
-            i + 3,
-            regs.get(i + 3).copied().unwrap_or(0)
-        );
+    let report = El2Exception {
+        kind: ["synchronous", "IRQ", "FIQ", "SError"].get(kind as usize).copied().unwrap_or("?"),
+        cpu: cpus::current_index(),
+        esr: sysreg!("esr_el2"),
+        far: sysreg!("far_el2"),
+        elr: sysreg!("elr_el2"),
+        spsr: sysreg!("spsr_el2"),
+        regs,
+    };
+    println_unlocked!("{report}");
+}
+
+/// What `hyp_exception` reports.
+struct El2Exception<'a> {
+    kind: &'static str,
+    cpu: usize,
+    esr: u64,
+    far: u64,
+    elr: u64,
+    spsr: u64,
+    regs: &'a [u64; 32],
+}
+
+impl core::fmt::Display for El2Exception<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (cpu, esr) = (self.cpu, self.esr);
+        writeln!(f, "\nhypervisor: unexpected {} exception at EL2 on cpu{cpu}: {}", self.kind, Syndrome(esr).class())?;
+        writeln!(
+            f,
+            "  ESR_EL2 {esr:#018x}  FAR_EL2 {:#018x}  ELR_EL2 {:#018x}  SPSR_EL2 {:#018x}",
+            self.far, self.elr, self.spsr
+        )?;
+        for (row, values) in self.regs.chunks(4).enumerate() {
+            for (i, value) in values.iter().enumerate() {
+                write!(f, "  x{:<2} {value:#018x}", row * 4 + i)?;
+            }
+            writeln!(f)?;
+        }
+        write!(f, "hypervisor: cpu{cpu} stopped")
     }
-    println_unlocked!("hypervisor: cpu{} stopped", cpus::current_index());
 }

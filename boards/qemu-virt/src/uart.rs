@@ -96,9 +96,24 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
-/// For the exception and panic handlers: prints even if this or another CPU died holding
-/// the lock (lines may interleave; that is better than printing nothing).
+/// For the exception and panic handlers: prints under the console lock if it can be had
+/// within a bounded wait, so the report is not interleaved with another CPU's lines, and
+/// without it otherwise (this or another CPU may have died holding it: lines may then
+/// interleave, which is better than printing nothing).
 pub fn print_unlocked(args: fmt::Arguments<'_>) {
+    /// About a millisecond of spinning on a 1 GHz core: other CPUs hold the lock for one
+    /// line at a time.
+    const SPINS: u32 = 1 << 20;
+    for _ in 0..SPINS {
+        if let Some(mut console) = CONSOLE.try_lock() {
+            if let Some(console) = console.as_mut() {
+                console.print(args);
+                return;
+            }
+            break;
+        }
+        core::hint::spin_loop();
+    }
     let base = UART_BASE.load(Ordering::Acquire);
     if base != 0 {
         HostConsole::new(HostUart { base }).print(args);
