@@ -15,7 +15,7 @@ use sched::Decision;
 use crate::exceptions::sysreg;
 use crate::memory::{HeapTableMemory, Stage2Tlb};
 use crate::vdev::Devices;
-use crate::vm::Vm;
+use crate::vm::{OnCpu, Vm};
 
 pub struct Aarch64;
 
@@ -84,7 +84,21 @@ impl Virtualization for Aarch64 {
     }
 
     fn run_vcpu(vm: &Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit {
-        vm.run_vcpu(vcpu, cpu, decision)
+        hyp_runtime::vcpu_run::run_vcpu::<OnCpu>(vm, vcpu, cpu, decision)
+    }
+
+    fn acknowledge_interrupt() -> Option<(u32, u32)> {
+        let iar = crate::gic::acknowledge();
+        let intid = crate::gic::interrupt_id(iar);
+        (intid < crate::gic::SPURIOUS).then_some((iar, intid))
+    }
+
+    fn end_interrupt(iar: u32) {
+        crate::gic::end_of_interrupt(iar);
+    }
+
+    fn drop_interrupt_priority(iar: u32) {
+        crate::gic::priority_drop(iar);
     }
 
     fn take_interrupt(intid: u32, cpu: usize) {

@@ -5,7 +5,6 @@
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
-use hyp_runtime::interrupts::Route;
 
 use crate::arch::HYPERVISOR;
 use crate::firmware;
@@ -132,24 +131,10 @@ pub fn idle() {
     drain_interrupts();
 }
 
-/// Acknowledges and ends every pending physical interrupt: the kick SGIs carry no data;
-/// console input is handed on.
+/// Takes every pending physical interrupt (hyp_runtime::hypervisor::interrupts): the
+/// kick SGIs carry no data; console input is handed on.
 pub fn drain_interrupts() {
-    loop {
-        let iar = crate::gic::acknowledge();
-        let intid = crate::gic::interrupt_id(iar);
-        if intid >= crate::gic::SPURIOUS {
-            break;
-        }
-        match HYPERVISOR.routes.of(intid) {
-            Route::Passthrough if crate::passthrough::forward(intid, iar) => continue,
-            Route::ConsoleInput => HYPERVISOR.console_interrupt(),
-            Route::Uplink => HYPERVISOR.uplink_interrupt(),
-            Route::HypTimer => HYPERVISOR.scheduling.timer_fired(current_index(), |v| HYPERVISOR.wake_waiting(v)),
-            _ => {}
-        }
-        crate::gic::end_of_interrupt(iar);
-    }
+    HYPERVISOR.take_interrupts(None);
 }
 
 /// Work value of the boot-time SGI check: answer in `PerCpu::pong`.

@@ -19,7 +19,6 @@ mod ich;
 mod list_registers;
 mod memory;
 mod mmu;
-mod passthrough;
 mod vcpu_state;
 mod vdev;
 mod vm;

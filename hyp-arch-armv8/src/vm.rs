@@ -1,21 +1,18 @@
 //! VMs at run time on AArch64: building one from its manifest entry (stage 2, emulated
-//! devices, the kernel loaded per the arm64 boot protocol), and running a vCPU on this CPU.
+//! devices, the kernel loaded per the arm64 boot protocol), and what running a vCPU on this
+//! CPU names of AArch64 (`OnCpu`, the arch side of hyp_runtime::vcpu_run).
 
-use alloc::boxed::Box;
 use core::arch::asm;
-use core::sync::atomic::Ordering;
 
 use hyp_core::cap::{CapError, CapSpace};
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
-use hyp_core::exit::{self, GuestContext, Incident, InjectedException, Outcome, SyncExit, SysRegEnv};
-use hyp_core::exit_stats::{ExitCounts, ExitReason};
+use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit, SysRegEnv};
 use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
-use hyp_core::smccc::Hypercall;
-use hyp_core::syndrome::{ExceptionClass, Syndrome};
-use hyp_core::sysreg::{Encoding, IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
-use hyp_core::vcpu_power::EndReason;
+use hyp_core::syndrome::Syndrome;
+use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister, VmFeatures};
+use hyp_core::trap::{DecodedExit, GuestRegisters};
 use spin::Mutex;
 
 use crate::arch::{Aarch64, HYPERVISOR};
@@ -24,15 +21,12 @@ use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, HeapTableMemory, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
 use crate::vdev::Devices;
-use hyp_runtime::hypervisor::VcpuExit;
-use hyp_runtime::interrupts::Route;
-use hyp_runtime::scheduling::vcpu_ref;
 use hyp_runtime::scheduling::Scheduling;
-use hyp_runtime::vm::{CallEffect, Vm as VmCore, VmBuild, VmError};
+use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
+use hyp_runtime::vm::{Vm as VmCore, VmBuild, VmError};
 use hyp_runtime::vm_resources::revoke_all;
-use hyp_runtime::Arch;
-use sched::Decision;
-use vgic::{Distributor, IntId, RetiredLines, SgiRegister};
+use hyp_runtime::Hypervisor;
+use vgic::{Distributor, IntId};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
@@ -70,19 +64,12 @@ const HCR_GUEST: u64 = (1 << 0)
     | (1 << 22)
     | (1 << 31);
 
-/// A descheduled vCPU: its general registers and what it left in the CPU.
-struct Resume {
-    ctx: GuestContext,
-    state: SavedVcpu,
-    last_unknown: Option<u32>,
-}
-
 /// A VM as this image runs it: the runtime's VM, with its stage-2 registers, its counter
 /// offset and the saved state of each descheduled vCPU.
 pub struct Vm {
     core: VmCore<Devices>,
     /// The saved state of each descheduled vCPU.
-    saved: Box<[Mutex<Option<Box<Resume>>>]>,
+    saved: ResumeSlots<OnCpu>,
     /// CNTVOFF_EL2: the physical count when the VM was created, so its virtual counter
     /// starts at zero.
     cntvoff: u64,
@@ -102,13 +89,6 @@ impl core::ops::Deref for Vm {
     fn deref(&self) -> &VmCore<Devices> {
         &self.core
     }
-}
-
-/// A line about vCPU `vcpu` of VM `vm` (hyp_runtime::vm_log).
-macro_rules! vm_log {
-    ($vm:expr, $vcpu:expr, $($arg:tt)*) => {
-        hyp_runtime::vm_log!(Devices, $vm, $vcpu, $($arg)*)
-    };
 }
 
 impl Vm {
@@ -164,78 +144,6 @@ impl Vm {
         self.load();
     }
 
-    /// Physical interrupts that brought the guest out: the virtual timer's becomes the
-    /// vCPU's (hardware-mapped, left active until the guest deactivates it); the kick SGIs
-    /// and the maintenance interrupt only make the exit path look again.
-    fn physical_interrupts(&self, vcpu: usize) {
-        loop {
-            let iar = crate::gic::acknowledge();
-            let intid = crate::gic::interrupt_id(iar);
-            if intid >= crate::gic::SPURIOUS {
-                break;
-            }
-            // The most frequent first, before the table: another CPU made this vCPU look
-            // (an IPI, an I/O completion).
-            let route = if intid == crate::gic::SGI_KICK { Route::Kick } else { HYPERVISOR.routes.of(intid) };
-            match route {
-                Route::Kick => {
-                    self.count_exit(vcpu, ExitReason::Kick);
-                    crate::gic::end_of_interrupt(iar);
-                }
-                Route::Passthrough if crate::passthrough::forward(intid, iar) => {
-                    self.count_exit(vcpu, ExitReason::OtherInterrupt);
-                }
-                Route::VirtualTimer => {
-                    self.count_exit(vcpu, ExitReason::TimerInterrupt);
-                    crate::gic::priority_drop(iar);
-                    let _ = self.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
-                }
-                Route::ConsoleInput => {
-                    self.count_exit(vcpu, ExitReason::ConsoleInput);
-                    HYPERVISOR.console_interrupt();
-                    crate::gic::end_of_interrupt(iar);
-                }
-                Route::Uplink => {
-                    self.count_exit(vcpu, ExitReason::OtherInterrupt);
-                    HYPERVISOR.uplink_interrupt();
-                    crate::gic::end_of_interrupt(iar);
-                }
-                Route::HypTimer => {
-                    self.count_exit(vcpu, ExitReason::SliceEnd);
-                    HYPERVISOR.scheduling.timer_fired(crate::cpus::current_index(), |v| HYPERVISOR.wake_waiting(v));
-                    HYPERVISOR.scheduling.request_reschedule(crate::cpus::current_index());
-                    crate::gic::end_of_interrupt(iar);
-                }
-                Route::Maintenance => {
-                    self.count_exit(vcpu, ExitReason::Maintenance);
-                    crate::gic::end_of_interrupt(iar);
-                }
-                Route::Passthrough | Route::Unrouted => {
-                    self.count_exit(vcpu, ExitReason::OtherInterrupt);
-                    crate::gic::end_of_interrupt(iar);
-                }
-            }
-            self.vgic.hint(1 << vcpu);
-        }
-    }
-
-    /// Its passthrough SPIs are routed to this CPU (`cpu`, where vCPU `vcpu` starts) at the
-    /// hypervisor's priority and enabled. Guest routing (GICD_IROUTER, GICD_ITARGETSR) moves
-    /// only the virtual SPI: the physical one keeps coming here and is forwarded (a kick)
-    /// to whichever vCPU the guest chose.
-    fn route_passthrough(&self, vcpu: usize, cpu: usize) {
-        for spi in &self.passthrough_spis {
-            crate::gic::enable_spi(spi.intid, cpu, crate::cpus::mpidr_of(cpu));
-            vm_log!(
-                self,
-                vcpu,
-                "passthrough SPI INTID {} ({}) routed to cpu{cpu} and enabled",
-                spi.intid,
-                if spi.edge() { "edge" } else { "level" }
-            );
-        }
-    }
-
     /// Before the VM's capabilities are revoked: each passthrough SPI stops being forwarded,
     /// is disabled (GICD_ICENABLER, waiting for RWP) and has its pending and active states
     /// cleared (a guest that stopped before deactivating it leaves it active).
@@ -259,127 +167,6 @@ impl Vm {
     pub fn destroy(&self, caps: &mut CapSpace) -> Result<(), CapError> {
         self.release_passthrough();
         revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: self.vttbr }, self.cap)
-    }
-
-    /// This vCPU leaves the CPU to another one: its state goes into the VM (the timer is
-    /// stopped before the timer PPI's active state is cleared, so the PPI does not fire for
-    /// the next vCPU), its list registers into the vGIC.
-    fn deschedule(&self, vcpu: usize, here: &mut OnCpu, resume: Resume) -> VcpuExit {
-        let state = SavedVcpu { set_way: here.set_way, ..vcpu_state::save(here.lrs, here.debug) };
-        self.leave_cpu(vcpu, here, Some(Box::new(Resume { state, ..resume })));
-        VcpuExit::Descheduled
-    }
-
-    /// The vCPU's list registers go back into the vGIC, a timer interrupt it left active is
-    /// deactivated (or the timer could not fire again on this CPU), the CPU leaves the VM's
-    /// translation regime; `saved` is what the vCPU resumes from, if it does.
-    fn leave_cpu(&self, vcpu: usize, here: &mut OnCpu, saved: Option<Box<Resume>>) {
-        let _ = self.vgic.vgic.lock().put(vcpu, &mut here.lrs);
-        if here.debug_loaded {
-            crate::debug_hw::clear(here.geometry);
-            here.debug_loaded = false;
-        }
-        if let Some(slot) = self.saved.get(vcpu) {
-            *slot.lock() = saved;
-        }
-        crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
-        leave_guest_regime();
-        self.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
-    }
-
-    /// A trapped WFI of a vCPU that shares its CPU: unless an interrupt is pending for it,
-    /// it waits off the CPU, woken by an interrupt or by its virtual timer.
-    fn wait_for_interrupt(&self, vcpu: usize, here: &mut OnCpu, resume: Resume) -> Option<VcpuExit> {
-        let v = vcpu_ref(self.id, vcpu);
-        let timer =
-            (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(self.cntvoff));
-        if timer.is_some_and(|deadline| deadline <= Aarch64::now()) {
-            return None;
-        }
-        let waiting = &self.vgic.waiting[vcpu];
-        if !HYPERVISOR.scheduling.block(v, waiting, || self.vgic.vgic.lock().has_pending(vcpu)) {
-            return None;
-        }
-        if let Some(deadline) = timer {
-            HYPERVISOR.scheduling.wake_at(crate::cpus::current_index(), v, deadline);
-        }
-        Some(self.deschedule(vcpu, here, resume))
-    }
-
-    /// After an exit of a vCPU holding list registers: their state goes back into the vGIC,
-    /// and a hardware-mapped level interrupt still pending there whose input went low is
-    /// retired (its physical interrupt deactivated here). Returns whether anything changed.
-    fn take_back_list_registers(&self, vcpu: usize, cpu: usize, here: &mut OnCpu) -> bool {
-        let mut retired = RetiredLines::default();
-        let changed = self
-            .vgic
-            .vgic
-            .lock()
-            .sync_from_hw_sampling(vcpu, &mut here.lrs, &mut HwLines, &mut retired)
-            .unwrap_or(true);
-        for physical in retired.iter() {
-            if physical.is_private() {
-                crate::gic::clear_active_private(physical.0, cpu);
-            } else {
-                crate::gic::deactivate_spi(physical.0);
-            }
-        }
-        changed
-    }
-
-    /// When the vCPU comes onto this CPU (its timer registers restored): the timer's line as
-    /// it is now goes into the vGIC (a stale level from before it left is dropped), and the
-    /// physical PPI is held active while the virtual one is active or pending, so it does
-    /// not fire at EL2 while the guest has it (the guest's deactivation reaches it).
-    fn load_timer_line(&self, vcpu: usize, cpu: usize) {
-        let line = timer_line();
-        let active = {
-            let mut vgic = self.vgic.vgic.lock();
-            let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
-            vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active)
-        };
-        crate::gic::set_active_private(VTIMER_PPI, cpu, active || line);
-        if line {
-            self.vgic.hint(1 << vcpu);
-        }
-    }
-
-    /// A trapped set/way instruction or VM control register write (hyp_core::set_way): a
-    /// part of the VM's RAM cleaned, and the instruction completed if that was the last or
-    /// none was needed (`write` applied first). Otherwise the PC stays, and the guest traps
-    /// again at the same instruction after any interrupt due now has been taken.
-    fn set_way(
-        &self,
-        ctx: &mut GuestContext,
-        syndrome: Syndrome,
-        here: &mut OnCpu,
-        trap: CacheTrap,
-        write: Option<(VmControlRegister, u64)>,
-    ) {
-        let trapping = here.set_way.trapping_controls();
-        match here.set_way.on_trap(trap, ctx.pc, self.spec.memory) {
-            CacheStep::CleanPart { offset, len, last } => {
-                crate::mmu::clean_invalidate_dcache_range(self.ram.base + offset, self.ram.base + offset + len);
-                if !last {
-                    return;
-                }
-            }
-            CacheStep::Complete => {}
-        }
-        if let Some((register, value)) = write {
-            vcpu_state::write_control_register(register, value);
-        }
-        ctx.skip_instruction(syndrome);
-        if here.set_way.trapping_controls() != trapping {
-            write_hcr(here.hcr());
-        }
-    }
-
-    /// This vCPU stops for good (`leave_cpu`, with nothing to resume from); the scheduler
-    /// and the VM's power state learn it.
-    fn stop(&self, vcpu: usize, here: &mut OnCpu) -> VcpuExit {
-        self.leave_cpu(vcpu, here, None);
-        self.vcpu_stopped(vcpu).map_or(VcpuExit::Stopped, VcpuExit::VmEnded)
     }
 
     /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
@@ -421,192 +208,11 @@ impl Vm {
             );
         }
     }
-
-    /// Runs vCPU `vcpu` on this CPU (`cpu`) from its PSCI entry point until it stops.
-    pub fn run_vcpu(&self, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit {
-        self.vgic.running_on[vcpu].store(cpu, Ordering::Release);
-        // List registers: how many the hardware has (GICv3 guests), and how many are in use.
-        let lrs = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
-        lrs.reset();
-        let resumed = self.saved.get(vcpu).and_then(|s| s.lock().take());
-        // Only a vCPU that shares its CPU is ever descheduled (and its WFI traps).
-        let shared = decision.trap_wfi;
-        let mut here = OnCpu {
-            lrs,
-            debug: DebugRegisters::AT_RESET,
-            debug_loaded: false,
-            geometry: crate::debug_hw::geometry(),
-            set_way: resumed.as_ref().map_or(SetWayState::default(), |r| r.state.set_way),
-            hcr: HCR_GUEST | if shared { HCR_TWI | HCR_TWE } else { 0 },
-        };
-        self.enter_el2_state(vcpu, here.hcr());
-        // The last unknown function this vCPU called: a guest repeating it is logged once.
-        let (mut ctx, mut last_unknown) = match resumed {
-            Some(resume) => {
-                vcpu_state::restore(&resume.state, here.lrs);
-                here.debug = resume.state.debug;
-                // Its list registers went back into the vGIC: planned again before entry.
-                self.vgic.hint(1 << vcpu);
-                (resume.ctx, resume.last_unknown)
-            }
-            None => {
-                let Some((entry, context)) = self.power.lock().started(vcpu) else {
-                    return self.stop(vcpu, &mut here);
-                };
-                if vcpu == 0 {
-                    vm_log!(self, vcpu, "starting at IPA {entry:#x}");
-                    self.route_passthrough(vcpu, cpu);
-                }
-                // Every register the guest can read, as at reset: nothing of the context
-                // that ran here before (another VM's, or this vCPU's last life) shows.
-                vcpu_state::restore(&SavedVcpu::at_reset(), here.lrs);
-                let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
-                ctx.x[0] = context;
-                (ctx, None)
-            }
-        };
-        here.follow_debug();
-        HYPERVISOR.scheduling.program_timer(cpu, decision.until);
-        let no_counts = ExitCounts::default();
-        let exits = self.exits.get(vcpu).unwrap_or(&no_counts);
-        // The virtual timer's PPI is the physical one, deactivated by the guest.
-        let _ = self.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
-        self.load_timer_line(vcpu, cpu);
-        // Whether this vCPU holds list registers (then they are taken back on every exit),
-        // and whether what came back changed (then they are planned again before entry).
-        let (mut lrs_in_use, mut lrs_changed) = (false, false);
-        loop {
-            if self.is_ending() {
-                return self.stop(vcpu, &mut here);
-            }
-            if self.device_work.load(Ordering::Relaxed) && self.device_work.swap(false, Ordering::AcqRel) {
-                self.continue_device_work();
-            }
-            // The common case, nothing in flight and nothing new: one load, no lock.
-            if lrs_changed || self.vgic.take_hint(vcpu) {
-                let mut vgic = self.vgic.vgic.lock();
-                let _ = vgic.flush_to_hw(vcpu, &mut here.lrs);
-                lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
-            }
-            let exit_kind = run_guest(&mut ctx);
-            lrs_changed = lrs_in_use && self.take_back_list_registers(vcpu, cpu, &mut here);
-            match exit_kind {
-                EXIT_SYNC => {
-                    let exit = SyncExit {
-                        syndrome: Syndrome(sysreg!("esr_el2")),
-                        far: sysreg!("far_el2"),
-                        hpfar: sysreg!("hpfar_el2"),
-                    };
-                    exits.record_sync(exit.syndrome);
-                    // WFE (ISS.TI = 1) of a shared vCPU: its turn ends (lock-holder preemption).
-                    if shared && exit.syndrome.class() == ExceptionClass::WFX && exit.syndrome.iss() & 0b11 == 1 {
-                        HYPERVISOR.scheduling.yield_now(cpu, vcpu_ref(self.id, vcpu));
-                    }
-                    let mut sysregs = VcpuSysRegs { vm: self, debug: &mut here.debug };
-                    let (outcome, incident) = exit::handle_sync(&mut ctx, vcpu, &exit, &mut self.mmio(), &mut sysregs);
-                    match incident {
-                        Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
-                        Some(incident) => {
-                            if let Incident::UnknownHypercall { function } = incident {
-                                last_unknown = Some(function);
-                            }
-                            self.log_incident(vcpu, incident);
-                        }
-                        None => {}
-                    }
-                    let il = exit.syndrome.instruction_is_32bit();
-                    match outcome {
-                        Outcome::WaitForInterrupt if shared => {
-                            let resume = Resume { ctx: ctx.clone(), state: SavedVcpu::default(), last_unknown };
-                            if let Some(exit) = self.wait_for_interrupt(vcpu, &mut here, resume) {
-                                return exit;
-                            }
-                        }
-                        Outcome::Resume | Outcome::WaitForInterrupt => {}
-                        Outcome::SetWay => self.set_way(&mut ctx, exit.syndrome, &mut here, CacheTrap::SetWay, None),
-                        Outcome::ControlWrite { register, value } => {
-                            let trap = match register {
-                                VmControlRegister::Sctlr => {
-                                    CacheTrap::SctlrWrite { old: sysreg!("sctlr_el1"), new: value }
-                                }
-                                _ => CacheTrap::OtherControlWrite,
-                            };
-                            self.set_way(&mut ctx, exit.syndrome, &mut here, trap, Some((register, value)))
-                        }
-                        Outcome::DebugStateChanged => here.follow_debug(),
-                        Outcome::GenerateSgi { register, value } => {
-                            let register = match register {
-                                SgiGenerationRegister::Sgi1r => SgiRegister::Sgi1r,
-                                SgiGenerationRegister::Asgi1r => SgiRegister::Asgi1r,
-                                SgiGenerationRegister::Sgi0r => SgiRegister::Sgi0r,
-                            };
-                            let targets =
-                                self.vgic.vgic.lock().generate_sgi(vcpu, register, value).map_or(0, |m| m.0 as u32);
-                            self.vgic.hint(targets);
-                            self.vgic.kick(targets & !(1 << vcpu));
-                        }
-                        Outcome::InjectAbort { instruction: false, far } => {
-                            inject(&mut ctx, InjectedException::DataAbort { far }, il)
-                        }
-                        Outcome::InjectAbort { instruction: true, far } => {
-                            inject(&mut ctx, InjectedException::InstructionAbort { far }, il)
-                        }
-                        Outcome::InjectUndefined => inject(&mut ctx, InjectedException::Undefined, il),
-                        Outcome::Call(call) => {
-                            if let Some(exit) = self.vm_call(&mut ctx, vcpu, call, &mut here) {
-                                return exit;
-                            }
-                        }
-                    }
-                }
-                // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
-                EXIT_IRQ | EXIT_FIQ => self.physical_interrupts(vcpu),
-                EXIT_SERROR => {
-                    self.count_exit(vcpu, ExitReason::SError);
-                    vm_log!(self, vcpu, "SError (ESR_EL2 {:#x}): the VM is stopped", sysreg!("esr_el2"));
-                    let _ = self.end(vcpu, EndReason::Crashed);
-                    return self.stop(vcpu, &mut here);
-                }
-                other => {
-                    vm_log!(self, vcpu, "exit of unknown kind {other}: the VM is stopped");
-                    let _ = self.end(vcpu, EndReason::Crashed);
-                    return self.stop(vcpu, &mut here);
-                }
-            }
-            // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
-            if shared && HYPERVISOR.scheduling.take_reschedule(cpu) {
-                let next = HYPERVISOR.scheduling.tick(cpu);
-                if next.run != Some(vcpu_ref(self.id, vcpu)) {
-                    let resume = Resume { ctx, state: SavedVcpu::default(), last_unknown };
-                    return self.deschedule(vcpu, &mut here, resume);
-                }
-                HYPERVISOR.scheduling.program_timer(cpu, next.until);
-            }
-        }
-    }
-
-    /// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if
-    /// it does.
-    fn vm_call(&self, ctx: &mut GuestContext, vcpu: usize, call: Hypercall, here: &mut OnCpu) -> Option<VcpuExit> {
-        match self.call(vcpu, call) {
-            CallEffect::Resume(result) => {
-                if let Some(x0) = result {
-                    ctx.x[0] = x0;
-                }
-                None
-            }
-            CallEffect::Stop => Some(self.stop(vcpu, here)),
-            CallEffect::End(reason) => {
-                let _ = self.end(vcpu, reason);
-                Some(self.stop(vcpu, here))
-            }
-        }
-    }
 }
 
 /// What a vCPU holds of its physical CPU while it runs there: the list registers, its traps
 /// (HCR_EL2) and, while its debug is on, the hardware debug registers.
-struct OnCpu {
+pub struct OnCpu {
     /// Its set/way emulation, which decides whether HCR_EL2.TVM is set.
     set_way: SetWayState,
     /// HCR_EL2 but TVM.
@@ -624,6 +230,101 @@ impl OnCpu {
     fn hcr(&self) -> u64 {
         self.hcr | if self.set_way.trapping_controls() { HCR_TVM } else { 0 }
     }
+}
+
+impl VcpuCpu for OnCpu {
+    type V = Aarch64;
+    type Registers = GuestContext;
+    type Saved = SavedVcpu;
+    type ListRegisters = ListRegisterFile;
+    type Lines = HwLines;
+    type Trap = SyncExit;
+
+    fn hypervisor() -> &'static Hypervisor<Aarch64> {
+        &HYPERVISOR
+    }
+
+    fn resume_slots(vm: &Vm) -> &ResumeSlots<OnCpu> {
+        &vm.saved
+    }
+
+    fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>) -> OnCpu {
+        let lrs = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
+        lrs.reset();
+        let here = OnCpu {
+            lrs,
+            debug: DebugRegisters::AT_RESET,
+            debug_loaded: false,
+            geometry: crate::debug_hw::geometry(),
+            set_way: resumed.map_or(SetWayState::default(), |r| r.set_way),
+            hcr: HCR_GUEST | if shares { HCR_TWI | HCR_TWE } else { 0 },
+        };
+        vm.enter_el2_state(vcpu, here.hcr());
+        here
+    }
+
+    fn restore(&mut self, saved: &SavedVcpu) {
+        vcpu_state::restore(saved, self.lrs);
+        self.debug = saved.debug;
+    }
+
+    fn restore_at_reset(&mut self) {
+        vcpu_state::restore(&SavedVcpu::at_reset(), self.lrs);
+    }
+
+    fn fresh_registers(entry: u64, context: u64) -> GuestContext {
+        let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
+        ctx.x[0] = context;
+        ctx
+    }
+
+    fn save(&mut self) -> SavedVcpu {
+        SavedVcpu { set_way: self.set_way, ..vcpu_state::save(self.lrs, self.debug) }
+    }
+
+    /// The timer was stopped (`save`) or the vCPU is gone before the timer PPI's active
+    /// state is cleared, so the PPI does not fire for the next vCPU.
+    fn leave(&mut self) {
+        if self.debug_loaded {
+            crate::debug_hw::clear(self.geometry);
+            self.debug_loaded = false;
+        }
+        crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
+        leave_guest_regime();
+    }
+
+    fn list_registers(&mut self) -> &mut ListRegisterFile {
+        &mut self.lrs
+    }
+
+    #[inline(always)]
+    fn run_guest(&mut self, ctx: &mut GuestContext) -> GuestExit {
+        match run_guest(ctx) {
+            EXIT_SYNC => GuestExit::Sync,
+            EXIT_IRQ | EXIT_FIQ => GuestExit::Interrupt,
+            EXIT_SERROR => GuestExit::SError,
+            other => GuestExit::Unknown(other),
+        }
+    }
+
+    #[inline(always)]
+    fn read_trap() -> SyncExit {
+        SyncExit { syndrome: Syndrome(sysreg!("esr_el2")), far: sysreg!("far_el2"), hpfar: sysreg!("hpfar_el2") }
+    }
+
+    #[inline(always)]
+    fn syndrome(exit: &SyncExit) -> Syndrome {
+        exit.syndrome
+    }
+
+    #[inline(always)]
+    fn decode(exit: &SyncExit) -> DecodedExit {
+        hyp_core::trap::aarch64::decode(exit)
+    }
+
+    fn system_registers<'a>(&'a mut self, vm: &'a Vm) -> impl SysRegEnv + 'a {
+        VcpuSysRegs { vm, debug: &mut self.debug }
+    }
 
     /// The hardware debug registers follow the vCPU's: loaded while something of it could
     /// fire, cleared otherwise (debug_hw).
@@ -634,6 +335,85 @@ impl OnCpu {
         } else if self.debug_loaded {
             crate::debug_hw::clear(self.geometry);
             self.debug_loaded = false;
+        }
+    }
+
+    /// A part of the VM's RAM cleaned, and the instruction completed if that was the last
+    /// or none was needed (a control register write applied first). Otherwise the PC stays,
+    /// and the guest traps again at the same instruction after any interrupt due now has
+    /// been taken.
+    fn cache_maintenance(&mut self, vm: &Vm, ctx: &mut GuestContext, bytes: u8, trap: CacheMaintenance) {
+        let (trap, write) = match trap {
+            CacheMaintenance::SetWay => (CacheTrap::SetWay, None),
+            CacheMaintenance::ControlWrite { register: VmControlRegister::Sctlr, value } => (
+                CacheTrap::SctlrWrite { old: sysreg!("sctlr_el1"), new: value },
+                Some((VmControlRegister::Sctlr, value)),
+            ),
+            CacheMaintenance::ControlWrite { register, value } => {
+                (CacheTrap::OtherControlWrite, Some((register, value)))
+            }
+        };
+        let trapping = self.set_way.trapping_controls();
+        match self.set_way.on_trap(trap, ctx.pc, vm.spec.memory) {
+            CacheStep::CleanPart { offset, len, last } => {
+                crate::mmu::clean_invalidate_dcache_range(vm.ram.base + offset, vm.ram.base + offset + len);
+                if !last {
+                    return;
+                }
+            }
+            CacheStep::Complete => {}
+        }
+        if let Some((register, value)) = write {
+            vcpu_state::write_control_register(register, value);
+        }
+        ctx.advance_pc(bytes);
+        if self.set_way.trapping_controls() != trapping {
+            write_hcr(self.hcr());
+        }
+    }
+
+    /// To the guest's EL1 vector (its registers are live in this CPU).
+    fn inject(&mut self, ctx: &mut GuestContext, exception: InjectedException, bytes: u8) {
+        let e = exit::exception_to_el1(ctx, sysreg!("vbar_el1"), exception, bytes == 4);
+        // SAFETY: writes the guest's EL1 exception registers, which belong to the running vCPU.
+        unsafe {
+            asm!(
+                "msr esr_el1, {esr}",
+                "msr elr_el1, {elr}",
+                "msr spsr_el1, {spsr}",
+                esr = in(reg) e.esr_el1,
+                elr = in(reg) e.elr_el1,
+                spsr = in(reg) e.spsr_el1,
+                options(nostack)
+            );
+            if let Some(far) = e.far_el1 {
+                asm!("msr far_el1, {}", in(reg) far, options(nostack));
+            }
+        }
+        ctx.pc = e.pc;
+        ctx.pstate = e.pstate;
+    }
+
+    /// CNTV_CVAL_EL0 is in the VM's virtual count: its physical deadline adds CNTVOFF.
+    fn timer_deadline(vm: &Vm) -> Option<u64> {
+        (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(vm.cntvoff))
+    }
+
+    /// Asserted when CNTV_CTL_EL0.ENABLE and ISTATUS are set and IMASK is clear (ARM ARM
+    /// D12.x, "The virtual timer").
+    fn timer_line() -> bool {
+        sysreg!("cntv_ctl_el0") & 0b111 == 0b101
+    }
+
+    fn set_timer_ppi_active(cpu: usize, active: bool) {
+        crate::gic::set_active_private(VTIMER_PPI, cpu, active);
+    }
+
+    fn deactivate(physical: IntId, cpu: usize) {
+        if physical.is_private() {
+            crate::gic::clear_active_private(physical.0, cpu);
+        } else {
+            crate::gic::deactivate_spi(physical.0);
         }
     }
 }
@@ -685,22 +465,17 @@ impl IdRegisters for HardwareIdRegisters {
     }
 }
 
-/// The virtual timer's output on this CPU (ARM ARM D12.x, "The virtual timer"): asserted
-/// when CNTV_CTL_EL0.ENABLE and ISTATUS are set and IMASK is clear.
-fn timer_line() -> bool {
-    sysreg!("cntv_ctl_el0") & 0b111 == 0b101
-}
-
 /// The inputs of a VM's hardware-mapped level interrupts, as the vGIC asks for them after an
 /// exit, on the CPU of the vCPU that exited: its virtual timer, or a passthrough SPI's pending
 /// state at the distributor (held active, a level SPI is pending exactly while its input is
 /// asserted).
-struct HwLines;
+#[derive(Default)]
+pub struct HwLines;
 
 impl vgic::LineSampler for HwLines {
     fn is_asserted(&mut self, _: IntId, physical: IntId) -> bool {
         if physical.0 == VTIMER_PPI {
-            timer_line()
+            OnCpu::timer_line()
         } else if physical.is_spi() {
             crate::gic::spi_pending(physical.0)
         } else {
@@ -723,26 +498,4 @@ fn leave_guest_regime() {
     unsafe {
         asm!("msr hcr_el2, {}", "msr vttbr_el2, xzr", "msr cntv_ctl_el0, xzr", "isb", in(reg) 1u64 << 31, options(nostack))
     };
-}
-
-/// Delivers `exception` to the guest's EL1 vector (the registers are live in this CPU).
-fn inject(ctx: &mut GuestContext, exception: InjectedException, il: bool) {
-    let e = exit::exception_to_el1(ctx, sysreg!("vbar_el1"), exception, il);
-    // SAFETY: writes the guest's EL1 exception registers, which belong to the running vCPU.
-    unsafe {
-        asm!(
-            "msr esr_el1, {esr}",
-            "msr elr_el1, {elr}",
-            "msr spsr_el1, {spsr}",
-            esr = in(reg) e.esr_el1,
-            elr = in(reg) e.elr_el1,
-            spsr = in(reg) e.spsr_el1,
-            options(nostack)
-        );
-        if let Some(far) = e.far_el1 {
-            asm!("msr far_el1, {}", in(reg) far, options(nostack));
-        }
-    }
-    ctx.pc = e.pc;
-    ctx.pstate = e.pstate;
 }

@@ -5,6 +5,10 @@
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
+/// The SGI a CPU sends another to make it leave its guest or its wait and look at its
+/// state again (an IPI, an I/O completion, a reschedule).
+pub const KICK_SGI: u32 = 1;
+
 /// What a physical interrupt is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

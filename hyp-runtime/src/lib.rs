@@ -34,6 +34,7 @@ pub mod passthrough;
 pub mod placement;
 pub mod scheduling;
 pub mod shared_vgic;
+pub mod vcpu_run;
 pub mod virtio;
 pub mod vm;
 pub mod vm_resources;

@@ -33,6 +33,7 @@ impl<V: Virtualization> Hypervisor<V> {
 
     /// The console's interrupt: what was typed goes to the VM with the focus, or to the
     /// command line.
+    #[inline(never)]
     pub fn console_interrupt(&'static self) {
         let mut buf = [0u8; INPUT_BATCH];
         loop {

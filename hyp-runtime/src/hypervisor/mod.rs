@@ -1,7 +1,8 @@
 //! The hypervisor as a whole, once its CPUs are up: the VMs of the boot bundle created and
 //! started ([`boot`]), every CPU's turn at running vCPUs, VMs ended, destroyed, reset and
 //! created again ([`lifecycle`]), and the board's console and NIC as the VMs share them
-//! ([`console`], [`uplink`]).
+//! ([`console`], [`uplink`]), and the physical interrupts every CPU takes
+//! ([`interrupts`]).
 //!
 //! [`Hypervisor`] holds the state every CPU shares; an image keeps one in a `static`. What
 //! it needs of the architecture beyond [`Arch`] is [`Virtualization`]: building a VM's
@@ -9,6 +10,7 @@
 
 pub mod boot;
 pub mod console;
+pub mod interrupts;
 pub mod lifecycle;
 pub mod uplink;
 
@@ -63,6 +65,14 @@ pub trait Virtualization: Arch + Sized {
     fn run_vcpu(vm: &Self::Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit;
     /// The board's interrupt `intid` is enabled and taken on CPU `cpu`.
     fn take_interrupt(intid: u32, cpu: usize);
+    /// Acknowledges this CPU's highest-priority pending interrupt: the value to end it with
+    /// and its INTID; none if nothing is pending.
+    fn acknowledge_interrupt() -> Option<(u32, u32)>;
+    /// Ends an acknowledged interrupt: its priority dropped and it is deactivated.
+    fn end_interrupt(iar: u32);
+    /// Drops an acknowledged interrupt's priority only: the guest it is forwarded to
+    /// deactivates it (a hardware-mapped virtual interrupt).
+    fn drop_interrupt_priority(iar: u32);
     /// Bytes of the hypervisor's heap in use, and its size.
     fn heap_usage() -> (u64, u64);
     /// Every VM has ended (`clean`: none failed): the machine stops. Never returns on a

@@ -36,6 +36,7 @@ impl<V: Virtualization> Hypervisor<V> {
     /// The uplink's interrupt: every frame it received goes through the switch, and the
     /// buffers of the frames it sent come back. The device's interrupt is acknowledged
     /// first, so a frame arriving during the loop raises it again.
+    #[inline(never)]
     pub fn uplink_interrupt(&self) {
         let Some(uplink) = BoardOf::<V>::nic() else { return };
         {

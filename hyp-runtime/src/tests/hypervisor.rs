@@ -43,6 +43,8 @@ thread_local! {
     static SCRIPT: RefCell<VecDeque<Guest>> = RefCell::default();
     /// What the fake architecture was asked to do, in order.
     static EVENTS: RefCell<Vec<String>> = RefCell::default();
+    /// The INTIDs pending at this thread's CPU interface, in the order it acknowledges them.
+    static PENDING: RefCell<VecDeque<u32>> = RefCell::default();
 }
 
 /// What a guest does while its vCPU runs.
@@ -112,6 +114,16 @@ impl Virtualization for FakeArch {
     }
     fn take_interrupt(intid: u32, cpu: usize) {
         event(format!("interrupt {intid} to cpu{cpu}"));
+    }
+    /// The acknowledge value is the INTID plus 0x1000, so a test sees which one is ended.
+    fn acknowledge_interrupt() -> Option<(u32, u32)> {
+        PENDING.with(|p| p.borrow_mut().pop_front()).map(|intid| (intid + 0x1000, intid))
+    }
+    fn end_interrupt(iar: u32) {
+        event(format!("end {}", iar - 0x1000));
+    }
+    fn drop_interrupt_priority(iar: u32) {
+        event(format!("drop priority {}", iar - 0x1000));
     }
     fn heap_usage() -> (u64, u64) {
         (1 << 20, 32 << 20)
@@ -281,4 +293,37 @@ fn typed_bytes_reach_the_focused_vm_and_ctrl_close_bracket_opens_the_command_lin
     TYPED.with(|t| t.borrow_mut().extend(b"b"));
     hypervisor.console_interrupt();
     assert_eq!(read_uart(&hypervisor.vm(0).unwrap()), u64::from(b'b'), "the command line closed with its line");
+}
+
+#[test]
+fn every_pending_interrupt_is_handled_by_its_route_and_ended_once() {
+    let hypervisor = booted();
+    hypervisor.routes.set(26, Route::HypTimer).unwrap();
+    hypervisor.routes.set(27, Route::VirtualTimer).unwrap();
+    take_events();
+    let vm = hypervisor.vm(0).unwrap();
+    TYPED.with(|t| t.borrow_mut().extend(b"x"));
+    PENDING.with(|p| p.borrow_mut().extend([1, UART_INTID, 27, 26, 99]));
+    FakeArch::become_cpu(1);
+    hypervisor.take_interrupts(Some((&vm, 0)));
+    assert_eq!(
+        take_events(),
+        ["end 1", &format!("end {UART_INTID}"), "drop priority 27", "end 26", "end 99"],
+        "the virtual timer's PPI is left active for the guest to deactivate; every other one is ended"
+    );
+    assert_eq!(read_uart(&vm), u64::from(b'x'), "console input reached the focused VM");
+    let timer = vm.vgic.vgic.lock().interrupt(0, vgic::IntId(27)).unwrap();
+    assert!(timer.pending, "the virtual timer's level is high for vCPU 0");
+    let counts = vm.exit_counts().to_string();
+    assert!(counts.contains("kick 1") && counts.contains("timer-irq 1"), "{counts}");
+}
+
+#[test]
+fn an_idle_cpu_ends_even_the_virtual_timer_s_interrupt() {
+    let hypervisor = booted();
+    hypervisor.routes.set(27, Route::VirtualTimer).unwrap();
+    take_events();
+    PENDING.with(|p| p.borrow_mut().extend([27, 1]));
+    hypervisor.take_interrupts(None);
+    assert_eq!(take_events(), ["end 27", "end 1"], "no vCPU runs here to deactivate it");
 }

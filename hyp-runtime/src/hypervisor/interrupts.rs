@@ -1,0 +1,97 @@
+//! Physical interrupts taken by the hypervisor, on a CPU running a guest (its exit path) or
+//! an idle one (its wait), handled by their route (crate::interrupts): one dispatcher for
+//! both, so an interrupt means the same wherever it lands.
+
+use core::borrow::Borrow;
+
+use hyp_core::exit_stats::ExitReason;
+use hyp_core::guest_map::VTIMER_PPI;
+use vgic::IntId;
+
+use super::{Hypervisor, Virtualization};
+use crate::interrupts::{Route, KICK_SGI};
+use crate::vm::Vm;
+
+impl<V: Virtualization> Hypervisor<V> {
+    /// Takes every pending physical interrupt of this CPU. `running` is the vCPU that was in
+    /// the guest when they came (its exits are counted by reason, and it looks at its vGIC
+    /// again before entering the guest); none on an idle CPU.
+    #[inline(never)]
+    pub fn take_interrupts(&'static self, running: Option<(&V::Vm, usize)>) {
+        let running: Option<(&Vm<V::Env>, usize)> = running.map(|(vm, vcpu)| (vm.borrow(), vcpu));
+        let count = |reason| {
+            if let Some((vm, vcpu)) = running {
+                vm.count_exit(vcpu, reason);
+            }
+        };
+        while let Some((iar, intid)) = V::acknowledge_interrupt() {
+            // The most frequent first, before the table: another CPU made this one look
+            // (an IPI, an I/O completion).
+            let route = if intid == KICK_SGI { Route::Kick } else { self.routes.of(intid) };
+            match route {
+                Route::Kick => {
+                    count(ExitReason::Kick);
+                    V::end_interrupt(iar);
+                }
+                Route::Passthrough if self.forward_passthrough(intid, iar) => count(ExitReason::OtherInterrupt),
+                // Hardware-mapped: the running vCPU's, left active until its guest
+                // deactivates it.
+                Route::VirtualTimer => match running {
+                    Some((vm, vcpu)) => {
+                        count(ExitReason::TimerInterrupt);
+                        V::drop_interrupt_priority(iar);
+                        let _ = vm.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
+                    }
+                    None => V::end_interrupt(iar),
+                },
+                Route::ConsoleInput => {
+                    count(ExitReason::ConsoleInput);
+                    self.console_interrupt();
+                    V::end_interrupt(iar);
+                }
+                Route::Uplink => {
+                    count(ExitReason::OtherInterrupt);
+                    self.uplink_interrupt();
+                    V::end_interrupt(iar);
+                }
+                Route::HypTimer => {
+                    count(ExitReason::SliceEnd);
+                    let cpu = V::current_cpu();
+                    self.scheduling.timer_fired(cpu, |v| self.wake_waiting(v));
+                    if running.is_some() {
+                        self.scheduling.request_reschedule(cpu);
+                    }
+                    V::end_interrupt(iar);
+                }
+                Route::Maintenance => {
+                    count(ExitReason::Maintenance);
+                    V::end_interrupt(iar);
+                }
+                Route::Passthrough | Route::Unrouted => {
+                    count(ExitReason::OtherInterrupt);
+                    V::end_interrupt(iar);
+                }
+            }
+            if let Some((vm, vcpu)) = running {
+                vm.vgic.hint(1 << vcpu);
+            }
+        }
+    }
+
+    /// A passthrough SPI (`iar` as acknowledged), on whichever CPU took it: only its
+    /// priority is dropped and it becomes its VM's hardware-mapped virtual SPI, left active
+    /// until the guest deactivates it. Returns false if no VM owns it.
+    #[inline(never)]
+    fn forward_passthrough(&self, intid: u32, iar: u32) -> bool {
+        let Some(index) = self.spi_owners.owner(intid) else { return false };
+        match self.vm(index) {
+            Some(vm) if !Borrow::<Vm<V::Env>>::borrow(&*vm).is_ending() => {
+                V::drop_interrupt_priority(iar);
+                Borrow::<Vm<V::Env>>::borrow(&*vm).passthrough_interrupt(intid);
+            }
+            // The VM is going: nobody will deactivate it.
+            _ => V::end_interrupt(iar),
+        }
+        true
+    }
+}

@@ -1,0 +1,425 @@
+//! A vCPU on a physical CPU: the loop that enters the guest, answers each exit and decides
+//! when the vCPU leaves the CPU (docs/architecture.md, "The path of an exit"). What names
+//! registers, entering the guest, reading its syndrome, injecting an exception, saving what
+//! a vCPU leaves in the CPU, is the architecture's, behind [`VcpuCpu`]; what to do with an
+//! exit is decided here once for every architecture.
+//!
+//! Only a vCPU that shares its CPU is ever descheduled (its WFI and WFE trap); a pinned
+//! vCPU's state stays in its CPU and its exits never reach the scheduler.
+
+use alloc::boxed::Box;
+use core::borrow::Borrow;
+use core::sync::atomic::Ordering;
+
+use hyp_core::exit::{self, Incident, InjectedException, Outcome, SysRegEnv};
+use hyp_core::exit_stats::{ExitCounts, ExitReason};
+use hyp_core::guest_map::VTIMER_PPI;
+use hyp_core::smccc::Hypercall;
+use hyp_core::syndrome::{ExceptionClass, Syndrome};
+use hyp_core::sysreg::{SgiGenerationRegister, VmControlRegister};
+use hyp_core::trap::{DecodedExit, GuestRegisters};
+use hyp_core::vcpu_power::EndReason;
+use sched::Decision;
+use spin::Mutex;
+use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
+
+use crate::arch::Arch;
+use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
+use crate::scheduling::vcpu_ref;
+use crate::virtio::slot::VmEnv;
+use crate::vm::{CallEffect, Vm};
+
+/// How the guest came out.
+pub enum GuestExit {
+    /// A synchronous exception: the syndrome registers say which ([`VcpuCpu::read_trap`]).
+    Sync,
+    /// A physical interrupt (IRQ or FIQ): the GIC says which.
+    Interrupt,
+    /// An SError: the VM is stopped.
+    SError,
+    /// An exit the architecture's entry code does not know: the VM is stopped.
+    Unknown(u64),
+}
+
+/// A trapped set/way cache maintenance instruction, or a write to a VM control register
+/// while set/way maintenance is watched (hyp_core::set_way).
+#[derive(Clone, Copy, Debug)]
+pub enum CacheMaintenance {
+    SetWay,
+    ControlWrite { register: VmControlRegister, value: u64 },
+}
+
+/// A descheduled vCPU: its general registers, what it left in the CPU, and the last
+/// unknown function it called (a guest repeating it is logged once).
+pub struct Resume<C: VcpuCpu> {
+    registers: C::Registers,
+    saved: C::Saved,
+    last_unknown: Option<u32>,
+}
+
+/// Where a VM keeps each descheduled vCPU's [`Resume`], by vCPU.
+pub type ResumeSlots<C> = Box<[Mutex<Option<Box<Resume<C>>>>]>;
+
+/// What a vCPU holds of its physical CPU while it runs there, as the architecture keeps it
+/// (its traps, its list registers, its debug registers loaded or not), and the operations
+/// on it that name registers.
+pub trait VcpuCpu: Sized {
+    type V: Virtualization;
+    /// The general registers, PC and processor state, as the guest's exit saved them.
+    type Registers: GuestRegisters + Send;
+    /// What a descheduled vCPU leaves in the CPU beyond its general registers.
+    type Saved: Send;
+    /// This CPU's list registers.
+    type ListRegisters: ListRegisters;
+    /// The inputs of hardware-mapped level interrupts, sampled on this CPU.
+    type Lines: LineSampler + Default;
+    /// A synchronous exit as the syndrome registers describe it.
+    type Trap;
+
+    /// The state every CPU shares.
+    fn hypervisor() -> &'static Hypervisor<Self::V>;
+    /// Each descheduled vCPU's state, kept in the architecture's VM.
+    fn resume_slots(vm: &<Self::V as Virtualization>::Vm) -> &ResumeSlots<Self>;
+    /// vCPU `vcpu` of `vm` comes onto this CPU: the VM's translation regime, its traps
+    /// (WFI and WFE trap if it `shares` the CPU), its identity and its counter offset.
+    /// `resumed` is what it left when it was descheduled, if it was.
+    fn enter(vm: &<Self::V as Virtualization>::Vm, vcpu: usize, shares: bool, resumed: Option<&Self::Saved>) -> Self;
+    /// Puts back what the vCPU left in the CPU.
+    fn restore(&mut self, saved: &Self::Saved);
+    /// A fresh start: every register the guest can read as at reset, so nothing of the
+    /// context that ran here before shows.
+    fn restore_at_reset(&mut self);
+    /// The registers of a vCPU starting at `entry` with `context` in its first argument
+    /// register, interrupts masked (the boot protocol of the architecture).
+    fn fresh_registers(entry: u64, context: u64) -> Self::Registers;
+    /// Takes out of the CPU what the vCPU leaves in it (stopping its timer).
+    fn save(&mut self) -> Self::Saved;
+    /// The CPU leaves the VM: hardware debug registers cleared, the virtual timer's PPI not
+    /// left active, no stage-2 translation regime.
+    fn leave(&mut self);
+    fn list_registers(&mut self) -> &mut Self::ListRegisters;
+    /// Runs the guest until it exits.
+    fn run_guest(&mut self, registers: &mut Self::Registers) -> GuestExit;
+    /// The syndrome registers of the exit that just happened on this CPU. Read where they
+    /// are used, after the list registers are taken back: read ahead, they were kept on the
+    /// stack across that and cost an exit 7 instructions.
+    fn read_trap() -> Self::Trap;
+    /// The exit's syndrome, in the layout ESR_EL2 and HSR share.
+    fn syndrome(trap: &Self::Trap) -> Syndrome;
+    /// The exit decoded into an arch-neutral trap (hyp_core::trap). Decoded where it is
+    /// handled, so the compiler fuses the two (decoded ahead and kept, it cost a hypercall
+    /// 30 instructions).
+    fn decode(trap: &Self::Trap) -> DecodedExit;
+    /// The system-register view of the exiting vCPU.
+    fn system_registers<'a>(&'a mut self, vm: &'a <Self::V as Virtualization>::Vm) -> impl SysRegEnv + 'a;
+    /// The hardware debug registers follow the vCPU's copy (loaded while something of it
+    /// could fire).
+    fn follow_debug(&mut self);
+    /// Carries out a trapped cache maintenance step (hyp_core::set_way); the instruction of
+    /// `bytes` bytes completes when it is the last step.
+    fn cache_maintenance(
+        &mut self,
+        vm: &<Self::V as Virtualization>::Vm,
+        registers: &mut Self::Registers,
+        bytes: u8,
+        trap: CacheMaintenance,
+    );
+    /// Delivers `exception` to the guest's own exception vector.
+    fn inject(&mut self, registers: &mut Self::Registers, exception: InjectedException, bytes: u8);
+    /// The virtual timer's deadline in system counter ticks, if it is enabled and unmasked.
+    fn timer_deadline(vm: &<Self::V as Virtualization>::Vm) -> Option<u64>;
+    /// Whether the virtual timer's output is asserted now.
+    fn timer_line() -> bool;
+    /// Holds the virtual timer's physical PPI active on CPU `cpu` (or not).
+    fn set_timer_ppi_active(cpu: usize, active: bool);
+    /// A hardware-mapped interrupt the guest will not deactivate is deactivated here.
+    fn deactivate(physical: IntId, cpu: usize);
+}
+
+/// Runs vCPU `vcpu` of `vm` on this CPU (`cpu`) as the scheduler decided, from where it left
+/// off or from its PSCI entry point, until it leaves the CPU.
+#[inline]
+pub fn run_vcpu<C: VcpuCpu>(
+    vm: &<C::V as Virtualization>::Vm,
+    vcpu: usize,
+    cpu: usize,
+    decision: &Decision,
+) -> VcpuExit {
+    let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
+    let hypervisor = C::hypervisor();
+    core.vgic.running_on[vcpu].store(cpu, Ordering::Release);
+    let resumed = C::resume_slots(vm).get(vcpu).and_then(|s| s.lock().take());
+    let shared = decision.trap_wfi;
+    let mut here = C::enter(vm, vcpu, shared, resumed.as_ref().map(|r| &r.saved));
+    let (mut registers, mut last_unknown) = match resumed {
+        Some(resume) => {
+            here.restore(&resume.saved);
+            // Its list registers went back into the vGIC: planned again before entry.
+            core.vgic.hint(1 << vcpu);
+            (resume.registers, resume.last_unknown)
+        }
+        None => {
+            let Some((entry, context)) = core.power.lock().started(vcpu) else {
+                return stop(vm, vcpu, &mut here);
+            };
+            if vcpu == 0 {
+                crate::vm_log!(<C::V as Virtualization>::Env, core, vcpu, "starting at IPA {entry:#x}");
+                route_passthrough::<C>(core, vcpu, cpu);
+            }
+            here.restore_at_reset();
+            (C::fresh_registers(entry, context), None)
+        }
+    };
+    here.follow_debug();
+    hypervisor.scheduling.program_timer(cpu, decision.until);
+    let no_counts = ExitCounts::default();
+    let exits = core.exits.get(vcpu).unwrap_or(&no_counts);
+    // The virtual timer's PPI is the physical one, deactivated by the guest.
+    let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
+    load_timer_line::<C>(core, vcpu, cpu);
+    // Whether this vCPU holds list registers (then they are taken back on every exit),
+    // and whether what came back changed (then they are planned again before entry).
+    let (mut lrs_in_use, mut lrs_changed) = (false, false);
+    loop {
+        if core.is_ending() {
+            return stop(vm, vcpu, &mut here);
+        }
+        if core.device_work.load(Ordering::Relaxed) && core.device_work.swap(false, Ordering::AcqRel) {
+            core.continue_device_work();
+        }
+        // The common case, nothing in flight and nothing new: one load, no lock.
+        if lrs_changed || core.vgic.take_hint(vcpu) {
+            let mut vgic = core.vgic.vgic.lock();
+            let _ = vgic.flush_to_hw(vcpu, here.list_registers());
+            lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
+        }
+        let exit_kind = here.run_guest(&mut registers);
+        lrs_changed = lrs_in_use && take_back_list_registers::<C>(core, vcpu, cpu, &mut here);
+        match exit_kind {
+            GuestExit::Sync => {
+                let trap = C::read_trap();
+                let syndrome = C::syndrome(&trap);
+                exits.record_sync(syndrome);
+                // WFE (ISS.TI = 1) of a shared vCPU: its turn ends (lock-holder preemption).
+                if shared && syndrome.class() == ExceptionClass::WFX && syndrome.iss() & 0b11 == 1 {
+                    hypervisor.scheduling.yield_now(cpu, vcpu_ref(core.id, vcpu));
+                }
+                let exit = C::decode(&trap);
+                let (outcome, incident) = {
+                    let mut sysregs = here.system_registers(vm);
+                    exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs)
+                };
+                match incident {
+                    Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
+                    Some(incident) => {
+                        if let Incident::UnknownHypercall { function } = incident {
+                            last_unknown = Some(function);
+                        }
+                        core.log_incident(vcpu, incident);
+                    }
+                    None => {}
+                }
+                let bytes = exit.instruction_bytes;
+                match outcome {
+                    // Unless an interrupt is pending or its timer is due, a shared vCPU
+                    // waits off the CPU, woken by an interrupt or by its virtual timer.
+                    Outcome::WaitForInterrupt if shared => {
+                        let timer = C::timer_deadline(vm);
+                        if timer.is_none_or(|deadline| deadline > C::V::now()) {
+                            let v = vcpu_ref(core.id, vcpu);
+                            let waiting = &core.vgic.waiting[vcpu];
+                            if hypervisor.scheduling.block(v, waiting, || core.vgic.vgic.lock().has_pending(vcpu)) {
+                                if let Some(deadline) = timer {
+                                    hypervisor.scheduling.wake_at(cpu, v, deadline);
+                                }
+                                return deschedule(vm, vcpu, &mut here, registers, last_unknown);
+                            }
+                        }
+                    }
+                    Outcome::Resume | Outcome::WaitForInterrupt => {}
+                    Outcome::SetWay => here.cache_maintenance(vm, &mut registers, bytes, CacheMaintenance::SetWay),
+                    Outcome::ControlWrite { register, value } => here.cache_maintenance(
+                        vm,
+                        &mut registers,
+                        bytes,
+                        CacheMaintenance::ControlWrite { register, value },
+                    ),
+                    Outcome::DebugStateChanged => here.follow_debug(),
+                    Outcome::GenerateSgi { register, value } => generate_sgi(core, vcpu, register, value),
+                    Outcome::InjectAbort { instruction: false, far } => {
+                        here.inject(&mut registers, InjectedException::DataAbort { far }, bytes)
+                    }
+                    Outcome::InjectAbort { instruction: true, far } => {
+                        here.inject(&mut registers, InjectedException::InstructionAbort { far }, bytes)
+                    }
+                    Outcome::InjectUndefined => here.inject(&mut registers, InjectedException::Undefined, bytes),
+                    Outcome::Call(call) => {
+                        if let Some(exit) = vm_call(vm, &mut registers, vcpu, call, &mut here) {
+                            return exit;
+                        }
+                    }
+                }
+            }
+            // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
+            GuestExit::Interrupt => hypervisor.take_interrupts(Some((vm, vcpu))),
+            GuestExit::SError => {
+                let syndrome = C::syndrome(&C::read_trap()).0;
+                core.count_exit(vcpu, ExitReason::SError);
+                crate::vm_log!(
+                    <C::V as Virtualization>::Env,
+                    core,
+                    vcpu,
+                    "SError (syndrome {syndrome:#x}): the VM is stopped"
+                );
+                let _ = core.end(vcpu, EndReason::Crashed);
+                return stop(vm, vcpu, &mut here);
+            }
+            GuestExit::Unknown(kind) => {
+                crate::vm_log!(
+                    <C::V as Virtualization>::Env,
+                    core,
+                    vcpu,
+                    "exit of unknown kind {kind}: the VM is stopped"
+                );
+                let _ = core.end(vcpu, EndReason::Crashed);
+                return stop(vm, vcpu, &mut here);
+            }
+        }
+        // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
+        if shared && hypervisor.scheduling.take_reschedule(cpu) {
+            let next = hypervisor.scheduling.tick(cpu);
+            if next.run != Some(vcpu_ref(core.id, vcpu)) {
+                return deschedule(vm, vcpu, &mut here, registers, last_unknown);
+            }
+            hypervisor.scheduling.program_timer(cpu, next.until);
+        }
+    }
+}
+
+/// The VM's passthrough SPIs are taken on this CPU (`cpu`, where vCPU `vcpu` starts) at the
+/// hypervisor's priority and enabled. Guest routing (GICD_IROUTER, GICD_ITARGETSR) moves
+/// only the virtual SPI: the physical one keeps coming here and is forwarded (a kick) to
+/// whichever vCPU the guest chose.
+fn route_passthrough<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) {
+    for spi in &vm.passthrough_spis {
+        C::V::take_interrupt(spi.intid, cpu);
+        crate::vm_log!(
+            <C::V as Virtualization>::Env,
+            vm,
+            vcpu,
+            "passthrough SPI INTID {} ({}) routed to cpu{cpu} and enabled",
+            spi.intid,
+            if spi.edge() { "edge" } else { "level" }
+        );
+    }
+}
+
+/// When the vCPU comes onto this CPU (its timer registers restored): the timer's line as
+/// it is now goes into the vGIC (a stale level from before it left is dropped), and the
+/// physical PPI is held active while the virtual one is active or pending, so it does not
+/// fire at the hypervisor while the guest has it (the guest's deactivation reaches it).
+fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) {
+    let line = C::timer_line();
+    let active = {
+        let mut vgic = vm.vgic.vgic.lock();
+        let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
+        vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active)
+    };
+    C::set_timer_ppi_active(cpu, active || line);
+    if line {
+        vm.vgic.hint(1 << vcpu);
+    }
+}
+
+/// After an exit of a vCPU holding list registers: their state goes back into the vGIC,
+/// and a hardware-mapped level interrupt still pending there whose input went low is
+/// retired (its physical interrupt deactivated here). Returns whether anything changed.
+fn take_back_list_registers<C: VcpuCpu>(
+    vm: &Vm<<C::V as Virtualization>::Env>,
+    vcpu: usize,
+    cpu: usize,
+    here: &mut C,
+) -> bool {
+    let mut retired = RetiredLines::default();
+    let changed = vm
+        .vgic
+        .vgic
+        .lock()
+        .sync_from_hw_sampling(vcpu, here.list_registers(), &mut C::Lines::default(), &mut retired)
+        .unwrap_or(true);
+    for physical in retired.iter() {
+        C::deactivate(physical, cpu);
+    }
+    changed
+}
+
+/// A trapped write of an SGI generation register: the vGIC raises the SGI at its targets,
+/// which are hinted, and kicked if they run elsewhere.
+fn generate_sgi<E: VmEnv>(vm: &Vm<E>, vcpu: usize, register: SgiGenerationRegister, value: u64) {
+    let register = match register {
+        SgiGenerationRegister::Sgi1r => SgiRegister::Sgi1r,
+        SgiGenerationRegister::Asgi1r => SgiRegister::Asgi1r,
+        SgiGenerationRegister::Sgi0r => SgiRegister::Sgi0r,
+    };
+    let targets = vm.vgic.vgic.lock().generate_sgi(vcpu, register, value).map_or(0, |m| m.0 as u32);
+    vm.vgic.hint(targets);
+    vm.vgic.kick(targets & !(1 << vcpu));
+}
+
+/// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if it
+/// does.
+fn vm_call<C: VcpuCpu>(
+    vm: &<C::V as Virtualization>::Vm,
+    registers: &mut C::Registers,
+    vcpu: usize,
+    call: Hypercall,
+    here: &mut C,
+) -> Option<VcpuExit> {
+    let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
+    match core.call(vcpu, call) {
+        CallEffect::Resume(result) => {
+            if let Some(x0) = result {
+                registers.set_reg(0, x0);
+            }
+            None
+        }
+        CallEffect::Stop => Some(stop(vm, vcpu, here)),
+        CallEffect::End(reason) => {
+            let _ = core.end(vcpu, reason);
+            Some(stop(vm, vcpu, here))
+        }
+    }
+}
+
+/// The vCPU's list registers go back into the vGIC, the CPU leaves the VM, and `resume`
+/// is what the vCPU goes on from, if it does.
+fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &mut C, resume: Option<Box<Resume<C>>>) {
+    let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
+    let _ = core.vgic.vgic.lock().put(vcpu, here.list_registers());
+    here.leave();
+    if let Some(slot) = C::resume_slots(vm).get(vcpu) {
+        *slot.lock() = resume;
+    }
+    core.vgic.running_on[vcpu].store(usize::MAX, Ordering::Release);
+}
+
+/// This vCPU leaves the CPU to another one: what it leaves in the CPU is saved in the VM.
+fn deschedule<C: VcpuCpu>(
+    vm: &<C::V as Virtualization>::Vm,
+    vcpu: usize,
+    here: &mut C,
+    registers: C::Registers,
+    last_unknown: Option<u32>,
+) -> VcpuExit {
+    let saved = here.save();
+    leave_cpu(vm, vcpu, here, Some(Box::new(Resume { registers, saved, last_unknown })));
+    VcpuExit::Descheduled
+}
+
+/// This vCPU stops for good, with nothing to resume from; the scheduler and the VM's power
+/// state learn it.
+fn stop<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &mut C) -> VcpuExit {
+    leave_cpu(vm, vcpu, here, None);
+    let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
+    core.vcpu_stopped(vcpu).map_or(VcpuExit::Stopped, VcpuExit::VmEnded)
+}
