@@ -30,7 +30,7 @@ use crate::arch::HYPERVISOR;
 use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::fdt::FdtError;
-use hyp_core::memory_map::free_ranges;
+use hyp_core::memory_map;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use hyp_runtime::interrupts::Route;
 use spin::Once;
@@ -78,28 +78,27 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     firmware::init(platform.psci);
     cpus::record_cpus(&platform);
 
-    print_banner(&platform, image_start, image_end);
+    let psci = firmware::psci_version();
+    println!("\nhypervisor {VERSION} (AArch64, EL2) on {}", platform.model);
+    println!("  image       {:#x}..{:#x}", image_start, image_end);
+    println!("{platform}");
+    println!("  psci        {:?} conduit, firmware PSCI {}.{}", platform.psci, psci >> 16, psci & 0xffff);
 
     let dtb_range = PhysRange { base: dtb, size: device_tree(dtb).map_or(0, |d| d.len() as u64) };
-    let mut used: heapless::Vec<PhysRange, 32> = heapless::Vec::new();
-    let in_use = [PhysRange { base: image_start, size: image_end - image_start }, dtb_range];
-    for range in in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter()) {
-        if used.push(*range).is_err() {
-            halt(format_args!("more reserved memory ranges than the hypervisor can track"));
-        }
-    }
-    let (free, dropped) = free_ranges(&platform.memory, &used, RAM_GRANULE);
-    if dropped > 0 {
-        println!("hypervisor: {dropped} free memory range(s) not used: too fragmented");
-    }
-    let Some(heap) = free.iter().copied().filter(|r| r.size >= memory::HEAP_SIZE).max_by_key(|r| r.size) else {
-        halt(format_args!("no free memory range of {} MiB for the hypervisor heap", memory::HEAP_SIZE >> 20))
+    let image = PhysRange { base: image_start, size: image_end - image_start };
+    let in_use = [image, dtb_range];
+    let used = in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter());
+    let plan = match memory_map::plan(&platform.memory, used, memory::HEAP_SIZE, RAM_GRANULE) {
+        Ok(plan) => plan,
+        Err(e) => halt(e),
     };
-    // SAFETY: `heap` is free RAM (not the image, device tree, bundle or reserved memory),
-    // identity-mapped Normal, and from here on belongs to the heap alone.
-    unsafe { memory::init_heap(heap.base, memory::HEAP_SIZE) };
-    let mut untyped: Vec<PhysRange> = free.iter().copied().collect();
-    take_from(&mut untyped, heap.base, memory::HEAP_SIZE);
+    if plan.dropped > 0 {
+        println!("hypervisor: {} free memory range(s) not used: too fragmented", plan.dropped);
+    }
+    // SAFETY: the heap's range is free RAM (not the image, device tree, bundle or reserved
+    // memory), identity-mapped Normal, and from here on belongs to the heap alone.
+    unsafe { memory::init_heap(plan.heap.base, plan.heap.size) };
+    let untyped: Vec<PhysRange> = plan.free.iter().copied().collect();
     let untyped_total: u64 = untyped.iter().map(|r| r.size).sum();
     println!(
         "  free memory {} MiB for VMs in {} range(s), heap {} MiB",
@@ -136,7 +135,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
     }
     if let Some(mac) = found.uplink_mac {
-        println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", MacAddress(mac));
+        println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev_virtio::switch::Mac(&mac));
     }
 
     let Some(initrd) = platform.initrd else {
@@ -197,17 +196,6 @@ pub(crate) fn board_ppis() -> [u32; 3] {
     PPIS.get().copied().unwrap_or([25, 27, 26])
 }
 
-/// Removes `[base, base + size)` from the front of the untyped range that starts there.
-fn take_from(untyped: &mut Vec<PhysRange>, base: u64, size: u64) {
-    if let Some(i) = untyped.iter().position(|r| r.base == base) {
-        untyped[i].base += size;
-        untyped[i].size -= size;
-        if untyped[i].size == 0 {
-            untyped.remove(i);
-        }
-    }
-}
-
 /// ID_AA64MMFR0_EL1.PARange in bits (ARM ARM D24.2.64).
 fn physical_address_bits() -> u8 {
     match exceptions::sysreg!("id_aa64mmfr0_el1") & 0xf {
@@ -218,61 +206,6 @@ fn physical_address_bits() -> u8 {
         4 => 44,
         5 => 48,
         _ => 52,
-    }
-}
-
-fn print_banner(platform: &Platform<'_>, image_start: u64, image_end: u64) {
-    println!();
-    println!("hypervisor {VERSION} (AArch64, EL2) on {}", platform.model);
-    println!("  image       {:#x}..{:#x}", image_start, image_end);
-    for m in &platform.memory {
-        println!("  memory      {m} ({} MiB)", m.size >> 20);
-    }
-    println!(
-        "  cpus        {} (MPIDR {:x?}){}",
-        platform.cpus.len(),
-        platform.cpus.as_slice(),
-        if platform.cpus_left_off > 0 { " and some left off" } else { "" }
-    );
-    let gic = &platform.gic;
-    match gic.version {
-        GicVersion::V3 => println!(
-            "  gic         GICv3: GICD {} GICR {}",
-            gic.distributor,
-            gic.redistributors.unwrap_or(PhysRange { base: 0, size: 0 })
-        ),
-        GicVersion::V2 => println!(
-            "  gic         GICv2: GICD {} GICC {} GICH {} GICV {}",
-            gic.distributor,
-            gic.cpu_interface.unwrap_or(PhysRange { base: 0, size: 0 }),
-            gic.hyp_interface.unwrap_or(PhysRange { base: 0, size: 0 }),
-            gic.virtual_cpu_interface.unwrap_or(PhysRange { base: 0, size: 0 })
-        ),
-    }
-    if let Some(intid) = gic.maintenance_intid {
-        println!("              maintenance interrupt INTID {intid}");
-    }
-    println!("  uart        PL011 at {}", platform.uart);
-    let psci = firmware::psci_version();
-    println!("  psci        {:?} conduit, firmware PSCI {}.{}", platform.psci, psci >> 16, psci & 0xffff);
-    let t = platform.timer;
-    println!(
-        "  timer       INTIDs: EL1 physical {}, virtual {}, EL2 physical {}, secure physical {}",
-        t.nonsecure_physical, t.virtual_timer, t.hyp_physical, t.secure_physical
-    );
-    match platform.initrd {
-        Some(r) => println!("  boot bundle {r}"),
-        None => println!("  boot bundle none"),
-    }
-}
-
-/// A MAC address as people write it.
-struct MacAddress([u8; 6]);
-
-impl core::fmt::Display for MacAddress {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let m = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5])
     }
 }
 

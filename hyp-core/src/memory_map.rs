@@ -41,6 +41,74 @@ pub fn free_ranges(
     (free, dropped)
 }
 
+/// The board's RAM as the hypervisor divides it at boot.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The hypervisor's heap.
+    pub heap: PhysRange,
+    /// Everything else that is free: the VMs' memory.
+    pub free: FixedVec<PhysRange, MAX_FREE_RANGES>,
+    /// Free ranges left out because the list is full (too fragmented).
+    pub dropped: usize,
+}
+
+/// Why the RAM cannot be divided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryPlanError {
+    /// More ranges in use than the plan can track.
+    TooManyUsedRanges { max: usize },
+    /// No free range holds the heap.
+    NoRoomForHeap { heap: u64 },
+}
+
+impl core::fmt::Display for MemoryPlanError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::TooManyUsedRanges { max } => {
+                write!(f, "more than {max} reserved memory ranges: the hypervisor cannot track them")
+            }
+            Self::NoRoomForHeap { heap } => {
+                write!(f, "no free memory range of {} MiB for the hypervisor heap", heap >> 20)
+            }
+        }
+    }
+}
+
+/// Most ranges in use a plan tracks (the image, the device tree, the boot bundle and the
+/// reserved ranges).
+pub const MAX_USED_RANGES: usize = 32;
+
+/// Divides `memory`: what `used` (and each of `more_used`) holds is left alone, the heap of
+/// `heap_size` bytes goes at the start of the largest free range that holds it, the rest is
+/// free for VMs, aligned to `align`.
+pub fn plan<'a>(
+    memory: &[PhysRange],
+    used: impl IntoIterator<Item = &'a PhysRange>,
+    heap_size: u64,
+    align: u64,
+) -> Result<MemoryPlan, MemoryPlanError> {
+    let mut in_use: FixedVec<PhysRange, MAX_USED_RANGES> = FixedVec::new();
+    for range in used {
+        in_use.push(*range).map_err(|_| MemoryPlanError::TooManyUsedRanges { max: MAX_USED_RANGES })?;
+    }
+    let (mut free, dropped) = free_ranges(memory, &in_use, align);
+    let (i, largest) = free
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, r)| r.size >= heap_size)
+        .max_by_key(|(_, r)| r.size)
+        .ok_or(MemoryPlanError::NoRoomForHeap { heap: heap_size })?;
+    let heap = PhysRange { base: largest.base, size: heap_size };
+    let rest = PhysRange { base: largest.base + heap_size, size: largest.size - heap_size };
+    if rest.size < align {
+        free.remove(i);
+    } else {
+        free[i] = rest;
+    }
+    Ok(MemoryPlan { heap, free, dropped })
+}
+
 const fn align_up(value: u64, align: u64) -> u64 {
     (value + align - 1) & !(align - 1)
 }
@@ -64,6 +132,23 @@ mod tests {
         assert_eq!(
             free.as_slice(),
             &[r(0x4040_0000, 0x4800_0000 - 0x4040_0000), r(0x4820_0000, 0x8000_0000 - 0x4820_0000)]
+        );
+    }
+
+    #[test]
+    fn the_heap_goes_at_the_start_of_the_largest_free_range_and_the_rest_is_for_vms() {
+        let memory = [r(0x4000_0000, 64 * MIB), r(0x8000_0000, 256 * MIB)];
+        let used = [r(0x4000_0000, 2 * MIB)];
+        let planned = plan(&memory, &used, 32 * MIB, 2 * MIB).unwrap();
+        assert_eq!(planned.heap, r(0x8000_0000, 32 * MIB));
+        assert_eq!(planned.free.as_slice(), &[r(0x4020_0000, 62 * MIB), r(0x8200_0000, 224 * MIB)]);
+        let whole = plan(&[r(0x4000_0000, 32 * MIB)], &[], 32 * MIB, 2 * MIB).unwrap();
+        assert!(whole.free.is_empty(), "a range the heap fills is not left as an empty one");
+        assert_eq!(plan(&memory, &used, 512 * MIB, 2 * MIB), Err(MemoryPlanError::NoRoomForHeap { heap: 512 * MIB }));
+        let many = [r(0x4000_0000, 4096); MAX_USED_RANGES + 1];
+        assert_eq!(
+            plan(&memory, &many, MIB, 2 * MIB),
+            Err(MemoryPlanError::TooManyUsedRanges { max: MAX_USED_RANGES })
         );
     }
 

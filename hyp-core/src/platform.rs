@@ -371,6 +371,50 @@ fn initrd(fdt: &Fdt<'_>) -> Result<Option<PhysRange>, PlatformError> {
     Ok(Some(PhysRange { base: start, size: end - start }))
 }
 
+/// The board as the hypervisor's banner shows it, a line per device: memory, CPUs, GIC,
+/// UART, PSCI conduit, timer interrupts and the boot bundle.
+impl fmt::Display for Platform<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let none = PhysRange { base: 0, size: 0 };
+        for m in &self.memory {
+            writeln!(f, "  memory      {m} ({} MiB)", m.size >> 20)?;
+        }
+        let left_off = if self.cpus_left_off > 0 { " and some left off" } else { "" };
+        writeln!(f, "  cpus        {} (MPIDR {:x?}){left_off}", self.cpus.len(), self.cpus.as_slice())?;
+        let gic = &self.gic;
+        match gic.version {
+            GicVersion::V3 => writeln!(
+                f,
+                "  gic         GICv3: GICD {} GICR {}",
+                gic.distributor,
+                gic.redistributors.unwrap_or(none)
+            )?,
+            GicVersion::V2 => writeln!(
+                f,
+                "  gic         GICv2: GICD {} GICC {} GICH {} GICV {}",
+                gic.distributor,
+                gic.cpu_interface.unwrap_or(none),
+                gic.hyp_interface.unwrap_or(none),
+                gic.virtual_cpu_interface.unwrap_or(none)
+            )?,
+        }
+        if let Some(intid) = gic.maintenance_intid {
+            writeln!(f, "              maintenance interrupt INTID {intid}")?;
+        }
+        writeln!(f, "  uart        PL011 at {}", self.uart)?;
+        let t = self.timer;
+        writeln!(
+            f,
+            "  timer       INTIDs: EL1 physical {}, virtual {}, EL2 physical {}, secure physical {}",
+            t.nonsecure_physical, t.virtual_timer, t.hyp_physical, t.secure_physical
+        )?;
+        match self.initrd {
+            Some(r) => write!(f, "  boot bundle {r}"),
+            None => write!(f, "  boot bundle none"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +459,19 @@ mod tests {
         assert_eq!(p.gic.cpu_interface, Some(PhysRange { base: 0x0801_0000, size: 0x1_0000 }));
         assert_eq!(p.gic.hyp_interface, Some(PhysRange { base: 0x0803_0000, size: 0x1_0000 }));
         assert_eq!(p.gic.virtual_cpu_interface, Some(PhysRange { base: 0x0804_0000, size: 0x1_0000 }));
+    }
+
+    #[test]
+    fn the_banner_shows_every_device_the_hypervisor_found() {
+        let banner = Platform::from_device_tree(VIRT_GICV2).unwrap().to_string();
+        let lines: std::vec::Vec<&str> = banner.lines().collect();
+        assert_eq!(lines[0], "  memory      0x40000000..0xc0000000 (2048 MiB)");
+        assert_eq!(lines[1], "  cpus        2 (MPIDR [0, 1])");
+        assert!(lines[2].starts_with("  gic         GICv2: GICD 0x8000000..0x8010000 GICC 0x8010000..0x8020000 GICH "));
+        assert_eq!(lines[3], "              maintenance interrupt INTID 25");
+        assert_eq!(lines[4], "  uart        PL011 at 0x9000000..0x9001000");
+        assert_eq!(lines[5], "  timer       INTIDs: EL1 physical 30, virtual 27, EL2 physical 26, secure physical 29");
+        assert_eq!(lines[6], "  boot bundle none");
     }
 
     #[test]

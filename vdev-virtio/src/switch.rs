@@ -45,7 +45,7 @@ pub enum Refusal {
 
 /// A MAC address as `52:54:00:12:34:56`, written in place (a refusal is said for a frame a
 /// guest sent: nothing on that path allocates).
-struct Mac<'a>(&'a [u8; 6]);
+pub struct Mac<'a>(pub &'a [u8; 6]);
 
 impl core::fmt::Display for Mac<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
