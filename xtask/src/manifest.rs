@@ -324,8 +324,12 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
 
+    /// A directory of this call's own: tests run in parallel, and one that rewrote a file
+    /// another was reading made it read an empty kernel.
     fn tempdir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("xtask-manifest-test-{name}-{}", std::process::id()));
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("xtask-manifest-test-{name}-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }
