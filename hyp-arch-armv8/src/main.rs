@@ -113,7 +113,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let own = [
         (gic::SGI_KICK, Route::Kick),
         (ppis[0], Route::Maintenance),
-        (hyp_core::guest_map::VTIMER_PPI, Route::VirtualTimer),
+        (ppis[1], Route::VirtualTimer),
         (ppis[2], Route::HypTimer),
     ];
     for (intid, route) in own {

@@ -8,7 +8,6 @@ use hyp_core::cap::{CapError, CapSpace};
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit, SysRegEnv};
-use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister, VmFeatures};
@@ -289,7 +288,7 @@ impl VcpuCpu for OnCpu {
             crate::debug_hw::clear(self.geometry);
             self.debug_loaded = false;
         }
-        crate::gic::clear_active_private(VTIMER_PPI, crate::cpus::current_index());
+        crate::gic::clear_active_private(Self::timer_ppi(), crate::cpus::current_index());
         leave_guest_regime();
     }
 
@@ -405,8 +404,12 @@ impl VcpuCpu for OnCpu {
         sysreg!("cntv_ctl_el0") & 0b111 == 0b101
     }
 
+    fn timer_ppi() -> u32 {
+        crate::board_ppis()[1]
+    }
+
     fn set_timer_ppi_active(cpu: usize, active: bool) {
-        crate::gic::set_active_private(VTIMER_PPI, cpu, active);
+        crate::gic::set_active_private(Self::timer_ppi(), cpu, active);
     }
 
     fn deactivate(physical: IntId, cpu: usize) {
@@ -474,7 +477,7 @@ pub struct HwLines;
 
 impl vgic::LineSampler for HwLines {
     fn is_asserted(&mut self, _: IntId, physical: IntId) -> bool {
-        if physical.0 == VTIMER_PPI {
+        if physical.0 == OnCpu::timer_ppi() {
             OnCpu::timer_line()
         } else if physical.is_spi() {
             crate::gic::spi_pending(physical.0)

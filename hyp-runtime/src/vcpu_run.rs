@@ -130,6 +130,9 @@ pub trait VcpuCpu: Sized {
     fn timer_deadline(vm: &<Self::V as Virtualization>::Vm) -> Option<u64>;
     /// Whether the virtual timer's output is asserted now.
     fn timer_line() -> bool;
+    /// The board's INTID of the virtual timer's PPI, the physical interrupt behind the
+    /// guest's (hyp_core::guest_map::VTIMER_PPI); the device tree says which.
+    fn timer_ppi() -> u32;
     /// Holds the virtual timer's physical PPI active on CPU `cpu` (or not).
     fn set_timer_ppi_active(cpu: usize, active: bool);
     /// A hardware-mapped interrupt the guest will not deactivate is deactivated here.
@@ -174,8 +177,8 @@ pub fn run_vcpu<C: VcpuCpu>(
     hypervisor.scheduling.program_timer(cpu, decision.until);
     let no_counts = ExitCounts::default();
     let exits = core.exits.get(vcpu).unwrap_or(&no_counts);
-    // The virtual timer's PPI is the physical one, deactivated by the guest.
-    let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(VTIMER_PPI)));
+    // The guest's virtual timer PPI is backed by the physical one, deactivated by the guest.
+    let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
     load_timer_line::<C>(core, vcpu, cpu);
     // Whether this vCPU holds list registers (then they are taken back on every exit),
     // and whether what came back changed (then they are planned again before entry).
