@@ -55,11 +55,11 @@ enum Guest {
     EndsTheVm(EndReason),
 }
 
-fn event(text: String) {
+pub(super) fn event(text: String) {
     EVENTS.with(|e| e.borrow_mut().push(text));
 }
 
-fn take_events() -> Vec<String> {
+pub(super) fn take_events() -> Vec<String> {
     EVENTS.with(|e| std::mem::take(&mut *e.borrow_mut()))
 }
 
@@ -164,7 +164,7 @@ fn bundle() -> BootBundle<'static> {
 /// A hypervisor that booted the bundle on QEMU `virt` (4 CPUs, GICv3) with exactly one
 /// VM's worth of free memory: a VM created again can only have the memory its earlier self
 /// gave back.
-fn booted() -> &'static Hypervisor<FakeArch> {
+pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
     let hypervisor = leak(Hypervisor::new());
     let platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
     let devices = DeviceTreeDevices::new(VIRT_GICV3).unwrap();

@@ -8,6 +8,7 @@ mod passthrough;
 mod placement;
 mod scheduling;
 mod shared_vgic;
+mod vcpu_run;
 mod virtio;
 mod vm;
 mod vm_resources;

@@ -1,0 +1,310 @@
+//! The vCPU loop (crate::vcpu_run) through a fake CPU whose guest does what each test
+//! scripts: a fresh start shows nothing of the CPU's last occupant, a shared vCPU's WFI
+//! gives the CPU away and its state comes back whole, a pinned one keeps the CPU, calls and
+//! SErrors end the VM, an ending VM's vCPU stops before it enters the guest again, and a
+//! guest repeating an unknown call is logged once.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+
+use hyp_core::debug_registers::DebugRegisters;
+use hyp_core::exit::{GuestContext, InjectedException, SysRegEnv};
+use hyp_core::smccc::{PSCI_SYSTEM_OFF, SMCCC_VERSION};
+use hyp_core::syndrome::Syndrome;
+use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
+use hyp_core::trap::{DecodedExit, Trap};
+use hyp_core::vcpu_power::EndReason;
+use sched::{Decision, VcpuState};
+use vgic::{IntId, LineSampler, ListRegisters, Maintenance};
+
+use super::hypervisor::{booted, event, take_events};
+use super::leak;
+use super::virtio::{FakeEnv, LINES};
+use crate::fake::FakeArch;
+use crate::hypervisor::{Hypervisor, VcpuExit};
+use crate::scheduling::vcpu_ref;
+use crate::vcpu_run::{run_vcpu, CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
+use crate::vm::Vm;
+
+/// What the guest does in one stay in the guest.
+struct Step {
+    exit: GuestExit,
+    trap: Option<(DecodedExit, Syndrome)>,
+    /// Register 0 is set to this first (a call's function ID).
+    x0: Option<u64>,
+}
+
+thread_local! {
+    static HYPERVISOR: Cell<Option<&'static Hypervisor<FakeArch>>> = const { Cell::new(None) };
+    static SLOTS: RefCell<HashMap<usize, &'static ResumeSlots<FakeCpu>>> = RefCell::default();
+    static STEPS: RefCell<VecDeque<Step>> = RefCell::default();
+    static TRAP: Cell<Option<(DecodedExit, Syndrome)>> = const { Cell::new(None) };
+    /// The PC and register 0 at each entry into the guest.
+    static ENTRIES: RefCell<Vec<(u64, u64)>> = RefCell::default();
+    static SAVES: Cell<u64> = const { Cell::new(0) };
+}
+
+fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
+    let trap =
+        trap.map(|(trap, ec)| (DecodedExit { trap, instruction_bytes: 4 }, Syndrome(u64::from(ec) << 26 | 1 << 25)));
+    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0 }));
+}
+
+fn hvc(function: u32) {
+    step(GuestExit::Sync, Some((Trap::Call { immediate: 0, smc: false }, 0x16)), Some(u64::from(function)));
+}
+
+fn wfi() {
+    step(GuestExit::Sync, Some((Trap::Wait { interrupt: true }, 0x01)), None);
+}
+
+/// Four list registers, all empty until the loop writes them.
+#[derive(Default)]
+struct FakeLrs([u64; 4]);
+
+impl ListRegisters for FakeLrs {
+    fn count(&self) -> usize {
+        4
+    }
+    fn read_lr(&self, index: usize) -> u64 {
+        self.0[index]
+    }
+    fn write_lr(&mut self, index: usize, value: u64) {
+        self.0[index] = value;
+    }
+    fn empty_status(&self) -> u64 {
+        (0..4).filter(|&i| self.0[i] == 0).fold(0, |m, i| m | 1 << i)
+    }
+    fn eoi_status(&self) -> u64 {
+        0
+    }
+    fn set_maintenance(&mut self, _: Maintenance) {}
+}
+
+#[derive(Default)]
+struct NoLines;
+
+impl LineSampler for NoLines {
+    fn is_asserted(&mut self, _: IntId, _: IntId) -> bool {
+        false
+    }
+}
+
+struct NoIdRegisters;
+
+impl IdRegisters for NoIdRegisters {
+    fn read(&self, _: Encoding) -> u64 {
+        0
+    }
+}
+
+struct FakeSysRegs<'a>(&'a mut DebugRegisters);
+
+impl SysRegEnv for FakeSysRegs<'_> {
+    fn features(&self) -> VmFeatures {
+        VmFeatures { gic_v3: true, ipa_bits: 40 }
+    }
+    fn id_registers(&self) -> &impl IdRegisters {
+        &NoIdRegisters
+    }
+    fn debug_registers(&mut self) -> &mut DebugRegisters {
+        self.0
+    }
+}
+
+/// What a descheduled vCPU left in the fake CPU: a number that tells one save from another.
+struct FakeSaved(u64);
+
+struct FakeCpu {
+    lrs: FakeLrs,
+    debug: DebugRegisters,
+}
+
+impl VcpuCpu for FakeCpu {
+    type V = FakeArch;
+    type Registers = GuestContext;
+    type Saved = FakeSaved;
+    type ListRegisters = FakeLrs;
+    type Lines = NoLines;
+    type Trap = (DecodedExit, Syndrome);
+
+    fn hypervisor() -> &'static Hypervisor<FakeArch> {
+        HYPERVISOR.with(Cell::get).expect("the test set its hypervisor")
+    }
+    fn resume_slots(vm: &Vm<FakeEnv>) -> &ResumeSlots<FakeCpu> {
+        SLOTS.with(|s| {
+            *s.borrow_mut()
+                .entry(vm.id)
+                .or_insert_with(|| leak((0..vm.spec.vcpus).map(|_| spin::Mutex::new(None)).collect()))
+        })
+    }
+    fn enter(_: &Vm<FakeEnv>, vcpu: usize, shares: bool, resumed: Option<&FakeSaved>) -> FakeCpu {
+        event(format!("enter vcpu{vcpu} shares {shares} resumed {:?}", resumed.map(|s| s.0)));
+        FakeCpu { lrs: FakeLrs::default(), debug: DebugRegisters::AT_RESET }
+    }
+    fn restore(&mut self, saved: &FakeSaved) {
+        event(format!("restore {}", saved.0));
+    }
+    fn restore_at_reset(&mut self) {
+        event("state at reset".into());
+    }
+    fn fresh_registers(entry: u64, context: u64) -> GuestContext {
+        let mut ctx = GuestContext { pc: entry, ..Default::default() };
+        ctx.x[0] = context;
+        ctx
+    }
+    fn save(&mut self) -> FakeSaved {
+        let n = SAVES.with(|s| {
+            s.set(s.get() + 1);
+            s.get()
+        });
+        event(format!("save {n}"));
+        FakeSaved(n)
+    }
+    fn leave(&mut self) {
+        event("leave".into());
+    }
+    fn list_registers(&mut self) -> &mut FakeLrs {
+        &mut self.lrs
+    }
+    fn run_guest(&mut self, registers: &mut GuestContext) -> GuestExit {
+        ENTRIES.with(|e| e.borrow_mut().push((registers.pc, registers.x[0])));
+        let step = STEPS.with(|s| s.borrow_mut().pop_front()).expect("the test says what the guest does");
+        if let Some(x0) = step.x0 {
+            registers.x[0] = x0;
+        }
+        TRAP.with(|t| t.set(step.trap));
+        step.exit
+    }
+    fn read_trap() -> (DecodedExit, Syndrome) {
+        TRAP.with(Cell::get)
+            .unwrap_or((DecodedExit { trap: Trap::Wait { interrupt: false }, instruction_bytes: 4 }, Syndrome(0)))
+    }
+    fn syndrome(trap: &(DecodedExit, Syndrome)) -> Syndrome {
+        trap.1
+    }
+    fn decode(trap: &(DecodedExit, Syndrome)) -> DecodedExit {
+        trap.0
+    }
+    fn system_registers<'a>(&'a mut self, _: &'a Vm<FakeEnv>) -> impl SysRegEnv + 'a {
+        FakeSysRegs(&mut self.debug)
+    }
+    fn follow_debug(&mut self) {}
+    fn cache_maintenance(&mut self, _: &Vm<FakeEnv>, _: &mut GuestContext, _: u8, trap: CacheMaintenance) {
+        event(format!("cache maintenance {trap:?}"));
+    }
+    fn inject(&mut self, _: &mut GuestContext, exception: InjectedException, _: u8) {
+        event(format!("inject {exception:?}"));
+    }
+    fn timer_deadline(_: &Vm<FakeEnv>) -> Option<u64> {
+        None
+    }
+    fn timer_line() -> bool {
+        false
+    }
+    fn timer_ppi() -> u32 {
+        27
+    }
+    fn set_timer_ppi_active(_: usize, _: bool) {}
+    fn deactivate(physical: IntId, _: usize) {
+        event(format!("deactivate {}", physical.0));
+    }
+}
+
+/// The booted fake hypervisor (VM 0: 2 vCPUs sharing CPU 1), as the fake CPU's, on CPU 1.
+fn hypervisor() -> &'static Hypervisor<FakeArch> {
+    let hypervisor = booted();
+    HYPERVISOR.with(|h| h.set(Some(hypervisor)));
+    FakeArch::become_cpu(1);
+    take_events();
+    hypervisor
+}
+
+/// Runs vCPU 0 of VM 0 on CPU 1 as its scheduler decides (sharing the CPU, or `pinned`).
+fn run(hypervisor: &'static Hypervisor<FakeArch>, pinned: bool) -> VcpuExit {
+    let vm = hypervisor.vm(0).unwrap();
+    let mut decision: Decision = hypervisor.scheduling.pick(1);
+    assert_eq!(decision.run, Some(vcpu_ref(0, 0)));
+    if pinned {
+        decision.trap_wfi = false;
+    }
+    run_vcpu::<FakeCpu>(&vm, 0, 1, &decision)
+}
+
+fn entries() -> Vec<(u64, u64)> {
+    ENTRIES.with(|e| std::mem::take(&mut *e.borrow_mut()))
+}
+
+#[test]
+fn a_fresh_vcpu_starts_at_its_entry_with_its_state_at_reset_and_a_power_off_ends_the_vm() {
+    let hypervisor = hypervisor();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(take_events(), ["enter vcpu0 shares true resumed None", "state at reset", "leave"]);
+    let first = entries()[0];
+    let vm = hypervisor.vm(0).unwrap();
+    assert_eq!(first.0, hyp_core::guest_map::RAM_IPA, "the kernel's entry, at the base of RAM");
+    assert!(first.1 > first.0 && first.1 < first.0 + vm.spec.memory, "x0: the device tree, in the VM's RAM");
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Stopped));
+}
+
+#[test]
+fn a_shared_vcpu_that_waits_gives_its_cpu_away_and_comes_back_where_it_was() {
+    let hypervisor = hypervisor();
+    hvc(SMCCC_VERSION);
+    wfi();
+    assert_eq!(run(hypervisor, false), VcpuExit::Descheduled);
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Blocked), "nothing was pending");
+    assert_eq!(take_events(), ["enter vcpu0 shares true resumed None", "state at reset", "save 1", "leave"]);
+    let before = entries();
+    let vm = hypervisor.vm(0).unwrap();
+    hypervisor.scheduling.wake(vcpu_ref(0, 0), &vm.vgic.waiting[0]);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(take_events(), ["enter vcpu0 shares true resumed Some(1)", "restore 1", "leave"]);
+    let after = entries();
+    assert_eq!(after[0].0, before[1].0 + 4, "resumed past its WFI");
+    assert_eq!(after[0].1, hyp_core::smccc::SMCCC_VERSION_1_1, "with the answer of its last call in x0");
+}
+
+#[test]
+fn a_pinned_vcpu_that_waits_keeps_its_cpu() {
+    let hypervisor = hypervisor();
+    wfi();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(take_events(), ["enter vcpu0 shares false resumed None", "state at reset", "leave"], "nothing saved");
+    assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
+}
+
+#[test]
+fn an_serror_stops_the_vm_as_crashed_and_says_so() {
+    let hypervisor = hypervisor();
+    step(GuestExit::SError, None, None);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::Crashed));
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert!(lines.iter().any(|l| l.starts_with("hypervisor: vm0 guest vcpu0: SError")), "{lines:?}");
+}
+
+#[test]
+fn a_vm_ended_from_outside_stops_its_vcpu_before_it_enters_the_guest() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    assert!(!vm.request_end(EndReason::Destroyed), "vCPU 0 is on");
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::Destroyed));
+    assert!(entries().is_empty(), "the guest never ran");
+}
+
+#[test]
+fn a_guest_repeating_an_unknown_call_is_logged_once_and_answered_each_time() {
+    let hypervisor = hypervisor();
+    LINES.with(|l| l.borrow_mut().clear());
+    hvc(0xc200_0000);
+    hvc(0xc200_0000);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert_eq!(lines.iter().filter(|l| l.contains("unknown SMCCC function 0xc2000000")).count(), 1, "{lines:?}");
+    let e = entries();
+    assert_eq!((e[1].1, e[2].1), (hyp_core::smccc::NOT_SUPPORTED, hyp_core::smccc::NOT_SUPPORTED));
+}
