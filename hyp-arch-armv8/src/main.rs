@@ -252,7 +252,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         }
     }
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
-        (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
+        // SAFETY: the device tree's GICH frame, which the EL2 tables map Device-nGnRE (mmu.rs).
+        (GicVersion::V2, Some(gich)) => unsafe { ListRegisterFile::v2(gich.base as usize) },
         _ => ListRegisterFile::V3,
     });
     CAPS.call_once(|| spin::Mutex::new(caps));
