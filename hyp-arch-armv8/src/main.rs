@@ -150,7 +150,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     };
     SEMIHOSTING_EXIT.call_once(|| bundle.options.semihosting_exit);
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
-        (GicVersion::V2, Some(gich)) => ListRegisterFile::V2 { gich: gich.base as usize },
+        // SAFETY: the device tree's GICH frame, which the EL2 tables map Device-nGnRE (mmu.rs).
+        (GicVersion::V2, Some(gich)) => unsafe { ListRegisterFile::v2(gich.base as usize) },
         _ => ListRegisterFile::V3,
     });
     let Some(board_devices) = device_tree(dtb).ok().and_then(hyp_core::manifest::DeviceTreeDevices::new) else {

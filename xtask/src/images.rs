@@ -12,6 +12,9 @@ pub const AARCH64_TARGET: &str = "aarch64-unknown-none";
 /// are never overwritten by an exit (nothing needs to save them while vCPUs stay on their
 /// CPUs).
 pub const HYPERVISOR_TARGET: &str = "aarch64-unknown-none-softfloat";
+/// ARMv7-A (Cortex-A15, HYP mode): what the AArch64 and ARMv7 images share (hyp-arch-arm)
+/// builds for it too.
+pub const ARMV7_TARGET: &str = "armv7a-none-eabi";
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {

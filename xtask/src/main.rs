@@ -381,14 +381,18 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_qemu()?;
     let root = images::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev-virtio, sched, xtask)");
+    step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev-virtio, sched, hyp-arch-arm, xtask)");
     run(Command::new(&cargo).current_dir(&root).arg("test"))?;
     step("the logic crates build for aarch64-unknown-none (no_std)");
     run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET]).args(
         ["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"],
     ))?;
+    step("the shared GIC driver builds for both architectures (hyp-arch-arm: aarch64-unknown-none-softfloat, armv7a-none-eabi)");
+    for target in [images::HYPERVISOR_TARGET, images::ARMV7_TARGET] {
+        run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", target, "-p", "hyp-arch-arm"]))?;
+    }
     setup::ensure_clippy()?;
-    step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image and its board layer, the test guests)");
+    step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     run(Command::new(&cargo).current_dir(&root).args([
         "clippy",
@@ -399,7 +403,18 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
         "-p",
         "hyp-arch-armv8",
         "-p",
+        "hyp-arch-arm",
+        "-p",
         "hyp-board-qemu-virt",
+    ]))?;
+    run(Command::new(&cargo).current_dir(&root).args([
+        "clippy",
+        "--quiet",
+        "--release",
+        "--target",
+        images::ARMV7_TARGET,
+        "-p",
+        "hyp-arch-arm",
     ]))?;
     run(Command::new(&cargo).current_dir(&root).args([
         "clippy",

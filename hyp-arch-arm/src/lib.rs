@@ -1,0 +1,31 @@
+//! What ARMv7-A and ARMv8-A images share of the GIC hardware: everything memory-mapped.
+//!
+//! - `gic`: the physical GIC as the hypervisor uses it: the distributor (GICD), the GICv3
+//!   redistributors (GICR, brought up through the `arm-gic` crate), the GICv2 CPU interface
+//!   (GICC); SGIs, SPIs, acknowledge and end of interrupt.
+//! - `list_registers`: the GICv2 virtual interface control frame (GICH) and the list
+//!   registers of either GIC version, for the vGIC (`vgic::ListRegisters`).
+//! - `registers`: the frames' register offsets and the values computed for them.
+//! - `mmio`: the volatile accesses, the crate's only `unsafe`.
+//!
+//! What differs between the two architectures is the GICv3 CPU interface, which is system
+//! registers (MRS/MSR on AArch64, MCR/MRC on AArch32): the image implements
+//! `CpuInterfaceRegisters` (ICC_*) and `ListRegisterAccess` (ICH_*) for it, and the driver
+//! here is generic over them (hyp-arch-armv8/src/gic.rs and ich.rs for AArch64;
+//! docs/architecture.md, "The physical GIC").
+//!
+//! It names no board and builds for the host: its tests run the driver over frames in
+//! ordinary memory.
+
+#![cfg_attr(not(test), no_std)]
+
+pub mod gic;
+pub mod list_registers;
+mod mmio;
+pub mod registers;
+
+pub use gic::{CpuInterfaceRegisters, Gic, GicError};
+pub use list_registers::{Gich, InterfaceState, ListRegisterAccess, ListRegisterFile};
+
+#[cfg(test)]
+mod tests;

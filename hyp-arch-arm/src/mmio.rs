@@ -1,0 +1,59 @@
+//! The one place this crate touches memory: a GIC register frame, by its base address, and
+//! volatile accesses to the registers at offsets in it. Nothing here knows a register; the
+//! frames' modules (`gic`, `list_registers`) name them and keep their offsets inside the frame.
+
+use core::ptr::{read_volatile, write_volatile};
+
+/// A memory-mapped GIC frame (GICD, a GICR frame pair, GICC or GICH).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Frame(usize);
+
+impl Frame {
+    /// # Safety
+    ///
+    /// `base` is where a frame of the GIC begins, mapped as device memory (Device-nGnRE on
+    /// AArch64, Device on ARMv7) at this address for the rest of the program, and the
+    /// offsets this crate reaches from it are registers of that frame (each register's
+    /// module keeps its offsets inside the frame's architected size).
+    pub(crate) const unsafe fn new(base: usize) -> Self {
+        Frame(base)
+    }
+
+    pub(crate) const fn base(self) -> usize {
+        self.0
+    }
+
+    #[inline(always)]
+    pub(crate) fn read32(self, offset: usize) -> u32 {
+        // SAFETY: a register of the frame `Frame::new`'s caller named (its contract).
+        unsafe { read_volatile((self.0 + offset) as *const u32) }
+    }
+
+    #[inline(always)]
+    pub(crate) fn write32(self, offset: usize, value: u32) {
+        // SAFETY: as for `read32`.
+        unsafe { write_volatile((self.0 + offset) as *mut u32, value) }
+    }
+
+    /// A byte of a byte-accessible register (GICD_IPRIORITYR, GICD_ITARGETSR).
+    #[inline(always)]
+    pub(crate) fn write8(self, offset: usize, value: u8) {
+        // SAFETY: as for `read32`.
+        unsafe { write_volatile((self.0 + offset) as *mut u8, value) }
+    }
+
+    /// A 64-bit register (GICR_TYPER); on ARMv7 the access is two 32-bit ones, which the GIC
+    /// allows for its 64-bit registers (IHI 0069H 12.1).
+    #[inline(always)]
+    pub(crate) fn read64(self, offset: usize) -> u64 {
+        // SAFETY: as for `read32`.
+        unsafe { read_volatile((self.0 + offset) as *const u64) }
+    }
+
+    /// A 64-bit register (GICD_IROUTER<n>), as `read64`.
+    #[inline(always)]
+    pub(crate) fn write64(self, offset: usize, value: u64) {
+        // SAFETY: as for `read32`.
+        unsafe { write_volatile((self.0 + offset) as *mut u64, value) }
+    }
+}
