@@ -3,6 +3,7 @@
 //! and that the EL2 map is W^X (mmu.rs): a store into the hypervisor's code or read-only
 //! data, or a jump to an instruction in its writable data or on its heap, is a permission
 //! fault. Were it not, the line after each would print, and the test looks for it.
+//! A test hook: built only with the `test-hooks` feature (docs/security.md, "Test hooks").
 
 use alloc::boxed::Box;
 use core::ptr::{read_volatile, write_volatile};
