@@ -208,4 +208,7 @@ extern "C" fn hyp_exception(kind: u64, regs: &[u64; 32]) {
         );
     }
     println_unlocked!("hypervisor: cpu{} stopped", cpus::current_index());
+    // The boot CPU waits for this before it starts the VMs when the fault was a test's.
+    #[cfg(feature = "test-hooks")]
+    crate::fault_test::reported(cpus::current_index());
 }

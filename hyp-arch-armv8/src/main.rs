@@ -187,14 +187,18 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         boot_cpu: me,
         usable_cpu: &|cpu| cpus::is_online(cpu) && Some(cpu) != fault_cpu,
     };
-    if let Err(e) = HYPERVISOR.start(&bundle, &board) {
-        halt(e);
-    }
+    // The fault is over, its report printed, before any VM is created or prints.
     #[cfg(feature = "test-hooks")]
     if let Some((cpu, kind)) = fault {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault, {} (a test)", kind.name());
         EL2_FAULT.call_once(|| kind);
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
+        if !fault_test::wait_for_report(cpu) {
+            println!("hypervisor: cpu{cpu} has not reported its deliberate EL2 fault; going on");
+        }
+    }
+    if let Err(e) = HYPERVISOR.start(&bundle, &board) {
+        halt(e);
     }
     cpu_loop(me)
 }
