@@ -40,7 +40,7 @@ pub struct PerCpu {
     mpidr: AtomicUsize,
     online: AtomicBool,
     /// Boot-time work beside its vCPUs (which the scheduler gives): 0 = none, `WORK_PING`
-    /// or `WORK_EL2_FAULT` (`main::cpu_loop`).
+    /// or (test hooks only) `WORK_EL2_FAULT` (`main::cpu_loop`).
     work: AtomicUsize,
     /// The answer to the boot-time SGI check.
     pub pong: AtomicBool,
@@ -56,6 +56,7 @@ static PER_CPU: [PerCpu; MAX_CPUS] = [const {
     }
 }; MAX_CPUS];
 
+#[cfg(feature = "test-hooks")]
 pub const WORK_EL2_FAULT: usize = usize::MAX;
 
 const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;

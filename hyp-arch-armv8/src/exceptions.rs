@@ -191,6 +191,9 @@ extern "C" fn hyp_exception(kind: u64, regs: &[u64; 32]) {
         regs,
     };
     println_unlocked!("{report}");
+    // The boot CPU waits for this before it starts the VMs when the fault was a test's.
+    #[cfg(feature = "test-hooks")]
+    crate::fault_test::reported(report.cpu);
 }
 
 /// What `hyp_exception` reports.

@@ -3,9 +3,11 @@
 //! and that the EL2 map is W^X (mmu.rs): a store into the hypervisor's code or read-only
 //! data, or a jump to an instruction in its writable data or on its heap, is a permission
 //! fault. Were it not, the line after each would print, and the test looks for it.
+//! A test hook: built only with the `test-hooks` feature (docs/security.md, "Test hooks").
 
 use alloc::boxed::Box;
 use core::ptr::{read_volatile, write_volatile};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::bundle::El2Fault;
 
@@ -18,6 +20,33 @@ const UNMAPPED_EL2_VA: usize = 0x7f_ffff_f000;
 static READ_ONLY: u64 = 0x005e_c2e7;
 /// Writable data holding an instruction to jump to.
 static mut WRITABLE_CODE: [u32; 2] = [RET, RET];
+
+/// The CPU that has reported its fault (or that the fault did not happen), plus one; 0
+/// while none has.
+static REPORTED: AtomicUsize = AtomicUsize::new(0);
+/// The longest the boot CPU waits for that report.
+const REPORT_WAIT_SECONDS: u64 = 5;
+
+/// `cpu` has printed all it prints of its fault: the EL2 exception report is out
+/// (exceptions.rs), or `provoke` came back and said so.
+pub fn reported(cpu: usize) {
+    REPORTED.store(cpu + 1, Ordering::Release);
+}
+
+/// Waits until `cpu` has reported its fault, for at most REPORT_WAIT_SECONDS. The boot CPU
+/// creates no VM before: the report prints without the console lock (the fault may come
+/// while its CPU holds it), so a VM's lines printed meanwhile would run into its lines.
+pub fn wait_for_report(cpu: usize) -> bool {
+    let now = || crate::exceptions::sysreg!("cntpct_el0");
+    let until = now().saturating_add(crate::exceptions::sysreg!("cntfrq_el0").saturating_mul(REPORT_WAIT_SECONDS));
+    while REPORTED.load(Ordering::Acquire) != cpu + 1 {
+        if now() >= until {
+            return false;
+        }
+        core::hint::spin_loop();
+    }
+    true
+}
 
 /// Makes `fault` happen on this CPU; returns only if the EL2 map let it through.
 pub fn provoke(fault: El2Fault, cpu: usize) {
@@ -53,4 +82,5 @@ pub fn provoke(fault: El2Fault, cpu: usize) {
         }
     }
     println!("hypervisor: cpu{cpu}: the deliberate EL2 fault {} did not fault (W^X broken)", fault.name());
+    reported(cpu);
 }

@@ -1,5 +1,6 @@
 //! Calls from the hypervisor to the firmware: PSCI over the conduit the device tree names
-//! (ARM DEN 0022), and the semihosting exit that lets a test run set QEMU's exit status.
+//! (ARM DEN 0022), and (test hooks only) the semihosting exit that lets a test run set
+//! QEMU's exit status.
 
 use core::arch::asm;
 
@@ -49,7 +50,9 @@ pub fn system_off() -> ! {
 
 /// SYS_EXIT_EXTENDED (semihosting 2.0, operation 0x20) with ADS_ApplicationExit and `code`:
 /// QEMU exits with that status. Only called when the boot bundle says the run enabled
-/// semihosting; without it the HLT would be an undefined instruction.
+/// semihosting; without it the HLT would be an undefined instruction. A test hook: the
+/// deployed image has no semihosting call at all (docs/security.md, "Test hooks").
+#[cfg(feature = "test-hooks")]
 pub fn semihosting_exit(code: u32) -> ! {
     let block: [u64; 2] = [0x20026, u64::from(code)];
     // SAFETY: the semihosting call reads the two-word parameter block and does not return.

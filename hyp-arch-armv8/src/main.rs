@@ -12,6 +12,7 @@ mod boot;
 mod cpus;
 mod debug_hw;
 mod exceptions;
+#[cfg(feature = "test-hooks")]
 mod fault_test;
 mod firmware;
 mod gic;
@@ -43,8 +44,11 @@ pub(crate) use println_unlocked;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The boot bundle says the run enabled semihosting (a test hook).
+#[cfg(feature = "test-hooks")]
 static SEMIHOSTING_EXIT: Once<bool> = Once::new();
-/// The deliberate EL2 fault a system test's boot bundle asks for.
+/// The deliberate EL2 fault a system test's boot bundle asks for (a test hook).
+#[cfg(feature = "test-hooks")]
 static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
 
 /// The device tree blob at `dtb`, sized by its header (the loader guarantees it is mapped).
@@ -148,6 +152,13 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         Ok(b) => b,
         Err(e) => halt(format_args!("boot bundle: {e}")),
     };
+    // An image without the test hooks refuses a bundle that asks for one rather than run
+    // otherwise than it says (docs/security.md, "Test hooks").
+    #[cfg(not(feature = "test-hooks"))]
+    if let Err(e) = bundle.options.check_no_test_hooks() {
+        halt(format_args!("boot bundle: {e}"));
+    }
+    #[cfg(feature = "test-hooks")]
     SEMIHOSTING_EXIT.call_once(|| bundle.options.semihosting_exit);
     LIST_REGISTERS.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
         // SAFETY: the device tree's GICH frame, which the EL2 tables map Device-nGnRE (mmu.rs).
@@ -158,9 +169,13 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         halt(format_args!("the device tree cannot be read again to check the manifest"))
     };
     let me = cpus::current_index();
+    #[cfg(feature = "test-hooks")]
     let fault =
         bundle.options.test_el2_fault.map(|(c, f)| (c as usize, f)).filter(|&(c, _)| c != me && cpus::is_online(c));
+    #[cfg(feature = "test-hooks")]
     let fault_cpu = fault.map(|(c, _)| c);
+    #[cfg(not(feature = "test-hooks"))]
+    let fault_cpu: Option<usize> = None;
     let pa_bits = physical_address_bits().min(48);
     let board = hyp_runtime::hypervisor::boot::Board {
         platform: &platform,
@@ -171,13 +186,18 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         boot_cpu: me,
         usable_cpu: &|cpu| cpus::is_online(cpu) && Some(cpu) != fault_cpu,
     };
-    if let Err(e) = HYPERVISOR.start(&bundle, &board) {
-        halt(e);
-    }
+    // The fault is over, its report printed, before any VM is created or prints.
+    #[cfg(feature = "test-hooks")]
     if let Some((cpu, kind)) = fault {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault, {} (a test)", kind.name());
         EL2_FAULT.call_once(|| kind);
         cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
+        if !fault_test::wait_for_report(cpu) {
+            println!("hypervisor: cpu{cpu} has not reported its deliberate EL2 fault; going on");
+        }
+    }
+    if let Err(e) = HYPERVISOR.start(&bundle, &board) {
+        halt(e);
     }
     cpu_loop(me)
 }
@@ -217,11 +237,14 @@ fn halt(message: impl core::fmt::Display) -> ! {
 }
 
 /// Every VM has ended, or nothing can run: stop the machine, with a failure status when
-/// the run enabled semihosting.
+/// the run enabled semihosting (a test hook; an image without them powers off either way).
 pub(crate) fn finish(clean: bool) -> ! {
+    #[cfg(feature = "test-hooks")]
     if !clean && SEMIHOSTING_EXIT.get().copied().unwrap_or(false) {
         firmware::semihosting_exit(1)
     }
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = clean;
     firmware::system_off()
 }
 
@@ -234,6 +257,7 @@ pub(crate) fn cpu_loop(cpu: usize) -> ! {
                     me.pong.store(true, Ordering::Release);
                 }
             }
+            #[cfg(feature = "test-hooks")]
             cpus::WORK_EL2_FAULT => {
                 if let Some(&fault) = EL2_FAULT.get() {
                     fault_test::provoke(fault, cpu);

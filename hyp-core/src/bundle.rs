@@ -191,6 +191,26 @@ pub struct BundleOptions {
     pub test_el2_fault: Option<(u32, El2Fault)>,
 }
 
+impl BundleOptions {
+    /// The test hooks these options ask for, by the bundle property that asks:
+    /// `semihosting-exit`, `test-el2-fault-cpu`. Only an image built with hyp-arch-armv8's
+    /// `test-hooks` feature has them (docs/security.md, "Test hooks").
+    pub fn test_hooks(&self) -> impl Iterator<Item = &'static str> {
+        [(self.semihosting_exit, "semihosting-exit"), (self.test_el2_fault.is_some(), "test-el2-fault-cpu")]
+            .into_iter()
+            .filter_map(|(asked, property)| asked.then_some(property))
+    }
+
+    /// What an image built without test hooks answers these options: Ok when they ask for
+    /// none, else the error that names each one asked for.
+    pub fn check_no_test_hooks(&self) -> Result<(), BundleError<'static>> {
+        match self.test_hooks().next() {
+            None => Ok(()),
+            Some(_) => Err(BundleError::TestHooksNotBuilt(*self)),
+        }
+    }
+}
+
 /// A deliberate fault at EL2, for the system tests (bundle property `test-el2-fault`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum El2Fault {
@@ -249,6 +269,9 @@ pub enum BundleError<'a> {
     },
     /// The VMs break a rule of the manifest (`manifest::check_vms`): names the VM and field.
     Manifest(ManifestError<'a>),
+    /// The options ask for test hooks and the image was built without them
+    /// (`BundleOptions::check_no_test_hooks`).
+    TestHooksNotBuilt(BundleOptions),
 }
 
 impl<'a> From<ManifestError<'a>> for BundleError<'a> {
@@ -266,6 +289,18 @@ impl fmt::Display for BundleError<'_> {
             Self::NoVms => write!(f, "the boot bundle describes no VM"),
             Self::BadField { vm, field, problem } => write!(f, "VM {vm}: field `{field}` {problem}"),
             Self::Manifest(e) => e.fmt(f),
+            Self::TestHooksNotBuilt(options) => {
+                write!(f, "it asks for ")?;
+                for (i, property) in options.test_hooks().enumerate() {
+                    write!(f, "{}`{property}`", if i == 0 { "" } else { " and " })?;
+                }
+                write!(
+                    f,
+                    ", and this image was built without test hooks (hyp-arch-armv8's `test-hooks` feature, \
+                     which only the image of the system tests and benchmarks has): write the bundle without \
+                     test options, or boot that image"
+                )
+            }
         }
     }
 }
@@ -535,6 +570,29 @@ mod tests {
         assert_eq!(
             error(|fdt| fdt.property_array_u32("cpus", &[1, 2]).unwrap()),
             "VM web: field `cpus` lists 2 CPUs but the VM has 1 vCPU; give one CPU per vCPU"
+        );
+    }
+
+    #[test]
+    fn an_image_without_test_hooks_names_each_one_a_bundle_asks_for() {
+        let none = BundleOptions { semihosting_exit: false, test_el2_fault: None };
+        assert_eq!(none.test_hooks().count(), 0);
+        assert_eq!(none.check_no_test_hooks(), Ok(()));
+        let message = |options: BundleOptions| options.check_no_test_hooks().map_err(|e| e.to_string()).unwrap_err();
+        let without = ", and this image was built without test hooks (hyp-arch-armv8's `test-hooks` feature, \
+                       which only the image of the system tests and benchmarks has): write the bundle without \
+                       test options, or boot that image";
+        assert_eq!(
+            message(BundleOptions { semihosting_exit: true, test_el2_fault: None }),
+            format!("it asks for `semihosting-exit`{without}")
+        );
+        assert_eq!(
+            message(BundleOptions { semihosting_exit: false, test_el2_fault: Some((1, El2Fault::WriteText)) }),
+            format!("it asks for `test-el2-fault-cpu`{without}")
+        );
+        assert_eq!(
+            message(BundleOptions { semihosting_exit: true, test_el2_fault: Some((0, El2Fault::ReadUnmapped)) }),
+            format!("it asks for `semihosting-exit` and `test-el2-fault-cpu`{without}")
         );
     }
 }

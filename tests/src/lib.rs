@@ -8,13 +8,15 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use xtask::bundle::{self, BundleOptions, Placement, Policy, VmDevices, VmEntry};
-use xtask::images;
+use xtask::images::{self, Hypervisor};
 use xtask::qemu::{self, Machine, RunOutput, Session};
 
 /// Every QEMU run of the system tests stops after this long, whatever happens.
 pub const QEMU_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct Images {
+    /// The hypervisor with the test hooks (the semihosting exit every `boot` relies on for
+    /// its status, the deliberate EL2 fault); `deployed_hypervisor` is the one without.
     pub hypervisor: PathBuf,
     pub selftest: PathBuf,
     pub isolation_secret: PathBuf,
@@ -38,7 +40,8 @@ pub struct Images {
 pub fn images() -> &'static Images {
     static IMAGES: OnceLock<Images> = OnceLock::new();
     IMAGES.get_or_init(|| {
-        let hypervisor = images::build_hypervisor().unwrap_or_else(|e| panic!("building the hypervisor: {e}"));
+        let hypervisor =
+            images::build_hypervisor(Hypervisor::TestHooks).unwrap_or_else(|e| panic!("building the hypervisor: {e}"));
         let guest =
             |name: &str| images::build_test_guest(name).unwrap_or_else(|e| panic!("building the guest {name}: {e}"));
         Images {
@@ -60,6 +63,16 @@ pub fn images() -> &'static Images {
             disk_faults: guest("disk-faults"),
             disk_writer: guest("disk-writer"),
         }
+    })
+}
+
+/// The hypervisor as a user deploys it, without the test hooks (built once per test binary
+/// that asks for it).
+pub fn deployed_hypervisor() -> &'static PathBuf {
+    static DEPLOYED: OnceLock<PathBuf> = OnceLock::new();
+    DEPLOYED.get_or_init(|| {
+        images::build_hypervisor(Hypervisor::Deployed)
+            .unwrap_or_else(|e| panic!("building the deployed hypervisor: {e}"))
     })
 }
 

@@ -19,11 +19,14 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+const PF_X: u32 = 1;
+
 struct Segment {
     offset: u64,
     vaddr: u64,
     filesz: u64,
     memsz: u64,
+    flags: u32,
 }
 
 fn segments(elf: &[u8]) -> Option<Vec<Segment>> {
@@ -40,6 +43,7 @@ fn segments(elf: &[u8]) -> Option<Vec<Segment>> {
             continue;
         }
         let s = Segment {
+            flags: u32_at(elf, ph + 4)?,
             offset: u64_at(elf, ph + 8)?,
             vaddr: u64_at(elf, ph + 16)?,
             filesz: u64_at(elf, ph + 32)?,
@@ -50,6 +54,27 @@ fn segments(elf: &[u8]) -> Option<Vec<Segment>> {
         }
     }
     Some(out)
+}
+
+/// A loadable segment's bytes in the file, where they load, and whether they are code.
+pub struct Loaded<'a> {
+    pub vaddr: u64,
+    pub bytes: &'a [u8],
+    pub executable: bool,
+}
+
+/// The loadable segments of `elf` that have bytes in the file; None if it is not a 64-bit
+/// ELF file or a segment lies beyond its end.
+pub fn loadable(elf: &[u8]) -> Option<Vec<Loaded<'_>>> {
+    segments(elf)?
+        .iter()
+        .filter(|s| s.filesz > 0)
+        .map(|s| {
+            let bytes =
+                elf.get(usize::try_from(s.offset).ok()?..usize::try_from(s.offset.checked_add(s.filesz)?).ok()?)?;
+            Some(Loaded { vaddr: s.vaddr, bytes, executable: s.flags & PF_X != 0 })
+        })
+        .collect()
 }
 
 /// The flat image of `elf`, whose first bytes must be an arm64 Image header.

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
+use xtask::images::Hypervisor;
 use xtask::manifest::{Board, DebianGuest, Manifest};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
@@ -21,8 +22,9 @@ Commands:
   bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md)
-  image   build every image into target/images/: the hypervisor, the test guests, and the
-          Debian arm64 Linux guest (kernel and busybox initramfs, downloads cached)
+  image   build every image into target/images/: the hypervisor as deployed (hypervisor.Image,
+          without test hooks), the test guests, and the Debian arm64 Linux guest (kernel and
+          busybox initramfs, downloads cached)
   fuzz    run the libFuzzer targets of fuzz/ (docs/fuzzing.md): every decoder a guest or a
           file feeds; installs a nightly toolchain and cargo-fuzz if they are missing
   soak    three Linux VMs (manifests/three-vms.toml) with disk and network traffic for a
@@ -35,7 +37,9 @@ Options of `qemu`:
                    otherwise; checked before anything boots. Its board disk is
                    vm-disks/<manifest name>.img (1 GiB, created empty) unless --disk
   --guest NAME     the guest to run: `linux` (default: Debian arm64 with a BusyBox shell on
-                   this terminal) or `selftest` (checks the hypervisor from the inside, then ends)
+                   this terminal) or `selftest` (checks the hypervisor from the inside, then
+                   ends; on the tests' image, hypervisor-test-hooks.Image, whose semihosting
+                   exit gives QEMU a failure status)
   --kernel FILE    the linux guest's kernel (an arm64 Image; default: Debian's)
   --initrd FILE    its initramfs (default: the BusyBox one `cargo xtask image` builds)
   --append ARGS    its command line (default: `console=ttyAMA0 earlycon`)
@@ -94,8 +98,9 @@ fn main() {
     }
 }
 
-fn build_all() -> Result<(PathBuf, PathBuf), XtaskError> {
-    let hyp = images::build_hypervisor()?;
+/// The hypervisor (`kind`) and the selftest guest.
+fn build_all(kind: Hypervisor) -> Result<(PathBuf, PathBuf), XtaskError> {
+    let hyp = images::build_hypervisor(kind)?;
     let guest = images::build_test_guest("selftest")?;
     step(&format!("images: {} and {}", hyp.display(), guest.display()));
     Ok((hyp, guest))
@@ -219,7 +224,7 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
 
 /// The Linux guest, interactive on this terminal.
 fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
-    let hyp = images::build_hypervisor()?;
+    let hyp = images::build_hypervisor(Hypervisor::Deployed)?;
     let (kernel, initrd) = match (args.kernel, args.initrd) {
         (Some(kernel), initrd) => (kernel, initrd),
         (None, initrd) => {
@@ -307,7 +312,7 @@ fn qemu_manifest(args: QemuArgs) -> Result<(), XtaskError> {
         .and_then(|_| std::fs::write(&bundle_path, blob))
         .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
     step(&format!("{}: the VMs pass every check: {}", path.display(), manifest.summary()));
-    let hyp = images::build_hypervisor()?;
+    let hyp = images::build_hypervisor(Hypervisor::Deployed)?;
     let network = manifest.wants_network().then(|| vec![(args.http_port, 80)]);
     let machine = Machine { smp, memory_mib, disk: disk.clone(), network, ..args.machine };
     step(&format!(
@@ -336,9 +341,10 @@ fn run_on_terminal(cmd: std::process::Command, timeout: Option<u64>) -> Result<(
     }
 }
 
-/// The selftest guest: checks the hypervisor from the inside and ends the run.
+/// The selftest guest: checks the hypervisor from the inside and ends the run. A test run:
+/// the image with the test hooks, whose semihosting exit makes a failure QEMU's status.
 fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
-    let (hyp, guest) = build_all()?;
+    let (hyp, guest) = build_all(Hypervisor::TestHooks)?;
     let vm = VmEntry {
         name: "selftest".into(),
         vcpus: 2,
@@ -389,7 +395,14 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     ))?;
     step("the shared GIC driver builds for both architectures (hyp-arch-arm: aarch64-unknown-none-softfloat, armv7a-none-eabi)");
     for target in [images::HYPERVISOR_TARGET, images::ARMV7_TARGET] {
-        run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", target, "-p", "hyp-arch-arm"]))?;
+        run(Command::new(&cargo).current_dir(&root).args([
+            "build",
+            "--quiet",
+            "--target",
+            target,
+            "-p",
+            "hyp-arch-arm",
+        ]))?;
     }
     setup::ensure_clippy()?;
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
@@ -406,6 +419,20 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
         "hyp-arch-arm",
         "-p",
         "hyp-board-qemu-virt",
+    ]))?;
+    // The image of the tests, with the test hooks, too (docs/security.md, "Test hooks").
+    run(Command::new(&cargo).current_dir(&root).args([
+        "clippy",
+        "--quiet",
+        "--release",
+        "--target",
+        images::HYPERVISOR_TARGET,
+        "-p",
+        "hyp-arch-armv8",
+        "-p",
+        "hyp-board-qemu-virt",
+        "--features",
+        "hyp-arch-armv8/test-hooks",
     ]))?;
     run(Command::new(&cargo).current_dir(&root).args([
         "clippy",
@@ -516,7 +543,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
 
 fn cmd_image() -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
-    build_all()?;
+    build_all(Hypervisor::Deployed)?;
     for bin in ["isolation-secret", "isolation-probe", "microbench", "spinner", "passthrough"] {
         images::build_test_guest(bin)?;
     }

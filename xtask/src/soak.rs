@@ -7,10 +7,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::bundle::BundleOptions;
+use crate::images::{self, Hypervisor};
+use crate::linux_guest;
 use crate::manifest::{Board, DebianGuest, Manifest};
 use crate::qemu::{Machine, Session};
 use crate::util::{step, XtaskError};
-use crate::{images, linux_guest};
 
 /// One reading of the heap: seconds since the workloads started, KiB in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,7 +147,8 @@ pub fn run(root: &Path, minutes: u64) -> Result<Soak, XtaskError> {
     let bundle = root.join("target").join("soak").join("three-vms.bundle");
     std::fs::write(&bundle, manifest.bundle(&board, &BundleOptions::default())?)
         .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle.display())))?;
-    let hypervisor = images::build_hypervisor()?;
+    // The image a user deploys: the soak runs what they would run.
+    let hypervisor = images::build_hypervisor(Hypervisor::Deployed)?;
     // The guests' httpd is reached only from the other VMs: no host port is forwarded.
     let machine = Machine { smp, memory_mib, disk: Some(disk), network: Some(Vec::new()), ..Machine::default() };
     let length = Duration::from_secs(minutes * 60);
