@@ -23,8 +23,6 @@ use hyp_core::platform::{GicDescription, GicVersion, MAX_CPUS};
 use crate::mmio::Frame;
 use crate::registers::*;
 
-/// The SGI that asks a CPU to look at its work slot.
-pub const SGI_KICK: u32 = 1;
 /// The INTID an acknowledge returns when nothing is pending.
 pub const SPURIOUS: u32 = 1023;
 

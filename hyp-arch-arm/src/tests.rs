@@ -14,6 +14,9 @@ use crate::gic::*;
 use crate::list_registers::*;
 use crate::registers::*;
 
+/// An SGI number, as the runtime's kick uses (hyp_runtime::interrupts::KICK_SGI).
+const KICK: u32 = 1;
+
 // ---- the fakes ----
 
 /// Frames of a GIC in memory: the distributor, four redistributors, a GICv2 CPU interface
@@ -280,9 +283,9 @@ fn affinities_leave_out_what_is_not_affinity() {
 
 #[test]
 fn sgis_name_their_one_target() {
-    assert_eq!(sgi1r(MPIDR, SGI_KICK), 7 << 48 | 3 << 32 | 1 << 24 | 2 << 16 | 1 << 1);
+    assert_eq!(sgi1r(MPIDR, KICK), 7 << 48 | 3 << 32 | 1 << 24 | 2 << 16 | 1 << 1);
     assert_eq!(sgi1r(0xf, 0x1f), 0xf << 24 | 1 << 15, "INTID is 4 bits, Aff0 one bit of 16");
-    assert_eq!(gicv2_sgir(2, SGI_KICK), 1 << 18 | 1);
+    assert_eq!(gicv2_sgir(2, KICK), 1 << 18 | 1);
     assert_eq!(gicv2_sgir(7, 0x1f) >> 24, 0, "TargetListFilter 0: the list");
 }
 
@@ -409,10 +412,10 @@ fn gicv3_hot_paths_are_the_cpu_interfaces() {
     assert_eq!(gic.acknowledge(), 27);
     gic.end_of_interrupt(27);
     gic.priority_drop(40);
-    gic.send_sgi(3, MPIDR, SGI_KICK);
+    gic.send_sgi(3, MPIDR, KICK);
     assert_eq!(
         icc_log(),
-        [Icc::Acknowledge, Icc::EndOfInterrupt(27), Icc::PriorityDrop(40), Icc::Sgi(sgi1r(MPIDR, SGI_KICK))]
+        [Icc::Acknowledge, Icc::EndOfInterrupt(27), Icc::PriorityDrop(40), Icc::Sgi(sgi1r(MPIDR, KICK))]
     );
     assert_eq!(memory.gicd(GICD_SGIR), 0, "no GICv2 SGI");
 }
@@ -467,7 +470,7 @@ fn gicv2_cpu_sets_up_its_banked_registers_and_its_interface() {
 fn gicv2_sgi_and_spi_target_the_cpu_interface() {
     let memory = Memory::new();
     let gic = gicv2(&memory);
-    gic.send_sgi(1, 0x1, SGI_KICK);
+    gic.send_sgi(1, 0x1, KICK);
     assert_eq!(memory.gicd(GICD_SGIR), 1 << 18 | 1);
     assert_eq!(icc_log(), [Icc::Barrier], "a store barrier before the SGI");
     gic.enable_spi(40, 1, 0x1);

@@ -110,13 +110,13 @@ pub fn mpidr_of(index: usize) -> u64 {
 pub fn give_work(index: usize, work: usize) {
     if let Some(cpu) = PER_CPU.get(index) {
         cpu.work.store(work, Ordering::Release);
-        crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
+        crate::gic::send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
     }
 }
 
 /// Makes CPU `index` leave the guest it runs (or its WFI) and look at its state again.
 pub fn kick(index: usize) {
-    crate::gic::send_sgi(index, mpidr_of(index), crate::gic::SGI_KICK);
+    crate::gic::send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
 }
 
 /// Takes this CPU's boot-time work, if any.

@@ -8,7 +8,8 @@ use core::arch::asm;
 use hyp_arch_arm::{CpuInterfaceRegisters, Gic};
 use hyp_core::platform::GicDescription;
 
-pub use hyp_arch_arm::gic::{interrupt_id, GicError, SGI_KICK, SPURIOUS};
+pub use hyp_arch_arm::gic::{interrupt_id, GicError, SPURIOUS};
+pub use hyp_runtime::interrupts::KICK_SGI;
 
 /// The GICv3 CPU interface by its system registers, at EL2.
 pub struct Icc;

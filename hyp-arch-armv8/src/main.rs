@@ -115,7 +115,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let ppis = gic_ppis(&platform);
     PPIS.call_once(|| ppis);
     let own = [
-        (gic::SGI_KICK, Route::Kick),
+        (gic::KICK_SGI, Route::Kick),
         (ppis[0], Route::Maintenance),
         (ppis[1], Route::VirtualTimer),
         (ppis[2], Route::HypTimer),
