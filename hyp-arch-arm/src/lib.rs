@@ -1,4 +1,5 @@
-//! What ARMv7-A and ARMv8-A images share of the GIC hardware: everything memory-mapped.
+//! What ARMv7-A and ARMv8-A images share: the GIC hardware, everything of it memory-mapped,
+//! and RAM through the identity map both keep.
 //!
 //! - `gic`: the physical GIC as the hypervisor uses it: the distributor (GICD), the GICv3
 //!   redistributors (GICR, brought up through the `arm-gic` crate), the GICv2 CPU interface
@@ -6,7 +7,9 @@
 //! - `list_registers`: the GICv2 virtual interface control frame (GICH) and the list
 //!   registers of either GIC version, for the vGIC (`vgic::ListRegisters`).
 //! - `registers`: the frames' register offsets and the values computed for them.
-//! - `mmio`: the volatile accesses, the crate's only `unsafe`.
+//! - `mmio`: the GIC frames' volatile accesses.
+//! - `identity_map`: stage-2 table frames from the heap, a VM's RAM as its devices see it,
+//!   the device tree the bootloader passed.
 //!
 //! What differs between the two architectures is the GICv3 CPU interface, which is system
 //! registers (MRS/MSR on AArch64, MCR/MRC on AArch32): the image implements
@@ -19,7 +22,10 @@
 
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
 pub mod gic;
+pub mod identity_map;
 pub mod list_registers;
 mod mmio;
 pub mod registers;

@@ -13,9 +13,10 @@ use hyp_runtime::{Arch, Hypervisor, Virtualization};
 use sched::Decision;
 
 use crate::exceptions::sysreg;
-use crate::memory::{HeapTableMemory, Stage2Tlb};
+use crate::memory::Stage2Tlb;
 use crate::vdev::Devices;
 use crate::vm::{OnCpu, Vm};
+use hyp_arch_arm::identity_map::HeapTableMemory;
 
 pub struct Aarch64;
 

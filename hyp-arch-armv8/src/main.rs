@@ -30,7 +30,6 @@ use core::sync::atomic::Ordering;
 use crate::arch::HYPERVISOR;
 use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
-use hyp_core::fdt::FdtError;
 use hyp_core::memory_map;
 use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
 use hyp_runtime::interrupts::Route;
@@ -51,20 +50,11 @@ static SEMIHOSTING_EXIT: Once<bool> = Once::new();
 #[cfg(feature = "test-hooks")]
 static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
 
-/// The device tree blob at `dtb`, sized by its header (the loader guarantees it is mapped).
+/// The device tree blob the loader passed in x0.
 fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
-    if dtb == 0 || !dtb.is_multiple_of(8) {
-        return Err(PlatformError::NotADeviceTree(FdtError::BadMagic));
-    }
-    // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned; the
-    // first 8 bytes are its magic and total size, and it is never written or freed.
-    let header = unsafe { core::slice::from_raw_parts(dtb as *const u8, 8) };
-    if header[0..4] != [0xd0, 0x0d, 0xfe, 0xed] {
-        return Err(PlatformError::NotADeviceTree(FdtError::BadMagic));
-    }
-    let size = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
-    // SAFETY: as above, for the size the header states.
-    Ok(unsafe { core::slice::from_raw_parts(dtb as *const u8, size) })
+    // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned,
+    // which the hypervisor never writes or frees.
+    unsafe { hyp_arch_arm::identity_map::device_tree(dtb) }
 }
 
 #[no_mangle]

@@ -1,13 +1,11 @@
-//! Physical memory at run time: the hypervisor heap, the frames stage-2 tables live in
-//! (`TableMemory` over the identity map), TLB maintenance for stage 2, and cache maintenance
-//! for memory a guest will read with its MMU off.
+//! Physical memory at run time: the hypervisor heap (whose frames stage-2 tables take:
+//! hyp_arch_arm::identity_map), TLB maintenance for stage 2, and cache maintenance for
+//! memory a guest will read with its MMU off.
 
-use core::alloc::Layout;
 use core::arch::asm;
 
-use alloc::alloc::{alloc_zeroed, dealloc};
 use buddy_system_allocator::LockedHeap;
-use stage2::{Ipa, PhysAddr, TableMemory, TlbMaintenance};
+use stage2::{Ipa, TlbMaintenance};
 
 #[global_allocator]
 static HEAP: LockedHeap<33> = LockedHeap::empty();
@@ -26,44 +24,6 @@ pub fn heap_in_use() -> u64 {
 pub unsafe fn init_heap(base: u64, size: u64) {
     // SAFETY: the caller gives memory nobody else owns.
     unsafe { HEAP.lock().init(base as usize, size as usize) };
-}
-
-/// Stage-2 table frames from the hypervisor heap: hypervisor memory, never any VM's.
-pub struct HeapTableMemory;
-
-const FRAME: usize = 4096;
-
-fn frames_layout(count: usize) -> Option<Layout> {
-    Layout::from_size_align(FRAME * count, FRAME * count).ok()
-}
-
-impl TableMemory for HeapTableMemory {
-    fn allocate_zeroed_frames(&mut self, count: usize) -> Option<PhysAddr> {
-        let layout = frames_layout(count)?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(PhysAddr(ptr as u64))
-    }
-
-    fn free_frames(&mut self, base: PhysAddr, count: usize) {
-        if let Some(layout) = frames_layout(count) {
-            // SAFETY: `base` came from `allocate_zeroed_frames(count)` (the stage2 crate frees
-            // only what it allocated, with the same count).
-            unsafe { dealloc(base.0 as *mut u8, layout) };
-        }
-    }
-
-    fn read_descriptor(&self, table: PhysAddr, index: usize) -> u64 {
-        // SAFETY: `table` is a table frame this pool handed out (identity-mapped) and the
-        // walker keeps `index` below 512 entries per frame of the table.
-        unsafe { core::ptr::read_volatile((table.0 as *const u64).add(index)) }
-    }
-
-    fn write_descriptor(&mut self, table: PhysAddr, index: usize, value: u64) {
-        // SAFETY: as for `read_descriptor`; a single aligned 64-bit store is single-copy
-        // atomic, so the table walker never sees a torn descriptor.
-        unsafe { core::ptr::write_volatile((table.0 as *mut u64).add(index), value) }
-    }
 }
 
 /// Stage-2 TLB maintenance for one VMID (ARM ARM D8.14.5 and the TLBI IPAS2E1IS
