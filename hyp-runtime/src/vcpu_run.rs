@@ -274,8 +274,7 @@ pub fn run_vcpu<C: VcpuCpu>(
                     vcpu,
                     "SError (syndrome {syndrome:#x}): the VM is stopped"
                 );
-                let _ = core.end(vcpu, EndReason::Crashed);
-                return stop(vm, vcpu, &mut here);
+                return crash(vm, vcpu, &mut here);
             }
             GuestExit::Unknown(kind) => {
                 crate::vm_log!(
@@ -284,8 +283,7 @@ pub fn run_vcpu<C: VcpuCpu>(
                     vcpu,
                     "exit of unknown kind {kind}: the VM is stopped"
                 );
-                let _ = core.end(vcpu, EndReason::Crashed);
-                return stop(vm, vcpu, &mut here);
+                return crash(vm, vcpu, &mut here);
             }
         }
         // A shared vCPU's slice ended, or another vCPU of this CPU became runnable.
@@ -417,6 +415,13 @@ fn deschedule<C: VcpuCpu>(
     let saved = here.save();
     leave_cpu(vm, vcpu, here, Some(Box::new(Resume { registers, saved, last_unknown })));
     VcpuExit::Descheduled
+}
+
+/// The VM crashed: it ends, and this vCPU stops.
+fn crash<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &mut C) -> VcpuExit {
+    let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
+    let _ = core.end(vcpu, EndReason::Crashed);
+    stop(vm, vcpu, here)
 }
 
 /// This vCPU stops for good, with nothing to resume from; the scheduler and the VM's power

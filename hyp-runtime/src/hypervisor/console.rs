@@ -10,13 +10,10 @@ use core::borrow::Borrow;
 use hyp_core::bundle::VmSpec;
 use hyp_core::management::{Action, Command};
 
-use super::{say, Hypervisor, Virtualization};
+use super::{say, BoardOf, Hypervisor, Virtualization};
 use crate::board::Board;
 use crate::management::{decide, Effect, VmDirectory, VmState};
-use crate::virtio::slot::VmEnv;
 use crate::vm::Vm;
-
-type BoardOf<V> = <<V as Virtualization>::Env as VmEnv>::Board;
 
 /// At most this many typed bytes are taken at a time (the PL011's FIFO holds 32).
 const INPUT_BATCH: usize = 64;

@@ -1,8 +1,9 @@
-//! The hypervisor as a whole, once its CPUs are up: the VMs of the boot bundle created and
-//! started ([`boot`]), every CPU's turn at running vCPUs, VMs ended, destroyed, reset and
-//! created again ([`lifecycle`]), and the board's console and NIC as the VMs share them
-//! ([`console`], [`uplink`]), and the physical interrupts every CPU takes
-//! ([`interrupts`]).
+//! The hypervisor as a whole, once its CPUs are up:
+//! - the VMs of the boot bundle created and started ([`boot`]);
+//! - every CPU's turn at running vCPUs, and VMs ended, destroyed, reset and created again
+//!   ([`lifecycle`]);
+//! - the physical interrupts every CPU takes ([`interrupts`]);
+//! - the board's console and NIC as the VMs share them ([`console`], [`uplink`]).
 //!
 //! [`Hypervisor`] holds the state every CPU shares; an image keeps one in a `static`. What
 //! it needs of the architecture beyond [`Arch`] is [`Virtualization`]: building a VM's
@@ -183,10 +184,13 @@ impl<V: Virtualization> Hypervisor<V> {
     }
 }
 
+/// The board of the image whose architecture is `V`.
+pub(crate) type BoardOf<V> = <<V as Virtualization>::Env as VmEnv>::Board;
+
 /// A line of the hypervisor's on the board's console.
 macro_rules! say {
     ($v:ty, $($arg:tt)*) => {
-        <<<$v as $crate::hypervisor::Virtualization>::Env as $crate::virtio::slot::VmEnv>::Board as $crate::board::Board>::print(format_args!($($arg)*))
+        <$crate::hypervisor::BoardOf<$v> as $crate::board::Board>::print(format_args!($($arg)*))
     };
 }
 pub(crate) use say;

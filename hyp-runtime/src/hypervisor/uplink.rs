@@ -4,13 +4,10 @@
 
 use alloc::vec::Vec;
 
-use super::{say, Hypervisor, Virtualization};
+use super::{say, BoardOf, Hypervisor, Virtualization};
 use crate::board::Board;
 use crate::interrupts::Route;
 use crate::network::{BoardNic, UPLINK_PORT};
-use crate::virtio::slot::VmEnv;
-
-type BoardOf<V> = <<V as Virtualization>::Env as VmEnv>::Board;
 
 /// The largest frame the uplink hands the switch, with room to spare (an Ethernet frame
 /// with a VLAN tag is 1,522 bytes).
