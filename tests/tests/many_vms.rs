@@ -17,6 +17,13 @@ fn command(s: &mut Session, line: &str) {
     s.send_line(&format!("\x1d{line}")).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// The last `n` lines of `text`: what every VM printed up to a failure (this test's pings
+/// have failed now and then, cause not found yet).
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn expect(s: &mut Session, text: &str, within: Duration) -> String {
     s.wait_for(text, within).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -57,7 +64,11 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     assert_output_line(&work, "200000", "web works");
     for peer in ["10.0.2.16", "10.0.2.17"] {
         let ping = run(&mut s, &format!("ping -c 3 -W 5 {peer}"));
-        assert!(ping.contains("3 packets transmitted, 3 packets received"), "web pings {peer}: {ping}");
+        assert!(
+            ping.contains("3 packets transmitted, 3 packets received"),
+            "web pings {peer}: {ping}\nthe console's last lines:\n{}",
+            last_lines(&s.console(), 150)
+        );
     }
 
     // The console moves to batch, whose vCPUs are shared.
@@ -99,7 +110,11 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     s.send_line("").unwrap();
     wait_for_shell_prompt(&mut s);
     let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.16");
-    assert!(ping.contains("3 packets received"), "batch reaches the restarted db: {ping}");
+    assert!(
+        ping.contains("3 packets received"),
+        "batch reaches the restarted db: {ping}\nthe console's last lines:\n{}",
+        last_lines(&s.console(), 150)
+    );
 
     // batch is destroyed; web still works, then powers off; db powers off: all have ended.
     command(&mut s, "destroy batch");
