@@ -12,8 +12,7 @@ use hyp_core::exit::{handle, Outcome};
 use hyp_core::mmio::{Locked, MmioBus};
 use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegEnv, VmFeatures};
-use hyp_core::trap::aarch32::{decode, HypExit};
-use hyp_core::trap::GuestRegisters;
+use hyp_core::trap::aarch32::{decode, HypExit, Registers};
 use libfuzzer_sys::fuzz_target;
 use stage2::{Ipa, IpaRange};
 
@@ -45,27 +44,6 @@ impl SysRegEnv for Env {
     }
 }
 
-/// r0..r14 and the PC of an AArch32 guest.
-#[derive(Clone, Debug, PartialEq)]
-struct Regs {
-    r: [u32; 15],
-    pc: u32,
-}
-
-impl GuestRegisters for Regs {
-    fn reg(&self, n: u8) -> u64 {
-        self.r.get(usize::from(n)).map_or(0, |&v| u64::from(v))
-    }
-    fn set_reg(&mut self, n: u8, value: u64) {
-        if let Some(r) = self.r.get_mut(usize::from(n)) {
-            *r = value as u32;
-        }
-    }
-    fn advance_pc(&mut self, bytes: u8) {
-        self.pc = self.pc.wrapping_add(u32::from(bytes));
-    }
-}
-
 #[derive(Arbitrary, Debug)]
 struct Input {
     exits: Vec<(u32, u32, u32)>,
@@ -78,7 +56,7 @@ fuzz_target!(|input: Input| {
     let uart = Pl011::new(Box::new(Sink), Box::new(Sink));
     bus.attach(IpaRange::new(Ipa(0x0900_0000), 0x1000).unwrap(), Box::new(Locked::new(uart))).unwrap();
     let mut env = Env(DebugRegisters::AT_RESET);
-    let mut regs = Regs { r: input.r, pc: input.pc };
+    let mut regs = Registers { r: input.r, pc: input.pc };
     for &(hsr, far, hpfar) in input.exits.iter().take(64) {
         let before = regs.clone();
         let exit = decode(&HypExit { hsr, far, hpfar });

@@ -669,30 +669,10 @@ mod tests {
         assert_eq!(from_el0.esr_el1 >> 26, 0x20);
     }
 
-    /// An AArch32 guest's registers (r0..r14 and the PC), for the exits its decoder gives.
-    #[derive(Default)]
-    struct Aarch32Regs {
-        r: [u32; 15],
-        pc: u32,
-    }
-    impl GuestRegisters for Aarch32Regs {
-        fn reg(&self, n: u8) -> u64 {
-            self.r.get(usize::from(n)).map_or(0, |&v| u64::from(v))
-        }
-        fn set_reg(&mut self, n: u8, value: u64) {
-            if let Some(r) = self.r.get_mut(usize::from(n)) {
-                *r = value as u32;
-            }
-        }
-        fn advance_pc(&mut self, bytes: u8) {
-            self.pc = self.pc.wrapping_add(u32::from(bytes));
-        }
-    }
-
     #[test]
     fn an_aarch32_guest_gets_the_same_answers_through_its_own_decoder() {
-        use crate::trap::aarch32::{decode, HypExit};
-        let mut regs = Aarch32Regs { pc: 0x8000, ..Default::default() };
+        use crate::trap::aarch32::{decode, HypExit, Registers};
+        let mut regs = Registers { pc: 0x8000, ..Default::default() };
         regs.r[0] = smccc::PSCI_VERSION;
         let hvc = decode(&HypExit { hsr: (0x12 << 26) | (1 << 25), far: 0, hpfar: 0 });
         let answer = handle(&hvc, &mut regs, 0, &mut MmioBus::new(), &mut Env::default());

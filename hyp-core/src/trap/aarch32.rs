@@ -3,7 +3,7 @@
 //! `Trap`. The syndrome's layout is ESR_EL2's (EC, IL, ISS) and so is a data abort's ISS,
 //! without the AArch64-only SF and AR bits.
 
-use super::{CoprocessorAccess, DecodedExit, Trap};
+use super::{CoprocessorAccess, DecodedExit, GuestRegisters, Trap};
 use crate::exit::SyncExit;
 use crate::syndrome::{ExceptionClass, Syndrome};
 
@@ -15,6 +15,28 @@ pub struct HypExit {
     pub far: u32,
     /// HPFAR: the faulting IPA's page (bits [31:4] = IPA[39:12]).
     pub hpfar: u32,
+}
+
+/// An AArch32 guest's r0..r14 and PC, as an exit handler reads and writes them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Registers {
+    pub r: [u32; 15],
+    pub pc: u32,
+}
+
+impl GuestRegisters for Registers {
+    fn reg(&self, n: u8) -> u64 {
+        self.r.get(usize::from(n)).map_or(0, |&v| u64::from(v))
+    }
+    fn set_reg(&mut self, n: u8, value: u64) {
+        if let Some(r) = self.r.get_mut(usize::from(n)) {
+            // The 32-bit register takes the low half, as an AArch32 write does.
+            *r = value as u32;
+        }
+    }
+    fn advance_pc(&mut self, bytes: u8) {
+        self.pc = self.pc.wrapping_add(u32::from(bytes));
+    }
 }
 
 /// What the exit asks for.
