@@ -407,51 +407,23 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_clippy()?;
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
-    run(Command::new(&cargo).current_dir(&root).args([
-        "clippy",
-        "--quiet",
-        "--release",
-        "--target",
-        images::HYPERVISOR_TARGET,
-        "-p",
-        "hyp-arch-armv8",
-        "-p",
-        "hyp-arch-arm",
-        "-p",
-        "hyp-board-qemu-virt",
-    ]))?;
-    // The image of the tests, with the test hooks, too (docs/security.md, "Test hooks").
-    run(Command::new(&cargo).current_dir(&root).args([
-        "clippy",
-        "--quiet",
-        "--release",
-        "--target",
-        images::HYPERVISOR_TARGET,
-        "-p",
-        "hyp-arch-armv8",
-        "-p",
-        "hyp-board-qemu-virt",
-        "--features",
-        "hyp-arch-armv8/test-hooks",
-    ]))?;
-    run(Command::new(&cargo).current_dir(&root).args([
-        "clippy",
-        "--quiet",
-        "--release",
-        "--target",
-        images::ARMV7_TARGET,
-        "-p",
-        "hyp-arch-arm",
-    ]))?;
-    run(Command::new(&cargo).current_dir(&root).args([
-        "clippy",
-        "--quiet",
-        "--release",
-        "--target",
-        images::AARCH64_TARGET,
-        "-p",
-        "selftest-guest",
-    ]))?;
+    // The deployed image, the tests' image with the test hooks (docs/security.md, "Test
+    // hooks"), the shared GIC driver for ARMv7, and the test guests.
+    let bare_metal: [(&str, &[&str]); 4] = [
+        (images::HYPERVISOR_TARGET, &["-p", "hyp-arch-armv8", "-p", "hyp-arch-arm", "-p", "hyp-board-qemu-virt"]),
+        (
+            images::HYPERVISOR_TARGET,
+            &["-p", "hyp-arch-armv8", "-p", "hyp-board-qemu-virt", "--features", "hyp-arch-armv8/test-hooks"],
+        ),
+        (images::ARMV7_TARGET, &["-p", "hyp-arch-arm"]),
+        (images::AARCH64_TARGET, &["-p", "selftest-guest"]),
+    ];
+    for (target, crates) in bare_metal {
+        run(Command::new(&cargo)
+            .current_dir(&root)
+            .args(["clippy", "--quiet", "--release", "--target", target])
+            .args(crates))?;
+    }
     step(&format!("fuzzing: a short pass of every target ({FUZZ_SECONDS_IN_TEST} s each; docs/fuzzing.md)"));
     fuzz::ensure_tools()?;
     let results = fuzz::run(&root, &[], fuzz::Budget::Seconds(FUZZ_SECONDS_IN_TEST))?;
