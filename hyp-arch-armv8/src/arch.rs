@@ -102,7 +102,7 @@ impl Virtualization for Aarch64 {
         crate::gic::priority_drop(iar);
     }
 
-    fn take_interrupt(intid: u32, cpu: usize) {
+    fn enable_interrupt(intid: u32, cpu: usize) {
         crate::gic::enable_spi(intid, cpu, crate::cpus::mpidr_of(cpu));
     }
 

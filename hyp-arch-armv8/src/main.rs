@@ -31,7 +31,7 @@ use crate::arch::HYPERVISOR;
 use crate::list_registers::ListRegisterFile;
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::memory_map;
-use hyp_core::platform::{GicVersion, PhysRange, Platform, PlatformError};
+use hyp_core::platform::{GicVersion, PhysRange, Platform};
 use hyp_runtime::interrupts::Route;
 use spin::Once;
 use stage2::TableFormat;
@@ -50,20 +50,14 @@ static SEMIHOSTING_EXIT: Once<bool> = Once::new();
 #[cfg(feature = "test-hooks")]
 static EL2_FAULT: Once<hyp_core::bundle::El2Fault> = Once::new();
 
-/// The device tree blob the loader passed in x0.
-fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
-    // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned,
-    // which the hypervisor never writes or frees.
-    unsafe { hyp_arch_arm::identity_map::device_tree(dtb) }
-}
-
 #[no_mangle]
 extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
-    // The MMU is off: no locks and no heap until it is on.
-    let Ok(platform) = device_tree(dtb).and_then(Platform::from_device_tree) else {
-        // Without a device tree there is no known UART to complain on.
-        cpus::park()
-    };
+    // The MMU is off: no locks and no heap until it is on. Without a device tree there is
+    // no known UART to complain on.
+    // SAFETY: booting.rst requires x0 to point at a device tree in RAM, 8-byte aligned,
+    // which the hypervisor never writes or frees.
+    let Ok(device_tree) = (unsafe { hyp_arch_arm::identity_map::device_tree(dtb) }) else { cpus::park() };
+    let Ok(platform) = Platform::from_device_tree(device_tree) else { cpus::park() };
     let Ok(mmu_regs) = mmu::build(&platform, boot::image_layout()) else { cpus::park() };
     let (image_start, image_end) = boot::image_range();
     mmu::invalidate_dcache_range(image_start, image_end);
@@ -78,7 +72,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     println!("{platform}");
     println!("  psci        {:?} conduit, firmware PSCI {}.{}", platform.psci, psci >> 16, psci & 0xffff);
 
-    let dtb_range = PhysRange { base: dtb, size: device_tree(dtb).map_or(0, |d| d.len() as u64) };
+    let dtb_range = PhysRange { base: dtb, size: device_tree.len() as u64 };
     let image = PhysRange { base: image_start, size: image_end - image_start };
     let in_use = [image, dtb_range];
     let used = in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter());
@@ -155,8 +149,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         (GicVersion::V2, Some(gich)) => unsafe { ListRegisterFile::v2(gich.base as usize) },
         _ => ListRegisterFile::V3,
     });
-    let Some(board_devices) = device_tree(dtb).ok().and_then(hyp_core::manifest::DeviceTreeDevices::new) else {
-        halt(format_args!("the device tree cannot be read again to check the manifest"))
+    let Some(board_devices) = hyp_core::manifest::DeviceTreeDevices::new(device_tree) else {
+        halt(format_args!("the device tree's devices cannot be read to check the manifest"))
     };
     let me = cpus::current_index();
     #[cfg(feature = "test-hooks")]
@@ -167,7 +161,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     #[cfg(not(feature = "test-hooks"))]
     let fault_cpu: Option<usize> = None;
     let pa_bits = physical_address_bits().min(48);
-    let board = hyp_runtime::hypervisor::boot::Board {
+    let board = hyp_runtime::hypervisor::boot::BootedBoard {
         platform: &platform,
         devices: &board_devices,
         free: &untyped,

@@ -303,7 +303,7 @@ pub fn run_vcpu<C: VcpuCpu>(
 /// whichever vCPU the guest chose.
 fn route_passthrough<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) {
     for spi in &vm.passthrough_spis {
-        C::V::take_interrupt(spi.intid, cpu);
+        C::V::enable_interrupt(spi.intid, cpu);
         crate::vm_log!(
             <C::V as Virtualization>::Env,
             vm,

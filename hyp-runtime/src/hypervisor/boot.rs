@@ -23,7 +23,7 @@ use crate::scheduling::vcpu_ref;
 use crate::vm::Vm;
 
 /// What the arch crate found and set up before the VMs.
-pub struct Board<'a> {
+pub struct BootedBoard<'a> {
     pub platform: &'a Platform<'a>,
     /// The board's devices, from its device tree (passthrough devices come from it).
     pub devices: &'a DeviceTreeDevices<'a>,
@@ -42,7 +42,7 @@ pub struct Board<'a> {
 
 impl<V: Virtualization> Hypervisor<V> {
     /// Creates the VMs `bundle` describes on `board` and starts them.
-    pub fn start(&'static self, bundle: &BootBundle<'static>, board: &Board<'_>) -> Result<(), String> {
+    pub fn start(&'static self, bundle: &BootBundle<'static>, board: &BootedBoard<'_>) -> Result<(), String> {
         let platform = board.platform;
         // The manifest's rules against this board (xtask checked them against the board it
         // expected): CPUs, memory, the disk, passthrough devices.
@@ -90,7 +90,7 @@ impl<V: Virtualization> Hypervisor<V> {
     /// untyped, GICv2's virtual CPU interface a banked device region, and each passthrough
     /// device's window a device region and its SPIs interrupts, from the board's device tree
     /// (never from untyped memory).
-    fn make_capabilities(&self, bundle: &BootBundle<'static>, board: &Board<'_>) -> Result<(), String> {
+    fn make_capabilities(&self, bundle: &BootBundle<'static>, board: &BootedBoard<'_>) -> Result<(), String> {
         let platform = board.platform;
         let mut caps = CapSpace::new(board.stage2);
         let untyped: Vec<CapId> = board.free.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();

@@ -24,7 +24,7 @@ impl<V: Virtualization> Hypervisor<V> {
         if let Err(e) = self.routes.set(intid, crate::interrupts::Route::ConsoleInput) {
             return say!(V, "hypervisor: the console's interrupt cannot be taken ({e}): no console input");
         }
-        V::take_interrupt(intid, cpu);
+        V::enable_interrupt(intid, cpu);
         BoardOf::<V>::enable_console_input();
     }
 

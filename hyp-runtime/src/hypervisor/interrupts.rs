@@ -84,10 +84,11 @@ impl<V: Virtualization> Hypervisor<V> {
     #[inline(never)]
     fn forward_passthrough(&self, intid: u32, iar: u32) -> bool {
         let Some(index) = self.spi_owners.owner(intid) else { return false };
-        match self.vm(index) {
-            Some(vm) if !Borrow::<Vm<V::Env>>::borrow(&*vm).is_ending() => {
+        let vm = self.vm(index);
+        match vm.as_deref().map(Borrow::<Vm<V::Env>>::borrow) {
+            Some(vm) if !vm.is_ending() => {
                 V::drop_interrupt_priority(iar);
-                Borrow::<Vm<V::Env>>::borrow(&*vm).passthrough_interrupt(intid);
+                vm.passthrough_interrupt(intid);
             }
             // The VM is going: nobody will deactivate it.
             _ => V::end_interrupt(iar),

@@ -65,7 +65,7 @@ pub trait Virtualization: Arch + Sized {
     /// Runs vCPU `vcpu` on this CPU (`cpu`) as the scheduler decided, until it leaves it.
     fn run_vcpu(vm: &Self::Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit;
     /// The board's interrupt `intid` is enabled and taken on CPU `cpu`.
-    fn take_interrupt(intid: u32, cpu: usize);
+    fn enable_interrupt(intid: u32, cpu: usize);
     /// Acknowledges this CPU's highest-priority pending interrupt: the value to end it with
     /// and its INTID; none if nothing is pending.
     fn acknowledge_interrupt() -> Option<(u32, u32)>;

@@ -20,7 +20,7 @@ impl<V: Virtualization> Hypervisor<V> {
         self.network.init(nics);
         let Some(intid) = BoardOf::<V>::nic().and_then(|nic| nic.lock().interrupt()) else { return };
         match self.routes.set(intid, Route::Uplink) {
-            Ok(()) => V::take_interrupt(intid, cpu),
+            Ok(()) => V::enable_interrupt(intid, cpu),
             Err(e) => say!(V, "hypervisor: the uplink's interrupt cannot be taken ({e}): it sends but never receives"),
         }
     }

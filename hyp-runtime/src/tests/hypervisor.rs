@@ -25,7 +25,7 @@ use vm_fdt::FdtWriter;
 use super::leak;
 use super::virtio::{FakeEnv, LINES, RAM_PA, RAM_SIZE, TYPED};
 use crate::fake::FakeArch;
-use crate::hypervisor::boot::Board;
+use crate::hypervisor::boot::BootedBoard;
 use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
 use crate::interrupts::Route;
 use crate::scheduling::{vcpu_ref, Scheduling};
@@ -112,7 +112,7 @@ impl Virtualization for FakeArch {
         }
         vm.vcpu_stopped(vcpu).map_or(VcpuExit::Stopped, VcpuExit::VmEnded)
     }
-    fn take_interrupt(intid: u32, cpu: usize) {
+    fn enable_interrupt(intid: u32, cpu: usize) {
         event(format!("interrupt {intid} to cpu{cpu}"));
     }
     /// The acknowledge value is the INTID plus 0x1000, so a test sees which one is ended.
@@ -169,7 +169,7 @@ pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
     let platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
     let devices = DeviceTreeDevices::new(VIRT_GICV3).unwrap();
     let free = [PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }];
-    let board = Board {
+    let board = BootedBoard {
         platform: &platform,
         devices: &devices,
         free: &free,
