@@ -8,6 +8,8 @@
 //!   registers of either GIC version, for the vGIC (`vgic::ListRegisters`).
 //! - `registers`: the frames' register offsets and the values computed for them.
 //! - `mmio`: the GIC frames' volatile accesses.
+//! - `hyp_map`: the hypervisor's own identity map (EL2 / HYP stage 1), writable XOR
+//!   executable.
 //! - `identity_map`: stage-2 table frames from the heap, a VM's RAM as its devices see it,
 //!   the device tree the bootloader passed.
 //!
@@ -25,6 +27,7 @@
 extern crate alloc;
 
 pub mod gic;
+pub mod hyp_map;
 pub mod identity_map;
 pub mod list_registers;
 mod mmio;

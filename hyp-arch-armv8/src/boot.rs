@@ -7,6 +7,8 @@
 
 use core::arch::global_asm;
 
+use hyp_arch_arm::hyp_map::ImageLayout;
+
 /// Boot-CPU stack; other CPUs get theirs from `cpus::STACKS`.
 pub const BOOT_STACK_SIZE: usize = 64 * 1024;
 
@@ -134,24 +136,13 @@ extern "C" {
     pub fn secondary_entry();
 }
 
-/// The image's physical range `[start, end)`, BSS included (identity-mapped: VA == PA).
-pub fn image_range() -> (u64, u64) {
-    // Only the addresses of the linker-script symbols are taken, never their contents.
-    (&raw const __image_start as u64, &raw const __image_end as u64)
-}
-
-/// The image's three parts, each page-aligned (link.ld): code `[start, text_end)`,
-/// read-only data `[text_end, rodata_end)`, writable data `[rodata_end, end)`.
-#[derive(Clone, Copy, Debug)]
-pub struct ImageLayout {
-    pub start: u64,
-    pub text_end: u64,
-    pub rodata_end: u64,
-    pub end: u64,
-}
-
+/// The image's three parts, each page-aligned (link.ld), BSS included (identity-mapped:
+/// VA == PA). Only the addresses of the linker-script symbols are taken, never their contents.
 pub fn image_layout() -> ImageLayout {
-    let (start, end) = image_range();
-    // As in `image_range`: addresses only.
-    ImageLayout { start, text_end: &raw const __text_end as u64, rodata_end: &raw const __rodata_end as u64, end }
+    ImageLayout {
+        start: &raw const __image_start as u64,
+        text_end: &raw const __text_end as u64,
+        rodata_end: &raw const __rodata_end as u64,
+        end: &raw const __image_end as u64,
+    }
 }

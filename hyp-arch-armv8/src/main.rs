@@ -58,8 +58,9 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     // which the hypervisor never writes or frees.
     let Ok(device_tree) = (unsafe { hyp_arch_arm::identity_map::device_tree(dtb) }) else { cpus::park() };
     let Ok(platform) = Platform::from_device_tree(device_tree) else { cpus::park() };
-    let Ok(mmu_regs) = mmu::build(&platform, boot::image_layout()) else { cpus::park() };
-    let (image_start, image_end) = boot::image_range();
+    let layout = boot::image_layout();
+    let Ok(mmu_regs) = mmu::build(&platform, layout) else { cpus::park() };
+    let (image_start, image_end) = (layout.start, layout.end);
     mmu::invalidate_dcache_range(image_start, image_end);
     mmu::enable(&mmu_regs);
     hyp_board_qemu_virt::uart::init(platform.uart.base);
