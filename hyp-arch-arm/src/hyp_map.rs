@@ -116,8 +116,13 @@ impl Tables<'_> {
             self.map_blocks(&mut l2_used, *region, Kind::Normal)?;
         }
         let gic = &platform.gic;
-        let frames =
-            [Some(gic.distributor), gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface];
+        let frames = [
+            Some(gic.distributor),
+            gic.redistributors,
+            gic.cpu_interface,
+            gic.hyp_interface,
+            gic.virtual_cpu_interface,
+        ];
         let devices = core::iter::once(platform.uart)
             .chain(platform.virtio_mmio.iter().map(|t| t.window))
             .chain(frames.into_iter().flatten());
@@ -272,7 +277,13 @@ mod tests {
         let image = image();
         let ram = platform.memory[0];
         let mut probes: Vec<u64> = (image.start - 2 * PAGE..image.end + 2 * PAGE).step_by(PAGE as usize).collect();
-        probes.extend([ram.base, ram.base + ram.size / 2, ram.end() - PAGE, platform.uart.base, platform.gic.distributor.base]);
+        probes.extend([
+            ram.base,
+            ram.base + ram.size / 2,
+            ram.end() - PAGE,
+            platform.uart.base,
+            platform.gic.distributor.base,
+        ]);
         for va in probes {
             let (pa, attributes) = translate(&l1, va).unwrap_or_else(|| panic!("{va:#x} is not mapped"));
             assert_eq!(pa, va, "identity map");
@@ -303,7 +314,8 @@ mod tests {
 
         let (mut l1, mut l2, mut l3) = memory(16, 4);
         let tables = Tables { l1: &mut l1, l2: &mut l2, l3: &mut l3, level1_entries: 512 };
-        let outside = ImageLayout { start: 0x1000_0000, text_end: 0x1000_1000, rodata_end: 0x1000_2000, end: 0x1000_3000 };
+        let outside =
+            ImageLayout { start: 0x1000_0000, text_end: 0x1000_1000, rodata_end: 0x1000_2000, end: 0x1000_3000 };
         assert_eq!(tables.build(&platform, outside), Err(MapError::ImageOutsideRam));
 
         // A 32-bit address space (ARMv7 HYP mode) has four level-1 entries.

@@ -89,21 +89,37 @@ impl Virtualization for Aarch64 {
     }
 
     fn acknowledge_interrupt() -> Option<(u32, u32)> {
-        let iar = crate::gic::acknowledge();
-        let intid = crate::gic::interrupt_id(iar);
-        (intid < crate::gic::SPURIOUS).then_some((iar, intid))
+        let iar = crate::gic::GIC.acknowledge();
+        let intid = hyp_arch_arm::gic::interrupt_id(iar);
+        (intid < hyp_arch_arm::gic::SPURIOUS).then_some((iar, intid))
     }
 
     fn end_interrupt(iar: u32) {
-        crate::gic::end_of_interrupt(iar);
+        crate::gic::GIC.end_of_interrupt(iar);
     }
 
     fn drop_interrupt_priority(iar: u32) {
-        crate::gic::priority_drop(iar);
+        crate::gic::GIC.priority_drop(iar);
     }
 
     fn enable_interrupt(intid: u32, cpu: usize) {
-        crate::gic::enable_spi(intid, cpu, crate::cpus::mpidr_of(cpu));
+        crate::gic::GIC.enable_spi(intid, cpu, crate::cpus::mpidr_of(cpu));
+    }
+
+    fn disable_spi(intid: u32) {
+        crate::gic::GIC.disable_spi(intid)
+    }
+
+    fn clear_spi(intid: u32) {
+        crate::gic::GIC.clear_spi(intid)
+    }
+
+    fn configure_spi(intid: u32, edge: bool) {
+        crate::gic::GIC.configure_spi(intid, edge)
+    }
+
+    fn spi_enabled(intid: u32) -> bool {
+        crate::gic::GIC.spi_enabled(intid)
     }
 
     fn heap_usage() -> (u64, u64) {

@@ -110,13 +110,13 @@ pub fn mpidr_of(index: usize) -> u64 {
 pub fn give_work(index: usize, work: usize) {
     if let Some(cpu) = PER_CPU.get(index) {
         cpu.work.store(work, Ordering::Release);
-        crate::gic::send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
+        crate::gic::GIC.send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
     }
 }
 
 /// Makes CPU `index` leave the guest it runs (or its WFI) and look at its state again.
 pub fn kick(index: usize) {
-    crate::gic::send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
+    crate::gic::GIC.send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
 }
 
 /// Takes this CPU's boot-time work, if any.
@@ -219,7 +219,7 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
 extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     let index = boot.cpu_index as usize;
     enter_per_cpu(index);
-    if let Err(e) = crate::gic::init_cpu(index, mpidr(), &crate::board_ppis()) {
+    if let Err(e) = crate::gic::GIC.init_cpu(index, mpidr(), &crate::board_ppis()) {
         println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
         park()
     }

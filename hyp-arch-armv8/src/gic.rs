@@ -1,14 +1,13 @@
 //! The physical GIC of the AArch64 image: the shared driver (`hyp_arch_arm::Gic`, everything
 //! memory-mapped, the same on ARMv7) over this CPU's GICv3 CPU interface, the ICC_* system
 //! registers at EL2 (IHI 0069 12.2), which this module owns; the image's one instance and
-//! the functions the rest of the crate calls.
+//! its driver (`init_distributor` first).
 
 use core::arch::asm;
 
 use hyp_arch_arm::{CpuInterfaceRegisters, Gic};
 use hyp_core::platform::GicDescription;
 
-pub use hyp_arch_arm::gic::{interrupt_id, GicError, SPURIOUS};
 pub use hyp_runtime::interrupts::KICK_SGI;
 
 /// The GICv3 CPU interface by its system registers, at EL2.
@@ -87,74 +86,14 @@ impl CpuInterfaceRegisters for Icc {
 }
 
 // SAFETY: main.rs's boot flow calls `init_distributor` (below) before any other function of
-// this module, on the boot CPU, before the other CPUs start.
-static GIC: Gic<Icc> = unsafe { Gic::new() };
+// the driver, on the boot CPU, before the other CPUs start.
+pub static GIC: Gic<Icc> = unsafe { Gic::new() };
 
 /// Once, on the boot CPU: records the frames and enables the distributor.
 pub fn init_distributor(gic: &GicDescription) {
     // SAFETY: the frames are the device tree's GIC, which the EL2 tables map Device-nGnRE at
     // their physical addresses (mmu.rs); the boot CPU calls this once, first.
     unsafe { GIC.init_distributor(gic) }
-}
-
-pub fn init_cpu(index: usize, mpidr: u64, ppis: &[u32]) -> Result<(), GicError> {
-    GIC.init_cpu(index, mpidr, ppis)
-}
-
-pub fn clear_active_private(intid: u32, index: usize) {
-    GIC.clear_active_private(intid, index)
-}
-
-pub fn set_active_private(intid: u32, index: usize, active: bool) {
-    GIC.set_active_private(intid, index, active)
-}
-
-pub fn spi_pending(intid: u32) -> bool {
-    GIC.spi_pending(intid)
-}
-
-pub fn deactivate_spi(intid: u32) {
-    GIC.deactivate_spi(intid)
-}
-
-pub fn enable_spi(intid: u32, index: usize, mpidr: u64) {
-    GIC.enable_spi(intid, index, mpidr)
-}
-
-pub fn disable_spi(intid: u32) {
-    GIC.disable_spi(intid)
-}
-
-pub fn clear_spi(intid: u32) {
-    GIC.clear_spi(intid)
-}
-
-pub fn spi_enabled(intid: u32) -> bool {
-    GIC.spi_enabled(intid)
-}
-
-pub fn configure_spi(intid: u32, edge: bool) {
-    GIC.configure_spi(intid, edge)
-}
-
-#[inline]
-pub fn send_sgi(index: usize, mpidr: u64, intid: u32) {
-    GIC.send_sgi(index, mpidr, intid)
-}
-
-#[inline]
-pub fn acknowledge() -> u32 {
-    GIC.acknowledge()
-}
-
-#[inline]
-pub fn end_of_interrupt(iar: u32) {
-    GIC.end_of_interrupt(iar)
-}
-
-#[inline]
-pub fn priority_drop(iar: u32) {
-    GIC.priority_drop(iar)
 }
 
 /// How the board's drivers wait for a device's interrupt on this image: the SPI prepared

@@ -110,7 +110,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
             halt(format_args!("the board's interrupts: {e}"));
         }
     }
-    if let Err(e) = gic::init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &ppis) {
+    if let Err(e) = gic::GIC.init_cpu(cpus::current_index(), platform.cpus[cpus::current_index()], &ppis) {
         halt(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
     }
     debug_hw::init_cpu();

@@ -50,12 +50,11 @@ pub fn build(platform: &Platform<'_>, image: ImageLayout) -> Result<MmuRegisters
         | (0b11 << 12)  // SH0: inner shareable
         | (parange.min(0b101) << 16) // PS
         | (1 << 23) | (1 << 31); // RES1
-    // SCTLR_EL2: RES1 bits, M, C, SA, I, WXN (D24.2.175: any writable page is
-    // non-executable whatever its descriptor says).
+                                 // SCTLR_EL2: RES1 bits, M, C, SA, I, WXN (D24.2.175: any writable page is
+                                 // non-executable whatever its descriptor says).
     let sctlr = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12) | (1 << 19);
     Ok(MmuRegisters { mair: MEMORY_ATTRIBUTES, tcr, ttbr0, sctlr })
 }
-
 
 /// Turns this CPU's MMU and caches on. Memory written with the MMU off must have no stale
 /// lines in the caches: the boot CPU invalidates its image first (`invalidate_dcache_range`).

@@ -106,12 +106,6 @@ impl Vm {
             core,
         };
         println!("hypervisor: vm{id} {}: its virtual counter starts at physical count {}", spec.name, vm.cntvoff);
-        for spi in &vm.passthrough_spis {
-            crate::gic::disable_spi(spi.intid);
-            crate::gic::clear_spi(spi.intid);
-            crate::gic::configure_spi(spi.intid, spi.edge());
-            HYPERVISOR.spi_owners.claim(spi.intid, id);
-        }
         Ok(vm)
     }
 
@@ -131,41 +125,16 @@ impl Vm {
         });
     }
 
-    /// After a SYSTEM_RESET has stopped every vCPU: its passthrough SPIs off (and not left
-    /// active) until vCPU 0 starts again, the VM as at power-on (hyp_runtime::vm), no vCPU
-    /// state kept, the kernel reloaded.
+    /// After a SYSTEM_RESET has stopped every vCPU: the VM as at power-on (hyp_runtime::vm),
+    /// no vCPU state kept, the kernel reloaded.
     pub fn reset(&self, seeds: Option<GuestSeeds>) {
-        for spi in &self.passthrough_spis {
-            crate::gic::disable_spi(spi.intid);
-            crate::gic::clear_spi(spi.intid);
-        }
         self.core.reset(seeds);
         self.saved.iter().for_each(|s| *s.lock() = None);
         self.load();
     }
 
-    /// Before the VM's capabilities are revoked: each passthrough SPI stops being forwarded,
-    /// is disabled (GICD_ICENABLER, waiting for RWP) and has its pending and active states
-    /// cleared (a guest that stopped before deactivating it leaves it active).
-    pub fn release_passthrough(&self) {
-        for spi in &self.passthrough_spis {
-            crate::gic::disable_spi(spi.intid);
-            HYPERVISOR.spi_owners.release(spi.intid);
-            crate::gic::clear_spi(spi.intid);
-            println!(
-                "hypervisor: vm{} {}: passthrough SPI INTID {} disabled and deactivated (enabled: {})",
-                self.id,
-                self.spec.name,
-                spi.intid,
-                crate::gic::spi_enabled(spi.intid)
-            );
-        }
-    }
-
-    /// Destroys the ended VM through its capability (hyp_runtime::vm_resources::revoke_all),
-    /// its passthrough SPIs quiet first.
+    /// Destroys the ended VM through its capability (hyp_runtime::vm_resources::revoke_all).
     pub fn destroy(&self, caps: &mut CapSpace) -> Result<(), CapError> {
-        self.release_passthrough();
         revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: self.vttbr }, self.cap)
     }
 
@@ -289,7 +258,7 @@ impl VcpuCpu for OnCpu {
             crate::debug_hw::clear(self.geometry);
             self.debug_loaded = false;
         }
-        crate::gic::clear_active_private(Self::timer_ppi(), crate::cpus::current_index());
+        crate::gic::GIC.clear_active_private(Self::timer_ppi(), crate::cpus::current_index());
         leave_guest_regime();
     }
 
@@ -410,14 +379,14 @@ impl VcpuCpu for OnCpu {
     }
 
     fn set_timer_ppi_active(cpu: usize, active: bool) {
-        crate::gic::set_active_private(Self::timer_ppi(), cpu, active);
+        crate::gic::GIC.set_active_private(Self::timer_ppi(), cpu, active);
     }
 
     fn deactivate(physical: IntId, cpu: usize) {
         if physical.is_private() {
-            crate::gic::clear_active_private(physical.0, cpu);
+            crate::gic::GIC.clear_active_private(physical.0, cpu);
         } else {
-            crate::gic::deactivate_spi(physical.0);
+            crate::gic::GIC.deactivate_spi(physical.0);
         }
     }
 }
@@ -481,7 +450,7 @@ impl vgic::LineSampler for HwLines {
         if physical.0 == OnCpu::timer_ppi() {
             OnCpu::timer_line()
         } else if physical.is_spi() {
-            crate::gic::spi_pending(physical.0)
+            crate::gic::GIC.spi_pending(physical.0)
         } else {
             true
         }

@@ -33,13 +33,26 @@ impl<V: Virtualization> Hypervisor<V> {
             passthrough: devices,
             seeds: self.next_seeds(id),
         };
-        V::create_vm(build, &self.scheduling).map_err(|e| format!("vm{id} {}: {e}", spec.name))
+        let vm = V::create_vm(build, &self.scheduling).map_err(|e| format!("vm{id} {}: {e}", spec.name))?;
+        let core: &Vm<V::Env> = vm.borrow();
+        for spi in &core.passthrough_spis {
+            V::disable_spi(spi.intid);
+            V::clear_spi(spi.intid);
+            V::configure_spi(spi.intid, spi.edge());
+            self.spi_owners.claim(spi.intid, id);
+        }
+        Ok(vm)
     }
 
     /// This CPU stopped the last vCPU of a VM that asked for a SYSTEM_RESET: it reboots the
     /// VM, from vCPU 0.
     pub(crate) fn reboot(&'static self, vm: &V::Vm) {
         let core: &Vm<V::Env> = vm.borrow();
+        // Its passthrough SPIs off, and not left active, until vCPU 0 enables them again.
+        for spi in &core.passthrough_spis {
+            V::disable_spi(spi.intid);
+            V::clear_spi(spi.intid);
+        }
         V::reset_vm(vm, self.next_seeds(core.id));
         if let Err(e) = self.scheduling.start(vcpu_ref(core.id, 0)) {
             say!(V, "hypervisor: vm{} {}: cannot restart: {e}", core.id, core.spec.name);
@@ -66,6 +79,7 @@ impl<V: Virtualization> Hypervisor<V> {
         // Nothing may reach its RAM once the memory goes back: not the switch, not console input.
         core.shut_down_devices();
         let _ = self.vms.take(id);
+        self.release_passthrough(core);
         if let Some(caps) = self.caps.get() {
             match V::destroy_vm(&mut caps.lock(), vm) {
                 Ok(()) => say!(
@@ -85,6 +99,25 @@ impl<V: Virtualization> Hypervisor<V> {
         if let Some(RunEnd { total, failed }) = self.vms.ended(clean) {
             say!(V, "hypervisor: all {total} VM(s) ended: {} clean, {failed} failed", total - failed);
             V::all_vms_ended(failed == 0);
+        }
+    }
+
+    /// Before an ended VM's capabilities are revoked: each passthrough SPI stops being
+    /// forwarded, is disabled and has its pending and active states cleared (a guest that
+    /// stopped before deactivating it leaves it active).
+    fn release_passthrough(&self, core: &Vm<V::Env>) {
+        for spi in &core.passthrough_spis {
+            V::disable_spi(spi.intid);
+            self.spi_owners.release(spi.intid);
+            V::clear_spi(spi.intid);
+            say!(
+                V,
+                "hypervisor: vm{} {}: passthrough SPI INTID {} disabled and deactivated (enabled: {})",
+                core.id,
+                core.spec.name,
+                spi.intid,
+                V::spi_enabled(spi.intid)
+            );
         }
     }
 

@@ -59,8 +59,8 @@ pub trait Virtualization: Arch + Sized {
     fn load_vm(vm: &Self::Vm);
     /// After a SYSTEM_RESET stopped every vCPU: the VM as at power-on, loaded again.
     fn reset_vm(vm: &Self::Vm, seeds: Option<GuestSeeds>);
-    /// Destroys an ended VM through its capability: its passthrough interrupts quiet, its
-    /// capabilities revoked, its memory returned.
+    /// Destroys an ended VM through its capability (its passthrough interrupts are quiet
+    /// already): its capabilities revoked, its memory returned.
     fn destroy_vm(caps: &mut CapSpace, vm: &Self::Vm) -> Result<(), CapError>;
     /// Runs vCPU `vcpu` on this CPU (`cpu`) as the scheduler decided, until it leaves it.
     fn run_vcpu(vm: &Self::Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit;
@@ -74,6 +74,15 @@ pub trait Virtualization: Arch + Sized {
     /// Drops an acknowledged interrupt's priority only: the guest it is forwarded to
     /// deactivates it (a hardware-mapped virtual interrupt).
     fn drop_interrupt_priority(iar: u32);
+    /// A passthrough SPI disabled at the board's interrupt controller, the write complete
+    /// (nothing more is signalled) when this returns.
+    fn disable_spi(intid: u32);
+    /// A passthrough SPI's pending and active states cleared.
+    fn clear_spi(intid: u32);
+    /// A passthrough SPI edge- or level-triggered, as its device is.
+    fn configure_spi(intid: u32, edge: bool);
+    /// Whether a passthrough SPI is enabled.
+    fn spi_enabled(intid: u32) -> bool;
     /// Bytes of the hypervisor's heap in use, and its size.
     fn heap_usage() -> (u64, u64);
     /// Every VM has ended (`clean`: none failed): the machine stops. Never returns on a

@@ -35,6 +35,9 @@ use crate::vm_resources::{grant_resources, revoke_all, VmRequest, VmResources};
 const VIRT_GICV3: &[u8] = include_bytes!("../../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
 /// The console's interrupt on that board (the PL011's SPI 1).
 const UART_INTID: u32 = 33;
+/// The board's PL031 real-time clock and its interrupt (SPI 2, level-triggered).
+const RTC_BASE: u64 = 0x0901_0000;
+const RTC_INTID: u32 = 34;
 
 thread_local! {
     /// The stage-2 tables of this thread's VMs.
@@ -125,6 +128,18 @@ impl Virtualization for FakeArch {
     fn drop_interrupt_priority(iar: u32) {
         event(format!("drop priority {}", iar - 0x1000));
     }
+    fn disable_spi(intid: u32) {
+        event(format!("disable {intid}"));
+    }
+    fn clear_spi(intid: u32) {
+        event(format!("clear {intid}"));
+    }
+    fn configure_spi(intid: u32, edge: bool) {
+        event(format!("configure {intid} {}", if edge { "edge" } else { "level" }));
+    }
+    fn spi_enabled(_: u32) -> bool {
+        false
+    }
     fn heap_usage() -> (u64, u64) {
         (1 << 20, 32 << 20)
     }
@@ -141,8 +156,9 @@ fn kernel() -> Vec<u8> {
     h
 }
 
-/// A boot bundle of one VM "guest" with 2 vCPUs sharing CPU 1 and the fake image's RAM size.
-fn bundle() -> BootBundle<'static> {
+/// A boot bundle of one VM "guest" with 2 vCPUs sharing CPU 1 and the fake image's RAM size,
+/// given the board's PL031 (SPI 2, level) if `rtc`.
+fn bundle(rtc: bool) -> BootBundle<'static> {
     let mut fdt = FdtWriter::new().unwrap();
     let root = fdt.begin_node("").unwrap();
     fdt.property_string("compatible", COMPATIBLE).unwrap();
@@ -154,6 +170,13 @@ fn bundle() -> BootBundle<'static> {
     fdt.property("kernel", &kernel()).unwrap();
     fdt.property_array_u32("cpus", &[1, 1]).unwrap();
     fdt.property_string("policy", "shared").unwrap();
+    if rtc {
+        let device = fdt.begin_node("passthrough@0").unwrap();
+        fdt.property_string("name", "rtc").unwrap();
+        fdt.property_array_u64("reg", &[RTC_BASE, 0x1000]).unwrap();
+        fdt.property_array_u32("interrupts", &[RTC_INTID]).unwrap();
+        fdt.end_node(device).unwrap();
+    }
     fdt.end_node(vm).unwrap();
     fdt.end_node(vms).unwrap();
     fdt.end_node(root).unwrap();
@@ -165,6 +188,10 @@ fn bundle() -> BootBundle<'static> {
 /// VM's worth of free memory: a VM created again can only have the memory its earlier self
 /// gave back.
 pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
+    booted_with(bundle(false))
+}
+
+fn booted_with(bundle: BootBundle<'static>) -> &'static Hypervisor<FakeArch> {
     let hypervisor = leak(Hypervisor::new());
     let platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
     let devices = DeviceTreeDevices::new(VIRT_GICV3).unwrap();
@@ -178,7 +205,7 @@ pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
         boot_cpu: 0,
         usable_cpu: &|_| true,
     };
-    hypervisor.start(&bundle(), &board).unwrap();
+    hypervisor.start(&bundle, &board).unwrap();
     hypervisor
 }
 
@@ -224,6 +251,44 @@ fn a_vm_that_restarts_is_destroyed_and_created_again_in_the_memory_it_gave_back(
     let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
     assert!(lines.iter().any(|l| l == "hypervisor: vm0 guest: capabilities revoked, 4 MiB returned to untyped memory"));
     assert!(lines.iter().any(|l| l == "hypervisor: vm0 guest: created again from its manifest entry"));
+}
+
+#[test]
+fn a_passthrough_spi_is_quiet_and_claimed_before_its_vm_runs_and_released_before_its_memory_returns() {
+    let hypervisor = booted_with(bundle(true));
+    let created = format!("create vm0 at {RAM_PA:#x}");
+    let quiet_and_configured = ["disable 34", "clear 34", "configure 34 level"];
+    let events = take_events();
+    assert_eq!(
+        events[..4],
+        [created.as_str(), quiet_and_configured[0], quiet_and_configured[1], quiet_and_configured[2]]
+    );
+    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), Some(0));
+    assert_eq!(hypervisor.routes.of(RTC_INTID), Route::Passthrough);
+
+    // A reset: off and not left active until the guest enables it again; still its own.
+    turn(hypervisor, Guest::EndsTheVm(EndReason::Reset));
+    assert_eq!(take_events(), ["run vm0 vcpu0 on cpu1", "disable 34", "clear 34", "reset vm0"]);
+    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), Some(0));
+
+    // A restart: released (disabled first, so nothing is forwarded once it has no owner)
+    // before the capabilities go, claimed again by the VM created anew.
+    turn(hypervisor, Guest::EndsTheVm(EndReason::Restart));
+    let events = take_events();
+    assert_eq!(events[..4], ["run vm0 vcpu0 on cpu1", "disable 34", "clear 34", "destroy vm0"]);
+    assert_eq!(
+        events[4..8],
+        [created.as_str(), quiet_and_configured[0], quiet_and_configured[1], quiet_and_configured[2]]
+    );
+    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), Some(0));
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert!(lines
+        .iter()
+        .any(|l| l == "hypervisor: vm0 guest: passthrough SPI INTID 34 disabled and deactivated (enabled: false)"));
+
+    // The end: released for good.
+    turn(hypervisor, Guest::EndsTheVm(EndReason::PoweredOff));
+    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), None);
 }
 
 #[test]
