@@ -1,8 +1,8 @@
 //! The physical CPUs: what each keeps of its own (`PerCpu`, reached through TPIDR_EL2),
-//! which one this is, starting the others through PSCI CPU_ON with their own stacks, and
-//! handing them work.
+//! which one this is, starting the others through PSCI CPU_ON with their own stacks (which
+//! CPUs are online, and their boot-time work: hyp_runtime::cpus).
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
 
@@ -38,26 +38,14 @@ pub struct PerCpu {
     guest: AtomicUsize,
     /// Its MPIDR affinity, as the device tree listed it.
     mpidr: AtomicUsize,
-    online: AtomicBool,
-    /// Boot-time work beside its vCPUs (which the scheduler gives): 0 = none, `WORK_PING`
-    /// or (test hooks only) `WORK_EL2_FAULT` (`main::cpu_loop`).
-    work: AtomicUsize,
-    /// The answer to the boot-time SGI check.
-    pub pong: AtomicBool,
 }
 
-static PER_CPU: [PerCpu; MAX_CPUS] = [const {
-    PerCpu {
-        guest: AtomicUsize::new(0),
-        mpidr: AtomicUsize::new(usize::MAX),
-        online: AtomicBool::new(false),
-        work: AtomicUsize::new(0),
-        pong: AtomicBool::new(false),
-    }
-}; MAX_CPUS];
+static PER_CPU: [PerCpu; MAX_CPUS] =
+    [const { PerCpu { guest: AtomicUsize::new(0), mpidr: AtomicUsize::new(usize::MAX) } }; MAX_CPUS];
 
+/// The boot-time work of the test hooks (hyp_runtime::cpus): take the deliberate EL2 fault.
 #[cfg(feature = "test-hooks")]
-pub const WORK_EL2_FAULT: usize = usize::MAX;
+pub const WORK_EL2_FAULT: usize = 1;
 
 const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 
@@ -97,31 +85,13 @@ fn enter_per_cpu(index: usize) {
     unsafe { core::arch::asm!("msr tpidr_el2, {}", in(reg) entry, options(nostack)) };
 }
 
-/// The CPU `index`'s own state.
-pub fn per_cpu(index: usize) -> Option<&'static PerCpu> {
-    PER_CPU.get(index)
-}
-
 pub fn mpidr_of(index: usize) -> u64 {
     PER_CPU.get(index).map_or(0, |c| c.mpidr.load(Ordering::Relaxed) as u64)
-}
-
-/// Hands CPU `index` work and wakes it with an SGI.
-pub fn give_work(index: usize, work: usize) {
-    if let Some(cpu) = PER_CPU.get(index) {
-        cpu.work.store(work, Ordering::Release);
-        crate::gic::GIC.send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
-    }
 }
 
 /// Makes CPU `index` leave the guest it runs (or its WFI) and look at its state again.
 pub fn kick(index: usize) {
     crate::gic::GIC.send_sgi(index, mpidr_of(index), crate::gic::KICK_SGI);
-}
-
-/// Takes this CPU's boot-time work, if any.
-pub fn take_work(index: usize) -> usize {
-    PER_CPU.get(index).map_or(0, |c| c.work.swap(0, Ordering::AcqRel))
 }
 
 /// Waits in WFI until an interrupt (a kick, console input) comes; interrupts that woke it are
@@ -138,52 +108,19 @@ pub fn drain_interrupts() {
     HYPERVISOR.take_interrupts(None);
 }
 
-/// Work value of the boot-time SGI check: answer in `PerCpu::pong`.
-pub const WORK_PING: usize = usize::MAX - 1;
-
-/// Sends each other online CPU an SGI and counts the answers: proves the physical GIC path
-/// that later carries vCPU kicks.
-pub fn check_sgis() -> (usize, usize) {
-    let me = current_index();
-    let others: heapless::Vec<usize, MAX_CPUS> = (0..MAX_CPUS).filter(|&c| c != me && is_online(c)).collect();
-    for &c in &others {
-        give_work(c, WORK_PING);
-    }
-    let answered = others
-        .iter()
-        .filter(|&&c| {
-            let mut spins = 0u64;
-            while !PER_CPU[c].pong.load(Ordering::Acquire) && spins < 100_000_000 {
-                wait_a_little();
-                spins += 1;
-            }
-            PER_CPU[c].pong.load(Ordering::Acquire)
-        })
-        .count();
-    (answered, others.len())
-}
-
 /// One step of a bounded wait for another CPU. YIELD tells the machine that this CPU only
 /// waits: an emulator running CPUs in turn (QEMU with `-icount`) goes on to the next one at
 /// once, instead of letting this one spin through its whole turn.
-fn wait_a_little() {
+pub fn wait_a_little() {
     // SAFETY: a hint; no effect on memory or registers.
     unsafe { core::arch::asm!("yield", options(nomem, nostack)) };
-}
-
-pub fn online_count() -> usize {
-    PER_CPU.iter().filter(|c| c.online.load(Ordering::Acquire)).count()
-}
-
-pub fn is_online(index: usize) -> bool {
-    PER_CPU.get(index).is_some_and(|c| c.online.load(Ordering::Acquire))
 }
 
 /// Starts every other CPU and waits for each to report online (or gives up on it after a
 /// bounded wait, saying so).
 pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
     let me = current_index();
-    PER_CPU[me].online.store(true, Ordering::Release);
+    HYPERVISOR.cpus.set_online(me);
     println!("hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", mpidr());
     for (index, &target) in platform.cpus.iter().enumerate() {
         if index == me {
@@ -204,12 +141,7 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
             println!("hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON returned {status}");
             continue;
         }
-        let mut spins = 0u64;
-        while !PER_CPU[index].online.load(Ordering::Acquire) && spins < 200_000_000 {
-            wait_a_little();
-            spins += 1;
-        }
-        if !PER_CPU[index].online.load(Ordering::Acquire) {
+        if !HYPERVISOR.cpus.wait_online(index, 200_000_000, wait_a_little) {
             println!("hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
         }
     }
@@ -225,7 +157,7 @@ extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     }
     crate::debug_hw::init_cpu();
     println!("hypervisor: cpu{index} (MPIDR {:#x}) online", mpidr());
-    PER_CPU[index].online.store(true, Ordering::Release);
+    HYPERVISOR.cpus.set_online(index);
     crate::cpu_loop(index)
 }
 

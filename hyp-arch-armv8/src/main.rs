@@ -25,7 +25,6 @@ mod vdev;
 mod vm;
 
 use alloc::vec::Vec;
-use core::sync::atomic::Ordering;
 
 use crate::arch::HYPERVISOR;
 use crate::list_registers::ListRegisterFile;
@@ -115,8 +114,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     }
     debug_hw::init_cpu();
     cpus::start_secondaries(&platform, &mmu_regs);
-    println!("hypervisor: {} of {} CPUs online", cpus::online_count(), platform.cpus.len());
-    let (answered, asked) = cpus::check_sgis();
+    println!("hypervisor: {} of {} CPUs online", HYPERVISOR.cpus.online_count(), platform.cpus.len());
+    let (answered, asked) = HYPERVISOR.cpus.check_kicks::<arch::Aarch64>(100_000_000, cpus::wait_a_little);
     println!("hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
 
     let found = hyp_board_qemu_virt::virtio::probe(&platform, gic::INTERRUPT_WAIT);
@@ -155,8 +154,11 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     };
     let me = cpus::current_index();
     #[cfg(feature = "test-hooks")]
-    let fault =
-        bundle.options.test_el2_fault.map(|(c, f)| (c as usize, f)).filter(|&(c, _)| c != me && cpus::is_online(c));
+    let fault = bundle
+        .options
+        .test_el2_fault
+        .map(|(c, f)| (c as usize, f))
+        .filter(|&(c, _)| c != me && HYPERVISOR.cpus.is_online(c));
     #[cfg(feature = "test-hooks")]
     let fault_cpu = fault.map(|(c, _)| c);
     #[cfg(not(feature = "test-hooks"))]
@@ -169,14 +171,14 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
         stage2: TableFormat::Vmsav8_64 { ipa_bits: hyp_core::guest_map::IPA_BITS.min(pa_bits), pa_bits },
         disk_sectors: found.disk_sectors,
         boot_cpu: me,
-        usable_cpu: &|cpu| cpus::is_online(cpu) && Some(cpu) != fault_cpu,
+        usable_cpu: &|cpu| HYPERVISOR.cpus.is_online(cpu) && Some(cpu) != fault_cpu,
     };
     // The fault is over, its report printed, before any VM is created or prints.
     #[cfg(feature = "test-hooks")]
     if let Some((cpu, kind)) = fault {
         println!("hypervisor: the boot bundle asks cpu{cpu} to take a deliberate EL2 fault, {} (a test)", kind.name());
         EL2_FAULT.call_once(|| kind);
-        cpus::give_work(cpu, cpus::WORK_EL2_FAULT);
+        HYPERVISOR.cpus.give_work::<arch::Aarch64>(cpu, cpus::WORK_EL2_FAULT);
         if !fault_test::wait_for_report(cpu) {
             println!("hypervisor: cpu{cpu} has not reported its deliberate EL2 fault; going on");
         }
@@ -236,14 +238,9 @@ pub(crate) fn finish(clean: bool) -> ! {
 /// A CPU's life after boot: the work other CPUs hand it, then the vCPUs the scheduler picks.
 pub(crate) fn cpu_loop(cpu: usize) -> ! {
     loop {
-        match cpus::take_work(cpu) {
-            cpus::WORK_PING => {
-                if let Some(me) = cpus::per_cpu(cpu) {
-                    me.pong.store(true, Ordering::Release);
-                }
-            }
+        match HYPERVISOR.cpus.take_work(cpu) {
             #[cfg(feature = "test-hooks")]
-            cpus::WORK_EL2_FAULT => {
+            Some(cpus::WORK_EL2_FAULT) => {
                 if let Some(&fault) = EL2_FAULT.get() {
                     fault_test::provoke(fault, cpu);
                 }

@@ -4,7 +4,7 @@
 //!   the hypervisor reaches VMs through ([`vm_table`]);
 //! - devices: a VM's virtio devices and their backends ([`virtio`]), the virtual switch
 //!   ([`network`]), passthrough devices and who owns their interrupts ([`passthrough`]);
-//! - CPUs: where vCPUs run ([`placement`]), the scheduler at run time ([`scheduling`]), a
+//! - CPUs: which are online and their boot-time work ([`cpus`]), where vCPUs run ([`placement`]), the scheduler at run time ([`scheduling`]), a
 //!   VM's virtual GIC as the CPUs share it ([`shared_vgic`]), what each physical interrupt
 //!   is for ([`interrupts`]);
 //! - the console: where input goes ([`focus`]) and the management console's commands
@@ -24,6 +24,7 @@ extern crate alloc;
 
 pub mod arch;
 pub mod board;
+pub mod cpus;
 pub mod focus;
 pub mod guest_log;
 pub mod hypervisor;

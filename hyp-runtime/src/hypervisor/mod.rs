@@ -27,6 +27,7 @@ use sched::{Decision, VcpuRef};
 use spin::{Mutex, Once};
 
 use crate::arch::Arch;
+use crate::cpus::Cpus;
 use crate::interrupts::Routes;
 use crate::network::Network;
 use crate::passthrough::{Owners, PassthroughDevice};
@@ -119,6 +120,8 @@ pub struct Hypervisor<V: Virtualization> {
     pub scheduling: Scheduling<V>,
     /// What each physical interrupt is for.
     pub routes: Routes,
+    /// Which CPUs are online, and their boot-time work.
+    pub cpus: Cpus,
     /// Which VM each passthrough SPI is forwarded to.
     pub spi_owners: Owners,
     /// The manifest's VMs, by index.
@@ -142,6 +145,7 @@ impl<V: Virtualization> Hypervisor<V> {
             scheduling: Scheduling::new(),
             routes: Routes::new(),
             spi_owners: Owners::new(),
+            cpus: Cpus::new(),
             vms: VmTable::new(),
             caps: Once::new(),
             factory: Once::new(),

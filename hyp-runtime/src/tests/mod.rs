@@ -1,5 +1,6 @@
 //! Host tests of the runtime through the fake architecture (`crate::fake`).
 
+mod cpus;
 mod hypervisor;
 mod interrupts;
 mod management;
