@@ -4,9 +4,9 @@
 //!   the hypervisor reaches VMs through ([`vm_table`]);
 //! - devices: a VM's virtio devices and their backends ([`virtio`]), the virtual switch
 //!   ([`network`]), passthrough devices and who owns their interrupts ([`passthrough`]);
-//! - CPUs: which are online and their boot-time work ([`cpus`]), where vCPUs run ([`placement`]), the scheduler at run time ([`scheduling`]), a
-//!   VM's virtual GIC as the CPUs share it ([`shared_vgic`]), what each physical interrupt
-//!   is for ([`interrupts`]);
+//! - CPUs: which are online and their boot-time work ([`cpus`]), where vCPUs run
+//!   ([`placement`]), the scheduler at run time ([`scheduling`]), a VM's virtual GIC as the
+//!   CPUs share it ([`shared_vgic`]), what each physical interrupt is for ([`interrupts`]);
 //! - the console: where input goes ([`focus`]) and the management console's commands
 //!   ([`management`]);
 //! - the hypervisor as a whole ([`hypervisor`]): the VMs created at boot, each CPU's turn at
