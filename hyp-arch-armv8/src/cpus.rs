@@ -7,8 +7,8 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use hyp_core::platform::{Platform, MAX_CPUS};
 
 use crate::arch::HYPERVISOR;
-use crate::firmware;
 use crate::mmu::{self, MmuRegisters};
+use hyp_arch_arm::firmware;
 
 const STACK_SIZE: usize = 64 * 1024;
 
@@ -136,9 +136,8 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
         };
         // The new CPU reads it with its MMU off, from memory.
         mmu::clean_dcache_range(boot, boot + core::mem::size_of::<SecondaryBoot>() as u64);
-        let status = firmware::cpu_on(target, crate::boot::secondary_entry as *const () as u64, boot);
-        if status != 0 {
-            println!("hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON returned {status}");
+        if let Err(e) = firmware::cpu_on(target, crate::boot::secondary_entry as *const () as u64, boot) {
+            println!("hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON: {e}");
             continue;
         }
         if !HYPERVISOR.cpus.wait_online(index, 200_000_000, wait_a_little) {

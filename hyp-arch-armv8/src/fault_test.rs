@@ -3,7 +3,8 @@
 //! and that the EL2 map is W^X (mmu.rs): a store into the hypervisor's code or read-only
 //! data, or a jump to an instruction in its writable data or on its heap, is a permission
 //! fault. Were it not, the line after each would print, and the test looks for it.
-//! A test hook: built only with the `test-hooks` feature (docs/security.md, "Test hooks").
+//! And the semihosting exit that lets a test run set QEMU's exit status. Test hooks: built
+//! only with the `test-hooks` feature (docs/security.md, "Test hooks").
 
 use alloc::boxed::Box;
 use core::ptr::{read_volatile, write_volatile};
@@ -83,4 +84,17 @@ pub fn provoke(fault: El2Fault, cpu: usize) {
     }
     println!("hypervisor: cpu{cpu}: the deliberate EL2 fault {} did not fault (W^X broken)", fault.name());
     reported(cpu);
+}
+
+/// SYS_EXIT_EXTENDED (semihosting 2.0, operation 0x20) with ADS_ApplicationExit and `code`:
+/// QEMU exits with that status. Only called when the boot bundle says the run enabled
+/// semihosting; without it the HLT would be an undefined instruction. A test hook: the
+/// deployed image has no semihosting call at all (docs/security.md, "Test hooks").
+pub fn semihosting_exit(code: u32) -> ! {
+    let block: [u64; 2] = [0x20026, u64::from(code)];
+    // SAFETY: the semihosting call reads the two-word parameter block and does not return.
+    unsafe {
+        core::arch::asm!("hlt #0xf000", in("x0") 0x20u64, in("x1") block.as_ptr(), options(nostack));
+    }
+    crate::cpus::park()
 }

@@ -14,7 +14,6 @@ mod debug_hw;
 mod exceptions;
 #[cfg(feature = "test-hooks")]
 mod fault_test;
-mod firmware;
 mod gic;
 mod ich;
 mod list_registers;
@@ -63,14 +62,18 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     mmu::invalidate_dcache_range(image_start, image_end);
     mmu::enable(&mmu_regs);
     hyp_board_qemu_virt::uart::init(platform.uart.base);
-    firmware::init(platform.psci);
+    hyp_arch_arm::firmware::init(platform.psci);
     cpus::record_cpus(&platform);
 
-    let psci = firmware::psci_version();
+    // No heap yet: nothing here may allocate.
+    let psci = hyp_arch_arm::firmware::version();
     println!("\nhypervisor {VERSION} (AArch64, EL2) on {}", platform.model);
     println!("  image       {:#x}..{:#x}", image_start, image_end);
     println!("{platform}");
-    println!("  psci        {:?} conduit, firmware PSCI {}.{}", platform.psci, psci >> 16, psci & 0xffff);
+    match psci {
+        Ok(version) => println!("  psci        {:?} conduit, firmware PSCI {version}", platform.psci),
+        Err(e) => println!("  psci        {:?} conduit, firmware PSCI version unknown: {e}", platform.psci),
+    }
 
     let dtb_range = PhysRange { base: dtb, size: device_tree.len() as u64 };
     let image = PhysRange { base: image_start, size: image_end - image_start };
@@ -228,11 +231,14 @@ fn halt(message: impl core::fmt::Display) -> ! {
 pub(crate) fn finish(clean: bool) -> ! {
     #[cfg(feature = "test-hooks")]
     if !clean && SEMIHOSTING_EXIT.get().copied().unwrap_or(false) {
-        firmware::semihosting_exit(1)
+        fault_test::semihosting_exit(1)
     }
     #[cfg(not(feature = "test-hooks"))]
     let _ = clean;
-    firmware::system_off()
+    if let Err(e) = hyp_arch_arm::firmware::system_off() {
+        println!("hypervisor: the firmware did not power off: {e}");
+    }
+    cpus::park()
 }
 
 /// A CPU's life after boot: the work other CPUs hand it, then the vCPUs the scheduler picks.

@@ -32,6 +32,8 @@ pub struct MmuRegisters {
 /// Builds the identity map (hyp_arch_arm::hyp_map), with the image's parts as `image` says.
 /// Called once, by the boot CPU, with the MMU off.
 pub fn build(platform: &Platform<'_>, image: ImageLayout) -> Result<MmuRegisters, MapError> {
+    // References to `static mut` go through raw pointers.
+    #[allow(clippy::deref_addrof)]
     // SAFETY: the boot CPU runs alone with the MMU off; nothing else references the tables.
     let tables = unsafe {
         Tables {
