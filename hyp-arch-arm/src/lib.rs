@@ -9,6 +9,7 @@
 //! - `registers`: the frames' register offsets and the values computed for them.
 //! - `mmio`: the GIC frames' volatile accesses.
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
+//! - `heap`: the hypervisor's heap, the image's global allocator.
 //! - `hyp_map`: the hypervisor's own identity map (EL2 / HYP stage 1), writable XOR
 //!   executable.
 //! - `identity_map`: stage-2 table frames from the heap, a VM's RAM as its devices see it,
@@ -30,6 +31,7 @@ extern crate alloc;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub mod firmware;
 pub mod gic;
+pub mod heap;
 pub mod hyp_map;
 pub mod identity_map;
 pub mod list_registers;

@@ -123,7 +123,7 @@ impl Virtualization for Aarch64 {
     }
 
     fn heap_usage() -> (u64, u64) {
-        (crate::memory::heap_in_use(), crate::memory::HEAP_SIZE)
+        (hyp_arch_arm::heap::in_use(), hyp_arch_arm::heap::HEAP_SIZE)
     }
 
     fn all_vms_ended(clean: bool) {

@@ -79,7 +79,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     let image = PhysRange { base: image_start, size: image_end - image_start };
     let in_use = [image, dtb_range];
     let used = in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter());
-    let plan = match memory_map::plan(&platform.memory, used, memory::HEAP_SIZE, RAM_GRANULE) {
+    let plan = match memory_map::plan(&platform.memory, used, hyp_arch_arm::heap::HEAP_SIZE, RAM_GRANULE) {
         Ok(plan) => plan,
         Err(e) => halt(e),
     };
@@ -88,14 +88,14 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     }
     // SAFETY: the heap's range is free RAM (not the image, device tree, bundle or reserved
     // memory), identity-mapped Normal, and from here on belongs to the heap alone.
-    unsafe { memory::init_heap(plan.heap.base, plan.heap.size) };
+    unsafe { hyp_arch_arm::heap::init(plan.heap.base, plan.heap.size) };
     let untyped: Vec<PhysRange> = plan.free.iter().copied().collect();
     let untyped_total: u64 = untyped.iter().map(|r| r.size).sum();
     println!(
         "  free memory {} MiB for VMs in {} range(s), heap {} MiB",
         untyped_total >> 20,
         untyped.len(),
-        memory::HEAP_SIZE >> 20
+        hyp_arch_arm::heap::HEAP_SIZE >> 20
     );
 
     gic::init_distributor(&platform.gic);

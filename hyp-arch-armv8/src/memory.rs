@@ -1,30 +1,9 @@
-//! Physical memory at run time: the hypervisor heap (whose frames stage-2 tables take:
-//! hyp_arch_arm::identity_map), TLB maintenance for stage 2, and cache maintenance for
-//! memory a guest will read with its MMU off.
+//! Physical memory at run time: TLB maintenance for stage 2, and cache maintenance for
+//! memory a guest will read with its MMU off (the heap: hyp_arch_arm::heap).
 
 use core::arch::asm;
 
-use buddy_system_allocator::LockedHeap;
 use stage2::{Ipa, TlbMaintenance};
-
-#[global_allocator]
-static HEAP: LockedHeap<33> = LockedHeap::empty();
-
-/// Bytes of the hypervisor heap (VM objects, stage-2 tables, device models).
-pub const HEAP_SIZE: u64 = 32 << 20;
-
-/// Bytes of the heap allocated now (as the allocator rounds them: what is really taken),
-/// for the management console's `list` and `cargo xtask soak`.
-pub fn heap_in_use() -> u64 {
-    HEAP.lock().stats_alloc_actual() as u64
-}
-
-/// # Safety
-/// `[base, base + size)` is identity-mapped RAM that nothing else uses, now or later.
-pub unsafe fn init_heap(base: u64, size: u64) {
-    // SAFETY: the caller gives memory nobody else owns.
-    unsafe { HEAP.lock().init(base as usize, size as usize) };
-}
 
 /// Stage-2 TLB maintenance for one VMID (ARM ARM D8.14.5 and the TLBI IPAS2E1IS
 /// description): by-IPA invalidation only reaches the VMID in VTTBR_EL2, so the VM's VTTBR
