@@ -1,76 +1,47 @@
 //! The GICv3 virtual CPU interface control registers at EL2 (IHI 0069 12.5), which this
 //! module owns: list registers, ICH_HCR_EL2, ICH_VTR_EL2, ICH_ELRSR_EL2, ICH_EISR_EL2,
 //! ICH_VMCR_EL2 and the first active-priority registers, given to the shared list-register
-//! file (`hyp_arch_arm::ListRegisterFile`) as `Ich`. Written by their generic encodings
-//! (S3_4_C12_...) so no assembler GIC extension is needed.
+//! file (`hyp_arch_arm::ListRegisterFile`) as `Ich`. Typed through `aarch64-cpu`, but
+//! ICH_ELRSR_EL2 and ICH_EISR_EL2, which it lacks: those by their encodings.
 
 use core::arch::asm;
 
+use aarch64_cpu::asm::barrier::{isb, SY};
+use aarch64_cpu::registers::*;
 use hyp_arch_arm::ListRegisterAccess;
 
 /// ICH_*_EL2 of this CPU.
 pub struct Ich;
 
+/// `$body` with `$lr` bound to ICH_LR<n>_EL2, for a run-time `n` (< 16).
+macro_rules! with_list_register {
+    ($n:expr, |$lr:ident| $body:expr) => {
+        with_list_register!(@ $n, $lr, $body; 0 ICH_LR0_EL2, 1 ICH_LR1_EL2, 2 ICH_LR2_EL2,
+            3 ICH_LR3_EL2, 4 ICH_LR4_EL2, 5 ICH_LR5_EL2, 6 ICH_LR6_EL2, 7 ICH_LR7_EL2,
+            8 ICH_LR8_EL2, 9 ICH_LR9_EL2, 10 ICH_LR10_EL2, 11 ICH_LR11_EL2, 12 ICH_LR12_EL2,
+            13 ICH_LR13_EL2, 14 ICH_LR14_EL2; ICH_LR15_EL2)
+    };
+    (@ $n:expr, $lr:ident, $body:expr; $($i:literal $reg:ident),*; $last:ident) => {
+        match $n {
+            $( $i => { let $lr = $reg; $body } )*
+            _ => { let $lr = $last; $body }
+        }
+    };
+}
+
 impl ListRegisterAccess for Ich {
-    /// Reads ICH_LR<n>_EL2 (n < 16).
     fn read_lr(n: usize) -> u64 {
-        let v: u64;
-        // SAFETY: reading a list register of this CPU's virtual interface has no side effect.
-        unsafe {
-            match n {
-                0 => asm!("mrs {}, S3_4_C12_C12_0", out(reg) v),
-                1 => asm!("mrs {}, S3_4_C12_C12_1", out(reg) v),
-                2 => asm!("mrs {}, S3_4_C12_C12_2", out(reg) v),
-                3 => asm!("mrs {}, S3_4_C12_C12_3", out(reg) v),
-                4 => asm!("mrs {}, S3_4_C12_C12_4", out(reg) v),
-                5 => asm!("mrs {}, S3_4_C12_C12_5", out(reg) v),
-                6 => asm!("mrs {}, S3_4_C12_C12_6", out(reg) v),
-                7 => asm!("mrs {}, S3_4_C12_C12_7", out(reg) v),
-                8 => asm!("mrs {}, S3_4_C12_C13_0", out(reg) v),
-                9 => asm!("mrs {}, S3_4_C12_C13_1", out(reg) v),
-                10 => asm!("mrs {}, S3_4_C12_C13_2", out(reg) v),
-                11 => asm!("mrs {}, S3_4_C12_C13_3", out(reg) v),
-                12 => asm!("mrs {}, S3_4_C12_C13_4", out(reg) v),
-                13 => asm!("mrs {}, S3_4_C12_C13_5", out(reg) v),
-                14 => asm!("mrs {}, S3_4_C12_C13_6", out(reg) v),
-                _ => asm!("mrs {}, S3_4_C12_C13_7", out(reg) v),
-            }
-        }
-        v
+        with_list_register!(n, |lr| lr.get())
     }
 
-    /// Writes ICH_LR<n>_EL2 (n < 16).
+    /// The hypervisor writes only the list registers the planner chose, below
+    /// ICH_VTR_EL2.ListRegs; they belong to the vCPU running on this CPU.
     fn write_lr(n: usize, v: u64) {
-        // SAFETY: list registers belong to the vCPU running on this CPU; the hypervisor writes
-        // only the ones the planner chose, below ICH_VTR_EL2.ListRegs.
-        unsafe {
-            match n {
-                0 => asm!("msr S3_4_C12_C12_0, {}", in(reg) v),
-                1 => asm!("msr S3_4_C12_C12_1, {}", in(reg) v),
-                2 => asm!("msr S3_4_C12_C12_2, {}", in(reg) v),
-                3 => asm!("msr S3_4_C12_C12_3, {}", in(reg) v),
-                4 => asm!("msr S3_4_C12_C12_4, {}", in(reg) v),
-                5 => asm!("msr S3_4_C12_C12_5, {}", in(reg) v),
-                6 => asm!("msr S3_4_C12_C12_6, {}", in(reg) v),
-                7 => asm!("msr S3_4_C12_C12_7, {}", in(reg) v),
-                8 => asm!("msr S3_4_C12_C13_0, {}", in(reg) v),
-                9 => asm!("msr S3_4_C12_C13_1, {}", in(reg) v),
-                10 => asm!("msr S3_4_C12_C13_2, {}", in(reg) v),
-                11 => asm!("msr S3_4_C12_C13_3, {}", in(reg) v),
-                12 => asm!("msr S3_4_C12_C13_4, {}", in(reg) v),
-                13 => asm!("msr S3_4_C12_C13_5, {}", in(reg) v),
-                14 => asm!("msr S3_4_C12_C13_6, {}", in(reg) v),
-                _ => asm!("msr S3_4_C12_C13_7, {}", in(reg) v),
-            }
-        }
+        with_list_register!(n, |lr| lr.set(v))
     }
 
-    /// Implemented list registers: ICH_VTR_EL2.ListRegs + 1.
     fn count() -> usize {
-        let vtr: u64;
-        // SAFETY: ICH_VTR_EL2 is read-only.
-        unsafe { asm!("mrs {}, S3_4_C12_C11_1", out(reg) vtr, options(nomem, nostack)) };
-        ((vtr & 0x1f) + 1) as usize
+        ICH_VTR_EL2.read(ICH_VTR_EL2::ListRegs) as usize + 1
     }
 
     /// ICH_ELRSR_EL2: bit n set = list register n is empty.
@@ -90,53 +61,29 @@ impl ListRegisterAccess for Ich {
     }
 
     fn write_hcr(v: u64) {
-        // SAFETY: ICH_HCR_EL2 controls this CPU's virtual interface for the running vCPU.
-        unsafe { asm!("msr S3_4_C12_C11_0, {}", "isb", in(reg) v, options(nostack)) };
+        ICH_HCR_EL2.set(v);
+        isb(SY);
     }
 
     /// Resets the virtual CPU interface state a vCPU starts with: ICH_VMCR_EL2 all off, and no
     /// active priorities (ICH_AP0R0_EL2, ICH_AP1R0_EL2; a CPU with more than 5 bits of virtual
     /// priority has more of them, which nothing here sets).
     fn reset_interface() {
-        // SAFETY: as for `write_hcr`.
-        unsafe {
-            asm!("msr S3_4_C12_C11_7, xzr", "msr S3_4_C12_C8_0, xzr", "msr S3_4_C12_C9_0, xzr", "isb", options(nostack))
-        };
+        Self::write_interface([0; 3]);
     }
 
     /// ICH_VMCR_EL2, ICH_AP0R0_EL2 and ICH_AP1R0_EL2: the guest's view of its CPU interface
     /// (priority mask, group enables) and its active priorities (as `reset_interface`, the first
     /// active-priority register of each group only: 5 bits of virtual priority).
     fn read_interface() -> [u64; 3] {
-        let (vmcr, ap0, ap1): (u64, u64, u64);
-        // SAFETY: reading this CPU's virtual interface registers has no side effect.
-        unsafe {
-            asm!(
-                "mrs {}, S3_4_C12_C11_7",
-                "mrs {}, S3_4_C12_C8_0",
-                "mrs {}, S3_4_C12_C9_0",
-                out(reg) vmcr,
-                out(reg) ap0,
-                out(reg) ap1,
-                options(nomem, nostack)
-            )
-        };
-        [vmcr, ap0, ap1]
+        [ICH_VMCR_EL2.get(), ICH_AP0R0_EL2.get(), ICH_AP1R0_EL2.get()]
     }
 
+    /// The registers of the vCPU about to run on this CPU, as it left them.
     fn write_interface(state: [u64; 3]) {
-        // SAFETY: the registers of the vCPU about to run on this CPU, as it left them.
-        unsafe {
-            asm!(
-                "msr S3_4_C12_C11_7, {}",
-                "msr S3_4_C12_C8_0, {}",
-                "msr S3_4_C12_C9_0, {}",
-                "isb",
-                in(reg) state[0],
-                in(reg) state[1],
-                in(reg) state[2],
-                options(nostack)
-            )
-        };
+        ICH_VMCR_EL2.set(state[0]);
+        ICH_AP0R0_EL2.set(state[1]);
+        ICH_AP1R0_EL2.set(state[2]);
+        isb(SY);
     }
 }
