@@ -122,6 +122,11 @@ impl Virtualization for Aarch64 {
         crate::gic::GIC.spi_enabled(intid)
     }
 
+    #[inline(always)]
+    fn spi_pending(intid: u32) -> bool {
+        crate::gic::GIC.spi_pending(intid)
+    }
+
     fn heap_usage() -> (u64, u64) {
         (hyp_arch_arm::heap::in_use(), hyp_arch_arm::heap::HEAP_SIZE)
     }

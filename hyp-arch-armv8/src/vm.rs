@@ -7,10 +7,10 @@ use core::arch::asm;
 use hyp_core::cap::{CapError, CapSpace};
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::entropy::GuestSeeds;
-use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit, SysRegEnv};
+use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_core::syndrome::Syndrome;
-use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister, VmFeatures};
+use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use spin::Mutex;
 
@@ -206,7 +206,7 @@ impl VcpuCpu for OnCpu {
     type Registers = GuestContext;
     type Saved = SavedVcpu;
     type ListRegisters = ListRegisterFile;
-    type Lines = HwLines;
+    type IdRegisters = HardwareIdRegisters;
     type Trap = SyncExit;
 
     fn hypervisor() -> &'static Hypervisor<Aarch64> {
@@ -291,8 +291,8 @@ impl VcpuCpu for OnCpu {
         hyp_core::trap::aarch64::decode(exit)
     }
 
-    fn system_registers<'a>(&'a mut self, vm: &'a Vm) -> impl SysRegEnv + 'a {
-        VcpuSysRegs { vm, debug: &mut self.debug }
+    fn debug_registers(&mut self) -> &mut DebugRegisters {
+        &mut self.debug
     }
 
     /// The hardware debug registers follow the vCPU's: loaded while something of it could
@@ -391,26 +391,9 @@ impl VcpuCpu for OnCpu {
     }
 }
 
-/// The system-register view of one exiting vCPU.
-struct VcpuSysRegs<'a> {
-    vm: &'a Vm,
-    debug: &'a mut DebugRegisters,
-}
-
-impl SysRegEnv for VcpuSysRegs<'_> {
-    fn features(&self) -> VmFeatures {
-        VmFeatures { gic_v3: self.vm.gic_v3, ipa_bits: self.vm.stage2_ipa_bits }
-    }
-    fn id_registers(&self) -> &impl IdRegisters {
-        &HardwareIdRegisters
-    }
-    fn debug_registers(&mut self) -> &mut DebugRegisters {
-        self.debug
-    }
-}
-
 /// The ID registers of the CPU this runs on.
-struct HardwareIdRegisters;
+#[derive(Default)]
+pub struct HardwareIdRegisters;
 
 /// `mrs` of ID register space encoding S3_0_C0_C<crm>_<op2>, for every CRm 1-7, op2 0-7.
 macro_rules! read_id_space {
@@ -435,25 +418,6 @@ impl IdRegisters for HardwareIdRegisters {
     fn read(&self, register: Encoding) -> u64 {
         let Encoding(_, _, _, crm, op2) = register;
         read_id_space!(crm, op2; 1, 2, 3, 4, 5, 6, 7; 0, 1, 2, 3, 4, 5, 6, 7)
-    }
-}
-
-/// The inputs of a VM's hardware-mapped level interrupts, as the vGIC asks for them after an
-/// exit, on the CPU of the vCPU that exited: its virtual timer, or a passthrough SPI's pending
-/// state at the distributor (held active, a level SPI is pending exactly while its input is
-/// asserted).
-#[derive(Default)]
-pub struct HwLines;
-
-impl vgic::LineSampler for HwLines {
-    fn is_asserted(&mut self, _: IntId, physical: IntId) -> bool {
-        if physical.0 == OnCpu::timer_ppi() {
-            OnCpu::timer_line()
-        } else if physical.is_spi() {
-            crate::gic::GIC.spi_pending(physical.0)
-        } else {
-            true
-        }
     }
 }
 

@@ -9,14 +9,16 @@
 
 use alloc::boxed::Box;
 use core::borrow::Borrow;
+use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 
+use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{self, Incident, InjectedException, Outcome, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::smccc::Hypercall;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
-use hyp_core::sysreg::{SgiGenerationRegister, VmControlRegister};
+use hyp_core::sysreg::{IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::EndReason;
 use sched::Decision;
@@ -71,8 +73,8 @@ pub trait VcpuCpu: Sized {
     type Saved: Send;
     /// This CPU's list registers.
     type ListRegisters: ListRegisters;
-    /// The inputs of hardware-mapped level interrupts, sampled on this CPU.
-    type Lines: LineSampler + Default;
+    /// The ID registers of this CPU, which a VM sees sanitised (hyp_core::sysreg).
+    type IdRegisters: IdRegisters + Default;
     /// A synchronous exit as the syndrome registers describe it.
     type Trap;
 
@@ -110,8 +112,8 @@ pub trait VcpuCpu: Sized {
     /// handled, so the compiler fuses the two (decoded ahead and kept, it cost a hypercall
     /// 30 instructions).
     fn decode(trap: &Self::Trap) -> DecodedExit;
-    /// The system-register view of the exiting vCPU.
-    fn system_registers<'a>(&'a mut self, vm: &'a <Self::V as Virtualization>::Vm) -> impl SysRegEnv + 'a;
+    /// The vCPU's debug registers (its accesses to them trap into this copy).
+    fn debug_registers(&mut self) -> &mut DebugRegisters;
     /// The hardware debug registers follow the vCPU's copy (loaded while something of it
     /// could fire).
     fn follow_debug(&mut self);
@@ -209,7 +211,9 @@ pub fn run_vcpu<C: VcpuCpu>(
                 }
                 let exit = C::decode(&trap);
                 let (outcome, incident) = {
-                    let mut sysregs = here.system_registers(vm);
+                    let features = VmFeatures { gic_v3: core.gic_v3, ipa_bits: core.stage2_ipa_bits };
+                    let mut sysregs =
+                        VcpuSysRegs { features, id: C::IdRegisters::default(), debug: here.debug_registers() };
                     exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs)
                 };
                 match incident {
@@ -346,12 +350,50 @@ fn take_back_list_registers<C: VcpuCpu>(
         .vgic
         .vgic
         .lock()
-        .sync_from_hw_sampling(vcpu, here.list_registers(), &mut C::Lines::default(), &mut retired)
+        .sync_from_hw_sampling(vcpu, here.list_registers(), &mut HwLines::<C>(PhantomData), &mut retired)
         .unwrap_or(true);
     for physical in retired.iter() {
         C::deactivate(physical, cpu);
     }
     changed
+}
+
+/// The inputs of a VM's hardware-mapped level interrupts, as the vGIC asks for them after an
+/// exit, on the CPU of the vCPU that exited: its virtual timer's output, or a passthrough
+/// SPI's pending state at the distributor (held active, a level SPI is pending exactly
+/// while its input is asserted).
+struct HwLines<C>(PhantomData<C>);
+
+impl<C: VcpuCpu> LineSampler for HwLines<C> {
+    #[inline(always)]
+    fn is_asserted(&mut self, _: IntId, physical: IntId) -> bool {
+        if physical.0 == C::timer_ppi() {
+            C::timer_line()
+        } else if physical.is_spi() {
+            C::V::spi_pending(physical.0)
+        } else {
+            true
+        }
+    }
+}
+
+/// The system-register view of one exiting vCPU.
+struct VcpuSysRegs<'a, I> {
+    features: VmFeatures,
+    id: I,
+    debug: &'a mut DebugRegisters,
+}
+
+impl<I: IdRegisters> SysRegEnv for VcpuSysRegs<'_, I> {
+    fn features(&self) -> VmFeatures {
+        self.features
+    }
+    fn id_registers(&self) -> &impl IdRegisters {
+        &self.id
+    }
+    fn debug_registers(&mut self) -> &mut DebugRegisters {
+        self.debug
+    }
 }
 
 /// A trapped write of an SGI generation register: the vGIC raises the SGI at its targets,

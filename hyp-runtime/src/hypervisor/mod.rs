@@ -84,6 +84,9 @@ pub trait Virtualization: Arch + Sized {
     fn configure_spi(intid: u32, edge: bool);
     /// Whether a passthrough SPI is enabled.
     fn spi_enabled(intid: u32) -> bool;
+    /// Whether an SPI is pending at the board's interrupt controller (a level SPI held
+    /// active is pending exactly while its input is asserted).
+    fn spi_pending(intid: u32) -> bool;
     /// Bytes of the hypervisor's heap in use, and its size.
     fn heap_usage() -> (u64, u64);
     /// Every VM has ended (`clean`: none failed): the machine stops. Never returns on a

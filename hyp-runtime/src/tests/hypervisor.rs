@@ -140,6 +140,9 @@ impl Virtualization for FakeArch {
     fn spi_enabled(_: u32) -> bool {
         false
     }
+    fn spi_pending(_: u32) -> bool {
+        false
+    }
     fn heap_usage() -> (u64, u64) {
         (1 << 20, 32 << 20)
     }

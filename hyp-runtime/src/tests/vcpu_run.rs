@@ -8,14 +8,14 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
 use hyp_core::debug_registers::DebugRegisters;
-use hyp_core::exit::{GuestContext, InjectedException, SysRegEnv};
+use hyp_core::exit::{GuestContext, InjectedException};
 use hyp_core::smccc::{PSCI_SYSTEM_OFF, SMCCC_VERSION};
 use hyp_core::syndrome::Syndrome;
-use hyp_core::sysreg::{Encoding, IdRegisters, VmFeatures};
+use hyp_core::sysreg::{Encoding, IdRegisters};
 use hyp_core::trap::{DecodedExit, Trap};
 use hyp_core::vcpu_power::EndReason;
 use sched::{Decision, VcpuState};
-use vgic::{IntId, LineSampler, ListRegisters, Maintenance};
+use vgic::{IntId, ListRegisters, Maintenance};
 
 use super::hypervisor::{booted, event, take_events};
 use super::leak;
@@ -82,33 +82,11 @@ impl ListRegisters for FakeLrs {
 }
 
 #[derive(Default)]
-struct NoLines;
-
-impl LineSampler for NoLines {
-    fn is_asserted(&mut self, _: IntId, _: IntId) -> bool {
-        false
-    }
-}
-
 struct NoIdRegisters;
 
 impl IdRegisters for NoIdRegisters {
     fn read(&self, _: Encoding) -> u64 {
         0
-    }
-}
-
-struct FakeSysRegs<'a>(&'a mut DebugRegisters);
-
-impl SysRegEnv for FakeSysRegs<'_> {
-    fn features(&self) -> VmFeatures {
-        VmFeatures { gic_v3: true, ipa_bits: 40 }
-    }
-    fn id_registers(&self) -> &impl IdRegisters {
-        &NoIdRegisters
-    }
-    fn debug_registers(&mut self) -> &mut DebugRegisters {
-        self.0
     }
 }
 
@@ -125,7 +103,7 @@ impl VcpuCpu for FakeCpu {
     type Registers = GuestContext;
     type Saved = FakeSaved;
     type ListRegisters = FakeLrs;
-    type Lines = NoLines;
+    type IdRegisters = NoIdRegisters;
     type Trap = (DecodedExit, Syndrome);
 
     fn hypervisor() -> &'static Hypervisor<FakeArch> {
@@ -186,8 +164,8 @@ impl VcpuCpu for FakeCpu {
     fn decode(trap: &(DecodedExit, Syndrome)) -> DecodedExit {
         trap.0
     }
-    fn system_registers<'a>(&'a mut self, _: &'a Vm<FakeEnv>) -> impl SysRegEnv + 'a {
-        FakeSysRegs(&mut self.debug)
+    fn debug_registers(&mut self) -> &mut DebugRegisters {
+        &mut self.debug
     }
     fn follow_debug(&mut self) {}
     fn cache_maintenance(&mut self, _: &Vm<FakeEnv>, _: &mut GuestContext, _: u8, trap: CacheMaintenance) {
