@@ -2,23 +2,14 @@
 //! and the header's `image_size` set to the whole memory footprint (BSS included), which
 //! is what a loader must reserve (Documentation/arch/arm64/booting.rst).
 
+use object::{Object, ObjectSegment};
+
 use crate::XtaskError;
 
-const PT_LOAD: u32 = 1;
 const IMAGE_SIZE_OFFSET: usize = 16;
 const MAGIC_OFFSET: usize = 0x38;
 const ARM64_MAGIC: &[u8; 4] = b"ARM\x64";
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
+/// p_flags' execute permission (ELF specification, program header).
 const PF_X: u32 = 1;
 
 struct Segment {
@@ -29,31 +20,22 @@ struct Segment {
     flags: u32,
 }
 
+/// The PT_LOAD segments of an ELF file (32- or 64-bit: the `object` crate reads both) that
+/// take memory.
 fn segments(elf: &[u8]) -> Option<Vec<Segment>> {
-    if elf.get(0..4)? != b"\x7fELF" || *elf.get(4)? != 2 {
+    let file = object::File::parse(elf).ok()?;
+    if file.format() != object::BinaryFormat::Elf {
         return None;
     }
-    let phoff = u64_at(elf, 0x20)? as usize;
-    let phentsize = u16_at(elf, 0x36)? as usize;
-    let phnum = u16_at(elf, 0x38)? as usize;
-    let mut out = Vec::new();
-    for i in 0..phnum {
-        let ph = phoff + i * phentsize;
-        if u32_at(elf, ph)? != PT_LOAD {
-            continue;
-        }
-        let s = Segment {
-            flags: u32_at(elf, ph + 4)?,
-            offset: u64_at(elf, ph + 8)?,
-            vaddr: u64_at(elf, ph + 16)?,
-            filesz: u64_at(elf, ph + 32)?,
-            memsz: u64_at(elf, ph + 40)?,
+    let segments = file.segments().filter(|s| s.size() > 0).map(|s| {
+        let (offset, filesz) = s.file_range();
+        let flags = match s.flags() {
+            object::SegmentFlags::Elf { p_flags } => p_flags,
+            _ => 0,
         };
-        if s.memsz > 0 {
-            out.push(s);
-        }
-    }
-    Some(out)
+        Segment { offset, vaddr: s.address(), filesz, memsz: s.size(), flags }
+    });
+    Some(segments.collect())
 }
 
 /// A loadable segment's bytes in the file, where they load, and whether they are code.
@@ -63,8 +45,8 @@ pub struct Loaded<'a> {
     pub executable: bool,
 }
 
-/// The loadable segments of `elf` that have bytes in the file; None if it is not a 64-bit
-/// ELF file or a segment lies beyond its end.
+/// The loadable segments of `elf` that have bytes in the file; None if it is not an ELF
+/// file or a segment lies beyond its end.
 pub fn loadable(elf: &[u8]) -> Option<Vec<Loaded<'_>>> {
     segments(elf)?
         .iter()
@@ -80,7 +62,7 @@ pub fn loadable(elf: &[u8]) -> Option<Vec<Loaded<'_>>> {
 /// The flat image of `elf`, whose first bytes must be an arm64 Image header.
 pub fn to_image(elf: &[u8], what: &str) -> Result<Vec<u8>, XtaskError> {
     let bad = |why: &str| XtaskError::Build(format!("{what}: {why}"));
-    let segments = segments(elf).ok_or_else(|| bad("not a 64-bit ELF file"))?;
+    let segments = segments(elf).ok_or_else(|| bad("not an ELF file"))?;
     let base = segments.iter().map(|s| s.vaddr).min().ok_or_else(|| bad("no loadable segment"))?;
     let file_end = segments.iter().filter(|s| s.filesz > 0).map(|s| s.vaddr + s.filesz).max().unwrap_or(base);
     let mem_end = segments.iter().map(|s| s.vaddr + s.memsz).max().unwrap_or(base);
@@ -108,13 +90,17 @@ mod tests {
     /// BSS-only segment after it.
     fn elf() -> Vec<u8> {
         let mut e = vec![0u8; 0x200];
-        e[0..4].copy_from_slice(b"\x7fELF");
-        e[4] = 2;
+        // ELFCLASS64, ELFDATA2LSB, EV_CURRENT; ET_EXEC for EM_AARCH64; a 64-byte header.
+        e[0..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
+        e[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
+        e[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+        e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
         e[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
         e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
         e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
         let ph = |e: &mut Vec<u8>, at: usize, offset: u64, vaddr: u64, filesz: u64, memsz: u64| {
-            e[at..at + 4].copy_from_slice(&PT_LOAD.to_le_bytes());
+            e[at..at + 4].copy_from_slice(&object::elf::PT_LOAD.to_le_bytes());
             e[at + 8..at + 16].copy_from_slice(&offset.to_le_bytes());
             e[at + 16..at + 24].copy_from_slice(&vaddr.to_le_bytes());
             e[at + 32..at + 40].copy_from_slice(&filesz.to_le_bytes());
@@ -132,7 +118,11 @@ mod tests {
         let image = to_image(&elf(), "test").unwrap();
         assert_eq!(image.len(), 0x40);
         assert_eq!(image[0], 0xaa);
-        assert_eq!(u64_at(&image, IMAGE_SIZE_OFFSET), Some(0x5000), "0x5800 - 0x1000 rounded up to 4 KiB");
+        assert_eq!(
+            image[IMAGE_SIZE_OFFSET..IMAGE_SIZE_OFFSET + 8],
+            0x5000u64.to_le_bytes(),
+            "0x5800 - 0x1000 rounded up to 4 KiB"
+        );
     }
 
     #[test]
@@ -141,5 +131,27 @@ mod tests {
         let mut e = elf();
         e[0x100 + MAGIC_OFFSET] = 0;
         assert!(to_image(&e, "x").unwrap_err().to_string().contains("not an arm64 Image header"));
+    }
+
+    /// An ELF32 for ARM (an ARMv7 image) with one executable PT_LOAD segment of 16 bytes.
+    #[test]
+    fn a_32_bit_elf_s_segments_are_read() {
+        let mut e = vec![0u8; 0x100];
+        e[0..7].copy_from_slice(b"\x7fELF\x01\x01\x01");
+        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
+        e[0x12..0x14].copy_from_slice(&40u16.to_le_bytes());
+        e[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+        e[0x1c..0x20].copy_from_slice(&0x34u32.to_le_bytes());
+        e[0x28..0x2a].copy_from_slice(&52u16.to_le_bytes());
+        e[0x2a..0x2c].copy_from_slice(&32u16.to_le_bytes());
+        e[0x2c..0x2e].copy_from_slice(&1u16.to_le_bytes());
+        let ph = 0x34;
+        for (at, value) in [(0, object::elf::PT_LOAD), (4, 0x80), (8, 0x8000), (16, 16), (20, 16), (24, PF_X)] {
+            e[ph + at..ph + at + 4].copy_from_slice(&value.to_le_bytes());
+        }
+        e[0x80..0x90].fill(0x5a);
+        let loaded = loadable(&e).unwrap();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!((loaded[0].vaddr, loaded[0].bytes, loaded[0].executable), (0x8000, &[0x5a; 16][..], true));
     }
 }
