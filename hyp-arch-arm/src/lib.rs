@@ -8,6 +8,8 @@
 //!   registers of either GIC version, for the vGIC (`vgic::ListRegisters`).
 //! - `registers`: the frames' register offsets and the values computed for them.
 //! - `mmio`: the GIC frames' volatile accesses.
+//! - `boot`: the boot CPU's way from the device tree to running VMs, over the steps the
+//!   image gives (`ArmImage`).
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
 //! - `heap`: the hypervisor's heap, the image's global allocator.
 //! - `hyp_map`: the hypervisor's own identity map (EL2 / HYP stage 1), writable XOR
@@ -28,6 +30,7 @@
 
 extern crate alloc;
 
+pub mod boot;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub mod firmware;
 pub mod gic;

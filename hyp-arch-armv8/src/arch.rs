@@ -12,6 +12,11 @@ use hyp_runtime::vm_resources::{grant_resources, VmRequest, VmResources};
 use hyp_runtime::{Arch, Hypervisor, Virtualization};
 use sched::Decision;
 
+use aarch64_cpu::registers::{Readable, ID_AA64MMFR0_EL1};
+use hyp_core::bundle::{BootBundle, BundleError};
+use hyp_core::platform::Platform;
+use stage2::TableFormat;
+
 use crate::exceptions::sysreg;
 use crate::memory::Stage2Tlb;
 use crate::vdev::Devices;
@@ -133,5 +138,66 @@ impl Virtualization for Aarch64 {
 
     fn all_vms_ended(clean: bool) {
         crate::finish(clean)
+    }
+}
+
+impl hyp_arch_arm::boot::ArmImage for Aarch64 {
+    type Icc = crate::gic::Icc;
+
+    fn gic() -> &'static hyp_arch_arm::Gic<crate::gic::Icc> {
+        &crate::gic::GIC
+    }
+
+    fn hypervisor() -> &'static Hypervisor<Aarch64> {
+        &HYPERVISOR
+    }
+
+    fn mpidr() -> u64 {
+        crate::cpus::mpidr()
+    }
+
+    fn init_this_cpu() {
+        crate::debug_hw::init_cpu();
+    }
+
+    fn start_other_cpus(platform: &Platform<'_>) {
+        crate::cpus::start_secondaries(platform);
+    }
+
+    fn wait_a_little() {
+        crate::cpus::wait_a_little();
+    }
+
+    fn probe_board(platform: &Platform<'_>) -> Option<u64> {
+        let found = hyp_board_qemu_virt::virtio::probe(platform, crate::gic::INTERRUPT_WAIT);
+        if let Some(sectors) = found.disk_sectors {
+            println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
+        }
+        if let Some(mac) = found.uplink_mac {
+            println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev_virtio::switch::Mac(&mac));
+        }
+        found.disk_sectors
+    }
+
+    /// VMSAv8-64 stage 2 over this CPU's physical address size (ID_AA64MMFR0_EL1.PARange,
+    /// ARM ARM D24.2.64, at most 48 bits), the guests' IPA size within it.
+    fn stage2_format() -> TableFormat {
+        let pa_bits = match ID_AA64MMFR0_EL1.read(ID_AA64MMFR0_EL1::PARange) {
+            0 => 32,
+            1 => 36,
+            2 => 40,
+            3 => 42,
+            4 => 44,
+            _ => 48,
+        };
+        TableFormat::Vmsav8_64 { ipa_bits: hyp_core::guest_map::IPA_BITS.min(pa_bits), pa_bits }
+    }
+
+    fn apply_options(bundle: &BootBundle<'static>, me: usize) -> Result<Option<usize>, BundleError<'static>> {
+        crate::apply_options(bundle, me)
+    }
+
+    fn halt() -> ! {
+        crate::finish(false)
     }
 }

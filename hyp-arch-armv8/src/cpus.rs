@@ -49,7 +49,7 @@ pub const WORK_EL2_FAULT: usize = 1;
 
 const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 
-fn mpidr() -> u64 {
+pub fn mpidr() -> u64 {
     crate::exceptions::sysreg!("mpidr_el1") & MPIDR_AFFINITY_MASK
 }
 
@@ -118,7 +118,8 @@ pub fn wait_a_little() {
 
 /// Starts every other CPU and waits for each to report online (or gives up on it after a
 /// bounded wait, saying so).
-pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
+pub fn start_secondaries(platform: &Platform<'_>) {
+    let Some(mmu_regs) = crate::MMU_REGISTERS.get() else { return };
     let me = current_index();
     HYPERVISOR.cpus.set_online(me);
     println!("hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", mpidr());
@@ -150,11 +151,10 @@ pub fn start_secondaries(platform: &Platform<'_>, mmu_regs: &MmuRegisters) {
 extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     let index = boot.cpu_index as usize;
     enter_per_cpu(index);
-    if let Err(e) = crate::gic::GIC.init_cpu(index, mpidr(), &crate::board_ppis()) {
+    if let Err(e) = hyp_arch_arm::boot::init_cpu::<crate::arch::Aarch64>(index) {
         println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
         park()
     }
-    crate::debug_hw::init_cpu();
     println!("hypervisor: cpu{index} (MPIDR {:#x}) online", mpidr());
     HYPERVISOR.cpus.set_online(index);
     crate::cpu_loop(index)

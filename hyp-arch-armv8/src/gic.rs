@@ -1,12 +1,11 @@
 //! The physical GIC of the AArch64 image: the shared driver (`hyp_arch_arm::Gic`, everything
 //! memory-mapped, the same on ARMv7) over this CPU's GICv3 CPU interface, the ICC_* system
 //! registers at EL2 (IHI 0069 12.2), which this module owns; the image's one instance and
-//! its driver (`init_distributor` first).
+//! its driver.
 
 use core::arch::asm;
 
 use hyp_arch_arm::{CpuInterfaceRegisters, Gic};
-use hyp_core::platform::GicDescription;
 
 pub use hyp_runtime::interrupts::KICK_SGI;
 
@@ -85,16 +84,9 @@ impl CpuInterfaceRegisters for Icc {
     }
 }
 
-// SAFETY: main.rs's boot flow calls `init_distributor` (below) before any other function of
-// the driver, on the boot CPU, before the other CPUs start.
+// SAFETY: the boot flow (hyp_arch_arm::boot) calls `init_distributor` before any other
+// function of the driver, on the boot CPU, before the other CPUs start.
 pub static GIC: Gic<Icc> = unsafe { Gic::new() };
-
-/// Once, on the boot CPU: records the frames and enables the distributor.
-pub fn init_distributor(gic: &GicDescription) {
-    // SAFETY: the frames are the device tree's GIC, which the EL2 tables map Device-nGnRE at
-    // their physical addresses (mmu.rs); the boot CPU calls this once, first.
-    unsafe { GIC.init_distributor(gic) }
-}
 
 /// How the board's drivers wait for a device's interrupt on this image: the SPI prepared
 /// with `prepare_awaited_spi`, the wait in `wait_for_spi` on the CPU that waits.

@@ -218,7 +218,7 @@ impl VcpuCpu for OnCpu {
     }
 
     fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>) -> OnCpu {
-        let lrs = crate::LIST_REGISTERS.get().copied().unwrap_or(ListRegisterFile::V3);
+        let lrs: ListRegisterFile = hyp_arch_arm::boot::list_registers();
         lrs.reset();
         let here = OnCpu {
             lrs,
@@ -375,7 +375,7 @@ impl VcpuCpu for OnCpu {
     }
 
     fn timer_ppi() -> u32 {
-        crate::board_ppis()[1]
+        hyp_arch_arm::boot::board_ppis()[1]
     }
 
     fn set_timer_ppi_active(cpu: usize, active: bool) {

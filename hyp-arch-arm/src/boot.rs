@@ -1,0 +1,173 @@
+//! The boot CPU's way from the board's device tree to running VMs, shared by the AArch64 and
+//! ARMv7 images once their MMU and console are on: RAM divided and the heap started, the GIC
+//! and this CPU's interface, the hypervisor's own interrupts routed, the other CPUs started
+//! and checked, the board's devices, the boot bundle, and `Hypervisor::start`. What names
+//! the CPU architecture or the board is the image's (`ArmImage`).
+
+use alloc::vec::Vec;
+
+use hyp_core::bundle::{BootBundle, BundleError, RAM_GRANULE};
+use hyp_core::manifest::DeviceTreeDevices;
+use hyp_core::memory_map;
+use hyp_core::platform::{GicVersion, PhysRange, Platform};
+use hyp_runtime::hypervisor::boot::BootedBoard;
+use hyp_runtime::hypervisor::BoardOf;
+use hyp_runtime::interrupts::{Route, KICK_SGI};
+use hyp_runtime::{Board, Hypervisor, Virtualization};
+use spin::Once;
+use stage2::TableFormat;
+
+use crate::gic::{CpuInterfaceRegisters, Gic};
+use crate::list_registers::{ListRegisterAccess, ListRegisterFile};
+
+/// What the boot flow asks of the image: the steps that name its architecture or its board.
+pub trait ArmImage: Virtualization {
+    /// This CPU's GICv3 system-register interface (unused with a GICv2).
+    type Icc: CpuInterfaceRegisters;
+    fn gic() -> &'static Gic<Self::Icc>;
+    fn hypervisor() -> &'static Hypervisor<Self>;
+    /// This CPU's MPIDR affinity.
+    fn mpidr() -> u64;
+    /// What this CPU needs beside its GIC interface before it runs vCPUs.
+    fn init_this_cpu();
+    /// Starts the board's other CPUs, each of which reports online (`Hypervisor::cpus`).
+    fn start_other_cpus(platform: &Platform<'_>);
+    /// One step of a bounded wait for another CPU.
+    fn wait_a_little();
+    /// Finds the board's devices the hypervisor drives: its disk's size in sectors.
+    fn probe_board(platform: &Platform<'_>) -> Option<u64>;
+    /// The stage-2 format of this CPU on this board.
+    fn stage2_format() -> TableFormat;
+    /// What the boot bundle's options ask of the image (its test hooks, which an image
+    /// without them refuses), before any VM is created: the CPU set aside for them, if any.
+    fn apply_options(bundle: &BootBundle<'static>, me: usize) -> Result<Option<usize>, BundleError<'static>>;
+    /// Stops the machine, failed; never returns.
+    fn halt() -> !;
+}
+
+/// The PPIs the hypervisor takes: the GIC maintenance interrupt, the virtual timer
+/// (forwarded to the vCPU running on this CPU) and the hypervisor timer (slices of vCPUs
+/// that share a CPU, and blocked vCPUs' timers), as the device tree gives them.
+static PPIS: Once<[u32; 3]> = Once::new();
+/// This board's GICv2 virtual interface control frame (GICH), if its GIC is a GICv2 (the
+/// list registers are then memory-mapped, the same kind on every CPU).
+static GICH: Once<Option<usize>> = Once::new();
+
+/// The maintenance, virtual timer and hypervisor timer PPIs (QEMU `virt`'s until the boot
+/// CPU has read the device tree).
+pub fn board_ppis() -> [u32; 3] {
+    PPIS.get().copied().unwrap_or([25, 27, 26])
+}
+
+/// This CPU's list registers: the GICH frame of a GICv2, else (and until the boot CPU has
+/// looked) the GICv3 system registers `S`.
+#[inline]
+pub fn list_registers<S: ListRegisterAccess>() -> ListRegisterFile<S> {
+    match GICH.get() {
+        // SAFETY: the device tree's GICH frame, which the identity map maps Device-nGnRE
+        // (hyp_map), each CPU's own bank at the same address.
+        Some(&Some(gich)) => unsafe { ListRegisterFile::v2(gich) },
+        _ => ListRegisterFile::V3,
+    }
+}
+
+macro_rules! say {
+    ($i:ty, $($arg:tt)*) => { <BoardOf<$i> as Board>::print(format_args!($($arg)*)) };
+}
+
+/// Says why nothing can run and stops the machine, failed.
+fn halt<I: ArmImage>(message: impl core::fmt::Display) -> ! {
+    say!(I, "hypervisor: error: {message}");
+    I::halt()
+}
+
+/// The boot CPU, its MMU and console on, the heap not yet started: from the device tree
+/// (`device_tree`, at `dtb`) to running VMs. `image` is the hypervisor's own memory. Returns
+/// this CPU's index, to run vCPUs from then on.
+pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dtb: u64, image: PhysRange) -> usize {
+    let dtb = PhysRange { base: dtb, size: device_tree.len() as u64 };
+    let in_use = [image, dtb];
+    let used = in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter());
+    let plan =
+        memory_map::plan(&platform.memory, used, crate::heap::HEAP_SIZE, RAM_GRANULE).unwrap_or_else(|e| halt::<I>(e));
+    if plan.dropped > 0 {
+        say!(I, "hypervisor: {} free memory range(s) not used: too fragmented", plan.dropped);
+    }
+    // SAFETY: the heap's range is free RAM (not the image, device tree, bundle or reserved
+    // memory), identity-mapped Normal, and from here on belongs to the heap alone.
+    unsafe { crate::heap::init(plan.heap.base, plan.heap.size) };
+    let free: Vec<PhysRange> = plan.free.iter().copied().collect();
+    say!(
+        I,
+        "  free memory {} MiB for VMs in {} range(s), heap {} MiB",
+        free.iter().map(|r| r.size).sum::<u64>() >> 20,
+        free.len(),
+        crate::heap::HEAP_SIZE >> 20
+    );
+
+    let hypervisor = I::hypervisor();
+    // SAFETY: the frames are the device tree's GIC, which the hypervisor's identity map
+    // maps Device-nGnRE at their physical addresses (hyp_map); the boot CPU calls this
+    // once, first, before the other CPUs start.
+    unsafe { I::gic().init_distributor(&platform.gic) };
+    let ppis =
+        [platform.gic.maintenance_intid.unwrap_or(25), platform.timer.virtual_timer, platform.timer.hyp_physical];
+    PPIS.call_once(|| ppis);
+    let own = [
+        (KICK_SGI, Route::Kick),
+        (ppis[0], Route::Maintenance),
+        (ppis[1], Route::VirtualTimer),
+        (ppis[2], Route::HypTimer),
+    ];
+    for (intid, route) in own {
+        if let Err(e) = hypervisor.routes.set(intid, route) {
+            halt::<I>(format_args!("the board's interrupts: {e}"));
+        }
+    }
+    let me = I::current_cpu();
+    if let Err(e) = init_cpu::<I>(me) {
+        halt::<I>(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
+    }
+    I::start_other_cpus(platform);
+    say!(I, "hypervisor: {} of {} CPUs online", hypervisor.cpus.online_count(), platform.cpus.len());
+    let (answered, asked) = hypervisor.cpus.check_kicks::<I>(100_000_000, I::wait_a_little);
+    say!(I, "hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
+    let disk_sectors = I::probe_board(platform);
+
+    let Some(initrd) = platform.initrd else {
+        halt::<I>("no boot bundle: pass one as the initrd (`cargo xtask qemu` builds it)")
+    };
+    // SAFETY: the loader put the initrd at this range in RAM; it is in `used`, so nothing
+    // else allocates or writes it.
+    let blob = unsafe { core::slice::from_raw_parts(initrd.base as *const u8, initrd.size as usize) };
+    let bundle = BootBundle::parse(blob).unwrap_or_else(|e| halt::<I>(format_args!("boot bundle: {e}")));
+    let set_aside = I::apply_options(&bundle, me).unwrap_or_else(|e| halt::<I>(format_args!("boot bundle: {e}")));
+    GICH.call_once(|| match (platform.gic.version, platform.gic.hyp_interface) {
+        (GicVersion::V2, Some(gich)) => Some(gich.base as usize),
+        _ => None,
+    });
+    let Some(devices) = DeviceTreeDevices::new(device_tree) else {
+        halt::<I>("the device tree's devices cannot be read to check the manifest")
+    };
+    let board = BootedBoard {
+        platform,
+        devices: &devices,
+        free: &free,
+        stage2: I::stage2_format(),
+        disk_sectors,
+        boot_cpu: me,
+        usable_cpu: &|cpu| hypervisor.cpus.is_online(cpu) && Some(cpu) != set_aside,
+    };
+    if let Err(e) = hypervisor.start(&bundle, &board) {
+        halt::<I>(e);
+    }
+    me
+}
+
+/// This CPU's GIC interface (with the hypervisor's PPIs) and what else it needs, on every
+/// CPU, by that CPU.
+pub fn init_cpu<I: ArmImage>(index: usize) -> Result<(), crate::GicError> {
+    I::gic().init_cpu(index, I::mpidr(), &board_ppis())?;
+    I::init_this_cpu();
+    Ok(())
+}
