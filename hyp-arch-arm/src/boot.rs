@@ -11,7 +11,6 @@ use hyp_core::manifest::DeviceTreeDevices;
 use hyp_core::memory_map;
 use hyp_core::platform::{GicVersion, PhysRange, Platform};
 use hyp_runtime::hypervisor::boot::BootedBoard;
-use hyp_runtime::hypervisor::BoardOf;
 use hyp_runtime::interrupts::{Route, KICK_SGI};
 use hyp_runtime::{Board, Hypervisor, Virtualization};
 use spin::Once;
@@ -22,6 +21,8 @@ use crate::list_registers::{ListRegisterAccess, ListRegisterFile};
 
 /// What the boot flow asks of the image: the steps that name its architecture or its board.
 pub trait ArmImage: Virtualization {
+    /// The board layer: its console, disk and NIC.
+    type Board: Board;
     /// This CPU's GICv3 system-register interface (unused with a GICv2).
     type Icc: CpuInterfaceRegisters;
     fn gic() -> &'static Gic<Self::Icc>;
@@ -72,7 +73,7 @@ pub fn list_registers<S: ListRegisterAccess>() -> ListRegisterFile<S> {
 }
 
 macro_rules! say {
-    ($i:ty, $($arg:tt)*) => { <BoardOf<$i> as Board>::print(format_args!($($arg)*)) };
+    ($i:ty, $($arg:tt)*) => { <<$i as ArmImage>::Board as Board>::print(format_args!($($arg)*)) };
 }
 
 /// Says why nothing can run and stops the machine, failed.

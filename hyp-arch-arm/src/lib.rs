@@ -10,6 +10,7 @@
 //! - `mmio`: the GIC frames' volatile accesses.
 //! - `boot`: the boot CPU's way from the device tree to running VMs, over the steps the
 //!   image gives (`ArmImage`).
+//! - `devices`: what a VM's virtio devices reach (its RAM, its vGIC, the switch).
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
 //! - `heap`: the hypervisor's heap, the image's global allocator.
 //! - `hyp_map`: the hypervisor's own identity map (EL2 / HYP stage 1), writable XOR
@@ -31,6 +32,7 @@
 extern crate alloc;
 
 pub mod boot;
+pub mod devices;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub mod firmware;
 pub mod gic;

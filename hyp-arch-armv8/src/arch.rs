@@ -19,11 +19,13 @@ use stage2::TableFormat;
 
 use crate::exceptions::sysreg;
 use crate::memory::Stage2Tlb;
-use crate::vdev::Devices;
 use crate::vm::{OnCpu, Vm};
 use hyp_arch_arm::identity_map::HeapTableMemory;
 
 pub struct Aarch64;
+
+/// The devices of VMs on this image.
+pub type Devices = hyp_arch_arm::devices::Devices<Aarch64>;
 
 impl Arch for Aarch64 {
     fn current_cpu() -> usize {
@@ -142,6 +144,7 @@ impl Virtualization for Aarch64 {
 }
 
 impl hyp_arch_arm::boot::ArmImage for Aarch64 {
+    type Board = hyp_board_qemu_virt::QemuVirt;
     type Icc = crate::gic::Icc;
 
     fn gic() -> &'static hyp_arch_arm::Gic<crate::gic::Icc> {

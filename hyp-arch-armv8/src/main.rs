@@ -20,7 +20,6 @@ mod list_registers;
 mod memory;
 mod mmu;
 mod vcpu_state;
-mod vdev;
 mod vm;
 
 use crate::arch::HYPERVISOR;

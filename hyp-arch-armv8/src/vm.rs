@@ -14,12 +14,11 @@ use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use spin::Mutex;
 
-use crate::arch::{Aarch64, HYPERVISOR};
+use crate::arch::{Aarch64, Devices, HYPERVISOR};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::list_registers::ListRegisterFile;
 use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
-use crate::vdev::Devices;
 use hyp_arch_arm::identity_map::HeapTableMemory;
 use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};

@@ -201,7 +201,7 @@ impl<V: Virtualization> Hypervisor<V> {
 }
 
 /// The board of the image whose architecture is `V`.
-pub type BoardOf<V> = <<V as Virtualization>::Env as VmEnv>::Board;
+pub(crate) type BoardOf<V> = <<V as Virtualization>::Env as VmEnv>::Board;
 
 /// A line of the hypervisor's on the board's console.
 macro_rules! say {
