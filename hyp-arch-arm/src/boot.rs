@@ -31,8 +31,12 @@ pub trait ArmImage: Virtualization {
     fn mpidr() -> u64;
     /// What this CPU needs beside its GIC interface before it runs vCPUs.
     fn init_this_cpu();
-    /// Starts the board's other CPUs, each of which reports online (`Hypervisor::cpus`).
-    fn start_other_cpus(platform: &Platform<'_>);
+    /// What CPU `index` reads with its MMU off when it starts (its stack, the MMU's
+    /// registers, its index), written and cleaned to memory: its address, which CPU_ON
+    /// passes the CPU.
+    fn prepare_cpu_start(index: usize) -> u64;
+    /// Where a started CPU begins, its MMU off: a physical address.
+    fn cpu_entry() -> u64;
     /// One step of a bounded wait for another CPU.
     fn wait_a_little();
     /// Finds the board's devices the hypervisor drives: its disk's size in sectors.
@@ -129,7 +133,7 @@ pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dt
     if let Err(e) = init_cpu::<I>(me) {
         halt::<I>(format_args!("GIC: this CPU's interface cannot be set up ({e:?})"));
     }
-    I::start_other_cpus(platform);
+    start_other_cpus::<I>(platform, me);
     say!(I, "hypervisor: {} of {} CPUs online", hypervisor.cpus.online_count(), platform.cpus.len());
     let (answered, asked) = hypervisor.cpus.check_kicks::<I>(100_000_000, I::wait_a_little);
     say!(I, "hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
@@ -163,6 +167,22 @@ pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dt
         halt::<I>(e);
     }
     me
+}
+
+/// Starts every other CPU through PSCI CPU_ON and waits for each to report online (or gives
+/// up on it after a bounded wait, saying so).
+fn start_other_cpus<I: ArmImage>(platform: &Platform<'_>, me: usize) {
+    let cpus = &I::hypervisor().cpus;
+    cpus.set_online(me);
+    say!(I, "hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", I::mpidr());
+    for (index, &target) in platform.cpus.iter().enumerate().filter(|&(index, _)| index != me) {
+        let context = I::prepare_cpu_start(index);
+        if let Err(e) = crate::firmware::cpu_on(target, I::cpu_entry(), context) {
+            say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON: {e}");
+        } else if !cpus.wait_online(index, 200_000_000, I::wait_a_little) {
+            say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
+        }
+    }
 }
 
 /// This CPU's GIC interface (with the hypervisor's PPIs) and what else it needs, on every

@@ -163,8 +163,12 @@ impl hyp_arch_arm::boot::ArmImage for Aarch64 {
         crate::debug_hw::init_cpu();
     }
 
-    fn start_other_cpus(platform: &Platform<'_>) {
-        crate::cpus::start_secondaries(platform);
+    fn prepare_cpu_start(index: usize) -> u64 {
+        crate::cpus::prepare_start(index)
+    }
+
+    fn cpu_entry() -> u64 {
+        crate::boot::secondary_entry as *const () as u64
     }
 
     fn wait_a_little() {

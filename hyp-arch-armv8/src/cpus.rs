@@ -8,7 +8,6 @@ use hyp_core::platform::{Platform, MAX_CPUS};
 
 use crate::arch::HYPERVISOR;
 use crate::mmu::{self, MmuRegisters};
-use hyp_arch_arm::firmware;
 
 const STACK_SIZE: usize = 64 * 1024;
 
@@ -116,35 +115,20 @@ pub fn wait_a_little() {
     unsafe { core::arch::asm!("yield", options(nomem, nostack)) };
 }
 
-/// Starts every other CPU and waits for each to report online (or gives up on it after a
-/// bounded wait, saying so).
-pub fn start_secondaries(platform: &Platform<'_>) {
-    let Some(mmu_regs) = crate::MMU_REGISTERS.get() else { return };
-    let me = current_index();
-    HYPERVISOR.cpus.set_online(me);
-    println!("hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", mpidr());
-    for (index, &target) in platform.cpus.iter().enumerate() {
-        if index == me {
-            continue;
-        }
-        // SAFETY: only the boot CPU writes these, before starting the CPU that reads them.
-        let boot = unsafe {
-            let stack_top = (&raw const STACKS[index]) as u64 + STACK_SIZE as u64;
-            #[allow(clippy::deref_addrof)] // a `static mut` reached through a raw pointer
-            let boot = &mut (*(&raw mut SECONDARY_BOOT))[index];
-            *boot = SecondaryBoot { stack_top, mmu: *mmu_regs, cpu_index: index as u64 };
-            boot as *const SecondaryBoot as u64
-        };
-        // The new CPU reads it with its MMU off, from memory.
-        mmu::clean_dcache_range(boot, boot + core::mem::size_of::<SecondaryBoot>() as u64);
-        if let Err(e) = firmware::cpu_on(target, crate::boot::secondary_entry as *const () as u64, boot) {
-            println!("hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON: {e}");
-            continue;
-        }
-        if !HYPERVISOR.cpus.wait_online(index, 200_000_000, wait_a_little) {
-            println!("hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
-        }
-    }
+/// What CPU `index` reads with its MMU off when it starts (hyp_arch_arm::boot::ArmImage),
+/// cleaned to memory: its address.
+pub fn prepare_start(index: usize) -> u64 {
+    let Some(&mmu) = crate::MMU_REGISTERS.get() else { return 0 };
+    // SAFETY: only the boot CPU writes these, before starting the CPU that reads them.
+    let boot = unsafe {
+        let stack_top = (&raw const STACKS[index]) as u64 + STACK_SIZE as u64;
+        #[allow(clippy::deref_addrof)] // a `static mut` reached through a raw pointer
+        let boot = &mut (*(&raw mut SECONDARY_BOOT))[index];
+        *boot = SecondaryBoot { stack_top, mmu, cpu_index: index as u64 };
+        boot as *const SecondaryBoot as u64
+    };
+    mmu::clean_dcache_range(boot, boot + core::mem::size_of::<SecondaryBoot>() as u64);
+    boot
 }
 
 #[no_mangle]
