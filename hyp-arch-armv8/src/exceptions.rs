@@ -9,6 +9,7 @@
 use core::arch::global_asm;
 
 use hyp_core::exit::GuestContext;
+use hyp_core::hyp_fault::HypFault;
 use hyp_core::syndrome::Syndrome;
 
 use crate::{cpus, println_unlocked};
@@ -181,47 +182,23 @@ pub(crate) use sysreg;
 /// running.
 #[no_mangle]
 extern "C" fn hyp_exception(kind: u64, regs: &[u64; 32]) {
-    let report = El2Exception {
+    let esr = sysreg!("esr_el2");
+    let report = HypFault {
         kind: ["synchronous", "IRQ", "FIQ", "SError"].get(kind as usize).copied().unwrap_or("?"),
+        mode: "EL2",
         cpu: cpus::current_index(),
-        esr: sysreg!("esr_el2"),
-        far: sysreg!("far_el2"),
-        elr: sysreg!("elr_el2"),
-        spsr: sysreg!("spsr_el2"),
-        regs,
+        syndrome: Syndrome(esr),
+        named: [
+            ("ESR_EL2", esr),
+            ("FAR_EL2", sysreg!("far_el2")),
+            ("ELR_EL2", sysreg!("elr_el2")),
+            ("SPSR_EL2", sysreg!("spsr_el2")),
+        ],
+        general: regs,
+        prefix: 'x',
     };
     println_unlocked!("{report}");
     // The boot CPU waits for this before it starts the VMs when the fault was a test's.
     #[cfg(feature = "test-hooks")]
     crate::fault_test::reported(report.cpu);
-}
-
-/// What `hyp_exception` reports.
-struct El2Exception<'a> {
-    kind: &'static str,
-    cpu: usize,
-    esr: u64,
-    far: u64,
-    elr: u64,
-    spsr: u64,
-    regs: &'a [u64; 32],
-}
-
-impl core::fmt::Display for El2Exception<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let (cpu, esr) = (self.cpu, self.esr);
-        writeln!(f, "\nhypervisor: unexpected {} exception at EL2 on cpu{cpu}: {}", self.kind, Syndrome(esr).class())?;
-        writeln!(
-            f,
-            "  ESR_EL2 {esr:#018x}  FAR_EL2 {:#018x}  ELR_EL2 {:#018x}  SPSR_EL2 {:#018x}",
-            self.far, self.elr, self.spsr
-        )?;
-        for (row, values) in self.regs.chunks(4).enumerate() {
-            for (i, value) in values.iter().enumerate() {
-                write!(f, "  x{:<2} {value:#018x}", row * 4 + i)?;
-            }
-            writeln!(f)?;
-        }
-        write!(f, "hypervisor: cpu{cpu} stopped")
-    }
 }

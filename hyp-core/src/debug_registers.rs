@@ -282,7 +282,7 @@ mod tests {
         for n in 0..6 {
             assert_eq!(write(&mut d, bvr(n), u64::MAX), DebugAccess::Written);
             assert_eq!(write(&mut d, bcr(n), u64::MAX), DebugAccess::Written);
-            assert_eq!(read(&mut d, bvr(n)), DebugAccess::Read(u64::MAX & !3), "BVR bits [1:0] are RES0");
+            assert_eq!(read(&mut d, bvr(n)), DebugAccess::Read(!3), "BVR bits [1:0] are RES0");
             assert_eq!(read(&mut d, bcr(n)), DebugAccess::Read(0x00ff_e1e7), "BCR: only its fields");
         }
         for n in 0..4 {
@@ -294,7 +294,7 @@ mod tests {
         // Each register is its own: the first breakpoint's value is not the others'.
         write(&mut d, bvr(0), 0x4000_1000);
         assert_eq!(read(&mut d, bvr(0)), DebugAccess::Read(0x4000_1000));
-        assert_eq!(read(&mut d, bvr(1)), DebugAccess::Read(u64::MAX & !3));
+        assert_eq!(read(&mut d, bvr(1)), DebugAccess::Read(!3));
     }
 
     #[test]

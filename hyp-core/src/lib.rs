@@ -15,6 +15,7 @@ pub mod fdt;
 pub mod guest_fdt;
 pub mod guest_layout;
 pub mod guest_map;
+pub mod hyp_fault;
 pub mod image;
 pub mod log_limit;
 pub mod management;

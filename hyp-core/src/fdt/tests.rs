@@ -10,7 +10,10 @@ const VIRT_GICV3: &[u8] = include_bytes!("../../tests/data/qemu-virt-gicv3-smp4.
 const VIRT_GICV2: &[u8] = include_bytes!("../../tests/data/qemu-virt-gicv2-smp2.dtb");
 
 /// Every node as its path-less name, its properties and its `reg`, in walk order.
-fn summary(fdt: &Fdt<'_>) -> Vec<(String, Vec<(String, Vec<u8>)>, Vec<Reg>)> {
+/// Each node's path, its properties (name, value) and its `reg` entries.
+type Summary = Vec<(String, Vec<(String, Vec<u8>)>, Vec<Reg>)>;
+
+fn summary(fdt: &Fdt<'_>) -> Summary {
     fdt.all_nodes()
         .map(|n| {
             let props = n.properties().map(|p| (p.name.to_string(), p.value.to_vec())).collect();
@@ -20,7 +23,7 @@ fn summary(fdt: &Fdt<'_>) -> Vec<(String, Vec<(String, Vec<u8>)>, Vec<Reg>)> {
 }
 
 /// The same tree read by the `fdt` crate (checked against it on trees it reads correctly).
-fn summary_by_fdt_crate(blob: &[u8]) -> Vec<(String, Vec<(String, Vec<u8>)>, Vec<Reg>)> {
+fn summary_by_fdt_crate(blob: &[u8]) -> Summary {
     let fdt = ::fdt::Fdt::new(blob).unwrap();
     fdt.all_nodes()
         .map(|n| {
