@@ -2,79 +2,19 @@
 //! ARMv7 images once their MMU and console are on: RAM divided and the heap started, the GIC
 //! and this CPU's interface, the hypervisor's own interrupts routed, the other CPUs started
 //! and checked, the board's devices, the boot bundle, and `Hypervisor::start`. What names
-//! the CPU architecture or the board is the image's (`ArmImage`).
+//! the CPU architecture or the board is the image's (`ArmImage`, crate::image).
 
 use alloc::vec::Vec;
 
-use hyp_core::bundle::{BootBundle, BundleError, RAM_GRANULE};
+use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::manifest::DeviceTreeDevices;
 use hyp_core::memory_map;
 use hyp_core::platform::{GicVersion, PhysRange, Platform};
 use hyp_runtime::hypervisor::boot::BootedBoard;
 use hyp_runtime::interrupts::{Route, KICK_SGI};
-use hyp_runtime::{Board, Hypervisor, Virtualization};
-use spin::Once;
-use stage2::TableFormat;
+use hyp_runtime::Board;
 
-use crate::gic::{CpuInterfaceRegisters, Gic};
-use crate::list_registers::{ListRegisterAccess, ListRegisterFile};
-
-/// What the boot flow asks of the image: the steps that name its architecture or its board.
-pub trait ArmImage: Virtualization {
-    /// The board layer: its console, disk and NIC.
-    type Board: Board;
-    /// This CPU's GICv3 system-register interface (unused with a GICv2).
-    type Icc: CpuInterfaceRegisters;
-    fn gic() -> &'static Gic<Self::Icc>;
-    fn hypervisor() -> &'static Hypervisor<Self>;
-    /// This CPU's MPIDR affinity.
-    fn mpidr() -> u64;
-    /// What this CPU needs beside its GIC interface before it runs vCPUs.
-    fn init_this_cpu();
-    /// What CPU `index` reads with its MMU off when it starts (its stack, the MMU's
-    /// registers, its index), written and cleaned to memory: its address, which CPU_ON
-    /// passes the CPU.
-    fn prepare_cpu_start(index: usize) -> u64;
-    /// Where a started CPU begins, its MMU off: a physical address.
-    fn cpu_entry() -> u64;
-    /// One step of a bounded wait for another CPU.
-    fn wait_a_little();
-    /// Finds the board's devices the hypervisor drives: its disk's size in sectors.
-    fn probe_board(platform: &Platform<'_>) -> Option<u64>;
-    /// The stage-2 format of this CPU on this board.
-    fn stage2_format() -> TableFormat;
-    /// What the boot bundle's options ask of the image (its test hooks, which an image
-    /// without them refuses), before any VM is created: the CPU set aside for them, if any.
-    fn apply_options(bundle: &BootBundle<'static>, me: usize) -> Result<Option<usize>, BundleError<'static>>;
-    /// Stops the machine, failed; never returns.
-    fn halt() -> !;
-}
-
-/// The PPIs the hypervisor takes: the GIC maintenance interrupt, the virtual timer
-/// (forwarded to the vCPU running on this CPU) and the hypervisor timer (slices of vCPUs
-/// that share a CPU, and blocked vCPUs' timers), as the device tree gives them.
-static PPIS: Once<[u32; 3]> = Once::new();
-/// This board's GICv2 virtual interface control frame (GICH), if its GIC is a GICv2 (the
-/// list registers are then memory-mapped, the same kind on every CPU).
-static GICH: Once<Option<usize>> = Once::new();
-
-/// The maintenance, virtual timer and hypervisor timer PPIs (QEMU `virt`'s until the boot
-/// CPU has read the device tree).
-pub fn board_ppis() -> [u32; 3] {
-    PPIS.get().copied().unwrap_or([25, 27, 26])
-}
-
-/// This CPU's list registers: the GICH frame of a GICv2, else (and until the boot CPU has
-/// looked) the GICv3 system registers `S`.
-#[inline]
-pub fn list_registers<S: ListRegisterAccess>() -> ListRegisterFile<S> {
-    match GICH.get() {
-        // SAFETY: the device tree's GICH frame, which the identity map maps Device-nGnRE
-        // (hyp_map), each CPU's own bank at the same address.
-        Some(&Some(gich)) => unsafe { ListRegisterFile::v2(gich) },
-        _ => ListRegisterFile::V3,
-    }
-}
+use crate::image::{init_cpu, ArmImage, GICH, PPIS};
 
 macro_rules! say {
     ($i:ty, $($arg:tt)*) => { <<$i as ArmImage>::Board as Board>::print(format_args!($($arg)*)) };
@@ -183,12 +123,4 @@ fn start_other_cpus<I: ArmImage>(platform: &Platform<'_>, me: usize) {
             say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
         }
     }
-}
-
-/// This CPU's GIC interface (with the hypervisor's PPIs) and what else it needs, on every
-/// CPU, by that CPU.
-pub fn init_cpu<I: ArmImage>(index: usize) -> Result<(), crate::GicError> {
-    I::gic().init_cpu(index, I::mpidr(), &board_ppis())?;
-    I::init_this_cpu();
-    Ok(())
 }

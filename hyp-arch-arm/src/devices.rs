@@ -9,8 +9,8 @@ use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
 use hyp_runtime::virtio::slot::VmEnv;
 use vgic::IntId;
 
-use crate::boot::ArmImage;
 use crate::identity_map::GuestRam;
+use crate::image::ArmImage;
 
 /// The devices of VMs on image `I`.
 pub struct Devices<I>(PhantomData<I>);

@@ -9,12 +9,14 @@
 //! - `registers`: the frames' register offsets and the values computed for them.
 //! - `mmio`: the GIC frames' volatile accesses.
 //! - `boot`: the boot CPU's way from the device tree to running VMs, over the steps the
-//!   image gives (`ArmImage`).
+//!   image gives (`image::ArmImage`), on the board only.
 //! - `devices`: what a VM's virtio devices reach (its RAM, its vGIC, the switch).
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
 //! - `heap`: the hypervisor's heap, the image's global allocator.
 //! - `hyp_map`: the hypervisor's own identity map (EL2 / HYP stage 1), writable XOR
 //!   executable.
+//! - `vm`: a VM as an ARM image runs it (its stage-2 registers, its counter offset, its
+//!   descheduled vCPUs), built, loaded, reset and destroyed.
 //! - `identity_map`: stage-2 table frames from the heap, a VM's RAM as its devices see it,
 //!   the device tree the bootloader passed.
 //!
@@ -31,6 +33,7 @@
 
 extern crate alloc;
 
+#[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub mod boot;
 pub mod devices;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
@@ -39,9 +42,11 @@ pub mod gic;
 pub mod heap;
 pub mod hyp_map;
 pub mod identity_map;
+pub mod image;
 pub mod list_registers;
 mod mmio;
 pub mod registers;
+pub mod vm;
 
 pub use gic::{CpuInterfaceRegisters, Gic, GicError};
 pub use list_registers::{Gich, InterfaceState, ListRegisterAccess, ListRegisterFile};

@@ -8,7 +8,7 @@ use hyp_core::entropy::GuestSeeds;
 use hyp_runtime::hypervisor::VcpuExit;
 use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vm::{VmBuild, VmError};
-use hyp_runtime::vm_resources::{grant_resources, VmRequest, VmResources};
+use hyp_runtime::vm_resources::{VmRequest, VmResources};
 use hyp_runtime::{Arch, Hypervisor, Virtualization};
 use sched::Decision;
 
@@ -20,7 +20,6 @@ use stage2::TableFormat;
 use crate::exceptions::sysreg;
 use crate::memory::Stage2Tlb;
 use crate::vm::{OnCpu, Vm};
-use hyp_arch_arm::identity_map::HeapTableMemory;
 
 pub struct Aarch64;
 
@@ -72,7 +71,7 @@ impl Virtualization for Aarch64 {
         untyped: &[CapId],
         request: &VmRequest<'_>,
     ) -> Result<VmResources, CapError> {
-        grant_resources(caps, &mut HeapTableMemory, |vttbr| Stage2Tlb { vttbr }, untyped, request)
+        hyp_arch_arm::vm::grant_resources::<Aarch64>(caps, untyped, request)
     }
 
     fn create_vm(build: VmBuild<'_>, scheduling: &'static Scheduling<Self>) -> Result<Vm, VmError> {
@@ -143,7 +142,7 @@ impl Virtualization for Aarch64 {
     }
 }
 
-impl hyp_arch_arm::boot::ArmImage for Aarch64 {
+impl hyp_arch_arm::image::ArmImage for Aarch64 {
     type Board = hyp_board_qemu_virt::QemuVirt;
     type Icc = crate::gic::Icc;
 
@@ -206,5 +205,23 @@ impl hyp_arch_arm::boot::ArmImage for Aarch64 {
 
     fn halt() -> ! {
         crate::finish(false)
+    }
+
+    type Stage2Tlb = Stage2Tlb;
+
+    fn stage2_tlb(vttbr: u64) -> Stage2Tlb {
+        Stage2Tlb { vttbr }
+    }
+
+    fn zero_for_guest(pa: u64, len: u64) {
+        crate::memory::zero_for_guest(pa, len);
+    }
+
+    fn copy_to_guest(dst: &mut [u8], src: &[u8]) {
+        crate::memory::copy_fast(dst, src);
+    }
+
+    fn make_visible_to_guest(pa: u64, len: u64) {
+        crate::memory::make_visible_to_guest(pa, len);
     }
 }

@@ -115,7 +115,7 @@ pub fn wait_a_little() {
     unsafe { core::arch::asm!("yield", options(nomem, nostack)) };
 }
 
-/// What CPU `index` reads with its MMU off when it starts (hyp_arch_arm::boot::ArmImage),
+/// What CPU `index` reads with its MMU off when it starts (hyp_arch_arm::image::ArmImage),
 /// cleaned to memory: its address.
 pub fn prepare_start(index: usize) -> u64 {
     let Some(&mmu) = crate::MMU_REGISTERS.get() else { return 0 };
@@ -135,7 +135,7 @@ pub fn prepare_start(index: usize) -> u64 {
 extern "C" fn secondary_main(boot: &SecondaryBoot) -> ! {
     let index = boot.cpu_index as usize;
     enter_per_cpu(index);
-    if let Err(e) = hyp_arch_arm::boot::init_cpu::<crate::arch::Aarch64>(index) {
+    if let Err(e) = hyp_arch_arm::image::init_cpu::<crate::arch::Aarch64>(index) {
         println!("hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off", mpidr());
         park()
     }

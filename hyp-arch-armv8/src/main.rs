@@ -75,7 +75,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     cpu_loop(me)
 }
 
-/// What the boot bundle's options ask of this image (hyp_arch_arm::boot::ArmImage): the CPU
+/// What the boot bundle's options ask of this image (hyp_arch_arm::image::ArmImage): the CPU
 /// set aside for a deliberate EL2 fault, its fault over and reported before any VM is
 /// created or prints. An image without the test hooks refuses a bundle that asks for one
 /// rather than run otherwise than it says (docs/security.md, "Test hooks").

@@ -1,181 +1,89 @@
-//! VMs at run time on AArch64: building one from its manifest entry (stage 2, emulated
-//! devices, the kernel loaded per the arm64 boot protocol), and what running a vCPU on this
-//! CPU names of AArch64 (`OnCpu`, the arch side of hyp_runtime::vcpu_run).
+//! What running a vCPU on this CPU names of AArch64 (`OnCpu`, the arch side of
+//! hyp_runtime::vcpu_run): its EL2 state (stage 2, traps, identity, counter offset), entry,
+//! syndrome reads, injection, what it leaves in the CPU. The VM itself is
+//! hyp_arch_arm::vm's, shared with ARMv7.
 
 use core::arch::asm;
 
-use hyp_core::cap::{CapError, CapSpace};
+use aarch64_cpu::registers::*;
+use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
-use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
-use spin::Mutex;
 
-use crate::arch::{Aarch64, Devices, HYPERVISOR};
+use crate::arch::{Aarch64, HYPERVISOR};
 use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::list_registers::ListRegisterFile;
-use crate::memory::{copy_fast, make_visible_to_guest, zero_for_guest, Stage2Tlb};
 use crate::vcpu_state::{self, SavedVcpu};
-use hyp_arch_arm::identity_map::HeapTableMemory;
-use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
-use hyp_runtime::vm::{Vm as VmCore, VmBuild, VmError};
-use hyp_runtime::vm_resources::revoke_all;
 use hyp_runtime::Hypervisor;
 use vgic::{Distributor, IntId};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
-/// MDCR_EL2 traps (ARM ARM D24.2.x, MDCR_EL2): TPMCR [5] and TPM [6], PMU accesses; TDA [9],
-/// TDOSA [10] and TDRA [11], debug register accesses.
-const MDCR_TPMCR: u64 = 1 << 5;
-const MDCR_TPM: u64 = 1 << 6;
-const MDCR_TDA: u64 = 1 << 9;
-const MDCR_TDOSA: u64 = 1 << 10;
-const MDCR_TDRA: u64 = 1 << 11;
-/// HCR_EL2.TWI and TWE: WFI and WFE trap (vCPUs that share a CPU: a vCPU waiting for an
-/// interrupt or for a spinlock's holder gives its CPU to the others, which include that
-/// holder if it shares the CPU).
-const HCR_TWI: u64 = 1 << 13;
-const HCR_TWE: u64 = 1 << 14;
-/// HCR_EL2.TVM: writes to the VM control registers trap (while set/way maintenance is
-/// watched: hyp_core::set_way).
-const HCR_TVM: u64 = 1 << 26;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
 /// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
-/// set/way cache maintenance), TID3 (trap ID group 3 reads, which are sanitised: sysreg.rs),
-/// RW (EL1 is AArch64).
-const HCR_GUEST: u64 = (1 << 0)
-    | (1 << 1)
-    | (1 << 3)
-    | (1 << 4)
-    | (1 << 5)
-    | (1 << 9)
-    | (1 << 10)
-    | (1 << 18)
-    | (1 << 19)
-    | (1 << 20)
-    | (1 << 21)
-    | (1 << 22)
-    | (1 << 31);
+/// set/way cache maintenance), TID3 (trap ID group 3 reads, which are sanitised:
+/// hyp_core::sysreg), RW (EL1 is AArch64).
+const HCR_GUEST: u64 = HCR_EL2::VM::SET.value
+    | HCR_EL2::SWIO::SET.value
+    | HCR_EL2::FMO::SET.value
+    | HCR_EL2::IMO::SET.value
+    | HCR_EL2::AMO::SET.value
+    | HCR_EL2::FB::SET.value
+    | HCR_EL2::BSU::InnerShareable.value
+    | HCR_EL2::TID3::SET.value
+    | HCR_EL2::TSC::SET.value
+    | HCR_EL2::TIDCP::SET.value
+    | HCR_EL2::TACR::SET.value
+    | HCR_EL2::TSW::SET.value
+    | HCR_EL2::RW::EL1IsAarch64.value;
+/// HCR_EL2.TWI and TWE: WFI and WFE trap (vCPUs that share a CPU: a vCPU waiting for an
+/// interrupt or for a spinlock's holder gives its CPU to the others, which include that
+/// holder if it shares the CPU).
+const HCR_WFX: u64 = HCR_EL2::TWI::SET.value | HCR_EL2::TWE::SET.value;
+/// HCR_EL2.TVM: writes to the VM control registers trap (while set/way maintenance is
+/// watched: hyp_core::set_way).
+const HCR_TVM: u64 = HCR_EL2::TVM::SET.value;
 
-/// A VM as this image runs it: the runtime's VM, with its stage-2 registers, its counter
-/// offset and the saved state of each descheduled vCPU.
-pub struct Vm {
-    core: VmCore<Devices>,
-    /// The saved state of each descheduled vCPU.
-    saved: ResumeSlots<OnCpu>,
-    /// CNTVOFF_EL2: the physical count when the VM was created, so its virtual counter
-    /// starts at zero.
-    cntvoff: u64,
-    /// VTTBR_EL2 and VTCR_EL2 of the VM's stage-2 tables (which the capability space owns).
-    vttbr: u64,
-    vtcr: u64,
-}
+/// A VM as this image runs it (hyp_arch_arm::vm).
+pub type Vm = ArmVm<OnCpu>;
 
-impl core::borrow::Borrow<VmCore<Devices>> for Vm {
-    fn borrow(&self) -> &VmCore<Devices> {
-        &self.core
-    }
-}
-
-impl core::ops::Deref for Vm {
-    type Target = VmCore<Devices>;
-    fn deref(&self) -> &VmCore<Devices> {
-        &self.core
-    }
-}
-
-impl Vm {
-    /// Builds the VM `spec` describes, with the resources its capabilities grant; its
-    /// passthrough SPIs are configured as the board says and left off, nothing pending or
-    /// active, until it runs.
-    pub fn create(build: VmBuild<'_>, scheduling: &'static Scheduling<Aarch64>) -> Result<Vm, VmError> {
-        let (id, spec, vttbr, vtcr) = (build.id, build.spec, build.granted.vttbr, build.granted.vtcr);
-        let core = VmCore::create(build, scheduling)?;
-        let vm = Vm {
-            saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
-            cntvoff: sysreg!("cntpct_el0"),
-            vttbr,
-            vtcr,
-            core,
-        };
-        println!("hypervisor: vm{id} {}: its virtual counter starts at physical count {}", spec.name, vm.cntvoff);
-        Ok(vm)
-    }
-
-    /// Zeroes the VM's RAM (no data of an earlier VM leaks) and loads the kernel, initrd and
-    /// device tree, all cleaned to the point of coherency (booting.rst: the guest starts with
-    /// its MMU off).
-    pub fn load(&self) {
-        zero_for_guest(self.ram.base, self.spec.memory);
-        // SAFETY: `ram` belongs to this VM alone, is identity-mapped Normal memory at EL2, and
-        // no vCPU of this VM runs while it is loaded.
-        let ram = unsafe { core::slice::from_raw_parts_mut(self.ram.base as *mut u8, self.spec.memory as usize) };
-        let base = self.ram.base;
-        self.core.load(|offset, bytes| {
-            let at = offset as usize;
-            copy_fast(&mut ram[at..at + bytes.len()], bytes);
-            make_visible_to_guest(base + offset, bytes.len() as u64);
-        });
-    }
-
-    /// After a SYSTEM_RESET has stopped every vCPU: the VM as at power-on (hyp_runtime::vm),
-    /// no vCPU state kept, the kernel reloaded.
-    pub fn reset(&self, seeds: Option<GuestSeeds>) {
-        self.core.reset(seeds);
-        self.saved.iter().for_each(|s| *s.lock() = None);
-        self.load();
-    }
-
-    /// Destroys the ended VM through its capability (hyp_runtime::vm_resources::revoke_all).
-    pub fn destroy(&self, caps: &mut CapSpace) -> Result<(), CapError> {
-        revoke_all(caps, &mut HeapTableMemory, &mut Stage2Tlb { vttbr: self.vttbr }, self.cap)
-    }
-
-    /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
-    /// identity, timer offset.
-    fn enter_el2_state(&self, vcpu: usize, hcr: u64) {
-        let mdcr_hpmn = (sysreg!("pmcr_el0") >> 11) & 0x1f;
-        let midr = sysreg!("midr_el1");
-        // SAFETY: configures this CPU's EL2 state for this VM's vCPU; the stage-2 tables at
-        // VTTBR_EL2 map only this VM's memory.
-        unsafe {
-            asm!(
-                "msr vtcr_el2, {vtcr}",
-                "msr vttbr_el2, {vttbr}",
-                "msr hcr_el2, {hcr}",
-                "msr vmpidr_el2, {vmpidr}",
-                "msr vpidr_el2, {midr}",
-                "msr cnthctl_el2, {cnthctl}",
-                "msr cntvoff_el2, {cntvoff}",
-                "msr mdcr_el2, {mdcr}",
-                "isb",
-                "tlbi vmalls12e1",
-                "dsb nsh",
-                "isb",
-                vtcr = in(reg) self.vtcr,
-                vttbr = in(reg) self.vttbr,
-                hcr = in(reg) hcr,
-                vmpidr = in(reg) (1u64 << 31) | Distributor::vcpu_affinity(vcpu),
-                midr = in(reg) midr,
-                // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1
-                // physical timer is refused (its accesses are undefined instructions): its
-                // interrupt is not routed to guests, who use the virtual timer.
-                cnthctl = in(reg) 0b01u64,
-                cntvoff = in(reg) self.cntvoff,
-                // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF).
-                // TDA, TDOSA, TDRA: every debug register access traps into the vCPU's own
-                // copy (hyp_core::debug_registers), so none crosses to another VM.
-                mdcr = in(reg) mdcr_hpmn | MDCR_TPMCR | MDCR_TPM | MDCR_TDA | MDCR_TDOSA | MDCR_TDRA,
-                options(nostack)
-            );
-        }
-    }
+/// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
+/// identity, timer offset.
+fn enter_el2_state(vm: &Vm, vcpu: usize, hcr: u64) {
+    VTCR_EL2.set(vm.vtcr);
+    VTTBR_EL2.set(vm.vttbr);
+    HCR_EL2.set(hcr);
+    VMPIDR_EL2.set((1 << 31) | Distributor::vcpu_affinity(vcpu));
+    // SAFETY: the guest reads the CPU's own identification (VPIDR_EL2, which aarch64-cpu
+    // lacks); no memory is touched.
+    unsafe { asm!("msr vpidr_el2, {}", in(reg) MIDR_EL1.get(), options(nomem, nostack)) };
+    // EL1PCTEN: the guest may read the physical counter. EL1PCEN clear: the EL1 physical
+    // timer is refused (its accesses are undefined instructions): its interrupt is not routed
+    // to guests, who use the virtual timer.
+    CNTHCTL_EL2.write(CNTHCTL_EL2::EL1PCTEN::SET + CNTHCTL_EL2::EL1PCEN::CLEAR);
+    CNTVOFF_EL2.set(vm.counter_offset);
+    // TPM, TPMCR: the PMU is not offered to guests (accesses become UNDEF); HPMN keeps every
+    // counter PMCR_EL0.N has. TDA, TDOSA, TDRA: every debug register access traps into the
+    // vCPU's own copy (hyp_core::debug_registers), so none crosses to another VM.
+    let counters = (sysreg!("pmcr_el0") >> 11) & 0x1f;
+    MDCR_EL2.write(
+        MDCR_EL2::HPMN.val(counters)
+            + MDCR_EL2::TPMCR::SET
+            + MDCR_EL2::TPM::SET
+            + MDCR_EL2::TDA::SET
+            + MDCR_EL2::TDOSA::SET
+            + MDCR_EL2::TDRA::SET,
+    );
+    // SAFETY: TLB maintenance and barriers, no effect on memory. This CPU's entries for the
+    // VMID now in VTTBR_EL2 are dropped, so none it cached for an earlier VM that had the
+    // VMID serves this one.
+    unsafe { asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack)) };
 }
 
 /// What a vCPU holds of its physical CPU while it runs there: the list registers, its traps
@@ -217,7 +125,7 @@ impl VcpuCpu for OnCpu {
     }
 
     fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>) -> OnCpu {
-        let lrs: ListRegisterFile = hyp_arch_arm::boot::list_registers();
+        let lrs: ListRegisterFile = hyp_arch_arm::image::list_registers();
         lrs.reset();
         let here = OnCpu {
             lrs,
@@ -225,9 +133,9 @@ impl VcpuCpu for OnCpu {
             debug_loaded: false,
             geometry: crate::debug_hw::geometry(),
             set_way: resumed.map_or(SetWayState::default(), |r| r.set_way),
-            hcr: HCR_GUEST | if shares { HCR_TWI | HCR_TWE } else { 0 },
+            hcr: HCR_GUEST | if shares { HCR_WFX } else { 0 },
         };
-        vm.enter_el2_state(vcpu, here.hcr());
+        enter_el2_state(vm, vcpu, here.hcr());
         here
     }
 
@@ -364,7 +272,7 @@ impl VcpuCpu for OnCpu {
 
     /// CNTV_CVAL_EL0 is in the VM's virtual count: its physical deadline adds CNTVOFF.
     fn timer_deadline(vm: &Vm) -> Option<u64> {
-        (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(vm.cntvoff))
+        (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(vm.counter_offset))
     }
 
     /// Asserted when CNTV_CTL_EL0.ENABLE and ISTATUS are set and IMASK is clear (ARM ARM
@@ -374,7 +282,7 @@ impl VcpuCpu for OnCpu {
     }
 
     fn timer_ppi() -> u32 {
-        hyp_arch_arm::boot::board_ppis()[1]
+        hyp_arch_arm::image::board_ppis()[1]
     }
 
     fn set_timer_ppi_active(cpu: usize, active: bool) {
