@@ -17,7 +17,10 @@ pub fn geometry() -> DebugGeometry {
 
 /// Writes DBG{B,W}{V,C}R<n>_EL1 (`$kind` is bvr, bcr, wvr or wcr) for n < 16.
 macro_rules! write_indexed {
-    ($kind:literal, $n:expr, $value:expr) => {{
+    ($kind:literal, $n:expr, $value:expr) => {
+        write_indexed!(@ $kind, $n, $value; 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14; 15)
+    };
+    (@ $kind:literal, $n:expr, $value:expr; $($i:literal),*; $last:literal) => {{
         let (n, v): (usize, u64) = ($n, $value);
         // SAFETY: a debug register of this CPU, below the count ID_AA64DFR0_EL1 gives (the
         // caller's loop bound); no guest runs while the hypervisor writes it, and debug
@@ -25,22 +28,8 @@ macro_rules! write_indexed {
         // debug": a debug exception is not generated at an EL above the debug target EL).
         unsafe {
             match n {
-                0 => asm!(concat!("msr dbg", $kind, "0_el1, {}"), in(reg) v, options(nostack)),
-                1 => asm!(concat!("msr dbg", $kind, "1_el1, {}"), in(reg) v, options(nostack)),
-                2 => asm!(concat!("msr dbg", $kind, "2_el1, {}"), in(reg) v, options(nostack)),
-                3 => asm!(concat!("msr dbg", $kind, "3_el1, {}"), in(reg) v, options(nostack)),
-                4 => asm!(concat!("msr dbg", $kind, "4_el1, {}"), in(reg) v, options(nostack)),
-                5 => asm!(concat!("msr dbg", $kind, "5_el1, {}"), in(reg) v, options(nostack)),
-                6 => asm!(concat!("msr dbg", $kind, "6_el1, {}"), in(reg) v, options(nostack)),
-                7 => asm!(concat!("msr dbg", $kind, "7_el1, {}"), in(reg) v, options(nostack)),
-                8 => asm!(concat!("msr dbg", $kind, "8_el1, {}"), in(reg) v, options(nostack)),
-                9 => asm!(concat!("msr dbg", $kind, "9_el1, {}"), in(reg) v, options(nostack)),
-                10 => asm!(concat!("msr dbg", $kind, "10_el1, {}"), in(reg) v, options(nostack)),
-                11 => asm!(concat!("msr dbg", $kind, "11_el1, {}"), in(reg) v, options(nostack)),
-                12 => asm!(concat!("msr dbg", $kind, "12_el1, {}"), in(reg) v, options(nostack)),
-                13 => asm!(concat!("msr dbg", $kind, "13_el1, {}"), in(reg) v, options(nostack)),
-                14 => asm!(concat!("msr dbg", $kind, "14_el1, {}"), in(reg) v, options(nostack)),
-                _ => asm!(concat!("msr dbg", $kind, "15_el1, {}"), in(reg) v, options(nostack)),
+                $( $i => asm!(concat!("msr dbg", $kind, $i, "_el1, {}"), in(reg) v, options(nostack)), )*
+                _ => asm!(concat!("msr dbg", $kind, $last, "_el1, {}"), in(reg) v, options(nostack)),
             }
         }
     }};

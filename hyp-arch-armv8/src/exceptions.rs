@@ -30,6 +30,26 @@ global_asm!(
     b       hyp_trap_common
 .endm
 
+// x2..x30 at [\base, #16] on, in pairs (`pair` is stp or ldp, `one` str or ldr): their
+// place in a GuestContext (hyp_core::exit, x[n] at 8n) and in the EL2 trap frame.
+.macro X2_TO_X30 pair, one, base
+    \pair   x2, x3, [\base, #16]
+    \pair   x4, x5, [\base, #32]
+    \pair   x6, x7, [\base, #48]
+    \pair   x8, x9, [\base, #64]
+    \pair   x10, x11, [\base, #80]
+    \pair   x12, x13, [\base, #96]
+    \pair   x14, x15, [\base, #112]
+    \pair   x16, x17, [\base, #128]
+    \pair   x18, x19, [\base, #144]
+    \pair   x20, x21, [\base, #160]
+    \pair   x22, x23, [\base, #176]
+    \pair   x24, x25, [\base, #192]
+    \pair   x26, x27, [\base, #208]
+    \pair   x28, x29, [\base, #224]
+    \one    x30, [\base, #240]
+.endm
+
 .macro GUEST_EXIT reason
     .balign 0x80
     stp     x0, x1, [sp, #-16]!
@@ -59,21 +79,7 @@ hyp_vectors:
     GUEST_EXIT 3
 
 hyp_trap_common:
-    stp     x2, x3, [sp, #16]
-    stp     x4, x5, [sp, #32]
-    stp     x6, x7, [sp, #48]
-    stp     x8, x9, [sp, #64]
-    stp     x10, x11, [sp, #80]
-    stp     x12, x13, [sp, #96]
-    stp     x14, x15, [sp, #112]
-    stp     x16, x17, [sp, #128]
-    stp     x18, x19, [sp, #144]
-    stp     x20, x21, [sp, #160]
-    stp     x22, x23, [sp, #176]
-    stp     x24, x25, [sp, #192]
-    stp     x26, x27, [sp, #208]
-    stp     x28, x29, [sp, #224]
-    str     x30, [sp, #240]
+    X2_TO_X30 stp, str, sp
     mov     x1, sp
     bl      hyp_exception
 1:  wfe
@@ -95,21 +101,7 @@ enter_guest:
     ldp     x2, x3, [x0, #248]
     msr     elr_el2, x2
     msr     spsr_el2, x3
-    ldp     x2, x3, [x0, #16]
-    ldp     x4, x5, [x0, #32]
-    ldp     x6, x7, [x0, #48]
-    ldp     x8, x9, [x0, #64]
-    ldp     x10, x11, [x0, #80]
-    ldp     x12, x13, [x0, #96]
-    ldp     x14, x15, [x0, #112]
-    ldp     x16, x17, [x0, #128]
-    ldp     x18, x19, [x0, #144]
-    ldp     x20, x21, [x0, #160]
-    ldp     x22, x23, [x0, #176]
-    ldp     x24, x25, [x0, #192]
-    ldp     x26, x27, [x0, #208]
-    ldp     x28, x29, [x0, #224]
-    ldr     x30, [x0, #240]
+    X2_TO_X30 ldp, ldr, x0
     ldp     x0, x1, [x0, #0]
     eret
     dsb     nsh             // no speculation past the ERET (SB where FEAT_SB exists)
@@ -119,21 +111,7 @@ guest_exit:
     // The guest's x0 and x1 are on the stack, x0 holds the reason.
     mrs     x1, tpidr_el2
     ldr     x1, [x1]
-    stp     x2, x3, [x1, #16]
-    stp     x4, x5, [x1, #32]
-    stp     x6, x7, [x1, #48]
-    stp     x8, x9, [x1, #64]
-    stp     x10, x11, [x1, #80]
-    stp     x12, x13, [x1, #96]
-    stp     x14, x15, [x1, #112]
-    stp     x16, x17, [x1, #128]
-    stp     x18, x19, [x1, #144]
-    stp     x20, x21, [x1, #160]
-    stp     x22, x23, [x1, #176]
-    stp     x24, x25, [x1, #192]
-    stp     x26, x27, [x1, #208]
-    stp     x28, x29, [x1, #224]
-    str     x30, [x1, #240]
+    X2_TO_X30 stp, str, x1
     ldp     x2, x3, [sp], #16
     stp     x2, x3, [x1, #0]
     mrs     x2, elr_el2

@@ -90,26 +90,31 @@ global_asm!(
     r#"
     .arch_extension fp
     .arch_extension simd
+    // q0..q31 in pairs at [x0] on (`pair` is stp or ldp): FpRegisters' `v`.
+.macro Q0_TO_Q31 pair
+    \pair   q0, q1, [x0, #0]
+    \pair   q2, q3, [x0, #32]
+    \pair   q4, q5, [x0, #64]
+    \pair   q6, q7, [x0, #96]
+    \pair   q8, q9, [x0, #128]
+    \pair   q10, q11, [x0, #160]
+    \pair   q12, q13, [x0, #192]
+    \pair   q14, q15, [x0, #224]
+    \pair   q16, q17, [x0, #256]
+    \pair   q18, q19, [x0, #288]
+    \pair   q20, q21, [x0, #320]
+    \pair   q22, q23, [x0, #352]
+    \pair   q24, q25, [x0, #384]
+    \pair   q26, q27, [x0, #416]
+    \pair   q28, q29, [x0, #448]
+    \pair   q30, q31, [x0, #480]
+.endm
+
     // void save_fp(FpRegisters *to)
     .section .text, "ax"
     .global save_fp
 save_fp:
-    stp     q0, q1, [x0, #0]
-    stp     q2, q3, [x0, #32]
-    stp     q4, q5, [x0, #64]
-    stp     q6, q7, [x0, #96]
-    stp     q8, q9, [x0, #128]
-    stp     q10, q11, [x0, #160]
-    stp     q12, q13, [x0, #192]
-    stp     q14, q15, [x0, #224]
-    stp     q16, q17, [x0, #256]
-    stp     q18, q19, [x0, #288]
-    stp     q20, q21, [x0, #320]
-    stp     q22, q23, [x0, #352]
-    stp     q24, q25, [x0, #384]
-    stp     q26, q27, [x0, #416]
-    stp     q28, q29, [x0, #448]
-    stp     q30, q31, [x0, #480]
+    Q0_TO_Q31 stp
     mrs     x1, fpcr
     mrs     x2, fpsr
     add     x0, x0, #512
@@ -119,22 +124,7 @@ save_fp:
     // void restore_fp(const FpRegisters *from)
     .global restore_fp
 restore_fp:
-    ldp     q0, q1, [x0, #0]
-    ldp     q2, q3, [x0, #32]
-    ldp     q4, q5, [x0, #64]
-    ldp     q6, q7, [x0, #96]
-    ldp     q8, q9, [x0, #128]
-    ldp     q10, q11, [x0, #160]
-    ldp     q12, q13, [x0, #192]
-    ldp     q14, q15, [x0, #224]
-    ldp     q16, q17, [x0, #256]
-    ldp     q18, q19, [x0, #288]
-    ldp     q20, q21, [x0, #320]
-    ldp     q22, q23, [x0, #352]
-    ldp     q24, q25, [x0, #384]
-    ldp     q26, q27, [x0, #416]
-    ldp     q28, q29, [x0, #448]
-    ldp     q30, q31, [x0, #480]
+    Q0_TO_Q31 ldp
     add     x0, x0, #512
     ldp     x1, x2, [x0]
     msr     fpcr, x1
