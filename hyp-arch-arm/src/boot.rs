@@ -23,7 +23,7 @@ macro_rules! say {
 /// Says why nothing can run and stops the machine, failed.
 fn halt<I: ArmImage>(message: impl core::fmt::Display) -> ! {
     say!(I, "hypervisor: error: {message}");
-    I::halt()
+    I::stop(false)
 }
 
 /// The boot CPU, its MMU and console on, the heap not yet started: from the device tree

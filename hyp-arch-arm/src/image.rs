@@ -39,8 +39,10 @@ pub trait ArmImage: Virtualization {
     /// What the boot bundle's options ask of the image (its test hooks, which an image
     /// without them refuses), before any VM is created: the CPU set aside for them, if any.
     fn apply_options(bundle: &BootBundle<'static>, me: usize) -> Result<Option<usize>, BundleError<'static>>;
-    /// Stops the machine, failed; never returns.
-    fn halt() -> !;
+    /// CPU `cpu`'s MPIDR affinity.
+    fn mpidr_of(cpu: usize) -> u64;
+    /// Stops the machine (`clean`: every VM ended cleanly); never returns.
+    fn stop(clean: bool) -> !;
     /// TLB maintenance of the stage 2 whose VTTBR is `vttbr`.
     type Stage2Tlb: TlbMaintenance;
     fn stage2_tlb(vttbr: u64) -> Self::Stage2Tlb;
@@ -85,4 +87,86 @@ pub fn init_cpu<I: ArmImage>(index: usize) -> Result<(), crate::GicError> {
     I::gic().init_cpu(index, I::mpidr(), &board_ppis())?;
     I::init_this_cpu();
     Ok(())
+}
+
+/// The runtime's `Virtualization` for ARM image `$image`, whose vCPUs run as `$cpu` (its
+/// `hyp_runtime::vcpu_run::VcpuCpu`): all of it but running a vCPU is the same on ARMv7 and
+/// ARMv8 (a VM is a `vm::ArmVm`, its stage-2 tables come from the heap, interrupts go
+/// through the physical GIC), so both images implement it with this.
+#[macro_export]
+macro_rules! arm_virtualization {
+    ($image:ty, $cpu:ty) => {
+        impl hyp_runtime::Virtualization for $image {
+            type Env = $crate::devices::Devices<$image>;
+            type Vm = $crate::vm::ArmVm<$cpu>;
+
+            fn grant_resources(
+                caps: &mut hyp_core::cap::CapSpace,
+                untyped: &[hyp_core::cap::CapId],
+                request: &hyp_runtime::vm_resources::VmRequest<'_>,
+            ) -> Result<hyp_runtime::vm_resources::VmResources, hyp_core::cap::CapError> {
+                $crate::vm::grant_resources::<$image>(caps, untyped, request)
+            }
+            fn create_vm(
+                build: hyp_runtime::vm::VmBuild<'_>,
+                scheduling: &'static hyp_runtime::scheduling::Scheduling<Self>,
+            ) -> Result<Self::Vm, hyp_runtime::vm::VmError> {
+                $crate::vm::ArmVm::create(build, scheduling)
+            }
+            fn load_vm(vm: &Self::Vm) {
+                vm.load();
+            }
+            fn reset_vm(vm: &Self::Vm, seeds: Option<hyp_core::entropy::GuestSeeds>) {
+                vm.reset(seeds);
+            }
+            fn destroy_vm(caps: &mut hyp_core::cap::CapSpace, vm: &Self::Vm) -> Result<(), hyp_core::cap::CapError> {
+                vm.destroy(caps)
+            }
+            fn run_vcpu(
+                vm: &Self::Vm,
+                vcpu: usize,
+                cpu: usize,
+                decision: &sched::Decision,
+            ) -> hyp_runtime::hypervisor::VcpuExit {
+                hyp_runtime::vcpu_run::run_vcpu::<$cpu>(vm, vcpu, cpu, decision)
+            }
+            fn acknowledge_interrupt() -> Option<(u32, u32)> {
+                let iar = <$image as $crate::image::ArmImage>::gic().acknowledge();
+                let intid = $crate::gic::interrupt_id(iar);
+                (intid < $crate::gic::SPURIOUS).then_some((iar, intid))
+            }
+            fn end_interrupt(iar: u32) {
+                <$image as $crate::image::ArmImage>::gic().end_of_interrupt(iar);
+            }
+            fn drop_interrupt_priority(iar: u32) {
+                <$image as $crate::image::ArmImage>::gic().priority_drop(iar);
+            }
+            fn enable_interrupt(intid: u32, cpu: usize) {
+                let mpidr = <$image as $crate::image::ArmImage>::mpidr_of(cpu);
+                <$image as $crate::image::ArmImage>::gic().enable_spi(intid, cpu, mpidr);
+            }
+            fn disable_spi(intid: u32) {
+                <$image as $crate::image::ArmImage>::gic().disable_spi(intid)
+            }
+            fn clear_spi(intid: u32) {
+                <$image as $crate::image::ArmImage>::gic().clear_spi(intid)
+            }
+            fn configure_spi(intid: u32, edge: bool) {
+                <$image as $crate::image::ArmImage>::gic().configure_spi(intid, edge)
+            }
+            fn spi_enabled(intid: u32) -> bool {
+                <$image as $crate::image::ArmImage>::gic().spi_enabled(intid)
+            }
+            #[inline(always)]
+            fn spi_pending(intid: u32) -> bool {
+                <$image as $crate::image::ArmImage>::gic().spi_pending(intid)
+            }
+            fn heap_usage() -> (u64, u64) {
+                ($crate::heap::in_use(), $crate::heap::HEAP_SIZE)
+            }
+            fn all_vms_ended(clean: bool) {
+                <$image as $crate::image::ArmImage>::stop(clean)
+            }
+        }
+    };
 }

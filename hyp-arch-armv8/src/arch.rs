@@ -3,14 +3,7 @@
 
 use core::arch::asm;
 
-use hyp_core::cap::{CapError, CapId, CapSpace};
-use hyp_core::entropy::GuestSeeds;
-use hyp_runtime::hypervisor::VcpuExit;
-use hyp_runtime::scheduling::Scheduling;
-use hyp_runtime::vm::{VmBuild, VmError};
-use hyp_runtime::vm_resources::{VmRequest, VmResources};
-use hyp_runtime::{Arch, Hypervisor, Virtualization};
-use sched::Decision;
+use hyp_runtime::{Arch, Hypervisor};
 
 use aarch64_cpu::registers::{Readable, ID_AA64MMFR0_EL1};
 use hyp_core::bundle::{BootBundle, BundleError};
@@ -19,12 +12,9 @@ use stage2::TableFormat;
 
 use crate::exceptions::sysreg;
 use crate::memory::Stage2Tlb;
-use crate::vm::{OnCpu, Vm};
+use crate::vm::OnCpu;
 
 pub struct Aarch64;
-
-/// The devices of VMs on this image.
-pub type Devices = hyp_arch_arm::devices::Devices<Aarch64>;
 
 impl Arch for Aarch64 {
     fn current_cpu() -> usize {
@@ -61,86 +51,8 @@ impl Arch for Aarch64 {
 /// The state every CPU shares: the scheduler, the interrupt routes, the VMs.
 pub static HYPERVISOR: Hypervisor<Aarch64> = Hypervisor::new();
 
-impl Virtualization for Aarch64 {
-    type Env = Devices;
-    type Vm = Vm;
-
-    /// The stage-2 tables live in the hypervisor's heap.
-    fn grant_resources(
-        caps: &mut CapSpace,
-        untyped: &[CapId],
-        request: &VmRequest<'_>,
-    ) -> Result<VmResources, CapError> {
-        hyp_arch_arm::vm::grant_resources::<Aarch64>(caps, untyped, request)
-    }
-
-    fn create_vm(build: VmBuild<'_>, scheduling: &'static Scheduling<Self>) -> Result<Vm, VmError> {
-        Vm::create(build, scheduling)
-    }
-
-    fn load_vm(vm: &Vm) {
-        vm.load();
-    }
-
-    fn reset_vm(vm: &Vm, seeds: Option<GuestSeeds>) {
-        vm.reset(seeds);
-    }
-
-    fn destroy_vm(caps: &mut CapSpace, vm: &Vm) -> Result<(), CapError> {
-        vm.destroy(caps)
-    }
-
-    fn run_vcpu(vm: &Vm, vcpu: usize, cpu: usize, decision: &Decision) -> VcpuExit {
-        hyp_runtime::vcpu_run::run_vcpu::<OnCpu>(vm, vcpu, cpu, decision)
-    }
-
-    fn acknowledge_interrupt() -> Option<(u32, u32)> {
-        let iar = crate::gic::GIC.acknowledge();
-        let intid = hyp_arch_arm::gic::interrupt_id(iar);
-        (intid < hyp_arch_arm::gic::SPURIOUS).then_some((iar, intid))
-    }
-
-    fn end_interrupt(iar: u32) {
-        crate::gic::GIC.end_of_interrupt(iar);
-    }
-
-    fn drop_interrupt_priority(iar: u32) {
-        crate::gic::GIC.priority_drop(iar);
-    }
-
-    fn enable_interrupt(intid: u32, cpu: usize) {
-        crate::gic::GIC.enable_spi(intid, cpu, crate::cpus::mpidr_of(cpu));
-    }
-
-    fn disable_spi(intid: u32) {
-        crate::gic::GIC.disable_spi(intid)
-    }
-
-    fn clear_spi(intid: u32) {
-        crate::gic::GIC.clear_spi(intid)
-    }
-
-    fn configure_spi(intid: u32, edge: bool) {
-        crate::gic::GIC.configure_spi(intid, edge)
-    }
-
-    fn spi_enabled(intid: u32) -> bool {
-        crate::gic::GIC.spi_enabled(intid)
-    }
-
-    #[inline(always)]
-    fn spi_pending(intid: u32) -> bool {
-        crate::gic::GIC.spi_pending(intid)
-    }
-
-    fn heap_usage() -> (u64, u64) {
-        (hyp_arch_arm::heap::in_use(), hyp_arch_arm::heap::HEAP_SIZE)
-    }
-
-    fn all_vms_ended(clean: bool) {
-        crate::finish(clean)
-    }
-}
+// Everything of it but running a vCPU (`vm::OnCpu`) is hyp_arch_arm's, shared with ARMv7.
+hyp_arch_arm::arm_virtualization!(Aarch64, OnCpu);
 
 impl hyp_arch_arm::image::ArmImage for Aarch64 {
     type Board = hyp_board_qemu_virt::QemuVirt;
@@ -203,8 +115,12 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
         crate::apply_options(bundle, me)
     }
 
-    fn halt() -> ! {
-        crate::finish(false)
+    fn mpidr_of(cpu: usize) -> u64 {
+        crate::cpus::mpidr_of(cpu)
+    }
+
+    fn stop(clean: bool) -> ! {
+        crate::finish(clean)
     }
 
     type Stage2Tlb = Stage2Tlb;
