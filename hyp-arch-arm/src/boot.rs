@@ -30,6 +30,14 @@ fn halt<I: ArmImage>(message: impl core::fmt::Display) -> ! {
 /// (`device_tree`, at `dtb`) to running VMs. `image` is the hypervisor's own memory. Returns
 /// this CPU's index, to run vCPUs from then on.
 pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dtb: u64, image: PhysRange) -> usize {
+    // No heap yet: nothing here may allocate until it is started.
+    say!(I, "\nhypervisor {} ({}) on {}", env!("CARGO_PKG_VERSION"), I::MODE, platform.model);
+    say!(I, "  image       {:#x}..{:#x}", image.base, image.end());
+    say!(I, "{platform}");
+    match crate::firmware::version() {
+        Ok(version) => say!(I, "  psci        {:?} conduit, firmware PSCI {version}", platform.psci),
+        Err(e) => say!(I, "  psci        {:?} conduit, firmware PSCI version unknown: {e}", platform.psci),
+    }
     let dtb = PhysRange { base: dtb, size: device_tree.len() as u64 };
     let in_use = [image, dtb];
     let used = in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter());

@@ -14,6 +14,8 @@ use crate::list_registers::{ListRegisterAccess, ListRegisterFile};
 /// What the shared code asks of the image: the steps that name its architecture or its
 /// board.
 pub trait ArmImage: Virtualization {
+    /// The architecture and mode, as the banner says them ("AArch64, EL2").
+    const MODE: &'static str;
     /// The board layer: its console, disk and NIC.
     type Board: Board;
     /// This CPU's GICv3 system-register interface (unused with a GICv2).

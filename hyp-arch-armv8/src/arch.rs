@@ -55,6 +55,7 @@ pub static HYPERVISOR: Hypervisor<Aarch64> = Hypervisor::new();
 hyp_arch_arm::arm_virtualization!(Aarch64, OnCpu);
 
 impl hyp_arch_arm::image::ArmImage for Aarch64 {
+    const MODE: &'static str = "AArch64, EL2";
     type Board = hyp_board_qemu_virt::QemuVirt;
     type Icc = crate::gic::Icc;
 

@@ -13,6 +13,10 @@ use hyp_arch_arm::ListRegisterAccess;
 /// ICH_*_EL2 of this CPU.
 pub struct Ich;
 
+/// This CPU's list registers for the vCPU loop: the shared file (a GICv2's GICH frame,
+/// memory-mapped) over the GICv3 system registers here.
+pub type ListRegisterFile = hyp_arch_arm::ListRegisterFile<Ich>;
+
 /// `$body` with `$lr` bound to ICH_LR<n>_EL2, for a run-time `n` (< 16).
 macro_rules! with_list_register {
     ($n:expr, |$lr:ident| $body:expr) => {

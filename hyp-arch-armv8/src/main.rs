@@ -16,7 +16,6 @@ mod exceptions;
 mod fault_test;
 mod gic;
 mod ich;
-mod list_registers;
 mod memory;
 mod mmu;
 mod vcpu_state;
@@ -30,8 +29,6 @@ macro_rules! println_unlocked {
     ($($arg:tt)*) => { hyp_board_qemu_virt::uart::print_unlocked(format_args!("{}\n", format_args!($($arg)*))) };
 }
 pub(crate) use println_unlocked;
-
-const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The registers that turn the hypervisor's identity map on, for the CPUs started later.
 static MMU_REGISTERS: Once<mmu::MmuRegisters> = Once::new();
@@ -60,15 +57,6 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     hyp_arch_arm::firmware::init(platform.psci);
     cpus::record_cpus(&platform);
 
-    // No heap yet: nothing here may allocate.
-    let psci = hyp_arch_arm::firmware::version();
-    println!("\nhypervisor {VERSION} (AArch64, EL2) on {}", platform.model);
-    println!("  image       {:#x}..{:#x}", image_start, image_end);
-    println!("{platform}");
-    match psci {
-        Ok(version) => println!("  psci        {:?} conduit, firmware PSCI {version}", platform.psci),
-        Err(e) => println!("  psci        {:?} conduit, firmware PSCI version unknown: {e}", platform.psci),
-    }
     MMU_REGISTERS.call_once(|| mmu_regs);
     let image = PhysRange { base: image_start, size: image_end - image_start };
     let me = hyp_arch_arm::boot::boot::<arch::Aarch64>(&platform, device_tree, dtb, image);

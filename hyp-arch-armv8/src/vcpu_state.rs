@@ -18,7 +18,8 @@ use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::set_way::SetWayState;
 use hyp_core::sysreg::VmControlRegister;
 
-use crate::list_registers::{InterfaceState, ListRegisterFile};
+use crate::ich::ListRegisterFile;
+use hyp_arch_arm::InterfaceState;
 
 /// The EL1/EL0 system registers of a vCPU, in the order `save_el1`/`restore_el1` use.
 #[derive(Clone, Copy, Default, Debug)]
