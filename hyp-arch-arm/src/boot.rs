@@ -4,12 +4,13 @@
 //! and checked, the board's devices, the boot bundle, and `Hypervisor::start`. What names
 //! the CPU architecture or the board is the image's (`ArmImage`, crate::image).
 
+use alloc::format;
 use alloc::vec::Vec;
 
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::manifest::DeviceTreeDevices;
 use hyp_core::memory_map;
-use hyp_core::platform::{GicVersion, PhysRange, Platform};
+use hyp_core::platform::{CpuStart, GicVersion, PhysRange, Platform};
 use hyp_runtime::hypervisor::boot::BootedBoard;
 use hyp_runtime::interrupts::{Route, KICK_SGI};
 use hyp_runtime::Board;
@@ -34,9 +35,10 @@ pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dt
     say!(I, "\nhypervisor {} ({}) on {}", env!("CARGO_PKG_VERSION"), I::MODE, platform.model);
     say!(I, "  image       {:#x}..{:#x}", image.base, image.end());
     say!(I, "{platform}");
-    match crate::firmware::version() {
-        Ok(version) => say!(I, "  psci        {:?} conduit, firmware PSCI {version}", platform.psci),
-        Err(e) => say!(I, "  psci        {:?} conduit, firmware PSCI version unknown: {e}", platform.psci),
+    match (platform.psci, crate::firmware::version()) {
+        (None, _) => say!(I, "  psci        none: the firmware has no /psci node (no power-off)"),
+        (Some(conduit), Ok(version)) => say!(I, "  psci        {conduit:?} conduit, firmware PSCI {version}"),
+        (Some(conduit), Err(e)) => say!(I, "  psci        {conduit:?} conduit, firmware PSCI version unknown: {e}"),
     }
     let dtb = PhysRange { base: dtb, size: device_tree.len() as u64 };
     let in_use = [image, dtb];
@@ -117,16 +119,27 @@ pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dt
     me
 }
 
-/// Starts every other CPU through PSCI CPU_ON and waits for each to report online (or gives
-/// up on it after a bounded wait, saying so).
+/// Starts every other CPU as the device tree says and waits for each to report online (or
+/// gives up on it after a bounded wait, saying so). A CPU that does not start stays off; the
+/// VMs' vCPUs are placed on the CPUs that are online.
 fn start_other_cpus<I: ArmImage>(platform: &Platform<'_>, me: usize) {
     let cpus = &I::hypervisor().cpus;
     cpus.set_online(me);
     say!(I, "hypervisor: cpu{me} (MPIDR {:#x}) online (boot CPU)", I::mpidr());
-    for (index, &target) in platform.cpus.iter().enumerate().filter(|&(index, _)| index != me) {
-        let context = I::prepare_cpu_start(index);
-        if let Err(e) = crate::firmware::cpu_on(target, I::cpu_entry(), context) {
-            say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) did not start: PSCI CPU_ON: {e}");
+    let others = platform.cpus.iter().zip(platform.cpu_start.iter()).enumerate().filter(|&(index, _)| index != me);
+    for (index, (&target, start)) in others {
+        let started = match start {
+            CpuStart::Psci => crate::firmware::cpu_on(target, I::cpu_entry(), I::prepare_cpu_start(index))
+                .map_err(|e| format!("PSCI CPU_ON: {e}")),
+            // The Raspberry Pi 4's method: its own issue (docs/architecture.md, "Boards"): such a
+            // CPU stays off, and the VMs' vCPUs are placed on the CPUs online.
+            CpuStart::SpinTable { release } => {
+                Err(format!("its spin table (release address {release:#x}) is not driven by this hypervisor yet"))
+            }
+            CpuStart::Unknown => Err("its enable-method is neither psci nor spin-table".into()),
+        };
+        if let Err(e) = started {
+            say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) did not start: {e}");
         } else if !cpus.wait_online(index, 200_000_000, I::wait_a_little) {
             say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
         }

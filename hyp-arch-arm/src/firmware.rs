@@ -3,7 +3,7 @@
 //! Convention on AArch64 and AArch32 alike and treat every argument register as clobbered
 //! (safe with SMCCC 1.0 firmware, which may clobber x4-x17).
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 
 use hyp_core::platform::PsciConduit;
 use smccc::psci::{self, Version};
@@ -11,42 +11,43 @@ use smccc::{Hvc, Smc};
 
 pub use smccc::psci::Error as PsciError;
 
-/// Whether the conduit is HVC (else SMC, what an EL2 or HYP mode caller uses on most boards).
-static CONDUIT_IS_HVC: AtomicBool = AtomicBool::new(false);
+/// The conduit: 0 none (the firmware has no PSCI), 1 SMC, 2 HVC.
+static CONDUIT: AtomicU8 = AtomicU8::new(0);
 
-/// Once, by the boot CPU, before the first call: the conduit the device tree's `/psci` names.
-pub fn init(conduit: PsciConduit) {
-    CONDUIT_IS_HVC.store(conduit == PsciConduit::Hvc, Ordering::Relaxed);
+/// Once, by the boot CPU, before the first call: the conduit the device tree's `/psci` names,
+/// if it has one.
+pub fn init(conduit: Option<PsciConduit>) {
+    let value = match conduit {
+        None => 0,
+        Some(PsciConduit::Smc) => 1,
+        Some(PsciConduit::Hvc) => 2,
+    };
+    CONDUIT.store(value, Ordering::Relaxed);
 }
 
-fn hvc() -> bool {
-    CONDUIT_IS_HVC.load(Ordering::Relaxed)
+/// `call` over the conduit; without PSCI, NOT_SUPPORTED.
+macro_rules! over_conduit {
+    ($call:ident($($arg:expr),*)) => {
+        match CONDUIT.load(Ordering::Relaxed) {
+            1 => psci::$call::<Smc>($($arg),*),
+            2 => psci::$call::<Hvc>($($arg),*),
+            _ => Err(PsciError::NotSupported),
+        }
+    };
 }
 
 /// The firmware's PSCI version.
 pub fn version() -> Result<Version, PsciError> {
-    if hvc() {
-        psci::version::<Hvc>()
-    } else {
-        psci::version::<Smc>()
-    }
+    over_conduit!(version())
 }
 
 /// Starts the CPU `mpidr` at `entry` (a physical address, MMU off) with `context` in its
 /// first argument register.
 pub fn cpu_on(mpidr: u64, entry: u64, context: u64) -> Result<(), PsciError> {
-    if hvc() {
-        psci::cpu_on::<Hvc>(mpidr, entry, context)
-    } else {
-        psci::cpu_on::<Smc>(mpidr, entry, context)
-    }
+    over_conduit!(cpu_on(mpidr, entry, context))
 }
 
 /// Powers the machine off; returns only if the firmware refused.
 pub fn system_off() -> Result<(), PsciError> {
-    if hvc() {
-        psci::system_off::<Hvc>()
-    } else {
-        psci::system_off::<Smc>()
-    }
+    over_conduit!(system_off())
 }

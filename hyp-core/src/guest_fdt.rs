@@ -417,7 +417,7 @@ mod tests {
         assert_eq!(p.gic.distributor, PhysRange { base: 0x0800_0000, size: 0x1_0000 });
         assert_eq!(p.gic.redistributors, Some(PhysRange { base: 0x080a_0000, size: 0x4_0000 }));
         assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
-        assert_eq!(p.psci, PsciConduit::Hvc);
+        assert_eq!(p.psci, Some(PsciConduit::Hvc));
         assert_eq!(
             p.timer,
             TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }

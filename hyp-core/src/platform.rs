@@ -65,6 +65,19 @@ pub enum PsciConduit {
     Hvc,
 }
 
+/// How a CPU is started, as its `enable-method` says
+/// (Documentation/devicetree/bindings/arm/cpus.yaml).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CpuStart {
+    /// PSCI CPU_ON, over the `/psci` conduit.
+    Psci,
+    /// A spin table: the CPU waits for an entry address at `release` (`cpu-release-addr`),
+    /// as the Raspberry Pi 4's firmware leaves its CPUs.
+    SpinTable { release: u64 },
+    /// No method this hypervisor knows (or none, as a boot CPU may have).
+    Unknown,
+}
+
 /// The architected timer PPIs, as INTIDs, in the order of the binding
 /// (Documentation/devicetree/bindings/timer/arm,arch_timer.yaml).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,6 +94,8 @@ pub struct Platform<'a> {
     pub memory: FixedVec<PhysRange, MAX_MEMORY_RANGES>,
     /// MPIDR affinity values of the CPUs that are enabled, boot CPU order as listed.
     pub cpus: FixedVec<u64, MAX_CPUS>,
+    /// How each of `cpus` is started, in the same order.
+    pub cpu_start: FixedVec<CpuStart, MAX_CPUS>,
     /// CPUs the device tree lists but that stay off: disabled, or beyond MAX_CPUS.
     pub cpus_left_off: usize,
     pub gic: GicDescription,
@@ -88,7 +103,9 @@ pub struct Platform<'a> {
     /// The UART's interrupt (its receive interrupt brings console input), if the device
     /// tree gives one.
     pub uart_intid: Option<u32>,
-    pub psci: PsciConduit,
+    /// The `/psci` node's conduit; none on a board whose firmware has no PSCI (its CPUs start
+    /// by a spin table, and it cannot be powered off).
+    pub psci: Option<PsciConduit>,
     pub timer: TimerInterrupts,
     /// `/memreserve/` entries and `/reserved-memory` children: never given to a VM.
     pub reserved: FixedVec<PhysRange, MAX_RESERVED_RANGES>,
@@ -120,7 +137,6 @@ pub enum PlatformError {
     /// A GICv2 without the virtualization extension frames (GICH, GICV).
     GicWithoutVirtualization,
     NoUart,
-    NoPsci,
     UnknownPsciMethod,
     NoTimer,
     /// A property is present but malformed.
@@ -137,7 +153,6 @@ impl fmt::Display for PlatformError {
             Self::NoGic => write!(f, "no GICv2 (arm,gic-400 / arm,cortex-a15-gic) or GICv3 (arm,gic-v3) node in the device tree"),
             Self::GicWithoutVirtualization => write!(f, "the GICv2 node has no GICH/GICV frames: this GIC cannot run virtual machines"),
             Self::NoUart => write!(f, "no PL011 UART (arm,pl011) in the device tree"),
-            Self::NoPsci => write!(f, "no /psci node: the hypervisor needs PSCI to start CPUs"),
             Self::UnknownPsciMethod => write!(f, "/psci method is neither \"smc\" nor \"hvc\""),
             Self::NoTimer => write!(f, "no architected timer node (arm,armv8-timer / arm,armv7-timer) with 4 interrupts"),
             Self::BadProperty(p) => write!(f, "device tree property {p} is malformed"),
@@ -164,12 +179,13 @@ impl<'a> Platform<'a> {
                 }
             }
         }
-        let (cpus, cpus_left_off) = cpus(&fdt)?;
+        let (cpus, cpu_start, cpus_left_off) = cpus(&fdt)?;
         let (uart, uart_intid) = uart(&fdt)?;
         Ok(Platform {
             model: fdt.root().property("model").and_then(|p| p.as_str()).unwrap_or("unknown"),
             memory: memory(&fdt)?,
             cpus,
+            cpu_start,
             cpus_left_off,
             gic: gic(&fdt)?,
             uart,
@@ -224,23 +240,37 @@ fn cells_value(bytes: &[u8], what: &'static str) -> Result<u64, PlatformError> {
     }
 }
 
-fn cpus(fdt: &Fdt<'_>) -> Result<(FixedVec<u64, MAX_CPUS>, usize), PlatformError> {
+type Cpus = (FixedVec<u64, MAX_CPUS>, FixedVec<CpuStart, MAX_CPUS>, usize);
+
+fn cpus(fdt: &Fdt<'_>) -> Result<Cpus, PlatformError> {
     let node = fdt.find_node("/cpus").ok_or(PlatformError::NoCpus)?;
     let mut cpus = FixedVec::new();
+    let mut starts = FixedVec::new();
     let mut left_off = 0;
     let cpu_nodes = node.children().filter(|c| c.property("device_type").and_then(|p| p.as_str()) == Some("cpu"));
     for cpu in cpu_nodes {
         let reg = cpu.property("reg").ok_or(PlatformError::BadProperty("/cpus/cpu reg"))?;
         let mpidr = cells_value(reg.value, "/cpus/cpu reg")?;
+        let start = match cpu.property("enable-method").and_then(|p| p.as_str()) {
+            Some("psci") => CpuStart::Psci,
+            Some("spin-table") => {
+                let release = cpu.property("cpu-release-addr").ok_or(PlatformError::BadProperty("cpu-release-addr"))?;
+                CpuStart::SpinTable { release: cells_value(release.value, "cpu-release-addr")? }
+            }
+            _ => CpuStart::Unknown,
+        };
         // CPUs marked disabled are not waited for (a known source of slow boots).
         if !cpu.is_enabled() || cpus.push(mpidr).is_err() {
             left_off += 1;
+        } else {
+            // As many as `cpus` holds: this push cannot fail.
+            let _ = starts.push(start);
         }
     }
     if cpus.is_empty() {
         return Err(PlatformError::NoCpus);
     }
-    Ok((cpus, left_off))
+    Ok((cpus, starts, left_off))
 }
 
 /// Decodes one 3-cell GIC interrupt specifier (type, number, flags) into an INTID
@@ -328,11 +358,11 @@ fn virtio_mmio(fdt: &Fdt<'_>) -> FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> 
     found
 }
 
-fn psci(fdt: &Fdt<'_>) -> Result<PsciConduit, PlatformError> {
-    let node = fdt.find_node("/psci").ok_or(PlatformError::NoPsci)?;
+fn psci(fdt: &Fdt<'_>) -> Result<Option<PsciConduit>, PlatformError> {
+    let Some(node) = fdt.find_node("/psci") else { return Ok(None) };
     match node.property("method").and_then(|p| p.as_str()) {
-        Some("smc") => Ok(PsciConduit::Smc),
-        Some("hvc") => Ok(PsciConduit::Hvc),
+        Some("smc") => Ok(Some(PsciConduit::Smc)),
+        Some("hvc") => Ok(Some(PsciConduit::Hvc)),
         _ => Err(PlatformError::UnknownPsciMethod),
     }
 }
@@ -435,7 +465,8 @@ mod tests {
         assert_eq!(p.gic.maintenance_intid, Some(25));
         assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
         assert_eq!(p.uart_intid, Some(33), "SPI 1");
-        assert_eq!(p.psci, PsciConduit::Smc);
+        assert_eq!(p.psci, Some(PsciConduit::Smc));
+        assert_eq!(p.cpu_start.as_slice(), &[CpuStart::Psci; 4]);
         assert_eq!(
             p.timer,
             TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
@@ -448,6 +479,66 @@ mod tests {
             assert_eq!(t.window, PhysRange { base: 0x0a00_0000 + i * 0x200, size: 0x200 });
             assert_eq!(t.intid, Some(48 + i as u32), "SPI 16 upward");
         }
+    }
+
+    /// A board like the Raspberry Pi 4: no /psci, its CPUs released from spin tables, a
+    /// GIC-400 (the compatible and frames of Documentation/devicetree/bindings/
+    /// interrupt-controller/arm,gic.yaml), a PL011.
+    fn spin_table_board() -> std::vec::Vec<u8> {
+        let mut fdt = vm_fdt::FdtWriter::new().unwrap();
+        let root = fdt.begin_node("").unwrap();
+        fdt.property_string("model", "Raspberry Pi 4 Model B").unwrap();
+        fdt.property_u32("#address-cells", 2).unwrap();
+        fdt.property_u32("#size-cells", 1).unwrap();
+        let memory = fdt.begin_node("memory@0").unwrap();
+        fdt.property_string("device_type", "memory").unwrap();
+        fdt.property_array_u32("reg", &[0, 0, 0x3b40_0000]).unwrap();
+        fdt.end_node(memory).unwrap();
+        let cpus = fdt.begin_node("cpus").unwrap();
+        fdt.property_u32("#address-cells", 1).unwrap();
+        fdt.property_u32("#size-cells", 0).unwrap();
+        for n in 0..4u32 {
+            let cpu = fdt.begin_node(&std::format!("cpu@{n}")).unwrap();
+            fdt.property_string("device_type", "cpu").unwrap();
+            fdt.property_u32("reg", n).unwrap();
+            fdt.property_string("enable-method", "spin-table").unwrap();
+            fdt.property_array_u32("cpu-release-addr", &[0, 0xd8 + 8 * n]).unwrap();
+            fdt.end_node(cpu).unwrap();
+        }
+        fdt.end_node(cpus).unwrap();
+        let gic = fdt.begin_node("interrupt-controller@ff841000").unwrap();
+        fdt.property_string("compatible", "arm,gic-400").unwrap();
+        let frames = [0xff84_1000u32, 0x1000, 0xff84_2000, 0x2000, 0xff84_4000, 0x2000, 0xff84_6000, 0x2000];
+        let reg: std::vec::Vec<u32> = frames.chunks(2).flat_map(|f| [0, f[0], f[1]]).collect();
+        fdt.property_array_u32("reg", &reg).unwrap();
+        fdt.property_array_u32("interrupts", &[1, 9, 0xf04]).unwrap();
+        fdt.end_node(gic).unwrap();
+        let uart = fdt.begin_node("serial@fe201000").unwrap();
+        fdt.property_string("compatible", "arm,pl011").unwrap();
+        fdt.property_array_u32("reg", &[0, 0xfe20_1000, 0x200]).unwrap();
+        fdt.property_array_u32("interrupts", &[0, 121, 4]).unwrap();
+        fdt.end_node(uart).unwrap();
+        let timer = fdt.begin_node("timer").unwrap();
+        fdt.property_string("compatible", "arm,armv8-timer").unwrap();
+        fdt.property_array_u32("interrupts", &[1, 13, 0xf08, 1, 14, 0xf08, 1, 11, 0xf08, 1, 10, 0xf08]).unwrap();
+        fdt.end_node(timer).unwrap();
+        fdt.end_node(root).unwrap();
+        fdt.finish().unwrap()
+    }
+
+    #[test]
+    fn a_board_without_psci_has_its_cpus_started_from_spin_tables() {
+        let blob = spin_table_board();
+        let p = Platform::from_device_tree(&blob).unwrap();
+        assert_eq!(p.psci, None);
+        assert_eq!(p.cpus.as_slice(), &[0, 1, 2, 3]);
+        let releases: std::vec::Vec<CpuStart> = (0..4).map(|n| CpuStart::SpinTable { release: 0xd8 + 8 * n }).collect();
+        assert_eq!(p.cpu_start.as_slice(), releases.as_slice());
+        assert_eq!(p.gic.version, GicVersion::V2);
+        assert_eq!(p.gic.hyp_interface, Some(PhysRange { base: 0xff84_4000, size: 0x2000 }));
+        assert_eq!(p.uart, PhysRange { base: 0xfe20_1000, size: 0x200 });
+        assert_eq!(p.uart_intid, Some(153));
+        assert!(p.virtio_mmio.is_empty());
     }
 
     #[test]

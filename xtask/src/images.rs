@@ -165,7 +165,7 @@ impl TestHook {
     }
 
     fn is_in(self, elf: &[u8]) -> Result<bool, XtaskError> {
-        let bad = || XtaskError::Build("the hypervisor is not a 64-bit ELF file".into());
+        let bad = || XtaskError::Build("the hypervisor is not an ELF file".into());
         let loaded = elf::loadable(elf).ok_or_else(bad)?;
         Ok(match self {
             TestHook::SemihostingExit => loaded.iter().filter(|s| s.executable).any(|s| {
@@ -246,8 +246,12 @@ mod tests {
     fn elf(code: &[u8], data: &[u8]) -> Vec<u8> {
         let (code_at, data_at) = (0x100usize, 0x200usize);
         let mut e = vec![0u8; data_at + data.len()];
-        e[0..4].copy_from_slice(b"\x7fELF");
-        e[4] = 2;
+        // ELFCLASS64, ELFDATA2LSB, EV_CURRENT; ET_EXEC for EM_AARCH64; a 64-byte header.
+        e[0..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
+        e[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
+        e[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+        e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
         e[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
         e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
         e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
