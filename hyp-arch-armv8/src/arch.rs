@@ -10,7 +10,6 @@ use hyp_core::bundle::{BootBundle, BundleError};
 use hyp_core::platform::Platform;
 use stage2::TableFormat;
 
-use crate::exceptions::sysreg;
 use crate::memory::Stage2Tlb;
 use crate::vm::OnCpu;
 

@@ -49,13 +49,13 @@ pub const WORK_EL2_FAULT: usize = 1;
 const MPIDR_AFFINITY_MASK: u64 = 0xff_00ff_ffff;
 
 pub fn mpidr() -> u64 {
-    crate::exceptions::sysreg!("mpidr_el1") & MPIDR_AFFINITY_MASK
+    sysreg!("mpidr_el1") & MPIDR_AFFINITY_MASK
 }
 
 /// This CPU's index in the device tree's CPU list: from TPIDR_EL2 once it is online (an
 /// address in `PER_CPU`), by its MPIDR before.
 pub fn current_index() -> usize {
-    let entry = crate::exceptions::sysreg!("tpidr_el2") as usize;
+    let entry = sysreg!("tpidr_el2") as usize;
     let first = PER_CPU.as_ptr() as usize;
     match entry.checked_sub(first).map(|offset| offset / core::mem::size_of::<PerCpu>()) {
         Some(index) if index < MAX_CPUS => index,

@@ -8,8 +8,6 @@ use core::arch::asm;
 
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 
-use crate::exceptions::sysreg;
-
 /// The breakpoints and watchpoints this CPU has.
 pub fn geometry() -> DebugGeometry {
     DebugGeometry::from_id_aa64dfr0(sysreg!("id_aa64dfr0_el1"))

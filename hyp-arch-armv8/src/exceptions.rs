@@ -145,16 +145,6 @@ pub fn run_guest(ctx: &mut GuestContext) -> u64 {
 const _: () = assert!(core::mem::offset_of!(GuestContext, pc) == 248);
 const _: () = assert!(core::mem::offset_of!(GuestContext, pstate) == 256);
 
-macro_rules! sysreg {
-    ($name:literal) => {{
-        let v: u64;
-        // SAFETY: reading an EL2 system register has no side effect.
-        unsafe { core::arch::asm!(concat!("mrs {}, ", $name), out(reg) v, options(nomem, nostack)) };
-        v
-    }};
-}
-pub(crate) use sysreg;
-
 /// An exception taken at EL2 itself: a hypervisor bug or a hardware fault. Prints everything
 /// a person needs to find it, in one piece, then stops this CPU only; the other CPUs keep
 /// running.

@@ -38,8 +38,8 @@ pub fn reported(cpu: usize) {
 /// creates no VM before: the report prints without the console lock (the fault may come
 /// while its CPU holds it), so a VM's lines printed meanwhile would run into its lines.
 pub fn wait_for_report(cpu: usize) -> bool {
-    let now = || crate::exceptions::sysreg!("cntpct_el0");
-    let until = now().saturating_add(crate::exceptions::sysreg!("cntfrq_el0").saturating_mul(REPORT_WAIT_SECONDS));
+    let now = || sysreg!("cntpct_el0");
+    let until = now().saturating_add(sysreg!("cntfrq_el0").saturating_mul(REPORT_WAIT_SECONDS));
     while REPORTED.load(Ordering::Acquire) != cpu + 1 {
         if now() >= until {
             return false;

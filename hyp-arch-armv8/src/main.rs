@@ -7,6 +7,17 @@ extern crate alloc;
 #[macro_use]
 extern crate hyp_board_qemu_virt;
 
+/// Reads a system register by name, for those `aarch64-cpu` does not type or where its name
+/// is the clearest (defined before the modules, so every module has it).
+macro_rules! sysreg {
+    ($name:literal) => {{
+        let v: u64;
+        // SAFETY: reading a system register from EL2 has no side effect.
+        unsafe { core::arch::asm!(concat!("mrs {}, ", $name), out(reg) v, options(nomem, nostack)) };
+        v
+    }};
+}
+
 mod arch;
 mod boot;
 mod cpus;

@@ -15,7 +15,7 @@ use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 
 use crate::arch::{Aarch64, HYPERVISOR};
-use crate::exceptions::{run_guest, sysreg, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
+use crate::exceptions::{run_guest, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::ich::ListRegisterFile;
 use crate::vcpu_state::{self, SavedVcpu};
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
