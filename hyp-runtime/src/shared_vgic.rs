@@ -59,6 +59,13 @@ impl<A: Arch> VgicHandle<A> {
             h.store(true, Ordering::Release);
         }
     }
+    /// Something may have changed for vCPU `vcpu`: `hint` of one vCPU, one store instead of
+    /// a walk of a mask (the exit path's physical interrupts, docs/performance.md).
+    pub fn hint_vcpu(&self, vcpu: usize) {
+        if let Some(h) = self.hints.get(vcpu) {
+            h.store(true, Ordering::Release);
+        }
+    }
     pub fn take_hint(&self, vcpu: usize) -> bool {
         // A plain load first: the common case (no hint) costs no atomic read-modify-write.
         self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) && h.swap(false, Ordering::AcqRel))
