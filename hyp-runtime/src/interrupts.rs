@@ -1,9 +1,11 @@
 //! What each physical interrupt the hypervisor takes is for: one table, filled as the
 //! hypervisor sets itself up (its PPIs and the kick SGI at boot, console input, the uplink
 //! NIC, the passthrough SPIs), read by every CPU's interrupt path, which handles an
-//! interrupt by its route instead of comparing it with each kind in turn.
+//! interrupt by its route instead of comparing it with each kind in turn. A passthrough
+//! SPI's entry also names the VM it is forwarded to while that VM lives: one load tells the
+//! interrupt path both.
 
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 /// The SGI a CPU sends another to make it leave its guest or its wait and look at its
 /// state again (an IPI, an I/O completion, a reschedule).
@@ -64,9 +66,14 @@ impl core::fmt::Display for RouteError {
     }
 }
 
+/// Each entry: the route in its low byte; above it, for a passthrough SPI, its VM's index
+/// plus one (0: no VM owns it now).
 pub struct Routes {
-    route: [AtomicU8; INTIDS],
+    route: [AtomicU32; INTIDS],
 }
+
+const ROUTE: u32 = 0xff;
+const OWNER_SHIFT: u32 = 8;
 
 impl Default for Routes {
     fn default() -> Self {
@@ -76,21 +83,50 @@ impl Default for Routes {
 
 impl Routes {
     pub const fn new() -> Self {
-        Routes { route: [const { AtomicU8::new(Route::Unrouted as u8) }; INTIDS] }
+        Routes { route: [const { AtomicU32::new(Route::Unrouted as u32) }; INTIDS] }
     }
 
     /// From now on interrupt `intid` is for `route`. Setting the route it has is no change.
     pub fn set(&self, intid: u32, route: Route) -> Result<(), RouteError> {
         let slot = self.route.get(intid as usize).ok_or(RouteError::NoSuchInterrupt { intid })?;
-        match slot.compare_exchange(Route::Unrouted as u8, route as u8, Ordering::AcqRel, Ordering::Acquire) {
+        match slot.compare_exchange(Route::Unrouted as u32, route as u32, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Ok(()),
-            Err(now) if now == route as u8 => Ok(()),
-            Err(now) => Err(RouteError::Taken { intid, route: ROUTES[usize::from(now)] }),
+            Err(now) if now & ROUTE == route as u32 => Ok(()),
+            Err(now) => Err(RouteError::Taken { intid, route: ROUTES[(now & 7) as usize] }),
         }
     }
 
     /// What interrupt `intid` is for.
     pub fn of(&self, intid: u32) -> Route {
-        self.route.get(intid as usize).map_or(Route::Unrouted, |r| ROUTES[usize::from(r.load(Ordering::Relaxed)) & 7])
+        self.route.get(intid as usize).map_or(Route::Unrouted, |r| ROUTES[(r.load(Ordering::Relaxed) & 7) as usize])
+    }
+
+    /// From now on passthrough SPI `intid` is forwarded to VM `vm` (by index). Returns false,
+    /// changing nothing, for an interrupt not routed to passthrough or a VM index out of
+    /// range.
+    pub fn claim(&self, intid: u32, vm: usize) -> bool {
+        let Some(slot) = self.route.get(intid as usize) else { return false };
+        let owner = vm.checked_add(1).and_then(|o| u32::try_from(o).ok()).filter(|o| *o < 1 << (32 - OWNER_SHIFT));
+        let Some(owner) = owner else { return false };
+        let passthrough = Route::Passthrough as u32;
+        slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+            (now & ROUTE == passthrough).then_some(passthrough | owner << OWNER_SHIFT)
+        })
+        .is_ok()
+    }
+
+    /// Passthrough SPI `intid` is no longer forwarded (its route stays).
+    pub fn release(&self, intid: u32) {
+        if let Some(slot) = self.route.get(intid as usize) {
+            slot.fetch_and(ROUTE, Ordering::AcqRel);
+        }
+    }
+
+    /// The VM physical interrupt `intid` is forwarded to, if it is a passthrough SPI of a
+    /// live VM.
+    pub fn owner(&self, intid: u32) -> Option<usize> {
+        let entry = self.route.get(intid as usize)?.load(Ordering::Acquire);
+        let owner = (entry >> OWNER_SHIFT) as usize;
+        (entry & ROUTE == Route::Passthrough as u32).then(|| owner.checked_sub(1))?
     }
 }

@@ -3,13 +3,13 @@
 //! each of its SPIs an interrupt capability, from the board's device tree (never from
 //! untyped memory); `vm::grant_resources` maps the region into the VM at the same address
 //! and grants it the interrupts. While the VM runs, its physical SPIs are routed to the CPU
-//! of its vCPU 0 and forwarded as hardware-mapped virtual SPIs to the VM [`Owners`] names;
+//! of its vCPU 0 and forwarded as hardware-mapped virtual SPIs to the VM the routing table names
+//! (crate::interrupts::Routes::owner);
 //! when it is destroyed they are disabled and deactivated before their grants are revoked.
 
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind};
@@ -122,56 +122,6 @@ pub fn from_board(
         all.push(devices);
     }
     Ok(all)
-}
-
-/// Which VM each physical SPI is forwarded to, while that VM lives: the interrupt path of
-/// every CPU reads it, creating and destroying a VM writes it.
-pub struct Owners {
-    /// Per INTID, the VM's index + 1; 0: none.
-    owner: [AtomicUsize; MAX_INTID],
-}
-
-/// INTIDs 0..1020: SGIs, PPIs and SPIs (1020-1023 are special; GIC architecture
-/// specification, INTID ranges). Only SPIs (32 and up) are ever owned.
-const MAX_INTID: usize = 1020;
-
-impl Default for Owners {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Owners {
-    pub const fn new() -> Self {
-        Owners { owner: [const { AtomicUsize::new(0) }; MAX_INTID] }
-    }
-
-    /// From now on physical SPI `intid` is forwarded to VM `vm` (by index). Returns false,
-    /// changing nothing, for an INTID that is not an SPI.
-    pub fn claim(&self, intid: u32, vm: usize) -> bool {
-        match self.owner.get(intid as usize).filter(|_| intid >= 32) {
-            Some(o) => {
-                o.store(vm + 1, Ordering::Release);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Physical SPI `intid` is no longer forwarded.
-    pub fn release(&self, intid: u32) {
-        if let Some(o) = self.owner.get(intid as usize) {
-            o.store(0, Ordering::Release);
-        }
-    }
-
-    /// The VM physical interrupt `intid` belongs to, if it is a passthrough SPI of a live VM.
-    pub fn owner(&self, intid: u32) -> Option<usize> {
-        if intid < 32 {
-            return None;
-        }
-        self.owner.get(intid as usize)?.load(Ordering::Acquire).checked_sub(1)
-    }
 }
 
 /// The SPIs `spis`, as "34, 35", for log lines.

@@ -103,7 +103,7 @@ impl<V: Virtualization> Hypervisor<V> {
     /// until the guest deactivates it. Returns false if no VM owns it.
     #[inline(never)]
     fn forward_passthrough(&self, intid: u32, iar: u32) -> bool {
-        let Some(index) = self.spi_owners.owner(intid) else { return false };
+        let Some(index) = self.routes.owner(intid) else { return false };
         let vm = self.vm(index);
         match vm.as_deref().map(Borrow::<Vm<V::Env>>::borrow) {
             Some(vm) if !vm.is_ending() => {

@@ -39,7 +39,7 @@ impl<V: Virtualization> Hypervisor<V> {
             V::disable_spi(spi.intid);
             V::clear_spi(spi.intid);
             V::configure_spi(spi.intid, spi.edge());
-            self.spi_owners.claim(spi.intid, id);
+            self.routes.claim(spi.intid, id);
         }
         Ok(vm)
     }
@@ -108,7 +108,7 @@ impl<V: Virtualization> Hypervisor<V> {
     fn release_passthrough(&self, core: &Vm<V::Env>) {
         for spi in &core.passthrough_spis {
             V::disable_spi(spi.intid);
-            self.spi_owners.release(spi.intid);
+            self.routes.release(spi.intid);
             V::clear_spi(spi.intid);
             say!(
                 V,

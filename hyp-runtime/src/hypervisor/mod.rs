@@ -30,7 +30,7 @@ use crate::arch::Arch;
 use crate::cpus::Cpus;
 use crate::interrupts::Routes;
 use crate::network::Network;
-use crate::passthrough::{Owners, PassthroughDevice};
+use crate::passthrough::PassthroughDevice;
 use crate::scheduling::Scheduling;
 use crate::virtio::slot::VmEnv;
 use crate::vm::{Vm, VmBuild, VmError};
@@ -121,12 +121,10 @@ pub(crate) struct VmFactory {
 pub struct Hypervisor<V: Virtualization> {
     /// The scheduler of every CPU.
     pub scheduling: Scheduling<V>,
-    /// What each physical interrupt is for.
+    /// What each physical interrupt is for, and which VM each passthrough SPI is forwarded to.
     pub routes: Routes,
     /// Which CPUs are online, and their boot-time work.
     pub cpus: Cpus,
-    /// Which VM each passthrough SPI is forwarded to.
-    pub spi_owners: Owners,
     /// The manifest's VMs, by index.
     pub vms: VmTable<V::Vm>,
     /// Every VM's rights; it owns their stage-2 tables.
@@ -147,7 +145,6 @@ impl<V: Virtualization> Hypervisor<V> {
         Hypervisor {
             scheduling: Scheduling::new(),
             routes: Routes::new(),
-            spi_owners: Owners::new(),
             cpus: Cpus::new(),
             vms: VmTable::new(),
             caps: Once::new(),

@@ -266,13 +266,13 @@ fn a_passthrough_spi_is_quiet_and_claimed_before_its_vm_runs_and_released_before
         events[..4],
         [created.as_str(), quiet_and_configured[0], quiet_and_configured[1], quiet_and_configured[2]]
     );
-    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), Some(0));
+    assert_eq!(hypervisor.routes.owner(RTC_INTID), Some(0));
     assert_eq!(hypervisor.routes.of(RTC_INTID), Route::Passthrough);
 
     // A reset: off and not left active until the guest enables it again; still its own.
     turn(hypervisor, Guest::EndsTheVm(EndReason::Reset));
     assert_eq!(take_events(), ["run vm0 vcpu0 on cpu1", "disable 34", "clear 34", "reset vm0"]);
-    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), Some(0));
+    assert_eq!(hypervisor.routes.owner(RTC_INTID), Some(0));
 
     // A restart: released (disabled first, so nothing is forwarded once it has no owner)
     // before the capabilities go, claimed again by the VM created anew.
@@ -283,7 +283,7 @@ fn a_passthrough_spi_is_quiet_and_claimed_before_its_vm_runs_and_released_before
         events[4..8],
         [created.as_str(), quiet_and_configured[0], quiet_and_configured[1], quiet_and_configured[2]]
     );
-    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), Some(0));
+    assert_eq!(hypervisor.routes.owner(RTC_INTID), Some(0));
     let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
     assert!(lines
         .iter()
@@ -291,7 +291,7 @@ fn a_passthrough_spi_is_quiet_and_claimed_before_its_vm_runs_and_released_before
 
     // The end: released for good.
     turn(hypervisor, Guest::EndsTheVm(EndReason::PoweredOff));
-    assert_eq!(hypervisor.spi_owners.owner(RTC_INTID), None);
+    assert_eq!(hypervisor.routes.owner(RTC_INTID), None);
 }
 
 #[test]

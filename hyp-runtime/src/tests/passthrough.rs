@@ -8,7 +8,7 @@ use hyp_core::platform::PhysRange;
 use stage2::TableFormat;
 
 use super::spec;
-use crate::passthrough::{from_board, spi_list, Owners, PassthroughError};
+use crate::passthrough::{from_board, spi_list, PassthroughError};
 
 /// A board with an edge-triggered device at 0x1c09_0000 (SPIs 37, 38) and a level one at
 /// 0x1c0a_0000 (SPI 39), described the way a device tree does.
@@ -111,21 +111,4 @@ fn a_window_over_memory_handed_to_vms_is_refused() {
     caps.add_untyped(PhysRange { base: 0x1c00_0000, size: 0x20_0000 }).unwrap();
     let err = from_board(&mut caps, [with_device("a", 0x1c09_0000, &[])].into_iter(), &board).unwrap_err();
     assert!(matches!(err, PassthroughError::Region { vm: "a", .. }), "{err}");
-}
-
-#[test]
-fn an_spi_is_forwarded_to_its_owner_until_released() {
-    let owners = Owners::new();
-    assert_eq!(owners.owner(40), None);
-    assert!(owners.claim(40, 0));
-    assert!(owners.claim(41, 3));
-    assert_eq!((owners.owner(40), owners.owner(41)), (Some(0), Some(3)));
-    owners.release(40);
-    assert_eq!(owners.owner(40), None);
-    assert_eq!(owners.owner(41), Some(3), "another SPI keeps its owner");
-    for not_an_spi in [0, 27, 31, 1020, 1023, u32::MAX] {
-        assert!(!owners.claim(not_an_spi, 1), "INTID {not_an_spi}");
-        assert_eq!(owners.owner(not_an_spi), None, "INTID {not_an_spi}");
-        owners.release(not_an_spi);
-    }
 }
