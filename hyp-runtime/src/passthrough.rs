@@ -3,9 +3,9 @@
 //! each of its SPIs an interrupt capability, from the board's device tree (never from
 //! untyped memory); `vm::grant_resources` maps the region into the VM at the same address
 //! and grants it the interrupts. While the VM runs, its physical SPIs are routed to the CPU
-//! of its vCPU 0 and forwarded as hardware-mapped virtual SPIs to the VM the routing table names
-//! (crate::interrupts::Routes::owner);
-//! when it is destroyed they are disabled and deactivated before their grants are revoked.
+//! of its vCPU 0 and forwarded as hardware-mapped virtual SPIs to the VM the routing table
+//! names (crate::interrupts::Routes::owner); when it is destroyed they are disabled and
+//! deactivated before their grants are revoked.
 
 use alloc::string::String;
 use alloc::vec::Vec;
