@@ -30,7 +30,18 @@ fn halt<I: ArmImage>(message: impl core::fmt::Display) -> ! {
 /// The boot CPU, its MMU and console on, the heap not yet started: from the device tree
 /// (`device_tree`, at `dtb`) to running VMs. `image` is the hypervisor's own memory. Returns
 /// this CPU's index, to run vCPUs from then on.
-pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dtb: u64, image: PhysRange) -> usize {
+///
+/// # Safety
+///
+/// Called once, by the boot CPU, before any other CPU runs, with the identity map of
+/// `hyp_map` on: the heap is started over RAM no one else uses, and the GIC's and the boot
+/// bundle's memory are read at their physical addresses.
+pub unsafe fn boot<I: ArmImage>(
+    platform: &Platform<'_>,
+    device_tree: &'static [u8],
+    dtb: u64,
+    image: PhysRange,
+) -> usize {
     // No heap yet: nothing here may allocate until it is started.
     say!(I, "\nhypervisor {} ({}) on {}", env!("CARGO_PKG_VERSION"), I::MODE, platform.model);
     say!(I, "  image       {:#x}..{:#x}", image.base, image.end());
@@ -49,7 +60,8 @@ pub fn boot<I: ArmImage>(platform: &Platform<'_>, device_tree: &'static [u8], dt
         say!(I, "hypervisor: {} free memory range(s) not used: too fragmented", plan.dropped);
     }
     // SAFETY: the heap's range is free RAM (not the image, device tree, bundle or reserved
-    // memory), identity-mapped Normal, and from here on belongs to the heap alone.
+    // memory), identity-mapped Normal (the caller's contract), and from here on belongs to
+    // the heap alone; this runs once.
     unsafe { crate::heap::init(plan.heap.base, plan.heap.size) };
     let free: Vec<PhysRange> = plan.free.iter().copied().collect();
     say!(

@@ -70,7 +70,8 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
 
     MMU_REGISTERS.call_once(|| mmu_regs);
     let image = PhysRange { base: image_start, size: image_end - image_start };
-    let me = hyp_arch_arm::boot::boot::<arch::Aarch64>(&platform, device_tree, dtb, image);
+    // SAFETY: the boot CPU, once, alone, its identity map on (above).
+    let me = unsafe { hyp_arch_arm::boot::boot::<arch::Aarch64>(&platform, device_tree, dtb, image) };
     cpu_loop(me)
 }
 
