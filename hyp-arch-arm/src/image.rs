@@ -20,10 +20,17 @@ pub trait ArmImage: Virtualization {
     type Board: Board;
     /// This CPU's GICv3 system-register interface (unused with a GICv2).
     type Icc: CpuInterfaceRegisters;
+    /// TLB maintenance of one VM's stage 2.
+    type Stage2Tlb: TlbMaintenance;
+
     fn gic() -> &'static Gic<Self::Icc>;
     fn hypervisor() -> &'static Hypervisor<Self>;
+
+    // The CPUs.
     /// This CPU's MPIDR affinity.
     fn mpidr() -> u64;
+    /// CPU `cpu`'s MPIDR affinity.
+    fn mpidr_of(cpu: usize) -> u64;
     /// What this CPU needs beside its GIC interface before it runs vCPUs.
     fn init_this_cpu();
     /// What CPU `index` reads with its MMU off when it starts (its stack, the MMU's
@@ -34,19 +41,20 @@ pub trait ArmImage: Virtualization {
     fn cpu_entry() -> u64;
     /// One step of a bounded wait for another CPU.
     fn wait_a_little();
+    /// Stops the machine (`clean`: every VM ended cleanly); never returns.
+    fn stop(clean: bool) -> !;
+
+    // The board and the boot bundle.
     /// Finds the board's devices the hypervisor drives: its disk's size in sectors.
     fn probe_board(platform: &Platform<'_>) -> Option<u64>;
-    /// The stage-2 format of this CPU on this board.
-    fn stage2_format() -> TableFormat;
     /// What the boot bundle's options ask of the image (its test hooks, which an image
     /// without them refuses), before any VM is created: the CPU set aside for them, if any.
     fn apply_options(bundle: &BootBundle<'static>, me: usize) -> Result<Option<usize>, BundleError<'static>>;
-    /// CPU `cpu`'s MPIDR affinity.
-    fn mpidr_of(cpu: usize) -> u64;
-    /// Stops the machine (`clean`: every VM ended cleanly); never returns.
-    fn stop(clean: bool) -> !;
+
+    // The VMs' memory.
+    /// The stage-2 format of this CPU on this board.
+    fn stage2_format() -> TableFormat;
     /// TLB maintenance of the stage 2 whose VTTBR is `vttbr`.
-    type Stage2Tlb: TlbMaintenance;
     fn stage2_tlb(vttbr: u64) -> Self::Stage2Tlb;
     /// Zeroes `[pa, pa + len)` of a VM's RAM and cleans it to the point of coherency.
     fn zero_for_guest(pa: u64, len: u64);
