@@ -1,6 +1,6 @@
 //! What each physical interrupt the hypervisor takes is for: one table, filled as the
 //! hypervisor sets itself up (its PPIs and the kick SGI at boot, console input, the uplink
-//! NIC, the passthrough SPIs), read by every CPU's interrupt path, which handles an
+//! NIC, the board's disk, the passthrough SPIs), read by every CPU's interrupt path, which handles an
 //! interrupt by its route instead of comparing it with each kind in turn.
 
 use core::sync::atomic::{AtomicU8, Ordering};
@@ -29,9 +29,11 @@ pub enum Route {
     Uplink,
     /// An SPI of a passthrough device, forwarded to the VM that owns it.
     Passthrough,
+    /// The board's disk completed requests.
+    Disk,
 }
 
-const ROUTES: [Route; 8] = [
+const ROUTES: [Route; 9] = [
     Route::Unrouted,
     Route::Kick,
     Route::Maintenance,
@@ -40,6 +42,7 @@ const ROUTES: [Route; 8] = [
     Route::ConsoleInput,
     Route::Uplink,
     Route::Passthrough,
+    Route::Disk,
 ];
 
 /// INTIDs 0..1020 (1020-1023 are special: GIC architecture specification, INTID ranges).
@@ -91,6 +94,9 @@ impl Routes {
 
     /// What interrupt `intid` is for.
     pub fn of(&self, intid: u32) -> Route {
-        self.route.get(intid as usize).map_or(Route::Unrouted, |r| ROUTES[usize::from(r.load(Ordering::Relaxed)) & 7])
+        self.route
+            .get(intid as usize)
+            .and_then(|r| ROUTES.get(usize::from(r.load(Ordering::Relaxed))).copied())
+            .unwrap_or(Route::Unrouted)
     }
 }
