@@ -2,7 +2,8 @@
 //! board's PL011 (`uart`), and the board's virtio-mmio block and network devices, which the
 //! hypervisor drives itself (`virtio`); and the runtime's `Board` (hyp_runtime::board) over
 //! them. It names no CPU architecture: an AArch64 or an ARMv7 image takes it alike, giving
-//! it how to wait for a device's interrupt (`virtio::InterruptWait`).
+//! it how to wait for a device's interrupt (`virtio::InterruptWait`, which no driver uses
+//! now: the disk's completions come through the hypervisor's interrupt routes).
 #![no_std]
 
 extern crate alloc;

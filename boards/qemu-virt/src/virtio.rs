@@ -5,7 +5,9 @@
 //! and by user-mode networking.
 //!
 //! The hypervisor's identity map covers all RAM, so a buffer's address is its physical
-//! address: guest buffers are handed to the device as they are (no copy).
+//! address: guest buffers are handed to the device as they are (no copy). Neither device is
+//! waited for: a disk request is queued and its completion taken after the disk's interrupt
+//! (hyp_runtime::board::BoardDisk), a frame is queued and its buffer taken back later.
 
 use core::ptr::NonNull;
 
