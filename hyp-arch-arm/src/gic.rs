@@ -28,15 +28,11 @@ pub const SPURIOUS: u32 = 1023;
 
 /// The priority of every interrupt the hypervisor takes (SGIs, PPIs, SPIs).
 pub const PRIORITY: u8 = 0xa0;
-/// A higher one, for an SPI a CPU waits for in `wait_for_spi`, and a priority mask between
-/// the two: while it waits, only that SPI is signalled to the CPU.
-pub const PRIORITY_AWAITED: u8 = 0x80;
-pub const MASK_BELOW_AWAITED: u8 = 0x90;
-/// The priority mask otherwise: every priority is signalled.
+/// The priority mask: every priority is signalled.
 pub const MASK_NONE: u8 = 0xff;
 // A lower value is a higher priority, and an interrupt is signalled when its priority is
 // higher than the mask (IHI 0069H 4.8 / IHI 0048B 3.3).
-const _: () = assert!(PRIORITY_AWAITED < MASK_BELOW_AWAITED && MASK_BELOW_AWAITED < PRIORITY && PRIORITY < MASK_NONE);
+const _: () = assert!(PRIORITY < MASK_NONE);
 
 /// The INTID of an acknowledged interrupt (GICC_IAR also carries the source CPU of a GICv2 SGI).
 #[inline(always)]
@@ -53,9 +49,6 @@ pub trait CpuInterfaceRegisters {
     /// Enable (a guest may use the system registers, which reach its virtual CPU interface);
     /// the priority mask `pmr`, binary point 0, EOImode 1 and Group 1 enabled.
     fn enable(pmr: u8);
-    /// ICC_PMR_EL1 (IHI 0069 12.2.20): interrupts of this priority or lower are not
-    /// signalled to this CPU; synchronised before it returns.
-    fn set_priority_mask(mask: u8);
     /// Reads ICC_IAR1_EL1: acknowledges the highest-priority pending Group 1 interrupt.
     fn acknowledge() -> u32;
     /// ICC_EOIR1_EL1 then ICC_DIR_EL1 (EOImode 1): priority drop and deactivation.
@@ -67,8 +60,6 @@ pub trait CpuInterfaceRegisters {
     fn send_sgi(sgi1r: u64);
     /// DSB ISHST: before a GICv2 SGI, written to the distributor.
     fn store_barrier();
-    /// WFI.
-    fn wait_for_interrupt();
 }
 
 #[derive(Debug)]
@@ -311,13 +302,6 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         gicd.write32(GICD_ISENABLER + word, bit);
     }
 
-    /// Sets SPI `intid` up for `wait_for_spi`, once, before any wait: its group and priority.
-    pub fn prepare_awaited_spi(&self, intid: u32) {
-        if is_spi(intid) {
-            self.configure_spi_delivery(intid, PRIORITY_AWAITED);
-        }
-    }
-
     /// GICv3: waits until a distributor register write has taken effect (GICD_CTLR.RWP, IHI
     /// 0069 12.9.4): after clearing an enable, before relying on the interrupt being off.
     fn wait_for_distributor(&self) {
@@ -336,41 +320,6 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         let (word, bit) = bit_of(intid);
         self.gicd().write32(GICD_ICENABLER + word, bit);
         self.wait_for_distributor();
-    }
-
-    /// Waits in WFI, on the CPU with this index and MPIDR, until `done()`: SPI `intid` (set up
-    /// by `prepare_awaited_spi`) is enabled for this CPU above a priority mask that keeps every
-    /// other interrupt from being signalled, so only it (or a virtual interrupt of the vCPU
-    /// this CPU runs) ends a WFI; the others stay pending and are taken after. Interrupts stay
-    /// masked at the CPU (PSTATE.I, CPSR.I): the SPI wakes the WFI (an interrupt masked there
-    /// still is a WFI wake-up event) and is never taken. It is disabled and cleared before
-    /// this returns; its device must lower its line afterwards (for a level-sensitive SPI),
-    /// or the next wait ends at once.
-    pub fn wait_for_spi(&self, intid: u32, index: usize, mpidr: u64, mut done: impl FnMut() -> bool) {
-        if !is_spi(intid) {
-            while !done() {
-                core::hint::spin_loop();
-            }
-            return;
-        }
-        self.route_and_enable_spi(intid, index, mpidr);
-        self.set_priority_mask(MASK_BELOW_AWAITED);
-        while !done() {
-            C::wait_for_interrupt();
-        }
-        self.set_priority_mask(MASK_NONE);
-        self.disable_spi(intid);
-        self.clear_spi(intid);
-    }
-
-    /// ICC_PMR_EL1 (IHI 0069 12.2.20) or GICC_PMR (IHI 0048B 4.4.2): interrupts of this
-    /// priority or lower are not signalled to this CPU.
-    fn set_priority_mask(&self, mask: u8) {
-        if self.is_v3() {
-            C::set_priority_mask(mask);
-        } else {
-            self.gicc().write32(GICC_PMR, u32::from(mask));
-        }
     }
 
     /// Clears SPI `intid`'s pending and active states (GICD_ICPENDR, GICD_ICACTIVER: IHI 0069

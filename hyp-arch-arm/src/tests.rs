@@ -118,13 +118,11 @@ impl Memory {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Icc {
     Enable(u8),
-    Mask(u8),
     Acknowledge,
     EndOfInterrupt(u32),
     PriorityDrop(u32),
     Sgi(u64),
     Barrier,
-    Wfi,
 }
 
 thread_local! {
@@ -146,9 +144,6 @@ impl CpuInterfaceRegisters for FakeIcc {
     fn enable(pmr: u8) {
         icc(Icc::Enable(pmr));
     }
-    fn set_priority_mask(mask: u8) {
-        icc(Icc::Mask(mask));
-    }
     fn acknowledge() -> u32 {
         icc(Icc::Acknowledge);
         ICC.with(|icc| icc.borrow().1)
@@ -164,9 +159,6 @@ impl CpuInterfaceRegisters for FakeIcc {
     }
     fn store_barrier() {
         icc(Icc::Barrier);
-    }
-    fn wait_for_interrupt() {
-        icc(Icc::Wfi);
     }
 }
 
@@ -357,8 +349,6 @@ fn gicv3_spi_is_grouped_prioritised_routed_and_enabled() {
     assert_eq!(memory.read8(GICD_AT + GICD_IPRIORITYR + 40), PRIORITY);
     assert_eq!(memory.read64(GICD_AT + GICD_IROUTER + 8 * 40), 0x7_0003_0201);
     assert_eq!(memory.gicd(GICD_ISENABLER + 4), 1 << 8);
-    gic.prepare_awaited_spi(41);
-    assert_eq!(memory.read8(GICD_AT + GICD_IPRIORITYR + 41), PRIORITY_AWAITED);
 }
 
 #[test]
@@ -398,7 +388,6 @@ fn no_spi_beyond_the_spi_range_is_touched() {
         gic.clear_spi(intid);
         gic.deactivate_spi(intid);
         gic.configure_spi(intid, true);
-        gic.prepare_awaited_spi(intid);
         assert!(!gic.spi_pending(intid) && !gic.spi_enabled(intid));
     }
     assert!((4..0x1_0000).step_by(4).all(|at| memory.gicd(at) == 0), "only GICD_CTLR written");
@@ -418,25 +407,6 @@ fn gicv3_hot_paths_are_the_cpu_interfaces() {
         [Icc::Acknowledge, Icc::EndOfInterrupt(27), Icc::PriorityDrop(40), Icc::Sgi(sgi1r(MPIDR, KICK))]
     );
     assert_eq!(memory.gicd(GICD_SGIR), 0, "no GICv2 SGI");
-}
-
-#[test]
-fn gicv3_wait_for_spi_masks_everything_else_then_puts_the_spi_away() {
-    let memory = Memory::new();
-    let gic = memory.gic(GicVersion::V3);
-    let mut polls = 0;
-    gic.wait_for_spi(40, 0, MPIDR, || {
-        polls += 1;
-        polls == 3
-    });
-    assert_eq!(icc_log(), [Icc::Mask(MASK_BELOW_AWAITED), Icc::Wfi, Icc::Wfi, Icc::Mask(MASK_NONE)]);
-    assert_eq!(memory.read64(GICD_AT + GICD_IROUTER + 8 * 40), 0x7_0003_0201);
-    for register in [GICD_ISENABLER, GICD_ICENABLER, GICD_ICPENDR, GICD_ICACTIVER] {
-        assert_eq!(memory.gicd(register + 4), 1 << 8, "register {register:#x}");
-    }
-    // Not an SPI: no wait at the GIC, no WFI.
-    gic.wait_for_spi(1020, 0, MPIDR, || true);
-    assert_eq!(icc_log(), []);
 }
 
 // ---- the driver, GICv2 ----
@@ -491,21 +461,6 @@ fn gicv2_acknowledge_and_end_go_through_gicc() {
     gic.end_of_interrupt(0x21);
     assert_eq!((memory.gicc(GICC_EOIR), memory.gicc(GICC_DIR)), (0x21, 0x21));
     assert_eq!(icc_log(), []);
-}
-
-#[test]
-fn gicv2_wait_for_spi_masks_through_gicc() {
-    let memory = Memory::new();
-    let gic = gicv2(&memory);
-    let mut masks = Vec::new();
-    gic.wait_for_spi(40, 1, 0x1, || {
-        masks.push(memory.gicc(GICC_PMR));
-        masks.len() == 2
-    });
-    assert_eq!(masks, [u32::from(MASK_BELOW_AWAITED); 2]);
-    assert_eq!(memory.gicc(GICC_PMR), u32::from(MASK_NONE));
-    assert_eq!(icc_log(), [Icc::Wfi]);
-    assert_eq!(memory.read8(GICD_AT + GICD_ITARGETSR + 40), 1 << 2);
 }
 
 // ---- the list registers ----

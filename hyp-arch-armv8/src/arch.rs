@@ -87,7 +87,7 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
     }
 
     fn probe_board(platform: &Platform<'_>) -> Option<u64> {
-        let found = hyp_board_qemu_virt::virtio::probe(platform, crate::gic::INTERRUPT_WAIT);
+        let found = hyp_board_qemu_virt::virtio::probe(platform);
         if let Some(sectors) = found.disk_sectors {
             println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
         }

@@ -39,12 +39,6 @@ impl CpuInterfaceRegisters for Icc {
     }
 
     #[inline(always)]
-    fn set_priority_mask(mask: u8) {
-        // SAFETY: the priority mask changes which interrupts are signalled, nothing in memory.
-        unsafe { asm!("msr icc_pmr_el1, {}", "isb", in(reg) u64::from(mask), options(nostack)) };
-    }
-
-    #[inline(always)]
     fn acknowledge() -> u32 {
         let intid: u64;
         // SAFETY: reading ICC_IAR1_EL1 acknowledges an interrupt; nothing else changes.
@@ -78,22 +72,8 @@ impl CpuInterfaceRegisters for Icc {
         // SAFETY: a barrier; no effect on memory or registers.
         unsafe { asm!("dsb ishst", options(nostack)) };
     }
-
-    fn wait_for_interrupt() {
-        aarch64_cpu::asm::wfi();
-    }
 }
 
 // SAFETY: the boot flow (hyp_arch_arm::boot) calls `init_distributor` before any other
 // function of the driver, on the boot CPU, before the other CPUs start.
 pub static GIC: Gic<Icc> = unsafe { Gic::new() };
-
-/// How the board's drivers wait for a device's interrupt on this image: the SPI prepared
-/// with `prepare_awaited_spi`, the wait in `wait_for_spi` on the CPU that waits.
-pub const INTERRUPT_WAIT: hyp_board_qemu_virt::virtio::InterruptWait = hyp_board_qemu_virt::virtio::InterruptWait {
-    prepare: |intid| GIC.prepare_awaited_spi(intid),
-    wait: |intid, done| {
-        let cpu = crate::cpus::current_index();
-        GIC.wait_for_spi(intid, cpu, crate::cpus::mpidr_of(cpu), done);
-    },
-};

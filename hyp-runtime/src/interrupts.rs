@@ -1,9 +1,9 @@
 //! What each physical interrupt the hypervisor takes is for: one table, filled as the
 //! hypervisor sets itself up (its PPIs and the kick SGI at boot, console input, the uplink
-//! NIC, the passthrough SPIs), read by every CPU's interrupt path, which handles an
-//! interrupt by its route instead of comparing it with each kind in turn. A passthrough
-//! SPI's entry also names the VM it is forwarded to while that VM lives: one load tells the
-//! interrupt path both.
+//! NIC, the board's disk, the passthrough SPIs), read by every CPU's interrupt path, which
+//! handles an interrupt by its route instead of comparing it with each kind in turn. A
+//! passthrough SPI's entry also names the VM it is forwarded to while that VM lives: one
+//! load tells the interrupt path both.
 
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -31,18 +31,31 @@ pub enum Route {
     Uplink,
     /// An SPI of a passthrough device, forwarded to the VM that owns it.
     Passthrough,
+    /// The board's disk completed requests.
+    Disk,
 }
 
-const ROUTES: [Route; 8] = [
-    Route::Unrouted,
-    Route::Kick,
-    Route::Maintenance,
-    Route::VirtualTimer,
-    Route::HypTimer,
-    Route::ConsoleInput,
-    Route::Uplink,
-    Route::Passthrough,
-];
+/// The routes by their number, padded to 16 so that a table entry's low four bits index it
+/// without a bounds check (the interrupt path reads it at every interrupt).
+const ROUTES: [Route; 16] = {
+    let mut routes = [Route::Unrouted; 16];
+    let all = [
+        Route::Kick,
+        Route::Maintenance,
+        Route::VirtualTimer,
+        Route::HypTimer,
+        Route::ConsoleInput,
+        Route::Uplink,
+        Route::Passthrough,
+        Route::Disk,
+    ];
+    let mut i = 0;
+    while i < all.len() {
+        routes[all[i] as usize] = all[i];
+        i += 1;
+    }
+    routes
+};
 
 /// INTIDs 0..1020 (1020-1023 are special: GIC architecture specification, INTID ranges).
 const INTIDS: usize = 1020;
@@ -92,13 +105,13 @@ impl Routes {
         match slot.compare_exchange(Route::Unrouted as u32, route as u32, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Ok(()),
             Err(now) if now & ROUTE == route as u32 => Ok(()),
-            Err(now) => Err(RouteError::Taken { intid, route: ROUTES[(now & 7) as usize] }),
+            Err(now) => Err(RouteError::Taken { intid, route: ROUTES[(now & 15) as usize] }),
         }
     }
 
     /// What interrupt `intid` is for.
     pub fn of(&self, intid: u32) -> Route {
-        self.route.get(intid as usize).map_or(Route::Unrouted, |r| ROUTES[(r.load(Ordering::Relaxed) & 7) as usize])
+        self.route.get(intid as usize).map_or(Route::Unrouted, |r| ROUTES[(r.load(Ordering::Relaxed) & 15) as usize])
     }
 
     /// From now on passthrough SPI `intid` is forwarded to VM `vm` (by index). Returns false,

@@ -1,5 +1,6 @@
 //! Moving a block request's data between guest buffers and a disk through one fixed-size
-//! bounce buffer, a chunk at a time, for buffers the disk cannot take as they are (not whole
+//! bounce buffer, a chunk at a time (`transfer` for a disk that serves a chunk at once;
+//! `gather` and `scatter` for one that finishes it later), for buffers the disk cannot take as they are (not whole
 //! sectors). The buffer is the backend's own, allocated once: a request's size, which the
 //! guest chooses, never decides an allocation (a 32 MiB request once made the hypervisor
 //! allocate 32 MiB from its heap and panic).
@@ -94,6 +95,40 @@ pub fn transfer(
         done += n;
     }
     Ok(())
+}
+
+/// Copies the bytes `[offset, offset + chunk.len())` of the request's data out of the guest
+/// buffers `segments` (which hold them in order) into `chunk`: a write's chunk, before it
+/// goes to the disk.
+pub fn gather(mem: &dyn GuestMemory, segments: &[Segment], offset: u64, chunk: &mut [u8]) -> Result<(), BlockError> {
+    gather_or_scatter(mem, segments, offset, chunk, Direction::Write)
+}
+
+/// Copies `chunk`, the bytes `[offset, offset + chunk.len())` of the request's data, into
+/// the guest buffers `segments`: a read's chunk, once the disk filled it.
+pub fn scatter(mem: &dyn GuestMemory, segments: &[Segment], offset: u64, chunk: &[u8]) -> Result<(), BlockError> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for s in segments {
+        if done == chunk.len() {
+            break;
+        }
+        let len = u64::from(s.len);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let take = (len - skip).min((chunk.len() - done) as u64) as usize;
+        let addr = s.addr.checked_add(skip).ok_or(BlockError::Io)?;
+        mem.write(addr, &chunk[done..done + take]).map_err(BlockError::Memory)?;
+        done += take;
+        skip = 0;
+    }
+    if done == chunk.len() {
+        Ok(())
+    } else {
+        Err(BlockError::Io)
+    }
 }
 
 /// Copies between `chunk` and the bytes `[offset, offset + chunk.len())` of the request's

@@ -73,6 +73,11 @@ pub trait VirtioDevice {
         let _ = queues;
         Ok(())
     }
+    /// The driver took queue `queue` down (QueueReady = 0, 4.2.2): what the device still has
+    /// in flight for it must not reach the rings the driver may set up next.
+    fn queue_disabled(&mut self, queue: u16) {
+        let _ = queue;
+    }
     /// Device reset by the driver (Status = 0): forget everything the driver set up.
     fn reset(&mut self);
     /// Reset as at power-on (VM reboot); by default the same as `reset`.

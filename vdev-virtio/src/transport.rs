@@ -252,7 +252,10 @@ impl<D: VirtioDevice> VirtioMmio<D> {
 
     /// Runs `f` against the device and its queues, then raises the used-buffer interrupt for
     /// every queue whose new used entries call for one, and DEVICE_NEEDS_RESET on a driver bug.
-    pub(crate) fn run<R>(
+    /// Nothing runs (`Err(NeedsReset)`, the status unchanged) unless the device is running:
+    /// DRIVER_OK set and no reset needed. A device that finishes requests later (a block
+    /// device's completions) does it through this, as a notify would.
+    pub fn run<R>(
         &mut self,
         mem: &dyn GuestMemory,
         f: impl FnOnce(&mut D, &mut QueueAccess<'_>) -> Result<R, NeedsReset>,
@@ -403,7 +406,10 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         // The selector named an existing queue, and queue counts are u16.
         let queue = sel as u16;
         if v & 1 == 0 {
-            q.ready = false;
+            let was_ready = core::mem::replace(&mut q.ready, false);
+            if was_ready {
+                self.device.queue_disabled(queue);
+            }
             return;
         }
         if q.ready {

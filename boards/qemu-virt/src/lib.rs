@@ -1,8 +1,8 @@
 //! The board layer for QEMU `virt` and boards like it: the hypervisor's console on the
 //! board's PL011 (`uart`), and the board's virtio-mmio block and network devices, which the
 //! hypervisor drives itself (`virtio`); and the runtime's `Board` (hyp_runtime::board) over
-//! them. It names no CPU architecture: an AArch64 or an ARMv7 image takes it alike, giving
-//! it how to wait for a device's interrupt (`virtio::InterruptWait`).
+//! them. It names no CPU architecture: an AArch64 or an ARMv7 image takes it alike (the
+//! disk's completions come through the hypervisor's interrupt routes).
 #![no_std]
 
 extern crate alloc;

@@ -5,7 +5,9 @@
 //! and by user-mode networking.
 //!
 //! The hypervisor's identity map covers all RAM, so a buffer's address is its physical
-//! address: guest buffers are handed to the device as they are (no copy).
+//! address: guest buffers are handed to the device as they are (no copy). Neither device is
+//! waited for: a disk request is queued and its completion taken after the disk's interrupt
+//! (hyp_runtime::board::BoardDisk), a frame is queued and its buffer taken back later.
 
 use core::ptr::NonNull;
 
@@ -14,7 +16,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::alloc::Layout;
 use hyp_core::platform::Platform;
-use hyp_runtime::board::{BoardDisk, DiskError, PhysicalRun};
+use hyp_runtime::board::{BoardDisk, DiskCompletion, DiskData, DiskError, DiskOp, DiskRequest, Rejected};
 use spin::{Mutex, Once};
 use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::device::net::VirtIONetRaw;
@@ -83,35 +85,53 @@ bitflags::bitflags! {
 /// the guest device's SEG_MAX, 254) plus header and status fit in one chain.
 const DISK_QUEUE: usize = 256;
 
+/// Requests in flight on the board's disk at once, all VMs together (each VM has an equal
+/// share: docs/virtio.md, "Locks"). With indirect descriptors a request takes one
+/// descriptor of the queue; each keeps its buffer lists here, reserved at boot.
+const DISK_SLOTS: usize = 32;
+
 /// virtio-blk request types (virtio 1.2, 5.2.6).
 const VIRTIO_BLK_T_IN: u32 = 0;
 const VIRTIO_BLK_T_OUT: u32 = 1;
 const VIRTIO_BLK_T_FLUSH: u32 = 4;
 
+/// One request in flight on the board's disk: its header and status byte (heap memory that
+/// does not move while the device reads and writes it), and the buffers it was given, kept
+/// until its completion is taken (virtio-drivers' `pop_used` wants the same ones back).
+struct Flight {
+    /// The queue's token while in flight.
+    token: Option<u16>,
+    owner: usize,
+    header: Box<[u8; 16]>,
+    status: Box<[u8; 1]>,
+    /// The device-readable buffers (header first) and device-writable ones (status last).
+    /// Their lifetime is not 'static: they name the flight's own header and status, a VM's
+    /// RAM (which the runtime keeps for the VM until this completes, `DiskData::Guest`) or
+    /// `bounce`; they are cleared when the request completes, before any of that can go.
+    inputs: Vec<&'static [u8]>,
+    outputs: Vec<&'static mut [u8]>,
+    /// The bounce buffer the disk owns while the request is in flight.
+    bounce: Option<Box<[u8]>>,
+}
+
 /// The board's disk. The hypervisor drives its queue itself rather than through
-/// `virtio-drivers`' block driver, which takes one buffer a request: a guest request, with
-/// its scatter-gather list, then becomes one request of the board's disk.
+/// `virtio-drivers`' block driver, which takes one buffer a request and waits for it: a
+/// guest request, with its scatter-gather list, becomes one request of the board's disk,
+/// queued without waiting (hyp_runtime::board::BoardDisk); its interrupt says requests
+/// completed.
 pub struct HostDisk {
     transport: Transport0,
     queue: VirtQueue<IdentityHal, DISK_QUEUE>,
     capacity: u64,
-    /// Its interrupt, which a request waits for (`wait_for_completion`).
+    /// Its interrupt: the hypervisor routes it (hyp_runtime::interrupts::Route::Disk).
     intid: Option<u32>,
-    wait: InterruptWait,
-}
-
-/// How the board's drivers wait for a device's interrupt: the arch crate gives it (the
-/// interrupt controller and WFI are the CPU's business).
-#[derive(Clone, Copy)]
-pub struct InterruptWait {
-    /// Sets up SPI `intid` to be waited for.
-    pub prepare: fn(u32),
-    /// Waits on this CPU until the closure says done, woken by SPI `intid`.
-    pub wait: fn(u32, &mut dyn FnMut() -> bool),
+    flights: Vec<Flight>,
+    /// The flight of each token in flight.
+    by_token: [Option<u8>; DISK_QUEUE],
 }
 
 impl HostDisk {
-    fn new(mut transport: Transport0, intid: Option<u32>, wait: InterruptWait) -> Result<Self, virtio_drivers::Error> {
+    fn new(mut transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
         let features = transport.begin_init(
             BlockFeatures::FLUSH
                 | BlockFeatures::RING_INDIRECT_DESC
@@ -131,95 +151,39 @@ impl HostDisk {
             features.contains(BlockFeatures::RING_EVENT_IDX),
         )?;
         transport.finish_init();
-        Ok(HostDisk { transport, queue, capacity, intid, wait })
-    }
-
-    /// One request: the header, the data buffers (device-writable for a read), the status
-    /// byte. Waits for the device to complete it.
-    fn request(&mut self, kind: u32, sector: u64, data: &mut [&mut [u8]]) -> Result<(), DiskError> {
-        let mut header = [0u8; 16];
-        header[..4].copy_from_slice(&kind.to_le_bytes());
-        header[8..].copy_from_slice(&sector.to_le_bytes());
-        let mut status = [0xffu8];
-        // The lists of buffers are allocated fallibly: out of heap is a failed request (the
-        // guest gets an I/O error), not a panic with the disk's lock held.
-        let done = if kind == VIRTIO_BLK_T_IN {
-            let mut outputs: Vec<&mut [u8]> = Vec::new();
-            outputs.try_reserve_exact(data.len() + 1).map_err(|_| DiskError)?;
-            outputs.extend(data.iter_mut().map(|d| &mut **d));
-            outputs.push(&mut status);
-            self.add_wait_pop(&[&header], &mut outputs)
-        } else {
-            let mut inputs: Vec<&[u8]> = Vec::new();
-            inputs.try_reserve_exact(data.len() + 1).map_err(|_| DiskError)?;
-            inputs.push(&header);
-            inputs.extend(data.iter().map(|d| &**d));
-            self.add_wait_pop(&inputs, &mut [&mut status])
-        };
-        match (done, status[0]) {
-            (Ok(_), 0) => Ok(()),
-            _ => Err(DiskError),
-        }
-    }
-
-    /// Hands the buffers to the device, waits until it has used them, takes them back.
-    fn add_wait_pop<'a>(
-        &mut self,
-        inputs: &'a [&'a [u8]],
-        outputs: &'a mut [&'a mut [u8]],
-    ) -> Result<u32, virtio_drivers::Error> {
-        // SAFETY: the buffers stay borrowed, untouched, until they are popped below, which
-        // this function waits for.
-        let token = unsafe { self.queue.add(inputs, outputs)? };
-        if self.queue.should_notify() {
-            self.transport.notify(0);
-        }
-        self.wait_for_completion();
-        // SAFETY: the same buffers `add` was given for this token.
-        unsafe { self.queue.pop_used(token, inputs, outputs) }
-    }
-
-    /// Waits until the device has used the request, in WFI woken by the disk's interrupt
-    /// where there is one. Under QEMU each CPU is a host thread, and one spinning here takes
-    /// a host core from QEMU's I/O threads, which do the request (docs/performance.md,
-    /// "virtio throughput"); a guest with the disk to itself sleeps in WFI too.
-    fn wait_for_completion(&mut self) {
-        let Some(intid) = self.intid else {
-            while !self.queue.can_pop() {
-                core::hint::spin_loop();
-            }
-            return;
-        };
-        let queue = &self.queue;
-        (self.wait.wait)(intid, &mut || queue.can_pop());
-        // Lowers the device's level-sensitive line (InterruptStatus, virtio 1.2 4.2.2).
-        let _ = self.transport.ack_interrupt();
+        let flights = (0..DISK_SLOTS)
+            .map(|_| Flight {
+                token: None,
+                owner: 0,
+                header: Box::new([0; 16]),
+                status: Box::new([0xff]),
+                inputs: Vec::with_capacity(DISK_QUEUE),
+                outputs: Vec::with_capacity(DISK_QUEUE),
+                bounce: None,
+            })
+            .collect();
+        Ok(HostDisk { transport, queue, capacity, intid, flights, by_token: [None; DISK_QUEUE] })
     }
 
     /// Checks a transfer: non-empty buffers of whole sectors, within the disk.
-    fn check(&self, sector: u64, buffers: &[&mut [u8]]) -> Result<(), DiskError> {
-        let bytes: usize = buffers.iter().map(|b| b.len()).sum();
-        let whole = buffers.iter().all(|b| !b.is_empty() && b.len().is_multiple_of(SECTOR_SIZE));
+    fn check(&self, sector: u64, lens: impl Iterator<Item = usize> + Clone) -> bool {
+        let count = lens.clone().count();
+        let bytes: usize = lens.clone().sum();
+        let whole = lens.clone().all(|len| len != 0 && len.is_multiple_of(SECTOR_SIZE));
         let end = sector.checked_add((bytes / SECTOR_SIZE) as u64);
-        if buffers.is_empty() || buffers.len() > DISK_QUEUE - 2 || !whole || end.is_none_or(|e| e > self.capacity) {
-            return Err(DiskError);
-        }
-        Ok(())
+        count != 0 && count <= DISK_QUEUE - 2 && whole && end.is_some_and(|e| e <= self.capacity)
     }
 }
 
-/// `runs` as the buffers of one request: built fallibly (out of heap is a failed request).
-fn guest_buffers<'a>(runs: &[PhysicalRun]) -> Result<Vec<&'a mut [u8]>, DiskError> {
-    let mut buffers = Vec::new();
-    buffers.try_reserve_exact(runs.len()).map_err(|_| DiskError)?;
-    for run in runs {
-        // SAFETY: `BoardDisk` callers guarantee each run is RAM of one VM, identity-mapped at
-        // EL2, and that no two runs share a byte. The slices alias memory the guest may change
-        // at any time, so they are only handed to the disk, never read or interpreted here,
-        // and they do not outlive the request.
-        buffers.push(unsafe { core::slice::from_raw_parts_mut(run.pa as *mut u8, run.len as usize) });
-    }
-    Ok(buffers)
+/// `len` bytes at physical address `pa` as a buffer for the device, of any lifetime.
+///
+/// # Safety
+/// The memory is RAM, identity-mapped at EL2, not otherwise referenced as a Rust object
+/// while the slice exists (a VM's RAM, which only the VM and devices touch, or a buffer the
+/// disk owns), and stays allocated while the slice exists.
+unsafe fn device_buffer<'a>(pa: u64, len: usize) -> &'a mut [u8] {
+    // SAFETY: as the caller guarantees.
+    unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, len) }
 }
 
 impl BoardDisk for HostDisk {
@@ -227,33 +191,123 @@ impl BoardDisk for HostDisk {
         self.capacity
     }
 
-    fn read_to_guest(&mut self, sector: u64, runs: &[PhysicalRun]) -> Result<(), DiskError> {
-        let mut buffers = guest_buffers(runs)?;
-        self.check(sector, &buffers)?;
-        self.request(VIRTIO_BLK_T_IN, sector, &mut buffers)
+    fn slots(&self) -> usize {
+        DISK_SLOTS
     }
 
-    fn write_from_guest(&mut self, sector: u64, runs: &[PhysicalRun]) -> Result<(), DiskError> {
-        let mut buffers = guest_buffers(runs)?;
-        self.check(sector, &buffers)?;
-        self.request(VIRTIO_BLK_T_OUT, sector, &mut buffers)
+    fn interrupt(&self) -> Option<u32> {
+        self.intid
     }
 
-    fn read(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        let mut buffers = [buf];
-        self.check(sector, &buffers)?;
-        self.request(VIRTIO_BLK_T_IN, sector, &mut buffers)
+    /// Queues the request (header, buffers, status byte) and notifies the device if its
+    /// event index asks for it; returns at once with the queue's token.
+    fn submit(&mut self, request: DiskRequest<'_>) -> Result<u16, Rejected> {
+        let DiskRequest { owner, op, sector, data } = request;
+        let (runs, bounce) = match data {
+            DiskData::None => (&[][..], None),
+            DiskData::Guest(runs) => (runs, None),
+            DiskData::Bounce { buffer, len } => (&[][..], Some((buffer, len))),
+        };
+        let refuse = |bounce: Option<(Box<[u8]>, usize)>, full| Err(Rejected { full, bounce: bounce.map(|b| b.0) });
+        let valid = match (op, &bounce) {
+            (DiskOp::Flush, None) => runs.is_empty(),
+            (DiskOp::Flush, Some(_)) => false,
+            (_, None) => self.check(sector, runs.iter().map(|r| r.len as usize)),
+            (_, Some((buffer, len))) => *len <= buffer.len() && self.check(sector, core::iter::once(*len)),
+        };
+        if !valid {
+            return refuse(bounce, false);
+        }
+        let Some(index) = self.flights.iter().position(|f| f.token.is_none()) else { return refuse(bounce, true) };
+        let kind = match op {
+            DiskOp::Read => VIRTIO_BLK_T_IN,
+            DiskOp::Write => VIRTIO_BLK_T_OUT,
+            DiskOp::Flush => VIRTIO_BLK_T_FLUSH,
+        };
+        let HostDisk { transport, queue, flights, by_token, .. } = self;
+        let flight = &mut flights[index];
+        flight.header[..4].copy_from_slice(&kind.to_le_bytes());
+        flight.header[4..8].fill(0);
+        flight.header[8..].copy_from_slice(&sector.to_le_bytes());
+        flight.status[0] = 0xff;
+        flight.owner = owner;
+        flight.inputs.clear();
+        flight.outputs.clear();
+        // SAFETY: of each `device_buffer` here: the header and status are this flight's own
+        // heap memory, touched by nothing else until the request completes; guest runs are
+        // RAM of the request's VM, pairwise disjoint, kept for the VM until the completion
+        // is taken (the `DiskData::Guest` contract), and aliasing memory the guest may
+        // change at any time, so they are only handed to the device, never read here; the
+        // bounce buffer is kept in the flight, untouched, until then. All are cleared from
+        // the lists when the request completes (`take_completed`), or here if it is not
+        // queued.
+        let header = unsafe { device_buffer(flight.header.as_ptr() as u64, 16) };
+        flight.inputs.push(header);
+        // SAFETY: the flight's status byte, as said above.
+        let status = unsafe { device_buffer(flight.status.as_mut_ptr() as u64, 1) };
+        let data = runs.iter().map(|r| (r.pa, r.len as usize));
+        let bounce_part = bounce.as_ref().map(|(buffer, len)| (buffer.as_ptr() as u64, *len));
+        for (pa, len) in data.chain(bounce_part) {
+            // SAFETY: a guest run or the bounce buffer, as said above.
+            let buffer = unsafe { device_buffer(pa, len) };
+            if op == DiskOp::Read {
+                flight.outputs.push(buffer);
+            } else {
+                flight.inputs.push(buffer);
+            }
+        }
+        flight.outputs.push(status);
+        // SAFETY: the buffers stay valid and untouched until `pop_used` with this token
+        // (`take_completed`), as said above.
+        let added = unsafe { queue.add(&flight.inputs, &mut flight.outputs) };
+        let token = match added {
+            Ok(token) => token,
+            Err(e) => {
+                flight.inputs.clear();
+                flight.outputs.clear();
+                return refuse(bounce, matches!(e, virtio_drivers::Error::QueueFull));
+            }
+        };
+        flight.token = Some(token);
+        flight.bounce = bounce.map(|b| b.0);
+        if let Some(slot) = by_token.get_mut(usize::from(token)) {
+            *slot = Some(index as u8);
+        }
+        if queue.should_notify() {
+            transport.notify(0);
+        }
+        Ok(token)
     }
 
-    fn write(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        let mut buffers = [buf];
-        self.check(sector, &buffers)?;
-        self.request(VIRTIO_BLK_T_OUT, sector, &mut buffers)
+    /// Lowers the device's level-sensitive line (InterruptStatus, virtio 1.2 4.2.2).
+    fn acknowledge_interrupt(&mut self) {
+        let _ = self.transport.ack_interrupt();
     }
 
-    /// Returns once what was written before is on the host file (QEMU flushes it).
-    fn flush(&mut self) -> Result<(), DiskError> {
-        self.request(VIRTIO_BLK_T_FLUSH, 0, &mut [])
+    /// The next request on the used ring: its buffers taken back, its status byte read.
+    fn take_completed(&mut self) -> Option<DiskCompletion> {
+        let token = self.queue.peek_used()?;
+        let index = usize::from((*self.by_token.get(usize::from(token))?)?);
+        let HostDisk { queue, flights, by_token, .. } = self;
+        let flight = flights.get_mut(index)?;
+        let outputs: *mut [&'static mut [u8]] = flight.outputs.as_mut_slice();
+        // The cast shortens the buffers' lifetime, which clippy does not see.
+        #[allow(clippy::unnecessary_cast)]
+        // SAFETY: the same list with its buffers' lifetime shortened to this call's (which
+        // `pop_used` wants for the list and the buffers alike): it only reads the list, and
+        // stores nothing in it.
+        let outputs: &mut [&mut [u8]] = unsafe { &mut *(outputs as *mut [&mut [u8]]) };
+        // SAFETY: the same buffers `add` was given for this token.
+        let popped = unsafe { queue.pop_used(token, &flight.inputs, outputs) };
+        flight.inputs.clear();
+        flight.outputs.clear();
+        flight.token = None;
+        by_token[usize::from(token)] = None;
+        let result = match (popped, flight.status[0]) {
+            (Ok(_), 0) => Ok(()),
+            _ => Err(DiskError),
+        };
+        Some(DiskCompletion { owner: flight.owner, tag: token, result, bounce: flight.bounce.take() })
     }
 }
 
@@ -384,18 +438,15 @@ pub struct Found {
 /// Looks at every virtio-mmio transport of the board and takes the first block and the
 /// first network device. Transports with no device behind them (QEMU's spare ones) are
 /// skipped.
-pub fn probe(platform: &Platform<'_>, wait: InterruptWait) -> Found {
+pub fn probe(platform: &Platform<'_>) -> Found {
     for t in &platform.virtio_mmio {
         let Some(header) = NonNull::new(t.window.base as *mut VirtIOHeader) else { continue };
         // SAFETY: the window is a virtio-mmio register block from the device tree, mapped as
         // Device memory by the EL2 identity map, and only this transport object uses it.
         let Ok(transport) = (unsafe { MmioTransport::new(header, t.window.size as usize) }) else { continue };
         match transport.device_type() {
-            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport, t.intid, wait) {
+            DeviceType::Block if DISK.get().is_none() => match HostDisk::new(transport, t.intid) {
                 Ok(disk) => {
-                    if let Some(intid) = t.intid {
-                        (wait.prepare)(intid);
-                    }
                     DISK.call_once(|| Mutex::new(disk));
                 }
                 Err(e) => println!("hypervisor: the virtio disk at {} cannot be used: {e}", t.window),

@@ -69,6 +69,7 @@ impl<V: Virtualization> Hypervisor<V> {
         vms.iter().for_each(V::load_vm);
         self.vms.fill(specs.iter().copied().zip(vms).collect());
         self.start_network(specs.iter().enumerate().map(|(i, spec)| spec.nic_mac(i)), board.boot_cpu);
+        self.start_disk(board.boot_cpu);
         match platform.uart_intid {
             Some(intid) => self.enable_console_input(intid, board.boot_cpu),
             None => say!(V, "hypervisor: the UART has no interrupt in the device tree: no console input"),
@@ -115,6 +116,7 @@ impl<V: Virtualization> Hypervisor<V> {
             gic_v3: platform.gic.version == GicVersion::V3,
             passthrough,
             seeds,
+            disk_vms: bundle.vms().filter(|vm| vm.devices.disk.is_some()).count(),
         });
         Ok(())
     }

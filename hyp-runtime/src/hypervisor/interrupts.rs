@@ -75,6 +75,11 @@ impl<V: Virtualization> Hypervisor<V> {
                 self.uplink_interrupt();
                 V::end_interrupt(iar);
             }
+            Route::Disk => {
+                count(ExitReason::OtherInterrupt);
+                self.disk_interrupt();
+                V::end_interrupt(iar);
+            }
             Route::HypTimer => {
                 count(ExitReason::SliceEnd);
                 let cpu = V::current_cpu();

@@ -32,6 +32,7 @@ impl<V: Virtualization> Hypervisor<V> {
             gic_v3: factory.gic_v3,
             passthrough: devices,
             seeds: self.next_seeds(id),
+            disk_vms: factory.disk_vms,
         };
         let vm = V::create_vm(build, &self.scheduling).map_err(|e| format!("vm{id} {}: {e}", spec.name))?;
         let core: &Vm<V::Env> = vm.borrow();
@@ -53,6 +54,9 @@ impl<V: Virtualization> Hypervisor<V> {
             V::disable_spi(spi.intid);
             V::clear_spi(spi.intid);
         }
+        // Its RAM is zeroed and loaded again: not while the board's disk may write it.
+        core.reset_disk();
+        self.drain_disk(core);
         V::reset_vm(vm, self.next_seeds(core.id));
         if let Err(e) = self.scheduling.start(vcpu_ref(core.id, 0)) {
             say!(V, "hypervisor: vm{} {}: cannot restart: {e}", core.id, core.spec.name);
@@ -76,8 +80,11 @@ impl<V: Virtualization> Hypervisor<V> {
                 hyp_core::log_limit::BURST
             );
         }
-        // Nothing may reach its RAM once the memory goes back: not the switch, not console input.
+        // Nothing may reach its RAM once the memory goes back: not the switch, not console
+        // input, not the board's disk (its requests in flight complete first; the VM stays
+        // in the table until then, where their completions find it).
         core.shut_down_devices();
+        self.drain_disk(core);
         let _ = self.vms.take(id);
         self.release_passthrough(core);
         if let Some(caps) = self.caps.get() {

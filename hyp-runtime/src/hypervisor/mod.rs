@@ -3,7 +3,8 @@
 //! - every CPU's turn at running vCPUs, and VMs ended, destroyed, reset and created again
 //!   ([`lifecycle`]);
 //! - the physical interrupts every CPU takes ([`interrupts`]);
-//! - the board's console and NIC as the VMs share them ([`console`], [`uplink`]).
+//! - the board's console, disk and NIC as the VMs share them ([`console`], [`disk`],
+//!   [`uplink`]).
 //!
 //! [`Hypervisor`] holds the state every CPU shares; an image keeps one in a `static`. What
 //! it needs of the architecture beyond [`Arch`] is [`Virtualization`]: building a VM's
@@ -11,6 +12,7 @@
 
 pub mod boot;
 pub mod console;
+pub mod disk;
 pub mod interrupts;
 pub mod lifecycle;
 pub mod uplink;
@@ -18,6 +20,7 @@ pub mod uplink;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::borrow::Borrow;
+use core::sync::atomic::AtomicBool;
 
 use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::entropy::{GuestSeeds, SeedSource};
@@ -115,6 +118,8 @@ pub(crate) struct VmFactory {
     passthrough: Vec<Vec<PassthroughDevice>>,
     /// Where each VM's random seeds come from (none if the board gave none).
     seeds: Option<Mutex<SeedSource>>,
+    /// How many VMs of the manifest have a disk (they share the board disk's queue).
+    disk_vms: usize,
 }
 
 /// The state every CPU shares.
@@ -132,6 +137,8 @@ pub struct Hypervisor<V: Virtualization> {
     factory: Once<VmFactory>,
     network: Network,
     console: Mutex<ConsoleMux>,
+    /// The board's disk has no interrupt: its completions are polled (`run_next`).
+    disk_polled: AtomicBool,
 }
 
 impl<V: Virtualization> Default for Hypervisor<V> {
@@ -151,6 +158,7 @@ impl<V: Virtualization> Hypervisor<V> {
             factory: Once::new(),
             network: Network::new(),
             console: Mutex::new(ConsoleMux { line: None }),
+            disk_polled: AtomicBool::new(false),
         }
     }
 
@@ -163,6 +171,11 @@ impl<V: Virtualization> Hypervisor<V> {
     /// carries out how its VM ended if it did. Returns false if nothing could run (the CPU
     /// may wait for an interrupt).
     pub fn run_next(&'static self, cpu: usize) -> bool {
+        if self.disk_polled() {
+            if let Some(disk) = <BoardOf<V> as crate::board::Board>::disk() {
+                self.finish_disk_requests(crate::board::DiskQueue::new(disk));
+            }
+        }
         let decision = self.scheduling.pick(cpu);
         let Some(v) = decision.run else {
             // Only blocked vCPUs' timers can need this CPU now.

@@ -23,7 +23,7 @@ use stage2::{Ipa, TableFormat, TlbMaintenance};
 use vm_fdt::FdtWriter;
 
 use super::leak;
-use super::virtio::{FakeEnv, LINES, RAM_PA, RAM_SIZE, TYPED};
+use super::virtio::{board_disk, image_ram, BlkGuest, FakeEnv, DISK_INTID, LINES, RAM_IPA, RAM_PA, RAM_SIZE, TYPED};
 use crate::fake::FakeArch;
 use crate::hypervisor::boot::BootedBoard;
 use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
@@ -31,6 +31,7 @@ use crate::interrupts::Route;
 use crate::scheduling::{vcpu_ref, Scheduling};
 use crate::vm::{Vm, VmBuild, VmError};
 use crate::vm_resources::{grant_resources, revoke_all, VmRequest, VmResources};
+use hyp_core::guest_map::VirtioSlot as Slot;
 
 const VIRT_GICV3: &[u8] = include_bytes!("../../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
 /// The console's interrupt on that board (the PL011's SPI 1).
@@ -162,6 +163,11 @@ fn kernel() -> Vec<u8> {
 /// A boot bundle of one VM "guest" with 2 vCPUs sharing CPU 1 and the fake image's RAM size,
 /// given the board's PL031 (SPI 2, level) if `rtc`.
 fn bundle(rtc: bool) -> BootBundle<'static> {
+    bundle_with(rtc, false)
+}
+
+/// As `bundle`, the VM given the whole board disk if `disk`.
+fn bundle_with(rtc: bool, disk: bool) -> BootBundle<'static> {
     let mut fdt = FdtWriter::new().unwrap();
     let root = fdt.begin_node("").unwrap();
     fdt.property_string("compatible", COMPATIBLE).unwrap();
@@ -173,6 +179,9 @@ fn bundle(rtc: bool) -> BootBundle<'static> {
     fdt.property("kernel", &kernel()).unwrap();
     fdt.property_array_u32("cpus", &[1, 1]).unwrap();
     fdt.property_string("policy", "shared").unwrap();
+    if disk {
+        fdt.property_array_u64("disk", &[0, 0]).unwrap();
+    }
     if rtc {
         let device = fdt.begin_node("passthrough@0").unwrap();
         fdt.property_string("name", "rtc").unwrap();
@@ -204,7 +213,7 @@ fn booted_with(bundle: BootBundle<'static>) -> &'static Hypervisor<FakeArch> {
         devices: &devices,
         free: &free,
         stage2: TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 40 },
-        disk_sectors: None,
+        disk_sectors: Some(64),
         boot_cpu: 0,
         usable_cpu: &|_| true,
     };
@@ -228,8 +237,14 @@ fn the_bundle_s_vms_are_created_loaded_and_started_and_the_console_is_routed() {
     let hypervisor = booted();
     assert_eq!(
         take_events(),
-        [format!("create vm0 at {RAM_PA:#x}"), "load vm0".into(), format!("interrupt {UART_INTID} to cpu0")]
+        [
+            format!("create vm0 at {RAM_PA:#x}"),
+            "load vm0".into(),
+            format!("interrupt {DISK_INTID} to cpu0"),
+            format!("interrupt {UART_INTID} to cpu0")
+        ]
     );
+    assert_eq!(hypervisor.routes.of(DISK_INTID), Route::Disk, "the board disk's completions");
     assert!(hypervisor.vm(0).is_some());
     assert_eq!(hypervisor.routes.of(UART_INTID), Route::ConsoleInput);
     assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable), "vCPU 0 starts");
@@ -394,4 +409,71 @@ fn an_idle_cpu_ends_even_the_virtual_timer_s_interrupt() {
     PENDING.with(|p| p.borrow_mut().extend([27, 1]));
     hypervisor.take_interrupts(None);
     assert_eq!(take_events(), ["end 27", "end 1"], "no vCPU runs here to deactivate it");
+}
+
+/// A guest driving VM `vm`'s disk through its MMIO window, its rings at `base`.
+fn disk_guest(vm: &Arc<Vm<FakeEnv>>, base: u64) -> BlkGuest {
+    let vm = Arc::clone(vm);
+    let reg = move |offset: u64, value: u32| {
+        vm.mmio().write(0, Ipa(Slot::Disk.ipa() + offset), AccessWidth::Word, u64::from(value)).unwrap();
+    };
+    BlkGuest::new(Box::new(reg), image_ram(), base)
+}
+
+/// A hypervisor whose VM has the whole board disk and a read of it in flight: its status
+/// byte.
+fn booted_with_a_read_in_flight() -> (&'static Hypervisor<FakeArch>, BlkGuest, u64) {
+    let hypervisor = booted_with(bundle_with(false, true));
+    let vm = hypervisor.vm(0).unwrap();
+    let mut guest = disk_guest(&vm, RAM_IPA + 0x10_0000);
+    let (_, _, status) = guest.request(false, 1, 512);
+    guest.notify();
+    assert_eq!(vm.disk_in_flight(), 1);
+    assert_eq!(board_disk().lock().in_flight(), 1);
+    take_events();
+    // From now on the disk completes what it has when the hypervisor looks.
+    board_disk().lock().complete_when_polled = true;
+    (hypervisor, guest, status)
+}
+
+#[test]
+fn a_vm_is_destroyed_and_its_memory_returned_only_once_its_disk_requests_have_completed() {
+    let (hypervisor, guest, status) = booted_with_a_read_in_flight();
+    turn(hypervisor, Guest::EndsTheVm(EndReason::PoweredOff));
+    assert_eq!(
+        take_events(),
+        ["run vm0 vcpu0 on cpu1", "disk completes tag 0 of vm0", "destroy vm0", "all ended, clean: true"],
+        "the disk's completion before the capabilities go"
+    );
+    assert_eq!(board_disk().lock().in_flight(), 0);
+    assert!(guest.used().is_empty(), "the device was shut down: the completion wrote nothing");
+    assert_eq!(guest.byte(status), 0xff);
+}
+
+#[test]
+fn a_vm_reboots_only_once_its_disk_requests_have_completed_and_they_finish_nothing_after() {
+    let (hypervisor, guest, status) = booted_with_a_read_in_flight();
+    let vm = hypervisor.vm(0).unwrap();
+    turn(hypervisor, Guest::EndsTheVm(EndReason::Reset));
+    assert_eq!(
+        take_events(),
+        ["run vm0 vcpu0 on cpu1", "disk completes tag 0 of vm0", "reset vm0"],
+        "the disk's completion before the RAM is zeroed and loaded again"
+    );
+    assert_eq!(vm.disk_in_flight(), 0);
+    assert!(guest.used().is_empty(), "a request of the device before its reset finishes nothing");
+    assert_eq!(guest.byte(status), 0xff);
+}
+
+#[test]
+fn the_board_disk_s_interrupt_finishes_a_vm_s_request() {
+    let (hypervisor, guest, status) = booted_with_a_read_in_flight();
+    board_disk().lock().complete_when_polled = false;
+    board_disk().lock().complete_all();
+    PENDING.with(|p| p.borrow_mut().push_back(DISK_INTID));
+    hypervisor.take_interrupts(None);
+    assert_eq!(take_events(), [format!("end {DISK_INTID}")]);
+    assert_eq!(guest.used().len(), 1);
+    assert_eq!(guest.byte(status), 0, "VIRTIO_BLK_S_OK");
+    assert_eq!(hypervisor.vm(0).unwrap().disk_in_flight(), 0);
 }

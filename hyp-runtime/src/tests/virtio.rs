@@ -13,12 +13,14 @@ use hyp_core::mmio::BusDevice;
 use hyp_core::pl011::InterruptLine;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vdev_virtio::block::{BlockBackend, BlockError, VirtioBlock};
+use vdev_virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, VirtioBlock};
 use vdev_virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 use vdev_virtio::net::{NetBackend, MAX_FRAME};
 
 use super::leak;
-use crate::board::{BoardDisk, DiskError, PhysicalRun};
+use crate::board::{
+    BoardDisk, DiskCompletion, DiskData, DiskError, DiskOp, DiskQueue, DiskRequest, PhysicalRun, Rejected,
+};
 use crate::virtio::disk_slice::{DiskSliceBackend, DiskSliceError};
 use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window};
 use crate::virtio::switch_port::{SwitchPort, OUTBOX_BYTES};
@@ -85,15 +87,50 @@ enum Request {
     Flush,
 }
 
-/// A board disk of `sectors` sectors that reaches the VM's RAM by physical address.
+/// A request the fake disk holds until the test completes it.
+struct Queued {
+    owner: usize,
+    op: DiskOp,
+    sector: u64,
+    runs: Vec<PhysicalRun>,
+    bounce: Option<(Box<[u8]>, usize)>,
+}
+
+/// The interrupt of the fake board's disk.
+pub(crate) const DISK_INTID: u32 = 79;
+
+/// A board disk of `sectors` sectors that reaches the VM's RAM by physical address. It
+/// takes up to `slots` requests and moves their data only when the test completes them
+/// (or, with `complete_when_polled`, when the hypervisor looks for completions).
 pub struct FakeDisk {
     data: Vec<u8>,
     ram: FakeRam,
     requests: Vec<Request>,
     failing: bool,
+    slots: usize,
+    /// By tag.
+    queued: Vec<Option<Queued>>,
+    done: std::collections::VecDeque<DiskCompletion>,
+    pub(crate) complete_when_polled: bool,
+    /// Times the interrupt was acknowledged.
+    acknowledged: usize,
 }
 
 impl FakeDisk {
+    fn new(ram: FakeRam, slots: usize) -> FakeDisk {
+        let data = (0..64u8).flat_map(|s| [s; SECTOR]).collect();
+        FakeDisk {
+            data,
+            ram,
+            requests: vec![],
+            failing: false,
+            slots,
+            queued: vec![],
+            done: Default::default(),
+            complete_when_polled: false,
+            acknowledged: 0,
+        }
+    }
     fn at(&self, sector: u64, len: usize) -> Result<usize, DiskError> {
         let at = sector as usize * SECTOR;
         (!self.failing && len.is_multiple_of(SECTOR) && at + len <= self.data.len()).then_some(at).ok_or(DiskError)
@@ -101,70 +138,159 @@ impl FakeDisk {
     fn ram_offset(run: &PhysicalRun) -> usize {
         (run.pa - RAM_PA) as usize
     }
+    pub(crate) fn in_flight(&self) -> usize {
+        self.queued.iter().flatten().count()
+    }
+    /// The tags in flight, oldest first.
+    pub(crate) fn tags(&self) -> Vec<u16> {
+        self.queued.iter().enumerate().filter(|(_, q)| q.is_some()).map(|(t, _)| t as u16).collect()
+    }
+    /// The disk does request `tag` now: its data moves, its completion can be taken.
+    pub(crate) fn complete(&mut self, tag: u16) {
+        let q = self.queued[usize::from(tag)].take().expect("in flight");
+        let mut bounce = q.bounce;
+        let len = q.runs.iter().map(|r| r.len as usize).sum::<usize>() + bounce.as_ref().map_or(0, |b| b.1);
+        let result = match q.op {
+            DiskOp::Flush if self.failing => Err(DiskError),
+            DiskOp::Flush => Ok(()),
+            DiskOp::Read | DiskOp::Write => self.at(q.sector, len).map(|mut at| {
+                let mut ram = self.ram.0.lock().unwrap();
+                for run in &q.runs {
+                    let (o, len) = (Self::ram_offset(run), run.len as usize);
+                    if q.op == DiskOp::Read {
+                        ram[o..o + len].copy_from_slice(&self.data[at..at + len]);
+                    } else {
+                        self.data[at..at + len].copy_from_slice(&ram[o..o + len]);
+                    }
+                    at += len;
+                }
+                if let Some((buffer, len)) = bounce.as_mut() {
+                    if q.op == DiskOp::Read {
+                        buffer[..*len].copy_from_slice(&self.data[at..at + *len]);
+                    } else {
+                        self.data[at..at + *len].copy_from_slice(&buffer[..*len]);
+                    }
+                }
+            }),
+        };
+        let bounce = bounce.map(|b| b.0);
+        self.done.push_back(DiskCompletion { owner: q.owner, tag, result, bounce });
+    }
+    /// Every request in flight done, in tag order.
+    pub(crate) fn complete_all(&mut self) {
+        for tag in self.tags() {
+            self.complete(tag);
+        }
+    }
 }
 
 impl BoardDisk for FakeDisk {
     fn capacity(&self) -> u64 {
         (self.data.len() / SECTOR) as u64
     }
-    fn read_to_guest(&mut self, sector: u64, runs: &[PhysicalRun]) -> Result<(), DiskError> {
-        self.requests.push(Request::ToGuest { sector, runs: runs.to_vec() });
-        let mut at = self.at(sector, runs.iter().map(|r| r.len as usize).sum())?;
-        let mut ram = self.ram.0.lock().unwrap();
-        for run in runs {
-            let (o, len) = (Self::ram_offset(run), run.len as usize);
-            ram[o..o + len].copy_from_slice(&self.data[at..at + len]);
-            at += len;
+    fn slots(&self) -> usize {
+        self.slots
+    }
+    fn interrupt(&self) -> Option<u32> {
+        Some(DISK_INTID)
+    }
+    fn submit(&mut self, request: DiskRequest<'_>) -> Result<u16, Rejected> {
+        let DiskRequest { owner, op, sector, data } = request;
+        let (runs, bounce) = match data {
+            DiskData::None => (vec![], None),
+            DiskData::Guest(runs) => (runs.to_vec(), None),
+            DiskData::Bounce { buffer, len } => (vec![], Some((buffer, len))),
+        };
+        if self.in_flight() == self.slots {
+            return Err(Rejected { full: true, bounce: bounce.map(|b| b.0) });
         }
-        Ok(())
+        self.requests.push(match (op, &bounce) {
+            (DiskOp::Flush, _) => Request::Flush,
+            (DiskOp::Read, None) => Request::ToGuest { sector, runs: runs.clone() },
+            (DiskOp::Write, None) => Request::FromGuest { sector, runs: runs.clone() },
+            (DiskOp::Read, Some((_, len))) => Request::Read { sector, len: *len },
+            (DiskOp::Write, Some((_, len))) => Request::Write { sector, len: *len },
+        });
+        let tag = match self.queued.iter().position(Option::is_none) {
+            Some(t) => t,
+            None => {
+                self.queued.push(None);
+                self.queued.len() - 1
+            }
+        };
+        self.queued[tag] = Some(Queued { owner, op, sector, runs, bounce });
+        Ok(tag as u16)
     }
-    fn write_from_guest(&mut self, sector: u64, runs: &[PhysicalRun]) -> Result<(), DiskError> {
-        self.requests.push(Request::FromGuest { sector, runs: runs.to_vec() });
-        let mut at = self.at(sector, runs.iter().map(|r| r.len as usize).sum())?;
-        let ram = self.ram.0.lock().unwrap();
-        for run in runs {
-            let (o, len) = (Self::ram_offset(run), run.len as usize);
-            self.data[at..at + len].copy_from_slice(&ram[o..o + len]);
-            at += len;
+    fn acknowledge_interrupt(&mut self) {
+        self.acknowledged += 1;
+    }
+    fn take_completed(&mut self) -> Option<DiskCompletion> {
+        if self.complete_when_polled {
+            for tag in self.tags() {
+                let owner = self.queued[usize::from(tag)].as_ref().map_or(0, |q| q.owner);
+                super::hypervisor::event(format!("disk completes tag {tag} of vm{owner}"));
+                self.complete(tag);
+            }
         }
-        Ok(())
-    }
-    fn read(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.requests.push(Request::Read { sector, len: buf.len() });
-        let at = self.at(sector, buf.len())?;
-        buf.copy_from_slice(&self.data[at..at + buf.len()]);
-        Ok(())
-    }
-    fn write(&mut self, sector: u64, buf: &mut [u8]) -> Result<(), DiskError> {
-        self.requests.push(Request::Write { sector, len: buf.len() });
-        let at = self.at(sector, buf.len())?;
-        self.data[at..at + buf.len()].copy_from_slice(buf);
-        Ok(())
-    }
-    fn flush(&mut self) -> Result<(), DiskError> {
-        self.requests.push(Request::Flush);
-        if self.failing {
-            return Err(DiskError);
-        }
-        Ok(())
+        self.done.pop_front()
     }
 }
 
-/// A board disk of 64 sectors whose sector n holds bytes of value n, and a VM's RAM.
-fn disk() -> (&'static Mutex<FakeDisk>, FakeRam) {
+/// A board disk of 64 sectors whose sector n holds bytes of value n, taking `slots`
+/// requests at once, and a VM's RAM.
+fn disk_of(slots: usize) -> (&'static Mutex<FakeDisk>, FakeRam) {
     let ram = FakeRam::new();
-    let data = (0..64u8).flat_map(|s| [s; SECTOR]).collect();
-    (leak(Mutex::new(FakeDisk { data, ram: ram.clone(), requests: vec![], failing: false })), ram)
+    (leak(Mutex::new(FakeDisk::new(ram.clone(), slots))), ram)
 }
 
-/// Sectors 16..48 of the board's disk.
+fn disk() -> (&'static Mutex<FakeDisk>, FakeRam) {
+    disk_of(8)
+}
+
+/// Sectors 16..48 of the board's disk, for VM 3, one of `sharing` VMs with a disk.
+fn slice_of(disk: &'static Mutex<FakeDisk>, ram: &FakeRam, sharing: usize) -> DiskSliceBackend<FakeDisk, FakeRam> {
+    let slice = DiskSlice { offset: 16 * SECTOR as u64, size: 32 * SECTOR as u64 };
+    DiskSliceBackend::new(DiskQueue::new(disk), slice, ram.clone(), 3, sharing).unwrap()
+}
+
 fn slice(disk: &'static Mutex<FakeDisk>, ram: &FakeRam) -> DiskSliceBackend<FakeDisk, FakeRam> {
-    DiskSliceBackend::new(disk, DiskSlice { offset: 16 * SECTOR as u64, size: 32 * SECTOR as u64 }, ram.clone(), 3)
-        .unwrap()
+    slice_of(disk, ram, 1)
 }
 
 fn seg(addr: u64, len: usize) -> Segment {
     Segment { addr, len: len as u32 }
+}
+
+/// Starts `request` on `backend` and lets the disk complete every request, chunk after
+/// chunk, until it is finished: its result.
+fn served(
+    backend: &mut DiskSliceBackend<FakeDisk, FakeRam>,
+    disk: &'static Mutex<FakeDisk>,
+    ram: &FakeRam,
+    request: BlockRequest<'_>,
+) -> Result<(), BlockError> {
+    match backend.start(ram, request, Pending::new(7, RAM_IPA, 0)) {
+        Started::Done(result) => return result,
+        Started::Busy => panic!("busy"),
+        Started::Queued => {}
+    }
+    loop {
+        disk.lock().complete_all();
+        let completion = disk.lock().take_completed().expect("a request was in flight");
+        if let Some((pending, result)) = backend.completed(completion.tag, completion.result, completion.bounce) {
+            assert_eq!(pending.head, 7);
+            assert_eq!(backend.in_flight(), 0);
+            return result;
+        }
+    }
+}
+
+fn read<'a>(sector: u64, segments: &'a [Segment]) -> BlockRequest<'a> {
+    BlockRequest::Read { sector, segments }
+}
+
+fn write<'a>(sector: u64, segments: &'a [Segment]) -> BlockRequest<'a> {
+    BlockRequest::Write { sector, segments }
 }
 
 #[test]
@@ -174,7 +300,7 @@ fn a_vms_sector_is_its_slices_and_adjacent_buffers_are_one_run() {
     assert_eq!(backend.capacity_sectors(), 32);
     assert_eq!(&backend.device_id()[..13], b"hyp-vm3-disk\0");
     let buffers = [seg(RAM_IPA, SECTOR), seg(RAM_IPA + SECTOR as u64, 2 * SECTOR), seg(RAM_IPA + 0x1000, SECTOR)];
-    backend.read(&ram, 2, &buffers).unwrap();
+    served(&mut backend, disk, &ram, read(2, &buffers)).unwrap();
     assert_eq!(
         disk.lock().requests,
         vec![Request::ToGuest {
@@ -190,7 +316,7 @@ fn a_vms_sector_is_its_slices_and_adjacent_buffers_are_one_run() {
     assert_eq!(ram.bytes(RAM_IPA + 0x1000, SECTOR), vec![21u8; SECTOR]);
 
     ram.fill(RAM_IPA + 0x2000, &[0xaa; SECTOR]);
-    backend.write(&ram, 31, &[seg(RAM_IPA + 0x2000, SECTOR)]).unwrap();
+    served(&mut backend, disk, &ram, write(31, &[seg(RAM_IPA + 0x2000, SECTOR)])).unwrap();
     assert_eq!(disk.lock().data[47 * SECTOR..48 * SECTOR], [0xaa; SECTOR], "the slice's last sector");
     assert_eq!(disk.lock().data[48 * SECTOR], 48, "the next VM's first sector is untouched");
 }
@@ -200,16 +326,59 @@ fn overlapping_or_partial_sector_buffers_go_through_the_bounce_buffer() {
     let (disk, ram) = disk();
     let mut backend = slice(disk, &ram);
     // One buffer named twice: the disk must never get two mutable views of it.
-    backend.read(&ram, 0, &[seg(RAM_IPA, SECTOR), seg(RAM_IPA, SECTOR)]).unwrap();
+    served(&mut backend, disk, &ram, read(0, &[seg(RAM_IPA, SECTOR), seg(RAM_IPA, SECTOR)])).unwrap();
     let requests = std::mem::take(&mut disk.lock().requests);
     assert!(requests.iter().all(|r| matches!(r, Request::Read { .. })), "{requests:?}");
     assert_eq!(ram.bytes(RAM_IPA, SECTOR), vec![17u8; SECTOR], "the later buffer's data wins, as in order");
     // Two halves of a sector.
     ram.fill(RAM_IPA + 0x3000, &[1; 256]);
     ram.fill(RAM_IPA + 0x5000, &[2; 256]);
-    backend.write(&ram, 4, &[seg(RAM_IPA + 0x3000, 256), seg(RAM_IPA + 0x5000, 256)]).unwrap();
+    served(&mut backend, disk, &ram, write(4, &[seg(RAM_IPA + 0x3000, 256), seg(RAM_IPA + 0x5000, 256)])).unwrap();
     assert_eq!(disk.lock().requests, vec![Request::Write { sector: 20, len: SECTOR }]);
     assert_eq!(disk.lock().data[20 * SECTOR..21 * SECTOR], [[1u8; 256], [2; 256]].concat());
+}
+
+#[test]
+fn a_bounced_request_goes_a_chunk_at_a_time_each_completion_starting_the_next() {
+    let (disk, ram) = disk();
+    let mut backend = slice(disk, &ram);
+    // 160 sectors would not fit the slice: 24 sectors of odd buffers, in a 64 KiB bounce
+    // buffer, are one chunk; make the chunks small by using the whole slice twice over.
+    let whole = 32 * SECTOR;
+    let odd: Vec<Segment> = (0..whole / 256).map(|i| seg(RAM_IPA + 0x10000 + i as u64 * 512, 256)).collect();
+    assert_eq!(backend.start(&ram, write(0, &odd), Pending::new(1, RAM_IPA, 0)), Started::Queued);
+    assert_eq!(disk.lock().in_flight(), 1, "one chunk at a time");
+    assert_eq!(backend.in_flight(), 1);
+    // A second bounced request waits for the buffer: it stays on the guest's ring.
+    let also_odd = [seg(RAM_IPA, 100), seg(RAM_IPA + 0x800, 412)];
+    assert_eq!(backend.start(&ram, write(0, &also_odd), Pending::new(2, RAM_IPA, 0)), Started::Busy);
+    disk.lock().complete_all();
+    let c = disk.lock().take_completed().unwrap();
+    assert_eq!(backend.completed(c.tag, c.result, c.bounce).map(|(p, r)| (p.head, r)), Some((1, Ok(()))));
+    assert_eq!(disk.lock().requests, vec![Request::Write { sector: 16, len: whole }], "16 KiB: one chunk");
+    assert_eq!(backend.in_flight(), 0);
+
+    // 64 sectors through a 64 KiB buffer, in a slice of the whole disk: two chunks of 128
+    // sectors would not fit; 96 sectors of half-sector buffers are one and a half.
+    let (disk, ram) = disk_of(8);
+    let mut backend =
+        DiskSliceBackend::new(DiskQueue::new(disk), DiskSlice { offset: 0, size: 0 }, ram.clone(), 0, 1).unwrap();
+    let halves: Vec<Segment> = (0..128).map(|i| seg(RAM_IPA + 0x20000 + i * 1024, 256)).collect();
+    assert_eq!(backend.start(&ram, read(0, &halves), Pending::new(3, RAM_IPA, 0)), Started::Queued);
+    let mut chunks = 0;
+    let finished = loop {
+        assert_eq!(disk.lock().in_flight(), 1, "one chunk at a time");
+        let tag = disk.lock().tags()[0];
+        disk.lock().complete(tag);
+        chunks += 1;
+        let c = disk.lock().take_completed().unwrap();
+        if let Some(done) = backend.completed(c.tag, c.result, c.bounce) {
+            break done;
+        }
+    };
+    assert_eq!((finished.0.head, finished.1), (3, Ok(())));
+    assert_eq!(chunks, 1, "64 sectors fit one 64 KiB chunk");
+    assert_eq!(ram.bytes(RAM_IPA + 0x20000 + 127 * 1024, 256), vec![63u8; 256], "the last half sector");
 }
 
 #[test]
@@ -217,9 +386,15 @@ fn a_request_beyond_the_slice_or_of_part_of_a_sector_is_refused_before_the_disk(
     let (disk, ram) = disk();
     let mut backend = slice(disk, &ram);
     let one = [seg(RAM_IPA, SECTOR)];
-    assert_eq!(backend.read(&ram, 32, &one), Err(BlockError::OutOfRange { sector: 32, sectors: 1 }));
-    assert_eq!(backend.write(&ram, u64::MAX, &one), Err(BlockError::OutOfRange { sector: u64::MAX, sectors: 1 }));
-    assert!(backend.read(&ram, 0, &[seg(RAM_IPA, 100)]).is_err());
+    assert_eq!(
+        served(&mut backend, disk, &ram, read(32, &one)),
+        Err(BlockError::OutOfRange { sector: 32, sectors: 1 })
+    );
+    assert_eq!(
+        served(&mut backend, disk, &ram, write(u64::MAX, &one)),
+        Err(BlockError::OutOfRange { sector: u64::MAX, sectors: 1 })
+    );
+    assert!(served(&mut backend, disk, &ram, read(0, &[seg(RAM_IPA, 100)])).is_err());
     assert!(disk.lock().requests.is_empty(), "{:?}", disk.lock().requests);
 }
 
@@ -228,9 +403,9 @@ fn a_buffer_outside_the_vms_ram_is_a_memory_error_and_no_request() {
     let (disk, ram) = disk();
     let mut backend = slice(disk, &ram);
     let outside = RAM_IPA + RAM_SIZE as u64;
-    let err = backend.read(&ram, 0, &[seg(RAM_IPA, SECTOR), seg(outside, SECTOR)]).unwrap_err();
+    let err = served(&mut backend, disk, &ram, read(0, &[seg(RAM_IPA, SECTOR), seg(outside, SECTOR)])).unwrap_err();
     assert!(matches!(err, BlockError::Memory(GuestMemoryError { addr, .. }) if addr == outside), "{err:?}");
-    assert!(backend.write(&ram, 0, &[seg(u64::MAX - 100, SECTOR)]).is_err());
+    assert!(served(&mut backend, disk, &ram, write(0, &[seg(u64::MAX - 100, SECTOR)])).is_err());
     assert!(disk.lock().requests.is_empty(), "{:?}", disk.lock().requests);
 }
 
@@ -239,25 +414,53 @@ fn a_failing_disk_is_an_io_error_for_the_guest() {
     let (disk, ram) = disk();
     let mut backend = slice(disk, &ram);
     disk.lock().failing = true;
-    assert_eq!(backend.read(&ram, 0, &[seg(RAM_IPA, SECTOR)]), Err(BlockError::Io));
-    assert_eq!(backend.write(&ram, 0, &[seg(RAM_IPA, 100), seg(RAM_IPA + 512, 412)]), Err(BlockError::Io));
-    assert_eq!(backend.flush(), Err(BlockError::Io));
+    assert_eq!(served(&mut backend, disk, &ram, read(0, &[seg(RAM_IPA, SECTOR)])), Err(BlockError::Io));
+    let odd = [seg(RAM_IPA, 100), seg(RAM_IPA + 512, 412)];
+    assert_eq!(served(&mut backend, disk, &ram, write(0, &odd)), Err(BlockError::Io));
+    assert_eq!(served(&mut backend, disk, &ram, BlockRequest::Flush), Err(BlockError::Io));
     disk.lock().failing = false;
-    assert_eq!(backend.flush(), Ok(()));
+    assert_eq!(served(&mut backend, disk, &ram, BlockRequest::Flush), Ok(()));
+    assert_eq!(backend.in_flight(), 0);
+}
+
+#[test]
+fn each_vm_has_its_share_of_the_board_queue_and_a_full_queue_leaves_the_request_for_later() {
+    let (disk, ram) = disk_of(4);
+    // Two VMs share the board's four slots: two each.
+    let mut a = slice_of(disk, &ram, 2);
+    let mut b = slice_of(disk, &ram, 2);
+    assert_eq!((a.share(), b.share()), (2, 2));
+    let one = [seg(RAM_IPA, SECTOR)];
+    for head in 0..2 {
+        assert_eq!(a.start(&ram, read(0, &one), Pending::new(head, RAM_IPA, 0)), Started::Queued);
+    }
+    assert_eq!(a.start(&ram, read(0, &one), Pending::new(2, RAM_IPA, 0)), Started::Busy, "a's share is in flight");
+    for head in 0..2 {
+        assert_eq!(b.start(&ram, read(0, &one), Pending::new(head, RAM_IPA, 0)), Started::Queued, "b's is its own");
+    }
+    // A board queue full for another reason (fewer slots than shares): busy, not failed.
+    let mut c = slice_of(disk, &ram, 2);
+    assert_eq!(c.start(&ram, read(0, &one), Pending::new(0, RAM_IPA, 0)), Started::Busy);
+    let tag = disk.lock().tags()[0];
+    disk.lock().complete(tag);
+    let done = disk.lock().take_completed().unwrap();
+    assert!(a.completed(done.tag, done.result, done.bounce).is_some());
+    assert_eq!(c.start(&ram, read(0, &one), Pending::new(0, RAM_IPA, 0)), Started::Queued, "room again");
 }
 
 #[test]
 fn a_slice_that_does_not_fit_the_board_disk_is_refused_and_size_zero_is_the_rest() {
     let (disk, ram) = disk();
-    let refused = DiskSliceBackend::new(disk, DiskSlice { offset: 60 * 512, size: 8 * 512 }, ram.clone(), 0);
+    let queue = DiskQueue::new(disk);
+    let refused = DiskSliceBackend::new(queue, DiskSlice { offset: 60 * 512, size: 8 * 512 }, ram.clone(), 0, 1);
     let err = refused.err().unwrap();
     assert_eq!(err, DiskSliceError::OutsideDisk { first: 60, count: 8, capacity: 64 });
     assert_eq!(
         err.to_string(),
         "the VM's `disk` slice (sectors 60..68) does not fit in the board's disk of 64 sectors"
     );
-    assert!(DiskSliceBackend::new(disk, DiskSlice { offset: 64 * 512, size: 0 }, ram.clone(), 0).is_err());
-    let rest = DiskSliceBackend::new(disk, DiskSlice { offset: 40 * 512, size: 0 }, ram, 0).unwrap();
+    assert!(DiskSliceBackend::new(queue, DiskSlice { offset: 64 * 512, size: 0 }, ram.clone(), 0, 1).is_err());
+    let rest = DiskSliceBackend::new(queue, DiskSlice { offset: 40 * 512, size: 0 }, ram, 0, 1).unwrap();
     assert_eq!(rest.capacity_sectors(), 24);
 }
 
@@ -291,10 +494,21 @@ thread_local! {
     pub(crate) static CONSOLE: Arc<StdMutex<Vec<u8>>> = Arc::default();
 }
 
-/// The board disk the fake image has: 64 sectors.
+thread_local! {
+    /// The fake image's RAM on this thread: every device of its VMs and its board disk reach
+    /// this one (a test is one board).
+    static IMAGE_RAM: FakeRam = FakeRam::new();
+    static BOARD_DISK: &'static Mutex<FakeDisk> = leak(Mutex::new(FakeDisk::new(image_ram(), 8)));
+}
+
+/// The RAM of the fake image's VMs on this thread.
+pub(crate) fn image_ram() -> FakeRam {
+    IMAGE_RAM.with(FakeRam::clone)
+}
+
+/// The board disk the fake image has on this thread: 64 sectors, 8 requests at once.
 pub(crate) fn board_disk() -> &'static Mutex<FakeDisk> {
-    static DISK: std::sync::OnceLock<&'static Mutex<FakeDisk>> = std::sync::OnceLock::new();
-    DISK.get_or_init(|| disk().0)
+    BOARD_DISK.with(|d| *d)
 }
 
 /// The fake image's board: its console records, its disk is `board_disk`, its lines go to
@@ -372,7 +586,7 @@ impl VmEnv for FakeEnv {
     type Line = Level;
     fn guest_ram(ipa: u64, pa: u64, size: u64) -> FakeRam {
         assert_eq!((ipa, pa, size as usize), (RAM_IPA, RAM_PA, RAM_SIZE), "the fake image has one RAM");
-        FakeRam::new()
+        image_ram()
     }
     fn interrupt_line(_: &crate::shared_vgic::SharedVgic<crate::fake::FakeArch>, _: vgic::IntId) -> Level {
         Level::default()
@@ -386,15 +600,237 @@ type BlockSlot = VirtioSlot<VirtioBlock<DiskSliceBackend<FakeDisk, FakeRam>>, Fa
 
 fn block_slot() -> Arc<BlockSlot> {
     let (disk, ram) = disk();
+    block_slot_on(disk, &ram, 3, 1).0
+}
+
+/// The disk device of VM `vm` over sectors 16..48 of `disk`, one of `sharing` VMs with a
+/// disk, and its interrupt line's levels.
+fn block_slot_on(
+    disk: &'static Mutex<FakeDisk>,
+    ram: &FakeRam,
+    vm: usize,
+    sharing: usize,
+) -> (Arc<BlockSlot>, Arc<StdMutex<Vec<bool>>>) {
+    let line = Level::default();
+    let levels = Arc::clone(&line.0);
     let setup = SlotSetup {
-        vm: 3,
+        vm,
         name: "blk",
         ram: ram.clone(),
-        line: Level::default(),
+        line,
         log: Arc::new(GuestLogLimit::new()),
         work: Arc::new(std::sync::atomic::AtomicBool::new(false)),
     };
-    Arc::new(VirtioSlot::new(setup, VirtioBlock::new(slice(disk, &ram)), 0))
+    let slice = DiskSlice { offset: 16 * SECTOR as u64, size: 32 * SECTOR as u64 };
+    let backend = DiskSliceBackend::new(DiskQueue::new(disk), slice, ram.clone(), vm, sharing).unwrap();
+    (Arc::new(VirtioSlot::new(setup, VirtioBlock::new(backend), 0)), levels)
+}
+
+/// A guest's virtio-blk driver (virtio 1.2 3.1.1, 2.7.13) over the fake RAM: one queue of 16
+/// descriptors at `base`, its data after it; `reg` writes a register of the device.
+pub(crate) struct BlkGuest {
+    reg: Box<dyn Fn(u64, u32)>,
+    ram: FakeRam,
+    base: u64,
+    avail_idx: u16,
+    next_desc: u16,
+    next_data: u64,
+}
+
+const QUEUE: u16 = 16;
+
+impl BlkGuest {
+    pub(crate) fn new(reg: Box<dyn Fn(u64, u32)>, ram: FakeRam, base: u64) -> BlkGuest {
+        use vdev_virtio::features::status::*;
+        use vdev_virtio::transport::regs::*;
+        ram.fill(base, &[0; 0x1000]);
+        reg(STATUS, 0);
+        reg(STATUS, ACKNOWLEDGE | DRIVER);
+        reg(DRIVER_FEATURES_SEL, 1);
+        reg(DRIVER_FEATURES, 1); // VERSION_1 only
+        reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK);
+        reg(QUEUE_SEL, 0);
+        reg(QUEUE_NUM, u32::from(QUEUE));
+        for (low, addr) in [(QUEUE_DESC_LOW, base), (QUEUE_DRIVER_LOW, base + 0x200), (QUEUE_DEVICE_LOW, base + 0x400)]
+        {
+            reg(low, addr as u32);
+            reg(low + 4, (addr >> 32) as u32);
+        }
+        reg(QUEUE_READY, 1);
+        reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK | DRIVER_OK);
+        BlkGuest { reg, ram, base, avail_idx: 0, next_desc: 0, next_data: base + 0x1000 }
+    }
+
+    fn alloc(&mut self, len: usize, fill: u8) -> u64 {
+        let at = self.next_data;
+        self.ram.fill(at, &vec![fill; len]);
+        self.next_data += (len as u64 + 15) & !15;
+        at
+    }
+
+    /// A request of `len` bytes at `sector` (read or write) made available, not notified:
+    /// its head, its data and its status byte.
+    pub(crate) fn request(&mut self, write: bool, sector: u64, len: usize) -> (u16, u64, u64) {
+        let mut header = (if write { 1u32 } else { 0 }).to_le_bytes().to_vec();
+        header.extend_from_slice(&[0; 4]);
+        header.extend_from_slice(&sector.to_le_bytes());
+        let h = self.alloc(16, 0);
+        self.ram.fill(h, &header);
+        let data = self.alloc(len, 0xee);
+        let status = self.alloc(1, 0xff);
+        let head = self.next_desc;
+        let bufs = [(h, 16u32, 0u16), (data, len as u32, if write { 0 } else { 2 }), (status, 1, 2)];
+        for (k, (addr, len, flags)) in bufs.iter().enumerate() {
+            let index = (head + k as u16) % QUEUE;
+            let last = k == bufs.len() - 1;
+            let mut d = addr.to_le_bytes().to_vec();
+            d.extend_from_slice(&len.to_le_bytes());
+            d.extend_from_slice(&(flags | if last { 0 } else { 1 }).to_le_bytes());
+            d.extend_from_slice(&(if last { 0 } else { (index + 1) % QUEUE }).to_le_bytes());
+            self.ram.fill(self.base + 16 * u64::from(index), &d);
+        }
+        self.next_desc = (head + 3) % QUEUE;
+        let slot = u64::from(self.avail_idx % QUEUE);
+        self.ram.fill(self.base + 0x200 + 4 + 2 * slot, &head.to_le_bytes());
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.ram.fill(self.base + 0x200 + 2, &self.avail_idx.to_le_bytes());
+        (head, data, status)
+    }
+
+    pub(crate) fn notify(&self) {
+        (self.reg)(vdev_virtio::transport::regs::QUEUE_NOTIFY, 0);
+    }
+
+    /// The used ring: (head, length) of each element published.
+    pub(crate) fn used(&self) -> Vec<(u32, u32)> {
+        let idx = u16::from_le_bytes(self.ram.bytes(self.base + 0x402, 2).try_into().unwrap());
+        (0..idx)
+            .map(|i| {
+                let e = self.ram.bytes(self.base + 0x404 + 8 * u64::from(i % QUEUE), 8);
+                (u32::from_le_bytes(e[..4].try_into().unwrap()), u32::from_le_bytes(e[4..].try_into().unwrap()))
+            })
+            .collect()
+    }
+
+    pub(crate) fn byte(&self, at: u64) -> u8 {
+        self.ram.bytes(at, 1)[0]
+    }
+}
+
+/// A guest of `slot`'s device, its rings at `base`.
+fn guest_of(slot: &Arc<BlockSlot>, ram: &FakeRam, base: u64) -> BlkGuest {
+    let slot = Arc::clone(slot);
+    let reg = move |offset, value| {
+        slot.with_device(|d, ram| d.write(ram, offset, 4, u64::from(value))).unwrap().unwrap();
+    };
+    BlkGuest::new(Box::new(reg), ram.clone(), base)
+}
+
+/// What the board disk's interrupt does: every completion to its VM's device.
+fn finish_completions(disk: &'static Mutex<FakeDisk>, devices: &[(usize, &Arc<BlockSlot>)]) {
+    while let Some(c) = DiskQueue::new(disk).take_completed() {
+        let (_, slot) = devices.iter().find(|(vm, _)| *vm == c.owner).expect("a device of the owner");
+        slot.disk_completed(c);
+    }
+}
+
+#[test]
+fn no_lock_is_held_while_a_request_is_in_flight_and_other_requests_and_completions_go_on() {
+    let (disk, ram) = disk();
+    let (a, a_line) = block_slot_on(disk, &ram, 3, 2);
+    let (b, _) = block_slot_on(disk, &ram, 4, 2);
+    let mut guest_a = guest_of(&a, &ram, RAM_IPA + 0x10_0000);
+    let mut guest_b = guest_of(&b, &ram, RAM_IPA + 0x20_0000);
+
+    let (head_a, data_a, status_a) = guest_a.request(false, 1, SECTOR);
+    guest_a.notify();
+    assert_eq!(disk.lock().in_flight(), 1, "queued on the board's disk");
+    assert!(guest_a.used().is_empty(), "the notify returned before the disk completed it");
+    assert_eq!(guest_a.byte(status_a), 0xff);
+    assert!(a.device.try_lock().is_some(), "the device's lock is not held while its request is in flight");
+    assert!(disk.try_lock().is_some(), "nor is the board disk's");
+
+    // The second VM's request is queued and completes while the first is outstanding.
+    let (head_b, data_b, status_b) = guest_b.request(true, 2, SECTOR);
+    ram.fill(data_b, &[0x5b; SECTOR]);
+    guest_b.notify();
+    assert_eq!(disk.lock().in_flight(), 2);
+    let tag_b = disk.lock().tags()[1];
+    disk.lock().complete(tag_b);
+    finish_completions(disk, &[(3, &a), (4, &b)]);
+    assert_eq!(guest_b.used(), [(u32::from(head_b), 1)]);
+    assert_eq!(guest_b.byte(status_b), 0);
+    assert_eq!(disk.lock().data[18 * SECTOR..19 * SECTOR], [0x5b; SECTOR]);
+    assert!(guest_a.used().is_empty(), "the first is still in flight");
+
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &a), (4, &b)]);
+    assert_eq!(guest_a.used(), [(u32::from(head_a), SECTOR as u32 + 1)]);
+    assert_eq!(guest_a.byte(status_a), 0);
+    assert_eq!(ram.bytes(data_a, SECTOR), vec![17u8; SECTOR], "sector 1 of the slice");
+    assert_eq!(a_line.lock().unwrap().last(), Some(&true), "the device's interrupt raised by the completion");
+    assert_eq!(a.in_flight() + b.in_flight(), 0);
+}
+
+#[test]
+fn a_failed_board_request_fails_its_chain_only() {
+    let (disk, ram) = disk();
+    let (a, _) = block_slot_on(disk, &ram, 3, 1);
+    let mut guest = guest_of(&a, &ram, RAM_IPA + 0x10_0000);
+    let first = guest.request(false, 1, SECTOR);
+    let second = guest.request(false, 2, SECTOR);
+    guest.notify();
+    let tags = disk.lock().tags();
+    disk.lock().failing = true;
+    disk.lock().complete(tags[1]);
+    disk.lock().failing = false;
+    disk.lock().complete(tags[0]);
+    finish_completions(disk, &[(3, &a)]);
+    assert_eq!(guest.used(), [(u32::from(second.0), 1), (u32::from(first.0), SECTOR as u32 + 1)]);
+    assert_eq!(guest.byte(second.2), vdev_virtio::block::VIRTIO_BLK_S_IOERR);
+    assert_eq!(guest.byte(first.2), 0);
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert!(lines.iter().any(|l| l.starts_with("hypervisor: vm3 virtio-blk: ") && l.contains("failed")), "{lines:?}");
+}
+
+#[test]
+fn a_guest_at_its_share_waits_on_its_ring_and_another_vm_still_gets_the_disk() {
+    // Four slots, two VMs: two requests each in flight at most.
+    let (disk, ram) = disk_of(4);
+    let (a, _) = block_slot_on(disk, &ram, 3, 2);
+    let (b, _) = block_slot_on(disk, &ram, 4, 2);
+    let mut guest_a = guest_of(&a, &ram, RAM_IPA + 0x10_0000);
+    let mut guest_b = guest_of(&b, &ram, RAM_IPA + 0x20_0000);
+    let heads: Vec<_> = (0..3).map(|i| guest_a.request(false, i, SECTOR).0).collect();
+    guest_a.notify();
+    assert_eq!(disk.lock().in_flight(), 2, "a's share");
+    assert!(a.waiting(), "the other chain waits on a's ring");
+    guest_b.request(false, 5, SECTOR);
+    guest_b.notify();
+    assert_eq!(disk.lock().in_flight(), 3, "b is not held back by a guest that never reads its used ring");
+    // A completion of a's takes its waiting chain.
+    let tag = disk.lock().tags()[0];
+    disk.lock().complete(tag);
+    finish_completions(disk, &[(3, &a), (4, &b)]);
+    assert_eq!(guest_a.used(), [(u32::from(heads[0]), SECTOR as u32 + 1)]);
+    assert_eq!(a.in_flight(), 2, "the chain that waited is in flight now");
+    assert!(!a.waiting());
+}
+
+#[test]
+fn a_shut_down_device_frees_its_requests_without_touching_the_vms_ram() {
+    let (disk, ram) = disk();
+    let (a, _) = block_slot_on(disk, &ram, 3, 1);
+    let mut guest = guest_of(&a, &ram, RAM_IPA + 0x10_0000);
+    let (_, _, status) = guest.request(false, 1, SECTOR);
+    guest.notify();
+    a.shut_down();
+    assert_eq!(a.in_flight(), 1);
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &a)]);
+    assert_eq!(a.in_flight(), 0, "freed");
+    assert!(guest.used().is_empty(), "no used element");
+    assert_eq!(guest.byte(status), 0xff, "no status byte");
 }
 
 #[test]

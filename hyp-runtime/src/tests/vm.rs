@@ -65,7 +65,10 @@ pub(super) fn build_vm(
     for v in 0..spec.vcpus as usize {
         scheduling.add(vcpu_ref(id, v), 0, Policy::Shared { slice: 100 }).unwrap();
     }
-    let vm = Vm::create(VmBuild { id, spec, granted: &granted, gic_v3, passthrough: &[], seeds: None }, scheduling)?;
+    let vm = Vm::create(
+        VmBuild { id, spec, granted: &granted, gic_v3, passthrough: &[], seeds: None, disk_vms: 1 },
+        scheduling,
+    )?;
     Ok((vm, scheduling))
 }
 

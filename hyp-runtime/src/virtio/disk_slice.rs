@@ -1,31 +1,70 @@
 //! A VM's disk: a slice of the board's disk ([`BoardDisk`]), as the backend of its
-//! virtio-blk device.
+//! virtio-blk device. A guest request is queued on the board's disk and the notify returns;
+//! the disk's completion finishes it later (`Hypervisor::disk_interrupt`, then
+//! `DiskSliceBackend::completed` and `VirtioBlock::complete` under the device's lock):
+//! nothing here waits for the disk (docs/virtio.md, "Where the data goes").
 
 use alloc::boxed::Box;
 use alloc::format;
 use alloc::vec::Vec;
 
 use hyp_core::bundle::DiskSlice;
-use spin::Mutex;
-use vdev_virtio::block::{BlockBackend, BlockError};
-use vdev_virtio::bounce::{self, Direction, Route, BOUNCE_BYTES};
+use vdev_virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started};
+use vdev_virtio::bounce::{self, Route, BOUNCE_BYTES};
 use vdev_virtio::memory::{GuestMemory, Segment};
 
 use super::PhysicalRam;
-use crate::board::{BoardDisk, PhysicalRun};
+use crate::board::{BoardDisk, DiskData, DiskError, DiskOp, DiskQueue, DiskRequest, PhysicalRun, Rejected};
 
 const SECTOR: u64 = 512;
 
 /// Sectors `[first, first + count)` of the board's disk, over the VM's RAM `ram`.
 pub struct DiskSliceBackend<K: 'static, M> {
-    disk: &'static Mutex<K>,
+    disk: DiskQueue<K>,
+    /// The VM's index: the board's completions name it.
+    owner: usize,
     first: u64,
     count: u64,
     ram: M,
     id: [u8; 20],
     /// For requests whose buffers are not whole sectors or overlap: allocated once, with
-    /// the VM, so a request's size never decides an allocation (vdev_virtio::bounce).
-    bounce: Box<[u8]>,
+    /// the VM, so a request's size never decides an allocation (vdev_virtio::bounce). None
+    /// while a chunk is in flight: the board's disk holds it then, and gives it back with
+    /// the chunk's completion.
+    bounce: Option<Box<[u8]>>,
+    /// The request going through the bounce buffer, a chunk at a time (one at a time).
+    job: Option<BounceJob>,
+    /// The requests in flight straight to or from the VM's RAM (and flushes): their tags on
+    /// the board's disk and what the device needs to finish them. Its capacity, `share`, is
+    /// reserved with the VM: nothing is allocated per request for it.
+    flights: Vec<(u16, Pending)>,
+    /// At most this many requests in flight: the VM's share of the board disk's queue.
+    share: usize,
+    /// The VM is being destroyed: completions touch its RAM no more, nothing new starts.
+    stopped: bool,
+}
+
+/// A request through the bounce buffer: each chunk's completion starts the next chunk.
+struct BounceJob {
+    pending: Pending,
+    op: DiskOp,
+    /// The guest's buffers, copied once (fallibly) when the request starts.
+    segments: Vec<Segment>,
+    /// Its first sector on the board's disk, its bytes, and the bytes done.
+    sector: u64,
+    total: u64,
+    done: u64,
+    /// The chunk in flight: its tag and length.
+    chunk: Option<(u16, usize)>,
+    /// The driver reset the device: the chunk in flight is the last.
+    cancelled: bool,
+}
+
+/// Why a chunk did not start.
+enum ChunkError {
+    /// The board's queue is full.
+    Full,
+    Failed(BlockError),
 }
 
 /// Why a VM's `disk` cannot be given.
@@ -52,9 +91,17 @@ impl core::fmt::Display for DiskSliceError {
 
 impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
     /// The slice the manifest gives (size 0: the rest of the disk), checked against the
-    /// board's disk, for VM `vm`.
-    pub fn new(disk: &'static Mutex<K>, slice: DiskSlice, ram: M, vm: usize) -> Result<Self, DiskSliceError> {
-        let capacity = disk.lock().capacity();
+    /// board's disk, for VM `vm`, one of `sharing` VMs with a disk: each may have an equal
+    /// part of the board disk's queue in flight (at least one request), so a guest that
+    /// never reads its used ring cannot take another VM's part.
+    pub fn new(
+        disk: DiskQueue<K>,
+        slice: DiskSlice,
+        ram: M,
+        vm: usize,
+        sharing: usize,
+    ) -> Result<Self, DiskSliceError> {
+        let capacity = disk.capacity();
         let first = slice.offset / SECTOR;
         let count = if slice.size == 0 { capacity.saturating_sub(first) } else { slice.size / SECTOR };
         if count == 0 || first.checked_add(count).is_none_or(|end| end > capacity) {
@@ -67,40 +114,165 @@ impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
         let mut bounce = Vec::new();
         bounce.try_reserve_exact(BOUNCE_BYTES).map_err(|_| DiskSliceError::NoMemory)?;
         bounce.resize(BOUNCE_BYTES, 0);
-        Ok(DiskSliceBackend { disk, first, count, ram, id, bounce: bounce.into_boxed_slice() })
+        let share = (disk.slots() / sharing.max(1)).max(1);
+        let mut flights = Vec::new();
+        flights.try_reserve_exact(share).map_err(|_| DiskSliceError::NoMemory)?;
+        Ok(DiskSliceBackend {
+            disk,
+            owner: vm,
+            first,
+            count,
+            ram,
+            id,
+            bounce: Some(bounce.into_boxed_slice()),
+            job: None,
+            flights,
+            share,
+            stopped: false,
+        })
     }
 
-    /// Moves the request's data between the disk and the guest's buffers in one request of
-    /// the board's disk: straight into the guest's buffers when each is whole sectors and no
-    /// two overlap (adjacent ones merged into one run), through the bounce buffer a chunk at
-    /// a time otherwise. The device model already bounded the request (seg_max, size_max);
-    /// nothing here allocates more than a list of its runs, and that fallibly and before the
-    /// disk's lock is taken: a failure is an I/O error for the guest, never a panic with the
-    /// lock held.
-    fn transfer(&mut self, sector: u64, segments: &[Segment], write: bool) -> Result<(), BlockError> {
-        let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
-        let sectors = total / SECTOR;
-        if !total.is_multiple_of(SECTOR) || sector.checked_add(sectors).is_none_or(|end| end > self.count) {
-            return Err(BlockError::OutOfRange { sector, sectors });
+    /// Requests of this VM's on the board's disk (its RAM may be written by the disk until
+    /// this is 0).
+    pub fn in_flight(&self) -> usize {
+        self.flights.len() + usize::from(self.job.as_ref().is_some_and(|j| j.chunk.is_some()))
+    }
+
+    /// How many requests this VM may have in flight.
+    pub fn share(&self) -> usize {
+        self.share
+    }
+
+    /// The VM is being destroyed: from now on no completion touches its RAM and nothing
+    /// new starts; what is in flight still completes (and must, before its RAM goes).
+    pub fn stop(&mut self) {
+        self.stopped = true;
+        if let Some(job) = self.job.as_mut() {
+            job.cancelled = true;
         }
-        let at = self.first + sector;
-        if bounce::route(segments) == Route::Direct {
-            let mut runs = Vec::new();
-            runs.try_reserve_exact(segments.len()).map_err(|_| BlockError::Io)?;
-            for run in bounce::merge_adjacent(segments) {
-                let pa = self.ram.physical(run.addr, u64::from(run.len)).map_err(BlockError::Memory)?;
-                runs.push(PhysicalRun { pa, len: run.len });
+    }
+
+    /// The board's disk finished request `tag` of this VM's: the request it finished, with
+    /// its result, for the device to finish for the guest; none while a bounced request
+    /// has chunks to go (the next one started here).
+    pub fn completed(
+        &mut self,
+        tag: u16,
+        result: Result<(), DiskError>,
+        bounce: Option<Box<[u8]>>,
+    ) -> Option<(Pending, Result<(), BlockError>)> {
+        if let Some(i) = self.flights.iter().position(|(t, _)| *t == tag) {
+            let (_, pending) = self.flights.swap_remove(i);
+            return Some((pending, result.map_err(|_| BlockError::Io)));
+        }
+        let job = self.job.as_mut().filter(|j| j.chunk.is_some_and(|(t, _)| t == tag))?;
+        let len = job.chunk.take().map_or(0, |(_, len)| len);
+        let Some(buffer) = bounce else {
+            // The board kept the buffer: no more bounced requests for this VM (each waits
+            // for a buffer that never comes back) rather than a new allocation.
+            return self.finish(Err(BlockError::Io));
+        };
+        let mut outcome = result.map_err(|_| BlockError::Io);
+        if outcome.is_ok() && job.op == DiskOp::Read && !job.cancelled {
+            outcome = bounce::scatter(&self.ram, &job.segments, job.done, &buffer[..len]);
+        }
+        self.bounce = Some(buffer);
+        job.done += len as u64;
+        if outcome.is_err() || job.done == job.total || job.cancelled {
+            return self.finish(outcome);
+        }
+        match self.next_chunk() {
+            Ok(()) => None,
+            // Each VM's share keeps the board's queue from filling while this VM has a
+            // request in flight, unless the board has fewer descriptors than requests
+            // (no indirect descriptors): then the guest gets an I/O error.
+            Err(ChunkError::Full) => self.finish(Err(BlockError::Io)),
+            Err(ChunkError::Failed(e)) => self.finish(Err(e)),
+        }
+    }
+
+    fn finish(&mut self, outcome: Result<(), BlockError>) -> Option<(Pending, Result<(), BlockError>)> {
+        self.job.take().map(|job| (job.pending, outcome))
+    }
+
+    /// Queues a request of the guest's RAM (or a flush): in flight, refused for now (the
+    /// board's queue is full), or failed.
+    fn submit(&mut self, op: DiskOp, sector: u64, data: DiskData<'_>, pending: Pending) -> Started {
+        match self.disk.submit(DiskRequest { owner: self.owner, op, sector, data }) {
+            Ok(tag) => {
+                // Within the capacity reserved with the VM: `start` keeps `in_flight` below
+                // `share`.
+                self.flights.push((tag, pending));
+                Started::Queued
             }
-            let mut disk = self.disk.lock();
-            let done = if write { disk.write_from_guest(at, &runs) } else { disk.read_to_guest(at, &runs) };
-            return done.map_err(|_| BlockError::Io);
+            Err(Rejected { full: true, .. }) => Started::Busy,
+            Err(Rejected { full: false, .. }) => Started::Done(Err(BlockError::Io)),
         }
-        let mut disk = self.disk.lock();
-        let direction = if write { Direction::Write } else { Direction::Read };
-        bounce::transfer(&self.ram, segments, at, &mut self.bounce, direction, |sector, chunk| {
-            let done = if write { disk.write(sector, chunk) } else { disk.read(sector, chunk) };
-            done.map_err(|_| BlockError::Io)
-        })
+    }
+
+    /// Starts the next chunk of the bounced request: a write's chunk is copied from the
+    /// guest's buffers first; a read's is copied to them when it completes.
+    fn next_chunk(&mut self) -> Result<(), ChunkError> {
+        let Some(job) = self.job.as_mut() else { return Err(ChunkError::Failed(BlockError::Io)) };
+        let Some(mut buffer) = self.bounce.take() else { return Err(ChunkError::Failed(BlockError::Io)) };
+        let chunk_max = buffer.len() as u64 - buffer.len() as u64 % SECTOR;
+        let len = chunk_max.min(job.total - job.done) as usize;
+        if len == 0 {
+            self.bounce = Some(buffer);
+            return Err(ChunkError::Failed(BlockError::Io));
+        }
+        if job.op == DiskOp::Write {
+            if let Err(e) = bounce::gather(&self.ram, &job.segments, job.done, &mut buffer[..len]) {
+                self.bounce = Some(buffer);
+                return Err(ChunkError::Failed(e));
+            }
+        }
+        let sector = job.sector + job.done / SECTOR;
+        let request = DiskRequest { owner: self.owner, op: job.op, sector, data: DiskData::Bounce { buffer, len } };
+        match self.disk.submit(request) {
+            Ok(tag) => {
+                job.chunk = Some((tag, len));
+                Ok(())
+            }
+            Err(Rejected { full, bounce }) => {
+                self.bounce = bounce;
+                Err(if full { ChunkError::Full } else { ChunkError::Failed(BlockError::Io) })
+            }
+        }
+    }
+
+    /// A request through the bounce buffer, one at a time: its first chunk queued.
+    fn start_bounced(
+        &mut self,
+        op: DiskOp,
+        sector: u64,
+        segments: &[Segment],
+        total: u64,
+        pending: Pending,
+    ) -> Started {
+        if self.job.is_some() || self.bounce.is_none() {
+            // The buffer's request completes first (it is in flight: its completion takes
+            // this chain again).
+            return Started::Busy;
+        }
+        let mut copy = Vec::new();
+        if copy.try_reserve_exact(segments.len()).is_err() {
+            return Started::Done(Err(BlockError::Io));
+        }
+        copy.extend_from_slice(segments);
+        let job = BounceJob { pending, op, segments: copy, sector, total, done: 0, chunk: None, cancelled: false };
+        self.job = Some(job);
+        match self.next_chunk() {
+            Ok(()) => Started::Queued,
+            Err(ChunkError::Full) => {
+                self.job = None;
+                Started::Busy
+            }
+            Err(ChunkError::Failed(e)) => {
+                self.job = None;
+                Started::Done(Err(e))
+            }
+        }
     }
 }
 
@@ -114,13 +286,54 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
     fn device_id(&self) -> [u8; 20] {
         self.id
     }
-    fn read(&mut self, _mem: &dyn GuestMemory, sector: u64, segments: &[Segment]) -> Result<(), BlockError> {
-        self.transfer(sector, segments, false)
+
+    /// Queues the request on the board's disk: straight into the guest's buffers when each
+    /// is whole sectors and no two overlap (adjacent ones merged into one run), through the
+    /// bounce buffer a chunk at a time otherwise. The device model already bounded the
+    /// request (seg_max, size_max); nothing here allocates more than a list of its runs (or
+    /// a copy of its segments), and that fallibly: a failure is an I/O error for the guest,
+    /// never a panic. A VM at its share of the board's queue gets `Busy`: the chain waits
+    /// on its ring for one of its completions.
+    fn start(&mut self, _: &dyn GuestMemory, request: BlockRequest<'_>, pending: Pending) -> Started {
+        if self.stopped {
+            return Started::Done(Err(BlockError::Io));
+        }
+        if self.in_flight() >= self.share {
+            return Started::Busy;
+        }
+        let (op, sector, segments) = match request {
+            BlockRequest::Flush => return self.submit(DiskOp::Flush, 0, DiskData::None, pending),
+            BlockRequest::Read { sector, segments } => (DiskOp::Read, sector, segments),
+            BlockRequest::Write { sector, segments } => (DiskOp::Write, sector, segments),
+        };
+        let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+        let sectors = total / SECTOR;
+        if total == 0 || !total.is_multiple_of(SECTOR) || sector.checked_add(sectors).is_none_or(|end| end > self.count)
+        {
+            return Started::Done(Err(BlockError::OutOfRange { sector, sectors }));
+        }
+        let at = self.first + sector;
+        if bounce::route(segments) == Route::Bounce {
+            return self.start_bounced(op, at, segments, total, pending);
+        }
+        let mut runs = Vec::new();
+        if runs.try_reserve_exact(segments.len()).is_err() {
+            return Started::Done(Err(BlockError::Io));
+        }
+        for run in bounce::merge_adjacent(segments) {
+            match self.ram.physical(run.addr, u64::from(run.len)) {
+                Ok(pa) => runs.push(PhysicalRun { pa, len: run.len }),
+                Err(e) => return Started::Done(Err(BlockError::Memory(e))),
+            }
+        }
+        self.submit(op, at, DiskData::Guest(&runs), pending)
     }
-    fn write(&mut self, _mem: &dyn GuestMemory, sector: u64, segments: &[Segment]) -> Result<(), BlockError> {
-        self.transfer(sector, segments, true)
-    }
-    fn flush(&mut self) -> Result<(), BlockError> {
-        self.disk.lock().flush().map_err(|_| BlockError::Io)
+
+    /// The driver reset the device: a bounced request stops after its chunk in flight
+    /// (its `Pending` is stale; the device finishes nothing of it).
+    fn reset(&mut self) {
+        if let Some(job) = self.job.as_mut() {
+            job.cancelled = true;
+        }
     }
 }

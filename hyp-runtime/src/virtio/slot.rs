@@ -24,7 +24,7 @@ use super::disk_slice::DiskSliceBackend;
 use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
-use crate::board::{Board, BoardDisk};
+use crate::board::{Board, BoardDisk, DiskCompletion};
 use crate::guest_log::guest_line;
 use crate::shared_vgic::SharedVgic;
 use vgic::IntId;
@@ -53,8 +53,21 @@ pub trait AfterAccess {
     fn take_frames(&mut self) -> Vec<Vec<u8>> {
         Vec::new()
     }
+    /// Whether requests wait on its ring for room on the board's disk.
+    fn waiting(&self) -> bool {
+        false
+    }
+    /// The VM is being destroyed: nothing of the device's touches its RAM from now on.
+    fn shut_down(&mut self) {}
 }
-impl<K: BoardDisk, M: PhysicalRam> AfterAccess for VirtioBlock<DiskSliceBackend<K, M>> {}
+impl<K: BoardDisk, M: PhysicalRam> AfterAccess for VirtioBlock<DiskSliceBackend<K, M>> {
+    fn waiting(&self) -> bool {
+        VirtioBlock::waiting(self)
+    }
+    fn shut_down(&mut self) {
+        self.backend_mut().stop();
+    }
+}
 impl<O: ConsoleOutput> AfterAccess for VirtioConsole<ConsoleBridge<O>> {}
 impl AfterAccess for VirtioNet<SwitchPort> {
     fn take_frames(&mut self) -> Vec<Vec<u8>> {
@@ -63,8 +76,10 @@ impl AfterAccess for VirtioNet<SwitchPort> {
 }
 
 /// One virtio device of a VM, shared by its MMIO window and whatever feeds it from outside
-/// (the switch, console input). Lock order: the VM's bus, then this device, then the vGIC;
-/// never two devices at once.
+/// (the switch, console input, the board disk's completions). Lock order
+/// (docs/architecture.md, "Lock order"): this device, then the board's disk (a leaf, taken
+/// only inside `DiskQueue`'s calls), or this device, released, then the vGIC; never two
+/// devices at once.
 pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     pub vm: usize,
     pub name: &'static str,
@@ -72,6 +87,9 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     log: Arc<GuestLogLimit>,
     /// This device left work for later; `work` is the VM's flag for any of its devices.
     pending: AtomicBool,
+    /// Requests wait on the device's ring for room on the board's disk
+    /// (`Hypervisor::disk_interrupt` retries it after completions).
+    waiting: AtomicBool,
     work: Arc<AtomicBool>,
     pub device: Mutex<VirtioMmio<D>>,
     pub ram: E::Ram,
@@ -105,6 +123,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             name,
             log,
             pending: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
             work,
             device: Mutex::new(VirtioMmio::new(device)),
             ram,
@@ -119,12 +138,21 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     /// device's level, the incidents are logged, frames go to the switch. Nothing runs once
     /// the device is shut down.
     pub fn with_device<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &E::Ram) -> R) -> Option<R> {
+        self.access(|device, ram, live| live.then(|| f(device, ram)))
+    }
+
+    /// As `with_device`, but `f` runs on a shut-down device too (told so by its third
+    /// argument, `live` false), for the bookkeeping that must go on then (a completion of
+    /// the board's disk freeing its request); on a shut-down device it must not touch the
+    /// VM's RAM, and nothing is done after it.
+    fn access<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &E::Ram, bool) -> R) -> R {
         let (result, level, incidents, frames) = {
             let mut device = self.device.lock();
             if self.shut_down.load(Ordering::Acquire) {
-                return None;
+                return f(&mut device, &self.ram, false);
             }
-            let result = f(&mut device, &self.ram);
+            let result = f(&mut device, &self.ram, true);
+            self.waiting.store(device.device().waiting(), Ordering::Release);
             let pending = device.has_pending_work();
             self.pending.store(pending, Ordering::Release);
             if pending {
@@ -145,7 +173,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
         for frame in frames {
             E::forward_frame(self.port, &frame);
         }
-        Some(result)
+        result
     }
 
     /// Goes on with work the device left for later (a bounded notify), if it did.
@@ -157,13 +185,54 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
 
     /// The VM is being destroyed: once this returns, the device never touches its RAM.
     pub fn shut_down(&self) {
-        let _device = self.device.lock();
+        let mut device = self.device.lock();
+        device.device_mut().shut_down();
         self.shut_down.store(true, Ordering::Release);
+    }
+
+    /// Whether requests wait on its ring for room on the board's disk.
+    pub fn waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
     }
 
     /// After a VM reset: the device as at power-on, its line low.
     pub fn reset(&self) {
         let _ = self.with_device(|d, _| d.reset());
+    }
+}
+
+impl<K: BoardDisk, M: PhysicalRam, E: VmEnv> VirtioSlot<VirtioBlock<DiskSliceBackend<K, M>>, E> {
+    /// The board's disk finished request `completion` of this device's: the backend takes
+    /// it back (and starts a bounced request's next chunk), then the device finishes the
+    /// request for the guest (its status, the used ring, its interrupt: `VirtioBlock::complete`)
+    /// and takes the chains that waited for room. Under the device's lock alone: the board
+    /// disk's lock was released when the completion was taken. A shut-down device only
+    /// frees the request (its VM's RAM is not touched).
+    pub fn disk_completed(&self, completion: DiskCompletion) {
+        let DiskCompletion { tag, result, bounce, .. } = completion;
+        self.access(|device, ram, live| {
+            let finished = device.device_mut().backend_mut().completed(tag, result, bounce);
+            if !live {
+                return;
+            }
+            // A device the driver reset since does not run: nothing of it is finished.
+            let _ = device.run(ram, |block, q| {
+                if let Some((pending, result)) = finished {
+                    block.complete(pending, result, q)?;
+                }
+                block.queue_notify(0, q)
+            });
+        });
+    }
+
+    /// Takes the chains that wait on its ring for room on the board's disk.
+    pub fn retry(&self) {
+        let _ = self.with_device(|device, ram| device.run(ram, |block, q| block.queue_notify(0, q)));
+    }
+
+    /// Its requests in flight on the board's disk.
+    pub fn in_flight(&self) -> usize {
+        self.device.lock().device().backend().in_flight()
     }
 }
 

@@ -21,7 +21,7 @@ use vdev_virtio::net::VirtioNet;
 use vgic::IntId;
 
 use super::VmError;
-use crate::board::Board;
+use crate::board::{Board, DiskCompletion, DiskQueue};
 use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
@@ -85,13 +85,15 @@ pub struct Setup<'a, E: VmEnv> {
     pub ram: PhysRange,
     pub vgic: &'a SharedVgic<E::Arch>,
     pub console_choice: &'a ConsoleChoice,
+    /// How many VMs share the board's disk (its queue is split between them).
+    pub disk_vms: usize,
 }
 
 impl<E: VmEnv> VirtioDevices<E> {
     /// The devices the manifest entry asks for, over the VM's RAM; `log` and `work` are
     /// the VM's line limit and its flag for work left for later.
     pub fn create(setup: Setup<'_, E>, (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>)) -> Result<Self, VmError> {
-        let Setup { id, spec, ram, vgic, console_choice } = setup;
+        let Setup { id, spec, ram, vgic, console_choice, disk_vms } = setup;
         let slot = |name, slot: Slot| SlotSetup::<E> {
             vm: id,
             name,
@@ -107,7 +109,8 @@ impl<E: VmEnv> VirtioDevices<E> {
             Some(slice) => {
                 let board = E::Board::disk().ok_or(VmError::NoBoardDisk)?;
                 let ram = E::guest_ram(RAM_IPA, ram.base, spec.memory);
-                let backend = DiskSliceBackend::new(board, slice, ram, id).map_err(VmError::Disk)?;
+                let backend =
+                    DiskSliceBackend::new(DiskQueue::new(board), slice, ram, id, disk_vms).map_err(VmError::Disk)?;
                 Some(Arc::new(VirtioSlot::new(slot("blk", Slot::Disk), VirtioBlock::new(backend), 0)))
             }
         };
@@ -144,6 +147,31 @@ impl<E: VmEnv> VirtioDevices<E> {
         self.console.continue_work();
         self.disk.iter().for_each(|d| d.continue_work());
         self.nic.iter().for_each(|n| n.continue_work());
+    }
+
+    /// The board's disk finished a request of the VM's disk.
+    pub fn disk_completed(&self, completion: DiskCompletion) {
+        if let Some(disk) = &self.disk {
+            disk.disk_completed(completion);
+        }
+    }
+
+    /// Requests of the VM's disk in flight on the board's disk.
+    pub fn disk_in_flight(&self) -> usize {
+        self.disk.as_ref().map_or(0, |d| d.in_flight())
+    }
+
+    /// Takes the disk's chains that wait for room on the board's disk, if any wait.
+    pub fn retry_disk(&self) {
+        if let Some(disk) = self.disk.as_ref().filter(|d| d.waiting()) {
+            disk.retry();
+        }
+    }
+
+    /// The disk device reset (as by its driver): nothing new starts, and what is in flight
+    /// finishes nothing for the guest.
+    pub fn reset_disk(&self) {
+        self.disk.iter().for_each(|d| d.reset());
     }
 
     pub fn shut_down(&self) {

@@ -102,6 +102,9 @@ pub struct VmBuild<'a> {
     pub gic_v3: bool,
     pub passthrough: &'a [PassthroughDevice],
     pub seeds: Option<GuestSeeds>,
+    /// How many VMs of the manifest have a disk: each gets an equal share of the board
+    /// disk's queue.
+    pub disk_vms: usize,
 }
 
 pub struct Vm<E: VmEnv> {
@@ -164,7 +167,7 @@ impl<E: VmEnv> Vm<E> {
     /// Builds the VM its manifest entry describes, with the resources its capabilities
     /// grant; its vCPUs wake through `scheduling`.
     pub fn create(build: VmBuild<'_>, scheduling: &'static Scheduling<E::Arch>) -> Result<Self, VmError> {
-        let VmBuild { id, spec, granted, gic_v3, passthrough, seeds } = build;
+        let VmBuild { id, spec, granted, gic_v3, passthrough, seeds, disk_vms } = build;
         let ram = granted.ram;
         if ram.size < spec.memory {
             return Err(VmError::RamMismatch);
@@ -186,7 +189,7 @@ impl<E: VmEnv> Vm<E> {
         let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line));
         let guest_log = Arc::new(GuestLogLimit::new());
         let device_work = Arc::new(AtomicBool::new(false));
-        let setup = devices::Setup { id, spec: &spec, ram, vgic: &vgic, console_choice: &console_choice };
+        let setup = devices::Setup { id, spec: &spec, ram, vgic: &vgic, console_choice: &console_choice, disk_vms };
         let virtio = VirtioDevices::create(setup, (&guest_log, &device_work))?;
         let mut bus = MmioBus::new();
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
@@ -350,9 +353,32 @@ impl<E: VmEnv> Vm<E> {
         self.virtio.continue_work();
     }
 
-    /// From here on no device of the VM touches its RAM: before its memory is revoked.
+    /// From here on no device of the VM touches its RAM: before its memory is revoked (and
+    /// after its disk's requests in flight have completed: `Hypervisor::drain_disk`).
     pub fn shut_down_devices(&self) {
         self.virtio.shut_down();
+    }
+
+    /// The board's disk finished a request of the VM's disk.
+    pub fn disk_completed(&self, completion: crate::board::DiskCompletion) {
+        self.virtio.disk_completed(completion);
+    }
+
+    /// Requests of the VM's disk in flight on the board's disk: until this is 0 the disk
+    /// may write the VM's RAM.
+    pub fn disk_in_flight(&self) -> usize {
+        self.virtio.disk_in_flight()
+    }
+
+    /// Requests of its disk that waited for room on the board's disk are taken now.
+    pub fn retry_disk(&self) {
+        self.virtio.retry_disk();
+    }
+
+    /// Before a reboot: its disk device reset, so nothing new starts and what is in flight
+    /// finishes nothing for the guest.
+    pub fn reset_disk(&self) {
+        self.virtio.reset_disk();
     }
 
     /// A physical passthrough SPI fired (its priority dropped, still active): it becomes
