@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{handle, Outcome};
 use hyp_core::mmio::{Locked, MmioBus};
-use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegEnv, VmFeatures};
 use hyp_core::trap::aarch32::{decode, HypExit, Registers};
 use libfuzzer_sys::fuzz_target;

@@ -11,7 +11,7 @@ use arbitrary::Arbitrary;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{handle_sync, GuestContext, Outcome, SyncExit};
 use hyp_core::mmio::{Locked, MmioBus};
-use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegEnv, VmFeatures};
 use libfuzzer_sys::fuzz_target;

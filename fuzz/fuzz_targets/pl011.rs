@@ -1,4 +1,4 @@
-//! The emulated PL011 UART a guest drives (`hyp_core::pl011`): any sequence of register
+//! The emulated PL011 UART a guest drives (`vdev::pl011`): any sequence of register
 //! reads and writes of any width, and bytes typed. Checked: no panic; the interrupt line it
 //! reports is the one it drove last.
 #![no_main]
@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use arbitrary::Arbitrary;
 use hyp_core::mmio::MmioDevice;
-use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::syndrome::AccessWidth;
 use libfuzzer_sys::fuzz_target;
 

@@ -1,4 +1,4 @@
-//! The switch between the VMs' NICs and the uplink (`vdev_virtio::switch`): any frames from
+//! The switch between the VMs' NICs and the uplink (`vdev::virtio::switch`): any frames from
 //! any ports. Checked: no panic; a frame never goes back to its own port; a frame from a VM
 //! port is delivered only if its source is that port's address; nothing a port sends changes
 //! where a frame goes (the switch learns nothing: the same frame from the same port always
@@ -7,7 +7,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use vdev_virtio::switch::{Forward, Port, PortId, Switch};
+use vdev::virtio::switch::{Forward, Port, PortId, Switch};
 
 #[derive(Arbitrary, Debug)]
 struct Input {

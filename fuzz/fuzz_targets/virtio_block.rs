@@ -6,7 +6,7 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use vdev_virtio::block::{RamDisk, VirtioBlock};
+use vdev::virtio::block::{RamDisk, VirtioBlock};
 
 fuzz_target!(|input: common::Input| {
     common::run(VirtioBlock::new(RamDisk::new(64, false, *b"fuzz-disk-serial-000")), &input, || {}, |_, _, _| {});

@@ -5,8 +5,8 @@
 //! checks every guest address before it touches it: `VecMemory` counts refused accesses).
 
 use arbitrary::Arbitrary;
-use vdev_virtio::transport::{regs, VirtioMmio};
-use vdev_virtio::{GuestMemory, VecMemory, VirtioDevice};
+use vdev::virtio::transport::{regs, VirtioMmio};
+use vdev::virtio::{GuestMemory, VecMemory, VirtioDevice};
 
 pub const RAM_BASE: u64 = 0x4000_0000;
 pub const RAM_SIZE: usize = 64 << 10;

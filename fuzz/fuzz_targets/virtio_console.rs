@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use libfuzzer_sys::fuzz_target;
-use vdev_virtio::console::{ConsoleBackend, VirtioConsole, TX_BUDGET};
+use vdev::virtio::console::{ConsoleBackend, VirtioConsole, TX_BUDGET};
 
 struct Screen(Rc<Cell<u64>>);
 impl ConsoleBackend for Screen {

@@ -7,7 +7,7 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use vdev_virtio::net::{NetBackend, VirtioNet, MAX_FRAME};
+use vdev::virtio::net::{NetBackend, VirtioNet, MAX_FRAME};
 
 struct Wire;
 impl NetBackend for Wire {

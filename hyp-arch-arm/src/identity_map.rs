@@ -13,7 +13,7 @@ use hyp_core::fdt::FdtError;
 use hyp_core::platform::PlatformError;
 use hyp_runtime::virtio::PhysicalRam;
 use stage2::{PhysAddr, TableMemory};
-use vdev_virtio::memory::{GuestMemory, GuestMemoryError};
+use vdev::virtio::memory::{GuestMemory, GuestMemoryError};
 
 /// Stage-2 table frames from the hypervisor heap: hypervisor memory, never any VM's.
 pub struct HeapTableMemory;

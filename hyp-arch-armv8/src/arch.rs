@@ -92,7 +92,7 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
             println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
         }
         if let Some(mac) = found.uplink_mac {
-            println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev_virtio::switch::Mac(&mac));
+            println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev::virtio::switch::Mac(&mac));
         }
         found.disk_sectors
     }

@@ -22,7 +22,6 @@ pub mod management;
 pub mod manifest;
 pub mod memory_map;
 pub mod mmio;
-pub mod pl011;
 pub mod platform;
 pub mod set_way;
 pub mod smccc;

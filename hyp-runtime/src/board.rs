@@ -8,8 +8,8 @@
 use alloc::boxed::Box;
 use core::fmt;
 
-use hyp_core::pl011::ConsoleOutput;
 use spin::Mutex;
+use vdev::pl011::ConsoleOutput;
 
 use crate::focus::Focus;
 use crate::network::BoardNic;

@@ -6,7 +6,7 @@
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use hyp_core::pl011::ConsoleOutput;
+use vdev::pl011::ConsoleOutput;
 
 /// The VM (by index) that receives console input; vm0 at boot.
 #[derive(Default)]

@@ -1,5 +1,5 @@
 //! The virtual switch at run time (docs/virtio.md): the Ethernet switch
-//! (`vdev_virtio::switch`) between the VMs' NICs and the uplink, the board's own NIC. Port
+//! (`vdev::virtio::switch`) between the VMs' NICs and the uplink, the board's own NIC. Port
 //! 0 is the uplink; port 1 + n is VM n's NIC, with the address its manifest entry gives it
 //! (a VM keeps its index and its address when the console restarts it).
 //!
@@ -10,7 +10,7 @@
 use core::borrow::Borrow;
 
 use spin::Once;
-use vdev_virtio::switch::{Forward, Port, PortId, Switch};
+use vdev::virtio::switch::{Forward, Port, PortId, Switch};
 
 use crate::board::Board;
 use crate::virtio::slot::VmEnv;

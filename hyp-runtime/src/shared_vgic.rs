@@ -126,7 +126,7 @@ pub struct VgicLine<A: Arch> {
     pub intid: vgic::IntId,
 }
 
-impl<A: Arch> hyp_core::pl011::InterruptLine for VgicLine<A> {
+impl<A: Arch> vdev::pl011::InterruptLine for VgicLine<A> {
     fn set_level(&mut self, high: bool) {
         let targets = {
             let mut vgic = self.vgic.vgic.lock();

@@ -387,12 +387,13 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_qemu()?;
     let root = images::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev-virtio, sched, hyp-arch-arm, xtask)");
+    step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev, sched, hyp-arch-arm, xtask)");
     run(Command::new(&cargo).current_dir(&root).arg("test"))?;
     step("the logic crates build for aarch64-unknown-none (no_std)");
-    run(Command::new(&cargo).current_dir(&root).args(["build", "--quiet", "--target", images::AARCH64_TARGET]).args(
-        ["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev-virtio", "-p", "sched"],
-    ))?;
+    run(Command::new(&cargo)
+        .current_dir(&root)
+        .args(["build", "--quiet", "--target", images::AARCH64_TARGET])
+        .args(["-p", "hyp-core", "-p", "hyp-runtime", "-p", "stage2", "-p", "vgic", "-p", "vdev", "-p", "sched"]))?;
     step("the shared GIC driver builds for both architectures (hyp-arch-arm: aarch64-unknown-none-softfloat, armv7a-none-eabi)");
     for target in [images::HYPERVISOR_TARGET, images::ARMV7_TARGET] {
         run(Command::new(&cargo).current_dir(&root).args([

@@ -8,9 +8,9 @@ use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::console_lines::{HostConsole, Transmit, VmConsoleLines};
-use hyp_core::pl011::ConsoleOutput;
 use hyp_runtime::focus::Focus;
 use spin::Mutex;
+use vdev::pl011::ConsoleOutput;
 
 /// PL011 registers used to transmit and receive (ARM DDI 0183G 3.3.1, 3.3.3, 3.3.10, 3.3.14).
 const UARTDR: usize = 0x000;

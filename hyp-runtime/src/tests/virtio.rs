@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex as StdMutex};
 use hyp_core::bundle::DiskSlice;
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::BusDevice;
-use hyp_core::pl011::InterruptLine;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vdev_virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, VirtioBlock};
-use vdev_virtio::memory::{GuestMemory, GuestMemoryError, Segment};
-use vdev_virtio::net::{NetBackend, MAX_FRAME};
+use vdev::pl011::InterruptLine;
+use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, VirtioBlock};
+use vdev::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
+use vdev::virtio::net::{NetBackend, MAX_FRAME};
 
 use super::leak;
 use crate::board::{
@@ -483,7 +483,7 @@ impl InterruptLine for Level {
 /// A VM console that keeps what the guest wrote.
 pub struct Recorded(pub(crate) Arc<StdMutex<Vec<u8>>>);
 
-impl hyp_core::pl011::ConsoleOutput for Recorded {
+impl vdev::pl011::ConsoleOutput for Recorded {
     fn put(&mut self, byte: u8) {
         self.0.lock().unwrap().push(byte);
     }
@@ -641,8 +641,8 @@ const QUEUE: u16 = 16;
 
 impl BlkGuest {
     pub(crate) fn new(reg: Box<dyn Fn(u64, u32)>, ram: FakeRam, base: u64) -> BlkGuest {
-        use vdev_virtio::features::status::*;
-        use vdev_virtio::transport::regs::*;
+        use vdev::virtio::features::status::*;
+        use vdev::virtio::transport::regs::*;
         ram.fill(base, &[0; 0x1000]);
         reg(STATUS, 0);
         reg(STATUS, ACKNOWLEDGE | DRIVER);
@@ -698,7 +698,7 @@ impl BlkGuest {
     }
 
     pub(crate) fn notify(&self) {
-        (self.reg)(vdev_virtio::transport::regs::QUEUE_NOTIFY, 0);
+        (self.reg)(vdev::virtio::transport::regs::QUEUE_NOTIFY, 0);
     }
 
     /// The used ring: (head, length) of each element published.
@@ -787,7 +787,7 @@ fn a_failed_board_request_fails_its_chain_only() {
     disk.lock().complete(tags[0]);
     finish_completions(disk, &[(3, &a)]);
     assert_eq!(guest.used(), [(u32::from(second.0), 1), (u32::from(first.0), SECTOR as u32 + 1)]);
-    assert_eq!(guest.byte(second.2), vdev_virtio::block::VIRTIO_BLK_S_IOERR);
+    assert_eq!(guest.byte(second.2), vdev::virtio::block::VIRTIO_BLK_S_IOERR);
     assert_eq!(guest.byte(first.2), 0);
     let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
     assert!(lines.iter().any(|l| l.starts_with("hypervisor: vm3 virtio-blk: ") && l.contains("failed")), "{lines:?}");

@@ -1,8 +1,8 @@
 //! A VM's virtio console backend: what the guest writes goes to its console beside the
 //! PL011's.
 
-use hyp_core::pl011::ConsoleOutput;
-use vdev_virtio::console::ConsoleBackend;
+use vdev::pl011::ConsoleOutput;
+use vdev::virtio::console::ConsoleBackend;
 
 use crate::focus::TrackedConsole;
 

@@ -9,9 +9,9 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use hyp_core::bundle::DiskSlice;
-use vdev_virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started};
-use vdev_virtio::bounce::{self, Route, BOUNCE_BYTES};
-use vdev_virtio::memory::{GuestMemory, Segment};
+use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started};
+use vdev::virtio::bounce::{self, Route, BOUNCE_BYTES};
+use vdev::virtio::memory::{GuestMemory, Segment};
 
 use super::PhysicalRam;
 use crate::board::{BoardDisk, DiskData, DiskError, DiskOp, DiskQueue, DiskRequest, PhysicalRun, Rejected};
@@ -28,7 +28,7 @@ pub struct DiskSliceBackend<K: 'static, M> {
     ram: M,
     id: [u8; 20],
     /// For requests whose buffers are not whole sectors or overlap: allocated once, with
-    /// the VM, so a request's size never decides an allocation (vdev_virtio::bounce). None
+    /// the VM, so a request's size never decides an allocation (vdev::virtio::bounce). None
     /// while a chunk is in flight: the board's disk holds it then, and gives it back with
     /// the chunk's completion.
     bounce: Option<Box<[u8]>>,

@@ -1,4 +1,4 @@
-//! A VM's virtio devices at run time: the `vdev-virtio` models behind the VM's virtio-mmio
+//! A VM's virtio devices at run time: the `vdev` models behind the VM's virtio-mmio
 //! windows ([`slot`]), over the VM's RAM, with their backends: a slice of the board's disk
 //! ([`disk_slice`]), a port of the virtual switch ([`switch_port`]), the VM's console
 //! ([`console_bridge`]). Each device's interrupt is a level line into the VM's vGIC
@@ -9,7 +9,7 @@ pub mod disk_slice;
 pub mod slot;
 pub mod switch_port;
 
-use vdev_virtio::memory::{GuestMemory, GuestMemoryError};
+use vdev::virtio::memory::{GuestMemory, GuestMemoryError};
 
 /// A VM's RAM as its devices see it, with where it is in physical memory: the board's disk
 /// moves data straight to and from there.

@@ -1,4 +1,4 @@
-//! One virtio device of a VM ([`VirtioSlot`]): its `vdev-virtio` model behind a lock,
+//! One virtio device of a VM ([`VirtioSlot`]): its `vdev` model behind a lock,
 //! shared by its MMIO window ([`Window`]) and whatever feeds it from outside (the switch,
 //! console input); after each access, what the device left is done outside its lock: its
 //! interrupt line follows its level, its incidents are logged within the VM's limit, the
@@ -10,14 +10,14 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioError};
-use hyp_core::pl011::{ConsoleOutput, InterruptLine};
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vdev_virtio::block::VirtioBlock;
-use vdev_virtio::console::VirtioConsole;
-use vdev_virtio::device::VirtioDevice;
-use vdev_virtio::net::VirtioNet;
-use vdev_virtio::transport::{RegisterError, VirtioMmio};
+use vdev::pl011::{ConsoleOutput, InterruptLine};
+use vdev::virtio::block::VirtioBlock;
+use vdev::virtio::console::VirtioConsole;
+use vdev::virtio::device::VirtioDevice;
+use vdev::virtio::net::VirtioNet;
+use vdev::virtio::transport::{RegisterError, VirtioMmio};
 
 use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;

@@ -4,7 +4,7 @@
 
 use alloc::vec::Vec;
 
-use vdev_virtio::net::{NetBackend, MAX_FRAME};
+use vdev::virtio::net::{NetBackend, MAX_FRAME};
 
 #[derive(Default)]
 pub struct SwitchPort {

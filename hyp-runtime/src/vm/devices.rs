@@ -10,14 +10,14 @@ use hyp_core::cap::CapError;
 use hyp_core::guest_map::{VirtioSlot as Slot, RAM_IPA, VIRTIO_WINDOW};
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
-use hyp_core::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::platform::PhysRange;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
-use vdev_virtio::block::VirtioBlock;
-use vdev_virtio::console::VirtioConsole;
-use vdev_virtio::net::VirtioNet;
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
+use vdev::virtio::block::VirtioBlock;
+use vdev::virtio::console::VirtioConsole;
+use vdev::virtio::net::VirtioNet;
 use vgic::IntId;
 
 use super::VmError;

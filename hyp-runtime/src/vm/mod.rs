@@ -28,7 +28,7 @@ use hyp_core::smccc::{psci_status, Hypercall};
 use hyp_core::vcpu_power::{EndReason, VmPower};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
-use vdev_virtio::net::VirtioNet;
+use vdev::virtio::net::VirtioNet;
 use vgic::{Distributor, GicVersion, IntId, VgicConfig};
 
 pub use devices::VirtioDevices;

@@ -12,8 +12,8 @@ use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use heapless::Deque;
 
-use crate::mmio::{MmioDevice, MmioError};
-use crate::syndrome::AccessWidth;
+use hyp_core::mmio::{MmioDevice, MmioError};
+use hyp_core::syndrome::AccessWidth;
 
 /// Where a VM's console bytes go.
 pub trait ConsoleOutput {

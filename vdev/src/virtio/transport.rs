@@ -5,11 +5,11 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::device::{ConfigError, NeedsReset, QueueAccess, VirtioDevice};
-use crate::features::{interrupt, status, TRANSPORT_FEATURES, VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
-use crate::incident::{DeviceIncident, IncidentLog};
-use crate::memory::GuestMemory;
-use crate::queue::Virtqueue;
+use crate::virtio::device::{ConfigError, NeedsReset, QueueAccess, VirtioDevice};
+use crate::virtio::features::{interrupt, status, TRANSPORT_FEATURES, VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
+use crate::virtio::incident::{DeviceIncident, IncidentLog};
+use crate::virtio::memory::GuestMemory;
+use crate::virtio::queue::Virtqueue;
 
 /// Register offsets of the version-2 layout (4.2.2, table "MMIO Device Register Layout").
 pub mod regs {

@@ -5,11 +5,11 @@
 //! guest chooses, never decides an allocation (a 32 MiB request once made the hypervisor
 //! allocate 32 MiB from its heap and panic).
 
-use crate::block::{BlockError, SECTOR_SIZE};
-use crate::memory::{GuestMemory, Segment};
+use crate::virtio::block::{BlockError, SECTOR_SIZE};
+use crate::virtio::memory::{GuestMemory, Segment};
 
 /// Size of a backend's bounce buffer: one `size_max` segment, a whole number of sectors.
-pub const BOUNCE_BYTES: usize = crate::block::SIZE_MAX as usize;
+pub const BOUNCE_BYTES: usize = crate::virtio::block::SIZE_MAX as usize;
 
 /// Which way the data goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,7 +172,7 @@ fn gather_or_scatter(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::VecMemory;
+    use crate::virtio::memory::VecMemory;
     use alloc::vec;
     use alloc::vec::Vec;
 

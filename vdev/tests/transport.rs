@@ -4,12 +4,12 @@
 mod common;
 
 use common::*;
-use vdev_virtio::block::{RamDisk, VirtioBlock};
-use vdev_virtio::console::VirtioConsole;
-use vdev_virtio::features::{status, TRANSPORT_FEATURES, VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
-use vdev_virtio::net::{NetBackend, VirtioNet};
-use vdev_virtio::transport::{regs, MAGIC, VENDOR_ID};
-use vdev_virtio::{ConsoleBackend, DeviceIncident, GuestMemory, RegisterError};
+use vdev::virtio::block::{RamDisk, VirtioBlock};
+use vdev::virtio::console::VirtioConsole;
+use vdev::virtio::features::{status, TRANSPORT_FEATURES, VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
+use vdev::virtio::net::{NetBackend, VirtioNet};
+use vdev::virtio::transport::{regs, MAGIC, VENDOR_ID};
+use vdev::virtio::{ConsoleBackend, DeviceIncident, GuestMemory, RegisterError};
 
 #[derive(Default)]
 struct Sink(Vec<u8>);

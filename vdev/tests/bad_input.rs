@@ -5,10 +5,10 @@
 mod common;
 
 use common::*;
-use vdev_virtio::block::*;
-use vdev_virtio::features::interrupt;
-use vdev_virtio::transport::regs;
-use vdev_virtio::DeviceIncident;
+use vdev::virtio::block::*;
+use vdev::virtio::features::interrupt;
+use vdev::virtio::transport::regs;
+use vdev::virtio::DeviceIncident;
 
 const OUTSIDE: u64 = RAM_BASE + RAM_SIZE as u64;
 type Blk = Driver<VirtioBlock<RamDisk>>;
@@ -263,7 +263,7 @@ fn a_loop_inside_an_indirect_table_needs_a_reset() {
 #[test]
 fn an_indirect_descriptor_without_the_negotiated_feature_needs_a_reset() {
     let mut d =
-        Driver::new(VirtioBlock::new(RamDisk::new(16, false, [0; 20])), vdev_virtio::features::VIRTIO_F_VERSION_1);
+        Driver::new(VirtioBlock::new(RamDisk::new(16, false, [0; 20])), vdev::virtio::features::VIRTIO_F_VERSION_1);
     let table = d.alloc(32, 0);
     d.write_desc(0, 0, table, 32, F_INDIRECT, 0);
     d.publish(0, 0);

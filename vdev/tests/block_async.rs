@@ -7,9 +7,9 @@
 mod common;
 
 use common::*;
-use vdev_virtio::block::*;
-use vdev_virtio::memory::{GuestMemory, Segment};
-use vdev_virtio::transport::regs;
+use vdev::virtio::block::*;
+use vdev::virtio::memory::{GuestMemory, Segment};
+use vdev::virtio::transport::regs;
 
 const ID: [u8; 20] = *b"hyp-disk-serial-0001";
 
@@ -117,7 +117,7 @@ fn complete(d: &mut Blk, i: usize, ok: bool) {
     };
     let _ = d.mmio.run(&d.mem, |blk, q| {
         blk.complete(taken.pending, result, q)?;
-        vdev_virtio::VirtioDevice::queue_notify(blk, 0, q)
+        vdev::virtio::VirtioDevice::queue_notify(blk, 0, q)
     });
 }
 
@@ -192,7 +192,7 @@ fn after_a_device_reset_a_late_completion_touches_neither_the_new_rings_nor_the_
     d.notify(0);
     let resets = d.mmio.device_mut().backend_mut().resets;
     // The driver resets the device and sets it up again: the same ring addresses, zeroed.
-    d.reinit(!vdev_virtio::features::VIRTIO_F_EVENT_IDX);
+    d.reinit(!vdev::virtio::features::VIRTIO_F_EVENT_IDX);
     assert!(d.mmio.device_mut().backend_mut().resets > resets, "the backend was told");
     d.ack_interrupt();
     complete(&mut d, 0, true);

@@ -5,11 +5,11 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::chain::Chain;
-use crate::device::{read_config_image, ConfigError, NeedsReset, QueueAccess, VirtioDevice};
-use crate::incident::DeviceIncident;
-use crate::transport::VirtioMmio;
-use crate::GuestMemory;
+use crate::virtio::chain::Chain;
+use crate::virtio::device::{read_config_image, ConfigError, NeedsReset, QueueAccess, VirtioDevice};
+use crate::virtio::incident::DeviceIncident;
+use crate::virtio::transport::VirtioMmio;
+use crate::virtio::GuestMemory;
 
 /// Feature bits (5.1.3).
 pub const VIRTIO_NET_F_MAC: u64 = 1 << 5;

@@ -6,9 +6,9 @@
 //! The ring addresses are checked against RAM and alignment when the queue is made ready and
 //! cannot change while it is, so later ring accesses stay inside RAM.
 
-use crate::chain::{read_chain, Chain, ChainRules, DESCRIPTOR_SIZE};
-use crate::incident::DeviceIncident;
-use crate::memory::{read_u16, write_u16, write_u32, GuestMemory, GuestMemoryError};
+use crate::virtio::chain::{read_chain, Chain, ChainRules, DESCRIPTOR_SIZE};
+use crate::virtio::incident::DeviceIncident;
+use crate::virtio::memory::{read_u16, write_u16, write_u32, GuestMemory, GuestMemoryError};
 
 /// VIRTQ_AVAIL_F_NO_INTERRUPT (2.7.6).
 const VIRTQ_AVAIL_F_NO_INTERRUPT: u16 = 1;

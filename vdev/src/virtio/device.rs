@@ -2,11 +2,11 @@
 //! features, queues, configuration space) and `QueueAccess`, the only way a device reaches its
 //! queues, which records driver errors and turns fatal ones into DEVICE_NEEDS_RESET.
 
-use crate::chain::Chain;
-use crate::features::{VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC};
-use crate::incident::{DeviceIncident, IncidentLog};
-use crate::memory::GuestMemory;
-use crate::queue::Virtqueue;
+use crate::virtio::chain::Chain;
+use crate::virtio::features::{VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC};
+use crate::virtio::incident::{DeviceIncident, IncidentLog};
+use crate::virtio::memory::GuestMemory;
+use crate::virtio::queue::Virtqueue;
 use core::fmt;
 
 /// The driver broke a virtqueue rule: the device must set DEVICE_NEEDS_RESET (2.1.2) and stop.

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use vdev_virtio::console::*;
-use vdev_virtio::DeviceIncident;
+use vdev::virtio::console::*;
+use vdev::virtio::DeviceIncident;
 
 #[derive(Default)]
 struct Screen(Vec<u8>);
@@ -176,7 +176,7 @@ fn a_driver_reset_forgets_output_in_progress() {
     d.add_chain(1, &[ro(at, 3000)]);
     d.notify(1);
     assert!(d.mmio.has_pending_work());
-    d.reinit(!vdev_virtio::features::VIRTIO_F_EVENT_IDX);
+    d.reinit(!vdev::virtio::features::VIRTIO_F_EVENT_IDX);
     assert!(!d.mmio.has_pending_work(), "the old queue's chain is not the new driver's");
     d.mmio.continue_work(&d.mem);
     assert_eq!(d.mmio.device().backend().0.len() as u64, TX_BUDGET);

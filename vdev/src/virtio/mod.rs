@@ -1,14 +1,6 @@
 //! virtio-mmio devices as guests see them (device side, virtio 1.2): the virtio-mmio version 2
 //! transport, split virtqueues over a guest-memory accessor, block, network and console device
 //! models with their backends behind traits, and the virtual switch.
-//!
-//! Nothing a guest writes (registers or ring contents) can make this crate panic, loop without
-//! bound, or allocate more than a small constant: driver bugs become failed requests or
-//! DEVICE_NEEDS_RESET, and an incident the hypervisor can log.
-#![cfg_attr(not(test), no_std)]
-#![forbid(unsafe_code)]
-
-extern crate alloc;
 
 pub mod block;
 pub mod bounce;

@@ -3,9 +3,9 @@
 //! It also offers raw access to the rings so tests can write what a buggy driver would.
 #![allow(dead_code)]
 
-use vdev_virtio::features::{status, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VIRTIO_F_VERSION_1};
-use vdev_virtio::transport::regs;
-use vdev_virtio::{GuestMemory, VecMemory, VirtioDevice, VirtioMmio};
+use vdev::virtio::features::{status, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VIRTIO_F_VERSION_1};
+use vdev::virtio::transport::regs;
+use vdev::virtio::{GuestMemory, VecMemory, VirtioDevice, VirtioMmio};
 
 pub const RAM_BASE: u64 = 0x4000_0000;
 pub const RAM_SIZE: usize = 1 << 20;

@@ -5,7 +5,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::memory::GuestMemoryError;
+use crate::virtio::memory::GuestMemoryError;
 
 /// How many incidents are kept between two `take_incidents` calls.
 pub const INCIDENT_LOG_CAPACITY: usize = 16;

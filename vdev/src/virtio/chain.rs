@@ -8,8 +8,8 @@
 
 use alloc::vec::Vec;
 
-use crate::incident::DeviceIncident;
-use crate::memory::{GuestMemory, Segment};
+use crate::virtio::incident::DeviceIncident;
+use crate::virtio::memory::{GuestMemory, Segment};
 
 /// Descriptor flags (2.7.5).
 pub const VIRTQ_DESC_F_NEXT: u16 = 1;
@@ -69,7 +69,7 @@ fn decode(raw: &[u8; 16]) -> Descriptor {
 fn read_descriptor(mem: &dyn GuestMemory, table: u64, index: u16, queue: u16) -> Result<Descriptor, DeviceIncident> {
     let addr = table.checked_add(u64::from(index) * DESCRIPTOR_SIZE).ok_or(DeviceIncident::RingOutsideRam {
         queue,
-        error: crate::memory::GuestMemoryError { addr: table, len: DESCRIPTOR_SIZE },
+        error: crate::virtio::memory::GuestMemoryError { addr: table, len: DESCRIPTOR_SIZE },
     })?;
     let mut raw = [0u8; 16];
     mem.read(addr, &mut raw).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })?;

@@ -6,10 +6,10 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use vdev_virtio::block::{RamDisk, VirtioBlock, VIRTIO_BLK_S_OK, VIRTIO_BLK_T_FLUSH};
-use vdev_virtio::console::{ConsoleBackend, VirtioConsole};
-use vdev_virtio::net::{NetBackend, VirtioNet};
-use vdev_virtio::{GuestMemory, VecMemory, VirtioDevice, VirtioMmio};
+use vdev::virtio::block::{RamDisk, VirtioBlock, VIRTIO_BLK_S_OK, VIRTIO_BLK_T_FLUSH};
+use vdev::virtio::console::{ConsoleBackend, VirtioConsole};
+use vdev::virtio::net::{NetBackend, VirtioNet};
+use vdev::virtio::{GuestMemory, VecMemory, VirtioDevice, VirtioMmio};
 
 struct Sink;
 impl ConsoleBackend for Sink {
@@ -80,7 +80,7 @@ fn rings() -> impl Strategy<Value = Rings> {
         any::<u16>(),
         0u16..4,
         prop::collection::vec(any::<u8>(), 0x1000),
-        prop_oneof![Just(!0u64), Just(!vdev_virtio::features::VIRTIO_F_EVENT_IDX), Just(1u64 << 32)],
+        prop_oneof![Just(!0u64), Just(!vdev::virtio::features::VIRTIO_F_EVENT_IDX), Just(1u64 << 32)],
     )
         .prop_map(|(descs, tables, heads, avail_idx, used_event, avail_flags, data, features)| Rings {
             descs,

@@ -4,11 +4,11 @@
 
 use alloc::collections::VecDeque;
 
-use crate::chain::Chain;
-use crate::device::{read_config_image, ConfigError, NeedsReset, QueueAccess, VirtioDevice};
-use crate::incident::DeviceIncident;
-use crate::transport::VirtioMmio;
-use crate::GuestMemory;
+use crate::virtio::chain::Chain;
+use crate::virtio::device::{read_config_image, ConfigError, NeedsReset, QueueAccess, VirtioDevice};
+use crate::virtio::incident::DeviceIncident;
+use crate::virtio::transport::VirtioMmio;
+use crate::virtio::GuestMemory;
 
 /// Queue indices (5.3.2): receiveq0 and transmitq0 only, no multiport.
 pub const RECEIVEQ: u16 = 0;

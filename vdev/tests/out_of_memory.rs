@@ -9,9 +9,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use common::*;
-use vdev_virtio::block::*;
-use vdev_virtio::console::{ConsoleBackend, VirtioConsole};
-use vdev_virtio::net::{NetBackend, VirtioNet, NET_HDR_LEN, TRANSMITQ};
+use vdev::virtio::block::*;
+use vdev::virtio::console::{ConsoleBackend, VirtioConsole};
+use vdev::virtio::net::{NetBackend, VirtioNet, NET_HDR_LEN, TRANSMITQ};
 
 /// Refuses every allocation on this thread while `REFUSING` is set.
 struct Refusing;
@@ -65,7 +65,7 @@ fn a_block_request_with_no_heap_fails_for_the_guest_only() {
         "an I/O error or a device that needs a reset (status {status_byte:#x})"
     );
     // With the heap back, a reset device works again.
-    d.reinit(vdev_virtio::features::VIRTIO_F_VERSION_1);
+    d.reinit(vdev::virtio::features::VIRTIO_F_VERSION_1);
     d.add_chain(0, &[ro(header, 16), wr(data, 4096), wr(status, 1)]);
     d.notify(0);
     assert_eq!(d.peek(status, 1)[0], VIRTIO_BLK_S_OK);
@@ -96,7 +96,7 @@ fn a_transmitted_frame_with_no_heap_is_dropped_and_counted() {
     // The chain could not even be listed (its list is allocated): the device needs a reset.
     assert!(d.needs_reset());
     // With heap for the chain but none for the frame's copy: dropped, counted, used.
-    d.reinit(vdev_virtio::features::VIRTIO_F_VERSION_1);
+    d.reinit(vdev::virtio::features::VIRTIO_F_VERSION_1);
     d.add_chain(TRANSMITQ as usize, &[ro(frame, (NET_HDR_LEN + 1514) as u32)]);
     d.mmio.device_mut().backend_mut().refuse = true;
     d.notify(TRANSMITQ as usize);

@@ -2,7 +2,7 @@
 //! the destination, or out of the uplink; broadcast and multicast flood; nothing a port sends
 //! changes where other ports' traffic goes.
 
-use vdev_virtio::switch::{Forward, Port, PortId, Refusal, Switch};
+use vdev::virtio::switch::{Forward, Port, PortId, Refusal, Switch};
 
 fn frame(dst: [u8; 6], src: [u8; 6]) -> Vec<u8> {
     [&dst[..], &src[..], &[0x08, 0x00], &[0; 46]].concat()

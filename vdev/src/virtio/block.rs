@@ -9,10 +9,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::chain::Chain;
-use crate::device::{read_config_image, ConfigError, NeedsReset, QueueAccess, VirtioDevice};
-use crate::incident::DeviceIncident;
-use crate::memory::{GuestMemory, GuestMemoryError, Segment};
+use crate::virtio::chain::Chain;
+use crate::virtio::device::{read_config_image, ConfigError, NeedsReset, QueueAccess, VirtioDevice};
+use crate::virtio::incident::DeviceIncident;
+use crate::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 
 /// Feature bits (5.2.3).
 pub const VIRTIO_BLK_F_SIZE_MAX: u64 = 1 << 1;

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use vdev_virtio::console::{ConsoleBackend, VirtioConsole};
-use vdev_virtio::features::VIRTIO_F_EVENT_IDX;
-use vdev_virtio::net::{NetBackend, VirtioNet};
+use vdev::virtio::console::{ConsoleBackend, VirtioConsole};
+use vdev::virtio::features::VIRTIO_F_EVENT_IDX;
+use vdev::virtio::net::{NetBackend, VirtioNet};
 
 #[derive(Default)]
 struct Screen(Vec<u8>);

@@ -4,10 +4,10 @@
 mod common;
 
 use common::*;
-use vdev_virtio::features::status;
-use vdev_virtio::net::*;
-use vdev_virtio::transport::regs;
-use vdev_virtio::DeviceIncident;
+use vdev::virtio::features::status;
+use vdev::virtio::net::*;
+use vdev::virtio::transport::regs;
+use vdev::virtio::DeviceIncident;
 
 #[derive(Default)]
 struct Wire(Vec<Vec<u8>>);

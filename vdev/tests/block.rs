@@ -4,10 +4,10 @@
 mod common;
 
 use common::*;
-use vdev_virtio::block::*;
-use vdev_virtio::features::{VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
-use vdev_virtio::transport::regs;
-use vdev_virtio::DeviceIncident;
+use vdev::virtio::block::*;
+use vdev::virtio::features::{VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
+use vdev::virtio::transport::regs;
+use vdev::virtio::DeviceIncident;
 
 const ID: [u8; 20] = *b"hyp-disk-serial-0001";
 type Blk = Driver<VirtioBlock<RamDisk>>;
