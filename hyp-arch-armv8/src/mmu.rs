@@ -4,7 +4,7 @@
 
 use core::arch::asm;
 
-use aarch64_cpu::registers::Readable;
+use aarch64_cpu::registers::{Readable, ID_AA64MMFR0_EL1, SCTLR_EL2, TCR_EL2};
 use hyp_arch_arm::hyp_map::{ImageLayout, MapError, Table, Tables, MEMORY_ATTRIBUTES};
 use hyp_core::platform::Platform;
 
@@ -14,6 +14,10 @@ const MAX_L2_TABLES: usize = 16;
 const MAX_L3_TABLES: usize = 4;
 /// T0SZ = 25: 39-bit VA, translation starts at level 1 with 512 1 GiB entries.
 const T0SZ: u64 = 25;
+/// The RES1 bits of TCR_EL2 ([31], [23]) and SCTLR_EL2 (with HCR_EL2.E2H 0: ARM ARM D24.2),
+/// which `aarch64-cpu` does not name.
+const TCR_EL2_RES1: u64 = (1 << 31) | (1 << 23);
+const SCTLR_EL2_RES1: u64 = 0x30c5_0830;
 
 static mut L1_TABLE: Table = Table::EMPTY;
 static mut L2_TABLES: [Table; MAX_L2_TABLES] = [const { Table::EMPTY }; MAX_L2_TABLES];
@@ -44,17 +48,20 @@ pub fn build(platform: &Platform<'_>, image: ImageLayout) -> Result<MmuRegisters
         }
     };
     let ttbr0 = tables.build(platform, image)?;
-    let parange = aarch64_cpu::registers::ID_AA64MMFR0_EL1.get() & 0xf;
-    // TG0 (bits [15:14]) stays 0: 4 KiB granule.
-    let tcr = T0SZ
-        | (0b01 << 8)   // IRGN0: write-back read/write-allocate
-        | (0b01 << 10)  // ORGN0: write-back read/write-allocate
-        | (0b11 << 12)  // SH0: inner shareable
-        | (parange.min(0b101) << 16) // PS
-        | (1 << 23) | (1 << 31); // RES1
-                                 // SCTLR_EL2: RES1 bits, M, C, SA, I, WXN (D24.2.175: any writable page is
-                                 // non-executable whatever its descriptor says).
-    let sctlr = 0x30c5_0830 | (1 << 0) | (1 << 2) | (1 << 3) | (1 << 12) | (1 << 19);
+    let parange = ID_AA64MMFR0_EL1.read(ID_AA64MMFR0_EL1::PARange).min(0b101);
+    let tcr = TCR_EL2::T0SZ.val(T0SZ)
+        + TCR_EL2::TG0::KiB_4
+        + TCR_EL2::IRGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable
+        + TCR_EL2::ORGN0::WriteBack_ReadAlloc_WriteAlloc_Cacheable
+        + TCR_EL2::SH0::Inner
+        + TCR_EL2::PS.val(parange);
+    // WXN: any writable page is non-executable whatever its descriptor says (D24.2.175).
+    let sctlr = SCTLR_EL2::M::Enable
+        + SCTLR_EL2::C::Cacheable
+        + SCTLR_EL2::SA::Enable
+        + SCTLR_EL2::I::Cacheable
+        + SCTLR_EL2::WXN::Enable;
+    let (tcr, sctlr) = (tcr.value | TCR_EL2_RES1, sctlr.value | SCTLR_EL2_RES1);
     Ok(MmuRegisters { mair: MEMORY_ATTRIBUTES, tcr, ttbr0, sctlr })
 }
 

@@ -272,13 +272,15 @@ impl VcpuCpu for OnCpu {
 
     /// CNTV_CVAL_EL0 is in the VM's virtual count: its physical deadline adds CNTVOFF.
     fn timer_deadline(vm: &Vm) -> Option<u64> {
-        (sysreg!("cntv_ctl_el0") & 0b11 == 0b01).then(|| sysreg!("cntv_cval_el0").wrapping_add(vm.counter_offset))
+        CNTV_CTL_EL0
+            .matches_all(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::IMASK::CLEAR)
+            .then(|| CNTV_CVAL_EL0.get().wrapping_add(vm.counter_offset))
     }
 
     /// Asserted when CNTV_CTL_EL0.ENABLE and ISTATUS are set and IMASK is clear (ARM ARM
     /// D12.x, "The virtual timer").
     fn timer_line() -> bool {
-        sysreg!("cntv_ctl_el0") & 0b111 == 0b101
+        CNTV_CTL_EL0.matches_all(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::ISTATUS::SET + CNTV_CTL_EL0::IMASK::CLEAR)
     }
 
     fn timer_ppi() -> u32 {
