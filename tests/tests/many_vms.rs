@@ -24,6 +24,23 @@ fn last_lines(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// What VM `name` says of its network (carrier, operstate, link, counters, its virtio
+/// interrupts), asked on its own console: when a ping fails, whether the frames reached it
+/// and whether its interface could answer (web's pings to batch have failed now and then:
+/// the last lines of such a run showed no "link becomes ready" from batch).
+fn network_state(s: &mut Session, name: &str) -> String {
+    command(s, &format!("focus {name}"));
+    s.send_line("").unwrap();
+    wait_for_shell_prompt(s);
+    let state = run(
+        s,
+        "cat /sys/class/net/eth0/carrier /sys/class/net/eth0/operstate; ip link show eth0; cat /proc/net/dev; \
+         grep -i virtio /proc/interrupts; cat /proc/loadavg",
+    );
+    command(s, "focus web");
+    state
+}
+
 fn expect(s: &mut Session, text: &str, within: Duration) -> String {
     s.wait_for(text, within).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -62,13 +79,15 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     wait_for_shell_prompt(&mut s);
     let work = run(&mut s, "seq 1 200000 | sort -nr | head -n 1");
     assert_output_line(&work, "200000", "web works");
-    for peer in ["10.0.2.16", "10.0.2.17"] {
+    for (peer, name) in [("10.0.2.16", "db"), ("10.0.2.17", "batch")] {
         let ping = run(&mut s, &format!("ping -c 3 -W 5 {peer}"));
-        assert!(
-            ping.contains("3 packets transmitted, 3 packets received"),
-            "web pings {peer}: {ping}\nthe console's last lines:\n{}",
-            last_lines(&s.console(), 150)
-        );
+        if !ping.contains("3 packets transmitted, 3 packets received") {
+            let peer_state = network_state(&mut s, name);
+            panic!(
+                "web pings {peer}: {ping}\n{name}'s network then:\n{peer_state}\nthe console's last lines:\n{}",
+                last_lines(&s.console(), 150)
+            );
+        }
     }
 
     // The console moves to batch, whose vCPUs are shared.
