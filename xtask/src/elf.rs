@@ -12,12 +12,13 @@ const ARM64_MAGIC: &[u8; 4] = b"ARM\x64";
 /// p_flags' execute permission (ELF specification, program header).
 const PF_X: u32 = 1;
 
-struct Segment {
-    offset: u64,
-    vaddr: u64,
-    filesz: u64,
-    memsz: u64,
-    flags: u32,
+/// A PT_LOAD segment as the program header describes it.
+pub(crate) struct Segment {
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub flags: u32,
 }
 
 /// The PT_LOAD segments of an ELF file (32- or 64-bit: the `object` crate reads both) that
@@ -82,6 +83,31 @@ pub fn to_image(elf: &[u8], what: &str) -> Result<Vec<u8>, XtaskError> {
     Ok(image)
 }
 
+/// An ELF64 file of `len` bytes for AArch64 with `segments` as its PT_LOAD program headers
+/// (right after its header) and nothing else: the tests' stand-in for a linked image.
+#[cfg(test)]
+pub(crate) fn elf64(len: usize, segments: &[Segment]) -> Vec<u8> {
+    let mut e = vec![0u8; len];
+    // ELFCLASS64, ELFDATA2LSB, EV_CURRENT; ET_EXEC for EM_AARCH64; a 64-byte header.
+    e[0..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+    e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
+    e[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
+    e[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
+    e[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
+    e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+    e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+    e[0x38..0x3a].copy_from_slice(&(segments.len() as u16).to_le_bytes());
+    for (i, s) in segments.iter().enumerate() {
+        let ph = 0x40 + i * 56;
+        e[ph..ph + 4].copy_from_slice(&object::elf::PT_LOAD.to_le_bytes());
+        e[ph + 4..ph + 8].copy_from_slice(&s.flags.to_le_bytes());
+        for (at, value) in [(8, s.offset), (16, s.vaddr), (32, s.filesz), (40, s.memsz)] {
+            e[ph + at..ph + at + 8].copy_from_slice(&value.to_le_bytes());
+        }
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,25 +115,11 @@ mod tests {
     /// A minimal ELF64 with two PT_LOAD segments: a header-bearing text at 0x1000 and a
     /// BSS-only segment after it.
     fn elf() -> Vec<u8> {
-        let mut e = vec![0u8; 0x200];
-        // ELFCLASS64, ELFDATA2LSB, EV_CURRENT; ET_EXEC for EM_AARCH64; a 64-byte header.
-        e[0..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
-        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
-        e[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
-        e[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
-        e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
-        e[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
-        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-        let ph = |e: &mut Vec<u8>, at: usize, offset: u64, vaddr: u64, filesz: u64, memsz: u64| {
-            e[at..at + 4].copy_from_slice(&object::elf::PT_LOAD.to_le_bytes());
-            e[at + 8..at + 16].copy_from_slice(&offset.to_le_bytes());
-            e[at + 16..at + 24].copy_from_slice(&vaddr.to_le_bytes());
-            e[at + 32..at + 40].copy_from_slice(&filesz.to_le_bytes());
-            e[at + 40..at + 48].copy_from_slice(&memsz.to_le_bytes());
-        };
-        ph(&mut e, 0x40, 0x100, 0x1000, 0x40, 0x40);
-        ph(&mut e, 0x40 + 56, 0, 0x3000, 0, 0x2800);
+        let segments = [
+            Segment { offset: 0x100, vaddr: 0x1000, filesz: 0x40, memsz: 0x40, flags: 5 },
+            Segment { offset: 0, vaddr: 0x3000, filesz: 0, memsz: 0x2800, flags: 6 },
+        ];
+        let mut e = elf64(0x200, &segments);
         e[0x100 + MAGIC_OFFSET..0x100 + MAGIC_OFFSET + 4].copy_from_slice(ARM64_MAGIC);
         e[0x100] = 0xaa;
         e

@@ -245,26 +245,16 @@ mod tests {
     /// (the layout of the hypervisor's: code at 0, read-only data after it).
     fn elf(code: &[u8], data: &[u8]) -> Vec<u8> {
         let (code_at, data_at) = (0x100usize, 0x200usize);
-        let mut e = vec![0u8; data_at + data.len()];
-        // ELFCLASS64, ELFDATA2LSB, EV_CURRENT; ET_EXEC for EM_AARCH64; a 64-byte header.
-        e[0..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
-        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
-        e[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
-        e[0x14..0x18].copy_from_slice(&1u32.to_le_bytes());
-        e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
-        e[0x20..0x28].copy_from_slice(&0x40u64.to_le_bytes());
-        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x38..0x3a].copy_from_slice(&2u16.to_le_bytes());
-        for (i, (offset, bytes, flags)) in [(code_at, code, 5u32), (data_at, data, 4u32)].into_iter().enumerate() {
-            let ph = 0x40 + i * 56;
-            e[ph..ph + 4].copy_from_slice(&1u32.to_le_bytes());
-            e[ph + 4..ph + 8].copy_from_slice(&flags.to_le_bytes());
-            e[ph + 8..ph + 16].copy_from_slice(&(offset as u64).to_le_bytes());
-            e[ph + 16..ph + 24].copy_from_slice(&(offset as u64 * 16).to_le_bytes());
-            e[ph + 32..ph + 40].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-            e[ph + 40..ph + 48].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-            e[offset..offset + bytes.len()].copy_from_slice(bytes);
-        }
+        let segment = |offset: usize, bytes: &[u8], flags| elf::Segment {
+            offset: offset as u64,
+            vaddr: offset as u64 * 16,
+            filesz: bytes.len() as u64,
+            memsz: bytes.len() as u64,
+            flags,
+        };
+        let mut e = elf::elf64(data_at + data.len(), &[segment(code_at, code, 5), segment(data_at, data, 4)]);
+        e[code_at..code_at + code.len()].copy_from_slice(code);
+        e[data_at..data_at + data.len()].copy_from_slice(data);
         e
     }
 
