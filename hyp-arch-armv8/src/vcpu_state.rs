@@ -14,7 +14,9 @@
 
 use core::arch::{asm, global_asm};
 
+use hyp_core::coprocessor::RegisterPart;
 use hyp_core::debug_registers::DebugRegisters;
+use hyp_core::image::ExecutionState;
 use hyp_core::set_way::SetWayState;
 use hyp_core::sysreg::VmControlRegister;
 
@@ -48,6 +50,15 @@ pub struct El1Registers {
     tpidrro_el0: u64,
     sp_el0: u64,
     csselr: u64,
+    // What only an AArch32 EL1 uses, kept in EL2 registers: the SPSRs of its Abort,
+    // Undefined, IRQ and FIQ modes (its Supervisor SPSR is SPSR_EL1), DACR, IFSR, FPEXC.
+    spsr_abt: u64,
+    spsr_und: u64,
+    spsr_irq: u64,
+    spsr_fiq: u64,
+    dacr32: u64,
+    ifsr32: u64,
+    fpexc32: u64,
 }
 
 /// The FP/SIMD registers: V0-V31, then FPCR and FPSR.
@@ -76,14 +87,22 @@ pub struct SavedVcpu {
 /// SCTLR_EL1 at reset with the MMU and caches off: its RES1 bits only (ARMv8.0; booting.rst
 /// asks for the MMU and data cache off).
 const SCTLR_EL1_RESET: u64 = 0x30d0_0800;
+/// SCTLR of an AArch32 EL1 at reset, MMU and caches off: as a Cortex-A15 resets (0x00c50078:
+/// the RES1 bits, CP15BEN, nTWE, nTWI), with bit 11, RES1 on ARMv8 (ARM ARM G8, SCTLR). AArch64's value would
+/// set AFE and UWXN, which change what the guest's first page tables mean.
+const SCTLR_AARCH32_RESET: u64 = 0x00c5_0878;
 
 impl SavedVcpu {
     /// A vCPU as it starts: every EL1 and EL0 register, the FP/SIMD registers, FPCR and
     /// FPSR, the virtual timer, the GIC virtual CPU interface and the debug registers at
     /// zero, but SCTLR_EL1's RES1 bits (ARM ARM D1.9, "Reset": what the architecture leaves
     /// UNKNOWN is zero here, so no earlier context shows through).
-    pub fn at_reset() -> SavedVcpu {
-        SavedVcpu { el1: El1Registers { sctlr: SCTLR_EL1_RESET, ..El1Registers::default() }, ..SavedVcpu::default() }
+    pub fn at_reset(state: ExecutionState) -> SavedVcpu {
+        let sctlr = match state {
+            ExecutionState::Aarch64 => SCTLR_EL1_RESET,
+            ExecutionState::Aarch32 => SCTLR_AARCH32_RESET,
+        };
+        SavedVcpu { el1: El1Registers { sctlr, ..El1Registers::default() }, ..SavedVcpu::default() }
     }
 }
 
@@ -149,7 +168,8 @@ macro_rules! el1_registers {
             vbar "vbar_el1", contextidr "contextidr_el1", amair "amair_el1", cntkctl "cntkctl_el1",
             par "par_el1", tpidr_el1 "tpidr_el1", sp_el1 "sp_el1", elr "elr_el1", spsr "spsr_el1",
             tpidr_el0 "tpidr_el0", tpidrro_el0 "tpidrro_el0", sp_el0 "sp_el0",
-            csselr "csselr_el1"
+            csselr "csselr_el1", spsr_abt "spsr_abt", spsr_und "spsr_und", spsr_irq "spsr_irq",
+            spsr_fiq "spsr_fiq", dacr32 "dacr32_el2", ifsr32 "ifsr32_el2", fpexc32 "fpexc32_el2"
         )
     };
 }
@@ -215,14 +235,20 @@ pub fn restore(saved: &SavedVcpu, lrs: ListRegisterFile) {
     };
 }
 
-/// A guest's write to one of its VM control registers, trapped by HCR_EL2.TVM, carried out.
-pub fn write_control_register(register: VmControlRegister, value: u64) {
+/// A guest's write to one of its VM control registers, trapped by HCR_EL2.TVM, carried out:
+/// `value` into `part` of it (an AArch32 guest's register may be half of one).
+pub fn write_control_register(register: VmControlRegister, part: RegisterPart, value: u64) {
     macro_rules! write {
-        ($reg:literal) => {
+        ($reg:literal) => {{
+            let mut old = 0u64;
+            if part != RegisterPart::Whole {
+                // SAFETY: reading an EL1 register of the vCPU running here has no side effect.
+                unsafe { asm!(concat!("mrs {}, ", $reg), out(reg) old, options(nomem, nostack)) };
+            }
             // SAFETY: an EL1 register of the vCPU running on this CPU, written as the guest
             // asked; HCR_EL2.TVM only made the write trap.
-            unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) value, options(nostack)) }
-        };
+            unsafe { asm!(concat!("msr ", $reg, ", {}"), in(reg) part.merge(old, value), options(nostack)) }
+        }};
     }
     match register {
         VmControlRegister::Sctlr => write!("sctlr_el1"),
@@ -236,5 +262,7 @@ pub fn write_control_register(register: VmControlRegister, value: u64) {
         VmControlRegister::Mair => write!("mair_el1"),
         VmControlRegister::Amair => write!("amair_el1"),
         VmControlRegister::Contextidr => write!("contextidr_el1"),
+        VmControlRegister::Dacr => write!("dacr32_el2"),
+        VmControlRegister::Ifsr => write!("ifsr32_el2"),
     }
 }

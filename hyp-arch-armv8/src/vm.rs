@@ -9,10 +9,13 @@ use aarch64_cpu::registers::*;
 use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
+use hyp_core::image::ExecutionState;
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
-use hyp_core::syndrome::Syndrome;
+use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
+use hyp_core::trap::aarch32::{mode, Aarch32View, HypExit};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
+use hyp_core::vcpu_power::VcpuStart;
 
 use crate::arch::{Aarch64, HYPERVISOR};
 use crate::exceptions::{run_guest, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
@@ -24,6 +27,11 @@ use vgic::{Distributor, IntId};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
+/// CPSR at an AArch32 guest's first instruction: Supervisor mode, A, I, F masked, A32
+/// (Documentation/arch/arm/booting.rst; PSCI CPU_ON's entry state, DEN 0022 6.4.3).
+const CPSR_SVC_MASKED: u64 = 0x1d3;
+/// PSTATE.nRW [4]: the guest trapped from AArch32.
+const PSTATE_AARCH32: u64 = 1 << 4;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
 /// interrupts and SErrors to EL2), FB and BSU = inner shareable (broadcast maintenance), TSC
 /// (trap SMC), TIDCP (trap IMPLEMENTATION DEFINED registers), TACR (trap ACTLR), TSW (trap
@@ -86,6 +94,49 @@ fn enter_el2_state(vm: &Vm, vcpu: usize, hcr: u64) {
     unsafe { asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack)) };
 }
 
+/// An exception into an AArch32 guest's EL1: its Undefined or Abort mode's LR (held in X22
+/// or X20) and SPSR, its fault status and address registers (DFSR is ESR_EL1[31:0], DFAR
+/// FAR_EL1[31:0], IFSR IFSR32_EL2, IFAR FAR_EL1[63:32]), then its vector.
+fn inject_aarch32(ctx: &mut GuestContext, exception: InjectedException) {
+    let sctlr = sysreg!("sctlr_el1") as u32;
+    let vbar = sysreg!("vbar_el1") as u32;
+    // TTBCR.EAE [31]: the guest uses long descriptors, and their fault status format.
+    let long_descriptors = sysreg!("tcr_el1") >> 31 & 1 == 1;
+    let e = exit::exception_to_aarch32(ctx.pstate as u32, ctx.pc as u32, sctlr, vbar, long_descriptors, exception);
+    let far = sysreg!("far_el1");
+    // SAFETY: writes the guest's AArch32 exception registers, which belong to the running
+    // vCPU.
+    unsafe {
+        if e.mode == mode::UND {
+            asm!("msr spsr_und, {}", in(reg) u64::from(e.spsr), options(nostack));
+        } else {
+            asm!("msr spsr_abt, {}", in(reg) u64::from(e.spsr), options(nostack));
+        }
+        match e.fault {
+            Some(f) if f.instruction => asm!(
+                "msr ifsr32_el2, {fsr}",
+                "msr far_el1, {far}",
+                fsr = in(reg) u64::from(f.status),
+                far = in(reg) (far & 0xffff_ffff) | u64::from(f.address) << 32,
+                options(nostack)
+            ),
+            Some(f) => asm!(
+                "msr esr_el1, {fsr}",
+                "msr far_el1, {far}",
+                fsr = in(reg) u64::from(f.status),
+                far = in(reg) (far & !0xffff_ffff) | u64::from(f.address),
+                options(nostack)
+            ),
+            None => {}
+        }
+    }
+    if let Some(lr) = hyp_core::trap::aarch32::aarch64_register(e.mode, 14) {
+        ctx.x[lr] = u64::from(e.lr);
+    }
+    ctx.pc = u64::from(e.pc);
+    ctx.pstate = u64::from(e.cpsr);
+}
+
 /// What a vCPU holds of its physical CPU while it runs there: the list registers, its traps
 /// (HCR_EL2) and, while its debug is on, the hardware debug registers.
 pub struct OnCpu {
@@ -93,6 +144,8 @@ pub struct OnCpu {
     set_way: SetWayState,
     /// HCR_EL2 but TVM.
     hcr: u64,
+    /// The execution state the VM's kernel started in.
+    state: ExecutionState,
     lrs: ListRegisterFile,
     /// The vCPU's debug registers (its accesses trap here).
     debug: DebugRegisters,
@@ -111,6 +164,7 @@ impl OnCpu {
 impl VcpuCpu for OnCpu {
     type V = Aarch64;
     type Registers = GuestContext;
+    type Aarch32<'a> = Aarch32View<'a>;
     type Saved = SavedVcpu;
     type ListRegisters = ListRegisterFile;
     type IdRegisters = HardwareIdRegisters;
@@ -133,7 +187,12 @@ impl VcpuCpu for OnCpu {
             debug_loaded: false,
             geometry: crate::debug_hw::geometry(),
             set_way: resumed.map_or(SetWayState::default(), |r| r.set_way),
-            hcr: HCR_GUEST | if shares { HCR_WFX } else { 0 },
+            state: vm.execution_state(),
+            hcr: match vm.execution_state() {
+                ExecutionState::Aarch64 => HCR_GUEST,
+                // RW clear: EL1 (and so EL0) is AArch32.
+                ExecutionState::Aarch32 => HCR_GUEST & !HCR_EL2::RW::EL1IsAarch64.value,
+            } | if shares { HCR_WFX } else { 0 },
         };
         enter_el2_state(vm, vcpu, here.hcr());
         here
@@ -145,13 +204,38 @@ impl VcpuCpu for OnCpu {
     }
 
     fn restore_at_reset(&mut self) {
-        vcpu_state::restore(&SavedVcpu::at_reset(), self.lrs);
+        vcpu_state::restore(&SavedVcpu::at_reset(self.state), self.lrs);
     }
 
-    fn fresh_registers(entry: u64, context: u64) -> GuestContext {
-        let mut ctx = GuestContext { pc: entry, pstate: PSTATE_EL1H_MASKED, ..Default::default() };
-        ctx.x[0] = context;
+    fn fresh_registers(state: ExecutionState, start: VcpuStart) -> GuestContext {
+        let mut ctx = GuestContext::default();
+        match state {
+            ExecutionState::Aarch64 => {
+                (ctx.pc, ctx.pstate, ctx.x[0]) = (start.entry, PSTATE_EL1H_MASKED, start.context);
+            }
+            // A T32 entry point has bit 0 set (PSCI CPU_ON).
+            ExecutionState::Aarch32 => {
+                let thumb = start.entry & 1;
+                (ctx.pc, ctx.pstate) = (start.entry & !1, CPSR_SVC_MASKED | thumb << 5);
+                if start.kernel {
+                    // r0 = 0, r1 = the machine type (~0: none, the device tree says), r2 =
+                    // the device tree.
+                    (ctx.x[0], ctx.x[1], ctx.x[2]) = (0, 0xffff_ffff, start.context);
+                } else {
+                    ctx.x[0] = start.context;
+                }
+            }
+        }
         ctx
+    }
+
+    #[inline(always)]
+    fn in_aarch32(ctx: &GuestContext) -> bool {
+        ctx.pstate & PSTATE_AARCH32 != 0
+    }
+
+    fn aarch32(ctx: &mut GuestContext) -> Aarch32View<'_> {
+        Aarch32View(ctx)
     }
 
     fn save(&mut self) -> SavedVcpu {
@@ -194,7 +278,16 @@ impl VcpuCpu for OnCpu {
     }
 
     #[inline(always)]
-    fn decode(exit: &SyncExit) -> DecodedExit {
+    fn decode(exit: &SyncExit, ctx: &GuestContext) -> DecodedExit {
+        if Self::in_aarch32(ctx) {
+            // FAR_EL2 holds HDFAR in [31:0] and HIFAR in [63:32] for an AArch32 guest.
+            let instruction = exit.syndrome.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
+            let far = if instruction { exit.far >> 32 } else { exit.far };
+            let hsr = exit.syndrome.0 as u32;
+            let hyp =
+                HypExit { hsr, far: far as u32, hpfar: exit.hpfar as u32, cpsr: ctx.pstate as u32, aarch64_view: true };
+            return hyp_core::trap::aarch32::decode(&hyp);
+        }
         hyp_core::trap::aarch64::decode(exit)
     }
 
@@ -221,12 +314,15 @@ impl VcpuCpu for OnCpu {
     fn cache_maintenance(&mut self, vm: &Vm, ctx: &mut GuestContext, bytes: u8, trap: CacheMaintenance) {
         let (trap, write) = match trap {
             CacheMaintenance::SetWay => (CacheTrap::SetWay, None),
-            CacheMaintenance::ControlWrite { register: VmControlRegister::Sctlr, value } => (
-                CacheTrap::SctlrWrite { old: sysreg!("sctlr_el1"), new: value },
-                Some((VmControlRegister::Sctlr, value)),
-            ),
-            CacheMaintenance::ControlWrite { register, value } => {
-                (CacheTrap::OtherControlWrite, Some((register, value)))
+            CacheMaintenance::ControlWrite { register: VmControlRegister::Sctlr, part, value } => {
+                let old = sysreg!("sctlr_el1");
+                (
+                    CacheTrap::SctlrWrite { old, new: part.merge(old, value) },
+                    Some((VmControlRegister::Sctlr, part, value)),
+                )
+            }
+            CacheMaintenance::ControlWrite { register, part, value } => {
+                (CacheTrap::OtherControlWrite, Some((register, part, value)))
             }
         };
         let trapping = self.set_way.trapping_controls();
@@ -239,10 +335,14 @@ impl VcpuCpu for OnCpu {
             }
             CacheStep::Complete => {}
         }
-        if let Some((register, value)) = write {
-            vcpu_state::write_control_register(register, value);
+        if let Some((register, part, value)) = write {
+            vcpu_state::write_control_register(register, part, value);
         }
-        ctx.advance_pc(bytes);
+        if Self::in_aarch32(ctx) {
+            Aarch32View(ctx).advance_pc(bytes);
+        } else {
+            ctx.advance_pc(bytes);
+        }
         if self.set_way.trapping_controls() != trapping {
             write_hcr(self.hcr());
         }
@@ -250,6 +350,9 @@ impl VcpuCpu for OnCpu {
 
     /// To the guest's EL1 vector (its registers are live in this CPU).
     fn inject(&mut self, ctx: &mut GuestContext, exception: InjectedException, bytes: u8) {
+        if Self::in_aarch32(ctx) {
+            return inject_aarch32(ctx, exception);
+        }
         let e = exit::exception_to_el1(ctx, sysreg!("vbar_el1"), exception, bytes == 4);
         // SAFETY: writes the guest's EL1 exception registers, which belong to the running vCPU.
         unsafe {

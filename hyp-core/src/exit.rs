@@ -11,12 +11,13 @@ use core::fmt;
 
 use stage2::Ipa;
 
+use crate::coprocessor::{self, RegisterPart};
 use crate::mmio::{MmioDispatch, MmioError};
 use crate::smccc::{self, Hypercall};
 use crate::syndrome::{ExceptionClass, MmioAccess, Syndrome};
 pub use crate::sysreg::SysRegEnv;
 use crate::sysreg::{self, SgiGenerationRegister, SysRegAction, VmControlRegister};
-use crate::trap::{self, CoprocessorAccess, DecodedExit, GuestRegisters, Trap};
+use crate::trap::{self, CoprocessorAccess, DecodedExit, GuestRegisters, Trap, WideCoprocessorAccess};
 
 /// A vCPU's general registers, PC and PSTATE as saved on exit (layout shared with the exit
 /// assembly: x0..x30 at 0, pc at 248, pstate at 256).
@@ -90,7 +91,7 @@ pub enum Outcome {
     SetWay,
     /// A write of `value` to a VM control register, trapped by HCR_EL2.TVM while set/way
     /// maintenance is watched (hyp_core::set_way). The PC is still at the instruction.
-    ControlWrite { register: VmControlRegister, value: u64 },
+    ControlWrite { register: VmControlRegister, part: RegisterPart, value: u64 },
     /// A write of `value` to ICC_SGI1R_EL1, ICC_ASGI1R_EL1 or ICC_SGI0R_EL1: generate the
     /// SGIs, then resume (the PC is already past the instruction).
     GenerateSgi { register: SgiGenerationRegister, value: u64 },
@@ -136,6 +137,11 @@ pub enum Incident {
         cp: u8,
         access: CoprocessorAccess,
     },
+    /// An AArch32 MCRR/MRRC to a coprocessor register the hypervisor does not emulate.
+    WideCoprocessor {
+        cp: u8,
+        access: WideCoprocessorAccess,
+    },
     UnexpectedClass {
         class: ExceptionClass,
     },
@@ -161,6 +167,10 @@ impl fmt::Display for Incident {
             Self::Coprocessor { cp, access: a } => write!(
                 f, "{} of p{cp}, {}, c{}, c{}, {}: not emulated, undefined instruction injected",
                 if a.is_read { "MRC" } else { "MCR" }, a.opc1, a.crn, a.crm, a.opc2
+            ),
+            Self::WideCoprocessor { cp, access: a } => write!(
+                f, "{} of p{cp}, {}, c{}: not emulated, undefined instruction injected",
+                if a.is_read { "MRRC" } else { "MCRR" }, a.opc1, a.crm
             ),
             Self::UnexpectedClass { class } => write!(f, "trap {class} not handled: undefined instruction injected"),
         }
@@ -227,32 +237,82 @@ pub fn handle(
                 (Outcome::Resume, None)
             }
         }
-        Trap::SystemRegister { access, iss } => match sysreg::emulate(&access, regs.reg(access.rt), sys) {
-            SysRegAction::Read(value) => {
-                regs.set_reg(access.rt, value);
-                regs.advance_pc(len);
-                (Outcome::Resume, None)
+        Trap::SystemRegister { access, iss } => {
+            let value = regs.reg(access.rt);
+            let answer = sysreg::emulate(&access, value, sys);
+            system_register(answer, RegisterPart::Whole, value, access.rt, regs, len, Incident::SystemRegister { iss })
+        }
+        Trap::Coprocessor { cp, access } => {
+            let value = regs.reg(access.rt);
+            let answer = coprocessor::emulate(cp, &access, value, sys);
+            system_register(
+                answer.action,
+                answer.part,
+                value,
+                access.rt,
+                regs,
+                len,
+                Incident::Coprocessor { cp, access },
+            )
+        }
+        Trap::WideCoprocessor { cp, access } => {
+            let answer = coprocessor::emulate_wide(cp, &access, sys.features());
+            if let SysRegAction::Read(value) = answer.action {
+                regs.set_reg(access.rt2, value >> 32);
             }
-            SysRegAction::WriteIgnored => {
-                regs.advance_pc(len);
-                (Outcome::Resume, None)
-            }
-            SysRegAction::SetWay => (Outcome::SetWay, None),
-            SysRegAction::ControlWrite(register) => {
-                (Outcome::ControlWrite { register, value: regs.reg(access.rt) }, None)
-            }
-            SysRegAction::DebugStateChanged => {
-                regs.advance_pc(len);
-                (Outcome::DebugStateChanged, None)
-            }
-            SysRegAction::GenerateSgi(register) => {
-                regs.advance_pc(len);
-                (Outcome::GenerateSgi { register, value: regs.reg(access.rt) }, None)
-            }
-            SysRegAction::Undefined => (Outcome::InjectUndefined, Some(Incident::SystemRegister { iss })),
-        },
-        Trap::Coprocessor { cp, access } => (Outcome::InjectUndefined, Some(Incident::Coprocessor { cp, access })),
+            let value = regs.reg(access.rt2) << 32 | regs.reg(access.rt);
+            system_register(
+                answer.action,
+                answer.part,
+                value,
+                access.rt,
+                regs,
+                len,
+                Incident::WideCoprocessor { cp, access },
+            )
+        }
+        Trap::ConditionFailed => {
+            regs.advance_pc(len);
+            (Outcome::Resume, None)
+        }
         Trap::Other(class) => (Outcome::InjectUndefined, Some(Incident::UnexpectedClass { class })),
+    }
+}
+
+/// The outcome of a trapped system register or coprocessor access whose emulation
+/// answered `action`: `value` is what a write writes (into `part` of a control register),
+/// `rt` the register a read fills.
+#[inline(always)]
+fn system_register(
+    action: SysRegAction,
+    part: RegisterPart,
+    value: u64,
+    rt: u8,
+    regs: &mut impl GuestRegisters,
+    len: u8,
+    undefined: Incident,
+) -> (Outcome, Option<Incident>) {
+    match action {
+        SysRegAction::Read(value) => {
+            regs.set_reg(rt, value);
+            regs.advance_pc(len);
+            (Outcome::Resume, None)
+        }
+        SysRegAction::WriteIgnored => {
+            regs.advance_pc(len);
+            (Outcome::Resume, None)
+        }
+        SysRegAction::SetWay => (Outcome::SetWay, None),
+        SysRegAction::ControlWrite(register) => (Outcome::ControlWrite { register, part, value }, None),
+        SysRegAction::DebugStateChanged => {
+            regs.advance_pc(len);
+            (Outcome::DebugStateChanged, None)
+        }
+        SysRegAction::GenerateSgi(register) => {
+            regs.advance_pc(len);
+            (Outcome::GenerateSgi { register, value }, None)
+        }
+        SysRegAction::Undefined => (Outcome::InjectUndefined, Some(undefined)),
     }
 }
 
@@ -352,6 +412,80 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
         spsr_el1: ctx.pstate,
         pc: vbar_el1.wrapping_add(vector_offset),
         pstate: PSTATE_EL1H_MASKED,
+    }
+}
+
+/// An exception entry to an AArch32 guest's EL1: the mode it enters, the registers it
+/// writes there, where it goes (ARM ARM G1, "Exception entry", "Exception vectors", and the
+/// table of link register offsets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aarch32Exception {
+    /// The mode taken to: Undefined or Abort.
+    pub mode: u32,
+    /// That mode's LR.
+    pub lr: u32,
+    /// That mode's SPSR: the CPSR the exception was taken from.
+    pub spsr: u32,
+    pub cpsr: u32,
+    pub pc: u32,
+    /// For an abort: its fault status and address registers.
+    pub fault: Option<Aarch32Fault>,
+}
+
+/// DFSR and DFAR (a data abort) or IFSR and IFAR (a prefetch abort).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Aarch32Fault {
+    pub instruction: bool,
+    pub status: u32,
+    pub address: u32,
+}
+
+/// SCTLR.V [13] (the vectors at 0xffff0000), EE [25], TE [30].
+const SCTLR_V: u32 = 1 << 13;
+const SCTLR_EE: u32 = 1 << 25;
+const SCTLR_TE: u32 = 1 << 30;
+/// CPSR bits exception entry sets, clears or replaces: IT [26:25, 15:10], J [24], E [9],
+/// A [8], I [7], T [5], M [4:0].
+const CPSR_ENTRY_FIELDS: u32 = 0x0700_ffbf | (1 << 9);
+
+/// Computes the entry into an AArch32 EL1's vector for `exception`, from CPSR `cpsr` at
+/// `pc`, with the guest's SCTLR, VBAR and TTBCR.EAE (`long_descriptors`: the fault status
+/// takes the LPAE format). A synchronous external abort has status 0b010000 with LPAE
+/// [9] set in the long format, 0b01000 in the short one.
+pub fn exception_to_aarch32(
+    cpsr: u32,
+    pc: u32,
+    sctlr: u32,
+    vbar: u32,
+    long_descriptors: bool,
+    exception: InjectedException,
+) -> Aarch32Exception {
+    use crate::trap::aarch32::{mode, CPSR_T};
+    let status = if long_descriptors { (1 << 9) | 0x10 } else { 0x08 };
+    let thumb = cpsr & CPSR_T != 0;
+    // (mode, vector offset, LR offset from the faulting instruction, A set, fault)
+    let (m, offset, lr, mask_aborts, fault) = match exception {
+        InjectedException::Undefined => (mode::UND, 0x04, if thumb { 2 } else { 4 }, false, None),
+        InjectedException::InstructionAbort { far } => {
+            (mode::ABT, 0x0c, 4, true, Some(Aarch32Fault { instruction: true, status, address: far as u32 }))
+        }
+        InjectedException::DataAbort { far } => {
+            (mode::ABT, 0x10, 8, true, Some(Aarch32Fault { instruction: false, status, address: far as u32 }))
+        }
+    };
+    let base = if sctlr & SCTLR_V != 0 { 0xffff_0000 } else { vbar };
+    let new = m
+        | (1 << 7)
+        | if mask_aborts { 1 << 8 } else { cpsr & (1 << 8) }
+        | if sctlr & SCTLR_EE != 0 { 1 << 9 } else { 0 }
+        | if sctlr & SCTLR_TE != 0 { CPSR_T } else { 0 };
+    Aarch32Exception {
+        mode: m,
+        lr: pc.wrapping_add(lr),
+        spsr: cpsr,
+        cpsr: (cpsr & !CPSR_ENTRY_FIELDS) | new,
+        pc: base.wrapping_add(offset),
+        fault,
     }
 }
 
@@ -588,7 +722,14 @@ mod tests {
         let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
         assert_eq!(
             handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()),
-            (Outcome::ControlWrite { register: VmControlRegister::Sctlr, value: 0x30d0_0805 }, None)
+            (
+                Outcome::ControlWrite {
+                    register: VmControlRegister::Sctlr,
+                    part: RegisterPart::Whole,
+                    value: 0x30d0_0805
+                },
+                None
+            )
         );
         assert_eq!(ctx.pc, 0);
     }
@@ -685,7 +826,7 @@ mod tests {
         use crate::trap::aarch32::{decode, HypExit, Registers};
         let mut regs = Registers { pc: 0x8000, ..Default::default() };
         regs.r[0] = smccc::PSCI_VERSION;
-        let hvc = decode(&HypExit { hsr: (0x12 << 26) | (1 << 25), far: 0, hpfar: 0 });
+        let hvc = decode(&HypExit { hsr: (0x12 << 26) | (1 << 25), far: 0, hpfar: 0, cpsr: 0x13, aarch64_view: false });
         let answer = handle(&hvc, &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
         assert_eq!(answer, (Outcome::Resume, None));
         assert_eq!(u64::from(regs.r[0]), smccc::PSCI_VERSION_1_1, "r0 holds the version");
@@ -693,14 +834,98 @@ mod tests {
         // A word store of r2 to the UART's data register, through the emulated PL011.
         regs.r[2] = u32::from(b'x');
         let iss = (1 << 24) | (2 << 22) | (2 << 16) | (1 << 6);
-        let store = decode(&HypExit { hsr: (0x24 << 26) | (1 << 25) | iss, far: 0x0900_0000, hpfar: 0x0900_0000 >> 8 });
+        let store = decode(&HypExit {
+            hsr: (0x24 << 26) | (1 << 25) | iss,
+            far: 0x0900_0000,
+            hpfar: 0x0900_0000 >> 8,
+            cpsr: 0x13,
+            aarch64_view: false,
+        });
         assert_eq!(handle(&store, &mut regs, 0, &mut bus_with_uart(), &mut Env::default()), (Outcome::Resume, None));
         assert_eq!(regs.pc, 0x8004, "the store completed");
-        // SCTLR read: not emulated yet, an undefined instruction and a line naming it.
-        let mrc = decode(&HypExit { hsr: (0x03 << 26) | (1 << 25) | (1 << 10) | (2 << 5) | 1, far: 0, hpfar: 0 });
-        let (outcome, incident) = handle(&mrc, &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        // SCTLR read (never trapped, so not emulated): an undefined instruction and a line
+        // naming it.
+        let mrc = |iss: u32| {
+            decode(&HypExit { hsr: (0x03 << 26) | (1 << 25) | iss, far: 0, hpfar: 0, cpsr: 0x13, aarch64_view: false })
+        };
+        let (outcome, incident) =
+            handle(&mrc((1 << 10) | (2 << 5) | 1), &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
         assert_eq!(outcome, Outcome::InjectUndefined);
         let line = alloc::format!("{}", incident.unwrap());
         assert_eq!(line, "MRC of p15, 0, c1, c0, 0: not emulated, undefined instruction injected");
+        // ACTLR read into r2: zero, and the MRC completes.
+        regs.r[2] = 7;
+        let (outcome, incident) =
+            handle(&mrc((1 << 17) | (1 << 10) | (2 << 5) | 1), &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!((outcome, incident, regs.r[2], regs.pc), (Outcome::Resume, None, 0, 0x8008));
+        // MCRR p15, 0, r4, r5, c2 (TTBR0) while watched: the whole register, Rt2:Rt.
+        (regs.r[4], regs.r[5]) = (0x8000_4000, 0x0100);
+        let mcrr = decode(&HypExit {
+            hsr: (0x04 << 26) | (1 << 25) | (5 << 10) | (4 << 5) | (2 << 1),
+            far: 0,
+            hpfar: 0,
+            cpsr: 0x13,
+            aarch64_view: false,
+        });
+        let (outcome, _) = handle(&mcrr, &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        let ttbr0 = Outcome::ControlWrite {
+            register: VmControlRegister::Ttbr0,
+            part: RegisterPart::Whole,
+            value: 0x100_8000_4000,
+        };
+        assert_eq!(outcome, ttbr0);
+        assert_eq!(regs.pc, 0x8008, "the write completes when the set/way emulation says");
+    }
+
+    #[test]
+    fn an_aarch32_guest_takes_an_injected_exception_at_its_own_vector() {
+        use crate::trap::aarch32::{mode, CPSR_T};
+        // From SVC in A32 with flags NZ set, IRQs unmasked, VBAR 0xc000_8000.
+        let cpsr = 0xc000_0000 | mode::SVC;
+        let undef = exception_to_aarch32(cpsr, 0x8000_1000, 0, 0xc000_8000, false, InjectedException::Undefined);
+        assert_eq!(
+            undef,
+            Aarch32Exception {
+                mode: mode::UND,
+                lr: 0x8000_1004,
+                spsr: cpsr,
+                cpsr: 0xc000_0000 | (1 << 7) | mode::UND,
+                pc: 0xc000_8004,
+                fault: None
+            }
+        );
+        // From T32 in an IT block (IT = 0x08): LR + 2, IT cleared; SCTLR.TE: the handler is T32.
+        let t32 = cpsr | CPSR_T | (0b10 << 10);
+        let undef = exception_to_aarch32(t32, 0x8000_1000, 1 << 30, 0, false, InjectedException::Undefined);
+        assert_eq!((undef.lr, undef.cpsr & 0x0600_fc00, undef.cpsr & CPSR_T), (0x8000_1002, 0, CPSR_T));
+        // A data abort with the vectors high (SCTLR.V) and LPAE descriptors: A masked too.
+        let dabt = exception_to_aarch32(
+            cpsr,
+            0x8000_1000,
+            1 << 13,
+            0,
+            true,
+            InjectedException::DataAbort { far: 0x0a00_0000 },
+        );
+        assert_eq!((dabt.mode, dabt.lr, dabt.pc), (mode::ABT, 0x8000_1008, 0xffff_0010));
+        assert_eq!(dabt.cpsr & 0x1ff, (1 << 8) | (1 << 7) | mode::ABT);
+        assert_eq!(dabt.fault, Some(Aarch32Fault { instruction: false, status: 0x210, address: 0x0a00_0000 }));
+        // A prefetch abort, short descriptors: IFSR's synchronous external abort.
+        let pabt = exception_to_aarch32(cpsr, 0x4000, 0, 0, false, InjectedException::InstructionAbort { far: 0x4000 });
+        assert_eq!((pabt.lr, pabt.pc), (0x4004, 0x0c));
+        assert_eq!(pabt.fault, Some(Aarch32Fault { instruction: true, status: 0x08, address: 0x4000 }));
+    }
+
+    #[test]
+    fn an_aarch32_guest_in_an_aarch64_frame_reads_an_id_register_into_its_banked_lr() {
+        use crate::trap::aarch32::{decode, Aarch32View, HypExit};
+        // MRC p15, 0, lr, c0, c1, 4 (ID_MMFR0) from Supervisor mode, as a Linux guest does:
+        // ESR_EL2 names LR_svc as x18.
+        let mut ctx = GuestContext { pc: 0xc120_43c4, pstate: 0x6000_01d3, ..Default::default() };
+        ctx.x[14] = 0xdead;
+        let exit = decode(&HypExit { hsr: 0x0fe8_0243, far: 0, hpfar: 0, cpsr: 0x6000_01d3, aarch64_view: true });
+        let answer = handle(&exit, &mut Aarch32View(&mut ctx), 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!(answer, (Outcome::Resume, None));
+        assert_eq!((ctx.x[18], ctx.x[14], ctx.pc), (0x1111_1111, 0xdead, 0xc120_43c8), "LR_svc is X18");
     }
 }

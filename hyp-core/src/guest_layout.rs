@@ -3,11 +3,14 @@
 //! its text_offset, the device tree 8-byte aligned in its own 2 MiB block (it must not cross
 //! a 2 MiB boundary when smaller than that), the initrd anywhere in RAM outside both. The
 //! device tree and initrd go at the top of RAM, away from the kernel's BSS and early
-//! allocations.
+//! allocations. A 32-bit zImage goes where `image::ZImage` says (above the kernel it
+//! decompresses at the start of RAM); the rest as for arm64, which also satisfies the 32-bit
+//! protocol (Documentation/arch/arm/booting.rst: device tree 8-byte aligned, initrd and
+//! device tree clear of the decompressed kernel).
 
 use core::fmt;
 
-use crate::image::{Arm64Image, ImageError};
+use crate::image::{ExecutionState, ImageError, KernelImage};
 
 const MIB2: u64 = 2 << 20;
 const PAGE: u64 = 4096;
@@ -21,6 +24,8 @@ pub struct GuestLayout {
     pub kernel_end: u64,
     pub initrd: Option<(u64, u64)>,
     pub dtb: u64,
+    /// The execution state the kernel starts in.
+    pub state: ExecutionState,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,9 +59,9 @@ impl fmt::Display for LayoutError {
 }
 
 pub fn layout(ram: u64, kernel: &[u8], initrd_len: Option<u64>, dtb_len: u64) -> Result<GuestLayout, LayoutError> {
-    let image = Arm64Image::parse(kernel).map_err(LayoutError::Image)?;
-    let kernel_offset = image.load_offset(ram).map_err(LayoutError::Image)?;
-    let kernel_end = (kernel_offset + image.image_size).next_multiple_of(PAGE);
+    let image = KernelImage::parse(kernel).map_err(LayoutError::Image)?;
+    let (kernel_offset, kernel_size) = image.placement(ram).map_err(LayoutError::Image)?;
+    let kernel_end = (kernel_offset + kernel_size).next_multiple_of(PAGE);
     if dtb_len > MAX_DTB {
         return Err(LayoutError::DeviceTreeTooBig { size: dtb_len });
     }
@@ -64,7 +69,7 @@ pub fn layout(ram: u64, kernel: &[u8], initrd_len: Option<u64>, dtb_len: u64) ->
     let needed = kernel_end + initrd_size + MIB2;
     let dtb = ram.checked_sub(MIB2).filter(|_| needed <= ram).ok_or(LayoutError::DoesNotFit { needed, ram })?;
     let initrd = initrd_len.map(|len| (dtb - initrd_size, len));
-    Ok(GuestLayout { kernel: kernel_offset, kernel_end, initrd, dtb })
+    Ok(GuestLayout { kernel: kernel_offset, kernel_end, initrd, dtb, state: image.execution_state() })
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ extern crate alloc;
 pub mod bundle;
 pub mod cap;
 pub mod console_lines;
+pub mod coprocessor;
 pub mod debug_registers;
 pub mod entropy;
 pub mod exit;

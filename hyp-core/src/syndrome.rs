@@ -14,7 +14,11 @@ impl ExceptionClass {
     pub const CP15_MCR_MRC: Self = Self(0x03);
     pub const CP15_MCRR_MRRC: Self = Self(0x04);
     pub const CP14_MCR_MRC: Self = Self(0x05);
+    pub const CP14_LDC_STC: Self = Self(0x06);
     pub const SIMD_FP: Self = Self(0x07);
+    /// VMRS of an ID group register (MVFR0-2), trapped by HCR_EL2.TID3 / HCR.TID3.
+    pub const VMRS_ID: Self = Self(0x08);
+    pub const CP14_MRRC: Self = Self(0x0c);
     pub const ILLEGAL_STATE: Self = Self(0x0e);
     pub const SVC32: Self = Self(0x11);
     pub const HVC32: Self = Self(0x12);
@@ -50,6 +54,9 @@ impl ExceptionClass {
             0x03 => "MCR/MRC to CP15",
             0x04 => "MCRR/MRRC to CP15",
             0x05 => "MCR/MRC to CP14",
+            0x06 => "LDC/STC to CP14",
+            0x08 => "VMRS of an ID register",
+            0x0c => "MRRC to CP14",
             0x07 => "SIMD/FP access",
             0x0e => "illegal execution state",
             0x11 => "SVC (AArch32)",

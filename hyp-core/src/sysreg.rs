@@ -54,6 +54,7 @@ pub const ID_AA64ISAR1_EL1: Encoding = Encoding(3, 0, 0, 6, 1);
 pub const ID_AA64ISAR2_EL1: Encoding = Encoding(3, 0, 0, 6, 2);
 pub const ID_AA64MMFR0_EL1: Encoding = Encoding(3, 0, 0, 7, 0);
 pub const ID_AA64MMFR1_EL1: Encoding = Encoding(3, 0, 0, 7, 1);
+pub const ID_PFR1_EL1: Encoding = Encoding(3, 0, 0, 1, 1);
 pub const ID_DFR0_EL1: Encoding = Encoding(3, 0, 0, 1, 2);
 pub const ACTLR_EL1: Encoding = Encoding(3, 0, 1, 0, 1);
 /// The VM control registers whose writes HCR_EL2.TVM traps (ARM ARM D24.2.x, HCR_EL2.TVM),
@@ -70,7 +71,8 @@ pub const MAIR_EL1: Encoding = Encoding(3, 0, 10, 2, 0);
 pub const AMAIR_EL1: Encoding = Encoding(3, 0, 10, 3, 0);
 pub const CONTEXTIDR_EL1: Encoding = Encoding(3, 0, 13, 0, 1);
 
-/// A register HCR_EL2.TVM traps writes to.
+/// A register HCR_EL2.TVM traps writes to. `Dacr` and `Ifsr` are written only by an
+/// AArch32 guest (DACR32_EL2, IFSR32_EL2: `coprocessor`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VmControlRegister {
     Sctlr,
@@ -84,6 +86,8 @@ pub enum VmControlRegister {
     Mair,
     Amair,
     Contextidr,
+    Dacr,
+    Ifsr,
 }
 
 impl VmControlRegister {
@@ -202,8 +206,13 @@ pub fn sanitised_id(register: Encoding, real: u64, vm: VmFeatures) -> u64 {
         ID_AA64MMFR0_EL1 => set(real, 0, 4, parange(vm.ipa_bits).min(real & 0xf)),
         // VH [11:8]: no VHE for guests.
         ID_AA64MMFR1_EL1 => clear(real, 8, 4),
-        // PerfMon [27:24] of the AArch32 view.
-        ID_DFR0_EL1 => clear(real, 24, 4),
+        // PerfMon [27:24]; and debug and trace, which AArch32 guests are not offered
+        // (`coprocessor`): CopDbg [3:0], CopSDbg [7:4], CopTrc [11:8], MMapTrc [15:12],
+        // MMapDbg [19:16].
+        ID_DFR0_EL1 => real & !0x0f0f_ffff,
+        // Virtualization [15:12] and Virt_frac [23:20]: no HYP mode for guests; GIC [31:28]
+        // (the system register interface) only for a GICv3 guest.
+        ID_PFR1_EL1 => set(clear(clear(real, 12, 4), 20, 4), 28, 4, u64::from(vm.gic_v3)),
         _ => real,
     }
 }

@@ -16,10 +16,12 @@ pub const INVALID_ADDRESS: u64 = -9i64 as u64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Power {
     Off,
-    /// CPU_ON accepted; the vCPU has not run yet.
+    /// CPU_ON accepted, or the VM's kernel about to boot on it (`kernel`, with the device
+    /// tree as `context`); the vCPU has not run yet.
     OnPending {
         entry: u64,
         context: u64,
+        kernel: bool,
     },
     On,
 }
@@ -53,6 +55,15 @@ pub struct Start {
     pub context: u64,
 }
 
+/// Where a vCPU starts: the VM's kernel (its boot protocol gives it the device tree,
+/// `context`), or a PSCI CPU_ON entry point with its context ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VcpuStart {
+    pub entry: u64,
+    pub context: u64,
+    pub kernel: bool,
+}
+
 /// The vCPU index of an MPIDR the guest names: Aff0, with the other affinity levels zero
 /// (the guest's device tree lists vCPU n with `reg = <n>`).
 pub fn vcpu_of_mpidr(mpidr: u64) -> Option<usize> {
@@ -67,7 +78,7 @@ impl VmPower {
     /// `entry` with x0 = `boot_x0` (the device tree, per the arm64 boot protocol).
     pub fn new(vcpus: usize, ram_base: u64, ram_size: u64, entry: u64, boot_x0: u64) -> Self {
         let mut v = vec![Power::Off; vcpus.max(1)];
-        v[0] = Power::OnPending { entry, context: boot_x0 };
+        v[0] = Power::OnPending { entry, context: boot_x0, kernel: true };
         VmPower { vcpus: v, ram: (ram_base, ram_size), ending: None }
     }
 
@@ -98,22 +109,22 @@ impl VmPower {
             Power::On => Err(psci_status::ALREADY_ON),
             Power::OnPending { .. } => Err(psci_status::ON_PENDING),
             Power::Off => {
-                self.vcpus[vcpu] = Power::OnPending { entry, context };
+                self.vcpus[vcpu] = Power::OnPending { entry, context, kernel: false };
                 Ok(Start { vcpu, entry, context })
             }
         }
     }
 
-    /// The vCPU begins to run: returns where (entry, x0), or None if it may not (the VM is
-    /// ending, or it was never started).
-    pub fn started(&mut self, vcpu: usize) -> Option<(u64, u64)> {
+    /// The vCPU begins to run: returns where, or None if it may not (the VM is ending, or
+    /// it was never started).
+    pub fn started(&mut self, vcpu: usize) -> Option<VcpuStart> {
         if self.ending.is_some() {
             return None;
         }
         match self.vcpus.get(vcpu).copied() {
-            Some(Power::OnPending { entry, context }) => {
+            Some(Power::OnPending { entry, context, kernel }) => {
                 self.vcpus[vcpu] = Power::On;
-                Some((entry, context))
+                Some(VcpuStart { entry, context, kernel })
             }
             _ => None,
         }
@@ -157,7 +168,7 @@ impl VmPower {
     /// After a reset: every vCPU off but vCPU 0, which starts again at `entry`.
     pub fn reset(&mut self, entry: u64, boot_x0: u64) {
         self.vcpus.iter_mut().for_each(|p| *p = Power::Off);
-        self.vcpus[0] = Power::OnPending { entry, context: boot_x0 };
+        self.vcpus[0] = Power::OnPending { entry, context: boot_x0, kernel: true };
         self.ending = None;
     }
 }
@@ -171,7 +182,7 @@ mod tests {
 
     fn vm(vcpus: usize) -> VmPower {
         let mut p = VmPower::new(vcpus, RAM, 64 << 20, RAM + 0x20_0000, RAM + 0x3e0_0000);
-        assert_eq!(p.started(0), Some((RAM + 0x20_0000, RAM + 0x3e0_0000)));
+        assert_eq!(p.started(0), Some(VcpuStart { entry: RAM + 0x20_0000, context: RAM + 0x3e0_0000, kernel: true }));
         p
     }
 
@@ -181,7 +192,7 @@ mod tests {
         assert_eq!(p.cpu_on(1, RAM + 0x1000, 7), Ok(Start { vcpu: 1, entry: RAM + 0x1000, context: 7 }));
         assert_eq!(p.cpu_on(1, RAM + 0x1000, 7), Err(psci_status::ON_PENDING));
         assert_eq!(p.affinity_info(1, 0), 2);
-        assert_eq!(p.started(1), Some((RAM + 0x1000, 7)));
+        assert_eq!(p.started(1), Some(VcpuStart { entry: RAM + 0x1000, context: 7, kernel: false }));
         assert_eq!(p.cpu_on(1, RAM, 0), Err(psci_status::ALREADY_ON));
         assert_eq!(p.affinity_info(1, 0), psci_status::AFFINITY_ON);
         assert_eq!(p.cpu_on(0, RAM, 0), Err(psci_status::ALREADY_ON));
@@ -232,7 +243,7 @@ mod tests {
         assert_eq!(p.stopped(0), Some(EndReason::Reset));
         p.reset(RAM + 0x20_0000, RAM + 0x3e0_0000);
         assert_eq!(p.ending(), None);
-        assert_eq!(p.started(0), Some((RAM + 0x20_0000, RAM + 0x3e0_0000)));
+        assert_eq!(p.started(0), Some(VcpuStart { entry: RAM + 0x20_0000, context: RAM + 0x3e0_0000, kernel: true }));
         assert_eq!(p.state(1), Some(Power::Off));
     }
 

@@ -12,15 +12,17 @@ use core::borrow::Borrow;
 use core::marker::PhantomData;
 use core::sync::atomic::Ordering;
 
+use hyp_core::coprocessor::RegisterPart;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{self, Incident, InjectedException, Outcome, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_map::VTIMER_PPI;
+use hyp_core::image::ExecutionState;
 use hyp_core::smccc::Hypercall;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
-use hyp_core::vcpu_power::EndReason;
+use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::Decision;
 use spin::Mutex;
 use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
@@ -48,7 +50,12 @@ pub enum GuestExit {
 #[derive(Clone, Copy, Debug)]
 pub enum CacheMaintenance {
     SetWay,
-    ControlWrite { register: VmControlRegister, value: u64 },
+    /// `value` written into `part` of `register` (an AArch32 view may cover half of it).
+    ControlWrite {
+        register: VmControlRegister,
+        part: RegisterPart,
+        value: u64,
+    },
 }
 
 /// A descheduled vCPU: its general registers, what it left in the CPU, and the last
@@ -69,6 +76,10 @@ pub trait VcpuCpu: Sized {
     type V: Virtualization;
     /// The general registers, PC and processor state, as the guest's exit saved them.
     type Registers: GuestRegisters + Send;
+    /// The registers of an AArch32 guest as its syndrome names them.
+    type Aarch32<'a>: GuestRegisters
+    where
+        Self: 'a;
     /// What a descheduled vCPU leaves in the CPU beyond its general registers.
     type Saved: Send;
     /// This CPU's list registers.
@@ -91,9 +102,15 @@ pub trait VcpuCpu: Sized {
     /// A fresh start: every register the guest can read as at reset, so nothing of the
     /// context that ran here before shows.
     fn restore_at_reset(&mut self);
-    /// The registers of a vCPU starting at `entry` with `context` in its first argument
-    /// register, interrupts masked (the boot protocol of the architecture).
-    fn fresh_registers(entry: u64, context: u64) -> Self::Registers;
+    /// The registers of a vCPU of a VM whose kernel runs in `state`, starting as `start`
+    /// says, interrupts masked: the kernel's boot protocol (its device tree in x0, or in r2
+    /// with r0 = 0 and r1 = ~0), or a PSCI CPU_ON's entry (the context ID in x0 or r0).
+    fn fresh_registers(state: ExecutionState, start: VcpuStart) -> Self::Registers;
+    /// Whether the guest executes in AArch32 now (its exits are then decoded by
+    /// hyp_core::trap::aarch32 and handled over [`VcpuCpu::aarch32`]).
+    fn in_aarch32(registers: &Self::Registers) -> bool;
+    /// The registers of a guest in AArch32.
+    fn aarch32(registers: &mut Self::Registers) -> Self::Aarch32<'_>;
     /// Takes out of the CPU what the vCPU leaves in it (stopping its timer).
     fn save(&mut self) -> Self::Saved;
     /// The CPU leaves the VM: hardware debug registers cleared, the virtual timer's PPI not
@@ -108,10 +125,11 @@ pub trait VcpuCpu: Sized {
     fn read_trap() -> Self::Trap;
     /// The exit's syndrome, in the layout ESR_EL2 and HSR share.
     fn syndrome(trap: &Self::Trap) -> Syndrome;
-    /// The exit decoded into an arch-neutral trap (hyp_core::trap). Decoded where it is
-    /// handled, so the compiler fuses the two (decoded ahead and kept, it cost a hypercall
-    /// 30 instructions).
-    fn decode(trap: &Self::Trap) -> DecodedExit;
+    /// The exit decoded into an arch-neutral trap (hyp_core::trap), by the decoder of the
+    /// execution state the guest trapped from (`registers`). Decoded where it is handled, so
+    /// the compiler fuses the two (decoded ahead and kept, it cost a hypercall 30
+    /// instructions).
+    fn decode(trap: &Self::Trap, registers: &Self::Registers) -> DecodedExit;
     /// The vCPU's debug registers (its accesses to them trap into this copy).
     fn debug_registers(&mut self) -> &mut DebugRegisters;
     /// The hardware debug registers follow the vCPU's copy (loaded while something of it
@@ -164,15 +182,16 @@ pub fn run_vcpu<C: VcpuCpu>(
             (resume.registers, resume.last_unknown)
         }
         None => {
-            let Some((entry, context)) = core.power.lock().started(vcpu) else {
+            let Some(start) = core.power.lock().started(vcpu) else {
                 return stop(vm, vcpu, &mut here);
             };
             if vcpu == 0 {
-                crate::vm_log!(<C::V as Virtualization>::Env, core, vcpu, "starting at IPA {entry:#x}");
+                let (entry, state) = (start.entry, core.execution_state());
+                crate::vm_log!(<C::V as Virtualization>::Env, core, vcpu, "starting at IPA {entry:#x} ({state:?})");
                 route_passthrough::<C>(core, vcpu, cpu);
             }
             here.restore_at_reset();
-            (C::fresh_registers(entry, context), None)
+            (C::fresh_registers(core.execution_state(), start), None)
         }
     };
     here.follow_debug();
@@ -209,12 +228,16 @@ pub fn run_vcpu<C: VcpuCpu>(
                 if shared && syndrome.class() == ExceptionClass::WFX && syndrome.iss() & 0b11 == 1 {
                     hypervisor.scheduling.yield_now(cpu, vcpu_ref(core.id, vcpu));
                 }
-                let exit = C::decode(&trap);
+                let exit = C::decode(&trap, &registers);
                 let (outcome, incident) = {
                     let features = VmFeatures { gic_v3: core.gic_v3, ipa_bits: core.stage2_ipa_bits };
                     let mut sysregs =
                         VcpuSysRegs { features, id: C::IdRegisters::default(), debug: here.debug_registers() };
-                    exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs)
+                    if C::in_aarch32(&registers) {
+                        exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut sysregs)
+                    } else {
+                        exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs)
+                    }
                 };
                 match incident {
                     Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
@@ -245,11 +268,11 @@ pub fn run_vcpu<C: VcpuCpu>(
                     }
                     Outcome::Resume | Outcome::WaitForInterrupt => {}
                     Outcome::SetWay => here.cache_maintenance(vm, &mut registers, bytes, CacheMaintenance::SetWay),
-                    Outcome::ControlWrite { register, value } => here.cache_maintenance(
+                    Outcome::ControlWrite { register, part, value } => here.cache_maintenance(
                         vm,
                         &mut registers,
                         bytes,
-                        CacheMaintenance::ControlWrite { register, value },
+                        CacheMaintenance::ControlWrite { register, part, value },
                     ),
                     Outcome::DebugStateChanged => here.follow_debug(),
                     Outcome::GenerateSgi { register, value } => generate_sgi(core, vcpu, register, value),

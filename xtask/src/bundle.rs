@@ -8,7 +8,7 @@ pub use hyp_core::bundle::El2Fault;
 use hyp_core::bundle::{BootBundle, COMPATIBLE};
 pub use hyp_core::bundle::{DiskSlice, Policy};
 use hyp_core::guest_layout;
-use hyp_core::image::Arm64Image;
+use hyp_core::image::KernelImage;
 use hyp_core::manifest::BoardLimits;
 use vm_fdt::FdtWriter;
 
@@ -133,7 +133,7 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
     let list = fdt.begin_node("vms").map_err(fdt_error)?;
     for (i, vm) in vms.iter().enumerate() {
         let kernel = read(&vm.kernel, &vm.name, "kernel")?;
-        Arm64Image::parse(&kernel)
+        KernelImage::parse(&kernel)
             .map_err(|e| XtaskError::Usage(format!("VM {}: kernel {}: {e}", vm.name, vm.kernel.display())))?;
         let initrd = vm.initrd.as_ref().map(|path| read(path, &vm.name, "initrd")).transpose()?;
         // The same placement the hypervisor makes: what does not fit fails here, before QEMU.

@@ -27,8 +27,13 @@ pub enum Trap {
     Wait { interrupt: bool },
     /// An AArch64 MSR, MRS or SYS (EC 0x18); `iss` for the log line.
     SystemRegister { access: SysRegAccess, iss: u32 },
-    /// An AArch32 MCR or MRC to coprocessor `cp` (15 or 14: EC 0x03, 0x05).
+    /// An AArch32 MCR or MRC to coprocessor `cp` (15 or 14: EC 0x03, 0x05), or a VMRS of
+    /// an ID register (`cp` 10: EC 0x08).
     Coprocessor { cp: u8, access: CoprocessorAccess },
+    /// An AArch32 MCRR or MRRC to coprocessor `cp` (15 or 14: EC 0x04, 0x0c).
+    WideCoprocessor { cp: u8, access: WideCoprocessorAccess },
+    /// An AArch32 instruction whose condition failed: it completes doing nothing.
+    ConditionFailed,
     /// Anything else: the class of the exception.
     Other(ExceptionClass),
 }
@@ -43,6 +48,19 @@ pub struct CoprocessorAccess {
     pub opc2: u8,
     pub rt: u8,
     /// MRC: the coprocessor register is read into Rt.
+    pub is_read: bool,
+}
+
+/// An AArch32 MCRR or MRRC (ISS for EC 0x04 and 0x0c, ARM ARM B3.13.6): registers `Rt`
+/// (low word) and `Rt2` (high word) move to or from the 64-bit coprocessor register
+/// (Opc1, CRm).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WideCoprocessorAccess {
+    pub opc1: u8,
+    pub crm: u8,
+    pub rt: u8,
+    pub rt2: u8,
+    /// MRRC: the coprocessor register is read into Rt and Rt2.
     pub is_read: bool,
 }
 
@@ -64,5 +82,19 @@ pub trait GuestRegisters {
     /// The arguments of an SMCCC call: registers 0 to 3.
     fn call_arguments(&self) -> [u64; 4] {
         [self.reg(0), self.reg(1), self.reg(2), self.reg(3)]
+    }
+}
+
+/// A handler given a borrowed view of the registers (an ARMv7 image's AArch32 registers
+/// are already the guest's view: `VcpuCpu::aarch32`).
+impl<R: GuestRegisters> GuestRegisters for &mut R {
+    fn reg(&self, n: u8) -> u64 {
+        (**self).reg(n)
+    }
+    fn set_reg(&mut self, n: u8, value: u64) {
+        (**self).set_reg(n, value)
+    }
+    fn advance_pc(&mut self, bytes: u8) {
+        (**self).advance_pc(bytes)
     }
 }

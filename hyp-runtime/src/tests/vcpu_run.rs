@@ -9,11 +9,12 @@ use std::collections::{HashMap, VecDeque};
 
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{GuestContext, InjectedException};
+use hyp_core::image::ExecutionState;
 use hyp_core::smccc::{PSCI_SYSTEM_OFF, SMCCC_VERSION};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::sysreg::{Encoding, IdRegisters};
 use hyp_core::trap::{DecodedExit, Trap};
-use hyp_core::vcpu_power::EndReason;
+use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::{Decision, VcpuState};
 use vgic::{IntId, ListRegisters, Maintenance};
 
@@ -101,6 +102,7 @@ struct FakeCpu {
 impl VcpuCpu for FakeCpu {
     type V = FakeArch;
     type Registers = GuestContext;
+    type Aarch32<'a> = &'a mut GuestContext;
     type Saved = FakeSaved;
     type ListRegisters = FakeLrs;
     type IdRegisters = NoIdRegisters;
@@ -126,10 +128,16 @@ impl VcpuCpu for FakeCpu {
     fn restore_at_reset(&mut self) {
         event("state at reset".into());
     }
-    fn fresh_registers(entry: u64, context: u64) -> GuestContext {
-        let mut ctx = GuestContext { pc: entry, ..Default::default() };
-        ctx.x[0] = context;
+    fn fresh_registers(_: ExecutionState, start: VcpuStart) -> GuestContext {
+        let mut ctx = GuestContext { pc: start.entry, ..Default::default() };
+        ctx.x[0] = start.context;
         ctx
+    }
+    fn in_aarch32(_: &GuestContext) -> bool {
+        false
+    }
+    fn aarch32(registers: &mut GuestContext) -> &mut GuestContext {
+        registers
     }
     fn save(&mut self) -> FakeSaved {
         let n = SAVES.with(|s| {
@@ -161,7 +169,7 @@ impl VcpuCpu for FakeCpu {
     fn syndrome(trap: &(DecodedExit, Syndrome)) -> Syndrome {
         trap.1
     }
-    fn decode(trap: &(DecodedExit, Syndrome)) -> DecodedExit {
+    fn decode(trap: &(DecodedExit, Syndrome), _: &GuestContext) -> DecodedExit {
         trap.0
     }
     fn debug_registers(&mut self) -> &mut DebugRegisters {

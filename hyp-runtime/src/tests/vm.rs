@@ -7,7 +7,7 @@ use hyp_core::guest_map::{VirtioSlot, GICD_IPA, UART_IPA};
 use hyp_core::mmio::{MmioDispatch, MmioError};
 use hyp_core::platform::PhysRange;
 use hyp_core::syndrome::AccessWidth;
-use hyp_core::vcpu_power::EndReason;
+use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use stage2::Ipa;
 
 use super::virtio::{FakeEnv, LINES, RAM_PA, RAM_SIZE};
@@ -146,7 +146,11 @@ fn psci_cpu_on_starts_a_vcpu_through_the_scheduler_once() {
     let on = |target_mpidr| Hypercall::CpuOn { target_mpidr, entry, context: 7 };
     assert_eq!(vm.call(0, on(1)), CallEffect::Resume(Some(psci_status::SUCCESS)));
     assert_eq!(scheduling.state(vcpu_ref(1, 1)), Some(VcpuState::Runnable), "vCPU 1 waits for its CPU");
-    assert_eq!(vm.power.lock().started(1), Some((entry, 7)), "it starts at the entry with its context");
+    assert_eq!(
+        vm.power.lock().started(1),
+        Some(VcpuStart { entry, context: 7, kernel: false }),
+        "it starts at the entry with its context"
+    );
     assert_eq!(vm.call(0, on(1)), CallEffect::Resume(Some(psci_status::ALREADY_ON)));
     assert_eq!(vm.call(0, on(5)), CallEffect::Resume(Some(psci_status::INVALID_PARAMETERS)), "no vCPU 5");
     let outside = Hypercall::CpuOn { target_mpidr: 1, entry: 0x10, context: 0 };

@@ -21,6 +21,7 @@ use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, SPIS, UART_IPA, UART_SIZE};
+use hyp_core::image::ExecutionState;
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::MmioBus;
 use hyp_core::platform::PhysRange;
@@ -240,6 +241,11 @@ impl<E: VmEnv> Vm<E> {
             ));
         }
         Ok(vm)
+    }
+
+    /// The execution state its kernel runs in (its vCPUs start in).
+    pub fn execution_state(&self) -> ExecutionState {
+        self.layout.state
     }
 
     /// What goes into the VM's RAM before it starts: the kernel, the initrd and the device
