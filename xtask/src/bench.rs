@@ -202,6 +202,33 @@ pub fn linux_macro() -> Result<MacroFigures, XtaskError> {
     })
 }
 
+/// The armhf guest's boot directly on QEMU's `virt` board with Cortex-A15s (`board`, as
+/// the Linux benchmarks run it by default: 2 CPUs, 512 MiB, GICv2), in instructions with
+/// `-icount shift=0` whatever `board.icount` says, timed as `linux_macro` times the arm64
+/// one: from QEMU's start until `/init` has run its rcS and the shell is ready (the guest's
+/// `/bin/cntvct` then, at the counter frequency its kernel logs). The native side of a
+/// 32-bit boot figure; the guest is powered off after.
+///
+/// With 2 CPUs the figure is mostly waiting: under `-icount` QEMU runs the CPUs in turn,
+/// and 32-bit Linux's `cpu_relax()` is no YIELD (arm64's is, and QEMU moves to the next CPU
+/// on it), so each `stop_machine` (two when the kernel frees its init memory and makes its
+/// text read-only) spins through whole turns: about 55,000 M instructions to the shell
+/// against about 3,500 M with 1 CPU (Debian's 6.1.0-50-armmp; the kernel reports a soft
+/// lockup in `multi_cpu_stop`). Under the hypervisor the same spins wait on the same turns.
+pub fn linux_boot_native_armv7(board: qemu::Armv7Native) -> Result<f64, XtaskError> {
+    let linux = linux_guest::debian_armhf()?;
+    step(&format!(
+        "booting the armhf guest to its shell directly on QEMU ({} CPUs, GICv{}, -icount shift=0)",
+        board.smp, board.gic_version
+    ));
+    let mut cmd = qemu::Armv7Native { icount: true, ..board }.command(&linux.kernel, Some(&linux.initrd));
+    cmd.arg("-append").arg(linux_guest::BOOTARGS);
+    let b = boot(cmd, false)?;
+    let instructions = (b.offset_ticks + b.vm_ticks) * 1e9 / b.hz;
+    b.shell.power_off();
+    Ok(instructions)
+}
+
 /// One run's figures in instructions.
 struct MacroRun {
     boot: f64,

@@ -1,7 +1,26 @@
-//! The Debian arm64 Linux guest: the kernel from the `linux-image-arm64` metapackage and a
-//! busybox initramfs that mounts the usual filesystems, loads the virtio modules and starts
-//! a shell. Packages come through apt with foreign-architecture options (the machine's own
-//! dpkg setup is untouched) and are cached under `target/guest-cache/`.
+//! The Debian Linux guests: the kernel from Debian's metapackage for the architecture and a
+//! BusyBox initramfs that mounts the usual filesystems, loads the virtio modules, sets up
+//! the network from the command line and starts a shell. Packages come through apt with
+//! foreign-architecture options (the machine's own dpkg setup is untouched) and are cached
+//! under `target/guest-cache/debian-ARCH/`.
+//!
+//! One code path serves both architectures ([`DebianArch`]); what differs between them:
+//!
+//! | | arm64 ([`debian_arm64`]) | armhf ([`debian_armhf`]) |
+//! |---|---|---|
+//! | kernel package | `linux-image-arm64` | `linux-image-armmp` (ARMv7 multiplatform, no LPAE) |
+//! | kernel file | `/boot/vmlinuz-*-arm64`: an arm64 `Image` (Documentation/arch/arm64/booting.rst) | `/boot/vmlinuz-*-armmp`: a zImage, booted per Documentation/arch/arm/booting.rst |
+//! | `/bin/cntvct` | ELF64, `mrs cntvct_el0` | ELF32 (EABI5, ARM state), `mrrc p15, 1, r0, r1, c14` |
+//! | physical addresses | 48 bits | 32 bits: without LPAE the kernel reaches nothing above 4 GiB (QEMU `virt` needs `highmem=off`); `linux-image-armmp-lpae` has LPAE (40 bits) |
+//!
+//! The same drivers are built in and the same are modules in both kernels (Debian 12's
+//! `config-6.1.0-*-armmp` and `-arm64`): built in are the PL011 and its console
+//! (earlycon too), the virtio core, the GICv2 and GICv3 drivers (and the ITS), the
+//! architected timer, PSCI and devtmpfs; modules are virtio-mmio, virtio-blk, virtio-net
+//! (with failover and net_failover), virtio-console, and ext4 (with jbd2, mbcache, crc16 and
+//! the crc32c it checksums with: `crc32c_generic`, as the Cortex-A15 has no CRC32
+//! instructions for `crc32-arm-ce`). So [`MODULES`] is the same list for both, checked
+//! against each module's `depends=` when the initramfs is built.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +31,6 @@ use crate::images::{images_dir, workspace_root};
 use crate::util::step;
 use crate::XtaskError;
 
-const METAPACKAGE: &str = "linux-image-arm64";
 const BUSYBOX: &str = "busybox-static";
 /// The modules the initramfs loads, in an order that satisfies their dependencies (checked
 /// against each module's `.modinfo` `depends=` when the initramfs is built).
@@ -40,20 +58,116 @@ const LISTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 pub struct LinuxGuest {
     pub kernel: PathBuf,
     pub initrd: PathBuf,
-    /// The kernel release, e.g. `6.1.0-56-arm64`.
+    /// The kernel release, e.g. `6.1.0-56-arm64` or `6.1.0-50-armmp`.
     pub release: String,
 }
 
-fn cache_dir() -> PathBuf {
-    workspace_root().join("target").join("guest-cache").join("debian-arm64")
+/// A Debian architecture a guest is made of: its kernel package, how its kernel file is
+/// checked, and its `/bin/cntvct`. Everything else is the same for both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DebianArch {
+    /// AArch64: `linux-image-arm64`, an arm64 `Image`.
+    Arm64,
+    /// 32-bit ARMv7-A, hard-float: `linux-image-armmp`, a zImage.
+    Armhf,
 }
 
-fn apt_options(dir: &Path) -> Vec<String> {
+impl DebianArch {
+    /// Debian's name of the architecture (`dpkg --print-architecture`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DebianArch::Arm64 => "arm64",
+            DebianArch::Armhf => "armhf",
+        }
+    }
+
+    /// The metapackage that depends on the current kernel package.
+    pub fn metapackage(self) -> &'static str {
+        match self {
+            DebianArch::Arm64 => "linux-image-arm64",
+            DebianArch::Armhf => "linux-image-armmp",
+        }
+    }
+
+    /// The kernel flavour, the end of the kernel's release (`6.1.0-50-armmp`).
+    fn flavour(self) -> &'static str {
+        match self {
+            DebianArch::Arm64 => "arm64",
+            DebianArch::Armhf => "armmp",
+        }
+    }
+
+    /// Roughly what the kernel and BusyBox packages weigh, for the download's message.
+    fn download_size(self) -> &'static str {
+        match self {
+            DebianArch::Arm64 => "about 60 MB",
+            DebianArch::Armhf => "about 45 MB",
+        }
+    }
+
+    /// Where its packages, lists and unpacked files are kept: `target/guest-cache/debian-ARCH`.
+    pub fn cache_dir(self) -> PathBuf {
+        workspace_root().join("target").join("guest-cache").join(format!("debian-{}", self.name()))
+    }
+
+    /// The kernel file in the unpacked package: `boot/vmlinuz-RELEASE` for both.
+    fn kernel_path(self, root: &Path, release: &str) -> PathBuf {
+        root.join("boot").join(format!("vmlinuz-{release}"))
+    }
+
+    /// Checks that `kernel` is the kind of kernel file this architecture boots.
+    fn check_kernel(self, kernel: &[u8]) -> Result<(), String> {
+        match self {
+            DebianArch::Arm64 => hyp_core::image::Arm64Image::parse(kernel).map(|_| ()).map_err(|e| e.to_string()),
+            DebianArch::Armhf => check_zimage(kernel),
+        }
+    }
+
+    /// `/bin/cntvct` for this architecture.
+    fn cntvct_program(self) -> Vec<u8> {
+        match self {
+            DebianArch::Arm64 => cntvct_arm64(),
+            DebianArch::Armhf => cntvct_armhf(),
+        }
+    }
+}
+
+/// The zImage header (Documentation/arch/arm/booting.rst, "Calling the kernel image";
+/// arch/arm/boot/compressed/head.S): at 0x24 the magic 0x016f2818, at 0x28 and 0x2c the
+/// image's start and end addresses (start 0 for a position-independent image, which
+/// Debian's is), at 0x30 0x04030201 for a little-endian kernel.
+const ZIMAGE_MAGIC: u32 = 0x016f_2818;
+const ZIMAGE_LITTLE_ENDIAN: u32 = 0x0403_0201;
+
+fn check_zimage(kernel: &[u8]) -> Result<(), String> {
+    let word = |at: usize| kernel.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    match word(0x24) {
+        Some(ZIMAGE_MAGIC) => {}
+        found => {
+            return Err(format!(
+                "not a zImage: the word at offset 0x24 is {found:#010x?}, expected {ZIMAGE_MAGIC:#010x}; pass the \
+                 zImage (vmlinuz), not vmlinux or an arm64 Image"
+            ))
+        }
+    }
+    if word(0x30) != Some(ZIMAGE_LITTLE_ENDIAN) {
+        return Err("the zImage is not of a little-endian kernel (no 0x04030201 at offset 0x30)".into());
+    }
+    let (start, end) = (word(0x28).unwrap_or(0), word(0x2c).unwrap_or(0));
+    let size =
+        end.checked_sub(start).ok_or_else(|| format!("the zImage ends ({end:#x}) before it starts ({start:#x})"))?;
+    if size as usize > kernel.len() {
+        return Err(format!("the zImage says it is {size} bytes long, but the file has {} bytes", kernel.len()));
+    }
+    Ok(())
+}
+
+fn apt_options(arch: DebianArch, dir: &Path) -> Vec<String> {
     vec![
         "-o".into(),
-        "APT::Architecture=arm64".into(),
+        format!("APT::Architecture={}", arch.name()),
         "-o".into(),
-        "APT::Architectures=arm64".into(),
+        format!("APT::Architectures={}", arch.name()),
         "-o".into(),
         format!("Dir::State::Lists={}", dir.join("lists").display()),
         "-o".into(),
@@ -82,37 +196,73 @@ fn lists_are_fresh(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The package the metapackage depends on now, e.g. `linux-image-6.1.0-56-arm64`.
-fn resolve_kernel_package(dir: &Path) -> Result<String, XtaskError> {
-    let text =
-        output(Command::new("apt-cache").args(apt_options(dir)).args(["depends", METAPACKAGE]), "apt-cache depends")?;
-    text.lines()
+/// The kernel package in `apt-cache depends METAPACKAGE`'s output, e.g.
+/// `linux-image-6.1.0-56-arm64`: the first `linux-image-` package it depends on whose
+/// release ends in the architecture's flavour.
+fn kernel_package_in(arch: DebianArch, depends: &str) -> Option<String> {
+    depends
+        .lines()
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
-        .find(|p| p.starts_with("linux-image-"))
+        .map(|p| p.split_whitespace().next().unwrap_or(p))
+        .find(|p| p.starts_with("linux-image-") && p.ends_with(&format!("-{}", arch.flavour())))
         .map(str::to_string)
-        .ok_or_else(|| XtaskError::Tool(format!("{METAPACKAGE} depends on no linux-image package:\n{text}")))
+}
+
+/// The package the metapackage depends on now, e.g. `linux-image-6.1.0-56-arm64`.
+/// `update_failed` is why the last list update failed, if it did, for the error message.
+fn resolve_kernel_package(arch: DebianArch, dir: &Path, update_failed: Option<&str>) -> Result<String, XtaskError> {
+    let metapackage = arch.metapackage();
+    let text = output(
+        Command::new("apt-cache").args(apt_options(arch, dir)).args(["depends", metapackage]),
+        "apt-cache depends",
+    );
+    let text = match (text, update_failed) {
+        (Ok(text), _) => text,
+        (Err(e), Some(update)) => return Err(XtaskError::Tool(format!("{e}\n(after {update})"))),
+        (Err(e), None) => return Err(e),
+    };
+    kernel_package_in(arch, &text)
+        .ok_or_else(|| XtaskError::Tool(format!("{metapackage} depends on no linux-image package:\n{text}")))
 }
 
 /// Downloads (or finds in the cache) the kernel and busybox packages, unpacked.
-fn fetch(dir: &Path) -> Result<(PathBuf, String), XtaskError> {
+fn fetch(arch: DebianArch, dir: &Path) -> Result<(PathBuf, String), XtaskError> {
     for sub in ["lists/partial", "cache/archives/partial", "debs", "root"] {
         std::fs::create_dir_all(dir.join(sub))
             .map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.join(sub).display())))?;
     }
+    let name = arch.name();
+    let mut update_failed = None;
     if !lists_are_fresh(dir) {
-        step("updating the Debian arm64 package lists (cached for a day)");
-        output(Command::new("apt-get").args(apt_options(dir)).arg("update"), "apt-get update (arm64 lists)")?;
-        let _ = std::fs::write(dir.join("lists").join(".updated"), b"");
+        step(&format!("updating the Debian {name} package lists (cached for a day)"));
+        // One index failing (a mirror in sync, say) leaves the others updated: go on with
+        // what apt has, and update again next time; the kernel's look-up says if it needs
+        // what failed.
+        match output(
+            Command::new("apt-get").args(apt_options(arch, dir)).arg("update"),
+            &format!("apt-get update ({name} lists)"),
+        ) {
+            Ok(_) => {
+                let _ = std::fs::write(dir.join("lists").join(".updated"), b"");
+            }
+            Err(e) => {
+                step(&format!("{e}; going on with the lists apt has"));
+                update_failed = Some(e.to_string());
+            }
+        }
     }
-    let package = resolve_kernel_package(dir)?;
+    let package = resolve_kernel_package(arch, dir, update_failed.as_deref())?;
     let release = package.trim_start_matches("linux-image-").to_string();
     let root = dir.join("root");
     let done = root.join(format!(".unpacked-{package}"));
     if !done.exists() {
-        step(&format!("downloading {package} and {BUSYBOX} (arm64, about 60 MB)"));
+        step(&format!("downloading {package} and {BUSYBOX} ({name}, {})", arch.download_size()));
         let debs = dir.join("debs");
         output(
-            Command::new("apt-get").current_dir(&debs).args(apt_options(dir)).args(["download", &package, BUSYBOX]),
+            Command::new("apt-get")
+                .current_dir(&debs)
+                .args(apt_options(arch, dir))
+                .args(["download", &package, BUSYBOX]),
             "apt-get download",
         )?;
         for entry in std::fs::read_dir(&debs).map_err(|e| XtaskError::Build(format!("{}: {e}", debs.display())))? {
@@ -187,10 +337,11 @@ echo "guest: Linux $(uname -r) up with $(grep -c ^processor /proc/cpuinfo) CPU(s
 echo "guest: shell ready at virtual count $(/bin/cntvct | od -An -tu8 | tr -d ' ')"
 "#;
 
-/// `/bin/cntvct`: a static arm64 Linux program that writes CNTVCT_EL0 (readable at EL0:
-/// Linux enables it for the vDSO) to stdout as 8 raw bytes (`od -An -tu8` shows it). The
-/// benchmarks time the boot with it. Hand-assembled, so the initramfs needs no toolchain.
-fn cntvct_program() -> Vec<u8> {
+/// `/bin/cntvct`: a static Linux program that writes the virtual count (CNTVCT, readable
+/// at EL0: Linux's arch timer driver enables it for the vDSO on both architectures) to
+/// stdout as 8 raw little-endian bytes (`od -An -tu8` shows it). The benchmarks time the
+/// boot with it. Hand-assembled, so the initramfs needs no toolchain. This one is arm64's.
+fn cntvct_arm64() -> Vec<u8> {
     const CODE: [u32; 12] = [
         0xd503_3fdf, // isb
         0xd53b_e041, // mrs  x1, cntvct_el0
@@ -205,36 +356,106 @@ fn cntvct_program() -> Vec<u8> {
         0xd400_0001, // svc  #0
         0xd420_0000, // brk  #0              (not reached)
     ];
-    const BASE: u64 = 0x40_0000;
-    const HEADERS: u64 = 64 + 56;
-    let size = HEADERS + 4 * CODE.len() as u64;
+    static_executable(Elf::Arm64, &CODE)
+}
+
+/// armhf's `/bin/cntvct` (see `cntvct_arm64`), in ARM state (A32), the Linux EABI's
+/// system calls (number in r7).
+fn cntvct_armhf() -> Vec<u8> {
+    const CODE: [u32; 12] = [
+        0xf57f_f06f, // isb  sy
+        0xec51_0f1e, // mrrc p15, 1, r0, r1, c14   (CNTVCT: r0 low word, r1 high)
+        0xe92d_0003, // push {r0, r1}              (the low word at the lower address)
+        0xe3a0_0001, // mov  r0, #1                (stdout)
+        0xe1a0_100d, // mov  r1, sp
+        0xe3a0_2008, // mov  r2, #8
+        0xe3a0_7004, // mov  r7, #4                (write)
+        0xef00_0000, // svc  #0
+        0xe3a0_0000, // mov  r0, #0
+        0xe3a0_7001, // mov  r7, #1                (exit)
+        0xef00_0000, // svc  #0
+        0xe7f0_00f0, // udf  #0                    (not reached)
+    ];
+    static_executable(Elf::Arm32, &CODE)
+}
+
+/// The kinds of static executable `static_executable` writes.
+#[derive(Clone, Copy)]
+enum Elf {
+    /// ELFCLASS64, EM_AARCH64, loaded at 0x40_0000.
+    Arm64,
+    /// ELFCLASS32, EM_ARM with the EABI version 5 and hard-float flags a Debian armhf
+    /// binary has, loaded at 0x1_0000, with a PT_GNU_STACK header: without one, 32-bit ARM
+    /// Linux makes every readable mapping executable (`arm_elf_read_implies_exec`) and
+    /// logs "started with executable stack".
+    Arm32,
+}
+
+/// A static Linux executable of `code` (little-endian instructions): the ELF header, a
+/// PT_LOAD program header of the whole file (read and execute) and for `Elf::Arm32` a
+/// PT_GNU_STACK one (read and write), then the code, which is the entry point (System V
+/// gABI, "ELF Header" and "Program Header").
+fn static_executable(kind: Elf, code: &[u32]) -> Vec<u8> {
+    const PT_LOAD: u32 = 1;
+    const PT_GNU_STACK: u32 = 0x6474_e551;
+    const PF_R_X: u32 = 5;
+    const PF_R_W: u32 = 6;
+    let (wide, machine, flags, base, phnum): (bool, u16, u32, u64, u16) = match kind {
+        Elf::Arm64 => (true, 183, 0, 0x40_0000, 1),
+        // EF_ARM_EABI_VER5 | EF_ARM_ABI_FLOAT_HARD (ELF for the Arm Architecture, "ELF Header").
+        Elf::Arm32 => (false, 40, 0x0500_0400, 0x1_0000, 2),
+    };
+    let (ehsize, phentsize, shentsize): (u16, u16, u16) = if wide { (64, 56, 64) } else { (52, 32, 40) };
+    let headers = u64::from(ehsize + phnum * phentsize);
+    let size = headers + 4 * code.len() as u64;
+    // A word of the header's native size: 8 bytes in ELF64, 4 in ELF32 (the values fit).
+    let addr = |elf: &mut Vec<u8>, value: u64| {
+        if wide {
+            elf.extend_from_slice(&value.to_le_bytes())
+        } else {
+            elf.extend_from_slice(&(value as u32).to_le_bytes())
+        }
+    };
+    // A program header; ELF64 puts p_flags second, ELF32 after p_memsz.
+    let program_header = |elf: &mut Vec<u8>, p_type: u32, p_flags: u32, words: [u64; 6]| {
+        elf.extend_from_slice(&p_type.to_le_bytes());
+        if wide {
+            elf.extend_from_slice(&p_flags.to_le_bytes());
+        }
+        for word in &words[..5] {
+            addr(elf, *word); // offset, vaddr, paddr, filesz, memsz
+        }
+        if !wide {
+            elf.extend_from_slice(&p_flags.to_le_bytes());
+        }
+        addr(elf, words[5]); // align
+    };
     let mut elf = Vec::new();
-    // ELF header (System V gABI, "ELF Header"): 64-bit, little-endian, ET_EXEC, EM_AARCH64.
-    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0");
+    // e_ident: class (2 = 64-bit, 1 = 32-bit), little-endian, version 1, System V ABI.
+    elf.extend_from_slice(&[0x7f, b'E', b'L', b'F', if wide { 2 } else { 1 }, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     elf.extend_from_slice(&2u16.to_le_bytes()); // e_type ET_EXEC
-    elf.extend_from_slice(&183u16.to_le_bytes()); // e_machine EM_AARCH64
+    elf.extend_from_slice(&machine.to_le_bytes()); // e_machine
     elf.extend_from_slice(&1u32.to_le_bytes()); // e_version
-    elf.extend_from_slice(&(BASE + HEADERS).to_le_bytes()); // e_entry
-    elf.extend_from_slice(&64u64.to_le_bytes()); // e_phoff
-    elf.extend_from_slice(&0u64.to_le_bytes()); // e_shoff
-    elf.extend_from_slice(&0u32.to_le_bytes()); // e_flags
-    for half in [64u16, 56, 1, 64, 0, 0] {
+    addr(&mut elf, base + headers); // e_entry
+    addr(&mut elf, u64::from(ehsize)); // e_phoff
+    addr(&mut elf, 0); // e_shoff
+    elf.extend_from_slice(&flags.to_le_bytes()); // e_flags
+    for half in [ehsize, phentsize, phnum, shentsize, 0, 0] {
         elf.extend_from_slice(&half.to_le_bytes()); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
     }
-    // One PT_LOAD of the whole file, read and execute.
-    elf.extend_from_slice(&1u32.to_le_bytes()); // p_type PT_LOAD
-    elf.extend_from_slice(&5u32.to_le_bytes()); // p_flags R X
-    for word in [0, BASE, BASE, size, size, 0x1000] {
-        elf.extend_from_slice(&word.to_le_bytes()); // offset, vaddr, paddr, filesz, memsz, align
+    program_header(&mut elf, PT_LOAD, PF_R_X, [0, base, base, size, size, 0x1000]);
+    if phnum > 1 {
+        program_header(&mut elf, PT_GNU_STACK, PF_R_W, [0; 6]);
     }
-    for insn in CODE {
+    debug_assert_eq!(elf.len() as u64, headers);
+    for insn in code {
         elf.extend_from_slice(&insn.to_le_bytes());
     }
     elf
 }
 
 /// Builds the initramfs from the unpacked packages.
-fn initramfs(root: &Path, release: &str) -> Result<Vec<u8>, XtaskError> {
+fn initramfs(arch: DebianArch, root: &Path, release: &str) -> Result<Vec<u8>, XtaskError> {
     let busybox = std::fs::read(root.join("bin/busybox"))
         .map_err(|e| XtaskError::Build(format!("{BUSYBOX} did not unpack bin/busybox: {e}")))?;
     let modules_dir = root.join("lib/modules").join(release);
@@ -247,7 +468,7 @@ fn initramfs(root: &Path, release: &str) -> Result<Vec<u8>, XtaskError> {
     c.symlink("bin/sh", "busybox");
     c.symlink("init", "bin/busybox");
     c.file("etc/inittab", 0o644, INITTAB.as_bytes());
-    c.file("bin/cntvct", 0o755, &cntvct_program());
+    c.file("bin/cntvct", 0o755, &arch.cntvct_program());
     c.file("etc/init.d/rcS", 0o755, RCS.as_bytes());
     let mut loaded: Vec<&str> = Vec::new();
     for name in MODULES {
@@ -264,18 +485,30 @@ fn initramfs(root: &Path, release: &str) -> Result<Vec<u8>, XtaskError> {
     Ok(c.finish())
 }
 
-/// The kernel and initramfs, building what the cache does not have.
-pub fn debian_arm64() -> Result<LinuxGuest, XtaskError> {
-    let dir = cache_dir();
-    let (root, release) = fetch(&dir)?;
-    let kernel = root.join("boot").join(format!("vmlinuz-{release}"));
+/// The guest of `arch`: its kernel and initramfs (`target/images/initramfs-RELEASE.cpio`),
+/// building what the cache does not have.
+pub fn debian(arch: DebianArch) -> Result<LinuxGuest, XtaskError> {
+    let (root, release) = fetch(arch, &arch.cache_dir())?;
+    let kernel = arch.kernel_path(&root, &release);
     let bytes = std::fs::read(&kernel).map_err(|e| XtaskError::Build(format!("{}: {e}", kernel.display())))?;
-    hyp_core::image::Arm64Image::parse(&bytes).map_err(|e| XtaskError::Build(format!("{}: {e}", kernel.display())))?;
+    arch.check_kernel(&bytes).map_err(|e| XtaskError::Build(format!("{}: {e}", kernel.display())))?;
     let initrd = images_dir().join(format!("initramfs-{release}.cpio"));
     std::fs::create_dir_all(images_dir()).map_err(|e| XtaskError::Build(e.to_string()))?;
-    std::fs::write(&initrd, initramfs(&root, &release)?)
+    std::fs::write(&initrd, initramfs(arch, &root, &release)?)
         .map_err(|e| XtaskError::Build(format!("{}: {e}", initrd.display())))?;
     Ok(LinuxGuest { kernel, initrd, release })
+}
+
+/// The 64-bit guest: Debian's arm64 kernel (an `Image`) and BusyBox.
+pub fn debian_arm64() -> Result<LinuxGuest, XtaskError> {
+    debian(DebianArch::Arm64)
+}
+
+/// The 32-bit guest: Debian's armhf `armmp` kernel (a zImage) and BusyBox, booted per the
+/// 32-bit ARM boot protocol (Documentation/arch/arm/booting.rst: r0 = 0, r1 = ~0, r2 = the
+/// device tree's address, MMU off, in SVC or HYP mode).
+pub fn debian_armhf() -> Result<LinuxGuest, XtaskError> {
+    debian(DebianArch::Armhf)
 }
 
 #[cfg(test)]
@@ -284,7 +517,7 @@ mod tests {
 
     #[test]
     fn the_counter_program_is_an_arm64_executable_whose_entry_is_its_code() {
-        let elf = cntvct_program();
+        let elf = DebianArch::Arm64.cntvct_program();
         assert_eq!(&elf[..4], b"\x7fELF");
         assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 183, "EM_AARCH64");
         let entry = u64::from_le_bytes(elf[24..32].try_into().unwrap());
@@ -300,5 +533,90 @@ mod tests {
         assert_eq!(module_depends(ko), vec!["net_failover", "failover"]);
         assert!(module_depends(b"depends=\0").is_empty());
         assert!(module_depends(b"no modinfo").is_empty());
+    }
+
+    #[test]
+    fn the_armhf_counter_program_is_an_eabi5_arm_executable_whose_entry_is_its_code() {
+        let elf = DebianArch::Armhf.cntvct_program();
+        assert_eq!(&elf[..5], b"\x7fELF\x01", "ELFCLASS32");
+        assert_eq!(u16::from_le_bytes([elf[18], elf[19]]), 40, "EM_ARM");
+        assert_eq!(u32::from_le_bytes(elf[36..40].try_into().unwrap()), 0x0500_0400, "EABI5, hard-float");
+        let entry = u32::from_le_bytes(elf[24..28].try_into().unwrap());
+        assert_eq!(entry, 0x1_0000 + 52 + 2 * 32, "right after the ELF and program headers");
+        assert_eq!(&elf[116..120], &0xf57f_f06fu32.to_le_bytes(), "the first instruction is ISB");
+        assert_eq!(&elf[120..124], &0xec51_0f1eu32.to_le_bytes(), "then the read of CNTVCT");
+        // The second program header: PT_GNU_STACK, read and write, so the stack is not
+        // executable.
+        let ph = 52 + 32;
+        assert_eq!(u32::from_le_bytes(elf[ph..ph + 4].try_into().unwrap()), 0x6474_e551, "PT_GNU_STACK");
+        assert_eq!(u32::from_le_bytes(elf[ph + 24..ph + 28].try_into().unwrap()), 6, "PF_R | PF_W");
+        // The `object` crate reads it as one executable segment of the whole file.
+        let loaded = crate::elf::loadable(&elf).expect("an ELF file");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!((loaded[0].vaddr, loaded[0].bytes.len(), loaded[0].executable), (0x1_0000, elf.len(), true));
+    }
+
+    #[test]
+    fn the_arm64_counter_program_reads_as_one_executable_segment_too() {
+        let elf = DebianArch::Arm64.cntvct_program();
+        let loaded = crate::elf::loadable(&elf).expect("an ELF file");
+        assert_eq!(loaded.len(), 1);
+        assert_eq!((loaded[0].vaddr, loaded[0].bytes.len(), loaded[0].executable), (0x40_0000, elf.len(), true));
+    }
+
+    #[test]
+    fn packages_cache_and_kernel_file_follow_the_architecture() {
+        assert_eq!(DebianArch::Arm64.metapackage(), "linux-image-arm64");
+        assert_eq!(DebianArch::Armhf.metapackage(), "linux-image-armmp");
+        assert!(DebianArch::Arm64.cache_dir().ends_with("target/guest-cache/debian-arm64"));
+        assert!(DebianArch::Armhf.cache_dir().ends_with("target/guest-cache/debian-armhf"));
+        let root = Path::new("root");
+        assert_eq!(
+            DebianArch::Armhf.kernel_path(root, "6.1.0-50-armmp"),
+            Path::new("root/boot/vmlinuz-6.1.0-50-armmp")
+        );
+        let options = apt_options(DebianArch::Armhf, Path::new("cache"));
+        assert!(options.contains(&"APT::Architecture=armhf".to_string()));
+        assert!(options.contains(&"APT::Architectures=armhf".to_string()));
+        assert!(!options.iter().any(|o| o.contains("arm64")));
+    }
+
+    #[test]
+    fn the_kernel_package_is_the_metapackage_s_dependency_of_the_architecture_s_flavour() {
+        let armmp = "linux-image-armmp\n  Depends: linux-image-6.1.0-50-armmp\n";
+        assert_eq!(kernel_package_in(DebianArch::Armhf, armmp).as_deref(), Some("linux-image-6.1.0-50-armmp"));
+        let arm64 = "linux-image-arm64\n  Depends: linux-image-6.1.0-56-arm64 (= 6.1.158-1)\n";
+        assert_eq!(kernel_package_in(DebianArch::Arm64, arm64).as_deref(), Some("linux-image-6.1.0-56-arm64"));
+        // The LPAE flavour's package is not armmp's, nor another architecture's kernel.
+        let lpae = "linux-image-armmp-lpae\n  Depends: linux-image-6.1.0-50-armmp-lpae\n";
+        assert_eq!(kernel_package_in(DebianArch::Armhf, lpae), None);
+        assert_eq!(kernel_package_in(DebianArch::Arm64, armmp), None);
+    }
+
+    /// The first 0x34 bytes of a zImage: `nop`s, a branch, the header words.
+    fn zimage_header(len: usize) -> Vec<u8> {
+        let mut z = vec![0u8; len];
+        z[0x24..0x28].copy_from_slice(&ZIMAGE_MAGIC.to_le_bytes());
+        z[0x2c..0x30].copy_from_slice(&(len as u32).to_le_bytes());
+        z[0x30..0x34].copy_from_slice(&ZIMAGE_LITTLE_ENDIAN.to_le_bytes());
+        z
+    }
+
+    #[test]
+    fn armhf_takes_a_zimage_and_arm64_an_image() {
+        let z = zimage_header(0x1000);
+        assert_eq!(DebianArch::Armhf.check_kernel(&z), Ok(()));
+        assert!(DebianArch::Arm64.check_kernel(&z).unwrap_err().contains("not an arm64 Image"));
+        let mut with_dtb = z.clone();
+        with_dtb.extend_from_slice(&[0; 64]);
+        assert_eq!(DebianArch::Armhf.check_kernel(&with_dtb), Ok(()), "a device tree may follow it");
+        assert!(DebianArch::Armhf.check_kernel(&z[..0x800]).unwrap_err().contains("the file has 2048 bytes"));
+        let mut big_endian = z.clone();
+        big_endian[0x30..0x34].copy_from_slice(&ZIMAGE_LITTLE_ENDIAN.to_be_bytes());
+        assert!(DebianArch::Armhf.check_kernel(&big_endian).unwrap_err().contains("little-endian"));
+        let mut arm64 = vec![0u8; 0x40];
+        arm64[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        assert!(DebianArch::Armhf.check_kernel(&arm64).unwrap_err().contains("not a zImage"));
+        assert!(DebianArch::Armhf.check_kernel(b"short").unwrap_err().contains("not a zImage"));
     }
 }

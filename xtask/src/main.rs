@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::images::Hypervisor;
+use xtask::linux_guest::DebianArch;
 use xtask::manifest::{Board, DebianGuest, Manifest};
 use xtask::qemu::{self, Machine};
 use xtask::util::{run, step};
@@ -23,8 +24,8 @@ Commands:
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md)
   image   build every image into target/images/: the hypervisor as deployed (hypervisor.Image,
-          without test hooks), the test guests, and the Debian arm64 Linux guest (kernel and
-          busybox initramfs, downloads cached)
+          without test hooks), the test guests, and the Debian Linux guests, arm64 and armhf
+          (kernel and busybox initramfs, downloads cached)
   fuzz    run the libFuzzer targets of fuzz/ (docs/fuzzing.md): every decoder a guest or a
           file feeds; installs a nightly toolchain and cargo-fuzz if they are missing
   soak    three Linux VMs (manifests/three-vms.toml) with disk and network traffic for a
@@ -520,8 +521,16 @@ fn cmd_image() -> Result<(), XtaskError> {
     for bin in ["isolation-secret", "isolation-probe", "microbench", "spinner", "passthrough"] {
         images::build_test_guest(bin)?;
     }
-    let linux = xtask::linux_guest::debian_arm64()?;
-    step(&format!("Linux guest {}: {} and {}", linux.release, linux.kernel.display(), linux.initrd.display()));
+    for arch in [DebianArch::Arm64, DebianArch::Armhf] {
+        let linux = xtask::linux_guest::debian(arch)?;
+        step(&format!(
+            "Linux guest {} ({}): {} and {}",
+            linux.release,
+            arch.name(),
+            linux.kernel.display(),
+            linux.initrd.display()
+        ));
+    }
     Ok(())
 }
 

@@ -96,6 +96,50 @@ impl Machine {
     }
 }
 
+/// QEMU's `virt` board with Cortex-A15s (`qemu-system-arm`) for a 32-bit guest run directly
+/// on it, without the hypervisor: the reference runs of the armhf guest. `highmem=off`
+/// keeps all RAM and every device below 4 GiB, which a kernel without LPAE (Debian's
+/// `armmp`) needs; the board is otherwise the one the arm64 guest sees (its GIC, PL011 and
+/// virtio-mmio transports at the same addresses), and the guest enters in SVC mode with
+/// QEMU answering PSCI itself.
+#[derive(Clone, Debug)]
+pub struct Armv7Native {
+    /// 2 (the Cortex-A15's own GIC, QEMU's default for it) or 3.
+    pub gic_version: u8,
+    pub smp: u32,
+    pub memory_mib: u32,
+    /// Count instructions: 1 instruction = 1 ns of virtual time (`-icount shift=0`).
+    pub icount: bool,
+}
+
+impl Default for Armv7Native {
+    /// As the Linux benchmarks run the guest: 2 CPUs, 512 MiB.
+    fn default() -> Self {
+        Armv7Native { gic_version: 2, smp: 2, memory_mib: 512, icount: false }
+    }
+}
+
+impl Armv7Native {
+    pub fn command(&self, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
+        let mut cmd = Command::new("qemu-system-arm");
+        cmd.args(["-M", &format!("virt,highmem=off,gic-version={}", self.gic_version)])
+            .args(["-cpu", "cortex-a15"])
+            .args(["-smp", &self.smp.to_string()])
+            .args(["-m", &format!("{}M", self.memory_mib)])
+            .arg("-kernel")
+            .arg(kernel)
+            .arg("-no-reboot");
+        if let Some(initrd) = initrd {
+            cmd.arg("-initrd").arg(initrd);
+        }
+        if self.icount {
+            cmd.args(["-icount", "shift=0"]);
+        }
+        cmd.args(["-global", "virtio-mmio.force-legacy=false"]);
+        cmd
+    }
+}
+
 /// What a captured run printed and how it ended.
 #[derive(Debug)]
 pub struct RunOutput {
@@ -329,5 +373,36 @@ impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn a_32_bit_guest_runs_on_qemu_system_arm_below_4_gib() {
+        let kernel = PathBuf::from("vmlinuz");
+        let cmd = Armv7Native { icount: true, ..Armv7Native::default() }.command(&kernel, Some(&"initrd".into()));
+        assert_eq!(cmd.get_program(), "qemu-system-arm");
+        let a = args(&cmd).join(" ");
+        for part in [
+            "-M virt,highmem=off,gic-version=2",
+            "-cpu cortex-a15",
+            "-smp 2",
+            "-m 512M",
+            "-kernel vmlinuz",
+            "-initrd initrd",
+            "-icount shift=0",
+        ] {
+            assert!(a.contains(part), "{part:?} missing from {a:?}");
+        }
+        let gic3 = Armv7Native { gic_version: 3, ..Armv7Native::default() }.command(&kernel, None);
+        let a = args(&gic3).join(" ");
+        assert!(a.contains("gic-version=3") && !a.contains("-initrd") && !a.contains("-icount"), "{a:?}");
     }
 }
