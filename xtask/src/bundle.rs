@@ -272,7 +272,7 @@ mod tests {
         );
         let not_image = dir.join("text");
         std::fs::write(&not_image, vec![b'x'; 100]).unwrap();
-        assert!(err(vm(not_image)).contains("not an arm64 Image"));
+        assert!(err(vm(not_image)).contains("neither an arm64 Image"));
         let two = write(&[vm(k.clone()), vm(k)], &BundleOptions::default()).unwrap_err().to_string();
         assert_eq!(two, "boot bundle: VM one: two VMs have this name");
     }

@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use hyp_core::image::{ExecutionState, KernelImage};
+
 use crate::cpio::Cpio;
 use crate::images::{images_dir, workspace_root};
 use crate::util::step;
@@ -115,11 +117,14 @@ impl DebianArch {
         root.join("boot").join(format!("vmlinuz-{release}"))
     }
 
-    /// Checks that `kernel` is the kind of kernel file this architecture boots.
+    /// Checks that `kernel` is the kind of kernel file this architecture boots (as the
+    /// hypervisor reads it: hyp_core::image).
     fn check_kernel(self, kernel: &[u8]) -> Result<(), String> {
-        match self {
-            DebianArch::Arm64 => hyp_core::image::Arm64Image::parse(kernel).map(|_| ()).map_err(|e| e.to_string()),
-            DebianArch::Armhf => check_zimage(kernel),
+        let image = KernelImage::parse(kernel).map_err(|e| e.to_string())?;
+        match (self, image.execution_state()) {
+            (DebianArch::Arm64, ExecutionState::Aarch64) | (DebianArch::Armhf, ExecutionState::Aarch32) => Ok(()),
+            (DebianArch::Arm64, _) => Err("a 32-bit zImage where an arm64 Image was expected".into()),
+            (DebianArch::Armhf, _) => Err("an arm64 Image where a 32-bit zImage was expected".into()),
         }
     }
 
@@ -130,36 +135,6 @@ impl DebianArch {
             DebianArch::Armhf => cntvct_armhf(),
         }
     }
-}
-
-/// The zImage header (Documentation/arch/arm/booting.rst, "Calling the kernel image";
-/// arch/arm/boot/compressed/head.S): at 0x24 the magic 0x016f2818, at 0x28 and 0x2c the
-/// image's start and end addresses (start 0 for a position-independent image, which
-/// Debian's is), at 0x30 0x04030201 for a little-endian kernel.
-const ZIMAGE_MAGIC: u32 = 0x016f_2818;
-const ZIMAGE_LITTLE_ENDIAN: u32 = 0x0403_0201;
-
-fn check_zimage(kernel: &[u8]) -> Result<(), String> {
-    let word = |at: usize| kernel.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    match word(0x24) {
-        Some(ZIMAGE_MAGIC) => {}
-        found => {
-            return Err(format!(
-                "not a zImage: the word at offset 0x24 is {found:#010x?}, expected {ZIMAGE_MAGIC:#010x}; pass the \
-                 zImage (vmlinuz), not vmlinux or an arm64 Image"
-            ))
-        }
-    }
-    if word(0x30) != Some(ZIMAGE_LITTLE_ENDIAN) {
-        return Err("the zImage is not of a little-endian kernel (no 0x04030201 at offset 0x30)".into());
-    }
-    let (start, end) = (word(0x28).unwrap_or(0), word(0x2c).unwrap_or(0));
-    let size =
-        end.checked_sub(start).ok_or_else(|| format!("the zImage ends ({end:#x}) before it starts ({start:#x})"))?;
-    if size as usize > kernel.len() {
-        return Err(format!("the zImage says it is {size} bytes long, but the file has {} bytes", kernel.len()));
-    }
-    Ok(())
 }
 
 fn apt_options(arch: DebianArch, dir: &Path) -> Vec<String> {
@@ -593,12 +568,12 @@ mod tests {
         assert_eq!(kernel_package_in(DebianArch::Arm64, armmp), None);
     }
 
-    /// The first 0x34 bytes of a zImage: `nop`s, a branch, the header words.
+    /// A zImage's header words: its magic, its size, little-endian.
     fn zimage_header(len: usize) -> Vec<u8> {
         let mut z = vec![0u8; len];
-        z[0x24..0x28].copy_from_slice(&ZIMAGE_MAGIC.to_le_bytes());
+        z[0x24..0x28].copy_from_slice(&0x016f_2818u32.to_le_bytes());
         z[0x2c..0x30].copy_from_slice(&(len as u32).to_le_bytes());
-        z[0x30..0x34].copy_from_slice(&ZIMAGE_LITTLE_ENDIAN.to_le_bytes());
+        z[0x30..0x34].copy_from_slice(&0x0403_0201u32.to_le_bytes());
         z
     }
 
@@ -606,17 +581,17 @@ mod tests {
     fn armhf_takes_a_zimage_and_arm64_an_image() {
         let z = zimage_header(0x1000);
         assert_eq!(DebianArch::Armhf.check_kernel(&z), Ok(()));
-        assert!(DebianArch::Arm64.check_kernel(&z).unwrap_err().contains("not an arm64 Image"));
+        assert!(DebianArch::Arm64.check_kernel(&z).unwrap_err().contains("zImage where an arm64 Image"));
         let mut with_dtb = z.clone();
         with_dtb.extend_from_slice(&[0; 64]);
         assert_eq!(DebianArch::Armhf.check_kernel(&with_dtb), Ok(()), "a device tree may follow it");
-        assert!(DebianArch::Armhf.check_kernel(&z[..0x800]).unwrap_err().contains("the file has 2048 bytes"));
+        assert!(DebianArch::Armhf.check_kernel(&z[..0x800]).unwrap_err().contains("broken 32-bit ARM zImage"));
         let mut big_endian = z.clone();
-        big_endian[0x30..0x34].copy_from_slice(&ZIMAGE_LITTLE_ENDIAN.to_be_bytes());
-        assert!(DebianArch::Armhf.check_kernel(&big_endian).unwrap_err().contains("little-endian"));
+        big_endian[0x30..0x34].copy_from_slice(&0x0403_0201u32.to_be_bytes());
+        assert!(DebianArch::Armhf.check_kernel(&big_endian).unwrap_err().contains("big-endian"));
         let mut arm64 = vec![0u8; 0x40];
         arm64[0x38..0x3c].copy_from_slice(b"ARM\x64");
-        assert!(DebianArch::Armhf.check_kernel(&arm64).unwrap_err().contains("not a zImage"));
-        assert!(DebianArch::Armhf.check_kernel(b"short").unwrap_err().contains("not a zImage"));
+        assert!(DebianArch::Armhf.check_kernel(&arm64).unwrap_err().contains("arm64 Image where a 32-bit zImage"));
+        assert!(DebianArch::Armhf.check_kernel(b"short").unwrap_err().contains("less than"));
     }
 }
