@@ -154,6 +154,12 @@ pub fn linux() -> &'static xtask::linux_guest::LinuxGuest {
     LINUX.get_or_init(|| xtask::linux_guest::debian_arm64().unwrap_or_else(|e| panic!("the Linux guest: {e}")))
 }
 
+/// The Debian armhf kernel (a zImage, run in AArch32) and BusyBox initramfs (cached).
+pub fn linux_armhf() -> &'static xtask::linux_guest::LinuxGuest {
+    static LINUX: OnceLock<xtask::linux_guest::LinuxGuest> = OnceLock::new();
+    LINUX.get_or_init(|| xtask::linux_guest::debian_armhf().unwrap_or_else(|e| panic!("the armhf Linux guest: {e}")))
+}
+
 /// A Linux VM with `vcpus` vCPUs and the default command line.
 pub fn linux_vm(vcpus: u32) -> VmEntry {
     let l = linux();

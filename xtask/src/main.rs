@@ -277,8 +277,8 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
 fn qemu_manifest(args: QemuArgs) -> Result<(), XtaskError> {
     let path = args.manifest.clone().expect("qemu_manifest runs with --manifest");
     let stem = path.file_stem().map_or("manifest".into(), |s| s.to_string_lossy().into_owned());
-    let manifest = Manifest::load(&path, &mut || {
-        let linux = xtask::linux_guest::debian_arm64()?;
+    let manifest = Manifest::load(&path, &mut |arch| {
+        let linux = xtask::linux_guest::debian(arch)?;
         Ok(DebianGuest { kernel: linux.kernel, initrd: linux.initrd })
     })?;
     let given = |flag: &str| args.given.iter().any(|f| f == flag);

@@ -11,11 +11,23 @@ use hyp_core::platform::PhysRange;
 use serde::Deserialize;
 
 use crate::bundle::{self, BundleOptions, DiskSlice, Passthrough, Placement, VmDevices, VmEntry};
+use crate::linux_guest::DebianArch;
 use crate::XtaskError;
 
 /// The word that stands for the Debian arm64 guest `cargo xtask image` builds, as `kernel`
 /// (its kernel) or `initrd` (its BusyBox initramfs).
 pub const DEBIAN: &str = "debian";
+/// The same for the Debian armhf guest (a 32-bit kernel, run in AArch32).
+pub const DEBIAN_ARMHF: &str = "debian-armhf";
+
+/// The Debian guest a `kernel` or `initrd` word names, if it names one.
+fn debian_guest(word: &str) -> Option<DebianArch> {
+    match word {
+        DEBIAN => Some(DebianArch::Arm64),
+        DEBIAN_ARMHF => Some(DebianArch::Armhf),
+        _ => None,
+    }
+}
 
 /// The devices of QEMU's `virt` board (hw/arm/virt.c, `base_memmap` and `a15irqmap`) that
 /// a VM can be given: each a page of registers and one SPI.
@@ -171,11 +183,11 @@ fn parse_mac(text: &str) -> Option<[u8; 6]> {
 }
 
 impl Manifest {
-    /// Reads the manifest at `path`. `debian` is called (once) if a VM names the Debian
-    /// guest.
+    /// Reads the manifest at `path`. `debian` is called (once per architecture) if a VM
+    /// names a Debian guest.
     pub fn load(
         path: &Path,
-        debian: &mut dyn FnMut() -> Result<DebianGuest, XtaskError>,
+        debian: &mut dyn FnMut(DebianArch) -> Result<DebianGuest, XtaskError>,
     ) -> Result<Manifest, XtaskError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| XtaskError::Usage(format!("cannot read the manifest {}: {e}", path.display())))?;
@@ -186,7 +198,7 @@ impl Manifest {
     pub fn parse(
         text: &str,
         path: &Path,
-        debian: &mut dyn FnMut() -> Result<DebianGuest, XtaskError>,
+        debian: &mut dyn FnMut(DebianArch) -> Result<DebianGuest, XtaskError>,
     ) -> Result<Manifest, XtaskError> {
         let usage = |m: String| XtaskError::Usage(format!("{}: {m}", path.display()));
         let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| usage(e.to_string().trim_end().into()))?;
@@ -210,25 +222,25 @@ impl Manifest {
             return Err(usage("no [[vm]]: describe at least one VM".into()));
         }
         let dir = path.parent().unwrap_or(Path::new("."));
-        let mut guest: Option<DebianGuest> = None;
+        let mut guests: Vec<(DebianArch, DebianGuest)> = Vec::new();
         let mut vms = Vec::new();
         for (i, table) in vm_tables.into_iter().enumerate() {
             let name = table.get("name").and_then(|n| n.as_str()).map_or(format!("#{}", i + 1), str::to_string);
             let vm_error = |m: String| usage(format!("VM {name}: {m}"));
             let vm: VmToml = table.try_into().map_err(|e| vm_error(e.to_string().trim_end().into()))?;
             let mut file = |given: &str, field: &str| -> Result<PathBuf, XtaskError> {
-                if given != DEBIAN {
+                let Some(arch) = debian_guest(given) else {
                     return Ok(dir.join(given));
+                };
+                if !guests.iter().any(|(a, _)| *a == arch) {
+                    guests.push((arch, debian(arch)?));
                 }
-                if guest.is_none() {
-                    guest = Some(debian()?);
-                }
-                let g = guest.as_ref().expect("the Debian guest was just set");
+                let g = &guests.iter().find(|(a, _)| *a == arch).expect("the Debian guest was just added").1;
                 Ok(if field == "kernel" { g.kernel.clone() } else { g.initrd.clone() })
             };
             let kernel = file(&vm.kernel, "kernel")?;
             let initrd = vm.initrd.as_deref().map(|i| file(i, "initrd")).transpose()?;
-            let bootargs = match (vm.bootargs, vm.kernel == DEBIAN) {
+            let bootargs = match (vm.bootargs, debian_guest(&vm.kernel).is_some()) {
                 (None, true) => Some(crate::linux_guest::BOOTARGS.to_string()),
                 (args, _) => args,
             };
@@ -351,7 +363,7 @@ mod tests {
 
     fn load(path: &Path, dir: &Path) -> Manifest {
         let guest = fake_debian(dir);
-        Manifest::load(path, &mut || Ok(guest.clone())).unwrap_or_else(|e| panic!("{e}"))
+        Manifest::load(path, &mut |_| Ok(guest.clone())).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn board_of(m: &Manifest) -> Board {
@@ -363,7 +375,7 @@ mod tests {
     fn build(text: &str) -> Result<Vec<u8>, String> {
         let dir = tempdir("build");
         let guest = fake_debian(&dir);
-        let m = Manifest::parse(text, Path::new("test.toml"), &mut || Ok(guest.clone())).map_err(|e| e.to_string())?;
+        let m = Manifest::parse(text, Path::new("test.toml"), &mut |_| Ok(guest.clone())).map_err(|e| e.to_string())?;
         m.bundle(&Board::qemu_virt(4, 1024, Some(GIB)), &BundleOptions::default()).map_err(|e| e.to_string())
     }
 
@@ -646,5 +658,28 @@ mod tests {
         assert!(kept(platform.gic.redistributors.unwrap()));
         assert!(platform.virtio_mmio.iter().all(|t| kept(t.window)));
         assert_eq!(platform.memory[0].base, QEMU_VIRT_RAM_BASE);
+    }
+
+    #[test]
+    fn each_debian_word_names_its_own_guest_fetched_once() {
+        let dir = tempdir("two-debians");
+        let arm64 = fake_debian(&dir);
+        let armhf = DebianGuest { kernel: dir.join("vmlinuz.zImage"), initrd: dir.join("initramfs-armhf.cpio") };
+        let mut asked = Vec::new();
+        let text = [
+            vm("a", ""),
+            vm("b", "").replace("\"debian\"", "\"debian-armhf\""),
+            vm("c", "initrd = \"debian-armhf\"").replace("\"debian\"", "\"debian-armhf\""),
+        ]
+        .concat();
+        let m = Manifest::parse(&text, Path::new("test.toml"), &mut |arch| {
+            asked.push(arch);
+            Ok(if arch == DebianArch::Armhf { armhf.clone() } else { arm64.clone() })
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(asked, [DebianArch::Arm64, DebianArch::Armhf], "each guest is fetched once");
+        assert_eq!((&m.vms[0].kernel, &m.vms[1].kernel), (&arm64.kernel, &armhf.kernel));
+        assert_eq!(m.vms[2].initrd.as_ref(), Some(&armhf.initrd));
+        assert_eq!(m.vms[1].bootargs.as_deref(), Some(crate::linux_guest::BOOTARGS), "the Debian command line");
     }
 }

@@ -135,8 +135,8 @@ pub struct Soak {
 }
 
 pub fn run(root: &Path, minutes: u64) -> Result<Soak, XtaskError> {
-    let manifest = Manifest::load(&root.join("manifests").join("three-vms.toml"), &mut || {
-        let linux = linux_guest::debian_arm64()?;
+    let manifest = Manifest::load(&root.join("manifests").join("three-vms.toml"), &mut |arch| {
+        let linux = linux_guest::debian(arch)?;
         Ok(DebianGuest { kernel: linux.kernel, initrd: linux.initrd })
     })?;
     let (smp, memory_mib) = (manifest.board_cpus.unwrap_or(4), manifest.board_memory_mib.unwrap_or(2048));
