@@ -99,6 +99,22 @@ pub fn init_cpu<I: ArmImage>(index: usize) -> Result<(), crate::GicError> {
     Ok(())
 }
 
+/// A CPU the boot flow started, its MMU on and its per-CPU register pointing at its
+/// `cpus::PerCpu`: its GIC interface and what else it needs, then online. False, said on
+/// the console, if its GIC interface cannot be set up: it stays off.
+pub fn come_online<I: ArmImage>(index: usize) -> bool {
+    if let Err(e) = init_cpu::<I>(index) {
+        <I::Board as Board>::print(format_args!(
+            "hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off",
+            I::mpidr()
+        ));
+        return false;
+    }
+    <I::Board as Board>::print(format_args!("hypervisor: cpu{index} (MPIDR {:#x}) online", I::mpidr()));
+    I::hypervisor().cpus.set_online(index);
+    true
+}
+
 /// The runtime's `Virtualization` for ARM image `$image`, whose vCPUs run as `$cpu` (its
 /// `hyp_runtime::vcpu_run::VcpuCpu`): all of it but running a vCPU is the same on ARMv7 and
 /// ARMv8 (a VM is a `vm::ArmVm`, its stage-2 tables come from the heap, interrupts go

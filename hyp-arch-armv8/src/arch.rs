@@ -87,14 +87,7 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
     }
 
     fn probe_board(platform: &Platform<'_>) -> Option<u64> {
-        let found = hyp_board_qemu_virt::virtio::probe(platform);
-        if let Some(sectors) = found.disk_sectors {
-            println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
-        }
-        if let Some(mac) = found.uplink_mac {
-            println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev::virtio::switch::Mac(&mac));
-        }
-        found.disk_sectors
+        hyp_board_qemu_virt::virtio::probe_and_report(platform)
     }
 
     /// VMSAv8-64 stage 2 over this CPU's physical address size (ID_AA64MMFR0_EL1.PARange,

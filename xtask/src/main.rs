@@ -9,7 +9,7 @@ use std::time::Duration;
 use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::images::Hypervisor;
 use xtask::manifest::{Board, DebianGuest, Manifest};
-use xtask::qemu::{self, Machine};
+use xtask::qemu::{self, Arch, Machine};
 use xtask::util::{run, step};
 use xtask::{bench, fuzz, images, setup, soak, XtaskError};
 
@@ -32,6 +32,10 @@ Commands:
   help    this text
 
 Options of `qemu`:
+  --arch ARCH      aarch64 (default) or armv7: the ARMv7 image (HYP mode) on qemu-system-arm
+                   `-M virt,highmem=off -cpu cortex-a15`, GICv2 and 2 CPUs unless --gic and
+                   --smp say otherwise; it has no 32-bit guest yet, so its boot bundle
+                   describes no VM: it boots, says so and powers off
   --manifest FILE  boot the VMs a manifest describes (docs/manifest.md; examples in
                    manifests/), on the board of its [board] unless --smp/--memory say
                    otherwise; checked before anything boots. Its board disk is
@@ -124,6 +128,9 @@ struct QemuArgs {
     given: Vec<String>,
 }
 
+/// The options `--arch armv7` takes: the board's, and how long to run.
+const ARMV7_OPTIONS: [&str; 5] = ["--arch", "--gic", "--smp", "--memory", "--timeout"];
+
 /// Options that describe the one VM of a run without a manifest.
 const VM_OPTIONS: [&str; 7] = ["--guest", "--kernel", "--initrd", "--append", "--dtb", "--vcpus", "--vm-memory"];
 
@@ -150,6 +157,13 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         let number =
             |v: String| v.parse::<u64>().map_err(|_| XtaskError::Usage(format!("{flag}: `{v}` is not a number")));
         match flag.as_str() {
+            "--arch" => {
+                parsed.machine.arch = match value()?.as_str() {
+                    "aarch64" => Arch::Aarch64,
+                    "armv7" => Arch::Armv7,
+                    v => return Err(XtaskError::Usage(format!("--arch: `{v}` is not aarch64 or armv7"))),
+                }
+            }
             "--guest" => parsed.guest = value()?,
             "--gic" => {
                 parsed.machine.gic_version = match value()?.as_str() {
@@ -196,6 +210,22 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     if !(1..=4).contains(&parsed.vcpus) {
         return Err(XtaskError::Usage(format!("--vcpus: {} is not between 1 and 4", parsed.vcpus)));
     }
+    if parsed.machine.arch == Arch::Armv7 {
+        if let Some(flag) = parsed.given.iter().find(|f| !ARMV7_OPTIONS.contains(&f.as_str())) {
+            return Err(XtaskError::Usage(format!(
+                "{flag}: the ARMv7 image has no 32-bit guest yet (it takes only {})",
+                ARMV7_OPTIONS.join(", ")
+            )));
+        }
+        let given = |flag: &str| parsed.given.iter().any(|f| f == flag);
+        parsed.machine.cpu = "cortex-a15".into();
+        if !given("--gic") {
+            parsed.machine.gic_version = 2;
+        }
+        if !given("--smp") {
+            parsed.machine.smp = 2;
+        }
+    }
     Ok(parsed)
 }
 
@@ -213,13 +243,29 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
     let args = parse_qemu_args(args)?;
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
-    if args.manifest.is_some() {
+    if args.machine.arch == Arch::Armv7 {
+        qemu_armv7(args)
+    } else if args.manifest.is_some() {
         qemu_manifest(args)
     } else if args.guest == "linux" {
         qemu_linux(args)
     } else {
         qemu_selftest(args)
     }
+}
+
+/// The ARMv7 image on this terminal, with a boot bundle that describes no VM (no 32-bit
+/// guest exists yet): it boots, starts its CPUs, refuses the bundle, says so and powers off.
+fn qemu_armv7(args: QemuArgs) -> Result<(), XtaskError> {
+    let hyp = images::build_hypervisor_armv7()?;
+    let bundle_path = bundle::write_empty_file("armv7-no-vm")?;
+    let machine = args.machine;
+    step(&format!(
+        "booting the ARMv7 hypervisor on QEMU virt (Cortex-A15, GICv{}, {} CPUs, {} MiB); no 32-bit guest \
+         exists yet, so its boot bundle describes no VM: it stops after its boot, saying so",
+        machine.gic_version, machine.smp, machine.memory_mib
+    ));
+    run_on_terminal(machine.command(&hyp, Some(&bundle_path)), Some(args.timeout.unwrap_or(60)))
 }
 
 /// The Linux guest, interactive on this terminal.
@@ -551,6 +597,24 @@ mod tests {
         assert_eq!(parse(&["--gic", "4"]).unwrap_err(), "--gic: `4` is not 2 or 3");
         assert_eq!(parse(&["--append"]).unwrap_err(), "--append needs a value");
         assert_eq!(parse(&["--manifest", "/no/such.toml"]).unwrap_err(), "--manifest: /no/such.toml is not a file");
+    }
+
+    #[test]
+    fn armv7_is_a_cortex_a15_with_a_gicv2_and_takes_no_guest_options() {
+        let a = parse(&["--arch", "armv7"]).unwrap();
+        let m = &a.machine;
+        assert_eq!((m.arch, m.cpu.as_str(), m.gic_version, m.smp), (Arch::Armv7, "cortex-a15", 2, 2));
+        let a = parse(&["--arch", "armv7", "--gic", "3", "--smp", "4"]).unwrap();
+        assert_eq!((a.machine.gic_version, a.machine.smp), (3, 4));
+        assert_eq!(
+            parse(&["--arch", "armv7", "--vcpus", "1"]).unwrap_err(),
+            "--vcpus: the ARMv7 image has no 32-bit guest yet (it takes only --arch, --gic, --smp, --memory, --timeout)"
+        );
+        assert_eq!(parse(&["--arch", "x86"]).unwrap_err(), "--arch: `x86` is not aarch64 or armv7");
+        let cmd = parse(&["--arch", "armv7"]).unwrap().machine.command(&PathBuf::from("hyp"), None);
+        assert_eq!(cmd.get_program(), "qemu-system-arm");
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(args.contains(&"virt,virtualization=on,gic-version=2,highmem=off".to_string()), "{args:?}");
     }
 
     #[test]
