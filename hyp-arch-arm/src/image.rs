@@ -79,6 +79,27 @@ pub fn board_ppis() -> [u32; 3] {
     PPIS.get().copied().unwrap_or([25, 27, 26])
 }
 
+/// The board's virtual timer PPI (the physical interrupt behind the guests' virtual timer).
+pub fn timer_ppi() -> u32 {
+    board_ppis()[1]
+}
+
+/// Holds the virtual timer's physical PPI active on CPU `cpu` (or not): what both images'
+/// vCPUs do (hyp_runtime::vcpu_run::VcpuCpu).
+pub fn set_timer_ppi_active<I: ArmImage>(cpu: usize, active: bool) {
+    I::gic().set_active_private(timer_ppi(), cpu, active);
+}
+
+/// A hardware-mapped interrupt the guest will not deactivate, deactivated at the GIC: a PPI
+/// on CPU `cpu`, or an SPI.
+pub fn deactivate<I: ArmImage>(physical: vgic::IntId, cpu: usize) {
+    if physical.is_private() {
+        I::gic().clear_active_private(physical.0, cpu);
+    } else {
+        I::gic().deactivate_spi(physical.0);
+    }
+}
+
 /// This CPU's list registers: the GICH frame of a GICv2, else (and until the boot CPU has
 /// looked) the GICv3 system registers `S`.
 #[inline]

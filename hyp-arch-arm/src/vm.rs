@@ -9,6 +9,7 @@ use core::ops::Deref;
 
 use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::entropy::GuestSeeds;
+use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vcpu_run::{ResumeSlots, VcpuCpu};
 use hyp_runtime::vm::{Vm, VmBuild, VmError};
@@ -99,5 +100,27 @@ where
     /// Destroys the ended VM through its capability (hyp_runtime::vm_resources::revoke_all).
     pub fn destroy(&self, caps: &mut CapSpace) -> Result<(), CapError> {
         revoke_all(caps, &mut HeapTableMemory, &mut C::V::stage2_tlb(self.vttbr), self.cap)
+    }
+}
+
+/// One step of a vCPU's trapped set/way maintenance or watched control register write
+/// (hyp_core::set_way), the same on both images: the part of the VM's RAM (`ram_base`,
+/// `memory` bytes) the step names is cleaned and invalidated by `clean` (start, end).
+/// Returns whether the trapped instruction completes now (then the image applies the control
+/// register write and moves the PC on); otherwise the guest traps at it again.
+pub fn set_way_step(
+    set_way: &mut SetWayState,
+    trap: CacheTrap,
+    pc: u64,
+    ram_base: u64,
+    memory: u64,
+    clean: impl FnOnce(u64, u64),
+) -> bool {
+    match set_way.on_trap(trap, pc, memory) {
+        CacheStep::CleanPart { offset, len, last } => {
+            clean(ram_base + offset, ram_base + offset + len);
+            last
+        }
+        CacheStep::Complete => true,
     }
 }

@@ -13,19 +13,12 @@ use crate::vm::OnCpu;
 pub struct Armv7;
 
 impl Arch for Armv7 {
-    fn current_cpu() -> usize {
-        crate::cpus::current_index()
-    }
-
-    fn kick_cpu(cpu: usize) {
-        crate::cpus::kick(cpu);
-    }
-
-    /// The physical counter, the same on every CPU.
+    /// The physical counter (CNTPCT), the same on every CPU.
     fn now() -> u64 {
         CntPct::read().0
     }
 
+    /// CNTFRQ, as the firmware set it.
     fn counter_frequency() -> u64 {
         u64::from(Cntfrq::read().0)
     }
@@ -41,6 +34,16 @@ impl Arch for Armv7 {
         }
         aarch32_cpu::asm::isb();
     }
+
+    /// From HTPIDR (cpus.rs).
+    fn current_cpu() -> usize {
+        crate::cpus::current_index()
+    }
+
+    /// An SGI through GICD_SGIR.
+    fn kick_cpu(cpu: usize) {
+        crate::cpus::kick(cpu);
+    }
 }
 
 /// The state every CPU shares: the scheduler, the interrupt routes, the VMs.
@@ -52,57 +55,14 @@ hyp_arch_arm::arm_virtualization!(Armv7, OnCpu);
 impl hyp_arch_arm::image::ArmImage for Armv7 {
     const MODE: &'static str = "ARMv7, HYP mode";
     type Board = hyp_board_qemu_virt::QemuVirt;
+    /// A GICv3 is refused at boot (main.rs).
     type Icc = crate::gic::NoGicV3;
-
-    fn gic() -> &'static hyp_arch_arm::Gic<crate::gic::NoGicV3> {
-        &crate::gic::GIC
-    }
-
-    fn hypervisor() -> &'static Hypervisor<Armv7> {
-        &HYPERVISOR
-    }
-
-    fn mpidr() -> u64 {
-        crate::cpus::mpidr()
-    }
-
-    fn mpidr_of(cpu: usize) -> u64 {
-        hyp_arch_arm::cpus::mpidr_of(cpu)
-    }
-
-    fn init_this_cpu() {}
-
-    fn prepare_cpu_start(index: usize) -> u64 {
-        crate::cpus::prepare_start(index)
-    }
-
-    fn cpu_entry() -> u64 {
-        crate::boot::secondary_entry as *const () as u64
-    }
-
-    fn wait_a_little() {
-        crate::cpus::wait_a_little();
-    }
-
-    fn stop(clean: bool) -> ! {
-        crate::finish(clean)
-    }
-
-    fn probe_board(platform: &Platform<'_>) -> Option<u64> {
-        hyp_board_qemu_virt::virtio::probe_and_report(platform)
-    }
-
-    /// This image has no test hooks: it refuses a bundle that asks for one.
-    fn apply_options(bundle: &BootBundle<'static>, _me: usize) -> Result<Option<usize>, BundleError<'static>> {
-        bundle.options.check_no_test_hooks().map(|()| None)
-    }
+    type Stage2Tlb = Stage2Tlb;
 
     /// ARMv7 LPAE stage 2 (40-bit IPA and PA).
     fn stage2_format() -> TableFormat {
         TableFormat::ArmV7Lpae
     }
-
-    type Stage2Tlb = Stage2Tlb;
 
     fn stage2_tlb(vttbr: u64) -> Stage2Tlb {
         Stage2Tlb { vttbr }
@@ -118,5 +78,48 @@ impl hyp_arch_arm::image::ArmImage for Armv7 {
 
     fn make_visible_to_guest(pa: u64, len: u64) {
         crate::memory::make_visible_to_guest(pa, len);
+    }
+
+    fn probe_board(platform: &Platform<'_>) -> Option<u64> {
+        hyp_board_qemu_virt::virtio::probe_and_report(platform)
+    }
+
+    /// This image has no test hooks: it refuses a bundle that asks for one.
+    fn apply_options(bundle: &BootBundle<'static>, _me: usize) -> Result<Option<usize>, BundleError<'static>> {
+        bundle.options.check_no_test_hooks().map(|()| None)
+    }
+
+    fn init_this_cpu() {}
+
+    fn cpu_entry() -> u64 {
+        crate::boot::secondary_entry as *const () as u64
+    }
+
+    fn prepare_cpu_start(index: usize) -> u64 {
+        crate::cpus::prepare_start(index)
+    }
+
+    fn mpidr_of(cpu: usize) -> u64 {
+        hyp_arch_arm::cpus::mpidr_of(cpu)
+    }
+
+    fn mpidr() -> u64 {
+        crate::cpus::mpidr()
+    }
+
+    fn wait_a_little() {
+        crate::cpus::wait_a_little();
+    }
+
+    fn stop(clean: bool) -> ! {
+        crate::finish(clean)
+    }
+
+    fn hypervisor() -> &'static Hypervisor<Armv7> {
+        &HYPERVISOR
+    }
+
+    fn gic() -> &'static hyp_arch_arm::Gic<crate::gic::NoGicV3> {
+        &crate::gic::GIC
     }
 }

@@ -12,8 +12,6 @@
 
 use core::arch::global_asm;
 
-use hyp_arch_arm::hyp_map::ImageLayout;
-
 /// The boot CPU's stack; the other CPUs get theirs from `cpus::STACKS`.
 pub const BOOT_STACK_SIZE: usize = 64 * 1024;
 
@@ -105,17 +103,13 @@ primary_entry:
     mov     r0, r4
     mov     r1, r5
     bl      primary_main
-
-    .global park
-park:
-    wfe
     b       park
 
-    // Other CPUs, from PSCI CPU_ON, in HYP mode: r0 = context_id = this CPU's
-    // `SecondaryBoot` (cpus.rs), read with the MMU off.
+    // A CPU started through PSCI CPU_ON enters here in HYP mode, its MMU off, with
+    // r0 = context_id = its `cpus::Boot`.
     .section .text, "ax"
-    .global secondary_entry
     .balign 4
+    .global secondary_entry
 secondary_entry:
     ldr     r1, ={hsctlr}
     mcr     p15, 4, r1, c1, c0, 0   // HSCTLR
@@ -147,6 +141,10 @@ secondary_entry:
     mcr     p15, 4, r1, c12, c0, 0  // HVBAR
     isb
     bl      secondary_main
+
+    .global park
+park:
+    wfe
     b       park
 "#,
     r_arm_relative = const R_ARM_RELATIVE,
@@ -162,20 +160,5 @@ secondary_entry:
 );
 
 extern "C" {
-    pub static __image_start: u8;
-    pub static __image_end: u8;
-    pub static __text_end: u8;
-    pub static __rodata_end: u8;
     pub fn secondary_entry();
-}
-
-/// The image's three parts, each page-aligned (link.ld), BSS included (identity-mapped:
-/// VA == PA). Only the addresses of the linker-script symbols are taken, never their contents.
-pub fn image_layout() -> ImageLayout {
-    ImageLayout {
-        start: &raw const __image_start as u64,
-        text_end: &raw const __text_end as u64,
-        rodata_end: &raw const __rodata_end as u64,
-        end: &raw const __image_end as u64,
-    }
 }

@@ -12,8 +12,7 @@ use crate::mmu::MmuRegisters;
 /// What a starting CPU reads with its MMU off (boot.rs reads it at its fields' offsets).
 pub type Boot = SecondaryBoot<MmuRegisters>;
 
-static STARTS: CpuStarts<MmuRegisters> =
-    CpuStarts::new(MmuRegisters { hmair0: 0, htcr: 0, hsctlr: 0, httbr: 0 });
+static STARTS: CpuStarts<MmuRegisters> = CpuStarts::new(MmuRegisters { hmair0: 0, htcr: 0, hsctlr: 0, httbr: 0 });
 
 /// This CPU's MPIDR affinity (B4.1.106).
 pub fn mpidr() -> u64 {
@@ -66,7 +65,7 @@ pub fn prepare_start(index: usize) -> u64 {
     let Some(&mmu) = crate::MMU_REGISTERS.get() else { return 0 };
     // SAFETY: the boot flow calls this on the boot CPU, before it starts CPU `index`.
     let (at, size) = unsafe { STARTS.prepare(index, mmu) };
-    crate::mmu::clean_dcache_range(at as u64, (at + size) as u64);
+    crate::mmu::dcache_range(at as u64, (at + size) as u64, crate::mmu::DcOp::Clean);
     at as u64
 }
 
@@ -77,7 +76,18 @@ extern "C" fn secondary_main(boot: &Boot) -> ! {
     if !hyp_arch_arm::image::come_online::<crate::arch::Armv7>(index) {
         park()
     }
-    crate::cpu_loop(index)
+    cpu_loop(index)
+}
+
+/// A CPU's life after boot: the work other CPUs hand it (only the boot flow's check that it
+/// answers a kick: this image has no test hooks), then the vCPUs the scheduler picks.
+pub fn cpu_loop(cpu: usize) -> ! {
+    loop {
+        let _ = HYPERVISOR.cpus.take_work(cpu);
+        if !HYPERVISOR.run_next(cpu) {
+            idle();
+        }
+    }
 }
 
 pub fn park() -> ! {

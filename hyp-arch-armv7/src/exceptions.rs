@@ -149,9 +149,22 @@ extern "C" fn hyp_exception(kind: u32, regs: &[u32; 14]) {
         mode: "HYP mode",
         cpu: cpus::current_index(),
         syndrome: Syndrome(hsr),
-        named: [("HSR", hsr), ("HDFAR/HIFAR", u64::from(far)), ("ELR_hyp", u64::from(elr)), ("SPSR_hyp", u64::from(spsr))],
+        named: [
+            ("HSR", hsr),
+            ("HDFAR/HIFAR", u64::from(far)),
+            ("ELR_hyp", u64::from(elr)),
+            ("SPSR_hyp", u64::from(spsr)),
+        ],
         general: &general[..14],
         prefix: 'r',
     };
     println_unlocked!("{report}");
+}
+
+/// A panic is a hypervisor bug too: said without the console lock (the panicking CPU may
+/// hold it), then this CPU stops.
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    println_unlocked!("\nhypervisor: panic on cpu{}: {info}", cpus::current_index());
+    cpus::park()
 }

@@ -35,7 +35,13 @@ pub struct Aarch32Exception {
 }
 
 /// `exception` taken from the guest state `regs` with SCTLR, VBAR and TTBCR as given.
-pub fn exception_entry(regs: &Registers, sctlr: u32, vbar: u32, ttbcr: u32, exception: InjectedException) -> Aarch32Exception {
+pub fn exception_entry(
+    regs: &Registers,
+    sctlr: u32,
+    vbar: u32,
+    ttbcr: u32,
+    exception: InjectedException,
+) -> Aarch32Exception {
     let thumb = regs.cpsr & CPSR_T != 0;
     // Synchronous external abort: long-descriptor STATUS 0b010000 with the LPAE bit (9), or
     // short-descriptor FS 0b01000 (B3.13.3, B3.13.6).
@@ -79,7 +85,13 @@ macro_rules! read_cp15 {
 /// Delivers `exception` to the guest on this CPU (its CP15 and banked registers are live
 /// here): its new mode's SPSR and LR, the fault registers of an abort, then its PC and CPSR.
 pub fn inject(regs: &mut Registers, exception: InjectedException) {
-    let e = exception_entry(regs, read_cp15!("c1", "c0", "0"), read_cp15!("c12", "c0", "0"), read_cp15!("c2", "c0", "2"), exception);
+    let e = exception_entry(
+        regs,
+        read_cp15!("c1", "c0", "0"),
+        read_cp15!("c12", "c0", "0"),
+        read_cp15!("c2", "c0", "2"),
+        exception,
+    );
     if e.mode == MODE_UND {
         write_banked!("spsr_und", e.spsr);
         write_banked!("lr_und", e.lr);
@@ -87,11 +99,12 @@ pub fn inject(regs: &mut Registers, exception: InjectedException) {
         write_banked!("spsr_abt", e.spsr);
         write_banked!("lr_abt", e.lr);
     }
-    // SAFETY: the fault registers of the guest on this CPU, as the abort it is given says.
     match e.fault {
+        // SAFETY: DFSR and DFAR of the guest on this CPU, as the abort it is given says.
         Some((true, status, address)) => unsafe {
             asm!("mcr p15, 0, {}, c5, c0, 0", "mcr p15, 0, {}, c6, c0, 0", in(reg) status, in(reg) address, options(nostack))
         },
+        // SAFETY: IFSR and IFAR of the guest on this CPU, as above.
         Some((false, status, address)) => unsafe {
             asm!("mcr p15, 0, {}, c5, c0, 1", "mcr p15, 0, {}, c6, c0, 2", in(reg) status, in(reg) address, options(nostack))
         },

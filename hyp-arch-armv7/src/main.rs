@@ -21,7 +21,6 @@ mod sysregs;
 mod vcpu_state;
 mod vm;
 
-use crate::arch::HYPERVISOR;
 use hyp_core::platform::{GicVersion, PhysRange, Platform};
 use spin::Once;
 
@@ -76,11 +75,11 @@ extern "C" fn primary_main(dtb: u32, _image_base: u32) -> ! {
     let Some(device_tree) = device_tree(dtb) else { cpus::park() };
     let platform = Platform::from_device_tree(device_tree)
         .unwrap_or_else(|e| stop_early(Some(device_tree), format_args!("the device tree: {e}")));
-    let layout = boot::image_layout();
+    let layout = hyp_arch_arm::hyp_map::ImageLayout::of_this_image();
     let mmu_regs = mmu::build(&platform, layout)
         .unwrap_or_else(|e| stop_early(Some(device_tree), format_args!("the HYP memory map: {e:?}")));
     let (image_start, image_end) = (layout.start, layout.end);
-    mmu::invalidate_dcache_range(image_start, image_end);
+    mmu::dcache_range(image_start, image_end, mmu::DcOp::Invalidate);
     mmu::enable(&mmu_regs);
     hyp_board_qemu_virt::uart::init(platform.uart.base);
     hyp_arch_arm::firmware::init(platform.psci);
@@ -98,7 +97,7 @@ extern "C" fn primary_main(dtb: u32, _image_base: u32) -> ! {
     let image = PhysRange { base: image_start, size: image_end - image_start };
     // SAFETY: the boot CPU, once, alone, its identity map on (above).
     let me = unsafe { hyp_arch_arm::boot::boot::<arch::Armv7>(&platform, device_tree, u64::from(dtb), image) };
-    cpu_loop(me)
+    cpus::cpu_loop(me)
 }
 
 /// Every VM has ended, or nothing can run: power the machine off.
@@ -106,22 +105,5 @@ pub(crate) fn finish(_clean: bool) -> ! {
     if let Err(e) = hyp_arch_arm::firmware::system_off() {
         println!("hypervisor: the firmware did not power off: {e}");
     }
-    cpus::park()
-}
-
-/// A CPU's life after boot: the work other CPUs hand it (the boot flow's check that it
-/// answers a kick), then the vCPUs the scheduler picks.
-pub(crate) fn cpu_loop(cpu: usize) -> ! {
-    loop {
-        let _ = HYPERVISOR.cpus.take_work(cpu);
-        if !HYPERVISOR.run_next(cpu) {
-            cpus::idle();
-        }
-    }
-}
-
-#[panic_handler]
-fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    println_unlocked!("\nhypervisor: panic on cpu{}: {info}", cpus::current_index());
     cpus::park()
 }

@@ -14,47 +14,54 @@ pub struct Stage2Tlb {
     pub vttbr: u64,
 }
 
-impl Stage2Tlb {
-    fn with_vmid(&self, f: impl FnOnce()) {
-        let saved = Vttbr::read();
+/// The VMID of a VTTBR in force until dropped: by-VMID maintenance applies to the VMID in
+/// VTTBR, whose earlier value comes back after it.
+struct InVmid(u64);
+
+impl InVmid {
+    fn enter(vttbr: u64) -> InVmid {
+        let saved = InVmid(Vttbr::read());
         // SAFETY: switching VTTBR while in HYP mode does not affect HYP's own translation;
-        // it is restored before returning to any guest.
-        unsafe { Vttbr::write(self.vttbr) };
+        // the earlier value is back before any guest runs (`drop`).
+        unsafe { Vttbr::write(vttbr) };
         aarch32_cpu::asm::isb();
-        f();
-        // SAFETY: as above.
-        unsafe { Vttbr::write(saved) };
+        saved
+    }
+}
+
+impl Drop for InVmid {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`: the VTTBR that was in force.
+        unsafe { Vttbr::write(self.0) };
         aarch32_cpu::asm::isb();
     }
 }
 
 impl TlbMaintenance for Stage2Tlb {
     fn invalidate_ipa(&mut self, _vmid: u16, ipa: Ipa) {
-        self.with_vmid(|| {
-            // SAFETY: TLB maintenance has no effect on memory; the DSBs order it after the
-            // descriptor store and before the next one (break-before-make). TLBIIPAS2IS takes
-            // IPA[39:12] in bits [27:0]; TLBIALLIS then drops the combined stage 1 and 2
-            // entries of the VMID, which by-IPA invalidation does not reach.
-            unsafe {
-                asm!(
-                    "dsb ishst",
-                    "mcr p15, 4, {ipa}, c8, c0, 1",
-                    "dsb ish",
-                    "mcr p15, 0, {ipa}, c8, c3, 0",
-                    "dsb ish",
-                    "isb",
-                    ipa = in(reg) (ipa.0 >> 12) as u32,
-                    options(nostack)
-                )
-            }
-        });
+        let _in_vmid = InVmid::enter(self.vttbr);
+        // SAFETY: TLB maintenance has no effect on memory; the DSBs order it after the
+        // descriptor store and before the next one (break-before-make). TLBIIPAS2IS takes
+        // IPA[39:12] in bits [27:0]; TLBIALLIS then drops the combined stage 1 and 2
+        // entries of the VMID, which by-IPA invalidation does not reach.
+        unsafe {
+            asm!(
+                "dsb ishst",
+                "mcr p15, 4, {ipa}, c8, c0, 1",
+                "dsb ish",
+                "mcr p15, 0, {ipa}, c8, c3, 0",
+                "dsb ish",
+                "isb",
+                ipa = in(reg) (ipa.0 >> 12) as u32,
+                options(nostack)
+            )
+        }
     }
 
     fn invalidate_vmid(&mut self, _vmid: u16) {
-        self.with_vmid(|| {
-            // SAFETY: as above: TLBIALLIS for the VMID in VTTBR.
-            unsafe { asm!("dsb ishst", "mcr p15, 0, {z}, c8, c3, 0", "dsb ish", "isb", z = in(reg) 0u32, options(nostack)) }
-        });
+        let _in_vmid = InVmid::enter(self.vttbr);
+        // SAFETY: as above: TLBIALLIS for the VMID in VTTBR.
+        unsafe { asm!("dsb ishst", "mcr p15, 0, {z}, c8, c3, 0", "dsb ish", "isb", z = in(reg) 0u32, options(nostack)) }
     }
 
     fn publish(&mut self) {
@@ -66,7 +73,7 @@ impl TlbMaintenance for Stage2Tlb {
 /// Cleans `[start, start + len)` to the point of coherency and invalidates the instruction
 /// caches (ICIALLUIS): a guest starting with its MMU off reads memory, not the caches.
 pub fn make_visible_to_guest(start: u64, len: u64) {
-    crate::mmu::clean_dcache_range(start, start + len);
+    crate::mmu::dcache_range(start, start + len, crate::mmu::DcOp::Clean);
     // SAFETY: instruction cache invalidation has no effect on data.
     unsafe { asm!("mcr p15, 0, {z}, c7, c1, 0", "dsb ish", "isb", z = in(reg) 0u32, options(nostack)) };
 }
@@ -76,5 +83,5 @@ pub fn make_visible_to_guest(start: u64, len: u64) {
 pub fn zero_for_guest(start: u64, len: u64) {
     // SAFETY: the caller owns the range, identity-mapped Normal memory.
     unsafe { core::ptr::write_bytes(start as usize as *mut u8, 0, len as usize) };
-    crate::mmu::clean_dcache_range(start, start + len);
+    crate::mmu::dcache_range(start, start + len, crate::mmu::DcOp::Clean);
 }

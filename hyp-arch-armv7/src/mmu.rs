@@ -6,7 +6,7 @@
 use core::arch::asm;
 
 use aarch32_cpu::register::{Hmair0, Hmair1, Hsctlr};
-use hyp_arch_arm::hyp_map::{ImageLayout, MapError, Table, Tables, MEMORY_ATTRIBUTES};
+use hyp_arch_arm::hyp_map::{ImageLayout, MapError, TableMemory, MEMORY_ATTRIBUTES};
 use hyp_core::platform::Platform;
 
 use crate::sysregs::{Htcr, Httbr};
@@ -20,9 +20,7 @@ const MAX_L3_TABLES: usize = 4;
 /// 31 is RES1 (UNK/SBOP on ARMv7, RES1 on ARMv8's AArch32).
 const HTCR_VALUE: u32 = (1 << 31) | (0b11 << 12) | (0b01 << 10) | (0b01 << 8);
 
-static mut L1_TABLE: Table = Table::EMPTY;
-static mut L2_TABLES: [Table; MAX_L2_TABLES] = [const { Table::EMPTY }; MAX_L2_TABLES];
-static mut L3_TABLES: [Table; MAX_L3_TABLES] = [const { Table::EMPTY }; MAX_L3_TABLES];
+static TABLES: TableMemory<MAX_L2_TABLES, MAX_L3_TABLES> = TableMemory::new();
 
 /// The register values every CPU loads to turn its MMU on (the layout `secondary_entry`
 /// reads, boot.rs).
@@ -38,18 +36,9 @@ pub struct MmuRegisters {
 /// Builds the identity map (hyp_arch_arm::hyp_map), with the image's parts as `image` says.
 /// Called once, by the boot CPU, with the MMU off.
 pub fn build(platform: &Platform<'_>, image: ImageLayout) -> Result<MmuRegisters, MapError> {
-    // References to `static mut` go through raw pointers.
-    #[allow(clippy::deref_addrof)]
-    // SAFETY: the boot CPU runs alone with the MMU off; nothing else references the tables.
-    let tables = unsafe {
-        Tables {
-            l1: &mut *(&raw mut L1_TABLE),
-            l2: &mut *(&raw mut L2_TABLES),
-            l3: &mut *(&raw mut L3_TABLES),
-            level1_entries: 4,
-        }
-    };
-    let httbr = tables.build(platform, image)?;
+    // SAFETY: the boot CPU runs alone with the MMU off, once. Four level-1 entries: the
+    // 32-bit VA space.
+    let httbr = unsafe { TABLES.tables(4) }.build(platform, image)?;
     // WXN: any writable page is never executable, whatever its descriptor says.
     let hsctlr = Hsctlr::new_with_raw_value(crate::boot::HSCTLR_RES1)
         .with_m(true)
@@ -100,16 +89,19 @@ pub fn dcache_line_size() -> u32 {
 
 /// Data cache maintenance by MVA to the point of coherency (B4.2.1): which operation.
 #[derive(Clone, Copy)]
-enum DcOp {
-    /// DCIMVAC: drop stale clean lines.
+pub enum DcOp {
+    /// DCIMVAC: drop stale clean lines (of memory written with the caches off, which is then
+    /// read back correctly once they are on).
     Invalidate,
-    /// DCCMVAC: write dirty lines back to the point of coherency.
+    /// DCCMVAC: write dirty lines back to the point of coherency (for a CPU or guest that
+    /// reads memory with its MMU off).
     Clean,
-    /// DCCIMVAC: both.
+    /// DCCIMVAC: both (what a guest's set/way maintenance asks of its memory).
     CleanInvalidate,
 }
 
-fn dcache_range(start: u64, end: u64, op: DcOp) {
+/// `op` on every data cache line of `[start, end)`, then a DSB.
+pub fn dcache_range(start: u64, end: u64, op: DcOp) {
     let line = dcache_line_size();
     let (start, end) = (start as u32, end.min(1 << 32) as u32);
     let mut addr = start & !(line - 1);
@@ -123,28 +115,9 @@ fn dcache_range(start: u64, end: u64, op: DcOp) {
                 DcOp::CleanInvalidate => asm!("mcr p15, 0, {}, c7, c14, 1", in(reg) addr, options(nostack)),
             }
         }
-        addr = match addr.checked_add(line) {
-            Some(next) => next,
-            None => break,
-        };
+        let Some(next) = addr.checked_add(line) else { break };
+        addr = next;
     }
     // SAFETY: a barrier.
     unsafe { asm!("dsb sy", options(nostack)) };
-}
-
-/// Drops stale (clean) lines over `[start, end)` so memory written with the caches off is
-/// read back correctly once they are on.
-pub fn invalidate_dcache_range(start: u64, end: u64) {
-    dcache_range(start, end, DcOp::Invalidate);
-}
-
-/// Makes what this CPU wrote over `[start, end)` visible to a CPU or guest that reads
-/// memory with its MMU off.
-pub fn clean_dcache_range(start: u64, end: u64) {
-    dcache_range(start, end, DcOp::Clean);
-}
-
-/// What a guest's set/way maintenance asks of its memory.
-pub fn clean_invalidate_dcache_range(start: u64, end: u64) {
-    dcache_range(start, end, DcOp::CleanInvalidate);
 }

@@ -45,18 +45,12 @@ pub struct Cp15 {
 }
 
 /// VFP and Advanced SIMD: D0-D31, FPSCR, FPEXC.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(8))]
 pub struct FpRegisters {
     d: [u64; 32],
     fpscr: u32,
     fpexc: u32,
-}
-
-impl Default for FpRegisters {
-    fn default() -> Self {
-        FpRegisters { d: [0; 32], fpscr: 0, fpexc: 0 }
-    }
 }
 
 /// Everything a switched-out vCPU needs back.

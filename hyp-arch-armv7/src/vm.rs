@@ -5,11 +5,11 @@
 
 use core::arch::asm;
 
-use aarch32_cpu::register::{Cnthctl, CntvCtl, CntvCval, CntVoff, Hcr, Hdfar, Hifar, Hpfar, Hsr, Midr, Vmpidr, Vpidr};
+use aarch32_cpu::register::{CntVoff, Cnthctl, CntvCtl, CntvCval, Hcr, Hdfar, Hifar, Hpfar, Hsr, Midr, Vmpidr, Vpidr};
 use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::InjectedException;
-use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
+use hyp_core::set_way::{CacheTrap, SetWayState};
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
 use hyp_core::trap::aarch32::HypExit;
@@ -113,19 +113,13 @@ impl OnCpu {
 
 impl VcpuCpu for OnCpu {
     type V = Armv7;
+    /// HSR, HDFAR or HIFAR, HPFAR.
+    type Trap = HypExit;
+    /// r0-r12, LR_usr, PC and CPSR; the other banked registers stay in the CPU.
     type Registers = Registers;
     type Saved = SavedVcpu;
-    type ListRegisters = ListRegisterFile;
     type IdRegisters = HardwareIdRegisters;
-    type Trap = HypExit;
-
-    fn hypervisor() -> &'static Hypervisor<Armv7> {
-        &HYPERVISOR
-    }
-
-    fn resume_slots(vm: &Vm) -> &ResumeSlots<OnCpu> {
-        &vm.saved
-    }
+    type ListRegisters = ListRegisterFile;
 
     fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>) -> OnCpu {
         let lrs: ListRegisterFile = hyp_arch_arm::image::list_registers();
@@ -141,15 +135,6 @@ impl VcpuCpu for OnCpu {
         here
     }
 
-    fn restore(&mut self, saved: &SavedVcpu) {
-        vcpu_state::restore(saved, self.lrs);
-        self.debug = saved.debug;
-    }
-
-    fn restore_at_reset(&mut self) {
-        vcpu_state::restore(&SavedVcpu::at_reset(), self.lrs);
-    }
-
     /// r0 = `context` (a PSCI CPU_ON's context ID), r1 = the machine type, r2 = `context`
     /// too (vCPU 0's context is its device tree, which the 32-bit boot protocol passes in r2;
     /// Linux reads no r0 there).
@@ -159,6 +144,17 @@ impl VcpuCpu for OnCpu {
         regs.r[1] = MACHINE_TYPE_DT;
         regs.r[2] = context as u32;
         regs
+    }
+
+    /// Every register a guest can read, as at reset, in the CPU (`SavedVcpu::at_reset`).
+    fn restore_at_reset(&mut self) {
+        vcpu_state::restore(&SavedVcpu::at_reset(), self.lrs);
+    }
+
+    /// What the vCPU left in the CPU, back in it; its debug registers' copy back here.
+    fn restore(&mut self, saved: &SavedVcpu) {
+        self.debug = saved.debug;
+        vcpu_state::restore(saved, self.lrs);
     }
 
     fn save(&mut self) -> SavedVcpu {
@@ -174,6 +170,19 @@ impl VcpuCpu for OnCpu {
 
     fn list_registers(&mut self) -> &mut ListRegisterFile {
         &mut self.lrs
+    }
+
+    fn resume_slots(vm: &Vm) -> &ResumeSlots<OnCpu> {
+        &vm.saved
+    }
+
+    fn hypervisor() -> &'static Hypervisor<Armv7> {
+        &HYPERVISOR
+    }
+
+    /// At the GIC, as on ARMv8 (hyp_arch_arm).
+    fn deactivate(physical: IntId, cpu: usize) {
+        hyp_arch_arm::image::deactivate::<Armv7>(physical, cpu);
     }
 
     #[inline(always)]
@@ -226,17 +235,15 @@ impl VcpuCpu for OnCpu {
                 unsafe { asm!("mrc p15, 0, {}, c1, c0, 0", out(reg) old, options(nomem, nostack)) };
                 (CacheTrap::SctlrWrite { old: u64::from(old), new: value }, Some((VmControlRegister::Sctlr, value)))
             }
-            CacheMaintenance::ControlWrite { register, value } => (CacheTrap::OtherControlWrite, Some((register, value))),
+            CacheMaintenance::ControlWrite { register, value } => {
+                (CacheTrap::OtherControlWrite, Some((register, value)))
+            }
         };
         let trapping = self.set_way.trapping_controls();
-        match self.set_way.on_trap(trap, u64::from(regs.pc), vm.spec.memory) {
-            CacheStep::CleanPart { offset, len, last } => {
-                crate::mmu::clean_invalidate_dcache_range(vm.ram.base + offset, vm.ram.base + offset + len);
-                if !last {
-                    return;
-                }
-            }
-            CacheStep::Complete => {}
+        let clean = |start, end| crate::mmu::dcache_range(start, end, crate::mmu::DcOp::CleanInvalidate);
+        let pc = u64::from(regs.pc);
+        if !hyp_arch_arm::vm::set_way_step(&mut self.set_way, trap, pc, vm.ram.base, vm.spec.memory, clean) {
+            return;
         }
         if let Some((register, value)) = write {
             vcpu_state::write_control_register(register, value);
@@ -265,52 +272,44 @@ impl VcpuCpu for OnCpu {
         ctl.enable() && ctl.istatus() && !ctl.imask()
     }
 
+    /// The timer's physical PPI, from the device tree, as on ARMv8 (hyp_arch_arm).
     fn timer_ppi() -> u32 {
-        hyp_arch_arm::image::board_ppis()[1]
+        hyp_arch_arm::image::timer_ppi()
     }
 
     fn set_timer_ppi_active(cpu: usize, active: bool) {
-        crate::gic::GIC.set_active_private(Self::timer_ppi(), cpu, active);
-    }
-
-    fn deactivate(physical: IntId, cpu: usize) {
-        if physical.is_private() {
-            crate::gic::GIC.clear_active_private(physical.0, cpu);
-        } else {
-            crate::gic::GIC.deactivate_spi(physical.0);
-        }
+        hyp_arch_arm::image::set_timer_ppi_active::<Armv7>(cpu, active);
     }
 }
 
 /// The ID registers of the CPU this runs on: the AArch32 ones (CRn 0, CRm 1 and 2: ID_PFR0 to
-/// ID_ISAR5 and ID_MMFR4), by the encoding of their AArch64 views; the AArch64-only ones
-/// read as zero, as they do on an ARMv7 CPU.
+/// ID_ISAR5 and ID_MMFR4), found by the encoding of their AArch64 views (S3_0_C0_C<crm>_<op2>,
+/// ARM ARM D17.2); the AArch64-only ones read as zero, as on an ARMv7 CPU.
 #[derive(Default)]
 pub struct HardwareIdRegisters;
 
-/// `mrc p15, 0, Rt, c0, c<crm>, <op2>` for CRm 1 and 2, op2 0-7.
-macro_rules! read_id_space {
-    ($crm:expr, $op2:expr; $($c:literal),*; $($o:literal),*) => {{
-        let mut value = 0u32;
-        read_id_space!(@crm value, $crm, $op2; [$($c),*]; [$($o),*]);
-        value
-    }};
-    (@crm $v:ident, $crm:expr, $op2:expr; [$($c:literal),*]; $os:tt) => {
-        $( if $crm == $c { read_id_space!(@op2 $v, $c, $op2; $os); } )*
-    };
-    (@op2 $v:ident, $c:literal, $op2:expr; [$($o:literal),*]) => {
-        $( if $op2 == $o {
-            // SAFETY: reading an ID register has no side effect; the unallocated encodings
-            // of this space read as zero (ARM ARM B4.1.x, "CP15 c0 register summary").
-            unsafe { asm!(concat!("mrc p15, 0, {}, c0, c", $c, ", ", $o), out(reg) $v, options(nomem, nostack)) };
-        } )*
-    };
-}
-
 impl IdRegisters for HardwareIdRegisters {
     fn read(&self, register: Encoding) -> u64 {
+        use aarch32_cpu::register::*;
         let Encoding(_, _, _, crm, op2) = register;
-        u64::from(read_id_space!(crm, op2; 1, 2; 0, 1, 2, 3, 4, 5, 6, 7))
+        u64::from(match (crm, op2) {
+            (1, 0) => IdPfr0::read().0,
+            (1, 1) => IdPfr1::read().0,
+            (1, 2) => IdDfr0::read().0,
+            (1, 3) => IdAfr0::read().0,
+            (1, 4) => IdMmfr0::read().0,
+            (1, 5) => IdMmfr1::read().0,
+            (1, 6) => IdMmfr2::read().0,
+            (1, 7) => IdMmfr3::read().0,
+            (2, 0) => IdIsar0::read().0,
+            (2, 1) => IdIsar1::read().0,
+            (2, 2) => IdIsar2::read().0,
+            (2, 3) => IdIsar3::read().0,
+            (2, 4) => IdIsar4::read().0,
+            (2, 5) => IdIsar5::read().0,
+            (2, 6) => IdMmfr4::read().0,
+            _ => 0,
+        })
     }
 }
 

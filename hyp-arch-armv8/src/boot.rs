@@ -7,8 +7,6 @@
 
 use core::arch::global_asm;
 
-use hyp_arch_arm::hyp_map::ImageLayout;
-
 /// Boot-CPU stack; other CPUs get theirs from `cpus::STACKS`.
 pub const BOOT_STACK_SIZE: usize = 64 * 1024;
 
@@ -129,20 +127,5 @@ secondary_entry:
 );
 
 extern "C" {
-    pub static __image_start: u8;
-    pub static __image_end: u8;
-    pub static __text_end: u8;
-    pub static __rodata_end: u8;
     pub fn secondary_entry();
-}
-
-/// The image's three parts, each page-aligned (link.ld), BSS included (identity-mapped:
-/// VA == PA). Only the addresses of the linker-script symbols are taken, never their contents.
-pub fn image_layout() -> ImageLayout {
-    ImageLayout {
-        start: &raw const __image_start as u64,
-        text_end: &raw const __text_end as u64,
-        rodata_end: &raw const __rodata_end as u64,
-        end: &raw const __image_end as u64,
-    }
 }

@@ -187,7 +187,8 @@ mod tests {
         e[0x2a..0x2c].copy_from_slice(&32u16.to_le_bytes());
         e[0x2c..0x2e].copy_from_slice(&1u16.to_le_bytes());
         let ph = 0x34;
-        for (at, value) in [(0, object::elf::PT_LOAD), (4, 0x80), (8, 0x8000), (16, len), (20, len + 0x1000), (24, PF_X)]
+        for (at, value) in
+            [(0, object::elf::PT_LOAD), (4, 0x80), (8, 0x8000), (16, len), (20, len + 0x1000), (24, PF_X)]
         {
             e[ph + at..ph + at + 4].copy_from_slice(&value.to_le_bytes());
         }
