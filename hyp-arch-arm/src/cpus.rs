@@ -100,18 +100,21 @@ impl<M: Copy> CpuStarts<M> {
         }
     }
 
-    /// Writes what CPU `index` reads when it starts; returns its address and size, for the
-    /// image to clean to the point of coherency (the CPU reads it with its MMU off).
+    /// Writes what CPU `index` reads when it starts, and has `clean` (start, end) clean it to
+    /// the point of coherency (the CPU reads it with its MMU off); returns its address, which
+    /// CPU_ON passes the CPU.
     ///
     /// # Safety
     /// Called by the boot CPU only, before it starts CPU `index`.
-    pub unsafe fn prepare(&self, index: usize, mmu: M) -> (usize, usize) {
+    pub unsafe fn prepare(&self, index: usize, mmu: M, clean: impl FnOnce(u64, u64)) -> u64 {
         let index = index.min(MAX_CPUS - 1);
         // SAFETY: the caller's promise: no other CPU reads or writes these entries now.
         let stack_top = unsafe { (&raw const (*self.stacks.get())[index]) as usize + STACK_SIZE };
         // SAFETY: as above.
         let boot = unsafe { &mut (*self.boot.get())[index] };
         *boot = SecondaryBoot { stack_top, mmu, cpu_index: index };
-        (boot as *const SecondaryBoot<M> as usize, core::mem::size_of::<SecondaryBoot<M>>())
+        let at = boot as *const SecondaryBoot<M> as usize as u64;
+        clean(at, at + core::mem::size_of::<SecondaryBoot<M>>() as u64);
+        at
     }
 }

@@ -14,6 +14,14 @@ pub type Boot = SecondaryBoot<MmuRegisters>;
 
 static STARTS: CpuStarts<MmuRegisters> = CpuStarts::new(MmuRegisters { hmair0: 0, htcr: 0, hsctlr: 0, httbr: 0 });
 
+/// What CPU `index` reads with its MMU off when it starts (hyp_arch_arm::image::ArmImage),
+/// cleaned to memory: its address. 0 before the boot CPU's MMU is on.
+pub fn prepare_start(index: usize) -> u64 {
+    let clean = |start, end| crate::mmu::dcache_range(start, end, crate::mmu::DcOp::Clean);
+    // SAFETY: the boot flow calls this on the boot CPU, before it starts CPU `index`.
+    crate::MMU_REGISTERS.get().map_or(0, |&regs| unsafe { STARTS.prepare(index, regs, clean) })
+}
+
 /// This CPU's MPIDR affinity (B4.1.106).
 pub fn mpidr() -> u64 {
     u64::from(Mpidr::read().0) & cpus::MPIDR_AFFINITY_MASK
@@ -57,16 +65,6 @@ pub fn idle() {
 pub fn wait_a_little() {
     // SAFETY: a hint; no effect on memory or registers.
     unsafe { core::arch::asm!("yield", options(nomem, nostack)) };
-}
-
-/// What CPU `index` reads with its MMU off when it starts (hyp_arch_arm::image::ArmImage),
-/// cleaned to memory: its address.
-pub fn prepare_start(index: usize) -> u64 {
-    let Some(&mmu) = crate::MMU_REGISTERS.get() else { return 0 };
-    // SAFETY: the boot flow calls this on the boot CPU, before it starts CPU `index`.
-    let (at, size) = unsafe { STARTS.prepare(index, mmu) };
-    crate::mmu::dcache_range(at as u64, (at + size) as u64, crate::mmu::DcOp::Clean);
-    at as u64
 }
 
 #[no_mangle]

@@ -109,7 +109,7 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
     }
 
     fn mpidr_of(cpu: usize) -> u64 {
-        crate::cpus::mpidr_of(cpu)
+        hyp_arch_arm::cpus::mpidr_of(cpu)
     }
 
     fn stop(clean: bool) -> ! {

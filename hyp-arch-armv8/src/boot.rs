@@ -7,7 +7,7 @@
 
 use core::arch::global_asm;
 
-/// Boot-CPU stack; other CPUs get theirs from `cpus::STACKS`.
+/// Boot-CPU stack; other CPUs get theirs from `hyp_arch_arm::cpus::CpuStarts`.
 pub const BOOT_STACK_SIZE: usize = 64 * 1024;
 
 #[repr(C, align(16))]
@@ -89,7 +89,7 @@ park:
     wfe
     b       park
 
-    // Other CPUs, from PSCI CPU_ON: x0 = context_id = this CPU's `SecondaryBoot`.
+    // Other CPUs, from PSCI CPU_ON: x0 = context_id = this CPU's `cpus::Boot`.
     .section .text, "ax"
     .global secondary_entry
     .balign 4
@@ -99,7 +99,7 @@ secondary_entry:
     ldr     x1, =0x1033ff
     msr     cptr_el2, x1
     isb
-    // Turn the MMU on before touching the stack: the boot CPU wrote `SecondaryBoot` and
+    // Turn the MMU on before touching the stack: the boot CPU wrote `cpus::Boot` and
     // cleaned it to the point of coherency; the stack may still have lines in the caches.
     ldp     x1, x2, [x0, #8]        // MAIR, TCR
     ldp     x3, x4, [x0, #24]       // TTBR0, SCTLR
@@ -125,6 +125,10 @@ secondary_entry:
 "#,
     stack_size = const BOOT_STACK_SIZE,
 );
+
+// The offsets `secondary_entry` reads `cpus::Boot` at.
+const _: () = assert!(core::mem::offset_of!(crate::cpus::Boot, stack_top) == 0);
+const _: () = assert!(core::mem::offset_of!(crate::cpus::Boot, mmu) == 8);
 
 extern "C" {
     pub fn secondary_entry();
