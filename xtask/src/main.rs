@@ -455,14 +455,14 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     // The deployed image, the tests' image with the test hooks (docs/security.md, "Test
-    // hooks"), the shared GIC driver for ARMv7, and the test guests.
+    // hooks"), the ARMv7 image with the shared crate for ARMv7, and the test guests.
     let bare_metal: [(&str, &[&str]); 4] = [
         (images::HYPERVISOR_TARGET, &["-p", "hyp-arch-armv8", "-p", "hyp-arch-arm", "-p", "hyp-board-qemu-virt"]),
         (
             images::HYPERVISOR_TARGET,
             &["-p", "hyp-arch-armv8", "-p", "hyp-board-qemu-virt", "--features", "hyp-arch-armv8/test-hooks"],
         ),
-        (images::ARMV7_TARGET, &["-p", "hyp-arch-arm"]),
+        (images::ARMV7_TARGET, &["-p", "hyp-arch-arm", "-p", "hyp-arch-armv7"]),
         (images::AARCH64_TARGET, &["-p", "selftest-guest"]),
     ];
     for (target, crates) in bare_metal {
