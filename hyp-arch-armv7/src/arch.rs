@@ -1,13 +1,14 @@
 //! The runtime's `Arch` and `Virtualization` for ARMv7 in HYP mode (hyp_runtime::arch,
 //! hyp_runtime::hypervisor), and the runtime state this image keeps for it.
 
-use aarch32_cpu::register::{CntPct, Cntfrq, CnthpCtl, CnthpCval};
+use aarch32_cpu::register::{CntPct, Cntfrq, CnthpCtl};
 use hyp_core::bundle::{BootBundle, BundleError};
 use hyp_core::platform::Platform;
 use hyp_runtime::{Arch, Hypervisor};
 use stage2::TableFormat;
 
 use crate::memory::Stage2Tlb;
+use crate::sysregs::CnthpCval;
 use crate::vm::OnCpu;
 
 pub struct Armv7;
@@ -23,11 +24,13 @@ impl Arch for Armv7 {
         u64::from(Cntfrq::read().0)
     }
 
-    /// This CPU's Hyp physical timer (CNTHP, ARM ARM B8.1.2).
+    /// This CPU's Hyp physical timer (CNTHP, ARM ARM B8.1.2; its compare value through
+    /// sysregs.rs, not `aarch32-cpu`'s).
     fn set_hyp_timer(deadline: Option<u64>) {
         match deadline {
             Some(d) => {
-                CnthpCval::write(CnthpCval(d));
+                // SAFETY: the Hyp timer is the hypervisor's own; any compare value is valid.
+                unsafe { CnthpCval::write(d) };
                 CnthpCtl::write(CnthpCtl::new_with_raw_value(0).with_enable(true).with_imask(false));
             }
             None => CnthpCtl::write(CnthpCtl::new_with_raw_value(0)),

@@ -1,6 +1,8 @@
 //! HYP-mode registers `aarch32-cpu` does not have (ARM ARM B4.1): the translation registers of
 //! HYP mode (HTCR, HTTBR) and of the guests' stage 2 (VTCR, VTTBR), through the crate's
-//! register traits, which emit the MRC/MCR and MRRC/MCRR for the encodings given here.
+//! register traits, which emit the MRC/MCR and MRRC/MCRR for the encodings given here; and
+//! CNTHP_CVAL, which the crate (0.4.0) encodes with opc1 2, CNTP_CVAL's: its `CnthpCval`
+//! sets the PL1 physical timer's compare value, and the Hyp timer, left at 0, fires at once.
 
 use aarch32_cpu::register::{SysReg, SysReg64, SysRegRead, SysRegRead64, SysRegWrite, SysRegWrite64};
 
@@ -75,4 +77,8 @@ register64!(
 register64!(
     /// Virtualization Translation Table Base Register (B4.1.161): the VMID in bits [55:48].
     Vttbr, 6, 2
+);
+register64!(
+    /// Counter-timer Hyp Physical CompareValue register (B4.1.24): `MCRR p15, 6, Rt, Rt2, c14`.
+    CnthpCval, 6, 14
 );
