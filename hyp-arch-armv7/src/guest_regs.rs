@@ -12,11 +12,8 @@ pub const MODE_USR: u32 = 0x10;
 pub const MODE_FIQ: u32 = 0x11;
 pub const MODE_IRQ: u32 = 0x12;
 pub const MODE_SVC: u32 = 0x13;
-pub const MODE_ABT: u32 = 0x17;
-pub const MODE_UND: u32 = 0x1b;
 pub const MODE_SYS: u32 = 0x1f;
-/// CPSR.T: Thumb state.
-pub const CPSR_T: u32 = 1 << 5;
+pub use hyp_core::aarch32_exception::{CPSR_T, MODE_ABT, MODE_UND};
 
 /// The guest's registers (layout used by exceptions.rs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -133,17 +130,6 @@ impl GuestRegisters for Registers {
     /// instruction's completion would have moved it (B1.3.3, ITSTATE).
     fn advance_pc(&mut self, bytes: u8) {
         self.pc = self.pc.wrapping_add(u32::from(bytes));
-        self.cpsr = advance_it_state(self.cpsr);
+        self.cpsr = hyp_core::aarch32_exception::advance_it_state(self.cpsr);
     }
-}
-
-/// ITSTATE (CPSR[15:10] = IT[7:2], CPSR[26:25] = IT[1:0]) after one instruction of an IT
-/// block: the block ends after its last one (IT[2:0] zero), else IT[4:0] shifts left.
-pub fn advance_it_state(cpsr: u32) -> u32 {
-    let it = ((cpsr >> 8) & 0xfc) | ((cpsr >> 25) & 0b11);
-    if cpsr & CPSR_T == 0 || it == 0 {
-        return cpsr;
-    }
-    let next = if it & 0b111 == 0 { 0 } else { (it & 0xe0) | ((it << 1) & 0x1f) };
-    (cpsr & !((0x3f << 10) | (0b11 << 25))) | ((next & 0xfc) << 8) | ((next & 0b11) << 25)
 }

@@ -4,6 +4,7 @@
 
 extern crate alloc;
 
+pub mod aarch32_exception;
 pub mod bundle;
 pub mod cap;
 pub mod console_lines;
