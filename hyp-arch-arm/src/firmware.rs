@@ -1,7 +1,7 @@
 //! Calls from the hypervisor to the firmware: PSCI (ARM DEN 0022) over the conduit the
 //! device tree names, through the `smccc` crate, whose calls follow the SMC Calling
-//! Convention on AArch64 and AArch32 alike and treat every argument register as clobbered
-//! (safe with SMCCC 1.0 firmware, which may clobber x4-x17).
+//! Convention on AArch64 and AArch32 alike (a call's SMC32 form on AArch32) and treat every
+//! argument register as clobbered (safe with SMCCC 1.0 firmware, which may clobber x4-x17).
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -42,9 +42,14 @@ pub fn version() -> Result<Version, PsciError> {
 }
 
 /// Starts the CPU `mpidr` at `entry` (a physical address, MMU off) with `context` in its
-/// first argument register.
+/// first argument register: CPU_ON's SMC64 form on AArch64, its SMC32 form on AArch32
+/// (which has no SMC64 calls: `smccc` panics on one).
 pub fn cpu_on(mpidr: u64, entry: u64, context: u64) -> Result<(), PsciError> {
-    over_conduit!(cpu_on(mpidr, entry, context))
+    #[cfg(target_arch = "aarch64")]
+    let result = over_conduit!(cpu_on(mpidr, entry, context));
+    #[cfg(target_arch = "arm")]
+    let result = over_conduit!(cpu_on_32(mpidr as u32, entry as u32, context as u32));
+    result
 }
 
 /// Powers the machine off; returns only if the firmware refused.

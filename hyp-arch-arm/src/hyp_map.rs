@@ -59,6 +59,67 @@ pub struct ImageLayout {
     pub end: u64,
 }
 
+#[cfg(target_os = "none")]
+extern "C" {
+    static __image_start: u8;
+    static __text_end: u8;
+    static __rodata_end: u8;
+    static __image_end: u8;
+}
+
+#[cfg(target_os = "none")]
+impl ImageLayout {
+    /// The running image's parts, as its linker script (link.ld of either image) marks them,
+    /// BSS included (identity-mapped: VA == PA). Only the addresses of the linker-script
+    /// symbols are taken, never their contents.
+    pub fn of_this_image() -> ImageLayout {
+        ImageLayout {
+            start: &raw const __image_start as u64,
+            text_end: &raw const __text_end as u64,
+            rodata_end: &raw const __rodata_end as u64,
+            end: &raw const __image_end as u64,
+        }
+    }
+}
+
+/// The image's own memory for its tables (a static: the map is built before the heap
+/// exists): one level-1 table, `L2` level-2 and `L3` level-3 tables.
+pub struct TableMemory<const L2: usize, const L3: usize> {
+    l1: core::cell::UnsafeCell<Table>,
+    l2: core::cell::UnsafeCell<[Table; L2]>,
+    l3: core::cell::UnsafeCell<[Table; L3]>,
+}
+
+// SAFETY: the tables are written only through `tables`, whose caller promises to be alone
+// (the boot CPU, with the MMU off); afterwards only the MMU reads them.
+unsafe impl<const L2: usize, const L3: usize> Sync for TableMemory<L2, L3> {}
+
+impl<const L2: usize, const L3: usize> TableMemory<L2, L3> {
+    pub const fn new() -> Self {
+        TableMemory {
+            l1: core::cell::UnsafeCell::new(Table::EMPTY),
+            l2: core::cell::UnsafeCell::new([const { Table::EMPTY }; L2]),
+            l3: core::cell::UnsafeCell::new([const { Table::EMPTY }; L3]),
+        }
+    }
+
+    /// The tables to build the map in, the first `level1_entries` of the level-1 table used.
+    ///
+    /// # Safety
+    /// Called once, by the boot CPU running alone, before any MMU uses the tables.
+    #[allow(clippy::mut_from_ref)] // the caller's promise: the one reference there is
+    pub unsafe fn tables(&self, level1_entries: usize) -> Tables<'_> {
+        // SAFETY: the caller's promise: nothing else references the tables.
+        unsafe { Tables { l1: &mut *self.l1.get(), l2: &mut *self.l2.get(), l3: &mut *self.l3.get(), level1_entries } }
+    }
+}
+
+impl<const L2: usize, const L3: usize> Default for TableMemory<L2, L3> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// The memory the tables are built in: one level-1 table (its first `level1_entries` used:
 /// 512 for a 39-bit address space, 4 for ARMv7's 32 bits), level-2 tables for the
 /// gigabytes mapped in 2 MiB blocks, level-3 tables for the 2 MiB blocks the image lies in.

@@ -16,6 +16,8 @@ use crate::list_registers::{ListRegisterAccess, ListRegisterFile};
 pub trait ArmImage: Virtualization {
     /// The architecture and mode, as the banner says them ("AArch64, EL2").
     const MODE: &'static str;
+    /// Whether the CPU can run a guest whose EL1 is AArch64 (ARMv8), or only AArch32 ones.
+    const AARCH64_GUESTS: bool;
     /// The board layer: its console, disk and NIC.
     type Board: Board;
     /// This CPU's GICv3 system-register interface (unused with a GICv2).
@@ -79,6 +81,27 @@ pub fn board_ppis() -> [u32; 3] {
     PPIS.get().copied().unwrap_or([25, 27, 26])
 }
 
+/// The board's virtual timer PPI (the physical interrupt behind the guests' virtual timer).
+pub fn timer_ppi() -> u32 {
+    board_ppis()[1]
+}
+
+/// Holds the virtual timer's physical PPI active on CPU `cpu` (or not): what both images'
+/// vCPUs do (hyp_runtime::vcpu_run::VcpuCpu).
+pub fn set_timer_ppi_active<I: ArmImage>(cpu: usize, active: bool) {
+    I::gic().set_active_private(timer_ppi(), cpu, active);
+}
+
+/// A hardware-mapped interrupt the guest will not deactivate, deactivated at the GIC: a PPI
+/// on CPU `cpu`, or an SPI.
+pub fn deactivate<I: ArmImage>(physical: vgic::IntId, cpu: usize) {
+    if physical.is_private() {
+        I::gic().clear_active_private(physical.0, cpu);
+    } else {
+        I::gic().deactivate_spi(physical.0);
+    }
+}
+
 /// This CPU's list registers: the GICH frame of a GICv2, else (and until the boot CPU has
 /// looked) the GICv3 system registers `S`.
 #[inline]
@@ -97,6 +120,22 @@ pub fn init_cpu<I: ArmImage>(index: usize) -> Result<(), crate::GicError> {
     I::gic().init_cpu(index, I::mpidr(), &board_ppis())?;
     I::init_this_cpu();
     Ok(())
+}
+
+/// A CPU the boot flow started, its MMU on and its per-CPU register pointing at its
+/// `cpus::PerCpu`: its GIC interface and what else it needs, then online. False, said on
+/// the console, if its GIC interface cannot be set up: it stays off.
+pub fn come_online<I: ArmImage>(index: usize) -> bool {
+    if let Err(e) = init_cpu::<I>(index) {
+        <I::Board as Board>::print(format_args!(
+            "hypervisor: cpu{index} (MPIDR {:#x}): GIC: {e:?}; this CPU stays off",
+            I::mpidr()
+        ));
+        return false;
+    }
+    <I::Board as Board>::print(format_args!("hypervisor: cpu{index} (MPIDR {:#x}) online", I::mpidr()));
+    I::hypervisor().cpus.set_online(index);
+    true
 }
 
 /// The runtime's `Virtualization` for ARM image `$image`, whose vCPUs run as `$cpu` (its

@@ -10,6 +10,8 @@
 //! - `mmio`: the GIC frames' volatile accesses.
 //! - `boot`: the boot CPU's way from the device tree to running VMs, over the steps the
 //!   image gives (`image::ArmImage`), on the board only.
+//! - `cpus`: what each CPU keeps of its own (`PerCpu`), which CPU this is, and what a CPU
+//!   started through PSCI reads with its MMU off.
 //! - `devices`: what a VM's virtio devices reach (its RAM, its vGIC, the switch).
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
 //! - `heap`: the hypervisor's heap, the image's global allocator.
@@ -35,6 +37,7 @@ extern crate alloc;
 
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub mod boot;
+pub mod cpus;
 pub mod devices;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
 pub mod firmware;

@@ -9,6 +9,8 @@ use core::ops::Deref;
 
 use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::entropy::GuestSeeds;
+use hyp_core::image::ExecutionState;
+use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
 use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vcpu_run::{ResumeSlots, VcpuCpu};
 use hyp_runtime::vm::{Vm, VmBuild, VmError};
@@ -64,6 +66,9 @@ where
     pub fn create(build: VmBuild<'_>, scheduling: &'static Scheduling<C::V>) -> Result<Self, VmError> {
         let (id, spec, vttbr, vtcr) = (build.id, build.spec, build.granted.vttbr, build.granted.vtcr);
         let core = Vm::create(build, scheduling)?;
+        if !<C::V as ArmImage>::AARCH64_GUESTS && core.execution_state() == ExecutionState::Aarch64 {
+            return Err(VmError::Aarch64KernelOnArmv7);
+        }
         let counter_offset = <C::V as hyp_runtime::Arch>::now();
         <<C::V as ArmImage>::Board as Board>::print(format_args!(
             "hypervisor: vm{id} {}: its virtual counter starts at physical count {counter_offset}",
@@ -99,5 +104,27 @@ where
     /// Destroys the ended VM through its capability (hyp_runtime::vm_resources::revoke_all).
     pub fn destroy(&self, caps: &mut CapSpace) -> Result<(), CapError> {
         revoke_all(caps, &mut HeapTableMemory, &mut C::V::stage2_tlb(self.vttbr), self.cap)
+    }
+}
+
+/// One step of a vCPU's trapped set/way maintenance or watched control register write
+/// (hyp_core::set_way), the same on both images: the part of the VM's RAM (`ram_base`,
+/// `memory` bytes) the step names is cleaned and invalidated by `clean` (start, end).
+/// Returns whether the trapped instruction completes now (then the image applies the control
+/// register write and moves the PC on); otherwise the guest traps at it again.
+pub fn set_way_step(
+    set_way: &mut SetWayState,
+    trap: CacheTrap,
+    pc: u64,
+    ram_base: u64,
+    memory: u64,
+    clean: impl FnOnce(u64, u64),
+) -> bool {
+    match set_way.on_trap(trap, pc, memory) {
+        CacheStep::CleanPart { offset, len, last } => {
+            clean(ram_base + offset, ram_base + offset + len);
+            last
+        }
+        CacheStep::Complete => true,
     }
 }

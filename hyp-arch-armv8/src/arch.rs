@@ -54,6 +54,7 @@ pub static HYPERVISOR: Hypervisor<Aarch64> = Hypervisor::new();
 hyp_arch_arm::arm_virtualization!(Aarch64, OnCpu);
 
 impl hyp_arch_arm::image::ArmImage for Aarch64 {
+    const AARCH64_GUESTS: bool = true;
     const MODE: &'static str = "AArch64, EL2";
     type Board = hyp_board_qemu_virt::QemuVirt;
     type Icc = crate::gic::Icc;
@@ -87,14 +88,7 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
     }
 
     fn probe_board(platform: &Platform<'_>) -> Option<u64> {
-        let found = hyp_board_qemu_virt::virtio::probe(platform);
-        if let Some(sectors) = found.disk_sectors {
-            println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
-        }
-        if let Some(mac) = found.uplink_mac {
-            println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev::virtio::switch::Mac(&mac));
-        }
-        found.disk_sectors
+        hyp_board_qemu_virt::virtio::probe_and_report(platform)
     }
 
     /// VMSAv8-64 stage 2 over this CPU's physical address size (ID_AA64MMFR0_EL1.PARange,
@@ -116,7 +110,7 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
     }
 
     fn mpidr_of(cpu: usize) -> u64 {
-        crate::cpus::mpidr_of(cpu)
+        hyp_arch_arm::cpus::mpidr_of(cpu)
     }
 
     fn stop(clean: bool) -> ! {

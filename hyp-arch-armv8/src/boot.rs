@@ -7,9 +7,7 @@
 
 use core::arch::global_asm;
 
-use hyp_arch_arm::hyp_map::ImageLayout;
-
-/// Boot-CPU stack; other CPUs get theirs from `cpus::STACKS`.
+/// Boot-CPU stack; other CPUs get theirs from `hyp_arch_arm::cpus::CpuStarts`.
 pub const BOOT_STACK_SIZE: usize = 64 * 1024;
 
 #[repr(C, align(16))]
@@ -91,7 +89,7 @@ park:
     wfe
     b       park
 
-    // Other CPUs, from PSCI CPU_ON: x0 = context_id = this CPU's `SecondaryBoot`.
+    // Other CPUs, from PSCI CPU_ON: x0 = context_id = this CPU's `cpus::Boot`.
     .section .text, "ax"
     .global secondary_entry
     .balign 4
@@ -101,7 +99,7 @@ secondary_entry:
     ldr     x1, =0x1033ff
     msr     cptr_el2, x1
     isb
-    // Turn the MMU on before touching the stack: the boot CPU wrote `SecondaryBoot` and
+    // Turn the MMU on before touching the stack: the boot CPU wrote `cpus::Boot` and
     // cleaned it to the point of coherency; the stack may still have lines in the caches.
     ldp     x1, x2, [x0, #8]        // MAIR, TCR
     ldp     x3, x4, [x0, #24]       // TTBR0, SCTLR
@@ -128,21 +126,10 @@ secondary_entry:
     stack_size = const BOOT_STACK_SIZE,
 );
 
-extern "C" {
-    pub static __image_start: u8;
-    pub static __image_end: u8;
-    pub static __text_end: u8;
-    pub static __rodata_end: u8;
-    pub fn secondary_entry();
-}
+// The offsets `secondary_entry` reads `cpus::Boot` at.
+const _: () = assert!(core::mem::offset_of!(crate::cpus::Boot, stack_top) == 0);
+const _: () = assert!(core::mem::offset_of!(crate::cpus::Boot, mmu) == 8);
 
-/// The image's three parts, each page-aligned (link.ld), BSS included (identity-mapped:
-/// VA == PA). Only the addresses of the linker-script symbols are taken, never their contents.
-pub fn image_layout() -> ImageLayout {
-    ImageLayout {
-        start: &raw const __image_start as u64,
-        text_end: &raw const __text_end as u64,
-        rodata_end: &raw const __rodata_end as u64,
-        end: &raw const __image_end as u64,
-    }
+extern "C" {
+    pub fn secondary_entry();
 }

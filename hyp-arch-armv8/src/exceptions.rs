@@ -2,7 +2,7 @@
 //! the report of an exception the hypervisor did not expect.
 //!
 //! A guest exit saves only the guest's general registers, PC and PSTATE into the running
-//! vCPU's `GuestContext` (the first field of this CPU's `cpus::PerCpu`, at TPIDR_EL2) and returns from `enter_guest` into the
+//! vCPU's `GuestContext` (the first field of this CPU's `hyp_arch_arm::cpus::PerCpu`, at TPIDR_EL2) and returns from `enter_guest` into the
 //! Rust run loop on the hypervisor stack: EL1 system registers stay live in the CPU while
 //! the same vCPU keeps running (docs/architecture.md, "Performance principles").
 
@@ -138,7 +138,7 @@ pub fn run_guest(ctx: &mut GuestContext) -> u64 {
     // repr(C) layout: x0..x30 at 0, pc at 248, pstate at 256); the stage-2 tables, HCR_EL2
     // and the EL1 state of this guest were loaded by the caller, so the guest can reach
     // nothing but what its VM's capabilities map; TPIDR_EL2 points at this CPU's
-    // `cpus::PerCpu` (set when it came online), whose first field the asm uses.
+    // `hyp_arch_arm::cpus::PerCpu` (set when it came online), whose first field the asm uses.
     unsafe { enter_guest(ctx) }
 }
 

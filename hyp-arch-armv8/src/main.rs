@@ -59,7 +59,7 @@ extern "C" fn primary_main(dtb: u64, _image_base: u64) -> ! {
     // which the hypervisor never writes or frees.
     let Ok(device_tree) = (unsafe { hyp_arch_arm::identity_map::device_tree(dtb) }) else { cpus::park() };
     let Ok(platform) = Platform::from_device_tree(device_tree) else { cpus::park() };
-    let layout = boot::image_layout();
+    let layout = hyp_arch_arm::hyp_map::ImageLayout::of_this_image();
     let Ok(mmu_regs) = mmu::build(&platform, layout) else { cpus::park() };
     let (image_start, image_end) = (layout.start, layout.end);
     mmu::invalidate_dcache_range(image_start, image_end);

@@ -5,7 +5,7 @@
 use core::arch::asm;
 
 use aarch64_cpu::registers::{Readable, ID_AA64MMFR0_EL1, SCTLR_EL2, TCR_EL2};
-use hyp_arch_arm::hyp_map::{ImageLayout, MapError, Table, Tables, MEMORY_ATTRIBUTES};
+use hyp_arch_arm::hyp_map::{ImageLayout, MapError, TableMemory, MEMORY_ATTRIBUTES};
 use hyp_core::platform::Platform;
 
 /// Gigabytes of address space that may need 2 MiB granularity (devices beside RAM).
@@ -19,9 +19,7 @@ const T0SZ: u64 = 25;
 const TCR_EL2_RES1: u64 = (1 << 31) | (1 << 23);
 const SCTLR_EL2_RES1: u64 = 0x30c5_0830;
 
-static mut L1_TABLE: Table = Table::EMPTY;
-static mut L2_TABLES: [Table; MAX_L2_TABLES] = [const { Table::EMPTY }; MAX_L2_TABLES];
-static mut L3_TABLES: [Table; MAX_L3_TABLES] = [const { Table::EMPTY }; MAX_L3_TABLES];
+static TABLES: TableMemory<MAX_L2_TABLES, MAX_L3_TABLES> = TableMemory::new();
 
 /// The register values every CPU loads to turn its MMU on.
 #[derive(Clone, Copy, Debug)]
@@ -36,18 +34,8 @@ pub struct MmuRegisters {
 /// Builds the identity map (hyp_arch_arm::hyp_map), with the image's parts as `image` says.
 /// Called once, by the boot CPU, with the MMU off.
 pub fn build(platform: &Platform<'_>, image: ImageLayout) -> Result<MmuRegisters, MapError> {
-    // References to `static mut` go through raw pointers.
-    #[allow(clippy::deref_addrof)]
-    // SAFETY: the boot CPU runs alone with the MMU off; nothing else references the tables.
-    let tables = unsafe {
-        Tables {
-            l1: &mut *(&raw mut L1_TABLE),
-            l2: &mut *(&raw mut L2_TABLES),
-            l3: &mut *(&raw mut L3_TABLES),
-            level1_entries: 512,
-        }
-    };
-    let ttbr0 = tables.build(platform, image)?;
+    // SAFETY: the boot CPU runs alone with the MMU off, once. 512 level-1 entries: T0SZ.
+    let ttbr0 = unsafe { TABLES.tables(512) }.build(platform, image)?;
     let parange = ID_AA64MMFR0_EL1.read(ID_AA64MMFR0_EL1::PARange).min(0b101);
     let tcr = TCR_EL2::T0SZ.val(T0SZ)
         + TCR_EL2::TG0::KiB_4

@@ -10,7 +10,7 @@ use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
 use hyp_core::image::ExecutionState;
-use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
+use hyp_core::set_way::{CacheTrap, SetWayState};
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
 use hyp_core::trap::aarch32::{mode, Aarch32View, HypExit};
@@ -326,14 +326,9 @@ impl VcpuCpu for OnCpu {
             }
         };
         let trapping = self.set_way.trapping_controls();
-        match self.set_way.on_trap(trap, ctx.pc, vm.spec.memory) {
-            CacheStep::CleanPart { offset, len, last } => {
-                crate::mmu::clean_invalidate_dcache_range(vm.ram.base + offset, vm.ram.base + offset + len);
-                if !last {
-                    return;
-                }
-            }
-            CacheStep::Complete => {}
+        let clean = crate::mmu::clean_invalidate_dcache_range;
+        if !hyp_arch_arm::vm::set_way_step(&mut self.set_way, trap, ctx.pc, vm.ram.base, vm.spec.memory, clean) {
+            return;
         }
         if let Some((register, part, value)) = write {
             vcpu_state::write_control_register(register, part, value);
@@ -387,19 +382,15 @@ impl VcpuCpu for OnCpu {
     }
 
     fn timer_ppi() -> u32 {
-        hyp_arch_arm::image::board_ppis()[1]
+        hyp_arch_arm::image::timer_ppi()
     }
 
     fn set_timer_ppi_active(cpu: usize, active: bool) {
-        crate::gic::GIC.set_active_private(Self::timer_ppi(), cpu, active);
+        hyp_arch_arm::image::set_timer_ppi_active::<Aarch64>(cpu, active);
     }
 
     fn deactivate(physical: IntId, cpu: usize) {
-        if physical.is_private() {
-            crate::gic::GIC.clear_active_private(physical.0, cpu);
-        } else {
-            crate::gic::GIC.deactivate_spi(physical.0);
-        }
+        hyp_arch_arm::image::deactivate::<Aarch64>(physical, cpu);
     }
 }
 

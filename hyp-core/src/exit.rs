@@ -446,7 +446,7 @@ const SCTLR_EE: u32 = 1 << 25;
 const SCTLR_TE: u32 = 1 << 30;
 /// CPSR bits exception entry sets, clears or replaces: IT [26:25, 15:10], J [24], E [9],
 /// A [8], I [7], T [5], M [4:0].
-const CPSR_ENTRY_FIELDS: u32 = 0x0700_ffbf | (1 << 9);
+const CPSR_ENTRY_FIELDS: u32 = 0x0700_ffbf;
 
 /// Computes the entry into an AArch32 EL1's vector for `exception`, from CPSR `cpsr` at
 /// `pc`, with the guest's SCTLR, VBAR and TTBCR.EAE (`long_descriptors`: the fault status
@@ -473,7 +473,8 @@ pub fn exception_to_aarch32(
             (mode::ABT, 0x10, 8, true, Some(Aarch32Fault { instruction: false, status, address: far as u32 }))
         }
     };
-    let base = if sctlr & SCTLR_V != 0 { 0xffff_0000 } else { vbar };
+    // VBAR[4:0] are RES0.
+    let base = if sctlr & SCTLR_V != 0 { 0xffff_0000 } else { vbar & !0x1f };
     let new = m
         | (1 << 7)
         | if mask_aborts { 1 << 8 } else { cpsr & (1 << 8) }

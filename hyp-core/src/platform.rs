@@ -200,6 +200,12 @@ impl<'a> Platform<'a> {
     }
 }
 
+/// The board's console alone (its PL011), from a device tree the rest of which may not
+/// describe a board the hypervisor can use: where to say why it stops.
+pub fn console_uart(blob: &[u8]) -> Option<PhysRange> {
+    uart(&Fdt::new(blob).ok()?).ok().map(|(range, _)| range)
+}
+
 /// The node's `reg` ranges (translated by the parent's cell sizes). Ranges with no size
 /// are skipped: they name registers, not memory.
 fn regs<'a>(node: Node<'a>) -> impl Iterator<Item = PhysRange> + 'a {
@@ -451,6 +457,16 @@ mod tests {
 
     const VIRT_GICV3: &[u8] = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
     const VIRT_GICV2: &[u8] = include_bytes!("../tests/data/qemu-virt-gicv2-smp2.dtb");
+
+    /// QEMU's 32-bit `virt` without `virtualization=on` (a kernel entered in SVC mode): its
+    /// GIC has no virtualization frames, but its console is there to say so on.
+    #[test]
+    fn a_board_without_virtualization_still_names_its_console() {
+        let dtb = include_bytes!("../tests/data/qemu-virt-arm-svc.dtb");
+        assert_eq!(Platform::from_device_tree(dtb).err(), Some(PlatformError::GicWithoutVirtualization));
+        assert_eq!(console_uart(dtb), Some(PhysRange { base: 0x0900_0000, size: 0x1000 }));
+        assert_eq!(console_uart(b"not a device tree"), None);
+    }
 
     #[test]
     fn qemu_virt_gicv3_is_discovered_from_its_device_tree() {

@@ -99,9 +99,12 @@ pub fn write_for_board<'b>(
 
 /// Writes the bundle for `vms` to `target/images/NAME.bundle` (checked as by `write`).
 pub fn write_file(name: &str, vms: &[VmEntry], options: &BundleOptions) -> Result<PathBuf, XtaskError> {
+    store(name, &write(vms, options)?)
+}
+
+fn store(name: &str, blob: &[u8]) -> Result<PathBuf, XtaskError> {
     let dir = crate::images::images_dir();
     let path = dir.join(format!("{name}.bundle"));
-    let blob = write(vms, options)?;
     std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
     std::fs::write(&path, blob).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", path.display())))?;
     Ok(path)

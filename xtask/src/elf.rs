@@ -1,6 +1,7 @@
-//! ELF64 to a flat arm64 `Image`: the loadable segments laid out from the lowest address,
-//! and the header's `image_size` set to the whole memory footprint (BSS included), which
-//! is what a loader must reserve (Documentation/arch/arm64/booting.rst).
+//! ELF to a flat image: the loadable segments laid out from the lowest address. An arm64
+//! `Image` (ELF64) gets the header's `image_size` set to the whole memory footprint (BSS
+//! included), which is what a loader must reserve (Documentation/arch/arm64/booting.rst); a
+//! 32-bit zImage (the ARMv7 image) its end address (Documentation/arch/arm/booting.rst).
 
 use object::{Object, ObjectSegment};
 
@@ -60,8 +61,9 @@ pub fn loadable(elf: &[u8]) -> Option<Vec<Loaded<'_>>> {
         .collect()
 }
 
-/// The flat image of `elf`, whose first bytes must be an arm64 Image header.
-pub fn to_image(elf: &[u8], what: &str) -> Result<Vec<u8>, XtaskError> {
+/// The loadable segments of `elf` laid out from the lowest address (the bytes in the file),
+/// and the whole memory footprint, BSS included.
+fn flatten(elf: &[u8], what: &str) -> Result<(Vec<u8>, u64), XtaskError> {
     let bad = |why: &str| XtaskError::Build(format!("{what}: {why}"));
     let segments = segments(elf).ok_or_else(|| bad("not an ELF file"))?;
     let base = segments.iter().map(|s| s.vaddr).min().ok_or_else(|| bad("no loadable segment"))?;
@@ -75,11 +77,38 @@ pub fn to_image(elf: &[u8], what: &str) -> Result<Vec<u8>, XtaskError> {
         let at = (s.vaddr - base) as usize;
         image[at..at + src.len()].copy_from_slice(src);
     }
+    Ok((image, mem_end - base))
+}
+
+/// The flat image of `elf`, whose first bytes must be an arm64 Image header.
+pub fn to_image(elf: &[u8], what: &str) -> Result<Vec<u8>, XtaskError> {
+    let (mut image, footprint) = flatten(elf, what)?;
     if image.get(MAGIC_OFFSET..MAGIC_OFFSET + 4) != Some(ARM64_MAGIC.as_slice()) {
-        return Err(bad("the first loadable bytes are not an arm64 Image header"));
+        return Err(XtaskError::Build(format!("{what}: the first loadable bytes are not an arm64 Image header")));
     }
-    let image_size = (mem_end - base).next_multiple_of(4096);
+    let image_size = footprint.next_multiple_of(4096);
     image[IMAGE_SIZE_OFFSET..IMAGE_SIZE_OFFSET + 8].copy_from_slice(&image_size.to_le_bytes());
+    Ok(image)
+}
+
+/// Where a 32-bit ARM zImage header (arch/arm/boot/compressed/head.S) has its magic number,
+/// its start address (0: position independent) and its end address.
+const ZIMAGE_MAGIC_OFFSET: usize = 0x24;
+const ZIMAGE_MAGIC: u32 = 0x016f_2818;
+const ZIMAGE_END_OFFSET: usize = 0x2c;
+
+/// The flat image of a 32-bit `elf` whose first bytes are a zImage header: its end address
+/// is set to the image's length, which is what a loader copies (`bootz`). The image zeroes
+/// its own BSS, which lies past that end: like a zImage's decompressor, it needs the memory
+/// after it free.
+pub fn to_zimage(elf: &[u8], what: &str) -> Result<Vec<u8>, XtaskError> {
+    let (mut image, _) = flatten(elf, what)?;
+    let word = |at: usize| image.get(at..at + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    if word(ZIMAGE_MAGIC_OFFSET) != Some(ZIMAGE_MAGIC) {
+        return Err(XtaskError::Build(format!("{what}: the first loadable bytes are not a zImage header")));
+    }
+    let end = u32::try_from(image.len()).map_err(|_| XtaskError::Build(format!("{what}: larger than 4 GiB")))?;
+    image[ZIMAGE_END_OFFSET..ZIMAGE_END_OFFSET + 4].copy_from_slice(&end.to_le_bytes());
     Ok(image)
 }
 
@@ -145,10 +174,10 @@ mod tests {
         assert!(to_image(&e, "x").unwrap_err().to_string().contains("not an arm64 Image header"));
     }
 
-    /// An ELF32 for ARM (an ARMv7 image) with one executable PT_LOAD segment of 16 bytes.
-    #[test]
-    fn a_32_bit_elf_s_segments_are_read() {
-        let mut e = vec![0u8; 0x100];
+    /// An ELF32 for ARM (an ARMv7 image) with one executable PT_LOAD segment of `len` bytes
+    /// at file offset 0x80, loaded at 0x8000 (and a BSS of 0x1000 after it).
+    fn elf32(len: u32) -> Vec<u8> {
+        let mut e = vec![0u8; 0x80 + len as usize];
         e[0..7].copy_from_slice(b"\x7fELF\x01\x01\x01");
         e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
         e[0x12..0x14].copy_from_slice(&40u16.to_le_bytes());
@@ -158,12 +187,32 @@ mod tests {
         e[0x2a..0x2c].copy_from_slice(&32u16.to_le_bytes());
         e[0x2c..0x2e].copy_from_slice(&1u16.to_le_bytes());
         let ph = 0x34;
-        for (at, value) in [(0, object::elf::PT_LOAD), (4, 0x80), (8, 0x8000), (16, 16), (20, 16), (24, PF_X)] {
+        for (at, value) in
+            [(0, object::elf::PT_LOAD), (4, 0x80), (8, 0x8000), (16, len), (20, len + 0x1000), (24, PF_X)]
+        {
             e[ph + at..ph + at + 4].copy_from_slice(&value.to_le_bytes());
         }
+        e
+    }
+
+    #[test]
+    fn a_32_bit_elf_s_segments_are_read() {
+        let mut e = elf32(16);
         e[0x80..0x90].fill(0x5a);
         let loaded = loadable(&e).unwrap();
         assert_eq!(loaded.len(), 1);
         assert_eq!((loaded[0].vaddr, loaded[0].bytes, loaded[0].executable), (0x8000, &[0x5a; 16][..], true));
+    }
+
+    #[test]
+    fn a_zimage_s_end_is_its_length_and_its_magic_is_checked() {
+        let mut e = elf32(0x40);
+        e[0x80 + ZIMAGE_MAGIC_OFFSET..0x80 + ZIMAGE_MAGIC_OFFSET + 4].copy_from_slice(&ZIMAGE_MAGIC.to_le_bytes());
+        let image = to_zimage(&e, "test").unwrap();
+        assert_eq!(image.len(), 0x40, "the BSS is not in the file");
+        assert_eq!(image[ZIMAGE_END_OFFSET..ZIMAGE_END_OFFSET + 4], 0x40u32.to_le_bytes());
+        assert_eq!(image[ZIMAGE_MAGIC_OFFSET..ZIMAGE_MAGIC_OFFSET + 4], [0x18, 0x28, 0x6f, 0x01]);
+        assert!(to_zimage(&elf32(0x40), "x").unwrap_err().to_string().contains("not a zImage header"));
+        assert!(to_image(&e, "x").is_err(), "not an arm64 Image");
     }
 }

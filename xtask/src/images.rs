@@ -205,6 +205,20 @@ pub fn hypervisor_elf(kind: Hypervisor) -> PathBuf {
         .join("hypervisor")
 }
 
+/// The ARMv7 hypervisor (hyp-arch-armv7, HYP mode on a Cortex-A15), as a zImage that
+/// relocates itself: `target/images/hypervisor-armv7.zImage`. It has no test hooks.
+pub fn build_hypervisor_armv7() -> Result<PathBuf, XtaskError> {
+    step(&format!("building the ARMv7 hypervisor (hyp-arch-armv7, {ARMV7_TARGET})"));
+    let elf_path =
+        cargo_build("hyp-arch-armv7", "hypervisor", &[], ARMV7_TARGET, "hyp-armv7", "-Crelocation-model=pic")?;
+    let image = elf::to_zimage(&read_elf(&elf_path)?, "hypervisor-armv7")?;
+    let dir = images_dir();
+    std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
+    let out = dir.join("hypervisor-armv7.zImage");
+    std::fs::write(&out, image).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", out.display())))?;
+    Ok(out)
+}
+
 /// A bare-metal test guest from `guest-images/`.
 pub fn build_test_guest(bin: &str) -> Result<PathBuf, XtaskError> {
     step(&format!("building the test guest `{bin}` (guest-images, {AARCH64_TARGET})"));

@@ -10,7 +10,7 @@ use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::images::Hypervisor;
 use xtask::linux_guest::DebianArch;
 use xtask::manifest::{Board, DebianGuest, Manifest};
-use xtask::qemu::{self, Machine};
+use xtask::qemu::{self, Arch, Machine};
 use xtask::util::{run, step};
 use xtask::{bench, fuzz, images, setup, soak, XtaskError};
 
@@ -33,6 +33,11 @@ Commands:
   help    this text
 
 Options of `qemu`:
+  --arch ARCH      aarch64 (default) or armv7: the ARMv7 image (HYP mode) on qemu-system-arm
+                   `-M virt,highmem=off -cpu cortex-a15`, GICv2 and 2 CPUs unless --gic and
+                   --smp say otherwise, with the Debian armhf Linux guest (a 32-bit
+                   zImage) as the linux guest; --manifest and --guest selftest are
+                   aarch64 only for now
   --manifest FILE  boot the VMs a manifest describes (docs/manifest.md; examples in
                    manifests/), on the board of its [board] unless --smp/--memory say
                    otherwise; checked before anything boots. Its board disk is
@@ -125,6 +130,9 @@ struct QemuArgs {
     given: Vec<String>,
 }
 
+/// The options `--arch armv7` does not take yet.
+const ARMV7_UNSUPPORTED: [&str; 1] = ["--manifest"];
+
 /// Options that describe the one VM of a run without a manifest.
 const VM_OPTIONS: [&str; 7] = ["--guest", "--kernel", "--initrd", "--append", "--dtb", "--vcpus", "--vm-memory"];
 
@@ -151,6 +159,13 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         let number =
             |v: String| v.parse::<u64>().map_err(|_| XtaskError::Usage(format!("{flag}: `{v}` is not a number")));
         match flag.as_str() {
+            "--arch" => {
+                parsed.machine.arch = match value()?.as_str() {
+                    "aarch64" => Arch::Aarch64,
+                    "armv7" => Arch::Armv7,
+                    v => return Err(XtaskError::Usage(format!("--arch: `{v}` is not aarch64 or armv7"))),
+                }
+            }
             "--guest" => parsed.guest = value()?,
             "--gic" => {
                 parsed.machine.gic_version = match value()?.as_str() {
@@ -197,6 +212,27 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     if !(1..=4).contains(&parsed.vcpus) {
         return Err(XtaskError::Usage(format!("--vcpus: {} is not between 1 and 4", parsed.vcpus)));
     }
+    if parsed.machine.arch == Arch::Armv7 {
+        if let Some(flag) = parsed.given.iter().find(|f| ARMV7_UNSUPPORTED.contains(&f.as_str())) {
+            return Err(XtaskError::Usage(format!(
+                "{flag}: not with --arch armv7 yet (it boots the 32-bit Linux guest, one VM)"
+            )));
+        }
+        if parsed.guest != "linux" {
+            return Err(XtaskError::Usage(format!(
+                "--guest {}: --arch armv7 boots the linux guest only",
+                parsed.guest
+            )));
+        }
+        let given = |flag: &str| parsed.given.iter().any(|f| f == flag);
+        parsed.machine.cpu = "cortex-a15".into();
+        if !given("--gic") {
+            parsed.machine.gic_version = 2;
+        }
+        if !given("--smp") {
+            parsed.machine.smp = 2;
+        }
+    }
     Ok(parsed)
 }
 
@@ -224,12 +260,16 @@ fn cmd_qemu(args: &[String]) -> Result<(), XtaskError> {
 }
 
 /// The Linux guest, interactive on this terminal.
+/// On `--arch armv7`: the ARMv7 image in HYP mode and Debian's armhf guest on a Cortex-A15.
 fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
-    let hyp = images::build_hypervisor(Hypervisor::Deployed)?;
+    let (hyp, debian) = match args.machine.arch {
+        Arch::Aarch64 => (images::build_hypervisor(Hypervisor::Deployed)?, DebianArch::Arm64),
+        Arch::Armv7 => (images::build_hypervisor_armv7()?, DebianArch::Armhf),
+    };
     let (kernel, initrd) = match (args.kernel, args.initrd) {
         (Some(kernel), initrd) => (kernel, initrd),
         (None, initrd) => {
-            let linux = xtask::linux_guest::debian_arm64()?;
+            let linux = xtask::linux_guest::debian(debian)?;
             (linux.kernel, Some(initrd.unwrap_or(linux.initrd)))
         }
     };
@@ -260,8 +300,8 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         )));
     }
     step(&format!(
-        "booting the hypervisor and Linux ({} vCPUs, {} MiB) on QEMU virt (GICv{}, {} CPUs, {} MiB)",
-        args.vcpus, args.vm_memory_mib, machine.gic_version, machine.smp, machine.memory_mib
+        "booting the hypervisor and Linux ({} vCPUs, {} MiB) on QEMU virt ({}, GICv{}, {} CPUs, {} MiB)",
+        args.vcpus, args.vm_memory_mib, machine.cpu, machine.gic_version, machine.smp, machine.memory_mib
     ));
     step(&format!(
         "its disk is /dev/vda ({}); its httpd answers on http://127.0.0.1:{}/",
@@ -410,14 +450,14 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     // The deployed image, the tests' image with the test hooks (docs/security.md, "Test
-    // hooks"), the shared GIC driver for ARMv7, and the test guests.
+    // hooks"), the ARMv7 image with the shared crate for ARMv7, and the test guests.
     let bare_metal: [(&str, &[&str]); 4] = [
         (images::HYPERVISOR_TARGET, &["-p", "hyp-arch-armv8", "-p", "hyp-arch-arm", "-p", "hyp-board-qemu-virt"]),
         (
             images::HYPERVISOR_TARGET,
             &["-p", "hyp-arch-armv8", "-p", "hyp-board-qemu-virt", "--features", "hyp-arch-armv8/test-hooks"],
         ),
-        (images::ARMV7_TARGET, &["-p", "hyp-arch-arm"]),
+        (images::ARMV7_TARGET, &["-p", "hyp-arch-arm", "-p", "hyp-arch-armv7"]),
         (images::AARCH64_TARGET, &["-p", "selftest-guest"]),
     ];
     for (target, crates) in bare_metal {
@@ -560,6 +600,30 @@ mod tests {
         assert_eq!(parse(&["--gic", "4"]).unwrap_err(), "--gic: `4` is not 2 or 3");
         assert_eq!(parse(&["--append"]).unwrap_err(), "--append needs a value");
         assert_eq!(parse(&["--manifest", "/no/such.toml"]).unwrap_err(), "--manifest: /no/such.toml is not a file");
+    }
+
+    #[test]
+    fn armv7_is_a_cortex_a15_with_a_gicv2_and_boots_the_linux_guest() {
+        let a = parse(&["--arch", "armv7"]).unwrap();
+        let m = &a.machine;
+        assert_eq!((m.arch, m.cpu.as_str(), m.gic_version, m.smp), (Arch::Armv7, "cortex-a15", 2, 2));
+        let a = parse(&["--arch", "armv7", "--gic", "3", "--smp", "4"]).unwrap();
+        assert_eq!((a.machine.gic_version, a.machine.smp), (3, 4));
+        assert_eq!(parse(&["--arch", "armv7", "--vcpus", "1"]).unwrap().vcpus, 1);
+        let manifest = format!("{}/../manifests/three-vms.toml", env!("CARGO_MANIFEST_DIR"));
+        assert_eq!(
+            parse(&["--arch", "armv7", "--manifest", &manifest]).unwrap_err(),
+            "--manifest: not with --arch armv7 yet (it boots the 32-bit Linux guest, one VM)"
+        );
+        assert_eq!(
+            parse(&["--arch", "armv7", "--guest", "selftest"]).unwrap_err(),
+            "--guest selftest: --arch armv7 boots the linux guest only"
+        );
+        assert_eq!(parse(&["--arch", "x86"]).unwrap_err(), "--arch: `x86` is not aarch64 or armv7");
+        let cmd = parse(&["--arch", "armv7"]).unwrap().machine.command(&PathBuf::from("hyp"), None);
+        assert_eq!(cmd.get_program(), "qemu-system-arm");
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(args.contains(&"virt,virtualization=on,gic-version=2,highmem=off".to_string()), "{args:?}");
     }
 
     #[test]

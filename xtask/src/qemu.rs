@@ -10,9 +10,19 @@ use std::time::{Duration, Instant};
 
 use crate::XtaskError;
 
+/// The architecture of the emulated CPUs: QEMU's `virt` board for AArch64
+/// (`qemu-system-aarch64`) or for 32-bit ARM (`qemu-system-arm`, its RAM and devices below
+/// 4 GiB: `highmem=off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Aarch64,
+    Armv7,
+}
+
 /// The emulated board the hypervisor boots on.
 #[derive(Clone, Debug)]
 pub struct Machine {
+    pub arch: Arch,
     pub gic_version: u8,
     pub cpu: String,
     pub smp: u32,
@@ -39,6 +49,7 @@ pub struct Machine {
 impl Default for Machine {
     fn default() -> Self {
         Machine {
+            arch: Arch::Aarch64,
             gic_version: 3,
             cpu: "cortex-a72".into(),
             smp: 4,
@@ -55,9 +66,13 @@ impl Default for Machine {
 
 impl Machine {
     pub fn command(&self, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
-        let mut cmd = Command::new("qemu-system-aarch64");
+        let (qemu, highmem) = match self.arch {
+            Arch::Aarch64 => ("qemu-system-aarch64", ""),
+            Arch::Armv7 => ("qemu-system-arm", ",highmem=off"),
+        };
+        let mut cmd = Command::new(qemu);
         let virtualization = if self.virtualization { "on" } else { "off" };
-        cmd.args(["-M", &format!("virt,virtualization={virtualization},gic-version={}", self.gic_version)])
+        cmd.args(["-M", &format!("virt,virtualization={virtualization},gic-version={}{highmem}", self.gic_version)])
             .args(["-cpu", &self.cpu])
             .args(["-smp", &self.smp.to_string()])
             .args(["-m", &format!("{}M", self.memory_mib)])
@@ -161,7 +176,7 @@ pub fn run_captured(cmd: Command, timeout: Duration, echo: bool) -> Result<RunOu
 /// after `timeout` if one is given. Returns QEMU's exit status (None: stopped at the timeout).
 pub fn run_interactive(mut cmd: Command, timeout: Option<Duration>) -> Result<Option<i32>, XtaskError> {
     cmd.args(["-display", "none", "-serial", "mon:stdio"]);
-    let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start qemu-system-aarch64: {e}")))?;
+    let mut child = cmd.spawn().map_err(|e| XtaskError::Tool(format!("cannot start {:?}: {e}", cmd.get_program())))?;
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().map_err(|e| XtaskError::Tool(format!("waiting for QEMU: {e}")))? {

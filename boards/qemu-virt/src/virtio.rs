@@ -463,6 +463,18 @@ pub fn probe(platform: &Platform<'_>) -> Found {
     Found { disk_sectors: DISK.get().map(|d| d.lock().capacity()), uplink_mac: UPLINK.get().map(|u| u.lock().mac()) }
 }
 
+/// `probe`, and the lines the boot log gives what it found: the disk's size in sectors.
+pub fn probe_and_report(platform: &Platform<'_>) -> Option<u64> {
+    let found = probe(platform);
+    if let Some(sectors) = found.disk_sectors {
+        println!("hypervisor: virtio disk of {} MiB (the VMs' disks are slices of it)", sectors >> 11);
+    }
+    if let Some(mac) = found.uplink_mac {
+        println!("hypervisor: virtio NIC {} (the virtual switch's uplink)", vdev::virtio::switch::Mac(&mac));
+    }
+    found.disk_sectors
+}
+
 impl hyp_runtime::network::BoardNic for Uplink {
     fn send(&mut self, frame: &[u8]) -> bool {
         Uplink::send(self, frame)

@@ -60,6 +60,8 @@ pub enum VmError {
     NoBoardDisk,
     /// The VM's `disk` slice cannot be given.
     Disk(DiskSliceError),
+    /// Its kernel runs in AArch64 and this hypervisor runs only AArch32 guests (ARMv7).
+    Aarch64KernelOnArmv7,
 }
 
 impl fmt::Display for VmError {
@@ -72,6 +74,10 @@ impl fmt::Display for VmError {
             VmError::Vgic(e) => write!(f, "{e}"),
             VmError::NoBoardDisk => write!(f, "the board has no virtio disk for the VM's `disk`"),
             VmError::Disk(e) => write!(f, "{e}"),
+            VmError::Aarch64KernelOnArmv7 => write!(
+                f,
+                "its kernel is an arm64 Image, and an ARMv7 CPU runs only 32-bit guests; give it a 32-bit zImage"
+            ),
         }
     }
 }

@@ -1,0 +1,86 @@
+//! The ARMv7 image (issue: ARMv7): the hypervisor in HYP mode on QEMU `virt` with
+//! Cortex-A15s and a GICv2 runs Debian's armhf Linux (a zImage, 2 vCPUs) to its shell, with
+//! the emulated PL011, a virtio disk whose contents outlive the VM, a virtio NIC on the
+//! switch's uplink, and `poweroff` ending the run cleanly.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use system_tests::{
+    assert_output_line, linux_armhf, linux_vm_on_network, one_linux_at_a_time, run, scratch_file, wait_for_shell,
+    BOOT_LIMIT, RUN_LIMIT,
+};
+use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
+use xtask::qemu::{Arch, Machine, Session};
+
+/// The ARMv7 hypervisor image (built once).
+fn hypervisor() -> &'static std::path::PathBuf {
+    static IMAGE: OnceLock<std::path::PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| xtask::images::build_hypervisor_armv7().unwrap_or_else(|e| panic!("the ARMv7 image: {e}")))
+}
+
+/// Boots the ARMv7 hypervisor with the armhf Linux guest, its disk `disk`, until its shell.
+fn boot(test: &str, disk: &Path) -> Session {
+    let l = linux_armhf();
+    let vm = linux_vm_on_network("linux", 2, "10.0.2.15");
+    let vm = VmEntry {
+        kernel: l.kernel.clone(),
+        initrd: Some(l.initrd.clone()),
+        devices: VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), ..vm.devices },
+        ..vm
+    };
+    let blob = bundle::write(&[vm], &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
+    let path = scratch_file(&format!("{test}.bundle"));
+    std::fs::write(&path, blob).expect("write bundle");
+    let machine = Machine {
+        arch: Arch::Armv7,
+        cpu: "cortex-a15".into(),
+        gic_version: 2,
+        smp: 2,
+        disk: Some(disk.to_path_buf()),
+        network: Some(Vec::new()),
+        ..Machine::default()
+    };
+    let mut s = Session::start(machine.command(hypervisor(), Some(&path)), RUN_LIMIT, false)
+        .unwrap_or_else(|e| panic!("running QEMU: {e}"));
+    s.wait_for("hypervisor 0.1.0 (ARMv7, HYP mode)", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    wait_for_shell(&mut s);
+    s
+}
+
+fn power_off(mut s: Session) -> String {
+    s.send_line("poweroff").unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.wait_for_end(Duration::from_secs(120)), "QEMU ends when the VM powers off");
+    s.finish().console
+}
+
+#[test]
+fn armhf_linux_runs_on_the_armv7_hypervisor_with_its_disk_and_network_and_powers_off() {
+    let _alone = one_linux_at_a_time();
+    let disk = scratch_file("armv7-disk.img");
+    let _ = std::fs::remove_file(&disk);
+    xtask::images::create_disk(&disk, 64 << 20).expect("create the disk image");
+
+    let mut s = boot("armv7-first", &disk);
+    let cpu = run(&mut s, "uname -m; grep -c ^processor /proc/cpuinfo; grep -m1 'CPU part' /proc/cpuinfo");
+    assert_output_line(&cpu, "armv7l", "a 32-bit ARMv7 kernel and userland");
+    assert_output_line(&cpu, "2", "both vCPUs are up (PSCI CPU_ON through the hypervisor)");
+    assert_output_line(&cpu, "CPU part\t: 0xc0f", "the Cortex-A15 it runs on, as VPIDR says");
+    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.2");
+    assert!(ping.contains("3 packets transmitted, 3 packets received"), "QEMU's gateway, through the uplink: {ping}");
+    let made = run(
+        &mut s,
+        "mke2fs -q /dev/vda && mount -t ext4 /dev/vda /mnt && uname -a > /mnt/written && sync && umount /mnt && \
+         echo written",
+    );
+    assert_output_line(&made, "written", "the disk formatted, written and unmounted");
+    let console = power_off(s);
+    assert!(console.contains("hypervisor: vm0 linux ended: PoweredOff (clean)"), "{console}");
+    assert!(console.contains("all 1 VM(s) ended: 1 clean, 0 failed"), "{console}");
+
+    let mut s = boot("armv7-second", &disk);
+    let read = run(&mut s, "mount -t ext4 /dev/vda /mnt && cat /mnt/written && umount /mnt");
+    assert!(read.contains("armv7l GNU/Linux"), "what the first boot wrote is on the disk: {read}");
+    power_off(s);
+}
