@@ -20,7 +20,7 @@ fuzz_target!(|text: &str| {
         return;
     }
     let folder = Path::new("/nonexistent-fuzz-manifest-folder/m.toml");
-    let mut debian = || -> Result<DebianGuest, XtaskError> { Ok(debian_files().clone()) };
+    let mut debian = |_| -> Result<DebianGuest, XtaskError> { Ok(debian_files().clone()) };
     let Ok(manifest) = Manifest::parse(text, folder, &mut debian) else { return };
     let board = Board::qemu_virt(4, 4096, Some(1 << 30));
     if let Ok(blob) = manifest.bundle(&board, &BundleOptions::default()) {
