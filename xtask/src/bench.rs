@@ -202,31 +202,67 @@ pub fn linux_macro() -> Result<MacroFigures, XtaskError> {
     })
 }
 
-/// The armhf guest's boot directly on QEMU's `virt` board with Cortex-A15s (`board`, as
-/// the Linux benchmarks run it by default: 2 CPUs, 512 MiB, GICv2), in instructions with
-/// `-icount shift=0` whatever `board.icount` says, timed as `linux_macro` times the arm64
-/// one: from QEMU's start until `/init` has run its rcS and the shell is ready (the guest's
-/// `/bin/cntvct` then, at the counter frequency its kernel logs). The native side of a
-/// 32-bit boot figure; the guest is powered off after.
+/// The 32-bit boots, in instructions (`-icount shift=0`): Debian's armhf kernel and
+/// initramfs to its shell under the ARMv7 hypervisor in HYP mode and directly on QEMU, on
+/// the same `virt` board with Cortex-A15s and a GICv2, timed as `linux_macro` times the
+/// arm64 boot (the VM's virtual count at the shell plus its offset, at the counter
+/// frequency its kernel logs).
 ///
-/// With 2 CPUs the figure is mostly waiting: under `-icount` QEMU runs the CPUs in turn,
-/// and 32-bit Linux's `cpu_relax()` is no YIELD (arm64's is, and QEMU moves to the next CPU
-/// on it), so each `stop_machine` (two when the kernel frees its init memory and makes its
-/// text read-only) spins through whole turns: about 55,000 M instructions to the shell
-/// against about 3,500 M with 1 CPU (Debian's 6.1.0-50-armmp; the kernel reports a soft
-/// lockup in `multi_cpu_stop`). Under the hypervisor the same spins wait on the same turns.
-pub fn linux_boot_native_armv7(board: qemu::Armv7Native) -> Result<f64, XtaskError> {
+/// On one CPU with one vCPU: with 2 the figure is mostly waiting. Under `-icount` QEMU
+/// runs the CPUs in turn, and 32-bit Linux's `cpu_relax()` is no YIELD (arm64's is, and
+/// QEMU moves to the next CPU on it), so each `stop_machine` (two when the kernel frees its
+/// init memory and makes its text read-only) spins through whole turns: about 55,000 M
+/// instructions to the shell against about 3,500 M with 1 CPU (Debian's 6.1.0-50-armmp;
+/// the kernel reports a soft lockup in `multi_cpu_stop`).
+pub fn linux_boot_armv7() -> Result<Pair, XtaskError> {
+    let hyp = images::build_hypervisor_armv7()?;
     let linux = linux_guest::debian_armhf()?;
-    step(&format!(
-        "booting the armhf guest to its shell directly on QEMU ({} CPUs, GICv{}, -icount shift=0)",
-        board.smp, board.gic_version
-    ));
-    let mut cmd = qemu::Armv7Native { icount: true, ..board }.command(&linux.kernel, Some(&linux.initrd));
+    let vm = VmEntry { vcpus: 1, ..linux_vm(&linux, linux_guest::BOOTARGS, VmDevices::default()) };
+    let bundle_path = bundle::write_file("linux-armv7-bench", &[vm], &BundleOptions::default())?;
+    let board = Machine {
+        arch: qemu::Arch::Armv7,
+        cpu: "cortex-a15".into(),
+        gic_version: 2,
+        smp: 1,
+        icount: true,
+        ..Machine::default()
+    };
+    step("booting the armhf guest to its shell under the ARMv7 hypervisor (1 vCPU, 1 CPU, -icount shift=0)");
+    let under = boot_instructions(board.command(&hyp, Some(&bundle_path)), true)?;
+    step("booting the armhf guest to its shell directly on QEMU (1 CPU, GICv2, -icount shift=0)");
+    let native = Machine { virtualization: false, memory_mib: 512, ..board };
+    let mut cmd = native.command(&linux.kernel, Some(&linux.initrd));
     cmd.arg("-append").arg(linux_guest::BOOTARGS);
-    let b = boot(cmd, false)?;
+    Ok(Pair { under, native: boot_instructions(cmd, false)? })
+}
+
+/// Instructions from QEMU's start until the guest's shell is ready (`boot`); the guest is
+/// powered off after.
+fn boot_instructions(cmd: std::process::Command, hypervisor: bool) -> Result<f64, XtaskError> {
+    let b = boot(cmd, hypervisor)?;
     let instructions = (b.offset_ticks + b.vm_ticks) * 1e9 / b.hz;
     b.shell.power_off();
     Ok(instructions)
+}
+
+/// The ARMv7 table: the 32-bit Linux boot beside the same boot without the hypervisor.
+pub fn armv7_report(boot: &Pair) -> String {
+    let ratio = boot.ratio();
+    format!(
+        "ARMv7 (HYP mode, Cortex-A15, GICv2; instructions)\n{:<24} {:>12} {:>12} {:>8} {:>8} {:>5}\n\
+         {:<24} {:>11.1}M {:>11.1}M {ratio:>8.4} {:>8} {:>5}\n",
+        "",
+        "hypervisor",
+        "no hyp.",
+        "ratio",
+        "target",
+        "met",
+        "Linux boot to shell",
+        boot.under / 1e6,
+        boot.native / 1e6,
+        target_text(BOOT_TARGET),
+        met(BOOT_TARGET, ratio)
+    )
 }
 
 /// One run's figures in instructions.

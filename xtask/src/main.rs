@@ -22,7 +22,8 @@ Commands:
   test    run every test: host tests, bare-metal builds, and the system tests under QEMU
   bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
-          reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md)
+          reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md);
+          --quick skips the throughput runs; --arch armv7: the ARMv7 image's Linux boot
   image   build every image into target/images/: the hypervisor as deployed (hypervisor.Image,
           without test hooks), the test guests, and the Debian Linux guests, arm64 and armhf
           (kernel and busybox initramfs, downloads cached)
@@ -525,12 +526,26 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
-    if let Some(a) = args.iter().find(|a| *a != "--quick") {
-        return Err(XtaskError::Usage(format!("unknown option `{a}` for bench (only --quick)")));
-    }
+    let armv7 = match args {
+        [arch, value] if arch == "--arch" && value == "armv7" => true,
+        [arch, value] if arch == "--arch" && value == "aarch64" => false,
+        _ => {
+            if let Some(a) = args.iter().find(|a| *a != "--quick") {
+                return Err(XtaskError::Usage(format!(
+                    "unknown option `{a}` for bench (--quick, or --arch aarch64|armv7)"
+                )));
+            }
+            false
+        }
+    };
     let quick = !args.is_empty();
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
+    if armv7 {
+        let boot = bench::linux_boot_armv7()?;
+        print!("{}", bench::armv7_report(&boot));
+        return Ok(());
+    }
     let (under, native) = bench::micro()?;
     print!("{}", bench::report(&under, &native)?);
     let linux = bench::linux_macro()?;

@@ -111,50 +111,6 @@ impl Machine {
     }
 }
 
-/// QEMU's `virt` board with Cortex-A15s (`qemu-system-arm`) for a 32-bit guest run directly
-/// on it, without the hypervisor: the reference runs of the armhf guest. `highmem=off`
-/// keeps all RAM and every device below 4 GiB, which a kernel without LPAE (Debian's
-/// `armmp`) needs; the board is otherwise the one the arm64 guest sees (its GIC, PL011 and
-/// virtio-mmio transports at the same addresses), and the guest enters in SVC mode with
-/// QEMU answering PSCI itself.
-#[derive(Clone, Debug)]
-pub struct Armv7Native {
-    /// 2 (the Cortex-A15's own GIC, QEMU's default for it) or 3.
-    pub gic_version: u8,
-    pub smp: u32,
-    pub memory_mib: u32,
-    /// Count instructions: 1 instruction = 1 ns of virtual time (`-icount shift=0`).
-    pub icount: bool,
-}
-
-impl Default for Armv7Native {
-    /// As the Linux benchmarks run the guest: 2 CPUs, 512 MiB.
-    fn default() -> Self {
-        Armv7Native { gic_version: 2, smp: 2, memory_mib: 512, icount: false }
-    }
-}
-
-impl Armv7Native {
-    pub fn command(&self, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
-        let mut cmd = Command::new("qemu-system-arm");
-        cmd.args(["-M", &format!("virt,highmem=off,gic-version={}", self.gic_version)])
-            .args(["-cpu", "cortex-a15"])
-            .args(["-smp", &self.smp.to_string()])
-            .args(["-m", &format!("{}M", self.memory_mib)])
-            .arg("-kernel")
-            .arg(kernel)
-            .arg("-no-reboot");
-        if let Some(initrd) = initrd {
-            cmd.arg("-initrd").arg(initrd);
-        }
-        if self.icount {
-            cmd.args(["-icount", "shift=0"]);
-        }
-        cmd.args(["-global", "virtio-mmio.force-legacy=false"]);
-        cmd
-    }
-}
-
 /// What a captured run printed and how it ended.
 #[derive(Debug)]
 pub struct RunOutput {
@@ -399,14 +355,29 @@ mod tests {
         cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect()
     }
 
+    /// QEMU's `virt` board with Cortex-A15s for a 32-bit guest run directly on it (the
+    /// reference runs of the armhf guest): `highmem=off` keeps all RAM and every device below
+    /// 4 GiB, which a kernel without LPAE (Debian's `armmp`) needs.
+    fn armv7_native() -> Machine {
+        Machine {
+            arch: Arch::Armv7,
+            cpu: "cortex-a15".into(),
+            gic_version: 2,
+            smp: 2,
+            memory_mib: 512,
+            virtualization: false,
+            ..Machine::default()
+        }
+    }
+
     #[test]
     fn a_32_bit_guest_runs_on_qemu_system_arm_below_4_gib() {
         let kernel = PathBuf::from("vmlinuz");
-        let cmd = Armv7Native { icount: true, ..Armv7Native::default() }.command(&kernel, Some(&"initrd".into()));
+        let cmd = Machine { icount: true, ..armv7_native() }.command(&kernel, Some(&"initrd".into()));
         assert_eq!(cmd.get_program(), "qemu-system-arm");
         let a = args(&cmd).join(" ");
         for part in [
-            "-M virt,highmem=off,gic-version=2",
+            "-M virt,virtualization=off,gic-version=2,highmem=off",
             "-cpu cortex-a15",
             "-smp 2",
             "-m 512M",
@@ -416,7 +387,7 @@ mod tests {
         ] {
             assert!(a.contains(part), "{part:?} missing from {a:?}");
         }
-        let gic3 = Armv7Native { gic_version: 3, ..Armv7Native::default() }.command(&kernel, None);
+        let gic3 = Machine { gic_version: 3, ..armv7_native() }.command(&kernel, None);
         let a = args(&gic3).join(" ");
         assert!(a.contains("gic-version=3") && !a.contains("-initrd") && !a.contains("-icount"), "{a:?}");
     }

@@ -6,6 +6,8 @@
 //! The ring addresses are checked against RAM and alignment when the queue is made ready and
 //! cannot change while it is, so later ring accesses stay inside RAM.
 
+use core::sync::atomic::{fence, Ordering};
+
 use crate::virtio::chain::{read_chain, Chain, ChainRules, DESCRIPTOR_SIZE};
 use crate::virtio::incident::DeviceIncident;
 use crate::virtio::memory::{read_u16, write_u16, write_u32, GuestMemory, GuestMemoryError};
@@ -120,6 +122,11 @@ impl Virtqueue {
         let mut pending = self.pending(mem, queue)?;
         if pending == 0 && event_idx {
             self.write_avail_event(mem, queue)?;
+            // The store of avail_event before the load of avail->idx: the driver stores its
+            // index, then loads avail_event (2.7.10). Without a full barrier between them,
+            // each side could see the other's old value and neither act: a buffer added as
+            // polling stops would wait for the driver's next notify.
+            fence(Ordering::SeqCst);
             pending = self.pending(mem, queue)?;
         }
         if pending == 0 {
@@ -174,6 +181,11 @@ impl Virtqueue {
         if self.used_idx == old_used {
             return Ok(false);
         }
+        // The store of used->idx (push_used) before the load of used_event or the flags:
+        // the driver stores those, then loads used->idx (2.7.7.2, as Linux's virtio_mb()).
+        // A store and a later load are not ordered without a full barrier (ARM, and the x86
+        // hosts of TCG): both sides could see the other's old value and the interrupt be lost.
+        fence(Ordering::SeqCst);
         if event_idx {
             let used_event = self.read16(mem, queue, self.driver, 4 + 2 * u64::from(self.size()))?;
             Ok(vring_need_event(used_event, self.used_idx, old_used))
