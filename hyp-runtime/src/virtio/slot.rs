@@ -6,7 +6,7 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioError};
@@ -93,8 +93,10 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     work: Arc<AtomicBool>,
     pub device: Mutex<VirtioMmio<D>>,
     pub ram: E::Ram,
-    line: Mutex<E::Line>,
-    level: AtomicBool,
+    /// The interrupt line and what it shows (`access`).
+    line: Mutex<ShownLevel<E::Line>>,
+    /// The device's accesses, counted under its lock: the order of the levels they found.
+    accesses: AtomicU64,
     /// Set (under the device lock) when the VM is destroyed: the device touches its RAM no
     /// more, whoever still holds it.
     shut_down: AtomicBool,
@@ -103,6 +105,33 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
 }
 
 pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
+
+/// A device's interrupt line, and the access whose level it shows. The level is found under
+/// the device's lock but set on the line after it is released (the line takes the vGIC's
+/// lock and may wake a vCPU: docs/architecture.md, "Lock order"), so two CPUs' accesses can
+/// reach the line in the other order than they found their levels: a frame delivered from
+/// one CPU (level high) while the guest reads the interrupt status on another (level low)
+/// could leave the line low with the frame unannounced, until the device's next access. The
+/// line shows the level of the latest access only.
+struct ShownLevel<L> {
+    line: L,
+    level: bool,
+    access: u64,
+}
+
+impl<L: InterruptLine> ShownLevel<L> {
+    /// `level`, as access number `access` found it, unless a later access was shown already.
+    fn show(&mut self, level: bool, access: u64) {
+        if access <= self.access {
+            return;
+        }
+        self.access = access;
+        if self.level != level {
+            self.level = level;
+            self.line.set_level(level);
+        }
+    }
+}
 
 /// What every virtio device of a VM is built with.
 pub struct SlotSetup<E: VmEnv> {
@@ -127,8 +156,8 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             work,
             device: Mutex::new(VirtioMmio::new(device)),
             ram,
-            line: Mutex::new(line),
-            level: AtomicBool::new(false),
+            line: Mutex::new(ShownLevel { line, level: false, access: 0 }),
+            accesses: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             port,
         }
@@ -159,11 +188,11 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
                 self.work.store(true, Ordering::Release);
             }
             let frames = device.device_mut().take_frames();
-            (result, device.interrupt_level(), device.take_incidents(), frames)
+            let access = self.accesses.fetch_add(1, Ordering::Relaxed) + 1;
+            ((result, access), device.interrupt_level(), device.take_incidents(), frames)
         };
-        if self.level.swap(level, Ordering::AcqRel) != level {
-            self.line.lock().set_level(level);
-        }
+        let (result, access) = result;
+        self.line.lock().show(level, access);
         for incident in incidents {
             guest_line::<E::Arch, E::Board>(
                 &self.log,
@@ -267,5 +296,39 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
             .with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value))
             .unwrap_or(Ok(()))
             .map_err(|e| mmio_error(e, width))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShownLevel;
+    use vdev::pl011::InterruptLine;
+
+    #[derive(Default)]
+    struct Levels(alloc::vec::Vec<bool>);
+    impl InterruptLine for Levels {
+        fn set_level(&mut self, high: bool) {
+            self.0.push(high);
+        }
+    }
+
+    #[test]
+    fn the_line_shows_the_latest_access_whatever_order_they_reach_it_in() {
+        let mut shown = ShownLevel { line: Levels::default(), level: false, access: 0 };
+        // The guest read the interrupt status (access 1: low), then a frame was delivered
+        // from another CPU (access 2: high), but access 2 reaches the line first: the line
+        // stays high, or the frame would go unannounced.
+        shown.show(true, 2);
+        shown.show(false, 1);
+        assert_eq!((shown.level, &shown.line.0[..]), (true, &[true][..]));
+        // And the other way round: a stale high after a later low is not shown either.
+        shown.show(false, 4);
+        shown.show(true, 3);
+        assert_eq!((shown.level, &shown.line.0[..]), (false, &[true, false][..]));
+        // Accesses in order: each level change shown once.
+        shown.show(true, 5);
+        shown.show(true, 6);
+        shown.show(false, 7);
+        assert_eq!(&shown.line.0[..], &[true, false, true, false][..]);
     }
 }
