@@ -81,7 +81,38 @@ pub fn make_visible_to_guest(start: u64, len: u64) {
 /// Zeroes `[start, start + len)` and cleans it to the point of coherency, so a guest reading
 /// with its MMU off sees zeros and nothing that was there before.
 pub fn zero_for_guest(start: u64, len: u64) {
+    let (start, end) = (start as usize, (start + len) as usize);
+    // ARMv7 has no DC ZVA: the bulk goes 128 bytes per loop, four STMs of eight zeroed
+    // registers (the compiler's memset stores a word at a time: 400 million instructions
+    // for a 512 MiB VM, 12% of a Linux boot).
+    let bulk_start = start.next_multiple_of(BULK).min(end);
+    let bulk_end = bulk_start + (end - bulk_start) / BULK * BULK;
     // SAFETY: the caller owns the range, identity-mapped Normal memory.
-    unsafe { core::ptr::write_bytes(start as usize as *mut u8, 0, len as usize) };
-    crate::mmu::dcache_range(start, start + len, crate::mmu::DcOp::Clean);
+    unsafe { core::ptr::write_bytes(start as *mut u8, 0, bulk_start - start) };
+    if bulk_end > bulk_start {
+        // SAFETY: [bulk_start, bulk_end) lies in the caller's range, a whole number of
+        // 128-byte blocks; only the named registers are written.
+        unsafe {
+            asm!(
+                "2:",
+                "stmia r12!, {{r0-r5, r8, r10}}",
+                "stmia r12!, {{r0-r5, r8, r10}}",
+                "stmia r12!, {{r0-r5, r8, r10}}",
+                "stmia r12!, {{r0-r5, r8, r10}}",
+                "cmp r12, lr",
+                "blo 2b",
+                inout("r12") bulk_start => _,
+                in("lr") bulk_end,
+                in("r0") 0, in("r1") 0, in("r2") 0, in("r3") 0,
+                in("r4") 0, in("r5") 0, in("r8") 0, in("r10") 0,
+                options(nostack)
+            )
+        };
+    }
+    // SAFETY: as above, the tail.
+    unsafe { core::ptr::write_bytes(bulk_end as *mut u8, 0, end - bulk_end) };
+    crate::mmu::dcache_range(start as u64, end as u64, crate::mmu::DcOp::Clean);
 }
+
+/// What one loop of `zero_for_guest` zeroes.
+const BULK: usize = 128;
