@@ -8,10 +8,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use system_tests::{
-    assert_output_line, linux_armhf, linux_vm_on_network, one_linux_at_a_time, run, scratch_file, wait_for_shell,
-    BOOT_LIMIT, RUN_LIMIT,
+    assert_output_line, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
+    wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
-use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
+use xtask::bundle::{self, BundleOptions, DiskSlice, Policy, VmDevices, VmEntry};
 use xtask::qemu::{Arch, Machine, Session};
 
 /// The ARMv7 hypervisor image (built once).
@@ -20,17 +20,23 @@ fn hypervisor() -> &'static std::path::PathBuf {
     IMAGE.get_or_init(|| xtask::images::build_hypervisor_armv7().unwrap_or_else(|e| panic!("the ARMv7 image: {e}")))
 }
 
-/// Boots the ARMv7 hypervisor with the armhf Linux guest, its disk `disk`, until its shell.
-fn boot(test: &str, disk: &Path) -> Session {
+/// An armhf Linux VM with `vcpus` vCPUs at `address`, with the disk slice at `offset`
+/// (`size` 0: to the disk's end).
+fn armhf_vm(name: &str, vcpus: u32, address: &str, offset: u64, size: u64) -> VmEntry {
     let l = linux_armhf();
-    let vm = linux_vm_on_network("linux", 2, "10.0.2.15");
-    let vm = VmEntry {
+    let vm = linux_vm_on_network(name, vcpus, address);
+    VmEntry {
         kernel: l.kernel.clone(),
         initrd: Some(l.initrd.clone()),
-        devices: VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), ..vm.devices },
+        devices: VmDevices { disk: Some(DiskSlice { offset, size }), ..vm.devices },
         ..vm
-    };
-    let blob = bundle::write(&[vm], &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
+    }
+}
+
+/// Boots the ARMv7 hypervisor with `vms` on a 2-CPU Cortex-A15 board with the disk `disk`
+/// and an uplink, until the first VM's shell.
+fn boot_vms(test: &str, disk: &Path, vms: &[VmEntry]) -> Session {
+    let blob = bundle::write(vms, &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
     let path = scratch_file(&format!("{test}.bundle"));
     std::fs::write(&path, blob).expect("write bundle");
     let machine = Machine {
@@ -47,6 +53,11 @@ fn boot(test: &str, disk: &Path) -> Session {
     s.wait_for("hypervisor 0.1.0 (ARMv7, HYP mode)", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     wait_for_shell(&mut s);
     s
+}
+
+/// Boots the ARMv7 hypervisor with the armhf Linux guest (2 vCPUs), its disk `disk`.
+fn boot(test: &str, disk: &Path) -> Session {
+    boot_vms(test, disk, &[armhf_vm("linux", 2, "10.0.2.15", 0, 0)])
 }
 
 fn power_off(mut s: Session) -> String {
@@ -83,4 +94,27 @@ fn armhf_linux_runs_on_the_armv7_hypervisor_with_its_disk_and_network_and_powers
     let read = run(&mut s, "mount -t ext4 /dev/vda /mnt && cat /mnt/written && umount /mnt");
     assert!(read.contains("armv7l GNU/Linux"), "what the first boot wrote is on the disk: {read}");
     power_off(s);
+}
+
+#[test]
+fn two_armhf_vms_pinned_and_shared_ping_each_other_and_the_console_manages_them() {
+    let _alone = one_linux_at_a_time();
+    let disk = scratch_file("armv7-two-disk.img");
+    let _ = std::fs::remove_file(&disk);
+    xtask::images::create_disk(&disk, 128 << 20).expect("create the disk image");
+    let vms = [
+        placed(armhf_vm("front", 1, "10.0.2.15", 0, 64 << 20), &[0], Policy::Pinned),
+        placed(armhf_vm("back", 2, "10.0.2.16", 64 << 20, 64 << 20), &[1, 1], Policy::Shared),
+    ];
+    let mut s = boot_vms("armv7-two", &disk, &vms);
+    s.wait_for("back | guest: Linux 6.1", BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let ping = run(&mut s, "ping -c 6 -W 3 10.0.2.16");
+    assert!(ping.contains("6 packets transmitted, 6 packets received"), "front reaches back: {ping}");
+    s.send_line("\x1dlist").unwrap_or_else(|e| panic!("{e}"));
+    let list = s.wait_for("vm1 back", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(list.contains("vm0 front"), "the console lists both VMs: {list}");
+    s.send_line("\x1ddestroy back").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("hypervisor: vm1 back ended: Destroyed (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let console = power_off(s);
+    assert!(console.contains("all 2 VM(s) ended: 2 clean, 0 failed"), "{console}");
 }

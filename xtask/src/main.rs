@@ -37,8 +37,8 @@ Options of `qemu`:
   --arch ARCH      aarch64 (default) or armv7: the ARMv7 image (HYP mode) on qemu-system-arm
                    `-M virt,highmem=off -cpu cortex-a15`, GICv2 and 2 CPUs unless --gic and
                    --smp say otherwise, with the Debian armhf Linux guest (a 32-bit
-                   zImage) as the linux guest; --manifest and --guest selftest are
-                   aarch64 only for now
+                   zImage) as the linux guest, or a manifest's VMs (32-bit kernels
+                   only: manifests/armv7-two-vms.toml); --guest selftest is aarch64 only
   --manifest FILE  boot the VMs a manifest describes (docs/manifest.md; examples in
                    manifests/), on the board of its [board] unless --smp/--memory say
                    otherwise; checked before anything boots. Its board disk is
@@ -131,9 +131,6 @@ struct QemuArgs {
     given: Vec<String>,
 }
 
-/// The options `--arch armv7` does not take yet.
-const ARMV7_UNSUPPORTED: [&str; 1] = ["--manifest"];
-
 /// Options that describe the one VM of a run without a manifest.
 const VM_OPTIONS: [&str; 7] = ["--guest", "--kernel", "--initrd", "--append", "--dtb", "--vcpus", "--vm-memory"];
 
@@ -214,11 +211,6 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         return Err(XtaskError::Usage(format!("--vcpus: {} is not between 1 and 4", parsed.vcpus)));
     }
     if parsed.machine.arch == Arch::Armv7 {
-        if let Some(flag) = parsed.given.iter().find(|f| ARMV7_UNSUPPORTED.contains(&f.as_str())) {
-            return Err(XtaskError::Usage(format!(
-                "{flag}: not with --arch armv7 yet (it boots the 32-bit Linux guest, one VM)"
-            )));
-        }
         if parsed.guest != "linux" {
             return Err(XtaskError::Usage(format!(
                 "--guest {}: --arch armv7 boots the linux guest only",
@@ -354,12 +346,16 @@ fn qemu_manifest(args: QemuArgs) -> Result<(), XtaskError> {
         .and_then(|_| std::fs::write(&bundle_path, blob))
         .map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", bundle_path.display())))?;
     step(&format!("{}: the VMs pass every check: {}", path.display(), manifest.summary()));
-    let hyp = images::build_hypervisor(Hypervisor::Deployed)?;
+    let hyp = match args.machine.arch {
+        Arch::Aarch64 => images::build_hypervisor(Hypervisor::Deployed)?,
+        Arch::Armv7 => images::build_hypervisor_armv7()?,
+    };
     let network = manifest.wants_network().then(|| vec![(args.http_port, 80)]);
     let machine = Machine { smp, memory_mib, disk: disk.clone(), network, ..args.machine };
     step(&format!(
-        "booting the hypervisor and {} VMs on QEMU virt (GICv{}, {} CPUs, {} MiB)",
+        "booting the hypervisor and {} VMs on QEMU virt ({}, GICv{}, {} CPUs, {} MiB)",
         manifest.vms.len(),
+        machine.cpu,
         machine.gic_version,
         machine.smp,
         machine.memory_mib
@@ -625,11 +621,6 @@ mod tests {
         let a = parse(&["--arch", "armv7", "--gic", "3", "--smp", "4"]).unwrap();
         assert_eq!((a.machine.gic_version, a.machine.smp), (3, 4));
         assert_eq!(parse(&["--arch", "armv7", "--vcpus", "1"]).unwrap().vcpus, 1);
-        let manifest = format!("{}/../manifests/three-vms.toml", env!("CARGO_MANIFEST_DIR"));
-        assert_eq!(
-            parse(&["--arch", "armv7", "--manifest", &manifest]).unwrap_err(),
-            "--manifest: not with --arch armv7 yet (it boots the 32-bit Linux guest, one VM)"
-        );
         assert_eq!(
             parse(&["--arch", "armv7", "--guest", "selftest"]).unwrap_err(),
             "--guest selftest: --arch armv7 boots the linux guest only"
