@@ -21,6 +21,9 @@ const FDT_NOP: u32 = 4;
 const FDT_END: u32 = 9;
 /// Nodes nested deeper than this are refused (trees of real boards nest about six deep).
 pub const MAX_DEPTH: usize = 32;
+/// The most buses between the root and a node whose `reg` is translated
+/// (`Node::physical_reg`): a Versatile Express peripheral sits under three.
+const MAX_BUSES: usize = 6;
 /// `#address-cells` and `#size-cells` when a node does not say (§2.3.5).
 const DEFAULT_CELLS: Cells = Cells { address: 2, size: 1 };
 
@@ -482,6 +485,65 @@ impl<'a> Node<'a> {
             Some(Reg { address: number(address_bytes, address)?, size })
         })
     }
+}
+
+impl<'a> Node<'a> {
+    /// Its `reg` entries as CPU physical addresses: each translated through the `ranges` of
+    /// every bus node above it (§2.3.8; an empty `ranges` maps one to one). An entry that a
+    /// bus does not map (it has no `ranges`, or no range holds the address), or under more
+    /// than `MAX_BUSES` buses, is left off: it names no place the CPU can reach.
+    pub fn physical_reg(&self) -> impl Iterator<Item = Reg> + 'a {
+        let buses = self.buses();
+        self.reg().filter_map(move |r| {
+            let (path, depth) = buses?;
+            let address = path[..depth].iter().rev().flatten().try_fold(r.address, |a, bus| bus.translate(a))?;
+            Some(Reg { address, size: r.size })
+        })
+    }
+
+    /// The nodes between the root and this one, outermost first (the root's children that
+    /// lead here, and so on), and how many: the buses its `reg` goes through. None when it
+    /// lies under more than `MAX_BUSES` of them.
+    fn buses(&self) -> Option<([Option<Node<'a>>; MAX_BUSES], usize)> {
+        let (mut path, mut depth) = ([None; MAX_BUSES], 0);
+        let mut node = root_of(self.block);
+        while node.body != self.body {
+            let holds = |c: &Node<'a>| c.body <= self.body && self.body < skip_subtree(c.block, c.body);
+            let next = node.children().find(holds)?;
+            if next.body == self.body {
+                break;
+            }
+            *path.get_mut(depth)? = Some(next);
+            depth += 1;
+            node = next;
+        }
+        Some((path, depth))
+    }
+
+    /// `address`, on this bus, as an address on its parent's (its `ranges`: child address,
+    /// parent address, length, each in its cells).
+    fn translate(&self, address: u64) -> Option<u64> {
+        let ranges = self.property("ranges")?.value;
+        if ranges.is_empty() {
+            return Some(address);
+        }
+        let (child, parent, size) = (self.own_cells().address, self.parent_cells.address, self.own_cells().size);
+        if ![child, parent, size].iter().all(|c| (1..=2).contains(c)) {
+            return None;
+        }
+        let number = |bytes: &[u8], cells: u32| if cells == 1 { be32(bytes, 0).map(u64::from) } else { be64(bytes, 0) };
+        let (c, p) = (4 * child as usize, 4 * (child + parent) as usize);
+        ranges.chunks_exact(4 * (child + parent + size) as usize).find_map(|e| {
+            let (from, to, length) = (number(&e[..c], child)?, number(&e[c..p], parent)?, number(&e[p..], size)?);
+            let offset = address.checked_sub(from).filter(|&o| o < length)?;
+            to.checked_add(offset)
+        })
+    }
+}
+
+/// The root node of the tree `block` holds.
+fn root_of(block: Block<'_>) -> Node<'_> {
+    Fdt { structure: block, reservations: &[] }.root()
 }
 
 /// The offset just past the END_NODE that closes the node whose body starts at `at`.

@@ -193,7 +193,7 @@ impl<'a> DeviceTreeDevices<'a> {
         self.fdt
             .all_nodes()
             .filter(|n| n.property("device_type").and_then(|p| p.as_str()) != Some("memory") && n.is_enabled())
-            .flat_map(|n| n.reg().filter_map(move |r| Some((n, PhysRange { base: r.address, size: r.size? }))))
+            .flat_map(|n| n.physical_reg().filter_map(move |r| Some((n, PhysRange { base: r.address, size: r.size? }))))
     }
 }
 

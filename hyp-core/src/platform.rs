@@ -206,10 +206,10 @@ pub fn console_uart(blob: &[u8]) -> Option<PhysRange> {
     uart(&Fdt::new(blob).ok()?).ok().map(|(range, _)| range)
 }
 
-/// The node's `reg` ranges (translated by the parent's cell sizes). Ranges with no size
-/// are skipped: they name registers, not memory.
+/// The node's `reg` ranges as CPU physical addresses (through its buses' `ranges`). Ranges
+/// with no size are skipped: they name registers, not memory.
 fn regs<'a>(node: Node<'a>) -> impl Iterator<Item = PhysRange> + 'a {
-    node.reg().filter_map(|r| r.size.map(|size| PhysRange { base: r.address, size }))
+    node.physical_reg().filter_map(|r| r.size.map(|size| PhysRange { base: r.address, size }))
 }
 
 fn memory(fdt: &Fdt<'_>) -> Result<FixedVec<PhysRange, MAX_MEMORY_RANGES>, PlatformError> {

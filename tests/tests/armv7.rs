@@ -118,3 +118,43 @@ fn two_armhf_vms_pinned_and_shared_ping_each_other_and_the_console_manages_them(
     let console = power_off(s);
     assert!(console.contains("all 2 VM(s) ended: 2 clean, 0 failed"), "{console}");
 }
+
+/// QEMU's `vexpress-a15` (ARM's Versatile Express with a CoreTile A15: RAM at 0x8000_0000,
+/// its GIC, PL011 and timers at the board's own addresses, its peripherals behind two buses
+/// whose `ranges` translate them) with Debian's device tree for it, entered in HYP mode: the
+/// hypervisor finds the board from the device tree alone and boots the armhf guest to its
+/// shell. That device tree has no PSCI node, so the second CPU stays off (its start method
+/// is the board's own) and nothing can power the board off: the run ends at the shell.
+#[test]
+fn the_armv7_image_boots_armhf_linux_on_versatile_express_from_its_device_tree() {
+    let _alone = one_linux_at_a_time();
+    let l = linux_armhf();
+    let root = l.kernel.parent().and_then(Path::parent).expect("the kernel is in the package's boot/");
+    let dtb = root.join(format!("usr/lib/linux-image-{}/vexpress-v2p-ca15-tc1.dtb", l.release));
+    let vm = VmEntry { vcpus: 1, ..armhf_vm("linux", 1, "10.0.2.15", 0, 0) };
+    let vm = VmEntry { devices: VmDevices::default(), ..vm };
+    let blob = bundle::write(&[vm], &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
+    let path = scratch_file("vexpress.bundle");
+    std::fs::write(&path, blob).expect("write bundle");
+    let mut cmd = std::process::Command::new("qemu-system-arm");
+    cmd.args(["-M", "vexpress-a15,secure=off,virtualization=on", "-audio", "none", "-cpu", "cortex-a15"])
+        .args(["-smp", "2", "-m", "1024M", "-no-reboot", "-kernel"])
+        .arg(hypervisor())
+        .arg("-initrd")
+        .arg(&path)
+        .arg("-dtb")
+        .arg(&dtb);
+    let mut s = Session::start(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("running QEMU: {e}"));
+    s.wait_for_all(
+        &[
+            "hypervisor 0.1.0 (ARMv7, HYP mode) on V2P-CA15",
+            "gic         GICv2: GICD 0x2c001000..0x2c002000 GICC 0x2c002000..0x2c004000 GICH 0x2c004000..0x2c006000 GICV 0x2c006000..0x2c008000",
+            "uart        PL011 at 0x1c090000..0x1c091000",
+            "hypervisor: cpu1 (MPIDR 0x1) did not start: its enable-method is neither psci nor spin-table",
+            "linux | guest: Linux 6.1",
+            "linux | guest: shell ready",
+        ],
+        BOOT_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}

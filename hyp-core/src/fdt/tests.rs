@@ -111,6 +111,59 @@ fn reg_reads_with_the_parents_cells() {
     assert!(read(&tree(0xffff_ffff, 0xffff_ffff, &[1, 2, 3], |_| {})).is_empty());
 }
 
+/// Versatile Express's motherboard, as its device tree nests it: the static memory bus
+/// (chip select, offset: two cells) under the root (two cells), the motherboard (`ranges;`),
+/// the I/O FPGA on chip select 3 (one cell), the UART at its offset 0x90000.
+fn versatile_express(iofpga_ranges: Option<&[u32]>) -> Vec<u8> {
+    let mut f = FdtWriter::new().unwrap();
+    let root = f.begin_node("").unwrap();
+    f.property_u32("#address-cells", 2).unwrap();
+    f.property_u32("#size-cells", 2).unwrap();
+    let smb = f.begin_node("smb@8000000").unwrap();
+    f.property_u32("#address-cells", 2).unwrap();
+    f.property_u32("#size-cells", 1).unwrap();
+    f.property_array_u32("ranges", &[0, 0, 0, 0x0800_0000, 0x0400_0000, 3, 0, 0, 0x1c00_0000, 0x0400_0000]).unwrap();
+    let board = f.begin_node("motherboard").unwrap();
+    f.property_u32("#address-cells", 2).unwrap();
+    f.property_u32("#size-cells", 1).unwrap();
+    f.property_null("ranges").unwrap();
+    let fpga = f.begin_node("iofpga@3,00000000").unwrap();
+    f.property_u32("#address-cells", 1).unwrap();
+    f.property_u32("#size-cells", 1).unwrap();
+    if let Some(ranges) = iofpga_ranges {
+        f.property_array_u32("ranges", ranges).unwrap();
+    }
+    let uart = f.begin_node("uart@90000").unwrap();
+    f.property_array_u32("reg", &[0x9_0000, 0x1000, 0x30_0000, 0x1000]).unwrap();
+    f.end_node(uart).unwrap();
+    f.end_node(fpga).unwrap();
+    f.end_node(board).unwrap();
+    f.end_node(smb).unwrap();
+    let gic = f.begin_node("interrupt-controller@2c001000").unwrap();
+    f.property_array_u32("reg", &[0, 0x2c00_1000, 0, 0x1000]).unwrap();
+    f.end_node(gic).unwrap();
+    f.end_node(root).unwrap();
+    f.finish().unwrap()
+}
+
+#[test]
+fn a_reg_is_translated_through_every_bus_above_it() {
+    let physical =
+        |blob: &[u8], path| Fdt::new(blob).unwrap().find_node(path).unwrap().physical_reg().collect::<Vec<_>>();
+    // iofpga: offset 0 of its bus is chip select 3, offset 0, for 2 MiB.
+    let blob = versatile_express(Some(&[0, 3, 0, 0x20_0000]));
+    let uart = "/smb/motherboard/iofpga/uart";
+    assert_eq!(
+        physical(&blob, uart),
+        [Reg { address: 0x1c09_0000, size: Some(0x1000) }],
+        "0x90000 on the FPGA is 0x1c090000; 0x300000 lies outside its 2 MiB range and is left off"
+    );
+    assert_eq!(Fdt::new(&blob).unwrap().find_node(uart).unwrap().reg().next().unwrap().address, 0x9_0000, "reg is raw");
+    assert_eq!(physical(&blob, "/interrupt-controller"), [Reg { address: 0x2c00_1000, size: Some(0x1000) }]);
+    // A bus without `ranges` maps nothing into its parent's space.
+    assert!(physical(&versatile_express(None), uart).is_empty());
+}
+
 #[test]
 fn stdout_path_resolves_aliases_and_drops_options() {
     let blob = tree(1, 1, &[0x900_0000, 0x1000], |f| {
