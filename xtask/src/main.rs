@@ -23,7 +23,8 @@ Commands:
   bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md);
-          --quick skips the throughput runs; --arch armv7: the ARMv7 image's Linux boot
+          --quick skips the throughput runs; --arch armv7: the ARMv7 image's microbenchmarks
+          (the 32-bit guest microbench32) and Linux boot
   image   build every image into target/images/: the hypervisor as deployed (hypervisor.Image,
           without test hooks), the test guests (AArch64 Images, AArch32 zImages), and the Debian
           Linux guests, arm64 and armhf (kernel and busybox initramfs, downloads cached)
@@ -544,8 +545,11 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
     if armv7 {
+        let (under, native) = bench::micro_armv7()?;
+        let micro = bench::report_armv7(&under, &native)?;
         let boot = bench::linux_boot_armv7()?;
-        print!("{}", bench::armv7_report(&boot));
+        print!("{micro}{}", bench::armv7_report(&boot));
+        step("figures written to target/bench/micro-armv7.json");
         return Ok(());
     }
     let (under, native) = bench::micro()?;
