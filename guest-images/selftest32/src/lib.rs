@@ -283,8 +283,7 @@ extern "C" fn guest_exception(vector: u32, frame: &mut Frame) {
         vector::PREFETCH_ABORT => (cp15::ifsr(), cp15::ifar()),
         _ => (0, 0),
     };
-    let expected = matches!(vector, vector::UNDEFINED | vector::DATA_ABORT) && spsr & mode::T == 0;
-    if expected && EXPECTING.swap(false, Ordering::SeqCst) {
+    if matches!(vector, vector::UNDEFINED | vector::DATA_ABORT) && EXPECTING.swap(false, Ordering::SeqCst) {
         for (slot, value) in CAUGHT.iter().zip([vector, cpsr & mode::MASK, frame.lr, spsr, fsr, far]) {
             slot.store(value, Ordering::SeqCst);
         }
