@@ -90,8 +90,7 @@ fn boot_armv7(test: &str, vms: &[VmEntry]) -> RunOutput {
     let blob = bundle::write(vms, &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
     let path = scratch_file(&format!("{test}.bundle"));
     std::fs::write(&path, blob).expect("write bundle");
-    let machine =
-        Machine { arch: Arch::Armv7, cpu: "cortex-a15".into(), gic_version: 2, smp: 2, ..Machine::default() };
+    let machine = Machine { arch: Arch::Armv7, cpu: "cortex-a15".into(), gic_version: 2, smp: 2, ..Machine::default() };
     let out = qemu::run_captured(machine.command(armv7_hypervisor(), Some(&path)), system_tests::QEMU_TIMEOUT, false)
         .unwrap_or_else(|e| panic!("running QEMU: {e}"));
     assert!(!out.timed_out, "QEMU did not finish within {:?}; console:\n{}", system_tests::QEMU_TIMEOUT, out.console);
@@ -218,6 +217,15 @@ fn microbench32_runs_to_completion_on_the_armv7_image() {
     let names: Vec<&str> = figures.keys().map(String::as_str).collect();
     assert_eq!(
         names,
-        ["eoi", "gicd-read", "hvc-smccc-version", "hvc-unknown", "mmio-read", "virtual-ipi", "virtual-ipi-round-trip", "vtimer"]
+        [
+            "eoi",
+            "gicd-read",
+            "hvc-smccc-version",
+            "hvc-unknown",
+            "mmio-read",
+            "virtual-ipi",
+            "virtual-ipi-round-trip",
+            "vtimer"
+        ]
     );
 }

@@ -1190,8 +1190,14 @@ mod tests {
         assert_eq!(row("hvc-unknown"), "hvc-unknown 180 7 <= 200 yes");
         assert_eq!(row("mmio-read"), "mmio-read 351 - <= 350 NO");
         assert_eq!(row("virtual-ipi-round-trip"), "virtual-ipi-round-trip 3000 - - -");
-        assert!(json.contains("{\"name\": \"hvc-unknown\", \"hypervisor\": 180.0, \"native\": 7.0, \"target\": 200}"), "{json}");
-        assert_eq!((target("hvc-unknown"), target_armv7("gicd-read"), target_armv7("virtual-ipi")), (Some(150.0), Some(350.0), None));
+        assert!(
+            json.contains("{\"name\": \"hvc-unknown\", \"hypervisor\": 180.0, \"native\": 7.0, \"target\": 200}"),
+            "{json}"
+        );
+        assert_eq!(
+            (target("hvc-unknown"), target_armv7("gicd-read"), target_armv7("virtual-ipi")),
+            (Some(150.0), Some(350.0), None)
+        );
     }
 
     #[test]

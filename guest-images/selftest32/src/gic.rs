@@ -49,7 +49,9 @@ impl CpuInterface for Icc {
 
     fn generate_sgi1(value: u64) {
         // SAFETY: ICC_SGI1R (MCRR): an SGI; the hypervisor traps and emulates it.
-        unsafe { asm!("mcrr p15, 0, {}, {}, c12", "isb", in(reg) value as u32, in(reg) (value >> 32) as u32, options(nostack)) };
+        unsafe {
+            asm!("mcrr p15, 0, {}, {}, c12", "isb", in(reg) value as u32, in(reg) (value >> 32) as u32, options(nostack))
+        };
     }
 
     fn unmask_irqs() {

@@ -77,11 +77,7 @@ extern "C" fn vcpu1(_: u32, _: u32) {
 
 #[no_mangle]
 extern "C" fn guest_main() -> ! {
-    println!(
-        "microbench32: AArch32, mode {:#x}, counter at {} Hz",
-        boot_state().cpsr & mode::MASK,
-        frequency()
-    );
+    println!("microbench32: AArch32, mode {:#x}, counter at {} Hz", boot_state().cpsr & mode::MASK, frequency());
     // The loop and counter overhead, subtracted from every figure.
     bench("loop", || core::hint::black_box(()));
     bench("hvc-unknown", || {

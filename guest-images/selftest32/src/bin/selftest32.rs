@@ -49,15 +49,25 @@ fn boot_checks(c: &mut Checks) {
     let masked = mode::A | mode::I | mode::F;
     c.check(
         b.cpsr & mode::MASK == mode::SVC && b.cpsr & masked == masked && b.cpsr & mode::T == 0,
-        format_args!("boot: entered in SVC mode, A32, with asynchronous aborts, IRQs and FIQs masked (CPSR {:#x})", b.cpsr),
+        format_args!(
+            "boot: entered in SVC mode, A32, with asynchronous aborts, IRQs and FIQs masked (CPSR {:#x})",
+            b.cpsr
+        ),
     );
     c.check(
         b.r0 == 0 && b.r1 == 0xffff_ffff,
-        format_args!("boot: r0 = 0 and r1 = 0xffffffff, the device tree's machine type (r0 {:#x}, r1 {:#x})", b.r0, b.r1),
+        format_args!(
+            "boot: r0 = 0 and r1 = 0xffffffff, the device tree's machine type (r0 {:#x}, r1 {:#x})",
+            b.r0, b.r1
+        ),
     );
     c.check(
         b.sctlr & 1 == 0 && b.sctlr & (1 << 13) == 0,
-        format_args!("boot: the MMU is off and the vectors are low (SCTLR.M {}, SCTLR.V {})", b.sctlr & 1, (b.sctlr >> 13) & 1),
+        format_args!(
+            "boot: the MMU is off and the vectors are low (SCTLR.M {}, SCTLR.V {})",
+            b.sctlr & 1,
+            (b.sctlr >> 13) & 1
+        ),
     );
     let mut magic = 0;
     let caught = expect_exception(|| {
@@ -88,7 +98,10 @@ fn register_checks(c: &mut Checks) {
     let pfr1 = cp15::id_pfr1();
     c.check(
         (pfr1 >> 12) & 0xf == 0,
-        format_args!("sysreg: ID_PFR1 offers no virtualization (Virtualization {}, ID_PFR1 {pfr1:#x})", (pfr1 >> 12) & 0xf),
+        format_args!(
+            "sysreg: ID_PFR1 offers no virtualization (Virtualization {}, ID_PFR1 {pfr1:#x})",
+            (pfr1 >> 12) & 0xf
+        ),
     );
     let dfr0 = cp15::id_dfr0();
     c.check(
@@ -122,19 +135,17 @@ fn conditional_checks(c: &mut Checks) {
     let mut v = UNTOUCHED;
     // SAFETY: MOVS sets Z, so the MRC (of ID_PFR0) does not execute; only `v` and the
     // flags, declared, can change.
-    unsafe { asm!("movs {z}, #0", "mrcne p15, 0, {v}, c0, c1, 0", z = out(reg) _, v = inout(reg) v, options(nomem, nostack)) };
-    c.check(
-        v == UNTOUCHED,
-        format_args!("cond: MRCNE of ID_PFR0 with Z set leaves its register alone (got {v:#x})"),
-    );
+    unsafe {
+        asm!("movs {z}, #0", "mrcne p15, 0, {v}, c0, c1, 0", z = out(reg) _, v = inout(reg) v, options(nomem, nostack))
+    };
+    c.check(v == UNTOUCHED, format_args!("cond: MRCNE of ID_PFR0 with Z set leaves its register alone (got {v:#x})"));
     let mut v = UNTOUCHED;
     // SAFETY: MOVS sets Z, so the MRC of DBGDIDR executes (and traps); only `v` and the
     // flags, declared, change.
-    unsafe { asm!("movs {z}, #0", "mrceq p14, 0, {v}, c0, c0, 0", z = out(reg) _, v = inout(reg) v, options(nomem, nostack)) };
-    c.check(
-        v == 0,
-        format_args!("cond: MRCEQ of DBGDIDR with Z set executes, trapped and emulated (got {v:#x})"),
-    );
+    unsafe {
+        asm!("movs {z}, #0", "mrceq p14, 0, {v}, c0, c0, 0", z = out(reg) _, v = inout(reg) v, options(nomem, nostack))
+    };
+    c.check(v == 0, format_args!("cond: MRCEQ of DBGDIDR with Z set executes, trapped and emulated (got {v:#x})"));
     let caught = expect_exception(|| {
         // SAFETY: MOVS sets Z, so the set/way operation does not execute; were it to, it
         // cleans and invalidates one line, which nothing here depends on.
@@ -150,13 +161,17 @@ fn exception_checks(c: &mut Checks) {
         // SAFETY: L2CTLR, an IMPLEMENTATION DEFINED register (HCR.TIDCP traps it): the
         // hypervisor injects an Undefined instruction, which `expect_exception` catches and
         // resumes after; only the declared registers change.
-        unsafe { asm!("adr {at}, 1f", "1: mrc p15, 1, {v}, c9, c0, 2", at = out(reg) at, v = out(reg) _, options(nostack)) };
+        unsafe {
+            asm!("adr {at}, 1f", "1: mrc p15, 1, {v}, c9, c0, 2", at = out(reg) at, v = out(reg) _, options(nostack))
+        };
     });
     undefined_check(c, l2ctlr, at, vbar, "L2CTLR (MRC p15, 1, c9, c0, 2; HCR.TIDCP)");
     let l2actlr = expect_exception(|| {
         // SAFETY: L2ACTLR, an IMPLEMENTATION DEFINED c15 register (HSTR.T15 traps CRn 15): as
         // above.
-        unsafe { asm!("adr {at}, 1f", "1: mrc p15, 1, {v}, c15, c0, 0", at = out(reg) at, v = out(reg) _, options(nostack)) };
+        unsafe {
+            asm!("adr {at}, 1f", "1: mrc p15, 1, {v}, c15, c0, 0", at = out(reg) at, v = out(reg) _, options(nostack))
+        };
     });
     undefined_check(c, l2actlr, at, vbar, "L2ACTLR (MRC p15, 1, c15, c0, 0; HSTR.T15)");
 
@@ -225,7 +240,9 @@ fn mmio_checks(c: &mut Checks) {
     let mut v = UNTOUCHED;
     // SAFETY: MOVS sets Z, so the load from UARTFR (MMIO) does not execute; only `v` and
     // the flags, declared, can change.
-    unsafe { asm!("movs {z}, #0", "ldrne {v}, [{a}]", z = out(reg) _, v = inout(reg) v, a = in(reg) UARTFR, options(nostack)) };
+    unsafe {
+        asm!("movs {z}, #0", "ldrne {v}, [{a}]", z = out(reg) _, v = inout(reg) v, a = in(reg) UARTFR, options(nostack))
+    };
     // SAFETY: a read of the VM's emulated PL011 (MMIO).
     let fr = unsafe { read_volatile(UARTFR as *const u32) };
     c.check(
