@@ -39,7 +39,9 @@ const MACHINE_TYPE_DT: u32 = 0xffff_ffff;
 /// and asynchronous aborts to HYP mode), FB and BSU = inner shareable (broadcast
 /// maintenance), TSC (trap SMC: bit 19, which `aarch32-cpu` does not name), TIDCP (trap
 /// the IMPLEMENTATION DEFINED registers), TAC (trap ACTLR), TSW (trap set/way cache
-/// maintenance).
+/// maintenance), TID3 (trap ID group 3 reads, the CP15 ID registers and VMRS of MVFR0 and
+/// MVFR1, which are sanitised as on the AArch64 image, `hyp_core::sysreg::sanitised_id`: no
+/// Virtualization Extensions, debug or PMU offered).
 fn hcr_guest() -> Hcr {
     const TSC: u32 = 1 << 19;
     Hcr::new_with_raw_value(TSC)
@@ -51,6 +53,7 @@ fn hcr_guest() -> Hcr {
         .with_fb(true)
         .with_bsu(aarch32_cpu::register::hyp::hcr::Bsu::InnerShareable)
         .with_tidcp(true)
+        .with_tid3(true)
         .with_tac(true)
         .with_tsw(true)
 }
@@ -303,8 +306,9 @@ impl VcpuCpu for OnCpu {
 }
 
 /// The ID registers of the CPU this runs on: the AArch32 ones (CRn 0, CRm 1 and 2: ID_PFR0 to
-/// ID_ISAR5 and ID_MMFR4), found by the encoding of their AArch64 views (S3_0_C0_C<crm>_<op2>,
-/// ARM ARM D17.2); the AArch64-only ones read as zero, as on an ARMv7 CPU.
+/// ID_ISAR5 and ID_MMFR4; MVFR0 and MVFR1, which VMRS reads), found by the encoding of their
+/// AArch64 views (S3_0_C0_C<crm>_<op2>, ARM ARM D17.2); the AArch64-only ones read as zero,
+/// as on an ARMv7 CPU.
 #[derive(Default)]
 pub struct HardwareIdRegisters;
 
@@ -328,9 +332,33 @@ impl IdRegisters for HardwareIdRegisters {
             (2, 4) => IdIsar4::read().0,
             (2, 5) => IdIsar5::read().0,
             (2, 6) => IdMmfr4::read().0,
+            (3, 0) => mvfr(Mvfr::Mvfr0),
+            (3, 1) => mvfr(Mvfr::Mvfr1),
             _ => 0,
         })
     }
+}
+
+/// The floating-point feature registers an ARMv7 CPU has (MVFR2 is ARMv8's).
+enum Mvfr {
+    Mvfr0,
+    Mvfr1,
+}
+
+/// MVFR0 or MVFR1, read with VMRS: readable in Hyp mode whatever FPEXC.EN (the ARMv7 ARM's
+/// VMRS: only an FPSCR access checks it), and reading it touches no floating-point register
+/// (the hypervisor never does: it is built soft-float, and a running vCPU's VFP state stays
+/// in the CPU).
+fn mvfr(which: Mvfr) -> u32 {
+    let v: u32;
+    // SAFETY: reads an ID register; no floating-point register or state is touched.
+    unsafe {
+        match which {
+            Mvfr::Mvfr0 => asm!(".fpu vfpv3", "vmrs {}, mvfr0", out(reg) v, options(nomem, nostack, preserves_flags)),
+            Mvfr::Mvfr1 => asm!(".fpu vfpv3", "vmrs {}, mvfr1", out(reg) v, options(nomem, nostack, preserves_flags)),
+        }
+    }
+    v
 }
 
 /// Takes this CPU out of any VM's translation regime (HCR.VM off, no VTTBR), so no walk can

@@ -54,6 +54,8 @@ const HCR_GUEST: u64 = HCR_EL2::VM::SET.value
 /// interrupt or for a spinlock's holder gives its CPU to the others, which include that
 /// holder if it shares the CPU).
 const HCR_WFX: u64 = HCR_EL2::TWI::SET.value | HCR_EL2::TWE::SET.value;
+/// HSTR_EL2.T15 (ARM ARM D24.2, HSTR_EL2): an AArch32 EL1's accesses to CP15 CRn 15 trap.
+const HSTR_T15: u64 = 1 << 15;
 /// HCR_EL2.TVM: writes to the VM control registers trap (while set/way maintenance is
 /// watched: hyp_core::set_way).
 const HCR_TVM: u64 = HCR_EL2::TVM::SET.value;
@@ -88,6 +90,12 @@ fn enter_el2_state(vm: &Vm, vcpu: usize, hcr: u64) {
             + MDCR_EL2::TDOSA::SET
             + MDCR_EL2::TDRA::SET,
     );
+    // SAFETY: HSTR_EL2 (which aarch64-cpu lacks): T15 traps an AArch32 EL1's accesses to CP15
+    // CRn 15, all IMPLEMENTATION DEFINED (L2ACTLR, CPUACTLR, ...), which HCR_EL2.TIDCP
+    // leaves alone in AArch32 (ARM ARM D24.2.48: its AArch32 list is CRn 9, 10 and 11); they
+    // become undefined instructions, as the AArch64 view's S3_x_C15 registers are and as the
+    // ARMv7 image's HSTR.T15 makes them. No effect on an AArch64 EL1. No memory is touched.
+    unsafe { asm!("msr hstr_el2, {}", in(reg) HSTR_T15, options(nomem, nostack)) };
     // SAFETY: TLB maintenance and barriers, no effect on memory. This CPU's entries for the
     // VMID now in VTTBR_EL2 are dropped, so none it cached for an earlier VM that had the
     // VMID serves this one.

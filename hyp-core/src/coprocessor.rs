@@ -213,6 +213,11 @@ mod tests {
         assert_eq!(run(14, access(0, 0, 0, 4, false)).action, SysRegAction::WriteIgnored, "DBGBVR0");
         assert_eq!(run(14, access(6, 0, 0, 0, true)).action, SysRegAction::Undefined, "ThumbEE");
         assert_eq!(run(15, access(1, 9, 0, 2, true)).action, SysRegAction::Undefined, "L2CTLR (TIDCP)");
+        // CRn 15 (HSTR.T15, HSTR_EL2.T15): every register is IMPLEMENTATION DEFINED.
+        for (opc1, crm, is_read) in [(1, 0, true), (1, 0, false), (4, 0, true), (0, 1, true)] {
+            let c15 = access(opc1, 15, crm, 0, is_read);
+            assert_eq!(run(15, c15).action, SysRegAction::Undefined, "{c15:?}: L2ACTLR, CBAR, ...");
+        }
         assert_eq!(run(15, access(0, 9, 12, 0, true)).action, SysRegAction::Undefined, "PMCR (TPM)");
         assert_eq!(run(15, access(0, 14, 2, 1, false)).action, SysRegAction::Undefined, "CNTP_CTL");
     }

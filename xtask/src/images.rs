@@ -1,6 +1,7 @@
-//! Building the images: the hypervisor for AArch64 (as deployed, and with the test hooks
-//! for the tests and benchmarks) and the bare-metal test guests, each as an arm64 `Image`
-//! under `target/images/`.
+//! Building the images under `target/images/`: the hypervisor for AArch64 (as deployed, and
+//! with the test hooks for the tests and benchmarks) and the AArch64 bare-metal test guests,
+//! each as an arm64 `Image`; the ARMv7 hypervisor and the AArch32 test guests, each as a
+//! zImage.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -211,19 +212,36 @@ pub fn build_hypervisor_armv7() -> Result<PathBuf, XtaskError> {
     step(&format!("building the ARMv7 hypervisor (hyp-arch-armv7, {ARMV7_TARGET})"));
     let elf_path =
         cargo_build("hyp-arch-armv7", "hypervisor", &[], ARMV7_TARGET, "hyp-armv7", "-Crelocation-model=pic")?;
-    let image = elf::to_zimage(&read_elf(&elf_path)?, "hypervisor-armv7")?;
+    write_zimage(&read_elf(&elf_path)?, "hypervisor-armv7")
+}
+
+/// `target/images/<name>.zImage`: the flat image of a 32-bit ELF file that starts with a
+/// zImage header (`elf::to_zimage`).
+fn write_zimage(bytes: &[u8], name: &str) -> Result<PathBuf, XtaskError> {
+    let image = elf::to_zimage(bytes, name)?;
     let dir = images_dir();
     std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
-    let out = dir.join("hypervisor-armv7.zImage");
+    let out = dir.join(format!("{name}.zImage"));
     std::fs::write(&out, image).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", out.display())))?;
     Ok(out)
 }
 
-/// A bare-metal test guest from `guest-images/`.
+/// A bare-metal test guest from `guest-images/selftest`, for AArch64: an arm64 Image.
 pub fn build_test_guest(bin: &str) -> Result<PathBuf, XtaskError> {
     step(&format!("building the test guest `{bin}` (guest-images, {AARCH64_TARGET})"));
     let elf = cargo_build("selftest-guest", bin, &[], AARCH64_TARGET, "guest", "")?;
     write_image(&read_elf(&elf)?, bin)
+}
+
+/// A bare-metal test guest from `guest-images/selftest32`, for AArch32 (`selftest32`,
+/// `microbench32`): a zImage, which the hypervisor runs in AArch32 on either image and
+/// QEMU's `-kernel` loads as a 32-bit kernel. Linked at the address the hypervisor loads a
+/// zImage at, it copies itself there when loaded elsewhere; built with the static
+/// relocation model (the workspace's `-Crelocation-model=pic` is the ARMv7 hypervisor's).
+pub fn build_test_guest32(bin: &str) -> Result<PathBuf, XtaskError> {
+    step(&format!("building the 32-bit test guest `{bin}` (guest-images/selftest32, {ARMV7_TARGET})"));
+    let elf = cargo_build("selftest32-guest", bin, &[], ARMV7_TARGET, "guest32", "")?;
+    write_zimage(&read_elf(&elf)?, bin)
 }
 
 /// Size of a disk image `create_disk` makes (sparse: it takes no room until written).

@@ -23,10 +23,11 @@ Commands:
   bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md);
-          --quick skips the throughput runs; --arch armv7: the ARMv7 image's Linux boot
+          --quick skips the throughput runs; --arch armv7: the ARMv7 image's microbenchmarks
+          (the 32-bit guest microbench32) and Linux boot
   image   build every image into target/images/: the hypervisor as deployed (hypervisor.Image,
-          without test hooks), the test guests, and the Debian Linux guests, arm64 and armhf
-          (kernel and busybox initramfs, downloads cached)
+          without test hooks), the test guests (AArch64 Images, AArch32 zImages), and the Debian
+          Linux guests, arm64 and armhf (kernel and busybox initramfs, downloads cached)
   fuzz    run the libFuzzer targets of fuzz/ (docs/fuzzing.md): every decoder a guest or a
           file feeds; installs a nightly toolchain and cargo-fuzz if they are missing
   soak    three Linux VMs (manifests/three-vms.toml) with disk and network traffic for a
@@ -447,15 +448,17 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     // The deployed image, the tests' image with the test hooks (docs/security.md, "Test
-    // hooks"), the ARMv7 image with the shared crate for ARMv7, and the test guests.
-    let bare_metal: [(&str, &[&str]); 4] = [
+    // hooks"), the ARMv7 image with the shared crate for ARMv7, and the test guests (AArch64
+    // and AArch32, with what they share).
+    let bare_metal: [(&str, &[&str]); 5] = [
         (images::HYPERVISOR_TARGET, &["-p", "hyp-arch-armv8", "-p", "hyp-arch-arm", "-p", "hyp-board-qemu-virt"]),
         (
             images::HYPERVISOR_TARGET,
             &["-p", "hyp-arch-armv8", "-p", "hyp-board-qemu-virt", "--features", "hyp-arch-armv8/test-hooks"],
         ),
         (images::ARMV7_TARGET, &["-p", "hyp-arch-arm", "-p", "hyp-arch-armv7"]),
-        (images::AARCH64_TARGET, &["-p", "selftest-guest"]),
+        (images::AARCH64_TARGET, &["-p", "selftest-guest", "-p", "guest-common"]),
+        (images::ARMV7_TARGET, &["-p", "selftest32-guest", "-p", "guest-common"]),
     ];
     for (target, crates) in bare_metal {
         run(Command::new(&cargo)
@@ -538,8 +541,11 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
     if armv7 {
+        let (under, native) = bench::micro_armv7()?;
+        let micro = bench::report_armv7(&under, &native)?;
         let boot = bench::linux_boot_armv7()?;
-        print!("{}", bench::armv7_report(&boot));
+        print!("{micro}{}", bench::armv7_report(&boot));
+        step("figures written to target/bench/micro-armv7.json");
         return Ok(());
     }
     let (under, native) = bench::micro()?;
@@ -571,6 +577,9 @@ fn cmd_image() -> Result<(), XtaskError> {
     build_all(Hypervisor::Deployed)?;
     for bin in ["isolation-secret", "isolation-probe", "microbench", "spinner", "passthrough"] {
         images::build_test_guest(bin)?;
+    }
+    for bin in ["selftest32", "microbench32"] {
+        images::build_test_guest32(bin)?;
     }
     for arch in [DebianArch::Arm64, DebianArch::Armhf] {
         let linux = xtask::linux_guest::debian(arch)?;

@@ -1,7 +1,8 @@
-//! The runtime of the bare-metal test guests: the arm64 Image header and entry, an EL1
-//! vector table that can expect a fault and resume, a console on the VM's PL011, SMCCC
-//! calls, and `ok N - ...` check reporting. Each guest is a binary in `src/bin/` with a
-//! `guest_main`.
+//! The runtime of the AArch64 bare-metal test guests: the arm64 Image header and entry, an
+//! EL1 vector table that can expect a fault and resume, SMCCC calls, and what names AArch64
+//! of the GIC and the counter. The console, check reporting, the function identifiers and
+//! the GIC's memory-mapped side are `guest_common`'s, shared with the AArch32 guests
+//! (`guest-images/selftest32`). Each guest is a binary in `src/bin/` with a `guest_main`.
 //!
 //! The guests run at EL1 with their MMU off, so every access is to an IPA.
 #![no_std]
@@ -12,16 +13,18 @@ pub mod gic;
 pub mod virtio;
 
 use core::arch::{asm, global_asm};
-use core::fmt::{self, Write};
 
 use core::ptr::write_volatile;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub const UART: usize = 0x0900_0000;
-pub const PSCI_VERSION: u64 = 0x8400_0000;
-pub const PSCI_SYSTEM_OFF: u64 = 0x8400_0008;
-pub const SMCCC_VERSION: u64 = 0x8000_0000;
-pub const HYP_VM_EXIT: u64 = 0xc600_0001;
+pub use guest_common::smccc;
+pub use guest_common::{println, Checks, Uart, UART};
+
+/// The function identifiers as the 64-bit registers hold them.
+pub const PSCI_VERSION: u64 = smccc::PSCI_VERSION as u64;
+pub const PSCI_SYSTEM_OFF: u64 = smccc::PSCI_SYSTEM_OFF as u64;
+pub const SMCCC_VERSION: u64 = smccc::SMCCC_VERSION as u64;
+pub const HYP_VM_EXIT: u64 = smccc::HYP_VM_EXIT as u64;
 
 global_asm!(
     r#"
@@ -230,23 +233,6 @@ pub fn boot_x0() -> u64 {
     unsafe { core::ptr::read_volatile(&raw const BOOT_X0) }
 }
 
-pub struct Uart;
-
-impl Write for Uart {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        for b in s.bytes() {
-            // SAFETY: the VM's PL011 data register; the hypervisor emulates it.
-            unsafe { write_volatile(UART as *mut u32, u32::from(b)) };
-        }
-        Ok(())
-    }
-}
-
-#[macro_export]
-macro_rules! println {
-    ($($arg:tt)*) => {{ use core::fmt::Write as _; let _ = writeln!($crate::Uart, $($arg)*); }};
-}
-
 pub fn hvc(x0: u64, x1: u64) -> u64 {
     hvc3(x0, x1, 0, 0)
 }
@@ -287,9 +273,9 @@ pub fn start_vcpu(mpidr: u64, main: extern "C" fn(u64), context: u64) -> i64 {
     hvc3(PSCI_CPU_ON_64, mpidr, secondary_entry as *const () as u64, context) as i64
 }
 
-pub const PSCI_CPU_ON_64: u64 = 0xc400_0003;
-pub const PSCI_CPU_OFF: u64 = 0x8400_0002;
-pub const PSCI_AFFINITY_INFO_64: u64 = 0xc400_0004;
+pub const PSCI_CPU_ON_64: u64 = smccc::PSCI_CPU_ON_64 as u64;
+pub const PSCI_CPU_OFF: u64 = smccc::PSCI_CPU_OFF as u64;
+pub const PSCI_AFFINITY_INFO_64: u64 = smccc::PSCI_AFFINITY_INFO_64 as u64;
 
 pub fn hvc_with_immediate_1(x0: u64) -> u64 {
     let mut r = x0;
@@ -356,24 +342,6 @@ pub fn expect_exception(f: impl FnOnce()) -> Option<(u64, u64)> {
     Some((CAUGHT_ESR.load(Ordering::SeqCst), CAUGHT_FAR.load(Ordering::SeqCst)))
 }
 
-#[derive(Default)]
-pub struct Checks {
-    pub number: u32,
-    pub failed: u32,
-}
-
-impl Checks {
-    pub fn check(&mut self, passed: bool, what: fmt::Arguments<'_>) {
-        self.number += 1;
-        if passed {
-            crate::println!("ok {} - {}", self.number, what);
-        } else {
-            self.failed += 1;
-            crate::println!("not ok {} - {}", self.number, what);
-        }
-    }
-}
-
 pub const EC_DATA_ABORT_SAME_EL: u64 = 0x25;
 pub const EC_INSTRUCTION_ABORT_SAME_EL: u64 = 0x21;
 pub const FSC_SYNC_EXTERNAL_ABORT: u64 = 0x10;
@@ -390,7 +358,7 @@ pub fn current_el() -> u64 {
     (el >> 2) & 3
 }
 
-pub const PSCI_SYSTEM_RESET: u64 = 0x8400_0009;
+pub const PSCI_SYSTEM_RESET: u64 = smccc::PSCI_SYSTEM_RESET as u64;
 
 /// The virtual counter in milliseconds (it starts near 0 when the VM is created).
 pub fn counter_ms() -> u64 {
@@ -444,12 +412,9 @@ pub fn wait_ms(ms: u64) {
 
 /// Ends the run: PSCI SYSTEM_OFF when every check passed, HYP_VM_EXIT(1) otherwise.
 pub fn finish(name: &str, checks: &Checks) -> ! {
-    if checks.failed == 0 {
-        println!("{name}: all {} checks passed; powering off with PSCI SYSTEM_OFF", checks.number);
+    if checks.summary(name) {
         hvc(PSCI_SYSTEM_OFF, 0);
         println!("not ok - SYSTEM_OFF returned");
-    } else {
-        println!("{name}: {} of {} checks failed", checks.failed, checks.number);
     }
     hvc(HYP_VM_EXIT, 1);
     loop {

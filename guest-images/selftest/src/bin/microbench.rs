@@ -15,20 +15,32 @@
 
 use core::arch::asm;
 use core::ptr::read_volatile;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
+use guest_common::bench::{self, Seen};
 use selftest_guest::gic::{self, VTIMER};
 use selftest_guest::*;
 
-const ITERATIONS: u64 = 10_000;
 /// A function id no one implements (owner 2, "SiP service", function 0): NOT_SUPPORTED.
 const UNKNOWN_FUNCTION: u64 = 0xc200_0000;
-const UARTFR: usize = UART + 0x18;
+const UARTFR: usize = guest_common::console::UARTFR;
 const GICD_TYPER: usize = gic::GICD + 0x4;
 /// vCPU 0 -> vCPU 1.
 const IPI: u32 = 2;
 /// vCPU 0 -> itself, for the EOI figure.
 const SELF_SGI: u32 = 3;
+
+/// CNTVCT_EL0 and CNTFRQ_EL0.
+struct Counter;
+
+impl bench::Counter for Counter {
+    fn now() -> u64 {
+        counter()
+    }
+    fn frequency() -> u64 {
+        frequency()
+    }
+}
 
 fn counter() -> u64 {
     let v: u64;
@@ -44,50 +56,12 @@ fn frequency() -> u64 {
     v
 }
 
-fn nanoseconds(ticks: u64) -> u64 {
-    (u128::from(ticks) * 1_000_000_000 / u128::from(frequency())) as u64
+fn bench(name: &str, body: impl FnMut()) {
+    bench::bench::<Counter>(name, body)
 }
 
-fn bench(name: &str, mut body: impl FnMut()) {
-    let start = counter();
-    for _ in 0..ITERATIONS {
-        body();
-    }
-    let ns = nanoseconds(counter() - start);
-    println!("bench {name} iterations={ITERATIONS} ns={ns}");
-}
-
-/// `measure(i)` returns the counter ticks of sample `i`.
-fn latency(name: &str, mut measure: impl FnMut(u64) -> u64) {
-    let ticks: u64 = (0..ITERATIONS).map(&mut measure).sum();
-    println!("latency {name} samples={ITERATIONS} ns={}", nanoseconds(ticks));
-}
-
-/// What the interrupt handler saw, per interrupt: how many were taken and the counter at
-/// the last one's handler. Each is written by one vCPU's handler only.
-struct Seen {
-    count: AtomicU64,
-    at: AtomicU64,
-}
-
-impl Seen {
-    const fn new() -> Self {
-        Seen { count: AtomicU64::new(0), at: AtomicU64::new(0) }
-    }
-    fn record(&self, at: u64) {
-        self.at.store(at, Ordering::SeqCst);
-        self.count.store(self.count.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
-    }
-    /// Waits for the `n`th interrupt; the counter at its handler. YIELD, because QEMU's
-    /// round-robin vCPU loop moves to the next vCPU on it: a plain spin would keep the host
-    /// thread, and the target vCPU waiting, until QEMU's time slice ends.
-    fn wait_for(&self, n: u64) -> u64 {
-        while self.count.load(Ordering::SeqCst) != n {
-            // SAFETY: a hint instruction.
-            unsafe { asm!("yield") };
-        }
-        self.at.load(Ordering::SeqCst)
-    }
+fn latency(name: &str, measure: impl FnMut(u64) -> u64) {
+    bench::latency::<Counter>(name, measure)
 }
 
 static IPI_SEEN: Seen = Seen::new();
