@@ -162,6 +162,7 @@ impl VcpuCpu for OnCpu {
     fn in_aarch32(_: &Registers) -> bool {
         true
     }
+    const ONLY_AARCH32: bool = true;
 
     fn aarch32(regs: &mut Registers) -> &mut Registers {
         regs

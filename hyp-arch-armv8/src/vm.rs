@@ -241,6 +241,7 @@ impl VcpuCpu for OnCpu {
     fn in_aarch32(ctx: &GuestContext) -> bool {
         ctx.pstate & PSTATE_AARCH32 != 0
     }
+    const ONLY_AARCH32: bool = false;
 
     fn aarch32(ctx: &mut GuestContext) -> Aarch32View<'_> {
         Aarch32View(ctx)
@@ -286,17 +287,21 @@ impl VcpuCpu for OnCpu {
     }
 
     #[inline(always)]
-    fn decode(exit: &SyncExit, ctx: &GuestContext) -> DecodedExit {
-        if Self::in_aarch32(ctx) {
-            // FAR_EL2 holds HDFAR in [31:0] and HIFAR in [63:32] for an AArch32 guest.
-            let instruction = exit.syndrome.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
-            let far = if instruction { exit.far >> 32 } else { exit.far };
-            let hsr = exit.syndrome.0 as u32;
-            let hyp =
-                HypExit { hsr, far: far as u32, hpfar: exit.hpfar as u32, cpsr: ctx.pstate as u32, aarch64_view: true };
-            return hyp_core::trap::aarch32::decode(&hyp);
-        }
+    fn decode(exit: &SyncExit, _: &GuestContext) -> DecodedExit {
         hyp_core::trap::aarch64::decode(exit)
+    }
+
+    /// FAR_EL2 holds HDFAR in [31:0] and HIFAR in [63:32] for a guest in AArch32; ESR_EL2
+    /// names its registers in their AArch64 view. Out of line: AArch64's decoder stays fused
+    /// with the handler.
+    #[inline(never)]
+    fn decode_aarch32(exit: &SyncExit, ctx: &GuestContext) -> DecodedExit {
+        let instruction = exit.syndrome.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
+        let far = if instruction { exit.far >> 32 } else { exit.far };
+        let hsr = exit.syndrome.0 as u32;
+        let hyp =
+            HypExit { hsr, far: far as u32, hpfar: exit.hpfar as u32, cpsr: ctx.pstate as u32, aarch64_view: true };
+        hyp_core::trap::aarch32::decode(&hyp)
     }
 
     fn debug_registers(&mut self) -> &mut DebugRegisters {

@@ -109,6 +109,8 @@ pub trait VcpuCpu: Sized {
     /// Whether the guest executes in AArch32 now (its exits are then decoded by
     /// hyp_core::trap::aarch32 and handled over [`VcpuCpu::aarch32`]).
     fn in_aarch32(registers: &Self::Registers) -> bool;
+    /// Every guest of this image runs in AArch32 (an ARMv7 CPU).
+    const ONLY_AARCH32: bool;
     /// The registers of a guest in AArch32.
     fn aarch32(registers: &mut Self::Registers) -> Self::Aarch32<'_>;
     /// Takes out of the CPU what the vCPU leaves in it (stopping its timer).
@@ -125,11 +127,15 @@ pub trait VcpuCpu: Sized {
     fn read_trap() -> Self::Trap;
     /// The exit's syndrome, in the layout ESR_EL2 and HSR share.
     fn syndrome(trap: &Self::Trap) -> Syndrome;
-    /// The exit decoded into an arch-neutral trap (hyp_core::trap), by the decoder of the
-    /// execution state the guest trapped from (`registers`). Decoded where it is handled, so
-    /// the compiler fuses the two (decoded ahead and kept, it cost a hypercall 30
-    /// instructions).
+    /// The exit decoded into an arch-neutral trap (hyp_core::trap) by the decoder of the
+    /// state the image's guests mostly run in (AArch64 on ARMv8, AArch32 on ARMv7; the
+    /// registers give the guest's CPSR). Decoded where it is handled, so the compiler fuses
+    /// the two (decoded ahead and kept, it cost a hypercall 30 instructions).
     fn decode(trap: &Self::Trap, registers: &Self::Registers) -> DecodedExit;
+    /// The exit of a guest in AArch32 on an image whose guests may run in either state.
+    fn decode_aarch32(trap: &Self::Trap, registers: &Self::Registers) -> DecodedExit {
+        Self::decode(trap, registers)
+    }
     /// The vCPU's debug registers (its accesses to them trap into this copy).
     fn debug_registers(&mut self) -> &mut DebugRegisters;
     /// The hardware debug registers follow the vCPU's copy (loaded while something of it
@@ -228,15 +234,27 @@ pub fn run_vcpu<C: VcpuCpu>(
                 if shared && syndrome.class() == ExceptionClass::WFX && syndrome.iss() & 0b11 == 1 {
                     hypervisor.scheduling.yield_now(cpu, vcpu_ref(core.id, vcpu));
                 }
-                let exit = C::decode(&trap, &registers);
-                let (outcome, incident) = {
+                let (outcome, incident, bytes) = {
                     let features = VmFeatures { gic_v3: core.gic_v3, ipa_bits: core.stage2_ipa_bits };
                     let mut sysregs =
                         VcpuSysRegs { features, id: C::IdRegisters::default(), debug: here.debug_registers() };
-                    if C::in_aarch32(&registers) {
-                        exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut sysregs)
+                    // Each state's exit decoded where it is handled, so the decoder and the
+                    // handler fuse (decoded ahead through one branch on the state, they did
+                    // not: an AArch64 hypercall went from 155 to 230 instructions).
+                    if C::ONLY_AARCH32 {
+                        let exit = C::decode(&trap, &registers);
+                        let (o, i) =
+                            exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut sysregs);
+                        (o, i, exit.instruction_bytes)
+                    } else if !C::in_aarch32(&registers) {
+                        let exit = C::decode(&trap, &registers);
+                        let (o, i) = exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs);
+                        (o, i, exit.instruction_bytes)
                     } else {
-                        exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs)
+                        let exit = C::decode_aarch32(&trap, &registers);
+                        let (o, i) =
+                            exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut sysregs);
+                        (o, i, exit.instruction_bytes)
                     }
                 };
                 match incident {
@@ -249,7 +267,6 @@ pub fn run_vcpu<C: VcpuCpu>(
                     }
                     None => {}
                 }
-                let bytes = exit.instruction_bytes;
                 match outcome {
                     // Unless an interrupt is pending or its timer is due, a shared vCPU
                     // waits off the CPU, woken by an interrupt or by its virtual timer.

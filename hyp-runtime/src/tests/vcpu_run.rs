@@ -136,6 +136,7 @@ impl VcpuCpu for FakeCpu {
     fn in_aarch32(_: &GuestContext) -> bool {
         false
     }
+    const ONLY_AARCH32: bool = false;
     fn aarch32(registers: &mut GuestContext) -> &mut GuestContext {
         registers
     }
