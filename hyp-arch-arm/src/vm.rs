@@ -8,11 +8,13 @@ use core::borrow::Borrow;
 use core::ops::Deref;
 
 use hyp_core::cap::{CapError, CapId, CapSpace};
+use hyp_core::coprocessor::RegisterPart;
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::image::ExecutionState;
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
+use hyp_core::sysreg::VmControlRegister;
 use hyp_runtime::scheduling::Scheduling;
-use hyp_runtime::vcpu_run::{ResumeSlots, VcpuCpu};
+use hyp_runtime::vcpu_run::{CacheMaintenance, ResumeSlots, VcpuCpu};
 use hyp_runtime::vm::{Vm, VmBuild, VmError};
 use hyp_runtime::vm_resources::{self, revoke_all, VmRequest, VmResources};
 use hyp_runtime::{Board, Virtualization};
@@ -107,24 +109,39 @@ where
     }
 }
 
+/// A control register write the trapped instruction carries: `value` into `part` of it.
+pub type ControlWrite = (VmControlRegister, RegisterPart, u64);
+
 /// One step of a vCPU's trapped set/way maintenance or watched control register write
 /// (hyp_core::set_way), the same on both images: the part of the VM's RAM (`ram_base`,
-/// `memory` bytes) the step names is cleaned and invalidated by `clean` (start, end).
-/// Returns whether the trapped instruction completes now (then the image applies the control
-/// register write and moves the PC on); otherwise the guest traps at it again.
-pub fn set_way_step(
+/// `memory` bytes) the step names is cleaned and invalidated by `clean` (start, end);
+/// `sctlr` reads the guest's SCTLR, whose caches a write may turn on or off. Returns None
+/// while the guest is to trap at the instruction again; else it completes now, and the image
+/// applies the control register write it returns, if any, and moves the PC on.
+pub fn cache_maintenance_step(
     set_way: &mut SetWayState,
-    trap: CacheTrap,
+    trap: CacheMaintenance,
     pc: u64,
-    ram_base: u64,
-    memory: u64,
+    (ram_base, memory): (u64, u64),
+    sctlr: impl FnOnce() -> u64,
     clean: impl FnOnce(u64, u64),
-) -> bool {
-    match set_way.on_trap(trap, pc, memory) {
+) -> Option<Option<ControlWrite>> {
+    let (trap, write) = match trap {
+        CacheMaintenance::SetWay => (CacheTrap::SetWay, None),
+        CacheMaintenance::ControlWrite { register: VmControlRegister::Sctlr, part, value } => {
+            let old = sctlr();
+            (CacheTrap::SctlrWrite { old, new: part.merge(old, value) }, Some((VmControlRegister::Sctlr, part, value)))
+        }
+        CacheMaintenance::ControlWrite { register, part, value } => {
+            (CacheTrap::OtherControlWrite, Some((register, part, value)))
+        }
+    };
+    let completes = match set_way.on_trap(trap, pc, memory) {
         CacheStep::CleanPart { offset, len, last } => {
             clean(ram_base + offset, ram_base + offset + len);
             last
         }
         CacheStep::Complete => true,
-    }
+    };
+    completes.then_some(write)
 }

@@ -10,9 +10,9 @@ use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::InjectedException;
 use hyp_core::image::ExecutionState;
-use hyp_core::set_way::{CacheTrap, SetWayState};
+use hyp_core::set_way::SetWayState;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
-use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
+use hyp_core::sysreg::{Encoding, IdRegisters};
 use hyp_core::trap::aarch32::HypExit;
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::VcpuStart;
@@ -26,14 +26,6 @@ use crate::gic::ListRegisterFile;
 use crate::guest_regs::Registers;
 use crate::sysregs::{Vtcr, Vttbr};
 use crate::vcpu_state::{self, SavedVcpu};
-use hyp_core::trap::aarch32::mode::SVC as MODE_SVC;
-
-/// CPSR at a guest's first instruction: SVC mode, A, I and F masked, ARM state (the 32-bit
-/// Linux boot protocol, Documentation/arch/arm/booting.rst).
-const CPSR_SVC_MASKED: u32 = MODE_SVC | (0b111 << 6);
-/// r1 at a guest's first instruction: the machine type, all ones when the device tree
-/// describes the machine.
-const MACHINE_TYPE_DT: u32 = 0xffff_ffff;
 
 /// HCR for a guest (ARM ARM B4.1.65): VM (stage 2), SWIO, FMO/IMO/AMO (physical interrupts
 /// and asynchronous aborts to HYP mode), FB and BSU = inner shareable (broadcast
@@ -147,14 +139,9 @@ impl VcpuCpu for OnCpu {
     /// CPU_ON: r0 = the context ID (a T32 entry point has bit 0 set). Only AArch32 VMs are
     /// created on this image (`ArmImage::AARCH64_GUESTS`).
     fn fresh_registers(_: ExecutionState, start: VcpuStart) -> Registers {
-        let thumb = (start.entry & 1) as u32;
-        let mut regs =
-            Registers { pc: start.entry as u32 & !1, cpsr: CPSR_SVC_MASKED | thumb << 5, ..Default::default() };
-        if start.kernel {
-            (regs.r[0], regs.r[1], regs.r[2]) = (0, MACHINE_TYPE_DT, start.context as u32);
-        } else {
-            regs.r[0] = start.context as u32;
-        }
+        let s = hyp_core::trap::aarch32::start_state(start);
+        let mut regs = Registers { pc: s.pc, cpsr: s.cpsr, ..Default::default() };
+        regs.r[..3].copy_from_slice(&s.r);
         regs
     }
 
@@ -250,25 +237,19 @@ impl VcpuCpu for OnCpu {
     /// A part of the VM's RAM cleaned, and the instruction completed if that was the last
     /// or none was needed (a control register write applied first).
     fn cache_maintenance(&mut self, vm: &Vm, regs: &mut Registers, bytes: u8, trap: CacheMaintenance) {
-        let (trap, write) = match trap {
-            CacheMaintenance::SetWay => (CacheTrap::SetWay, None),
-            CacheMaintenance::ControlWrite { register: VmControlRegister::Sctlr, part, value } => {
-                let old: u32;
-                // SAFETY: reading the guest's SCTLR has no side effect.
-                unsafe { asm!("mrc p15, 0, {}, c1, c0, 0", out(reg) old, options(nomem, nostack)) };
-                let new = part.merge(u64::from(old), value);
-                (CacheTrap::SctlrWrite { old: u64::from(old), new }, Some((VmControlRegister::Sctlr, part, value)))
-            }
-            CacheMaintenance::ControlWrite { register, part, value } => {
-                (CacheTrap::OtherControlWrite, Some((register, part, value)))
-            }
-        };
         let trapping = self.set_way.trapping_controls();
+        let sctlr = || {
+            let old: u32;
+            // SAFETY: reading the guest's SCTLR has no side effect.
+            unsafe { asm!("mrc p15, 0, {}, c1, c0, 0", out(reg) old, options(nomem, nostack)) };
+            u64::from(old)
+        };
         let clean = |start, end| crate::mmu::dcache_range(start, end, crate::mmu::DcOp::CleanInvalidate);
-        let pc = u64::from(regs.pc);
-        if !hyp_arch_arm::vm::set_way_step(&mut self.set_way, trap, pc, vm.ram.base, vm.spec.memory, clean) {
+        let (pc, ram) = (u64::from(regs.pc), (vm.ram.base, vm.spec.memory));
+        let Some(write) = hyp_arch_arm::vm::cache_maintenance_step(&mut self.set_way, trap, pc, ram, sctlr, clean)
+        else {
             return;
-        }
+        };
         if let Some((register, part, value)) = write {
             vcpu_state::write_control_register(register, part, value);
         }

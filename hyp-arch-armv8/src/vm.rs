@@ -10,10 +10,10 @@ use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
 use hyp_core::image::ExecutionState;
-use hyp_core::set_way::{CacheTrap, SetWayState};
-use hyp_core::syndrome::{ExceptionClass, Syndrome};
-use hyp_core::sysreg::{Encoding, IdRegisters, VmControlRegister};
-use hyp_core::trap::aarch32::{mode, Aarch32View, HypExit};
+use hyp_core::set_way::SetWayState;
+use hyp_core::syndrome::Syndrome;
+use hyp_core::sysreg::{Encoding, IdRegisters};
+use hyp_core::trap::aarch32::{mode, Aarch32View};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::VcpuStart;
 
@@ -27,9 +27,6 @@ use vgic::{Distributor, IntId};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
-/// CPSR at an AArch32 guest's first instruction: Supervisor mode, A, I, F masked, A32
-/// (Documentation/arch/arm/booting.rst; PSCI CPU_ON's entry state, DEN 0022 6.4.3).
-const CPSR_SVC_MASKED: u64 = 0x1d3;
 /// PSTATE.nRW [4]: the guest trapped from AArch32.
 const PSTATE_AARCH32: u64 = 1 << 4;
 /// HCR_EL2 for a guest (ARM ARM D24.2.48): VM (stage 2), SWIO, FMO/IMO/AMO (physical
@@ -120,22 +117,13 @@ fn inject_aarch32(ctx: &mut GuestContext, exception: InjectedException) {
         } else {
             asm!("msr spsr_abt, {}", in(reg) u64::from(e.spsr), options(nostack));
         }
-        match e.fault {
-            Some(f) if f.instruction => asm!(
-                "msr ifsr32_el2, {fsr}",
-                "msr far_el1, {far}",
-                fsr = in(reg) u64::from(f.status),
-                far = in(reg) (far & 0xffff_ffff) | u64::from(f.address) << 32,
-                options(nostack)
-            ),
-            Some(f) => asm!(
-                "msr esr_el1, {fsr}",
-                "msr far_el1, {far}",
-                fsr = in(reg) u64::from(f.status),
-                far = in(reg) (far & !0xffff_ffff) | u64::from(f.address),
-                options(nostack)
-            ),
-            None => {}
+        if let Some(f) = e.fault {
+            let (fsr, far) = (u64::from(f.status), f.far_el1(far));
+            if f.instruction {
+                asm!("msr ifsr32_el2, {}", "msr far_el1, {}", in(reg) fsr, in(reg) far, options(nostack));
+            } else {
+                asm!("msr esr_el1, {}", "msr far_el1, {}", in(reg) fsr, in(reg) far, options(nostack));
+            }
         }
     }
     if let Some(lr) = hyp_core::trap::aarch32::aarch64_register(e.mode, 14) {
@@ -221,17 +209,10 @@ impl VcpuCpu for OnCpu {
             ExecutionState::Aarch64 => {
                 (ctx.pc, ctx.pstate, ctx.x[0]) = (start.entry, PSTATE_EL1H_MASKED, start.context);
             }
-            // A T32 entry point has bit 0 set (PSCI CPU_ON).
             ExecutionState::Aarch32 => {
-                let thumb = start.entry & 1;
-                (ctx.pc, ctx.pstate) = (start.entry & !1, CPSR_SVC_MASKED | thumb << 5);
-                if start.kernel {
-                    // r0 = 0, r1 = the machine type (~0: none, the device tree says), r2 =
-                    // the device tree.
-                    (ctx.x[0], ctx.x[1], ctx.x[2]) = (0, 0xffff_ffff, start.context);
-                } else {
-                    ctx.x[0] = start.context;
-                }
+                let s = hyp_core::trap::aarch32::start_state(start);
+                (ctx.pc, ctx.pstate) = (u64::from(s.pc), u64::from(s.cpsr));
+                ctx.x[..3].iter_mut().zip(s.r).for_each(|(x, r)| *x = u64::from(r));
             }
         }
         ctx
@@ -291,17 +272,10 @@ impl VcpuCpu for OnCpu {
         hyp_core::trap::aarch64::decode(exit)
     }
 
-    /// FAR_EL2 holds HDFAR in [31:0] and HIFAR in [63:32] for a guest in AArch32; ESR_EL2
-    /// names its registers in their AArch64 view. Out of line: AArch64's decoder stays fused
-    /// with the handler.
+    /// Out of line: AArch64's decoder stays fused with the handler.
     #[inline(never)]
     fn decode_aarch32(exit: &SyncExit, ctx: &GuestContext) -> DecodedExit {
-        let instruction = exit.syndrome.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
-        let far = if instruction { exit.far >> 32 } else { exit.far };
-        let hsr = exit.syndrome.0 as u32;
-        let hyp =
-            HypExit { hsr, far: far as u32, hpfar: exit.hpfar as u32, cpsr: ctx.pstate as u32, aarch64_view: true };
-        hyp_core::trap::aarch32::decode(&hyp)
+        hyp_core::trap::aarch32::decode_at_el2(exit, ctx.pstate as u32)
     }
 
     fn debug_registers(&mut self) -> &mut DebugRegisters {
@@ -325,24 +299,13 @@ impl VcpuCpu for OnCpu {
     /// and the guest traps again at the same instruction after any interrupt due now has
     /// been taken.
     fn cache_maintenance(&mut self, vm: &Vm, ctx: &mut GuestContext, bytes: u8, trap: CacheMaintenance) {
-        let (trap, write) = match trap {
-            CacheMaintenance::SetWay => (CacheTrap::SetWay, None),
-            CacheMaintenance::ControlWrite { register: VmControlRegister::Sctlr, part, value } => {
-                let old = sysreg!("sctlr_el1");
-                (
-                    CacheTrap::SctlrWrite { old, new: part.merge(old, value) },
-                    Some((VmControlRegister::Sctlr, part, value)),
-                )
-            }
-            CacheMaintenance::ControlWrite { register, part, value } => {
-                (CacheTrap::OtherControlWrite, Some((register, part, value)))
-            }
-        };
         let trapping = self.set_way.trapping_controls();
+        let (ram, sctlr) = ((vm.ram.base, vm.spec.memory), || sysreg!("sctlr_el1"));
         let clean = crate::mmu::clean_invalidate_dcache_range;
-        if !hyp_arch_arm::vm::set_way_step(&mut self.set_way, trap, ctx.pc, vm.ram.base, vm.spec.memory, clean) {
+        let Some(write) = hyp_arch_arm::vm::cache_maintenance_step(&mut self.set_way, trap, ctx.pc, ram, sctlr, clean)
+        else {
             return;
-        }
+        };
         if let Some((register, part, value)) = write {
             vcpu_state::write_control_register(register, part, value);
         }

@@ -443,6 +443,15 @@ pub struct Aarch32Fault {
     pub address: u32,
 }
 
+impl Aarch32Fault {
+    /// FAR_EL1 (of an AArch64 EL2) with this fault's address written: DFAR is its [31:0],
+    /// IFAR its [63:32].
+    pub fn far_el1(&self, far_el1: u64) -> u64 {
+        let part = if self.instruction { RegisterPart::High } else { RegisterPart::Low };
+        part.merge(far_el1, u64::from(self.address))
+    }
+}
+
 /// SCTLR.V [13] (the vectors at 0xffff0000), EE [25], TE [30].
 const SCTLR_V: u32 = 1 << 13;
 const SCTLR_EE: u32 = 1 << 25;
@@ -918,6 +927,9 @@ mod tests {
         let pabt = exception_to_aarch32(cpsr, 0x4000, 0, 0, false, InjectedException::InstructionAbort { far: 0x4000 });
         assert_eq!((pabt.lr, pabt.pc), (0x4004, 0x0c));
         assert_eq!(pabt.fault, Some(Aarch32Fault { instruction: true, status: 0x08, address: 0x4000 }));
+        // In an AArch64 EL2's FAR_EL1: IFAR is the high half, DFAR the low.
+        assert_eq!(pabt.fault.unwrap().far_el1(0x1_2345_6789), 0x4000_2345_6789);
+        assert_eq!(dabt.fault.unwrap().far_el1(0x1_2345_6789), 0x1_0a00_0000);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 use super::{CoprocessorAccess, DecodedExit, GuestRegisters, Trap, WideCoprocessorAccess};
 use crate::exit::{GuestContext, SyncExit};
 use crate::syndrome::{ExceptionClass, Syndrome};
+use crate::vcpu_power::VcpuStart;
 
 /// The registers read on a synchronous exit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +162,35 @@ fn executes(s: Syndrome, cpsr: u32) -> bool {
         }
     };
     condition_holds(cond, cpsr)
+}
+
+/// A vCPU's first state in AArch32: Supervisor mode with asynchronous aborts, IRQs and FIQs
+/// masked, T32 if the entry point's bit 0 says so; the kernel's boot protocol puts r0 = 0,
+/// r1 = the machine type (~0: the device tree describes the machine) and r2 = the device
+/// tree (Documentation/arch/arm/booting.rst), PSCI CPU_ON r0 = the context ID (DEN 0022,
+/// 6.4.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartState {
+    pub pc: u32,
+    pub cpsr: u32,
+    /// r0, r1, r2.
+    pub r: [u32; 3],
+}
+
+pub fn start_state(start: VcpuStart) -> StartState {
+    let thumb = (start.entry & 1) as u32;
+    let context = start.context as u32;
+    let r = if start.kernel { [0, 0xffff_ffff, context] } else { [context, 0, 0] };
+    StartState { pc: start.entry as u32 & !1, cpsr: mode::SVC | (0b111 << 6) | thumb << 5, r }
+}
+
+/// The exit of a guest in AArch32 to AArch64 EL2: FAR_EL2 holds HDFAR in [31:0] and HIFAR in
+/// [63:32], and ESR_EL2 names registers in their AArch64 view.
+pub fn decode_at_el2(exit: &SyncExit, cpsr: u32) -> DecodedExit {
+    let instruction = exit.syndrome.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
+    let far = if instruction { exit.far >> 32 } else { exit.far };
+    let hsr = exit.syndrome.0 as u32;
+    decode(&HypExit { hsr, far: far as u32, hpfar: exit.hpfar as u32, cpsr, aarch64_view: true })
 }
 
 /// What the exit asks for.
@@ -417,5 +447,24 @@ mod tests {
         let mut ctx = GuestContext { pc: 0x8000_0002, pstate: u64::from(cpsr(0x08)), ..Default::default() };
         Aarch32View(&mut ctx).advance_pc(2);
         assert_eq!((ctx.pc, it_state(ctx.pstate as u32)), (0x8000_0004, 0));
+    }
+
+    #[test]
+    fn a_vcpu_starts_per_the_boot_protocol_or_its_cpu_on() {
+        let kernel = start_state(VcpuStart { entry: 0x4200_0000, context: 0x5fe0_0000, kernel: true });
+        assert_eq!(kernel, StartState { pc: 0x4200_0000, cpsr: 0x1d3, r: [0, 0xffff_ffff, 0x5fe0_0000] });
+        let thumb = start_state(VcpuStart { entry: 0x4000_8001, context: 7, kernel: false });
+        assert_eq!(thumb, StartState { pc: 0x4000_8000, cpsr: 0x1d3 | CPSR_T, r: [7, 0, 0] });
+    }
+
+    #[test]
+    fn at_el2_the_fault_address_is_the_half_of_far_el2_the_abort_names() {
+        let far = 0x1111_2222_3333_4444;
+        let hpfar = 0x0900_0000 >> 8;
+        let abort = |class: u64| SyncExit { syndrome: Syndrome((class << 26) | (1 << 25) | 0x05), far, hpfar };
+        let Trap::DataAbort { va, .. } = decode_at_el2(&abort(0x24), mode::SVC).trap else { panic!() };
+        assert_eq!(va, 0x3333_4444, "HDFAR");
+        let Trap::InstructionAbort { va, .. } = decode_at_el2(&abort(0x20), mode::SVC).trap else { panic!() };
+        assert_eq!(va, 0x1111_2222, "HIFAR");
     }
 }
