@@ -99,19 +99,24 @@ fn run(
     Ok(parse(&out.console))
 }
 
-pub fn micro() -> Result<(Figures, Figures), XtaskError> {
-    let hyp = images::build_hypervisor(Hypervisor::TestHooks)?;
-    let guest = images::build_test_guest("microbench")?;
-    let vm = VmEntry {
-        name: "microbench".into(),
+/// A microbenchmark guest's VM: 2 vCPUs, 64 MiB, no devices.
+fn microbench_vm(name: &str, guest: &Path) -> VmEntry {
+    VmEntry {
+        name: name.into(),
         vcpus: 2,
         memory: 64 << 20,
-        kernel: guest.clone(),
+        kernel: guest.to_path_buf(),
         initrd: None,
         bootargs: None,
         device_tree: None,
         devices: VmDevices::default(),
-    };
+    }
+}
+
+pub fn micro() -> Result<(Figures, Figures), XtaskError> {
+    let hyp = images::build_hypervisor(Hypervisor::TestHooks)?;
+    let guest = images::build_test_guest("microbench")?;
+    let vm = microbench_vm("microbench", &guest);
     let bundle_path =
         bundle::write_file("microbench", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault: None })?;
     let machine = Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() };
@@ -129,16 +134,7 @@ pub fn micro() -> Result<(Figures, Figures), XtaskError> {
 pub fn micro_armv7() -> Result<(Figures, Figures), XtaskError> {
     let hyp = images::build_hypervisor_armv7()?;
     let guest = images::build_test_guest32("microbench32")?;
-    let vm = VmEntry {
-        name: "microbench32".into(),
-        vcpus: 2,
-        memory: 64 << 20,
-        kernel: guest.clone(),
-        initrd: None,
-        bootargs: None,
-        device_tree: None,
-        devices: VmDevices::default(),
-    };
+    let vm = microbench_vm("microbench32", &guest);
     // No test hooks on the ARMv7 image: the guest's PSCI SYSTEM_OFF ends the run, status 0.
     let bundle_path = bundle::write_file("microbench32", &[vm], &BundleOptions::default())?;
     let machine = armv7_board(2);
