@@ -214,6 +214,30 @@ pub fn run(s: &mut Session, command: &str) -> String {
     out.lines().skip(1).map(strip_vm_name).collect::<Vec<_>>().join("\n")
 }
 
+/// The guest's virtio console (hvc0) is its console too: what it writes there shows, and
+/// what the user types goes to the console the guest wrote to last, then back to the shell
+/// on the PL011 once the shell writes there again. Needs the guest's shell.
+pub fn check_virtio_console(s: &mut Session) {
+    // The markers are computed by the guest, so the echoed command line cannot match them.
+    run(s, "echo hvc-$((40+2)) > /dev/hvc0");
+    let shown = s.console();
+    assert!(shown.contains("hvc-42"), "what the guest wrote to hvc0 is on the console:\n{shown}");
+    // The guest writes to hvc0 last, then reads it: typed input goes there, not to the shell.
+    s.send_line("exec 3</dev/hvc0; echo hvc-open-$((2*3)) > /dev/hvc0; read -r line <&3; echo \"from hvc0: [$line]\"")
+        .unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("hvc-open-6", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.send_line("typed-into-hvc0").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("from hvc0: [typed-into-hvc0]", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    // The shell writes its prompt to the PL011 again, and typing goes back to it.
+    let back = run(s, "echo pl011-$((50+5))");
+    assert!(back.contains("pl011-55"), "input reaches the shell on the PL011 again: {back}");
+    assert!(
+        !s.console().contains("typed-into-hvc0: not found"),
+        "the shell did not get hvc0's input:\n{}",
+        s.console()
+    );
+}
+
 /// A TCP port on 127.0.0.1 that nothing listens on now (for QEMU's `hostfwd`).
 pub fn free_local_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")

@@ -1,12 +1,13 @@
 //! 32-bit guests on the AArch64 hypervisor (issue: ARMv7, point 4): Debian's armhf kernel
 //! (a zImage) runs at EL1 in AArch32 beside an arm64 VM on one board. Both boot to their
-//! shells; the 32-bit one sees an ARMv7 CPU and its two vCPUs, reaches the arm64 VM over the
-//! hypervisor's switch, and keeps what it wrote on its disk slice across a second boot.
+//! shells; the 32-bit one sees an ARMv7 CPU and its two vCPUs, has its virtio console,
+//! reaches the arm64 VM over the hypervisor's switch, and keeps what it wrote on its disk
+//! slice across a second boot.
 
 use std::time::Duration;
 
 use system_tests::{
-    assert_output_line, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
+    assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
     start_session, wait_for_shell, BOOT_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{DiskSlice, Policy, VmEntry};
@@ -71,6 +72,7 @@ fn an_armhf_linux_vm_runs_in_aarch32_beside_an_arm64_one_reaches_it_and_keeps_it
     assert_output_line(&cpu, "CPU architecture: 7", "an ARMv7 CPU, as the sanitised ID registers say");
     let gateway = run(&mut s, "ping -c 3 -W 5 10.0.2.2");
     assert!(gateway.contains("3 packets transmitted, 3 packets received"), "QEMU's gateway: {gateway}");
+    check_virtio_console(&mut s);
     // Through the switch to the arm64 VM; on a failure, what arm32's stack and NIC saw.
     let ping = run(&mut s, "ping -c 6 -W 3 10.0.2.15");
     if !ping.contains("6 packets transmitted, 6 packets received") {

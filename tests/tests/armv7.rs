@@ -1,14 +1,14 @@
 //! The ARMv7 image (issue: ARMv7): the hypervisor in HYP mode on QEMU `virt` with
 //! Cortex-A15s and a GICv2 runs Debian's armhf Linux (a zImage, 2 vCPUs) to its shell, with
 //! the emulated PL011, a virtio disk whose contents outlive the VM, a virtio NIC on the
-//! switch's uplink, and `poweroff` ending the run cleanly.
+//! switch's uplink, its virtio console, and `poweroff` ending the run cleanly.
 
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use system_tests::{
-    assert_output_line, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
+    assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
     wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{self, BundleOptions, DiskSlice, Policy, VmDevices, VmEntry};
@@ -80,6 +80,7 @@ fn armhf_linux_runs_on_the_armv7_hypervisor_with_its_disk_and_network_and_powers
     assert_output_line(&cpu, "CPU part\t: 0xc0f", "the Cortex-A15 it runs on, as VPIDR says");
     let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.2");
     assert!(ping.contains("3 packets transmitted, 3 packets received"), "QEMU's gateway, through the uplink: {ping}");
+    check_virtio_console(&mut s);
     let made = run(
         &mut s,
         "mke2fs -q /dev/vda && mount -t ext4 /dev/vda /mnt && uname -a > /mnt/written && sync && umount /mnt && \
