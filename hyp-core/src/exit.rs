@@ -82,8 +82,10 @@ pub enum Outcome {
     InjectAbort { instruction: bool, far: u64 },
     /// An undefined-instruction exception for the guest.
     InjectUndefined,
-    /// A PSCI or VM call the VM layer carries out; the PC is already past the call.
-    Call(Hypercall),
+    /// A PSCI or VM call the VM layer carries out: the guest's registers still hold it
+    /// (`smccc::decode` of their call arguments says which); the PC is already past the call.
+    /// Not carried here, so an outcome fits in two registers.
+    Call,
     /// WFI: the vCPU waits for an interrupt.
     WaitForInterrupt,
     /// Set/way cache maintenance (hyp_core::set_way says what to do). The PC is still at the
@@ -177,6 +179,17 @@ impl fmt::Display for Incident {
     }
 }
 
+/// Where the handler reports, as it happens, what a guest did that the hypervisor logs
+/// (the runtime logs it with the VM and vCPU). Reported at the site rather than returned,
+/// so the common answer, an outcome alone, stays small on the exit path.
+pub trait IncidentLog {
+    fn incident(&mut self, incident: Incident);
+}
+
+/// What the handler needs of the exiting vCPU beyond its registers and devices.
+pub trait ExitEnv: SysRegEnv + IncidentLog {}
+impl<T: SysRegEnv + IncidentLog> ExitEnv for T {}
+
 /// Handles one synchronous exit of a guest running at EL1/EL0 in AArch64: decoded
 /// (`trap::aarch64`), then answered (`handle`).
 pub fn handle_sync(
@@ -184,24 +197,24 @@ pub fn handle_sync(
     vcpu: usize,
     exit: &SyncExit,
     mmio: &mut impl MmioDispatch,
-    sys: &mut impl SysRegEnv,
-) -> (Outcome, Option<Incident>) {
-    handle(&trap::aarch64::decode(exit), ctx, vcpu, mmio, sys)
+    env: &mut impl ExitEnv,
+) -> Outcome {
+    handle(&trap::aarch64::decode(exit), ctx, vcpu, mmio, env)
 }
 
 /// Answers one decoded exit of vCPU `vcpu`, whatever the architecture that trapped it, over
 /// its registers: a hypercall, an emulated MMIO access, a system register, a wait, or the
-/// architected fault for everything else. AArch32 coprocessor accesses are not emulated
-/// yet: they get an undefined instruction and a log line. Meant to be inlined into each
-/// architecture's exit path (out of line, it cost a hypercall 40 instructions).
+/// architected fault for everything else; what the guest did wrong goes to `env`'s log.
+/// Meant to be inlined into each architecture's exit path (out of line, it cost a
+/// hypercall 40 instructions).
 #[inline(always)]
 pub fn handle(
     exit: &DecodedExit,
     regs: &mut impl GuestRegisters,
     vcpu: usize,
     mmio: &mut impl MmioDispatch,
-    sys: &mut impl SysRegEnv,
-) -> (Outcome, Option<Incident>) {
+    env: &mut impl ExitEnv,
+) -> Outcome {
     let len = exit.instruction_bytes;
     match exit.trap {
         Trap::Call { immediate, smc } => {
@@ -211,43 +224,50 @@ pub fn handle(
             }
             if immediate != 0 {
                 regs.set_reg(0, smccc::NOT_SUPPORTED);
-                return (Outcome::Resume, Some(Incident::NonZeroCallImmediate { immediate }));
+                env.incident(Incident::NonZeroCallImmediate { immediate });
+                return Outcome::Resume;
             }
             match smccc::decode(regs.call_arguments()) {
                 Hypercall::Return(value) => {
                     regs.set_reg(0, value);
-                    (Outcome::Resume, None)
+                    Outcome::Resume
                 }
                 Hypercall::Unknown { function } => {
                     regs.set_reg(0, smccc::NOT_SUPPORTED);
-                    (Outcome::Resume, Some(Incident::UnknownHypercall { function }))
+                    env.incident(Incident::UnknownHypercall { function });
+                    Outcome::Resume
                 }
-                call => (Outcome::Call(call), None),
+                _ => Outcome::Call,
             }
         }
-        Trap::DataAbort { ipa, va, access, write } => data_abort(regs, len, vcpu, ipa, va, access, write, mmio),
+        Trap::DataAbort { ipa, va, access, write } => data_abort(regs, len, vcpu, ipa, va, access, write, mmio, env),
         Trap::InstructionAbort { ipa, va } => {
-            (Outcome::InjectAbort { instruction: true, far: va }, Some(Incident::InstructionFetchOutsideMemory { ipa }))
+            env.incident(Incident::InstructionFetchOutsideMemory { ipa });
+            Outcome::InjectAbort { instruction: true, far: va }
         }
         Trap::Wait { interrupt } => {
             regs.advance_pc(len);
             if interrupt {
-                (Outcome::WaitForInterrupt, None)
+                Outcome::WaitForInterrupt
             } else {
-                (Outcome::Resume, None)
+                Outcome::Resume
             }
         }
         Trap::SystemRegister { access, iss } => {
             let value = regs.reg(access.rt);
-            let answer = sysreg::emulate(&access, value, sys);
-            system_register(answer, RegisterPart::Whole, value, access.rt, regs, len, Incident::SystemRegister { iss })
+            let answer = sysreg::emulate(&access, value, env);
+            let undefined = Incident::SystemRegister { iss };
+            system_register(answer, RegisterPart::Whole, value, access.rt, regs, len, undefined, env)
         }
-        Trap::Coprocessor { .. } | Trap::WideCoprocessor { .. } => coprocessor_access(exit.trap, regs, len, sys),
+        Trap::Coprocessor { .. } | Trap::WideCoprocessor { .. } => coprocessor_access(exit.trap, regs, len, env),
         Trap::ConditionFailed => {
             regs.advance_pc(len);
-            (Outcome::Resume, None)
+            Outcome::Resume
         }
-        Trap::Other(class) => (Outcome::InjectUndefined, Some(Incident::UnexpectedClass { class })),
+        Trap::Other(class) => {
+            env.incident(Incident::UnexpectedClass { class });
+            Outcome::InjectUndefined
+        }
     }
 }
 
@@ -256,35 +276,31 @@ pub fn handle(
 /// hypercall paid for it: 155 instructions became 230).
 #[cold]
 #[inline(never)]
-fn coprocessor_access(
-    trap: Trap,
-    regs: &mut impl GuestRegisters,
-    len: u8,
-    sys: &mut impl SysRegEnv,
-) -> (Outcome, Option<Incident>) {
+fn coprocessor_access(trap: Trap, regs: &mut impl GuestRegisters, len: u8, env: &mut impl ExitEnv) -> Outcome {
     match trap {
         Trap::Coprocessor { cp, access } => {
             let value = regs.reg(access.rt);
-            let answer = coprocessor::emulate(cp, &access, value, sys);
-            let incident = Incident::Coprocessor { cp, access };
-            system_register(answer.action, answer.part, value, access.rt, regs, len, incident)
+            let answer = coprocessor::emulate(cp, &access, value, env);
+            let undefined = Incident::Coprocessor { cp, access };
+            system_register(answer.action, answer.part, value, access.rt, regs, len, undefined, env)
         }
         Trap::WideCoprocessor { cp, access } => {
-            let answer = coprocessor::emulate_wide(cp, &access, sys.features());
+            let answer = coprocessor::emulate_wide(cp, &access, env.features());
             if let SysRegAction::Read(value) = answer.action {
                 regs.set_reg(access.rt2, value >> 32);
             }
             let value = regs.reg(access.rt2) << 32 | regs.reg(access.rt);
-            let incident = Incident::WideCoprocessor { cp, access };
-            system_register(answer.action, answer.part, value, access.rt, regs, len, incident)
+            let undefined = Incident::WideCoprocessor { cp, access };
+            system_register(answer.action, answer.part, value, access.rt, regs, len, undefined, env)
         }
-        _ => (Outcome::InjectUndefined, None),
+        _ => Outcome::InjectUndefined,
     }
 }
 
 /// The outcome of a trapped system register or coprocessor access whose emulation
 /// answered `action`: `value` is what a write writes (into `part` of a control register),
-/// `rt` the register a read fills.
+/// `rt` the register a read fills; `undefined` is logged if the access is refused.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn system_register(
     action: SysRegAction,
@@ -294,28 +310,32 @@ fn system_register(
     regs: &mut impl GuestRegisters,
     len: u8,
     undefined: Incident,
-) -> (Outcome, Option<Incident>) {
+    log: &mut impl IncidentLog,
+) -> Outcome {
     match action {
         SysRegAction::Read(value) => {
             regs.set_reg(rt, value);
             regs.advance_pc(len);
-            (Outcome::Resume, None)
+            Outcome::Resume
         }
         SysRegAction::WriteIgnored => {
             regs.advance_pc(len);
-            (Outcome::Resume, None)
+            Outcome::Resume
         }
-        SysRegAction::SetWay => (Outcome::SetWay, None),
-        SysRegAction::ControlWrite(register) => (Outcome::ControlWrite { register, part, value }, None),
+        SysRegAction::SetWay => Outcome::SetWay,
+        SysRegAction::ControlWrite(register) => Outcome::ControlWrite { register, part, value },
         SysRegAction::DebugStateChanged => {
             regs.advance_pc(len);
-            (Outcome::DebugStateChanged, None)
+            Outcome::DebugStateChanged
         }
         SysRegAction::GenerateSgi(register) => {
             regs.advance_pc(len);
-            (Outcome::GenerateSgi { register, value }, None)
+            Outcome::GenerateSgi { register, value }
         }
-        SysRegAction::Undefined => (Outcome::InjectUndefined, Some(undefined)),
+        SysRegAction::Undefined => {
+            log.incident(undefined);
+            Outcome::InjectUndefined
+        }
     }
 }
 
@@ -330,14 +350,15 @@ fn data_abort(
     access: Option<MmioAccess>,
     write: bool,
     mmio: &mut impl MmioDispatch,
-) -> (Outcome, Option<Incident>) {
+    log: &mut impl IncidentLog,
+) -> Outcome {
     let inject = Outcome::InjectAbort { instruction: false, far: va };
     let Some(access) = access else {
-        let incident = match mmio.device_name(ipa) {
+        log.incident(match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
             None => Incident::NoMemoryOrDevice { ipa, va, write },
-        };
-        return (inject, Some(incident));
+        });
+        return inject;
     };
     let result = if access.is_write {
         mmio.write(vcpu, ipa, access.width, regs.reg(access.register))
@@ -347,12 +368,16 @@ fn data_abort(
     match result {
         Ok(()) => {
             regs.advance_pc(len);
-            (Outcome::Resume, None)
+            Outcome::Resume
         }
         Err(MmioError::Unmapped { .. }) => {
-            (inject, Some(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write }))
+            log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write });
+            inject
         }
-        Err(error) => (inject, Some(Incident::DeviceRefused { ipa, error })),
+        Err(error) => {
+            log.incident(Incident::DeviceRefused { ipa, error });
+            inject
+        }
     }
 }
 
@@ -542,8 +567,9 @@ mod tests {
             0x1111_1111_1111_1111
         }
     }
+    /// The vCPU's debug registers, and what the handler logged.
     #[derive(Default)]
-    struct Env(DebugRegisters);
+    struct Env(DebugRegisters, Vec<Incident>);
     impl SysRegEnv for Env {
         fn features(&self) -> VmFeatures {
             VmFeatures { gic_v3: true, ipa_bits: 40 }
@@ -554,6 +580,39 @@ mod tests {
         fn debug_registers(&mut self) -> &mut DebugRegisters {
             &mut self.0
         }
+    }
+    impl IncidentLog for Env {
+        fn incident(&mut self, incident: Incident) {
+            self.1.push(incident);
+        }
+    }
+
+    /// `super::handle_sync`'s outcome, and the incident it logged: at most one per exit.
+    fn handle_sync(
+        ctx: &mut GuestContext,
+        vcpu: usize,
+        exit: &SyncExit,
+        mmio: &mut impl MmioDispatch,
+        env: &mut Env,
+    ) -> (Outcome, Option<Incident>) {
+        env.1.clear();
+        let outcome = super::handle_sync(ctx, vcpu, exit, mmio, env);
+        assert!(env.1.len() <= 1, "one exit, one incident at most: {:?}", env.1);
+        (outcome, env.1.pop())
+    }
+
+    /// `super::handle`'s outcome, and the incident it logged: at most one per exit.
+    fn handle(
+        exit: &DecodedExit,
+        regs: &mut impl GuestRegisters,
+        vcpu: usize,
+        mmio: &mut impl MmioDispatch,
+        env: &mut Env,
+    ) -> (Outcome, Option<Incident>) {
+        env.1.clear();
+        let outcome = super::handle(exit, regs, vcpu, mmio, env);
+        assert!(env.1.len() <= 1, "one exit, one incident at most: {:?}", env.1);
+        (outcome, env.1.pop())
     }
 
     fn bus_with_uart() -> MmioBus {
@@ -611,10 +670,8 @@ mod tests {
     #[test]
     fn lifecycle_calls_go_to_the_vm_layer() {
         let (mut ctx, exit) = hvc(smccc::PSCI_SYSTEM_OFF as u64);
-        assert_eq!(
-            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()).0,
-            Outcome::Call(Hypercall::SystemOff)
-        );
+        assert_eq!(handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()), (Outcome::Call, None));
+        assert_eq!(smccc::decode(ctx.call_arguments()), Hypercall::SystemOff, "the call stays in the registers");
     }
 
     #[test]

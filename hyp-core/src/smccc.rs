@@ -99,6 +99,7 @@ const PSCI_IMPLEMENTED: &[u32] = &[
 ///
 /// A 32-bit call (bit 30 clear) uses only the low 32 bits of its arguments (DEN 0028
 /// section 2.6: "the upper 32 bits are ignored"); the function id itself is W0.
+#[inline(always)]
 pub fn decode(x: [u64; 4]) -> Hypercall {
     let function = x[0] as u32;
     // The owning entity (DEN 0028, 2.5 "Function Identifier", bits [29:24]) comes first:

@@ -14,11 +14,11 @@ use core::sync::atomic::Ordering;
 
 use hyp_core::coprocessor::RegisterPart;
 use hyp_core::debug_registers::DebugRegisters;
-use hyp_core::exit::{self, Incident, InjectedException, Outcome, SysRegEnv};
+use hyp_core::exit::{self, Incident, IncidentLog, InjectedException, Outcome, SysRegEnv};
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::image::ExecutionState;
-use hyp_core::smccc::Hypercall;
+use hyp_core::smccc;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
@@ -234,77 +234,37 @@ pub fn run_vcpu<C: VcpuCpu>(
                 if shared && syndrome.class() == ExceptionClass::WFX && syndrome.iss() & 0b11 == 1 {
                     hypervisor.scheduling.yield_now(cpu, vcpu_ref(core.id, vcpu));
                 }
-                let (outcome, incident, bytes) = {
-                    let features = VmFeatures { gic_v3: core.gic_v3, ipa_bits: core.stage2_ipa_bits };
-                    let mut sysregs =
-                        VcpuSysRegs { features, id: C::IdRegisters::default(), debug: here.debug_registers() };
-                    // Each state's exit decoded where it is handled, so the decoder and the
-                    // handler fuse (decoded ahead through one branch on the state, they did
-                    // not: an AArch64 hypercall went from 155 to 230 instructions).
-                    if C::ONLY_AARCH32 {
+                let exiting = Exiting { vm, vcpu, cpu, shared };
+                // Each state's exit is decoded, handled and answered on its own path, so
+                // the three fuse and a hypercall's answer is a jump back to the guest; on
+                // an image whose guests run mostly in AArch64, the AArch32 path is out of
+                // line (inlined beside it, it cost an AArch64 hypercall 50 instructions).
+                let leave = if C::ONLY_AARCH32 || !C::in_aarch32(&registers) {
+                    let outcome = {
+                        let mut env =
+                            VcpuEnv::<C::IdRegisters, _>::new(core, vcpu, here.debug_registers(), &mut last_unknown);
+                        // Decoded right where it is handled: decoded ahead, the decoded
+                        // exit was built and matched again.
                         let exit = C::decode(&trap, &registers);
-                        let (o, i) =
-                            exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut sysregs);
-                        (o, i, exit.instruction_bytes)
-                    } else if !C::in_aarch32(&registers) {
-                        let exit = C::decode(&trap, &registers);
-                        let (o, i) = exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut sysregs);
-                        (o, i, exit.instruction_bytes)
+                        if C::ONLY_AARCH32 {
+                            exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut env)
+                        } else {
+                            exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut env)
+                        }
+                    };
+                    // The common answer first: the guest goes on.
+                    if let Outcome::Resume = outcome {
+                        None
                     } else {
-                        let exit = C::decode_aarch32(&trap, &registers);
-                        let (o, i) =
-                            exit::handle(&exit, &mut C::aarch32(&mut registers), vcpu, &mut core.mmio(), &mut sysregs);
-                        (o, i, exit.instruction_bytes)
+                        answer(&exiting, &mut here, &mut registers, outcome, instruction_bytes(syndrome))
                     }
+                } else {
+                    answer_aarch32(&exiting, &trap, &mut here, &mut registers, &mut last_unknown)
                 };
-                match incident {
-                    Some(Incident::UnknownHypercall { function }) if last_unknown == Some(function) => {}
-                    Some(incident) => {
-                        if let Incident::UnknownHypercall { function } = incident {
-                            last_unknown = Some(function);
-                        }
-                        core.log_incident(vcpu, incident);
-                    }
+                match leave {
                     None => {}
-                }
-                match outcome {
-                    // Unless an interrupt is pending or its timer is due, a shared vCPU
-                    // waits off the CPU, woken by an interrupt or by its virtual timer.
-                    Outcome::WaitForInterrupt if shared => {
-                        let timer = C::timer_deadline(vm);
-                        if timer.is_none_or(|deadline| deadline > C::V::now()) {
-                            let v = vcpu_ref(core.id, vcpu);
-                            let waiting = &core.vgic.waiting[vcpu];
-                            if hypervisor.scheduling.block(v, waiting, || core.vgic.vgic.lock().has_pending(vcpu)) {
-                                if let Some(deadline) = timer {
-                                    hypervisor.scheduling.wake_at(cpu, v, deadline);
-                                }
-                                return deschedule(vm, vcpu, &mut here, registers, last_unknown);
-                            }
-                        }
-                    }
-                    Outcome::Resume | Outcome::WaitForInterrupt => {}
-                    Outcome::SetWay => here.cache_maintenance(vm, &mut registers, bytes, CacheMaintenance::SetWay),
-                    Outcome::ControlWrite { register, part, value } => here.cache_maintenance(
-                        vm,
-                        &mut registers,
-                        bytes,
-                        CacheMaintenance::ControlWrite { register, part, value },
-                    ),
-                    Outcome::DebugStateChanged => here.follow_debug(),
-                    Outcome::GenerateSgi { register, value } => generate_sgi(core, vcpu, register, value),
-                    Outcome::InjectAbort { instruction: false, far } => {
-                        here.inject(&mut registers, InjectedException::DataAbort { far }, bytes)
-                    }
-                    Outcome::InjectAbort { instruction: true, far } => {
-                        here.inject(&mut registers, InjectedException::InstructionAbort { far }, bytes)
-                    }
-                    Outcome::InjectUndefined => here.inject(&mut registers, InjectedException::Undefined, bytes),
-                    Outcome::Call(call) => {
-                        if let Some(exit) = vm_call(vm, &mut registers, vcpu, call, &mut here) {
-                            return exit;
-                        }
-                    }
+                    Some(Leave::Deschedule) => return deschedule(vm, vcpu, &mut here, registers, last_unknown),
+                    Some(Leave::Exit(exit)) => return exit,
                 }
             }
             // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
@@ -339,6 +299,98 @@ pub fn run_vcpu<C: VcpuCpu>(
             hypervisor.scheduling.program_timer(cpu, next.until);
         }
     }
+}
+
+/// The vCPU whose synchronous exit is being answered, and how it holds its CPU.
+struct Exiting<'a, C: VcpuCpu> {
+    vm: &'a <C::V as Virtualization>::Vm,
+    vcpu: usize,
+    cpu: usize,
+    shared: bool,
+}
+
+/// How a vCPU's run on this CPU ends after an exit, if it does.
+enum Leave {
+    /// It waits off the CPU (its registers go with it).
+    Deschedule,
+    Exit(VcpuExit),
+}
+
+/// The length of the trapped instruction (ESR_EL2.IL, HSR.IL: the decoders' rule too).
+fn instruction_bytes(syndrome: Syndrome) -> u8 {
+    if syndrome.instruction_is_32bit() {
+        4
+    } else {
+        2
+    }
+}
+
+/// An exit of a guest in AArch32 on an image whose guests run mostly in AArch64: decoded,
+/// handled over the AArch32 view of its registers and answered, out of line.
+#[cold]
+#[inline(never)]
+fn answer_aarch32<C: VcpuCpu>(
+    exiting: &Exiting<'_, C>,
+    trap: &C::Trap,
+    here: &mut C,
+    registers: &mut C::Registers,
+    last_unknown: &mut Option<u32>,
+) -> Option<Leave> {
+    let core: &Vm<<C::V as Virtualization>::Env> = exiting.vm.borrow();
+    let exit = C::decode_aarch32(trap, registers);
+    let outcome = {
+        let mut env = VcpuEnv::<C::IdRegisters, _>::new(core, exiting.vcpu, here.debug_registers(), last_unknown);
+        exit::handle(&exit, &mut C::aarch32(registers), exiting.vcpu, &mut core.mmio(), &mut env)
+    };
+    answer(exiting, here, registers, outcome, exit.instruction_bytes)
+}
+
+/// Carries out what the handler of a synchronous exit decided; `bytes` is the trapped
+/// instruction's length. Returns how the vCPU's run on this CPU ends, if it does.
+#[inline(always)]
+fn answer<C: VcpuCpu>(
+    exiting: &Exiting<'_, C>,
+    here: &mut C,
+    registers: &mut C::Registers,
+    outcome: Outcome,
+    bytes: u8,
+) -> Option<Leave> {
+    let &Exiting { vm, vcpu, cpu, shared } = exiting;
+    let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
+    let hypervisor = C::hypervisor();
+    match outcome {
+        // Unless an interrupt is pending or its timer is due, a shared vCPU waits off the
+        // CPU, woken by an interrupt or by its virtual timer.
+        Outcome::WaitForInterrupt if shared => {
+            let timer = C::timer_deadline(vm);
+            if timer.is_none_or(|deadline| deadline > C::V::now()) {
+                let v = vcpu_ref(core.id, vcpu);
+                let waiting = &core.vgic.waiting[vcpu];
+                if hypervisor.scheduling.block(v, waiting, || core.vgic.vgic.lock().has_pending(vcpu)) {
+                    if let Some(deadline) = timer {
+                        hypervisor.scheduling.wake_at(cpu, v, deadline);
+                    }
+                    return Some(Leave::Deschedule);
+                }
+            }
+        }
+        Outcome::Resume | Outcome::WaitForInterrupt => {}
+        Outcome::SetWay => here.cache_maintenance(vm, registers, bytes, CacheMaintenance::SetWay),
+        Outcome::ControlWrite { register, part, value } => {
+            here.cache_maintenance(vm, registers, bytes, CacheMaintenance::ControlWrite { register, part, value })
+        }
+        Outcome::DebugStateChanged => here.follow_debug(),
+        Outcome::GenerateSgi { register, value } => generate_sgi(core, vcpu, register, value),
+        Outcome::InjectAbort { instruction: false, far } => {
+            here.inject(registers, InjectedException::DataAbort { far }, bytes)
+        }
+        Outcome::InjectAbort { instruction: true, far } => {
+            here.inject(registers, InjectedException::InstructionAbort { far }, bytes)
+        }
+        Outcome::InjectUndefined => here.inject(registers, InjectedException::Undefined, bytes),
+        Outcome::Call => return vm_call(vm, registers, vcpu, here).map(Leave::Exit),
+    }
+    None
 }
 
 /// The VM's passthrough SPIs are taken on this CPU (`cpu`, where vCPU `vcpu` starts) at the
@@ -417,22 +469,44 @@ impl<C: VcpuCpu> LineSampler for HwLines<C> {
     }
 }
 
-/// The system-register view of one exiting vCPU.
-struct VcpuSysRegs<'a, I> {
-    features: VmFeatures,
+/// What the handler needs of one exiting vCPU beyond its registers and devices: its view
+/// of the system registers, and the log of what it did wrong (a guest repeating the same
+/// unknown function is logged once).
+struct VcpuEnv<'a, I, E: VmEnv> {
     id: I,
     debug: &'a mut DebugRegisters,
+    vm: &'a Vm<E>,
+    vcpu: usize,
+    last_unknown: &'a mut Option<u32>,
 }
 
-impl<I: IdRegisters> SysRegEnv for VcpuSysRegs<'_, I> {
+impl<'a, I: IdRegisters + Default, E: VmEnv> VcpuEnv<'a, I, E> {
+    fn new(vm: &'a Vm<E>, vcpu: usize, debug: &'a mut DebugRegisters, last_unknown: &'a mut Option<u32>) -> Self {
+        VcpuEnv { id: I::default(), debug, vm, vcpu, last_unknown }
+    }
+}
+
+impl<I: IdRegisters, E: VmEnv> SysRegEnv for VcpuEnv<'_, I, E> {
     fn features(&self) -> VmFeatures {
-        self.features
+        VmFeatures { gic_v3: self.vm.gic_v3, ipa_bits: self.vm.stage2_ipa_bits }
     }
     fn id_registers(&self) -> &impl IdRegisters {
         &self.id
     }
     fn debug_registers(&mut self) -> &mut DebugRegisters {
         self.debug
+    }
+}
+
+impl<I, E: VmEnv> IncidentLog for VcpuEnv<'_, I, E> {
+    fn incident(&mut self, incident: Incident) {
+        if let Incident::UnknownHypercall { function } = incident {
+            if *self.last_unknown == Some(function) {
+                return;
+            }
+            *self.last_unknown = Some(function);
+        }
+        self.vm.log_incident(self.vcpu, incident);
     }
 }
 
@@ -455,11 +529,10 @@ fn vm_call<C: VcpuCpu>(
     vm: &<C::V as Virtualization>::Vm,
     registers: &mut C::Registers,
     vcpu: usize,
-    call: Hypercall,
     here: &mut C,
 ) -> Option<VcpuExit> {
     let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
-    match core.call(vcpu, call) {
+    match core.call(vcpu, smccc::decode(registers.call_arguments())) {
         CallEffect::Resume(result) => {
             if let Some(x0) = result {
                 registers.set_reg(0, x0);

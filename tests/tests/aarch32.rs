@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use system_tests::{
-    assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
-    start_session, wait_for_shell, BOOT_LIMIT, RUN_LIMIT,
+    assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run,
+    scratch_file, start_session, wait_for_shell, BOOT_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{DiskSlice, Policy, VmEntry};
 use xtask::qemu::{Machine, Session};

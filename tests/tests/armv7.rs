@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use system_tests::{
-    assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run, scratch_file,
-    wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
+    assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run,
+    scratch_file, wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{self, BundleOptions, DiskSlice, Policy, VmDevices, VmEntry};
 use xtask::qemu::{Arch, Machine, Session};

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use system_tests::{
-    assert_output_line, check_virtio_console, free_local_port, http_get, linux_vm, linux_vm_on_network, one_linux_at_a_time, run,
-    scratch_file, start_session, wait_for_shell, COMMAND_LIMIT, RUN_LIMIT,
+    assert_output_line, check_virtio_console, free_local_port, http_get, linux_vm, linux_vm_on_network,
+    one_linux_at_a_time, run, scratch_file, start_session, wait_for_shell, COMMAND_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{DiskSlice, VmDevices, VmEntry};
 use xtask::qemu::{Machine, Session};

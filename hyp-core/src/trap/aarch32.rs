@@ -201,7 +201,8 @@ pub fn decode(exit: &HypExit) -> DecodedExit {
     // A register field: 5 bits in the AArch64 view, 4 in HSR's.
     let rt = if exit.aarch64_view { 0x1f } else { 0xf };
     let trap = match s.class() {
-        _ if !executes(s, exit.cpsr) => Trap::ConditionFailed,
+        // These classes have no condition (`executes`): matched first, they are not slowed
+        // by its test.
         ExceptionClass::HVC32 => Trap::Call { immediate: s.call_immediate(), smc: false },
         // A trapped SMC's ISS has no immediate (B3.13.6): the call is identified by r0.
         ExceptionClass::SMC32 => Trap::Call { immediate: 0, smc: true },
@@ -212,6 +213,7 @@ pub fn decode(exit: &HypExit) -> DecodedExit {
             Trap::DataAbort { ipa: sync.fault_ipa(), va: sync.far, access, write: abort.is_write() }
         }
         ExceptionClass::INSTRUCTION_ABORT_LOWER => Trap::InstructionAbort { ipa: sync.fault_ipa(), va: sync.far },
+        _ if !executes(s, exit.cpsr) => Trap::ConditionFailed,
         ExceptionClass::WFX => Trap::Wait { interrupt: iss & 1 == 0 },
         ExceptionClass::CP15_MCR_MRC => Trap::Coprocessor { cp: 15, access: coprocessor_access(iss, rt) },
         ExceptionClass::CP14_MCR_MRC => Trap::Coprocessor { cp: 14, access: coprocessor_access(iss, rt) },
