@@ -74,8 +74,42 @@ pub enum CpuStart {
     /// A spin table: the CPU waits for an entry address at `release` (`cpu-release-addr`),
     /// as the Raspberry Pi 4's firmware leaves its CPUs.
     SpinTable { release: u64 },
+    /// Versatile Express's own method, which its device trees give no `enable-method` for:
+    /// the CPU waits in the board's firmware for an interrupt and an entry address in the
+    /// motherboard's SYS_FLAGS register.
+    SysFlags(SysFlags),
     /// No method this hypervisor knows (or none, as a boot CPU may have).
     Unknown,
+}
+
+/// The motherboard system registers of a Versatile Express (`arm,vexpress-sysreg`), through
+/// which its CPUs are started: the boot CPU leaves an entry address alone in SYS_FLAGS (clear
+/// every bit, then set the address) and sends the CPU an interrupt; the CPU, waiting in the
+/// firmware for an interrupt, then jumps to the address if it is not 0. This is what QEMU's
+/// `vexpress-a15` does for a `-kernel` it boots (its firmware stub in its SRAM) and ARM's own
+/// boot monitor does on the boards (docs/deploy-armv7.md, "Versatile Express").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SysFlags {
+    /// The system registers' window, as CPU physical addresses.
+    pub registers: PhysRange,
+}
+
+impl SysFlags {
+    /// SYS_FLAGSSET's offset in the window: a write sets the bits it holds (a read gives
+    /// SYS_FLAGS).
+    pub const SET: u64 = 0x30;
+    /// SYS_FLAGSCLR's: a write clears the bits it holds.
+    pub const CLEAR: u64 = 0x34;
+
+    /// SYS_FLAGSSET's physical address.
+    pub const fn set_register(&self) -> u64 {
+        self.registers.base + Self::SET
+    }
+
+    /// SYS_FLAGSCLR's physical address.
+    pub const fn clear_register(&self) -> u64 {
+        self.registers.base + Self::CLEAR
+    }
 }
 
 /// The architected timer PPIs, as INTIDs, in the order of the binding
@@ -251,8 +285,26 @@ fn cells_value(bytes: &[u8], what: &'static str) -> Result<u64, PlatformError> {
 
 type Cpus = (FixedVec<u64, MAX_CPUS>, FixedVec<CpuStart, MAX_CPUS>, usize);
 
+/// Versatile Express's system registers, if the board is one (its root is compatible with
+/// `arm,vexpress`, as Linux's support for it matches) and its device tree gives them.
+fn versatile_express_sys_flags(fdt: &Fdt<'_>) -> Result<Option<SysFlags>, PlatformError> {
+    if !fdt.root().compatible().any(|c| c == "arm,vexpress") {
+        return Ok(None);
+    }
+    let Some(sysreg) = fdt.all_nodes().find(|n| n.compatible().any(|c| c == "arm,vexpress-sysreg") && n.is_enabled())
+    else {
+        return Ok(None);
+    };
+    let registers = regs(sysreg).next().ok_or(PlatformError::BadProperty("arm,vexpress-sysreg reg"))?;
+    if registers.size < SysFlags::CLEAR + 4 {
+        return Err(PlatformError::BadProperty("arm,vexpress-sysreg reg"));
+    }
+    Ok(Some(SysFlags { registers }))
+}
+
 fn cpus(fdt: &Fdt<'_>) -> Result<Cpus, PlatformError> {
     let node = fdt.find_node("/cpus").ok_or(PlatformError::NoCpus)?;
+    let sys_flags = versatile_express_sys_flags(fdt)?;
     let mut cpus = FixedVec::new();
     let mut starts = FixedVec::new();
     let mut left_off = 0;
@@ -266,7 +318,9 @@ fn cpus(fdt: &Fdt<'_>) -> Result<Cpus, PlatformError> {
                 let release = cpu.property("cpu-release-addr").ok_or(PlatformError::BadProperty("cpu-release-addr"))?;
                 CpuStart::SpinTable { release: cells_value(release.value, "cpu-release-addr")? }
             }
-            _ => CpuStart::Unknown,
+            // A Versatile Express's CPUs name no method: the board's is meant.
+            None => sys_flags.map_or(CpuStart::Unknown, CpuStart::SysFlags),
+            Some(_) => CpuStart::Unknown,
         };
         // CPUs marked disabled are not waited for (a known source of slow boots).
         if !cpu.is_enabled() || cpus.push(mpidr).is_err() {
@@ -585,6 +639,9 @@ mod tests {
         assert_eq!(p.model, "V2P-CA15");
         assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x8000_0000, size: 0x4000_0000 }]);
         assert_eq!(p.cpus.as_slice(), &[0, 1]);
+        let flags = SysFlags { registers: PhysRange { base: 0x1c01_0000, size: 0x1000 } };
+        assert_eq!(p.cpu_start.as_slice(), &[CpuStart::SysFlags(flags); 2], "no enable-method: the board's own");
+        assert_eq!((flags.set_register(), flags.clear_register()), (0x1c01_0030, 0x1c01_0034));
         assert_eq!(p.psci, None);
         assert_eq!(p.uart, PhysRange { base: 0x1c09_0000, size: 0x1000 });
         assert_eq!(p.uart_intid, Some(37), "motherboard line 5 is SPI 5 through bus@8000000's interrupt-map");
@@ -595,7 +652,7 @@ mod tests {
         );
         assert_eq!(
             p.virtio_mmio.as_slice(),
-            &[VirtioMmioTransport { window: PhysRange { base: 0x1001_3000, size: 0x200 }, intid: Some(72) }]
+            &[VirtioMmioTransport { window: PhysRange { base: 0x1c13_0000, size: 0x200 }, intid: Some(72) }]
         );
         let banner = p.to_string();
         assert!(banner.contains("  uart        PL011 at 0x1c090000..0x1c091000, INTID 37\n"), "{banner}");
@@ -619,6 +676,29 @@ mod tests {
         let p = Platform::from_device_tree(&blob).unwrap();
         let other = p.virtio_mmio.iter().find(|t| t.window.base == 0x0800_0100).unwrap();
         assert_eq!(other.intid, None, "its specifier looks like a GIC SPI, but the GIC does not take it");
+    }
+
+    /// `blob` with `from` (which it holds once) replaced by `to`, of the same length.
+    fn patched(blob: &[u8], from: &[u8], to: &[u8]) -> std::vec::Vec<u8> {
+        assert_eq!(from.len(), to.len());
+        let at: std::vec::Vec<usize> = (0..blob.len()).filter(|&i| blob[i..].starts_with(from)).collect();
+        assert_eq!(at.len(), 1, "{from:?} is in the tree once");
+        let mut blob = blob.to_vec();
+        blob[at[0]..at[0] + to.len()].copy_from_slice(to);
+        blob
+    }
+
+    #[test]
+    fn only_a_versatile_express_with_its_system_registers_starts_cpus_through_them() {
+        let blob = crate::fdt::test_trees::versatile_express_board(|_| {});
+        let starts = |blob: &[u8]| Platform::from_device_tree(blob).map(|p| p.cpu_start.to_vec());
+        let other_board = patched(&blob, b"arm,vexpress\0", b"arm,vexpresz\0");
+        assert_eq!(starts(&other_board), Ok([CpuStart::Unknown; 2].to_vec()), "a board with no method named");
+        let no_sysreg = patched(&blob, b"arm,vexpress-sysreg\0", b"arm,vexpress-sysrex\0");
+        assert_eq!(starts(&no_sysreg), Ok([CpuStart::Unknown; 2].to_vec()));
+        // reg = <0x10000 0x30>: SYS_FLAGSSET and SYS_FLAGSCLR lie beyond it.
+        let small = patched(&blob, &[0, 1, 0, 0, 0, 0, 0x10, 0], &[0, 1, 0, 0, 0, 0, 0, 0x30]);
+        assert_eq!(starts(&small), Err(PlatformError::BadProperty("arm,vexpress-sysreg reg")));
     }
 
     #[test]

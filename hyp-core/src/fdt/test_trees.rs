@@ -27,7 +27,8 @@ pub const MOTHERBOARD_LINES: u32 = 43;
 /// (whose `interrupt-map` takes one cell, the line, masked to 6 bits, to GIC SPI n), the
 /// motherboard bus (chip select, offset) and the I/O FPGA on chip select 3: the system
 /// registers at offset 0x10000 (`arm,vexpress-sysreg`) and the console's PL011 at 0x90000
-/// on line 5; a virtio-mmio transport at the root that names its interrupt parent.
+/// on line 5; a virtio-mmio transport at the root that names its interrupt parent, as QEMU
+/// adds it.
 /// `extra` adds nodes inside `bus@8000000`.
 pub fn versatile_express_board(extra: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
     let mut f = FdtWriter::new().unwrap();
@@ -108,9 +109,9 @@ pub fn versatile_express_board(extra: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
     f.property_string("compatible", "arm,armv7-timer").unwrap();
     f.property_array_u32("interrupts", &[1, 13, 0xf08, 1, 14, 0xf08, 1, 11, 0xf08, 1, 10, 0xf08]).unwrap();
     f.end_node(timer).unwrap();
-    let virtio = f.begin_node("virtio_mmio@10013000").unwrap();
+    let virtio = f.begin_node("virtio_mmio@1c130000").unwrap();
     f.property_string("compatible", "virtio,mmio").unwrap();
-    f.property_array_u32("reg", &[0, 0x1001_3000, 0, 0x200]).unwrap();
+    f.property_array_u32("reg", &[0, 0x1c13_0000, 0, 0x200]).unwrap();
     f.property_u32("interrupt-parent", GIC_PHANDLE).unwrap();
     f.property_array_u32("interrupts", &[0, 40, 1]).unwrap();
     f.end_node(virtio).unwrap();

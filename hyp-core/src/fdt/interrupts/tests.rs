@@ -33,7 +33,7 @@ fn a_motherboard_line_reaches_the_gic_through_the_bus_interrupt_map() {
         [Ok((GIC, [0, 9, 4].to_vec())), Ok((GIC, [0, 10, 4].to_vec()))],
         "each of its interrupts is translated"
     );
-    assert_eq!(interrupts_of(&fdt, "/virtio_mmio@10013000"), [Ok((GIC, [0, 40, 1].to_vec()))], "named parent");
+    assert_eq!(interrupts_of(&fdt, "/virtio_mmio@1c130000"), [Ok((GIC, [0, 40, 1].to_vec()))], "named parent");
     assert_eq!(interrupts_of(&fdt, &alloc::format!("/{GIC}")), [Ok((GIC, [1, 9, 0xf04].to_vec()))], "its own");
     assert!(interrupts_of(&fdt, "/cpus").is_empty(), "no interrupts");
 }
