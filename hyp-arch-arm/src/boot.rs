@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
 use hyp_core::manifest::DeviceTreeDevices;
 use hyp_core::memory_map;
-use hyp_core::platform::{CpuStart, GicVersion, PhysRange, Platform};
+use hyp_core::platform::{CpuStart, GicVersion, PhysRange, Platform, SysFlags};
 use hyp_runtime::hypervisor::boot::BootedBoard;
 use hyp_runtime::interrupts::{Route, KICK_SGI};
 use hyp_runtime::Board;
@@ -148,12 +148,42 @@ fn start_other_cpus<I: ArmImage>(platform: &Platform<'_>, me: usize) {
             CpuStart::SpinTable { release } => {
                 Err(format!("its spin table (release address {release:#x}) is not driven by this hypervisor yet"))
             }
-            CpuStart::Unknown => Err("its enable-method is neither psci nor spin-table".into()),
+            CpuStart::SysFlags(flags) => release_through_sys_flags::<I>(index, flags),
+            CpuStart::Unknown => Err("its enable-method is neither psci nor spin-table, and the board is no \
+                                      Versatile Express with system registers"
+                .into()),
         };
         if let Err(e) = started {
             say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) did not start: {e}");
         } else if !cpus.wait_online(index, 200_000_000, I::wait_a_little) {
-            say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online");
+            match I::pen_refusal() {
+                Some(cpsr) => say!(
+                    I,
+                    "hypervisor: cpu{index} (MPIDR {target:#x}) stopped: the board started it in another mode than \
+                     the boot CPU's ({}): CPSR {cpsr:#x}; its firmware must start every CPU as it starts the boot CPU",
+                    I::MODE
+                ),
+                None => say!(I, "hypervisor: cpu{index} (MPIDR {target:#x}) started but never reported online"),
+            }
         }
     }
+}
+
+/// Starts CPU `index` the Versatile Express way (hyp_core::platform::SysFlags): let through
+/// the image's pen, the pen's entry alone in SYS_FLAGS, and the CPUs woken. Every other CPU
+/// is woken, not this one alone: a GICv2 CPU interface's number is known only once its CPU
+/// runs the hypervisor, and Versatile Express's firmware sends every CPU it wakes to the
+/// address in SYS_FLAGS anyway. Those not let through yet wait in the pen.
+fn release_through_sys_flags<I: ArmImage>(index: usize, flags: &SysFlags) -> Result<(), alloc::string::String> {
+    let boot = I::prepare_cpu_start(index);
+    let entry = I::open_pen(index, boot).ok_or_else(|| {
+        format!("its board starts it through SYS_FLAGS, and this image ({}) has no entry for that", I::MODE)
+    })?;
+    let entry =
+        u32::try_from(entry).map_err(|_| format!("the pen's entry {entry:#x} lies beyond SYS_FLAGS' 32 bits"))?;
+    // SAFETY: the board's system registers, which the identity map maps as device memory
+    // for every CPU started through them (hyp_map).
+    unsafe { crate::sys_flags::leave_entry(flags, entry) };
+    I::gic().send_sgi_to_others(KICK_SGI);
+    Ok(())
 }

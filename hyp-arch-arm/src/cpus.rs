@@ -1,8 +1,9 @@
 //! The physical CPUs as both ARM images keep them: what each CPU keeps of its own
 //! (`PerCpu`, which the image's per-CPU register points at: TPIDR_EL2 on AArch64, HTPIDR in
-//! HYP mode), which CPU this is, and what a CPU started through PSCI CPU_ON reads with its
-//! MMU off (its stack, the MMU's registers, its index: `CpuStarts`). Which CPUs are online,
-//! and their boot-time work, is the runtime's (hyp_runtime::cpus).
+//! HYP mode), which CPU this is, what a started CPU reads with its MMU off (its stack, the
+//! MMU's registers, its index: `CpuStarts`), and where CPUs that the board releases all
+//! alike wait to be let through one by one (`Pen`). Which CPUs are online, and their
+//! boot-time work, is the runtime's (hyp_runtime::cpus).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -116,5 +117,114 @@ impl<M: Copy> CpuStarts<M> {
         let at = boot as *const SecondaryBoot<M> as usize as u64;
         clean(at, at + core::mem::size_of::<SecondaryBoot<M>>() as u64);
         at
+    }
+}
+
+/// A pen entry: a CPU's MPIDR affinity and the address of its `SecondaryBoot`.
+#[repr(C)]
+pub struct PenEntry {
+    pub mpidr: AtomicUsize,
+    /// 0 until the CPU may go through; written after `mpidr`.
+    pub boot: AtomicUsize,
+}
+
+/// Cache lines of at least this many bytes hold nothing but the pen's parts (the Cortex-A15
+/// and A7 have 64-byte lines; twice that leaves room for a core with larger ones).
+const PEN_LINE: usize = 128;
+
+/// The CPSR a CPU left in the pen, on lines of its own (`PEN_LINE`): it writes them with its
+/// MMU off, so no other data may share them.
+#[repr(C, align(128))]
+struct Refusal(AtomicUsize);
+
+const _: () = assert!(core::mem::align_of::<Refusal>() == PEN_LINE);
+// The refusal lies past every entry, on lines of its own.
+const _: () = assert!(Pen::REFUSAL >= Pen::ENTRY_SIZE * MAX_CPUS && Pen::REFUSAL.is_multiple_of(PEN_LINE));
+
+/// Where the CPUs a board releases all alike wait: Versatile Express's firmware sends every
+/// waiting CPU that an interrupt wakes to the one address in SYS_FLAGS, with nothing to say
+/// which CPU it is. The image's pen entry, its MMU off, finds the entry with its own MPIDR
+/// and a boot address (which the boot CPU writes, one CPU at a time, and cleans to memory),
+/// and goes on as a CPU started through PSCI CPU_ON with that address would; until then it
+/// waits (WFE; the boot CPU sends an event after each entry it writes). A CPU that comes to
+/// the pen in a mode the image cannot run in leaves its CPSR and stops there.
+#[repr(C)]
+pub struct Pen {
+    pub entries: [PenEntry; MAX_CPUS],
+    refusal: Refusal,
+}
+
+impl Pen {
+    /// The offsets the image's pen entry reads at.
+    pub const ENTRY_SIZE: usize = core::mem::size_of::<PenEntry>();
+    pub const ENTRY_MPIDR: usize = core::mem::offset_of!(PenEntry, mpidr);
+    pub const ENTRY_BOOT: usize = core::mem::offset_of!(PenEntry, boot);
+    pub const REFUSAL: usize = core::mem::offset_of!(Pen, refusal);
+
+    pub const fn new() -> Self {
+        Pen {
+            entries: [const { PenEntry { mpidr: AtomicUsize::new(0), boot: AtomicUsize::new(0) } }; MAX_CPUS],
+            refusal: Refusal(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Lets CPU `index`, whose MPIDR is `mpidr`, through with `boot` (what
+    /// `CpuStarts::prepare` returned for it), and has `clean` (start, end) clean the entry to
+    /// the point of coherency: the CPU reads it with its MMU off. The boot CPU's only.
+    pub fn open(&self, index: usize, mpidr: u64, boot: u64, clean: impl FnOnce(u64, u64)) {
+        let entry = &self.entries[index.min(MAX_CPUS - 1)];
+        entry.mpidr.store((mpidr & MPIDR_AFFINITY_MASK) as usize, Ordering::Relaxed);
+        // After the MPIDR: however the line is written back, memory never holds the boot
+        // address without the MPIDR beside it, and the pen entry reads the address first.
+        entry.boot.store(boot as usize, Ordering::Release);
+        let at = entry as *const PenEntry as usize as u64;
+        clean(at, at + Self::ENTRY_SIZE as u64);
+    }
+
+    /// The CPSR of a CPU that came to the pen in a mode the image cannot run in, if one did;
+    /// `invalidate` (start, end) first drops any copy of it this CPU's caches hold (that CPU
+    /// wrote memory with its MMU off; this one never writes it, so no line of it is dirty).
+    pub fn refusal(&self, invalidate: impl FnOnce(u64, u64)) -> Option<usize> {
+        let at = &self.refusal as *const Refusal as usize as u64;
+        invalidate(at, at + PEN_LINE as u64);
+        Some(self.refusal.0.load(Ordering::Acquire)).filter(|&cpsr| cpsr != 0)
+    }
+}
+
+impl Default for Pen {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod pen_tests {
+    use super::*;
+
+    #[test]
+    fn a_cpu_is_let_through_with_its_mpidr_and_boot_address_cleaned_to_memory() {
+        let pen = Pen::new();
+        let mut cleaned = None;
+        pen.open(1, 0x8000_0101, 0x4010_2000, |start, end| cleaned = Some((start, end)));
+        let entry = &pen.entries[1];
+        assert_eq!(entry.mpidr.load(Ordering::Relaxed), 0x101, "the affinity fields only");
+        assert_eq!(entry.boot.load(Ordering::Relaxed), 0x4010_2000);
+        let at = entry as *const PenEntry as u64;
+        assert_eq!(cleaned, Some((at, at + Pen::ENTRY_SIZE as u64)), "the entry, to the point of coherency");
+        assert_eq!(pen.entries[0].boot.load(Ordering::Relaxed), 0, "no other CPU let through");
+        assert_eq!(at - &pen as *const Pen as u64, (Pen::ENTRY_SIZE + Pen::ENTRY_MPIDR) as u64);
+        assert_eq!(Pen::ENTRY_BOOT, Pen::ENTRY_MPIDR + core::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn a_refusal_is_read_from_its_own_lines_after_they_are_invalidated() {
+        let pen = Pen::new();
+        let mut invalidated = None;
+        assert_eq!(pen.refusal(|start, end| invalidated = Some((start, end))), None);
+        let at = &pen as *const Pen as u64 + Pen::REFUSAL as u64;
+        assert_eq!(invalidated, Some((at, at + PEN_LINE as u64)));
+        // What the image's pen entry does with its MMU off, for a CPU in SVC mode.
+        pen.refusal.0.store(0x1d3, Ordering::Relaxed);
+        assert_eq!(pen.refusal(|_, _| {}), Some(0x1d3));
     }
 }

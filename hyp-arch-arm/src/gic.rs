@@ -370,6 +370,18 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         }
     }
 
+    /// Sends SGI `intid` to every CPU but this one, as `send_sgi` does to one. For a CPU that
+    /// has not run the hypervisor yet: on GICv2 its CPU interface number is known only once
+    /// it reads its own GICD_ITARGETSR0 (`init_cpu`), so it cannot be named.
+    pub fn send_sgi_to_others(&self, intid: u32) {
+        if self.is_v3() {
+            C::send_sgi(sgi1r_to_others(intid));
+        } else {
+            C::store_barrier();
+            self.gicd().write32(GICD_SGIR, gicv2_sgir_to_others(intid));
+        }
+    }
+
     /// Acknowledges the highest-priority pending interrupt: its INTID, or SPURIOUS (GICC_IAR:
     /// the whole value, the source CPU of an SGI included, for `end_of_interrupt`).
     #[inline]

@@ -18,7 +18,7 @@
 //!
 //! Built with the MMU off, before anything else needs memory: no allocation, no atomics.
 
-use hyp_core::platform::{PhysRange, Platform};
+use hyp_core::platform::{CpuStart, PhysRange, Platform};
 
 const GIB: u64 = 1 << 30;
 const BLOCK_2M: u64 = 2 << 20;
@@ -184,9 +184,15 @@ impl Tables<'_> {
             gic.hyp_interface,
             gic.virtual_cpu_interface,
         ];
+        // The system registers through which a Versatile Express's CPUs are started.
+        let sys_flags = platform.cpu_start.iter().filter_map(|start| match start {
+            CpuStart::SysFlags(flags) => Some(flags.registers),
+            _ => None,
+        });
         let devices = core::iter::once(platform.uart)
             .chain(platform.virtio_mmio.iter().map(|t| t.window))
-            .chain(frames.into_iter().flatten());
+            .chain(frames.into_iter().flatten())
+            .chain(sys_flags);
         for device in devices {
             self.map_blocks(&mut l2_used, device, Kind::Device)?;
         }
@@ -297,6 +303,7 @@ mod tests {
     use super::*;
     use alloc::boxed::Box;
     use alloc::vec::Vec;
+    use hyp_core::platform::SysFlags;
 
     const DTB: &[u8] = include_bytes!("../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
 
@@ -363,6 +370,27 @@ mod tests {
         // Nothing but RAM and devices: the flash below RAM's first device is not mapped.
         assert_eq!(translate(&l1, 0), None);
         assert_eq!(translate(&l1, ram.end() + GIB), None);
+    }
+
+    #[test]
+    fn the_system_registers_a_cpu_is_started_through_are_mapped_as_a_device() {
+        let mut platform = Platform::from_device_tree(DTB).unwrap();
+        // Versatile Express's, 0x1c01_0000, where nothing of QEMU's virt is mapped.
+        let registers = PhysRange { base: 0x1c01_0000, size: 0x1000 };
+        let (mut l1, mut l2, mut l3) = memory(16, 4);
+        let tables = Tables { l1: &mut l1, l2: &mut l2, l3: &mut l3, level1_entries: 512 };
+        tables.build(&platform, image()).unwrap();
+        assert_eq!(translate(&l1, registers.base), None, "mapped only for a CPU started through them");
+        platform.cpu_start[1] = CpuStart::SysFlags(SysFlags { registers });
+        let (mut l1, mut l2, mut l3) = memory(16, 4);
+        let tables = Tables { l1: &mut l1, l2: &mut l2, l3: &mut l3, level1_entries: 512 };
+        tables.build(&platform, image()).unwrap();
+        let flags = SysFlags { registers };
+        for va in [flags.set_register(), flags.clear_register()] {
+            let (pa, attributes) = translate(&l1, va).unwrap_or_else(|| panic!("{va:#x} is not mapped"));
+            assert_eq!((pa, attributes & (0b111 << 2)), (va, ATTR_DEVICE), "{va:#x}");
+            assert_ne!(attributes & XN, 0, "never executable");
+        }
     }
 
     #[test]

@@ -41,6 +41,13 @@ pub trait ArmImage: Virtualization {
     fn prepare_cpu_start(index: usize) -> u64;
     /// Where a started CPU begins, its MMU off: a physical address.
     fn cpu_entry() -> u64;
+    /// Lets CPU `index` through the pen (`cpus::Pen`) with `boot` (what `prepare_cpu_start`
+    /// returned for it), and returns where a CPU that the board releases with no argument
+    /// begins, its MMU off: the pen's entry. None if this image has no pen.
+    fn open_pen(index: usize, boot: u64) -> Option<u64>;
+    /// The CPSR of a CPU that came to the pen in a mode this image cannot run in and stopped
+    /// there, if one did.
+    fn pen_refusal() -> Option<usize>;
     /// One step of a bounded wait for another CPU.
     fn wait_a_little();
     /// Stops the machine (`clean`: every VM ended cleanly); never returns.

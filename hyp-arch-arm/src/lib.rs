@@ -7,11 +7,13 @@
 //! - `list_registers`: the GICv2 virtual interface control frame (GICH) and the list
 //!   registers of either GIC version, for the vGIC (`vgic::ListRegisters`).
 //! - `registers`: the frames' register offsets and the values computed for them.
-//! - `mmio`: the GIC frames' volatile accesses.
+//! - `mmio`: the volatile accesses to the GIC frames and the one board register here.
+//! - `sys_flags`: Versatile Express's SYS_FLAGS, which its firmware reads for where a
+//!   waiting CPU starts.
 //! - `boot`: the boot CPU's way from the device tree to running VMs, over the steps the
 //!   image gives (`image::ArmImage`), on the board only.
-//! - `cpus`: what each CPU keeps of its own (`PerCpu`), which CPU this is, and what a CPU
-//!   started through PSCI reads with its MMU off.
+//! - `cpus`: what each CPU keeps of its own (`PerCpu`), which CPU this is, what a started
+//!   CPU reads with its MMU off, and the pen where CPUs the board releases alike wait.
 //! - `devices`: what a VM's virtio devices reach (its RAM, its vGIC, the switch).
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
 //! - `heap`: the hypervisor's heap, the image's global allocator.
@@ -49,6 +51,7 @@ pub mod image;
 pub mod list_registers;
 mod mmio;
 pub mod registers;
+pub mod sys_flags;
 pub mod vm;
 
 pub use gic::{CpuInterfaceRegisters, Gic, GicError};

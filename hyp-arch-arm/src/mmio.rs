@@ -1,17 +1,19 @@
-//! The one place this crate touches memory: a GIC register frame, by its base address, and
-//! volatile accesses to the registers at offsets in it. Nothing here knows a register; the
-//! frames' modules (`gic`, `list_registers`) name them and keep their offsets inside the frame.
+//! The one place this crate touches memory: a register frame (a GIC frame, or Versatile
+//! Express's system registers), by its base address, and volatile accesses to the registers
+//! at offsets in it. Nothing here knows a register; the frames' modules (`gic`,
+//! `list_registers`, `sys_flags`) name them and keep their offsets inside the frame.
 
 use core::ptr::{read_volatile, write_volatile};
 
-/// A memory-mapped GIC frame (GICD, a GICR frame pair, GICC or GICH).
+/// A memory-mapped register frame: of the GIC (GICD, a GICR frame pair, GICC or GICH), or
+/// Versatile Express's system registers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Frame(usize);
 
 impl Frame {
     /// # Safety
     ///
-    /// `base` is where a frame of the GIC begins, mapped as device memory (Device-nGnRE on
+    /// `base` is where a frame begins, mapped as device memory (Device-nGnRE on
     /// AArch64, Device on ARMv7) at this address for the rest of the program, and the
     /// offsets this crate reaches from it are registers of that frame (each register's
     /// module keeps its offsets inside the frame's architected size).

@@ -105,6 +105,20 @@ pub const fn gicv2_sgir(interface: u8, intid: u32) -> u32 {
     (1 << (16 + interface as u32)) | (intid & 0xf)
 }
 
+/// ICC_SGI1R for SGI `intid` to every CPU but the sender (IHI 0069 12.2.23): IRM [40] 1,
+/// INTID [27:24].
+#[inline(always)]
+pub const fn sgi1r_to_others(intid: u32) -> u64 {
+    1 << 40 | ((intid & 0xf) as u64) << 24
+}
+
+/// GICD_SGIR for SGI `intid` to every CPU interface but the sender's (IHI 0048B 4.3.15):
+/// TargetListFilter [25:24] 0b01, SGIINTID [3:0].
+#[inline(always)]
+pub const fn gicv2_sgir_to_others(intid: u32) -> u32 {
+    1 << 24 | (intid & 0xf)
+}
+
 /// The enables of a CPU's private interrupts: every SGI (0-15) and the PPIs (16-31) given.
 pub fn private_enables(ppis: &[u32]) -> u32 {
     ppis.iter().filter(|p| (16..32).contains(*p)).fold(0xffff, |enable, ppi| enable | 1 << ppi)

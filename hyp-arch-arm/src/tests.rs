@@ -279,6 +279,8 @@ fn sgis_name_their_one_target() {
     assert_eq!(sgi1r(0xf, 0x1f), 0xf << 24 | 1 << 15, "INTID is 4 bits, Aff0 one bit of 16");
     assert_eq!(gicv2_sgir(2, KICK), 1 << 18 | 1);
     assert_eq!(gicv2_sgir(7, 0x1f) >> 24, 0, "TargetListFilter 0: the list");
+    assert_eq!(gicv2_sgir_to_others(0x1f), 1 << 24 | 0xf, "TargetListFilter 1: all but the sender");
+    assert_eq!(sgi1r_to_others(0x1f), 1 << 40 | 0xf << 24, "IRM: all but the sender, no affinity or list");
 }
 
 #[test]
@@ -402,9 +404,16 @@ fn gicv3_hot_paths_are_the_cpu_interfaces() {
     gic.end_of_interrupt(27);
     gic.priority_drop(40);
     gic.send_sgi(3, MPIDR, KICK);
+    gic.send_sgi_to_others(KICK);
     assert_eq!(
         icc_log(),
-        [Icc::Acknowledge, Icc::EndOfInterrupt(27), Icc::PriorityDrop(40), Icc::Sgi(sgi1r(MPIDR, KICK))]
+        [
+            Icc::Acknowledge,
+            Icc::EndOfInterrupt(27),
+            Icc::PriorityDrop(40),
+            Icc::Sgi(sgi1r(MPIDR, KICK)),
+            Icc::Sgi(1 << 40 | u64::from(KICK) << 24)
+        ]
     );
     assert_eq!(memory.gicd(GICD_SGIR), 0, "no GICv2 SGI");
 }
@@ -443,6 +452,9 @@ fn gicv2_sgi_and_spi_target_the_cpu_interface() {
     gic.send_sgi(1, 0x1, KICK);
     assert_eq!(memory.gicd(GICD_SGIR), 1 << 18 | 1);
     assert_eq!(icc_log(), [Icc::Barrier], "a store barrier before the SGI");
+    gic.send_sgi_to_others(KICK);
+    assert_eq!(memory.gicd(GICD_SGIR), 1 << 24 | 1, "every CPU but this one, whatever their interfaces");
+    assert_eq!(icc_log(), [Icc::Barrier], "and its store barrier");
     gic.enable_spi(40, 1, 0x1);
     assert_eq!(memory.read8(GICD_AT + GICD_ITARGETSR + 40), 1 << 2);
     assert_eq!(memory.gicd(GICD_IGROUPR + 4), 0, "GICv2 leaves the groups as they are");

@@ -103,6 +103,15 @@ impl hyp_arch_arm::image::ArmImage for Armv7 {
         crate::cpus::prepare_start(index)
     }
 
+    fn open_pen(index: usize, boot: u64) -> Option<u64> {
+        crate::cpus::open_pen(index, boot);
+        Some(crate::boot::pen_entry as *const () as u64)
+    }
+
+    fn pen_refusal() -> Option<usize> {
+        crate::cpus::pen_refusal()
+    }
+
     fn mpidr_of(cpu: usize) -> u64 {
         hyp_arch_arm::cpus::mpidr_of(cpu)
     }

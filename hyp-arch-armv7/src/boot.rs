@@ -1,6 +1,7 @@
 //! Entry from the loader, as a 32-bit Linux kernel is entered: the zImage header,
-//! self-relocation, BSS, the boot stack, HVBAR, and the entry of the other CPUs started
-//! through PSCI CPU_ON.
+//! self-relocation, BSS, the boot stack, HVBAR, and the entries of the other CPUs: started
+//! through PSCI CPU_ON (`secondary_entry`), or released by the board all alike and let
+//! through the pen one by one (`pen_entry`).
 //!
 //! The loader (QEMU `-kernel`, U-Boot `bootz`) enters at the image's first byte with the MMU
 //! and data cache off, r0 = 0, r1 = the machine type, r2 = the device tree
@@ -142,6 +143,43 @@ secondary_entry:
     isb
     bl      secondary_main
 
+    // A CPU the board released with no argument enters here, its MMU off: Versatile
+    // Express's firmware sends every CPU it wakes to the one address in SYS_FLAGS. It must
+    // be in HYP mode, as the boot CPU was; then it waits for an entry of the pen
+    // (hyp_arch_arm::cpus::Pen, read from memory) with its own MPIDR and a boot address,
+    // and goes on as secondary_entry with that address.
+    .global pen_entry
+pen_entry:
+    mrs     r0, cpsr
+    and     r1, r0, #0x1f
+    cmp     r1, #{mode_hyp}
+    bne     3f
+    ldr     r1, ={hsctlr}
+    mcr     p15, 4, r1, c1, c0, 0   // HSCTLR: MMU and caches off, the pen read from memory
+    isb
+    mrc     p15, 0, r1, c0, c0, 5   // MPIDR
+    ldr     r2, ={affinity}
+    and     r1, r1, r2
+1:  ADDR    r2, {pen}
+    mov     r3, #{max_cpus}
+2:  ldr     r0, [r2, #{pen_boot}]   // the boot address first: written after the MPIDR
+    cmp     r0, #0
+    beq     4f
+    ldr     r4, [r2, #{pen_mpidr}]
+    cmp     r4, r1
+    beq     secondary_entry         // r0 = its `cpus::Boot`
+4:  add     r2, r2, #{pen_entry_size}
+    subs    r3, r3, #1
+    bne     2b
+    wfe                             // the boot CPU sends an event after each entry
+    b       1b
+    // Not in HYP mode: its CPSR where the boot CPU looks when it waits in vain, then stop.
+3:  ADDR    r1, {pen}
+    add     r1, r1, #{pen_refusal}
+    str     r0, [r1]
+    dsb     sy
+    b       park
+
     .global park
 park:
     wfe
@@ -157,8 +195,16 @@ park:
     htcr = const core::mem::offset_of!(crate::cpus::Boot, mmu.htcr),
     httbr = const core::mem::offset_of!(crate::cpus::Boot, mmu.httbr),
     hsctlr_offset = const core::mem::offset_of!(crate::cpus::Boot, mmu.hsctlr),
+    pen = sym crate::cpus::PEN,
+    affinity = const hyp_arch_arm::cpus::MPIDR_AFFINITY_MASK as u32,
+    max_cpus = const hyp_core::platform::MAX_CPUS,
+    pen_boot = const hyp_arch_arm::cpus::Pen::ENTRY_BOOT,
+    pen_mpidr = const hyp_arch_arm::cpus::Pen::ENTRY_MPIDR,
+    pen_entry_size = const hyp_arch_arm::cpus::Pen::ENTRY_SIZE,
+    pen_refusal = const hyp_arch_arm::cpus::Pen::REFUSAL,
 );
 
 extern "C" {
     pub fn secondary_entry();
+    pub fn pen_entry();
 }

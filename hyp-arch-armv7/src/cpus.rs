@@ -1,9 +1,10 @@
 //! The physical CPUs of this image: HTPIDR points at each CPU's `hyp_arch_arm::cpus::PerCpu`,
-//! the other CPUs start through PSCI CPU_ON in HYP mode (`secondary_entry`, boot.rs) with
-//! what `hyp_arch_arm::cpus::CpuStarts` gives them.
+//! the other CPUs start in HYP mode through PSCI CPU_ON (`secondary_entry`, boot.rs), or
+//! through the pen when the board releases them all alike (`pen_entry`, boot.rs; `PEN`),
+//! with what `hyp_arch_arm::cpus::CpuStarts` gives them.
 
 use aarch32_cpu::register::{Htpidr, Mpidr};
-use hyp_arch_arm::cpus::{self, CpuStarts, SecondaryBoot};
+use hyp_arch_arm::cpus::{self, CpuStarts, Pen, SecondaryBoot};
 use hyp_core::platform::Platform;
 
 use crate::arch::HYPERVISOR;
@@ -20,6 +21,24 @@ pub fn prepare_start(index: usize) -> u64 {
     let clean = |start, end| crate::mmu::dcache_range(start, end, crate::mmu::DcOp::Clean);
     // SAFETY: the boot flow calls this on the boot CPU, before it starts CPU `index`.
     crate::MMU_REGISTERS.get().map_or(0, |&regs| unsafe { STARTS.prepare(index, regs, clean) })
+}
+
+/// Where CPUs that Versatile Express's firmware releases wait to be let through (boot.rs,
+/// `pen_entry`, reads it with its MMU off).
+pub static PEN: Pen = Pen::new();
+
+/// Lets CPU `index` through the pen with `boot` (`prepare_start`'s), cleaned to memory, and
+/// wakes the CPUs waiting in it (SEV).
+pub fn open_pen(index: usize, boot: u64) {
+    let clean = |start, end| crate::mmu::dcache_range(start, end, crate::mmu::DcOp::Clean);
+    PEN.open(index, cpus::mpidr_of(index), boot, clean);
+    // `dcache_range` ended with a DSB: the entry is in memory before the event.
+    aarch32_cpu::asm::sev();
+}
+
+/// The CPSR a CPU that came to the pen in a mode other than HYP left there, if one did.
+pub fn pen_refusal() -> Option<usize> {
+    PEN.refusal(|start, end| crate::mmu::dcache_range(start, end, crate::mmu::DcOp::Invalidate))
 }
 
 /// This CPU's MPIDR affinity (B4.1.106).

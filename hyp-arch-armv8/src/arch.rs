@@ -83,6 +83,16 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
         crate::boot::secondary_entry as *const () as u64
     }
 
+    /// No pen: AArch64 boards start their CPUs through PSCI or spin tables, each CPU to its
+    /// own context; the board that releases CPUs alike (Versatile Express) has 32-bit cores.
+    fn open_pen(_index: usize, _boot: u64) -> Option<u64> {
+        None
+    }
+
+    fn pen_refusal() -> Option<usize> {
+        None
+    }
+
     fn wait_a_little() {
         crate::cpus::wait_a_little();
     }

@@ -8,8 +8,13 @@
 //! access: a tree that somehow passed the check ends a walk early rather than panicking.
 //!
 //! Runs before the heap exists, so nothing here allocates: nodes are found by walking.
+//! Interrupts, which need the tree beyond one node (its interrupt parent, the nexus nodes
+//! on the way to its controller), are `interrupts`'.
 
 use core::fmt;
+
+mod interrupts;
+pub use interrupts::{Interrupt, InterruptError, Interrupts, MAX_INTERRUPT_CELLS};
 
 /// `0xd00dfeed`, big-endian (§5.2).
 const MAGIC: u32 = 0xd00d_feed;
@@ -604,5 +609,7 @@ impl<'a> Iterator for AllNodes<'a> {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod test_trees;
 #[cfg(test)]
 mod tests;

@@ -74,8 +74,42 @@ pub enum CpuStart {
     /// A spin table: the CPU waits for an entry address at `release` (`cpu-release-addr`),
     /// as the Raspberry Pi 4's firmware leaves its CPUs.
     SpinTable { release: u64 },
+    /// Versatile Express's own method, which its device trees give no `enable-method` for:
+    /// the CPU waits in the board's firmware for an interrupt and an entry address in the
+    /// motherboard's SYS_FLAGS register.
+    SysFlags(SysFlags),
     /// No method this hypervisor knows (or none, as a boot CPU may have).
     Unknown,
+}
+
+/// The motherboard system registers of a Versatile Express (`arm,vexpress-sysreg`), through
+/// which its CPUs are started: the boot CPU leaves an entry address alone in SYS_FLAGS (clear
+/// every bit, then set the address) and sends the CPU an interrupt; the CPU, waiting in the
+/// firmware for an interrupt, then jumps to the address if it is not 0. This is what QEMU's
+/// `vexpress-a15` does for a `-kernel` it boots (its firmware stub in its SRAM) and ARM's own
+/// boot monitor does on the boards (docs/deploy-armv7.md, "Versatile Express").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SysFlags {
+    /// The system registers' window, as CPU physical addresses.
+    pub registers: PhysRange,
+}
+
+impl SysFlags {
+    /// SYS_FLAGSSET's offset in the window: a write sets the bits it holds (a read gives
+    /// SYS_FLAGS).
+    pub const SET: u64 = 0x30;
+    /// SYS_FLAGSCLR's: a write clears the bits it holds.
+    pub const CLEAR: u64 = 0x34;
+
+    /// SYS_FLAGSSET's physical address.
+    pub const fn set_register(&self) -> u64 {
+        self.registers.base + Self::SET
+    }
+
+    /// SYS_FLAGSCLR's physical address.
+    pub const fn clear_register(&self) -> u64 {
+        self.registers.base + Self::CLEAR
+    }
 }
 
 /// The architected timer PPIs, as INTIDs, in the order of the binding
@@ -101,7 +135,8 @@ pub struct Platform<'a> {
     pub gic: GicDescription,
     pub uart: PhysRange,
     /// The UART's interrupt (its receive interrupt brings console input), if the device
-    /// tree gives one.
+    /// tree gives one that reaches the GIC: through the interrupt tree, as a Versatile
+    /// Express's motherboard gives its UARTs' through its bus's `interrupt-map`.
     pub uart_intid: Option<u32>,
     /// The `/psci` node's conduit; none on a board whose firmware has no PSCI (its CPUs start
     /// by a spin table, and it cannot be powered off).
@@ -180,21 +215,23 @@ impl<'a> Platform<'a> {
             }
         }
         let (cpus, cpu_start, cpus_left_off) = cpus(&fdt)?;
-        let (uart, uart_intid) = uart(&fdt)?;
+        let (gic_node, gic_version) = gic_node(&fdt)?;
+        let uart_node = uart(&fdt)?;
+        let uart = regs(uart_node).next().ok_or(PlatformError::BadProperty("PL011 reg"))?;
         Ok(Platform {
             model: fdt.root().property("model").and_then(|p| p.as_str()).unwrap_or("unknown"),
             memory: memory(&fdt)?,
             cpus,
             cpu_start,
             cpus_left_off,
-            gic: gic(&fdt)?,
+            gic: gic(gic_node, gic_version)?,
             uart,
-            uart_intid,
+            uart_intid: first_interrupt(uart_node, gic_node),
             psci: psci(&fdt)?,
-            timer: timer(&fdt)?,
+            timer: timer(&fdt, gic_node)?,
             reserved,
             initrd: initrd(&fdt)?,
-            virtio_mmio: virtio_mmio(&fdt),
+            virtio_mmio: virtio_mmio(&fdt, gic_node),
             rng_seed: fdt.find_node("/chosen").and_then(|c| c.property("rng-seed")).map(|p| p.value),
         })
     }
@@ -203,7 +240,7 @@ impl<'a> Platform<'a> {
 /// The board's console alone (its PL011), from a device tree the rest of which may not
 /// describe a board the hypervisor can use: where to say why it stops.
 pub fn console_uart(blob: &[u8]) -> Option<PhysRange> {
-    uart(&Fdt::new(blob).ok()?).ok().map(|(range, _)| range)
+    regs(uart(&Fdt::new(blob).ok()?).ok()?).next()
 }
 
 /// The node's `reg` ranges as CPU physical addresses (through its buses' `ranges`). Ranges
@@ -248,8 +285,26 @@ fn cells_value(bytes: &[u8], what: &'static str) -> Result<u64, PlatformError> {
 
 type Cpus = (FixedVec<u64, MAX_CPUS>, FixedVec<CpuStart, MAX_CPUS>, usize);
 
+/// Versatile Express's system registers, if the board is one (its root is compatible with
+/// `arm,vexpress`, as Linux's support for it matches) and its device tree gives them.
+fn versatile_express_sys_flags(fdt: &Fdt<'_>) -> Result<Option<SysFlags>, PlatformError> {
+    if !fdt.root().compatible().any(|c| c == "arm,vexpress") {
+        return Ok(None);
+    }
+    let Some(sysreg) = fdt.all_nodes().find(|n| n.compatible().any(|c| c == "arm,vexpress-sysreg") && n.is_enabled())
+    else {
+        return Ok(None);
+    };
+    let registers = regs(sysreg).next().ok_or(PlatformError::BadProperty("arm,vexpress-sysreg reg"))?;
+    if registers.size < SysFlags::CLEAR + 4 {
+        return Err(PlatformError::BadProperty("arm,vexpress-sysreg reg"));
+    }
+    Ok(Some(SysFlags { registers }))
+}
+
 fn cpus(fdt: &Fdt<'_>) -> Result<Cpus, PlatformError> {
     let node = fdt.find_node("/cpus").ok_or(PlatformError::NoCpus)?;
+    let sys_flags = versatile_express_sys_flags(fdt)?;
     let mut cpus = FixedVec::new();
     let mut starts = FixedVec::new();
     let mut left_off = 0;
@@ -263,7 +318,9 @@ fn cpus(fdt: &Fdt<'_>) -> Result<Cpus, PlatformError> {
                 let release = cpu.property("cpu-release-addr").ok_or(PlatformError::BadProperty("cpu-release-addr"))?;
                 CpuStart::SpinTable { release: cells_value(release.value, "cpu-release-addr")? }
             }
-            _ => CpuStart::Unknown,
+            // A Versatile Express's CPUs name no method: the board's is meant.
+            None => sys_flags.map_or(CpuStart::Unknown, CpuStart::SysFlags),
+            Some(_) => CpuStart::Unknown,
         };
         // CPUs marked disabled are not waited for (a known source of slow boots).
         if !cpu.is_enabled() || cpus.push(mpidr).is_err() {
@@ -290,17 +347,21 @@ fn gic_intid(kind: u32, number: u32) -> Option<u32> {
     }
 }
 
-fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
-    let (node, version) = if let Some(n) = fdt.find_compatible(GICV3_COMPATIBLES) {
-        (n, GicVersion::V3)
+/// The GIC's node and version.
+fn gic_node<'a>(fdt: &Fdt<'a>) -> Result<(Node<'a>, GicVersion), PlatformError> {
+    if let Some(n) = fdt.find_compatible(GICV3_COMPATIBLES) {
+        Ok((n, GicVersion::V3))
     } else if let Some(n) = fdt.find_compatible(GICV2_COMPATIBLES) {
-        (n, GicVersion::V2)
+        Ok((n, GicVersion::V2))
     } else {
-        return Err(PlatformError::NoGic);
-    };
+        Err(PlatformError::NoGic)
+    }
+}
+
+fn gic(node: Node<'_>, version: GicVersion) -> Result<GicDescription, PlatformError> {
     let mut frames = regs(node);
     let distributor = frames.next().ok_or(PlatformError::BadProperty("GIC reg"))?;
-    let maintenance_intid = first_interrupt(node);
+    let maintenance_intid = first_interrupt(node, node);
     let gic = match version {
         GicVersion::V3 => {
             // reg = GICD, GICR regions..., then (optional) GICC, GICH, GICV.
@@ -336,28 +397,38 @@ fn gic(fdt: &Fdt<'_>) -> Result<GicDescription, PlatformError> {
     Ok(gic)
 }
 
-fn uart(fdt: &Fdt<'_>) -> Result<(PhysRange, Option<u32>), PlatformError> {
+/// The console's node: the PL011 the loader chose, if it chose one; otherwise the first.
+fn uart<'a>(fdt: &Fdt<'a>) -> Result<Node<'a>, PlatformError> {
     let is_pl011 = |n: &Node<'_>| n.compatible().any(|s| s == "arm,pl011") && n.is_enabled();
-    // The console the loader chose, if it is a PL011; otherwise the first PL011.
     let chosen = fdt.stdout().filter(is_pl011);
-    let node = chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)?;
-    let range = regs(node).next().ok_or(PlatformError::BadProperty("PL011 reg"))?;
-    Ok((range, first_interrupt(node)))
+    chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)
 }
 
-/// The first interrupt of a node, as an INTID.
-fn first_interrupt(node: Node<'_>) -> Option<u32> {
-    let mut cells = be_cells(node.property("interrupts")?.value);
-    gic_intid(cells.next()?, cells.next()?)
+/// A node's interrupts as INTIDs of the GIC `gic`, in order, each found through the
+/// interrupt tree (its interrupt parent and any nexus on the way: fdt::Node::interrupts).
+/// None for one that reaches another controller, or none.
+fn gic_intids<'a>(node: Node<'a>, gic: Node<'a>) -> impl Iterator<Item = Option<u32>> + 'a {
+    node.interrupts().map(move |interrupt| {
+        let interrupt = interrupt.ok().filter(|i| i.controller == gic)?;
+        match interrupt.specifier() {
+            [kind, number, ..] => gic_intid(*kind, *number),
+            _ => None,
+        }
+    })
+}
+
+/// The first interrupt of a node, as an INTID of the GIC `gic`.
+fn first_interrupt<'a>(node: Node<'a>, gic: Node<'a>) -> Option<u32> {
+    gic_intids(node, gic).next().flatten()
 }
 
 /// Enabled `virtio,mmio` nodes with a window, in address order (how QEMU numbers them);
 /// beyond `MAX_VIRTIO_MMIO` they are left off.
-fn virtio_mmio(fdt: &Fdt<'_>) -> FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> {
+fn virtio_mmio<'a>(fdt: &Fdt<'a>, gic: Node<'a>) -> FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> {
     let mut found: FixedVec<VirtioMmioTransport, MAX_VIRTIO_MMIO> = fdt
         .all_nodes()
         .filter(|n| n.compatible().any(|s| s == "virtio,mmio") && n.is_enabled())
-        .filter_map(|n| Some(VirtioMmioTransport { window: regs(n).next()?, intid: first_interrupt(n) }))
+        .filter_map(|n| Some(VirtioMmioTransport { window: regs(n).next()?, intid: first_interrupt(n, gic) }))
         .take(MAX_VIRTIO_MMIO)
         .collect();
     found.sort_unstable_by_key(|t| t.window.base);
@@ -373,14 +444,11 @@ fn psci(fdt: &Fdt<'_>) -> Result<Option<PsciConduit>, PlatformError> {
     }
 }
 
-fn timer(fdt: &Fdt<'_>) -> Result<TimerInterrupts, PlatformError> {
+fn timer<'a>(fdt: &Fdt<'a>, gic: Node<'a>) -> Result<TimerInterrupts, PlatformError> {
     let node = fdt.find_compatible(TIMER_COMPATIBLES).ok_or(PlatformError::NoTimer)?;
-    let prop = node.property("interrupts").ok_or(PlatformError::NoTimer)?;
-    let cells: FixedVec<u32, 12> = be_cells(prop.value).take(12).collect();
+    let intids: FixedVec<Option<u32>, 4> = gic_intids(node, gic).take(4).collect();
     let intid = |i: usize| -> Result<u32, PlatformError> {
-        let kind = *cells.get(3 * i).ok_or(PlatformError::NoTimer)?;
-        let number = *cells.get(3 * i + 1).ok_or(PlatformError::NoTimer)?;
-        gic_intid(kind, number).ok_or(PlatformError::BadProperty("timer interrupts"))
+        intids.get(i).ok_or(PlatformError::NoTimer)?.ok_or(PlatformError::BadProperty("timer interrupts"))
     };
     Ok(TimerInterrupts {
         secure_physical: intid(0)?,
@@ -437,7 +505,10 @@ impl fmt::Display for Platform<'_> {
         if let Some(intid) = gic.maintenance_intid {
             writeln!(f, "              maintenance interrupt INTID {intid}")?;
         }
-        writeln!(f, "  uart        PL011 at {}", self.uart)?;
+        match self.uart_intid {
+            Some(intid) => writeln!(f, "  uart        PL011 at {}, INTID {intid}", self.uart)?,
+            None => writeln!(f, "  uart        PL011 at {}, no interrupt (no console input)", self.uart)?,
+        }
         let t = self.timer;
         writeln!(
             f,
@@ -498,12 +569,13 @@ mod tests {
     }
 
     /// A board like the Raspberry Pi 4: no /psci, its CPUs released from spin tables, a
-    /// GIC-400 (the compatible and frames of Documentation/devicetree/bindings/
-    /// interrupt-controller/arm,gic.yaml), a PL011.
+    /// GIC-400 (the compatible, frames and cells of Documentation/devicetree/bindings/
+    /// interrupt-controller/arm,gic.yaml; the root's interrupt parent), a PL011.
     fn spin_table_board() -> std::vec::Vec<u8> {
         let mut fdt = vm_fdt::FdtWriter::new().unwrap();
         let root = fdt.begin_node("").unwrap();
         fdt.property_string("model", "Raspberry Pi 4 Model B").unwrap();
+        fdt.property_u32("interrupt-parent", 1).unwrap();
         fdt.property_u32("#address-cells", 2).unwrap();
         fdt.property_u32("#size-cells", 1).unwrap();
         let memory = fdt.begin_node("memory@0").unwrap();
@@ -524,6 +596,9 @@ mod tests {
         fdt.end_node(cpus).unwrap();
         let gic = fdt.begin_node("interrupt-controller@ff841000").unwrap();
         fdt.property_string("compatible", "arm,gic-400").unwrap();
+        fdt.property_u32("#interrupt-cells", 3).unwrap();
+        fdt.property_null("interrupt-controller").unwrap();
+        fdt.property_u32("phandle", 1).unwrap();
         let frames = [0xff84_1000u32, 0x1000, 0xff84_2000, 0x2000, 0xff84_4000, 0x2000, 0xff84_6000, 0x2000];
         let reg: std::vec::Vec<u32> = frames.chunks(2).flat_map(|f| [0, f[0], f[1]]).collect();
         fdt.property_array_u32("reg", &reg).unwrap();
@@ -558,6 +633,75 @@ mod tests {
     }
 
     #[test]
+    fn a_versatile_express_is_read_through_its_buses_and_its_interrupt_map() {
+        let blob = crate::fdt::test_trees::versatile_express_board(|_| {});
+        let p = Platform::from_device_tree(&blob).unwrap();
+        assert_eq!(p.model, "V2P-CA15");
+        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x8000_0000, size: 0x4000_0000 }]);
+        assert_eq!(p.cpus.as_slice(), &[0, 1]);
+        let flags = SysFlags { registers: PhysRange { base: 0x1c01_0000, size: 0x1000 } };
+        assert_eq!(p.cpu_start.as_slice(), &[CpuStart::SysFlags(flags); 2], "no enable-method: the board's own");
+        assert_eq!((flags.set_register(), flags.clear_register()), (0x1c01_0030, 0x1c01_0034));
+        assert_eq!(p.psci, None);
+        assert_eq!(p.uart, PhysRange { base: 0x1c09_0000, size: 0x1000 });
+        assert_eq!(p.uart_intid, Some(37), "motherboard line 5 is SPI 5 through bus@8000000's interrupt-map");
+        assert_eq!(p.gic.maintenance_intid, Some(25));
+        assert_eq!(
+            p.timer,
+            TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
+        );
+        assert_eq!(
+            p.virtio_mmio.as_slice(),
+            &[VirtioMmioTransport { window: PhysRange { base: 0x1c13_0000, size: 0x200 }, intid: Some(72) }]
+        );
+        let banner = p.to_string();
+        assert!(banner.contains("  uart        PL011 at 0x1c090000..0x1c091000, INTID 37\n"), "{banner}");
+    }
+
+    #[test]
+    fn an_interrupt_another_controller_takes_is_no_gic_intid() {
+        let blob = crate::fdt::test_trees::versatile_express_board(|f| {
+            let other = f.begin_node("gpio-intc@0").unwrap();
+            f.property_u32("#interrupt-cells", 3).unwrap();
+            f.property_null("interrupt-controller").unwrap();
+            f.property_u32("phandle", 5).unwrap();
+            f.end_node(other).unwrap();
+            let virtio = f.begin_node("virtio@8000100").unwrap();
+            f.property_string("compatible", "virtio,mmio").unwrap();
+            f.property_array_u32("reg", &[0x0800_0100, 0x200]).unwrap();
+            f.property_u32("interrupt-parent", 5).unwrap();
+            f.property_array_u32("interrupts", &[0, 41, 1]).unwrap();
+            f.end_node(virtio).unwrap();
+        });
+        let p = Platform::from_device_tree(&blob).unwrap();
+        let other = p.virtio_mmio.iter().find(|t| t.window.base == 0x0800_0100).unwrap();
+        assert_eq!(other.intid, None, "its specifier looks like a GIC SPI, but the GIC does not take it");
+    }
+
+    /// `blob` with `from` (which it holds once) replaced by `to`, of the same length.
+    fn patched(blob: &[u8], from: &[u8], to: &[u8]) -> std::vec::Vec<u8> {
+        assert_eq!(from.len(), to.len());
+        let at: std::vec::Vec<usize> = (0..blob.len()).filter(|&i| blob[i..].starts_with(from)).collect();
+        assert_eq!(at.len(), 1, "{from:?} is in the tree once");
+        let mut blob = blob.to_vec();
+        blob[at[0]..at[0] + to.len()].copy_from_slice(to);
+        blob
+    }
+
+    #[test]
+    fn only_a_versatile_express_with_its_system_registers_starts_cpus_through_them() {
+        let blob = crate::fdt::test_trees::versatile_express_board(|_| {});
+        let starts = |blob: &[u8]| Platform::from_device_tree(blob).map(|p| p.cpu_start.to_vec());
+        let other_board = patched(&blob, b"arm,vexpress\0", b"arm,vexpresz\0");
+        assert_eq!(starts(&other_board), Ok([CpuStart::Unknown; 2].to_vec()), "a board with no method named");
+        let no_sysreg = patched(&blob, b"arm,vexpress-sysreg\0", b"arm,vexpress-sysrex\0");
+        assert_eq!(starts(&no_sysreg), Ok([CpuStart::Unknown; 2].to_vec()));
+        // reg = <0x10000 0x30>: SYS_FLAGSSET and SYS_FLAGSCLR lie beyond it.
+        let small = patched(&blob, &[0, 1, 0, 0, 0, 0, 0x10, 0], &[0, 1, 0, 0, 0, 0, 0, 0x30]);
+        assert_eq!(starts(&small), Err(PlatformError::BadProperty("arm,vexpress-sysreg reg")));
+    }
+
+    #[test]
     fn qemu_virt_gicv2_has_virtualization_frames() {
         let p = Platform::from_device_tree(VIRT_GICV2).unwrap();
         assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x4000_0000, size: 0x8000_0000 }]);
@@ -576,7 +720,7 @@ mod tests {
         assert_eq!(lines[1], "  cpus        2 (MPIDR [0, 1])");
         assert!(lines[2].starts_with("  gic         GICv2: GICD 0x8000000..0x8010000 GICC 0x8010000..0x8020000 GICH "));
         assert_eq!(lines[3], "              maintenance interrupt INTID 25");
-        assert_eq!(lines[4], "  uart        PL011 at 0x9000000..0x9001000");
+        assert_eq!(lines[4], "  uart        PL011 at 0x9000000..0x9001000, INTID 33");
         assert_eq!(lines[5], "  timer       INTIDs: EL1 physical 30, virtual 27, EL2 physical 26, secure physical 29");
         assert_eq!(lines[6], "  boot bundle none");
     }

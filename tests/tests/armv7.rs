@@ -1,7 +1,9 @@
 //! The ARMv7 image (issue: ARMv7): the hypervisor in HYP mode on QEMU `virt` with
 //! Cortex-A15s and a GICv2 runs Debian's armhf Linux (a zImage, 2 vCPUs) to its shell, with
 //! the emulated PL011, a virtio disk whose contents outlive the VM, a virtio NIC on the
-//! switch's uplink, its virtio console, and `poweroff` ending the run cleanly.
+//! switch's uplink, its virtio console, and `poweroff` ending the run cleanly; and on QEMU's
+//! Versatile Express (`vexpress-a15`), from Debian's device tree for it, with both CPUs and
+//! console input.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -12,7 +14,7 @@ use system_tests::{
     scratch_file, wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
 };
 use xtask::bundle::{self, BundleOptions, DiskSlice, Policy, VmDevices, VmEntry};
-use xtask::qemu::{Arch, Machine, Session};
+use xtask::qemu::{Arch, Machine, QemuBoard, Session};
 
 /// The ARMv7 hypervisor image (built once).
 fn hypervisor() -> &'static std::path::PathBuf {
@@ -123,39 +125,78 @@ fn two_armhf_vms_pinned_and_shared_ping_each_other_and_the_console_manages_them(
 /// QEMU's `vexpress-a15` (ARM's Versatile Express with a CoreTile A15: RAM at 0x8000_0000,
 /// its GIC, PL011 and timers at the board's own addresses, its peripherals behind two buses
 /// whose `ranges` translate them) with Debian's device tree for it, entered in HYP mode: the
-/// hypervisor finds the board from the device tree alone and boots the armhf guest to its
-/// shell. That device tree has no PSCI node, so the second CPU stays off (its start method
-/// is the board's own) and nothing can power the board off: the run ends at the shell.
+/// hypervisor finds the board from the device tree alone, starts the second CPU the board's
+/// own way (no PSCI: the entry address in the motherboard's SYS_FLAGS and an SGI), finds its
+/// UART's interrupt through the motherboard bus's `interrupt-map` (INTID 37), drives the
+/// virtio-mmio disk and NIC QEMU adds to the board, and boots the armhf guest with 2 vCPUs on
+/// the 2 CPUs to its shell, which answers what is typed at the console, as the management
+/// console does. Nothing can power the board off (no PSCI): the run ends at the shell.
 #[test]
 fn the_armv7_image_boots_armhf_linux_on_versatile_express_from_its_device_tree() {
     let _alone = one_linux_at_a_time();
     let l = linux_armhf();
-    let root = l.kernel.parent().and_then(Path::parent).expect("the kernel is in the package's boot/");
-    let dtb = root.join(format!("usr/lib/linux-image-{}/vexpress-v2p-ca15-tc1.dtb", l.release));
-    let vm = VmEntry { vcpus: 1, ..armhf_vm("linux", 1, "10.0.2.15", 0, 0) };
-    let vm = VmEntry { devices: VmDevices::default(), ..vm };
+    let dtb = l.board_device_tree(xtask::qemu::VEXPRESS_A15_DTB).unwrap_or_else(|e| panic!("{e}"));
+    let disk = scratch_file("vexpress-disk.img");
+    let _ = std::fs::remove_file(&disk);
+    xtask::images::create_disk(&disk, 64 << 20).expect("create the disk image");
+    let vm = armhf_vm("linux", 2, "10.0.2.15", 0, 0);
     let blob = bundle::write(&[vm], &BundleOptions::default()).unwrap_or_else(|e| panic!("bundle: {e}"));
     let path = scratch_file("vexpress.bundle");
     std::fs::write(&path, blob).expect("write bundle");
-    let mut cmd = std::process::Command::new("qemu-system-arm");
-    cmd.args(["-M", "vexpress-a15,secure=off,virtualization=on", "-audio", "none", "-cpu", "cortex-a15"])
-        .args(["-smp", "2", "-m", "1024M", "-no-reboot", "-kernel"])
-        .arg(hypervisor())
-        .arg("-initrd")
-        .arg(&path)
-        .arg("-dtb")
-        .arg(&dtb);
-    let mut s = Session::start(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("running QEMU: {e}"));
+    let machine = Machine {
+        board: QemuBoard::VexpressA15 { dtb },
+        arch: Arch::Armv7,
+        cpu: "cortex-a15".into(),
+        gic_version: 2,
+        smp: 2,
+        disk: Some(disk),
+        network: Some(Vec::new()),
+        ..Machine::default()
+    };
+    let mut s = Session::start(machine.command(hypervisor(), Some(&path)), RUN_LIMIT, false)
+        .unwrap_or_else(|e| panic!("running QEMU: {e}"));
     s.wait_for_all(
         &[
             "hypervisor 0.1.0 (ARMv7, HYP mode) on V2P-CA15",
             "gic         GICv2: GICD 0x2c001000..0x2c002000 GICC 0x2c002000..0x2c004000 GICH 0x2c004000..0x2c006000 GICV 0x2c006000..0x2c008000",
-            "uart        PL011 at 0x1c090000..0x1c091000",
-            "hypervisor: cpu1 (MPIDR 0x1) did not start: its enable-method is neither psci nor spin-table",
-            "linux | guest: Linux 6.1",
-            "linux | guest: shell ready",
+            "uart        PL011 at 0x1c090000..0x1c091000, INTID 37",
+            "hypervisor: cpu0 (MPIDR 0x0) online (boot CPU)",
+            "hypervisor: cpu1 (MPIDR 0x1) online",
+            "hypervisor: 2 of 2 CPUs online",
+            "hypervisor: SGIs reach the other CPUs: 1 of 1 answered",
+            "hypervisor: virtio disk of 64 MiB",
+            "hypervisor: virtio NIC",
+            "2 vCPU(s)",
         ],
         BOOT_LIMIT,
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_shell(&mut s);
+    let console = s.console();
+    let up = console.lines().find(|l| l.starts_with("linux | guest: Linux 6.1")).unwrap_or_default();
+    assert!(up.contains("up with 2 CPU(s)"), "the guest's init counts both vCPUs: {up:?}");
+    for absent in ["did not start", "never reported online", "no console input", "the UART has no interrupt"] {
+        assert!(!console.contains(absent), "{absent:?} on the console:\n{console}");
+    }
+    // Typed at the console: the UART's receive interrupt brings each line to the guest.
+    let cpus = run(&mut s, "nproc; grep -c ^processor /proc/cpuinfo; echo typed-$((20+22))");
+    assert_output_line(&cpus, "typed-42", "the shell ran the line typed at the console");
+    assert_eq!(
+        cpus.lines().map(str::trim).filter(|l| *l == "2").count(),
+        2,
+        "Linux has both vCPUs online (nproc, /proc/cpuinfo):\n{cpus}"
+    );
+    // QEMU's virtio-mmio transports on this board, driven by the hypervisor.
+    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.2");
+    assert!(ping.contains("3 packets transmitted, 3 packets received"), "QEMU's gateway, through the uplink: {ping}");
+    let made = run(
+        &mut s,
+        "mke2fs -q /dev/vda && mount -t ext4 /dev/vda /mnt && echo kept > /mnt/f && umount /mnt && \
+         mount -t ext4 /dev/vda /mnt && cat /mnt/f && umount /mnt",
+    );
+    assert_output_line(&made, "kept", "the disk formatted, written and read back");
+    // Ctrl-] then a command: the management console, through the same input interrupt.
+    s.send_line("\x1dlist").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("vm0 linux: running, 2 vCPU(s)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("has the console", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -64,6 +64,26 @@ pub struct LinuxGuest {
     pub release: String,
 }
 
+impl LinuxGuest {
+    /// The device tree of board `name` (`vexpress-v2p-ca15-tc1.dtb`) that the kernel's
+    /// package carries, in `usr/lib/linux-image-RELEASE/` beside its `boot/`.
+    pub fn board_device_tree(&self, name: &str) -> Result<PathBuf, XtaskError> {
+        let root = self.kernel.parent().and_then(Path::parent).ok_or_else(|| {
+            XtaskError::Build(format!("{}: the kernel is not in an unpacked package's boot/", self.kernel.display()))
+        })?;
+        let dtb = root.join("usr/lib").join(format!("linux-image-{}", self.release)).join(name);
+        if dtb.is_file() {
+            Ok(dtb)
+        } else {
+            Err(XtaskError::Build(format!(
+                "{}: the kernel package {} has no such device tree",
+                dtb.display(),
+                self.release
+            )))
+        }
+    }
+}
+
 /// A Debian architecture a guest is made of: its kernel package, how its kernel file is
 /// checked, and its `/bin/cntvct`. Everything else is the same for both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

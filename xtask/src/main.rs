@@ -10,7 +10,7 @@ use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::images::Hypervisor;
 use xtask::linux_guest::DebianArch;
 use xtask::manifest::{Board, DebianGuest, Manifest};
-use xtask::qemu::{self, Arch, Machine};
+use xtask::qemu::{self, Arch, Machine, QemuBoard};
 use xtask::util::{run, step};
 use xtask::{bench, fuzz, images, setup, soak, XtaskError};
 
@@ -18,7 +18,8 @@ const HELP: &str = "\
 cargo xtask <command> [options]
 
 Commands:
-  qemu    build the hypervisor and a guest, and boot them on QEMU's virt board
+  qemu    build the hypervisor and a guest, and boot them on QEMU's virt board (or, 32-bit,
+          its Versatile Express: --board vexpress-a15)
   test    run every test: host tests, bare-metal builds, and the system tests under QEMU
   bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
@@ -40,6 +41,11 @@ Options of `qemu`:
                    --smp say otherwise, with the Debian armhf Linux guest (a 32-bit
                    zImage) as the linux guest, or a manifest's VMs (32-bit kernels
                    only: manifests/armv7-two-vms.toml); --guest selftest is aarch64 only
+  --board BOARD    virt (default) or, with --arch armv7, vexpress-a15: ARM's Versatile
+                   Express with a CoreTile A15 (`-M vexpress-a15,secure=off,
+                   virtualization=on`, 2 CPUs, its GICv2, its UART as the console),
+                   described by Debian's vexpress-v2p-ca15-tc1.dtb from the armhf kernel
+                   package; the linux guest only, no manifest
   --manifest FILE  boot the VMs a manifest describes (docs/manifest.md; examples in
                    manifests/), on the board of its [board] unless --smp/--memory say
                    otherwise; checked before anything boots. Its board disk is
@@ -117,6 +123,9 @@ fn build_all(kind: Hypervisor) -> Result<(PathBuf, PathBuf), XtaskError> {
 #[derive(Debug)]
 struct QemuArgs {
     guest: String,
+    /// `--board`: QEMU's `vexpress-a15` rather than `virt` (its device tree is found when
+    /// the guest's kernel package is).
+    vexpress: bool,
     machine: Machine,
     timeout: Option<u64>,
     vcpus: u32,
@@ -138,6 +147,7 @@ const VM_OPTIONS: [&str; 7] = ["--guest", "--kernel", "--initrd", "--append", "-
 fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     let mut parsed = QemuArgs {
         guest: "linux".into(),
+        vexpress: false,
         machine: Machine::default(),
         timeout: None,
         vcpus: 2,
@@ -166,6 +176,13 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
                 }
             }
             "--guest" => parsed.guest = value()?,
+            "--board" => {
+                parsed.vexpress = match value()?.as_str() {
+                    "virt" => false,
+                    "vexpress-a15" => true,
+                    v => return Err(XtaskError::Usage(format!("--board: `{v}` is not virt or vexpress-a15"))),
+                }
+            }
             "--gic" => {
                 parsed.machine.gic_version = match value()?.as_str() {
                     "2" => 2,
@@ -227,6 +244,28 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             parsed.machine.smp = 2;
         }
     }
+    if parsed.vexpress {
+        let given = |flag: &str| parsed.given.iter().any(|f| f == flag);
+        if parsed.machine.arch != Arch::Armv7 {
+            return Err(XtaskError::Usage(
+                "--board vexpress-a15: its CPUs are 32-bit Cortex-A15s; add --arch armv7".into(),
+            ));
+        }
+        if parsed.manifest.is_some() {
+            return Err(XtaskError::Usage(
+                "--board vexpress-a15 boots the linux guest; a manifest is checked against QEMU's virt board".into(),
+            ));
+        }
+        if given("--gic") && parsed.machine.gic_version != 2 {
+            return Err(XtaskError::Usage("--gic: vexpress-a15's GIC is the Cortex-A15's own, a GICv2".into()));
+        }
+        if !(1..=2).contains(&parsed.machine.smp) {
+            return Err(XtaskError::Usage(format!(
+                "--smp {}: vexpress-a15's device tree describes 2 CPUs",
+                parsed.machine.smp
+            )));
+        }
+    }
     Ok(parsed)
 }
 
@@ -260,12 +299,22 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         Arch::Aarch64 => (images::build_hypervisor(Hypervisor::Deployed)?, DebianArch::Arm64),
         Arch::Armv7 => (images::build_hypervisor_armv7()?, DebianArch::Armhf),
     };
-    let (kernel, initrd) = match (args.kernel, args.initrd) {
-        (Some(kernel), initrd) => (kernel, initrd),
-        (None, initrd) => {
+    let (kernel, initrd, linux) = match args.kernel {
+        Some(kernel) => (kernel, args.initrd, None),
+        None => {
             let linux = xtask::linux_guest::debian(debian)?;
-            (linux.kernel, Some(initrd.unwrap_or(linux.initrd)))
+            (linux.kernel.clone(), Some(args.initrd.unwrap_or_else(|| linux.initrd.clone())), Some(linux))
         }
+    };
+    let board = if args.vexpress {
+        // Its device tree is in Debian's armhf kernel package, whichever kernel the guest runs.
+        let linux = match linux {
+            Some(linux) => linux,
+            None => xtask::linux_guest::debian(DebianArch::Armhf)?,
+        };
+        QemuBoard::VexpressA15 { dtb: linux.board_device_tree(qemu::VEXPRESS_A15_DTB)? }
+    } else {
+        QemuBoard::Virt
     };
     let disk = match args.disk {
         Some(disk) => disk,
@@ -286,15 +335,20 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
     };
     // No semihosting: the guest is not a trusted test guest (semihosting reaches the host).
     let bundle_path = bundle::write_file("linux", &[vm], &BundleOptions::default())?;
-    let machine = Machine { disk: Some(disk.clone()), network: Some(vec![(args.http_port, 80)]), ..args.machine };
+    let machine =
+        Machine { board, disk: Some(disk.clone()), network: Some(vec![(args.http_port, 80)]), ..args.machine };
     if (machine.smp as u64) < u64::from(args.vcpus) {
         return Err(XtaskError::Usage(format!(
             "{} vCPUs need {} physical CPUs (each vCPU has its own); raise --smp",
             args.vcpus, args.vcpus
         )));
     }
+    let board_name = match &machine.board {
+        QemuBoard::Virt => "virt".to_string(),
+        QemuBoard::VexpressA15 { dtb } => format!("vexpress-a15, {}", dtb.display()),
+    };
     step(&format!(
-        "booting the hypervisor and Linux ({} vCPUs, {} MiB) on QEMU virt ({}, GICv{}, {} CPUs, {} MiB)",
+        "booting the hypervisor and Linux ({} vCPUs, {} MiB) on QEMU {board_name} ({}, GICv{}, {} CPUs, {} MiB)",
         args.vcpus, args.vm_memory_mib, machine.cpu, machine.gic_version, machine.smp, machine.memory_mib
     ));
     step(&format!(
@@ -302,7 +356,15 @@ fn qemu_linux(args: QemuArgs) -> Result<(), XtaskError> {
         disk.display(),
         args.http_port
     ));
-    step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
+    match machine.board {
+        QemuBoard::Virt => {
+            step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once")
+        }
+        // No PSCI on Versatile Express: the hypervisor cannot turn the board off.
+        QemuBoard::VexpressA15 { .. } => {
+            step("to leave: press Ctrl-A then X (`poweroff` ends the VM, but this board has no PSCI to end QEMU)")
+        }
+    }
     run_on_terminal(machine.command(&hyp, Some(&bundle_path)), args.timeout)
 }
 
@@ -639,6 +701,32 @@ mod tests {
         assert_eq!(cmd.get_program(), "qemu-system-arm");
         let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(args.contains(&"virt,virtualization=on,gic-version=2,highmem=off".to_string()), "{args:?}");
+    }
+
+    #[test]
+    fn vexpress_a15_is_a_32_bit_board_for_the_linux_guest() {
+        assert!(!parse(&["--arch", "armv7"]).unwrap().vexpress, "virt unless asked");
+        let a = parse(&["--arch", "armv7", "--board", "vexpress-a15"]).unwrap();
+        assert!(a.vexpress);
+        assert_eq!((a.machine.arch, a.machine.cpu.as_str(), a.machine.smp), (Arch::Armv7, "cortex-a15", 2));
+        assert!(parse(&["--board", "vexpress-a15", "--arch", "armv7", "--smp", "1"]).is_ok(), "in either order");
+        assert_eq!(
+            parse(&["--board", "vexpress-a15"]).unwrap_err(),
+            "--board vexpress-a15: its CPUs are 32-bit Cortex-A15s; add --arch armv7"
+        );
+        assert_eq!(
+            parse(&["--arch", "armv7", "--board", "vexpress-a15", "--gic", "3"]).unwrap_err(),
+            "--gic: vexpress-a15's GIC is the Cortex-A15's own, a GICv2"
+        );
+        assert_eq!(
+            parse(&["--arch", "armv7", "--board", "vexpress-a15", "--smp", "4"]).unwrap_err(),
+            "--smp 4: vexpress-a15's device tree describes 2 CPUs"
+        );
+        let manifest = format!("{}/../manifests/armv7-two-vms.toml", env!("CARGO_MANIFEST_DIR"));
+        assert!(parse(&["--arch", "armv7", "--board", "vexpress-a15", "--manifest", &manifest])
+            .unwrap_err()
+            .contains("a manifest is checked against QEMU's virt board"));
+        assert_eq!(parse(&["--board", "raspi4b"]).unwrap_err(), "--board: `raspi4b` is not virt or vexpress-a15");
     }
 
     #[test]

@@ -19,9 +19,27 @@ pub enum Arch {
     Armv7,
 }
 
+/// QEMU's board model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QemuBoard {
+    /// `virt`: the board the hypervisor's guests see too; QEMU writes its device tree.
+    Virt,
+    /// `vexpress-a15`: ARM's Versatile Express with a CoreTile A15 (32-bit only), its
+    /// device tree `dtb` (QEMU writes none for it: Debian's `VEXPRESS_A15_DTB`, which
+    /// QEMU completes with memory, the initrd and its virtio-mmio transports). With
+    /// `secure=off` and the virtualization extensions its CPUs enter the image in HYP mode;
+    /// its GIC is the A15's GICv2 (`gic_version` is not used); `-audio none`: no sound
+    /// device for its audio codec.
+    VexpressA15 { dtb: PathBuf },
+}
+
+/// The device tree of the `vexpress-a15` board, in Debian's armhf kernel package.
+pub const VEXPRESS_A15_DTB: &str = "vexpress-v2p-ca15-tc1.dtb";
+
 /// The emulated board the hypervisor boots on.
 #[derive(Clone, Debug)]
 pub struct Machine {
+    pub board: QemuBoard,
     pub arch: Arch,
     pub gic_version: u8,
     pub cpu: String,
@@ -49,6 +67,7 @@ pub struct Machine {
 impl Default for Machine {
     fn default() -> Self {
         Machine {
+            board: QemuBoard::Virt,
             arch: Arch::Aarch64,
             gic_version: 3,
             cpu: "cortex-a72".into(),
@@ -72,8 +91,17 @@ impl Machine {
         };
         let mut cmd = Command::new(qemu);
         let virtualization = if self.virtualization { "on" } else { "off" };
-        cmd.args(["-M", &format!("virt,virtualization={virtualization},gic-version={}{highmem}", self.gic_version)])
-            .args(["-cpu", &self.cpu])
+        match &self.board {
+            QemuBoard::Virt => {
+                let board = format!("virt,virtualization={virtualization},gic-version={}{highmem}", self.gic_version);
+                cmd.args(["-M", &board]);
+            }
+            QemuBoard::VexpressA15 { dtb } => {
+                let board = format!("vexpress-a15,secure=off,virtualization={virtualization}");
+                cmd.args(["-M", &board, "-audio", "none", "-dtb"]).arg(dtb);
+            }
+        }
+        cmd.args(["-cpu", &self.cpu])
             .args(["-smp", &self.smp.to_string()])
             .args(["-m", &format!("{}M", self.memory_mib)])
             .arg("-kernel")
@@ -390,5 +418,23 @@ mod tests {
         let gic3 = Machine { gic_version: 3, ..armv7_native() }.command(&kernel, None);
         let a = args(&gic3).join(" ");
         assert!(a.contains("gic-version=3") && !a.contains("-initrd") && !a.contains("-icount"), "{a:?}");
+    }
+
+    #[test]
+    fn versatile_express_is_entered_in_hyp_mode_with_its_device_tree() {
+        let dtb = PathBuf::from("boot/vexpress.dtb");
+        let board = QemuBoard::VexpressA15 { dtb };
+        let machine = Machine { board, virtualization: true, ..armv7_native() };
+        let a = args(&machine.command(&PathBuf::from("hyp.zImage"), Some(&"bundle".into()))).join(" ");
+        for part in [
+            "-M vexpress-a15,secure=off,virtualization=on -audio none -dtb boot/vexpress.dtb",
+            "-cpu cortex-a15",
+            "-smp 2",
+            "-kernel hyp.zImage",
+            "-initrd bundle",
+        ] {
+            assert!(a.contains(part), "{part:?} missing from {a:?}");
+        }
+        assert!(!a.contains("virt,") && !a.contains("gic-version"), "{a:?}");
     }
 }
