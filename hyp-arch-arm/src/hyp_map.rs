@@ -184,7 +184,11 @@ impl Tables<'_> {
             gic.hyp_interface,
             gic.virtual_cpu_interface,
         ];
+        let power = platform.power_controller.map(|c| match c {
+            hyp_core::platform::PowerController::Bcm2835Pm { registers } => registers,
+        });
         let devices = core::iter::once(platform.uart)
+            .chain(power)
             .chain(platform.virtio_mmio.iter().map(|t| t.window))
             .chain(frames.into_iter().flatten());
         for device in devices {

@@ -1,20 +1,23 @@
-//! The one place this crate touches memory: a GIC register frame, by its base address, and
-//! volatile accesses to the registers at offsets in it. Nothing here knows a register; the
-//! frames' modules (`gic`, `list_registers`) name them and keep their offsets inside the frame.
+//! Where this crate touches device memory: a register frame (of the GIC, or the BCM2835
+//! power manager), by its base address, and volatile accesses to the registers at offsets
+//! in it. Nothing here knows a register; the frames' modules (`gic`, `list_registers`,
+//! `power`) name them and keep their offsets inside the frame. (The one other memory this
+//! crate writes is a spin table's release word: `spin_table`.)
 
 use core::ptr::{read_volatile, write_volatile};
 
-/// A memory-mapped GIC frame (GICD, a GICR frame pair, GICC or GICH).
+/// A memory-mapped register frame: of the GIC (GICD, a GICR frame pair, GICC or GICH), or
+/// the BCM2835 power manager's.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Frame(usize);
 
 impl Frame {
     /// # Safety
     ///
-    /// `base` is where a frame of the GIC begins, mapped as device memory (Device-nGnRE on
-    /// AArch64, Device on ARMv7) at this address for the rest of the program, and the
-    /// offsets this crate reaches from it are registers of that frame (each register's
-    /// module keeps its offsets inside the frame's architected size).
+    /// `base` is where a frame of the GIC (or of the power manager) begins, mapped as device
+    /// memory (Device-nGnRE on AArch64, Device on ARMv7) at this address for the rest of the
+    /// program, and the offsets this crate reaches from it are registers of that frame (each
+    /// register's module keeps its offsets inside the frame's architected size).
     pub(crate) const unsafe fn new(base: usize) -> Self {
         Frame(base)
     }

@@ -300,12 +300,13 @@ impl Platform<'_> {
     /// table's release word. A CPU waiting in its spin table reads that word until it is
     /// released, and jumps to whatever it finds there that is not zero, so the heap or a VM
     /// must never be given it, even where the device tree forgot to reserve it.
-    pub fn firmware_memory(&self) -> impl Iterator<Item = PhysRange> + '_ {
+    pub fn firmware_memory(&self) -> FixedVec<PhysRange, { MAX_RESERVED_RANGES + MAX_CPUS }> {
         let release_words = self.cpu_start.iter().filter_map(|s| match s {
             CpuStart::SpinTable { release } => Some(PhysRange { base: *release, size: 8 }),
             _ => None,
         });
-        self.reserved.iter().copied().chain(release_words)
+        // At most MAX_RESERVED_RANGES and MAX_CPUS of each: all fit.
+        self.reserved.iter().copied().chain(release_words).collect()
     }
 }
 

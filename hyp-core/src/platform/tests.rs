@@ -239,7 +239,7 @@ fn the_spin_tables_are_never_free_memory_even_when_not_reserved() {
     let blob = rpi4_board(Rpi4 { memreserve: false, ..DEBIAN_RPI4 });
     let p = Platform::from_device_tree(&blob).unwrap();
     assert!(p.reserved.iter().all(|r| r.base != 0), "no reservation covers the spin tables: {:?}", p.reserved);
-    let kept: std::vec::Vec<PhysRange> = p.firmware_memory().collect();
+    let kept = p.firmware_memory();
     for n in 0..4 {
         assert!(kept.contains(&PhysRange { base: 0xd8 + 8 * n, size: 8 }), "{kept:?}");
     }
@@ -251,7 +251,7 @@ fn the_spin_tables_are_never_free_memory_even_when_not_reserved() {
     // And with the reservation, the same and the reservation itself.
     let reserved = rpi4_board(DEBIAN_RPI4);
     let p = Platform::from_device_tree(&reserved).unwrap();
-    assert_eq!(p.firmware_memory().count(), 2 + 4);
+    assert_eq!(p.firmware_memory().len(), 2 + 4);
 }
 
 #[test]
