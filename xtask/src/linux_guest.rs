@@ -64,6 +64,15 @@ pub struct LinuxGuest {
     pub release: String,
 }
 
+impl LinuxGuest {
+    /// A device tree of the kernel's package, by its path under the package's
+    /// `usr/lib/linux-image-RELEASE/` (`broadcom/bcm2711-rpi-4-b.dtb`).
+    pub fn device_tree(&self, name: &str) -> PathBuf {
+        let root = self.kernel.parent().and_then(Path::parent).unwrap_or(Path::new("."));
+        root.join("usr/lib").join(format!("linux-image-{}", self.release)).join(name)
+    }
+}
+
 /// A Debian architecture a guest is made of: its kernel package, how its kernel file is
 /// checked, and its `/bin/cntvct`. Everything else is the same for both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

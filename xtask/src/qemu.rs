@@ -19,9 +19,22 @@ pub enum Arch {
     Armv7,
 }
 
+/// QEMU's board: `virt`, whose CPUs, GIC, RAM and virtio devices the rest of `Machine`
+/// says, or `raspi4b` (Raspberry Pi 4B: 4 Cortex-A72s, a GIC-400, 2 GiB), which fixes all of
+/// those and takes its device tree from a file (xtask::rpi4).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Board {
+    #[default]
+    Virt,
+    Raspi4b {
+        dtb: PathBuf,
+    },
+}
+
 /// The emulated board the hypervisor boots on.
 #[derive(Clone, Debug)]
 pub struct Machine {
+    pub board: Board,
     pub arch: Arch,
     pub gic_version: u8,
     pub cpu: String,
@@ -35,12 +48,12 @@ pub struct Machine {
     /// Lets the hypervisor end the run with a non-zero status (trusted test guests only:
     /// semihosting is reachable from EL1 too).
     pub semihosting: bool,
-    /// A raw disk image file as the board's virtio-blk device.
+    /// A raw disk image file as the board's virtio-blk device (`virt` only).
     pub disk: Option<PathBuf>,
     /// A QEMU `blkdebug` configuration for that disk: requests it names fail as it says
     /// (tests of a failing board disk).
     pub disk_errors: Option<PathBuf>,
-    /// A virtio-net device on QEMU's user-mode network, with these TCP ports of
+    /// A virtio-net device on QEMU's user-mode network (`virt` only), with these TCP ports of
     /// 127.0.0.1 forwarded to the guest side (host port, guest port). Nothing listens
     /// anywhere but on the loopback address.
     pub network: Option<Vec<(u16, u16)>>,
@@ -49,6 +62,7 @@ pub struct Machine {
 impl Default for Machine {
     fn default() -> Self {
         Machine {
+            board: Board::Virt,
             arch: Arch::Aarch64,
             gic_version: 3,
             cpu: "cortex-a72".into(),
@@ -66,6 +80,9 @@ impl Default for Machine {
 
 impl Machine {
     pub fn command(&self, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
+        if let Board::Raspi4b { dtb } = &self.board {
+            return self.raspi4b_command(dtb, kernel, initrd);
+        }
         let (qemu, highmem) = match self.arch {
             Arch::Aarch64 => ("qemu-system-aarch64", ""),
             Arch::Armv7 => ("qemu-system-arm", ",highmem=off"),
@@ -106,6 +123,27 @@ impl Machine {
                 netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
             }
             cmd.args(["-netdev", &netdev]).args(["-device", "virtio-net-device,netdev=net0"]);
+        }
+        cmd
+    }
+}
+
+impl Machine {
+    /// `raspi4b` with `dtb`: QEMU starts `kernel` at EL2 with x0 = the device tree, and the
+    /// other CPUs in its spin-table stub, as the Pi's firmware does. It has no virtio-mmio
+    /// transport, so `disk` and `network` are not given it; `-no-reboot` makes a reset end
+    /// the run.
+    fn raspi4b_command(&self, dtb: &PathBuf, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
+        let mut cmd = Command::new("qemu-system-aarch64");
+        cmd.args(["-M", "raspi4b"]).arg("-dtb").arg(dtb).arg("-kernel").arg(kernel).arg("-no-reboot");
+        if let Some(initrd) = initrd {
+            cmd.arg("-initrd").arg(initrd);
+        }
+        if self.icount {
+            cmd.args(["-icount", "shift=0"]);
+        }
+        if self.semihosting {
+            cmd.args(["-semihosting-config", "enable=on,target=native"]);
         }
         cmd
     }
@@ -368,6 +406,16 @@ mod tests {
             virtualization: false,
             ..Machine::default()
         }
+    }
+
+    #[test]
+    fn raspi4b_takes_its_device_tree_and_nothing_the_board_fixes() {
+        let board = Board::Raspi4b { dtb: "fixed.dtb".into() };
+        let machine = Machine { board, disk: Some("disk.img".into()), network: Some(vec![]), ..Machine::default() };
+        let cmd = machine.command(&"hyp.Image".into(), Some(&"bundle".into()));
+        assert_eq!(cmd.get_program(), "qemu-system-aarch64");
+        let a = args(&cmd).join(" ");
+        assert_eq!(a, "-M raspi4b -dtb fixed.dtb -kernel hyp.Image -no-reboot -initrd bundle");
     }
 
     #[test]
