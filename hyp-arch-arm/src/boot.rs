@@ -147,7 +147,9 @@ fn start_other_cpus<I: ArmImage>(platform: &Platform<'_>, me: usize) {
             CpuStart::Psci => crate::firmware::cpu_on(target, I::cpu_entry(), I::prepare_cpu_start(index))
                 .map_err(|e| format!("PSCI CPU_ON: {e}")),
             // The Raspberry Pi 4's: no PSCI, its CPUs wait in the firmware's spin table.
-            CpuStart::SpinTable { release } => crate::spin_table::release::<I>(platform, index, target, *release),
+            CpuStart::SpinTable { release } => {
+                crate::spin_table::release::<I>(platform, index, target, *release).map_err(|e| format!("{e}"))
+            }
             CpuStart::Unknown => Err("its enable-method is neither psci nor spin-table".into()),
         };
         if let Err(e) = started {

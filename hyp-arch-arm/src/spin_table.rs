@@ -10,13 +10,36 @@
 //! (hyp-arch-armv8/src/boot.rs, `spin_table_entry`, then `secondary_entry`).
 
 use core::cell::UnsafeCell;
+use core::fmt;
 
-use alloc::format;
-use alloc::string::String;
-use hyp_core::platform::{Platform, MAX_CPUS};
+use hyp_core::platform::{Platform, SpinTableError, MAX_CPUS};
 use hyp_runtime::Board;
 
+use crate::cpus::MPIDR_AFFINITY_MASK;
 use crate::image::ArmImage;
+
+/// Why a CPU waiting in a spin table stays there.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ReleaseError {
+    /// Its release address is not one the hypervisor can write.
+    Address(SpinTableError),
+    /// This image has no spin-table entry (the ARMv7 image: spin tables are an arm64 boot
+    /// protocol).
+    NotOnThisImage { release: u64 },
+}
+
+impl fmt::Display for ReleaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Address(e) => write!(f, "{e}"),
+            Self::NotOnThisImage { release } => write!(
+                f,
+                "it waits in a spin table (release address {release:#x}), which this image does not drive; \
+                 boot the AArch64 image, or give the CPU enable-method = \"psci\""
+            ),
+        }
+    }
+}
 
 /// One CPU's entry: its MPIDR affinity (`NONE` until it is released) and the address of its
 /// `SecondaryBoot`. The spin-table entry reads it with the MMU off, at these offsets.
@@ -47,25 +70,27 @@ pub struct SpinTableCpus(UnsafeCell<[SpinTableCpu; MAX_CPUS]>);
 // CPU only reads, and only its own entry is the one it uses.
 unsafe impl Sync for SpinTableCpus {}
 
-/// Releases CPU `index` (MPIDR affinity `mpidr`) from its spin table at `release`: its record
+/// Releases CPU `index` (MPIDR `mpidr`, as the device tree lists it) from its spin table at `release`: its record
 /// prepared and entered in `SPIN_TABLE_CPUS`, both cleaned to the point of coherency, the
 /// image's spin-table entry written to the release word and cleaned too, then SEV wakes the
 /// CPU from its WFE. Says so on the console first (the CPU's own "online" comes after). An
 /// error says why the CPU stays off.
-pub fn release<I: ArmImage>(platform: &Platform<'_>, index: usize, mpidr: u64, release: u64) -> Result<(), String> {
-    platform.check_release_address(release).map_err(|e| format!("{e}"))?;
-    let Some(entry) = I::spin_table_entry() else {
-        return Err(format!(
-            "it waits in a spin table (release address {release:#x}), which this image does not drive"
-        ));
-    };
+pub fn release<I: ArmImage>(
+    platform: &Platform<'_>,
+    index: usize,
+    mpidr: u64,
+    release: u64,
+) -> Result<(), ReleaseError> {
+    platform.check_release_address(release).map_err(ReleaseError::Address)?;
+    let entry = I::spin_table_entry().ok_or(ReleaseError::NotOnThisImage { release })?;
     let boot = I::prepare_cpu_start(index);
     let slot = index.min(MAX_CPUS - 1);
     // SAFETY: the boot CPU alone writes the table, before it releases this CPU (the
     // `Sync` contract); no released CPU reads this entry yet.
     let at = unsafe {
         let entry = &mut (*SPIN_TABLE_CPUS.0.get())[slot];
-        *entry = SpinTableCpu { mpidr, boot };
+        // The entry compares the affinity fields of the CPU's MPIDR_EL1 only.
+        *entry = SpinTableCpu { mpidr: mpidr & MPIDR_AFFINITY_MASK, boot };
         entry as *const SpinTableCpu as u64
     };
     I::clean_to_point_of_coherency(at, at + core::mem::size_of::<SpinTableCpu>() as u64);
