@@ -1,8 +1,9 @@
 //! The boot CPU's way from the board's device tree to running VMs, shared by the AArch64 and
 //! ARMv7 images once their MMU and console are on: RAM divided and the heap started, the GIC
 //! and this CPU's interface, the hypervisor's own interrupts routed, the other CPUs started
-//! (PSCI CPU_ON, or released from a spin table) and checked, the board's devices, the boot bundle, and `Hypervisor::start`. What names
-//! the CPU architecture or the board is the image's (`ArmImage`, crate::image).
+//! (PSCI CPU_ON, or released from a spin table) and checked, the board's devices, the boot
+//! bundle, and `Hypervisor::start`. What names the CPU architecture or the board is the
+//! image's (`ArmImage`, crate::image).
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -63,8 +64,8 @@ pub unsafe fn boot<I: ArmImage>(
         say!(I, "hypervisor: {} free memory range(s) not used: too fragmented", plan.dropped);
     }
     // SAFETY: the heap's range is free RAM (not the image, device tree, bundle, reserved
-    // memory or spin tables), identity-mapped Normal (the caller's contract), and from here on belongs to
-    // the heap alone; this runs once.
+    // memory or spin tables), identity-mapped Normal (the caller's contract), and from here
+    // on belongs to the heap alone; this runs once.
     unsafe { crate::heap::init(plan.heap.base, plan.heap.size) };
     let free: Vec<PhysRange> = plan.free.iter().copied().collect();
     say!(
