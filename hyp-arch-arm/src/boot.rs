@@ -1,8 +1,9 @@
 //! The boot CPU's way from the board's device tree to running VMs, shared by the AArch64 and
 //! ARMv7 images once their MMU and console are on: RAM divided and the heap started, the GIC
 //! and this CPU's interface, the hypervisor's own interrupts routed, the other CPUs started
-//! and checked, the board's devices, the boot bundle, and `Hypervisor::start`. What names
-//! the CPU architecture or the board is the image's (`ArmImage`, crate::image).
+//! (PSCI CPU_ON, or released from a spin table) and checked, the board's devices, the boot
+//! bundle, and `Hypervisor::start`. What names the CPU architecture or the board is the
+//! image's (`ArmImage`, crate::image).
 
 use alloc::format;
 use alloc::vec::Vec;
@@ -43,25 +44,28 @@ pub unsafe fn boot<I: ArmImage>(
     image: PhysRange,
 ) -> usize {
     // No heap yet: nothing here may allocate until it is started.
+    crate::power::init(platform);
     say!(I, "\nhypervisor {} ({}) on {}", env!("CARGO_PKG_VERSION"), I::MODE, platform.model);
     say!(I, "  image       {:#x}..{:#x}", image.base, image.end());
     say!(I, "{platform}");
     match (platform.psci, crate::firmware::version()) {
-        (None, _) => say!(I, "  psci        none: the firmware has no /psci node (no power-off)"),
+        (None, _) => say!(I, "  psci        none: the firmware has no /psci node"),
         (Some(conduit), Ok(version)) => say!(I, "  psci        {conduit:?} conduit, firmware PSCI {version}"),
         (Some(conduit), Err(e)) => say!(I, "  psci        {conduit:?} conduit, firmware PSCI version unknown: {e}"),
     }
     let dtb = PhysRange { base: dtb, size: device_tree.len() as u64 };
     let in_use = [image, dtb];
-    let used = in_use.iter().chain(platform.initrd.iter()).chain(platform.reserved.iter());
+    // The firmware's memory: its reservations and the spin tables the other CPUs wait in.
+    let firmware = platform.firmware_memory();
+    let used = in_use.iter().chain(platform.initrd.iter()).chain(firmware.iter());
     let plan =
         memory_map::plan(&platform.memory, used, crate::heap::HEAP_SIZE, RAM_GRANULE).unwrap_or_else(|e| halt::<I>(e));
     if plan.dropped > 0 {
         say!(I, "hypervisor: {} free memory range(s) not used: too fragmented", plan.dropped);
     }
-    // SAFETY: the heap's range is free RAM (not the image, device tree, bundle or reserved
-    // memory), identity-mapped Normal (the caller's contract), and from here on belongs to
-    // the heap alone; this runs once.
+    // SAFETY: the heap's range is free RAM (not the image, device tree, bundle, reserved
+    // memory or spin tables), identity-mapped Normal (the caller's contract), and from here
+    // on belongs to the heap alone; this runs once.
     unsafe { crate::heap::init(plan.heap.base, plan.heap.size) };
     let free: Vec<PhysRange> = plan.free.iter().copied().collect();
     say!(
@@ -143,10 +147,9 @@ fn start_other_cpus<I: ArmImage>(platform: &Platform<'_>, me: usize) {
         let started = match start {
             CpuStart::Psci => crate::firmware::cpu_on(target, I::cpu_entry(), I::prepare_cpu_start(index))
                 .map_err(|e| format!("PSCI CPU_ON: {e}")),
-            // The Raspberry Pi 4's method: its own issue (docs/architecture.md, "Boards"): such a
-            // CPU stays off, and the VMs' vCPUs are placed on the CPUs online.
+            // The Raspberry Pi 4's: no PSCI, its CPUs wait in the firmware's spin table.
             CpuStart::SpinTable { release } => {
-                Err(format!("its spin table (release address {release:#x}) is not driven by this hypervisor yet"))
+                crate::spin_table::release::<I>(platform, index, target, *release).map_err(|e| format!("{e}"))
             }
             CpuStart::SysFlags(flags) => release_through_sys_flags::<I>(index, flags),
             CpuStart::Unknown => Err("its enable-method is neither psci nor spin-table, and the board is no \

@@ -25,6 +25,11 @@ pub fn init(conduit: Option<PsciConduit>) {
     CONDUIT.store(value, Ordering::Relaxed);
 }
 
+/// Whether the device tree names a PSCI conduit.
+pub fn has_psci() -> bool {
+    CONDUIT.load(Ordering::Relaxed) != 0
+}
+
 /// `call` over the conduit; without PSCI, NOT_SUPPORTED.
 macro_rules! over_conduit {
     ($call:ident($($arg:expr),*)) => {

@@ -189,7 +189,11 @@ impl Tables<'_> {
             CpuStart::SysFlags(flags) => Some(flags.registers),
             _ => None,
         });
+        let power = platform.power_controller.map(|c| match c {
+            hyp_core::platform::PowerController::Bcm2835Pm { registers } => registers,
+        });
         let devices = core::iter::once(platform.uart)
+            .chain(power)
             .chain(platform.virtio_mmio.iter().map(|t| t.window))
             .chain(frames.into_iter().flatten())
             .chain(sys_flags);

@@ -31,8 +31,10 @@ pub trait ArmImage: Virtualization {
     // The CPUs.
     /// This CPU's MPIDR affinity.
     fn mpidr() -> u64;
-    /// CPU `cpu`'s MPIDR affinity.
-    fn mpidr_of(cpu: usize) -> u64;
+    /// CPU `cpu`'s MPIDR affinity, as the device tree listed it.
+    fn mpidr_of(cpu: usize) -> u64 {
+        crate::cpus::mpidr_of(cpu)
+    }
     /// What this CPU needs beside its GIC interface before it runs vCPUs.
     fn init_this_cpu();
     /// What CPU `index` reads with its MMU off when it starts (its stack, the MMU's
@@ -48,6 +50,15 @@ pub trait ArmImage: Virtualization {
     /// The CPSR of a CPU that came to the pen in a mode this image cannot run in and stopped
     /// there, if one did.
     fn pen_refusal() -> Option<usize>;
+    /// Where a CPU released from a spin table begins (a physical address: it finds its
+    /// `SecondaryBoot` in `spin_table::SPIN_TABLE_CPUS`, then goes `cpu_entry`'s way); None
+    /// on an image that does not drive spin tables.
+    fn spin_table_entry() -> Option<u64>;
+    /// Cleans `[start, end)` to the point of coherency, completed (a DSB): a CPU reading
+    /// with its MMU off sees what this one wrote.
+    fn clean_to_point_of_coherency(start: u64, end: u64);
+    /// Wakes every CPU waiting in WFE (SEV).
+    fn send_event();
     /// One step of a bounded wait for another CPU.
     fn wait_a_little();
     /// Stops the machine (`clean`: every VM ended cleanly); never returns.

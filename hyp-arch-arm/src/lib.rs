@@ -1,5 +1,6 @@
 //! What ARMv7-A and ARMv8-A images share: the GIC hardware, everything of it memory-mapped,
-//! and RAM through the identity map both keep.
+//! RAM through the identity map both keep, and how the machine's CPUs are started and the
+//! machine stopped.
 //!
 //! - `gic`: the physical GIC as the hypervisor uses it: the distributor (GICD), the GICv3
 //!   redistributors (GICR, brought up through the `arm-gic` crate), the GICv2 CPU interface
@@ -16,6 +17,8 @@
 //!   CPU reads with its MMU off, and the pen where CPUs the board releases alike wait.
 //! - `devices`: what a VM's virtio devices reach (its RAM, its vGIC, the switch).
 //! - `firmware`: PSCI calls to the firmware (CPU_ON, SYSTEM_OFF), on the board only.
+//! - `spin_table`: a CPU released from the firmware's spin table, where a board has no PSCI.
+//! - `power`: stopping the machine: PSCI SYSTEM_OFF, or a board's power controller.
 //! - `heap`: the hypervisor's heap, the image's global allocator.
 //! - `hyp_map`: the hypervisor's own identity map (EL2 / HYP stage 1), writable XOR
 //!   executable.
@@ -50,7 +53,11 @@ pub mod identity_map;
 pub mod image;
 pub mod list_registers;
 mod mmio;
+#[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
+pub mod power;
 pub mod registers;
+#[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
+pub mod spin_table;
 pub mod sys_flags;
 pub mod vm;
 

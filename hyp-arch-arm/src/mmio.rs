@@ -1,12 +1,14 @@
-//! The one place this crate touches memory: a register frame (a GIC frame, or Versatile
-//! Express's system registers), by its base address, and volatile accesses to the registers
-//! at offsets in it. Nothing here knows a register; the frames' modules (`gic`,
-//! `list_registers`, `sys_flags`) name them and keep their offsets inside the frame.
+//! Where this crate touches device memory: a register frame (of the GIC, the BCM2835 power
+//! manager, or Versatile Express's system registers), by its base address, and volatile
+//! accesses to the registers at offsets in it. Nothing here knows a register; the frames'
+//! modules (`gic`, `list_registers`, `power`, `sys_flags`) name them and keep their offsets
+//! inside the frame. (The one other memory this crate writes is a spin table's release
+//! word: `spin_table`.)
 
 use core::ptr::{read_volatile, write_volatile};
 
 /// A memory-mapped register frame: of the GIC (GICD, a GICR frame pair, GICC or GICH), or
-/// Versatile Express's system registers.
+/// the BCM2835 power manager's, or Versatile Express's system registers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Frame(usize);
 

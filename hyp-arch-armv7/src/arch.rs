@@ -99,8 +99,10 @@ impl hyp_arch_arm::image::ArmImage for Armv7 {
         crate::boot::secondary_entry as *const () as u64
     }
 
-    fn prepare_cpu_start(index: usize) -> u64 {
-        crate::cpus::prepare_start(index)
+    /// Spin tables are an arm64 boot protocol (Documentation/arch/arm64/booting.rst); no
+    /// ARMv7 board this image knows starts its CPUs so.
+    fn spin_table_entry() -> Option<u64> {
+        None
     }
 
     fn open_pen(index: usize, boot: u64) -> Option<u64> {
@@ -112,8 +114,16 @@ impl hyp_arch_arm::image::ArmImage for Armv7 {
         crate::cpus::pen_refusal()
     }
 
-    fn mpidr_of(cpu: usize) -> u64 {
-        hyp_arch_arm::cpus::mpidr_of(cpu)
+    fn clean_to_point_of_coherency(start: u64, end: u64) {
+        crate::mmu::dcache_range(start, end, crate::mmu::DcOp::Clean);
+    }
+
+    fn send_event() {
+        aarch32_cpu::asm::sev();
+    }
+
+    fn prepare_cpu_start(index: usize) -> u64 {
+        crate::cpus::prepare_start(index)
     }
 
     fn mpidr() -> u64 {

@@ -100,10 +100,10 @@ extern "C" fn primary_main(dtb: u32, _image_base: u32) -> ! {
     cpus::cpu_loop(me)
 }
 
-/// Every VM has ended, or nothing can run: power the machine off.
+/// Every VM has ended, or nothing can run: power the machine off (hyp_arch_arm::power), or
+/// say why not and halt.
 pub(crate) fn finish(_clean: bool) -> ! {
-    if let Err(e) = hyp_arch_arm::firmware::system_off() {
-        println!("hypervisor: the firmware did not power off: {e}");
-    }
+    let still_on = hyp_arch_arm::power::off::<arch::Armv7>();
+    println!("hypervisor: {still_on}; this CPU halts here, and the machine may be switched off");
     cpus::park()
 }

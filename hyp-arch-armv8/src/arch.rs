@@ -93,6 +93,18 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
         None
     }
 
+    fn spin_table_entry() -> Option<u64> {
+        Some(crate::boot::spin_table_entry as *const () as u64)
+    }
+
+    fn clean_to_point_of_coherency(start: u64, end: u64) {
+        crate::mmu::clean_dcache_range(start, end);
+    }
+
+    fn send_event() {
+        aarch64_cpu::asm::sev();
+    }
+
     fn wait_a_little() {
         crate::cpus::wait_a_little();
     }
@@ -117,10 +129,6 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
 
     fn apply_options(bundle: &BootBundle<'static>, me: usize) -> Result<Option<usize>, BundleError<'static>> {
         crate::apply_options(bundle, me)
-    }
-
-    fn mpidr_of(cpu: usize) -> u64 {
-        hyp_arch_arm::cpus::mpidr_of(cpu)
     }
 
     fn stop(clean: bool) -> ! {

@@ -1,5 +1,5 @@
 //! Entry from the loader: the arm64 Image header, self-relocation, BSS, the boot stack, and
-//! the entry of the other CPUs started through PSCI CPU_ON.
+//! the entry of the other CPUs, started through PSCI CPU_ON or released from a spin table.
 //!
 //! The loader enters at EL2 with the MMU and data cache off and x0 = the device tree
 //! (Documentation/arch/arm64/booting.rst). The image is linked at 0 as a PIE; applying its
@@ -122,8 +122,29 @@ secondary_entry:
     isb
     bl      secondary_main
     b       park
+
+    // Other CPUs, released from a spin table with nothing in x0: find this CPU's `cpus::Boot`
+    // in SPIN_TABLE_CPUS by MPIDR, then go CPU_ON's way (hyp-arch-arm/src/spin_table.rs).
+    .global spin_table_entry
+    .balign 4
+spin_table_entry:
+    mrs     x1, mpidr_el1
+    ldr     x2, ={affinity}
+    and     x1, x1, x2
+    adrp    x3, SPIN_TABLE_CPUS
+    add     x3, x3, :lo12:SPIN_TABLE_CPUS
+    mov     x4, #{max_cpus}
+6:  cbz     x4, park                // not released by the boot CPU: nothing to run
+    sub     x4, x4, #1
+    ldp     x5, x0, [x3], #16       // mpidr, boot
+    cmp     x5, x1
+    b.ne    6b
+    cbz     x0, park
+    b       secondary_entry
 "#,
     stack_size = const BOOT_STACK_SIZE,
+    affinity = const hyp_arch_arm::cpus::MPIDR_AFFINITY_MASK,
+    max_cpus = const hyp_core::platform::MAX_CPUS,
 );
 
 // The offsets `secondary_entry` reads `cpus::Boot` at.
@@ -132,4 +153,5 @@ const _: () = assert!(core::mem::offset_of!(crate::cpus::Boot, mmu) == 8);
 
 extern "C" {
     pub fn secondary_entry();
+    pub fn spin_table_entry();
 }

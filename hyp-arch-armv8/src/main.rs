@@ -114,9 +114,8 @@ pub(crate) fn finish(clean: bool) -> ! {
     }
     #[cfg(not(feature = "test-hooks"))]
     let _ = clean;
-    if let Err(e) = hyp_arch_arm::firmware::system_off() {
-        println!("hypervisor: the firmware did not power off: {e}");
-    }
+    let still_on = hyp_arch_arm::power::off::<arch::Aarch64>();
+    println!("hypervisor: {still_on}; this CPU halts here, and the machine may be switched off");
     cpus::park()
 }
 

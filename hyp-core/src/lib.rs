@@ -4,6 +4,7 @@
 
 extern crate alloc;
 
+pub mod bcm2835_pm;
 pub mod bundle;
 pub mod cap;
 pub mod console_lines;

@@ -74,8 +74,8 @@ impl core::fmt::Display for MemoryPlanError {
     }
 }
 
-/// Most ranges in use a plan tracks (the image, the device tree, the boot bundle and the
-/// reserved ranges).
+/// Most ranges in use a plan tracks (the image, the device tree, the boot bundle, the
+/// reserved ranges and the spin tables' release words).
 pub const MAX_USED_RANGES: usize = 32;
 
 /// Divides `memory`: what `used` (and each of `more_used`) holds is left alone, the heap of

@@ -1,6 +1,9 @@
-//! The board as the device tree describes it: memory, CPUs, GIC, UART, PSCI conduit, timer
-//! interrupts, reserved memory and the initrd. Nothing here is hard-coded for a board; the
-//! hypervisor discovers one platform at run time (docs/architecture.md, "One image per architecture").
+//! The board as the device tree describes it: memory, CPUs and how each starts (PSCI or a
+//! spin table, and what a spin table's release address must be), GIC, UART (and whether it
+//! is the one `/chosen/stdout-path` names), PSCI conduit, a power controller for boards
+//! without PSCI, timer interrupts, reserved memory and the initrd. Nothing here is
+//! hard-coded for a board; the hypervisor discovers one platform at run time
+//! (docs/architecture.md, "One image per architecture").
 //!
 //! Runs before the heap exists, so it uses fixed-capacity lists.
 
@@ -112,6 +115,75 @@ impl SysFlags {
     }
 }
 
+/// Why a CPU cannot be released from its spin table: the hypervisor writes the release
+/// address through its identity map of RAM, and the waiting CPU reads it as one 64-bit word
+/// (Documentation/arch/arm64/booting.rst, "spin-table").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SpinTableError {
+    /// The release address is not 8-byte aligned: no CPU waits on such a word.
+    Misaligned(u64),
+    /// The release address lies in no `/memory` range: the hypervisor maps only RAM as memory,
+    /// so it cannot write there.
+    OutsideRam(u64),
+}
+
+impl fmt::Display for SpinTableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Misaligned(a) => {
+                write!(f, "its cpu-release-addr {a:#x} is not 8-byte aligned; fix the device tree's CPU node")
+            }
+            Self::OutsideRam(a) => write!(
+                f,
+                "its cpu-release-addr {a:#x} is in no /memory range, where the hypervisor could write it; \
+                 fix the device tree's CPU or memory nodes"
+            ),
+        }
+    }
+}
+
+/// Which UART the hypervisor's console is, and why: the device tree's `/chosen/stdout-path`
+/// names the console the firmware chose, and the hypervisor drives a PL011 only.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ConsoleSource<'a> {
+    /// The PL011 `stdout-path` names.
+    StdoutPath,
+    /// The first enabled PL011: the tree has no `stdout-path`.
+    FirstPl011,
+    /// The first enabled PL011, because `stdout-path` (`path`, as written) names a node
+    /// (`node`, whose first compatible is `compatible`) that is not an enabled PL011, such as
+    /// the Raspberry Pi's mini UART.
+    StdoutNotPl011 { path: &'a str, node: &'a str, compatible: &'a str },
+    /// The first enabled PL011, because `stdout-path` (`path`) names no node of the tree.
+    StdoutUnresolved { path: &'a str },
+}
+
+impl fmt::Display for ConsoleSource<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StdoutPath => write!(f, "stdout-path"),
+            Self::FirstPl011 => write!(f, "the first PL011: no stdout-path"),
+            Self::StdoutNotPl011 { path, node, compatible } => write!(
+                f,
+                "the first PL011: stdout-path \"{path}\" names {node} ({compatible}), not an enabled PL011 \
+                 this hypervisor drives"
+            ),
+            Self::StdoutUnresolved { path } => {
+                write!(f, "the first PL011: stdout-path \"{path}\" names no node of the device tree")
+            }
+        }
+    }
+}
+
+/// A board's own power controller, which stops the machine when the firmware has no PSCI.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PowerController {
+    /// The BCM2835 power manager (the Raspberry Pi's; `brcm,bcm2835-pm-wdt`,
+    /// `brcm,bcm2835-pm`, `brcm,bcm2711-pm`): its watchdog halts the machine
+    /// (crate::bcm2835_pm). `registers` is its `pm` window.
+    Bcm2835Pm { registers: PhysRange },
+}
+
 /// The architected timer PPIs, as INTIDs, in the order of the binding
 /// (Documentation/devicetree/bindings/timer/arm,arch_timer.yaml).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -134,6 +206,8 @@ pub struct Platform<'a> {
     pub cpus_left_off: usize,
     pub gic: GicDescription,
     pub uart: PhysRange,
+    /// Why `uart` is the console: the one stdout-path names, or the first PL011 and why.
+    pub console_source: ConsoleSource<'a>,
     /// The UART's interrupt (its receive interrupt brings console input), if the device
     /// tree gives one that reaches the GIC: through the interrupt tree, as a Versatile
     /// Express's motherboard gives its UARTs' through its bus's `interrupt-map`.
@@ -141,8 +215,11 @@ pub struct Platform<'a> {
     /// The `/psci` node's conduit; none on a board whose firmware has no PSCI (its CPUs start
     /// by a spin table, and it cannot be powered off).
     pub psci: Option<PsciConduit>,
+    /// The board's power controller, if the device tree names one the hypervisor drives.
+    pub power_controller: Option<PowerController>,
     pub timer: TimerInterrupts,
-    /// `/memreserve/` entries and `/reserved-memory` children: never given to a VM.
+    /// `/memreserve/` entries and the enabled `/reserved-memory` children with a `reg`:
+    /// never given to a VM.
     pub reserved: FixedVec<PhysRange, MAX_RESERVED_RANGES>,
     pub initrd: Option<PhysRange>,
     /// The board's virtio-mmio transports (`virtio,mmio`), which the hypervisor may drive as
@@ -207,16 +284,19 @@ impl<'a> Platform<'a> {
             let range = PhysRange { base: r.address, size: r.size };
             reserved.push(range).map_err(|_| PlatformError::TooManyRanges("reserved memory"))?;
         }
+        // A child without `reg` (a `size` and `alloc-ranges`, as Linux's CMA pool) asks the
+        // operating system to set memory aside from wherever it likes: the hypervisor sets
+        // none aside, so nothing is kept. A disabled child reserves nothing (reserved-memory.yaml).
         if let Some(node) = fdt.find_node("/reserved-memory") {
-            for child in node.children() {
-                for range in regs(child) {
+            for child in node.children().filter(Node::is_enabled) {
+                for range in regs(child).filter(|r| r.size > 0) {
                     reserved.push(range).map_err(|_| PlatformError::TooManyRanges("reserved memory"))?;
                 }
             }
         }
         let (cpus, cpu_start, cpus_left_off) = cpus(&fdt)?;
         let (gic_node, gic_version) = gic_node(&fdt)?;
-        let uart_node = uart(&fdt)?;
+        let (uart_node, console_source) = uart(&fdt)?;
         let uart = regs(uart_node).next().ok_or(PlatformError::BadProperty("PL011 reg"))?;
         Ok(Platform {
             model: fdt.root().property("model").and_then(|p| p.as_str()).unwrap_or("unknown"),
@@ -227,7 +307,9 @@ impl<'a> Platform<'a> {
             gic: gic(gic_node, gic_version)?,
             uart,
             uart_intid: first_interrupt(uart_node, gic_node),
+            console_source,
             psci: psci(&fdt)?,
+            power_controller: power_controller(&fdt),
             timer: timer(&fdt, gic_node)?,
             reserved,
             initrd: initrd(&fdt)?,
@@ -237,10 +319,38 @@ impl<'a> Platform<'a> {
     }
 }
 
+impl Platform<'_> {
+    /// Checks that CPU release address `release` is one the hypervisor can write and a CPU
+    /// can wait on: 8-byte aligned, in RAM.
+    pub fn check_release_address(&self, release: u64) -> Result<(), SpinTableError> {
+        if !release.is_multiple_of(8) {
+            return Err(SpinTableError::Misaligned(release));
+        }
+        let word = PhysRange { base: release, size: 8 };
+        if !self.memory.iter().any(|m| m.base <= word.base && word.end() <= m.end()) {
+            return Err(SpinTableError::OutsideRam(release));
+        }
+        Ok(())
+    }
+
+    /// Memory that is not the hypervisor's to give out: the reserved ranges, and each spin
+    /// table's release word. A CPU waiting in its spin table reads that word until it is
+    /// released, and jumps to whatever it finds there that is not zero, so the heap or a VM
+    /// must never be given it, even where the device tree forgot to reserve it.
+    pub fn firmware_memory(&self) -> FixedVec<PhysRange, { MAX_RESERVED_RANGES + MAX_CPUS }> {
+        let release_words = self.cpu_start.iter().filter_map(|s| match s {
+            CpuStart::SpinTable { release } => Some(PhysRange { base: *release, size: 8 }),
+            _ => None,
+        });
+        // At most MAX_RESERVED_RANGES and MAX_CPUS of each: all fit.
+        self.reserved.iter().copied().chain(release_words).collect()
+    }
+}
+
 /// The board's console alone (its PL011), from a device tree the rest of which may not
 /// describe a board the hypervisor can use: where to say why it stops.
 pub fn console_uart(blob: &[u8]) -> Option<PhysRange> {
-    regs(uart(&Fdt::new(blob).ok()?).ok()?).next()
+    uart(&Fdt::new(blob).ok()?).ok().and_then(|(node, _)| regs(node).next())
 }
 
 /// The node's `reg` ranges as CPU physical addresses (through its buses' `ranges`). Ranges
@@ -397,11 +507,38 @@ fn gic(node: Node<'_>, version: GicVersion) -> Result<GicDescription, PlatformEr
     Ok(gic)
 }
 
-/// The console's node: the PL011 the loader chose, if it chose one; otherwise the first.
-fn uart<'a>(fdt: &Fdt<'a>) -> Result<Node<'a>, PlatformError> {
+/// The console's node: the PL011 the loader chose (`stdout-path`), if it is one; otherwise
+/// the first PL011, and why.
+fn uart<'a>(fdt: &Fdt<'a>) -> Result<(Node<'a>, ConsoleSource<'a>), PlatformError> {
     let is_pl011 = |n: &Node<'_>| n.compatible().any(|s| s == "arm,pl011") && n.is_enabled();
-    let chosen = fdt.stdout().filter(is_pl011);
-    chosen.or_else(|| fdt.all_nodes().find(is_pl011)).ok_or(PlatformError::NoUart)
+    let path = fdt
+        .find_node("/chosen")
+        .and_then(|c| c.property("stdout-path").or_else(|| c.property("linux,stdout-path")))
+        .and_then(|p| p.as_str());
+    let (node, source) = match (path, fdt.stdout()) {
+        (_, Some(stdout)) if is_pl011(&stdout) => (stdout, ConsoleSource::StdoutPath),
+        (Some(path), Some(stdout)) => {
+            let compatible = stdout.compatible().next().unwrap_or("no compatible");
+            let first = fdt.all_nodes().find(is_pl011).ok_or(PlatformError::NoUart)?;
+            (first, ConsoleSource::StdoutNotPl011 { path, node: stdout.name, compatible })
+        }
+        (Some(path), None) => {
+            (fdt.all_nodes().find(is_pl011).ok_or(PlatformError::NoUart)?, ConsoleSource::StdoutUnresolved { path })
+        }
+        (None, _) => (fdt.all_nodes().find(is_pl011).ok_or(PlatformError::NoUart)?, ConsoleSource::FirstPl011),
+    };
+    Ok((node, source))
+}
+
+/// The compatibles of the BCM2835 power manager, whose first `reg` window is its `pm` block
+/// (Documentation/devicetree/bindings/soc/bcm/brcm,bcm2835-pm.yaml, and the older
+/// watchdog/brcm,bcm2835-pm-wdog.txt).
+const BCM2835_PM_COMPATIBLES: &[&str] = &["brcm,bcm2835-pm-wdt", "brcm,bcm2835-pm", "brcm,bcm2711-pm"];
+
+fn power_controller(fdt: &Fdt<'_>) -> Option<PowerController> {
+    let node =
+        fdt.all_nodes().find(|n| n.is_enabled() && n.compatible().any(|c| BCM2835_PM_COMPATIBLES.contains(&c)))?;
+    regs(node).next().map(|registers| PowerController::Bcm2835Pm { registers })
 }
 
 /// A node's interrupts as INTIDs of the GIC `gic`, in order, each found through the
@@ -506,8 +643,17 @@ impl fmt::Display for Platform<'_> {
             writeln!(f, "              maintenance interrupt INTID {intid}")?;
         }
         match self.uart_intid {
-            Some(intid) => writeln!(f, "  uart        PL011 at {}, INTID {intid}", self.uart)?,
-            None => writeln!(f, "  uart        PL011 at {}, no interrupt (no console input)", self.uart)?,
+            Some(intid) => {
+                writeln!(f, "  uart        PL011 at {} ({}), INTID {intid}", self.uart, self.console_source)?
+            }
+            None => writeln!(
+                f,
+                "  uart        PL011 at {} ({}), no interrupt (no console input)",
+                self.uart, self.console_source
+            )?,
+        }
+        if let Some(PowerController::Bcm2835Pm { registers }) = self.power_controller {
+            writeln!(f, "  power       BCM2835 power manager at {registers} (its watchdog can halt the machine)")?;
         }
         let t = self.timer;
         writeln!(
@@ -523,236 +669,4 @@ impl fmt::Display for Platform<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const VIRT_GICV3: &[u8] = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
-    const VIRT_GICV2: &[u8] = include_bytes!("../tests/data/qemu-virt-gicv2-smp2.dtb");
-
-    /// QEMU's 32-bit `virt` without `virtualization=on` (a kernel entered in SVC mode): its
-    /// GIC has no virtualization frames, but its console is there to say so on.
-    #[test]
-    fn a_board_without_virtualization_still_names_its_console() {
-        let dtb = include_bytes!("../tests/data/qemu-virt-arm-svc.dtb");
-        assert_eq!(Platform::from_device_tree(dtb).err(), Some(PlatformError::GicWithoutVirtualization));
-        assert_eq!(console_uart(dtb), Some(PhysRange { base: 0x0900_0000, size: 0x1000 }));
-        assert_eq!(console_uart(b"not a device tree"), None);
-    }
-
-    #[test]
-    fn qemu_virt_gicv3_is_discovered_from_its_device_tree() {
-        let p = Platform::from_device_tree(VIRT_GICV3).unwrap();
-        assert_eq!(p.model, "linux,dummy-virt");
-        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x4000_0000, size: 0x4000_0000 }]);
-        assert_eq!(p.cpus.as_slice(), &[0, 1, 2, 3]);
-        assert_eq!(p.cpus_left_off, 0);
-        assert_eq!(p.gic.version, GicVersion::V3);
-        assert_eq!(p.gic.distributor, PhysRange { base: 0x0800_0000, size: 0x1_0000 });
-        assert_eq!(p.gic.redistributors, Some(PhysRange { base: 0x080a_0000, size: 0xf6_0000 }));
-        assert_eq!(p.gic.maintenance_intid, Some(25));
-        assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
-        assert_eq!(p.uart_intid, Some(33), "SPI 1");
-        assert_eq!(p.psci, Some(PsciConduit::Smc));
-        assert_eq!(p.cpu_start.as_slice(), &[CpuStart::Psci; 4]);
-        assert_eq!(
-            p.timer,
-            TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
-        );
-        assert_eq!(p.initrd, None);
-        assert_eq!(p.virtio_mmio.len(), 32, "QEMU's virt has 32 virtio-mmio transports");
-        assert_eq!(p.rng_seed.map(<[u8]>::len), Some(32), "QEMU gives 32 random bytes in /chosen/rng-seed");
-        for (i, t) in p.virtio_mmio.iter().enumerate() {
-            let i = i as u64;
-            assert_eq!(t.window, PhysRange { base: 0x0a00_0000 + i * 0x200, size: 0x200 });
-            assert_eq!(t.intid, Some(48 + i as u32), "SPI 16 upward");
-        }
-    }
-
-    /// A board like the Raspberry Pi 4: no /psci, its CPUs released from spin tables, a
-    /// GIC-400 (the compatible, frames and cells of Documentation/devicetree/bindings/
-    /// interrupt-controller/arm,gic.yaml; the root's interrupt parent), a PL011.
-    fn spin_table_board() -> std::vec::Vec<u8> {
-        let mut fdt = vm_fdt::FdtWriter::new().unwrap();
-        let root = fdt.begin_node("").unwrap();
-        fdt.property_string("model", "Raspberry Pi 4 Model B").unwrap();
-        fdt.property_u32("interrupt-parent", 1).unwrap();
-        fdt.property_u32("#address-cells", 2).unwrap();
-        fdt.property_u32("#size-cells", 1).unwrap();
-        let memory = fdt.begin_node("memory@0").unwrap();
-        fdt.property_string("device_type", "memory").unwrap();
-        fdt.property_array_u32("reg", &[0, 0, 0x3b40_0000]).unwrap();
-        fdt.end_node(memory).unwrap();
-        let cpus = fdt.begin_node("cpus").unwrap();
-        fdt.property_u32("#address-cells", 1).unwrap();
-        fdt.property_u32("#size-cells", 0).unwrap();
-        for n in 0..4u32 {
-            let cpu = fdt.begin_node(&std::format!("cpu@{n}")).unwrap();
-            fdt.property_string("device_type", "cpu").unwrap();
-            fdt.property_u32("reg", n).unwrap();
-            fdt.property_string("enable-method", "spin-table").unwrap();
-            fdt.property_array_u32("cpu-release-addr", &[0, 0xd8 + 8 * n]).unwrap();
-            fdt.end_node(cpu).unwrap();
-        }
-        fdt.end_node(cpus).unwrap();
-        let gic = fdt.begin_node("interrupt-controller@ff841000").unwrap();
-        fdt.property_string("compatible", "arm,gic-400").unwrap();
-        fdt.property_u32("#interrupt-cells", 3).unwrap();
-        fdt.property_null("interrupt-controller").unwrap();
-        fdt.property_u32("phandle", 1).unwrap();
-        let frames = [0xff84_1000u32, 0x1000, 0xff84_2000, 0x2000, 0xff84_4000, 0x2000, 0xff84_6000, 0x2000];
-        let reg: std::vec::Vec<u32> = frames.chunks(2).flat_map(|f| [0, f[0], f[1]]).collect();
-        fdt.property_array_u32("reg", &reg).unwrap();
-        fdt.property_array_u32("interrupts", &[1, 9, 0xf04]).unwrap();
-        fdt.end_node(gic).unwrap();
-        let uart = fdt.begin_node("serial@fe201000").unwrap();
-        fdt.property_string("compatible", "arm,pl011").unwrap();
-        fdt.property_array_u32("reg", &[0, 0xfe20_1000, 0x200]).unwrap();
-        fdt.property_array_u32("interrupts", &[0, 121, 4]).unwrap();
-        fdt.end_node(uart).unwrap();
-        let timer = fdt.begin_node("timer").unwrap();
-        fdt.property_string("compatible", "arm,armv8-timer").unwrap();
-        fdt.property_array_u32("interrupts", &[1, 13, 0xf08, 1, 14, 0xf08, 1, 11, 0xf08, 1, 10, 0xf08]).unwrap();
-        fdt.end_node(timer).unwrap();
-        fdt.end_node(root).unwrap();
-        fdt.finish().unwrap()
-    }
-
-    #[test]
-    fn a_board_without_psci_has_its_cpus_started_from_spin_tables() {
-        let blob = spin_table_board();
-        let p = Platform::from_device_tree(&blob).unwrap();
-        assert_eq!(p.psci, None);
-        assert_eq!(p.cpus.as_slice(), &[0, 1, 2, 3]);
-        let releases: std::vec::Vec<CpuStart> = (0..4).map(|n| CpuStart::SpinTable { release: 0xd8 + 8 * n }).collect();
-        assert_eq!(p.cpu_start.as_slice(), releases.as_slice());
-        assert_eq!(p.gic.version, GicVersion::V2);
-        assert_eq!(p.gic.hyp_interface, Some(PhysRange { base: 0xff84_4000, size: 0x2000 }));
-        assert_eq!(p.uart, PhysRange { base: 0xfe20_1000, size: 0x200 });
-        assert_eq!(p.uart_intid, Some(153));
-        assert!(p.virtio_mmio.is_empty());
-    }
-
-    #[test]
-    fn a_versatile_express_is_read_through_its_buses_and_its_interrupt_map() {
-        let blob = crate::fdt::test_trees::versatile_express_board(|_| {});
-        let p = Platform::from_device_tree(&blob).unwrap();
-        assert_eq!(p.model, "V2P-CA15");
-        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x8000_0000, size: 0x4000_0000 }]);
-        assert_eq!(p.cpus.as_slice(), &[0, 1]);
-        let flags = SysFlags { registers: PhysRange { base: 0x1c01_0000, size: 0x1000 } };
-        assert_eq!(p.cpu_start.as_slice(), &[CpuStart::SysFlags(flags); 2], "no enable-method: the board's own");
-        assert_eq!((flags.set_register(), flags.clear_register()), (0x1c01_0030, 0x1c01_0034));
-        assert_eq!(p.psci, None);
-        assert_eq!(p.uart, PhysRange { base: 0x1c09_0000, size: 0x1000 });
-        assert_eq!(p.uart_intid, Some(37), "motherboard line 5 is SPI 5 through bus@8000000's interrupt-map");
-        assert_eq!(p.gic.maintenance_intid, Some(25));
-        assert_eq!(
-            p.timer,
-            TimerInterrupts { secure_physical: 29, nonsecure_physical: 30, virtual_timer: 27, hyp_physical: 26 }
-        );
-        assert_eq!(
-            p.virtio_mmio.as_slice(),
-            &[VirtioMmioTransport { window: PhysRange { base: 0x1c13_0000, size: 0x200 }, intid: Some(72) }]
-        );
-        let banner = p.to_string();
-        assert!(banner.contains("  uart        PL011 at 0x1c090000..0x1c091000, INTID 37\n"), "{banner}");
-    }
-
-    #[test]
-    fn an_interrupt_another_controller_takes_is_no_gic_intid() {
-        let blob = crate::fdt::test_trees::versatile_express_board(|f| {
-            let other = f.begin_node("gpio-intc@0").unwrap();
-            f.property_u32("#interrupt-cells", 3).unwrap();
-            f.property_null("interrupt-controller").unwrap();
-            f.property_u32("phandle", 5).unwrap();
-            f.end_node(other).unwrap();
-            let virtio = f.begin_node("virtio@8000100").unwrap();
-            f.property_string("compatible", "virtio,mmio").unwrap();
-            f.property_array_u32("reg", &[0x0800_0100, 0x200]).unwrap();
-            f.property_u32("interrupt-parent", 5).unwrap();
-            f.property_array_u32("interrupts", &[0, 41, 1]).unwrap();
-            f.end_node(virtio).unwrap();
-        });
-        let p = Platform::from_device_tree(&blob).unwrap();
-        let other = p.virtio_mmio.iter().find(|t| t.window.base == 0x0800_0100).unwrap();
-        assert_eq!(other.intid, None, "its specifier looks like a GIC SPI, but the GIC does not take it");
-    }
-
-    /// `blob` with `from` (which it holds once) replaced by `to`, of the same length.
-    fn patched(blob: &[u8], from: &[u8], to: &[u8]) -> std::vec::Vec<u8> {
-        assert_eq!(from.len(), to.len());
-        let at: std::vec::Vec<usize> = (0..blob.len()).filter(|&i| blob[i..].starts_with(from)).collect();
-        assert_eq!(at.len(), 1, "{from:?} is in the tree once");
-        let mut blob = blob.to_vec();
-        blob[at[0]..at[0] + to.len()].copy_from_slice(to);
-        blob
-    }
-
-    #[test]
-    fn only_a_versatile_express_with_its_system_registers_starts_cpus_through_them() {
-        let blob = crate::fdt::test_trees::versatile_express_board(|_| {});
-        let starts = |blob: &[u8]| Platform::from_device_tree(blob).map(|p| p.cpu_start.to_vec());
-        let other_board = patched(&blob, b"arm,vexpress\0", b"arm,vexpresz\0");
-        assert_eq!(starts(&other_board), Ok([CpuStart::Unknown; 2].to_vec()), "a board with no method named");
-        let no_sysreg = patched(&blob, b"arm,vexpress-sysreg\0", b"arm,vexpress-sysrex\0");
-        assert_eq!(starts(&no_sysreg), Ok([CpuStart::Unknown; 2].to_vec()));
-        // reg = <0x10000 0x30>: SYS_FLAGSSET and SYS_FLAGSCLR lie beyond it.
-        let small = patched(&blob, &[0, 1, 0, 0, 0, 0, 0x10, 0], &[0, 1, 0, 0, 0, 0, 0, 0x30]);
-        assert_eq!(starts(&small), Err(PlatformError::BadProperty("arm,vexpress-sysreg reg")));
-    }
-
-    #[test]
-    fn qemu_virt_gicv2_has_virtualization_frames() {
-        let p = Platform::from_device_tree(VIRT_GICV2).unwrap();
-        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x4000_0000, size: 0x8000_0000 }]);
-        assert_eq!(p.cpus.as_slice(), &[0, 1]);
-        assert_eq!(p.gic.version, GicVersion::V2);
-        assert_eq!(p.gic.cpu_interface, Some(PhysRange { base: 0x0801_0000, size: 0x1_0000 }));
-        assert_eq!(p.gic.hyp_interface, Some(PhysRange { base: 0x0803_0000, size: 0x1_0000 }));
-        assert_eq!(p.gic.virtual_cpu_interface, Some(PhysRange { base: 0x0804_0000, size: 0x1_0000 }));
-    }
-
-    #[test]
-    fn the_banner_shows_every_device_the_hypervisor_found() {
-        let banner = Platform::from_device_tree(VIRT_GICV2).unwrap().to_string();
-        let lines: std::vec::Vec<&str> = banner.lines().collect();
-        assert_eq!(lines[0], "  memory      0x40000000..0xc0000000 (2048 MiB)");
-        assert_eq!(lines[1], "  cpus        2 (MPIDR [0, 1])");
-        assert!(lines[2].starts_with("  gic         GICv2: GICD 0x8000000..0x8010000 GICC 0x8010000..0x8020000 GICH "));
-        assert_eq!(lines[3], "              maintenance interrupt INTID 25");
-        assert_eq!(lines[4], "  uart        PL011 at 0x9000000..0x9001000, INTID 33");
-        assert_eq!(lines[5], "  timer       INTIDs: EL1 physical 30, virtual 27, EL2 physical 26, secure physical 29");
-        assert_eq!(lines[6], "  boot bundle none");
-    }
-
-    #[test]
-    fn garbage_is_not_a_device_tree() {
-        assert_eq!(
-            Platform::from_device_tree(&[0u8; 64]).unwrap_err(),
-            PlatformError::NotADeviceTree(FdtError::BadMagic)
-        );
-        assert_eq!(Platform::from_device_tree(&[]).unwrap_err(), PlatformError::NotADeviceTree(FdtError::TooShort));
-    }
-
-    #[test]
-    fn a_truncated_device_tree_is_refused_without_panic() {
-        for len in [8, 40, 100, VIRT_GICV3.len() / 2] {
-            assert!(Platform::from_device_tree(&VIRT_GICV3[..len]).is_err(), "length {len}");
-        }
-    }
-
-    #[test]
-    fn cells_value_reads_one_or_two_cells() {
-        assert_eq!(cells_value(&[0, 0, 0x10, 0], "x"), Ok(0x1000));
-        assert_eq!(cells_value(&[0, 0, 0, 1, 0x80, 0, 0, 0], "x"), Ok(0x1_8000_0000));
-        assert_eq!(cells_value(&[1, 2, 3], "x"), Err(PlatformError::BadProperty("x")));
-    }
-
-    #[test]
-    fn gic_specifiers_map_to_intids() {
-        assert_eq!(gic_intid(0, 1), Some(33));
-        assert_eq!(gic_intid(1, 9), Some(25));
-        assert_eq!(gic_intid(2, 1), None);
-        assert_eq!(gic_intid(0, u32::MAX), None);
-    }
-}
+mod tests;

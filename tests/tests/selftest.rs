@@ -46,7 +46,7 @@ fn selftest_passes_every_check_on_gicv3_with_four_cpus() {
     assert_line(&out, "memory      0x40000000..0x80000000 (1024 MiB)");
     assert_line(&out, "cpus        4 (MPIDR [0, 1, 2, 3])");
     assert_line(&out, "gic         GICv3: GICD 0x8000000..0x8010000 GICR 0x80a0000..0x9000000");
-    assert_line(&out, "uart        PL011 at 0x9000000..0x9001000, INTID 33");
+    assert_line(&out, "uart        PL011 at 0x9000000..0x9001000 (stdout-path), INTID 33");
     assert_line(&out, "psci        Smc conduit, firmware PSCI 1.1");
     assert_line(&out, "timer       INTIDs: EL1 physical 30, virtual 27, EL2 physical 26, secure physical 29");
     for cpu in 1..4 {

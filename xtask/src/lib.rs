@@ -13,6 +13,7 @@ pub mod images;
 pub mod linux_guest;
 pub mod manifest;
 pub mod qemu;
+pub mod rpi4;
 pub mod setup;
 pub mod soak;
 pub mod util;

@@ -65,8 +65,9 @@ pub struct LinuxGuest {
 }
 
 impl LinuxGuest {
-    /// The device tree of board `name` (`vexpress-v2p-ca15-tc1.dtb`) that the kernel's
-    /// package carries, in `usr/lib/linux-image-RELEASE/` beside its `boot/`.
+    /// A board's device tree that the kernel's package carries, by its path under the
+    /// package's `usr/lib/linux-image-RELEASE/` beside its `boot/` (armhf's
+    /// `vexpress-v2p-ca15-tc1.dtb`, arm64's `broadcom/bcm2711-rpi-4-b.dtb`).
     pub fn board_device_tree(&self, name: &str) -> Result<PathBuf, XtaskError> {
         let root = self.kernel.parent().and_then(Path::parent).ok_or_else(|| {
             XtaskError::Build(format!("{}: the kernel is not in an unpacked package's boot/", self.kernel.display()))

@@ -20,9 +20,11 @@ pub enum Arch {
 }
 
 /// QEMU's board model.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum QemuBoard {
-    /// `virt`: the board the hypervisor's guests see too; QEMU writes its device tree.
+    /// `virt`: the board the hypervisor's guests see too; QEMU writes its device tree, and
+    /// the rest of `Machine` says its CPUs, GIC, RAM and virtio devices.
+    #[default]
     Virt,
     /// `vexpress-a15`: ARM's Versatile Express with a CoreTile A15 (32-bit only), its
     /// device tree `dtb` (QEMU writes none for it: Debian's `VEXPRESS_A15_DTB`, which
@@ -31,6 +33,9 @@ pub enum QemuBoard {
     /// its GIC is the A15's GICv2 (`gic_version` is not used); `-audio none`: no sound
     /// device for its audio codec.
     VexpressA15 { dtb: PathBuf },
+    /// `raspi4b` (Raspberry Pi 4B: 4 Cortex-A72s, a GIC-400, 2 GiB), which fixes its CPUs,
+    /// GIC, RAM and devices, with the device tree `dtb` (xtask::rpi4).
+    Raspi4b { dtb: PathBuf },
 }
 
 /// The device tree of the `vexpress-a15` board, in Debian's armhf kernel package.
@@ -53,12 +58,12 @@ pub struct Machine {
     /// Lets the hypervisor end the run with a non-zero status (trusted test guests only:
     /// semihosting is reachable from EL1 too).
     pub semihosting: bool,
-    /// A raw disk image file as the board's virtio-blk device.
+    /// A raw disk image file as the board's virtio-blk device (`virt` only).
     pub disk: Option<PathBuf>,
     /// A QEMU `blkdebug` configuration for that disk: requests it names fail as it says
     /// (tests of a failing board disk).
     pub disk_errors: Option<PathBuf>,
-    /// A virtio-net device on QEMU's user-mode network, with these TCP ports of
+    /// A virtio-net device on QEMU's user-mode network (`virt` only), with these TCP ports of
     /// 127.0.0.1 forwarded to the guest side (host port, guest port). Nothing listens
     /// anywhere but on the loopback address.
     pub network: Option<Vec<(u16, u16)>>,
@@ -100,6 +105,7 @@ impl Machine {
                 let board = format!("vexpress-a15,secure=off,virtualization={virtualization}");
                 cmd.args(["-M", &board, "-audio", "none", "-dtb"]).arg(dtb);
             }
+            QemuBoard::Raspi4b { dtb } => return self.raspi4b_command(dtb, kernel, initrd),
         }
         cmd.args(["-cpu", &self.cpu])
             .args(["-smp", &self.smp.to_string()])
@@ -134,6 +140,27 @@ impl Machine {
                 netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
             }
             cmd.args(["-netdev", &netdev]).args(["-device", "virtio-net-device,netdev=net0"]);
+        }
+        cmd
+    }
+}
+
+impl Machine {
+    /// `raspi4b` with `dtb`: QEMU starts `kernel` at EL2 with x0 = the device tree, and the
+    /// other CPUs in its spin-table stub, as the Pi's firmware does. It has no virtio-mmio
+    /// transport, so `disk` and `network` are not given it; `-no-reboot` makes a reset end
+    /// the run.
+    fn raspi4b_command(&self, dtb: &PathBuf, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
+        let mut cmd = Command::new("qemu-system-aarch64");
+        cmd.args(["-M", "raspi4b"]).arg("-dtb").arg(dtb).arg("-kernel").arg(kernel).arg("-no-reboot");
+        if let Some(initrd) = initrd {
+            cmd.arg("-initrd").arg(initrd);
+        }
+        if self.icount {
+            cmd.args(["-icount", "shift=0"]);
+        }
+        if self.semihosting {
+            cmd.args(["-semihosting-config", "enable=on,target=native"]);
         }
         cmd
     }
@@ -396,6 +423,16 @@ mod tests {
             virtualization: false,
             ..Machine::default()
         }
+    }
+
+    #[test]
+    fn raspi4b_takes_its_device_tree_and_nothing_the_board_fixes() {
+        let board = QemuBoard::Raspi4b { dtb: "fixed.dtb".into() };
+        let machine = Machine { board, disk: Some("disk.img".into()), network: Some(vec![]), ..Machine::default() };
+        let cmd = machine.command(&"hyp.Image".into(), Some(&"bundle".into()));
+        assert_eq!(cmd.get_program(), "qemu-system-aarch64");
+        let a = args(&cmd).join(" ");
+        assert_eq!(a, "-M raspi4b -dtb fixed.dtb -kernel hyp.Image -no-reboot -initrd bundle");
     }
 
     #[test]
