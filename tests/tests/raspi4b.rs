@@ -12,7 +12,7 @@ use system_tests::{
     BOOT_LIMIT, COMMAND_LIMIT, QEMU_TIMEOUT, RUN_LIMIT,
 };
 use xtask::bundle::{self, BundleOptions};
-use xtask::qemu::{self, Board, Machine, Session};
+use xtask::qemu::{self, Machine, QemuBoard, Session};
 
 /// What the hypervisor prints of the board, whichever guest it runs.
 const BOARD_LINES: &[&str] = &[
@@ -112,7 +112,7 @@ fn the_selftest_guest_passes_on_raspi4b() {
         .unwrap_or_else(|e| panic!("bundle: {e}"));
     let path = scratch_file("raspi4b-selftest.bundle");
     std::fs::write(&path, blob).expect("write bundle");
-    let machine = Machine { board: Board::Raspi4b { dtb }, semihosting: true, ..Machine::default() };
+    let machine = Machine { board: QemuBoard::Raspi4b { dtb }, semihosting: true, ..Machine::default() };
     let out = qemu::run_captured(machine.command(&hypervisor, Some(&path)), QEMU_TIMEOUT, false)
         .unwrap_or_else(|e| panic!("running QEMU: {e}"));
     assert!(!out.timed_out, "QEMU did not finish within {QEMU_TIMEOUT:?}; console:\n{}", out.console);
