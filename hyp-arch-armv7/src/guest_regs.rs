@@ -101,6 +101,10 @@ impl GuestRegisters for Registers {
     /// Register `n` as the guest's current mode sees it (15: the PC as an instruction reads
     /// it, 8 or 4 bytes ahead).
     fn reg(&self, n: u8) -> u64 {
+        // r0-r7 are never banked: no mode to look at for them (most accesses).
+        if n < 8 {
+            return u64::from(self.r[usize::from(n)]);
+        }
         let mode = self.mode();
         let value = match n {
             8..=12 if mode == MODE_FIQ => read_fiq_high(n),
@@ -113,6 +117,10 @@ impl GuestRegisters for Registers {
     }
 
     fn set_reg(&mut self, n: u8, value: u64) {
+        if n < 8 {
+            self.r[usize::from(n)] = value as u32;
+            return;
+        }
         let (mode, v) = (self.mode(), value as u32);
         match n {
             8..=12 if mode == MODE_FIQ => write_fiq_high(n, v),

@@ -159,7 +159,7 @@ fn the_armv7_image_boots_armhf_linux_on_versatile_express_from_its_device_tree()
         &[
             "hypervisor 0.1.0 (ARMv7, HYP mode) on V2P-CA15",
             "gic         GICv2: GICD 0x2c001000..0x2c002000 GICC 0x2c002000..0x2c004000 GICH 0x2c004000..0x2c006000 GICV 0x2c006000..0x2c008000",
-            "uart        PL011 at 0x1c090000..0x1c091000 (stdout-path), INTID 37",
+            "uart        PL011 at 0x1c090000..0x1c091000 (the first PL011: no stdout-path), INTID 37",
             "hypervisor: cpu0 (MPIDR 0x0) online (boot CPU)",
             "hypervisor: cpu1 (MPIDR 0x1) online",
             "hypervisor: 2 of 2 CPUs online",
