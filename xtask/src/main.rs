@@ -28,7 +28,8 @@ Commands:
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md);
           --quick skips the throughput runs; --arch armv7: the ARMv7 image's microbenchmarks
-          (the 32-bit guest microbench32) and Linux boot
+          (the 32-bit guest microbench32) and Linux boot; --board raspi4b: the Linux boot on
+          QEMU's Raspberry Pi 4B beside the same kernel on the board (macro-rpi4.json)
   deploy  `deploy rpi4 DIR`: write what goes on a Raspberry Pi 4's boot partition into DIR
           (config.txt, the hypervisor, the boot bundle of a manifest) and name the
           firmware files to copy beside them (docs/deploy-rpi4.md)
@@ -715,21 +716,28 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
-    let armv7 = match args {
-        [arch, value] if arch == "--arch" && value == "armv7" => true,
-        [arch, value] if arch == "--arch" && value == "aarch64" => false,
+    let (armv7, raspi4b) = match args {
+        [arch, value] if arch == "--arch" && value == "armv7" => (true, false),
+        [arch, value] if arch == "--arch" && value == "aarch64" => (false, false),
+        [board, value] if board == "--board" && value == "raspi4b" => (false, true),
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, or --arch aarch64|armv7)"
+                    "unknown option `{a}` for bench (--quick, --arch aarch64|armv7, or --board raspi4b)"
                 )));
             }
-            false
+            (false, false)
         }
     };
     let quick = !args.is_empty();
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
+    if raspi4b {
+        let boot = bench::rpi4::linux_boot()?;
+        print!("{}{}", bench::rpi4::report(&boot)?, bench::exits::table(std::slice::from_ref(&boot.exits)));
+        step("figures written to target/bench/macro-rpi4.json");
+        return Ok(());
+    }
     if armv7 {
         let (under, native) = bench::micro_armv7()?;
         let micro = bench::report_armv7(&under, &native)?;
