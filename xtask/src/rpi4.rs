@@ -15,6 +15,9 @@
 //! Everything else is copied as it is: QEMU itself fills in `/memory` (960 MiB of the
 //! 2 GiB it maps) and `/chosen`'s initrd, and removes the PCIe, RNG, thermal and GENET
 //! nodes it lacks (it says so on stderr).
+//!
+//! What QEMU then passes the image (`qemu_loaded_tree`, through `-machine dumpdtb`) is the
+//! board a manifest is checked against on `raspi4b` and for a Pi (`qemu_board`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -7,8 +7,8 @@
 //!
 //! Both sides have 4 CPUs (raspi4b has no fewer) and the kernel 512 MiB: the VM has 4 vCPUs,
 //! one pinned to each CPU, and 512 MiB; directly on the board the kernel is told `mem=512M`
-//! (the board's device tree declares 960 MiB, and struct-page set-up and the memory's
-//! freeing grow with it: about 24M instructions more to the shell with all of it).
+//! (the board's device tree declares 960 MiB; with all of it the kernel took about 24M
+//! instructions more to its shell: docs/performance.md).
 
 use super::exits::{ExitSnapshot, WorkloadExits};
 use super::{boot, linux_vm, met, target_text, write_bench_file, Pair, BOOT_TARGET, VIRTUAL_CLOCK};
