@@ -28,8 +28,8 @@ pub const VCPUS: u32 = 4;
 pub struct Rpi4Boot {
     /// QEMU's start to the guest's shell, in instructions.
     pub boot: Pair,
-    /// Of `boot.under`, the instructions before the VM was created (the hypervisor's own
-    /// boot: the board found, the CPUs released, the VM built).
+    /// Of `boot.under`, the instructions before the VM's counter started (the hypervisor's
+    /// own boot and the VM's making).
     pub before_vm: f64,
     /// The VM's exits by reason from its creation to its shell.
     pub exits: WorkloadExits,
