@@ -3,13 +3,15 @@
 //! `bcm2711-rpi-4-b.dtb`, fixed up for QEMU: docs/deploy-rpi4.md), at EL2, the other three
 //! CPUs waiting in a spin table, no PSCI. It finds the GIC-400 and the PL011 through the
 //! buses' `ranges`, releases the three CPUs, runs a VM whose virtio devices are its own (the
-//! board has none), and stops the machine through the power manager's watchdog.
+//! board has none), and stops the machine through the power manager's watchdog. What
+//! `cargo xtask qemu --board raspi4b` boots is what `cargo xtask deploy rpi4` writes for the
+//! Pi's boot partition: the two-VM Pi manifest runs there, and its files are compared.
 
 use std::time::Duration;
 
 use system_tests::{
     assert_line, assert_output_line, images, one_linux_at_a_time, run, scratch_file, selftest_vm, wait_for_shell,
-    BOOT_LIMIT, COMMAND_LIMIT, QEMU_TIMEOUT, RUN_LIMIT,
+    BOOT_LIMIT, COMMAND_LIMIT, PROMPT, QEMU_TIMEOUT, RUN_LIMIT,
 };
 use xtask::bundle::{self, BundleOptions};
 use xtask::qemu::{self, Machine, QemuBoard, Session};
@@ -38,27 +40,25 @@ const BOARD_LINES: &[&str] = &[
 const HALT_LINE: &str =
     "hypervisor: no PSCI: halting the machine through the BCM2835 power manager's watchdog at 0xfe100000";
 
+/// `cargo xtask ARGS` as a user runs it, in a target directory of its own (the one this
+/// test runs from is busy).
+fn xtask(args: &[&str]) -> std::process::Command {
+    let root = xtask::images::workspace_root();
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.current_dir(&root)
+        .env("CARGO_TARGET_DIR", root.join("target").join("xtask-run"))
+        .args(["run", "--quiet", "-p", "xtask", "--"])
+        .args(args);
+    cmd
+}
+
 /// What a newcomer runs: `cargo xtask qemu --board raspi4b` prints each change it made to
 /// the device tree, boots to a Linux shell that answers, and `poweroff` ends the VM, then
 /// the machine (QEMU exits 0, and so does xtask).
 #[test]
 fn cargo_xtask_qemu_board_raspi4b_boots_linux_on_four_cpus_from_a_spin_table_and_powers_off() {
     let _alone = one_linux_at_a_time();
-    let root = xtask::images::workspace_root();
-    let mut cmd = std::process::Command::new(env!("CARGO"));
-    // Its own target directory: the one this test runs from is busy.
-    cmd.current_dir(&root).env("CARGO_TARGET_DIR", root.join("target").join("xtask-run")).args([
-        "run",
-        "--quiet",
-        "-p",
-        "xtask",
-        "--",
-        "qemu",
-        "--board",
-        "raspi4b",
-        "--timeout",
-        "500",
-    ]);
+    let cmd = xtask(&["qemu", "--board", "raspi4b", "--timeout", "500"]);
     let mut s = Session::spawn(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("{e}"));
     // xtask's own lines come on its stderr, which the session marks where each read of it
     // begins: a line may be split after its "xtask: ", so only what follows is looked for.
@@ -95,6 +95,99 @@ fn cargo_xtask_qemu_board_raspi4b_boots_linux_on_four_cpus_from_a_spin_table_and
     let out = s.finish();
     assert!(!out.timed_out, "killed at the deadline; console:\n{}", out.console);
     assert_eq!(out.status, Some(0), "xtask exits 0 when QEMU does; console:\n{}", out.console);
+}
+
+/// Types a management console command (Ctrl-] opens its command line).
+fn command(s: &mut Session, line: &str) {
+    s.send_line(&format!("\x1d{line}")).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The Pi manifest (manifests/rpi4-two-vms.toml) on QEMU raspi4b, as `cargo xtask qemu
+/// --board raspi4b --manifest` boots it: the board found and its four CPUs started through
+/// the spin table, both Linux VMs at their shells, one pinging the other through the
+/// hypervisor's switch, the management console listing both, and the run ending with both
+/// powered off and the watchdog. Then `cargo xtask deploy rpi4` into an empty directory
+/// writes byte for byte the files QEMU booted.
+#[test]
+fn the_two_vm_pi_manifest_boots_from_the_files_deploy_writes_and_its_vms_ping_each_other() {
+    let _alone = one_linux_at_a_time();
+    let manifest = "manifests/rpi4-two-vms.toml";
+    let cmd = xtask(&["qemu", "--board", "raspi4b", "--manifest", manifest, "--timeout", "550"]);
+    let mut s = Session::spawn(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("the boot partition `cargo xtask deploy rpi4` writes, in ", BOOT_LIMIT)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let booted = std::path::PathBuf::from(s.wait_for("; QEMU loads", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}")));
+    s.wait_for_all(BOARD_LINES, BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for_all(&["front | guest: eth0 is 10.0.2.15", "back | guest: eth0 is 10.0.2.16"], BOOT_LIMIT)
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // front has the console: its shell answers, and it reaches back through the switch.
+    s.send_line("").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let cpus = run(&mut s, "grep -c ^processor /proc/cpuinfo");
+    assert_output_line(&cpus, "1", "front's one vCPU");
+    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.16");
+    assert!(ping.contains("3 packets transmitted, 3 packets received"), "front pings back: {ping}");
+
+    // The management console lists both VMs, running, each pinned to a CPU of its own.
+    command(&mut s, "list");
+    let listed = s.wait_for("vm1 back:", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let listed = format!("{listed}vm1 back:{}", s.wait_for("\n", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}")));
+    for vm in [
+        "vm0 front: running, 1 vCPU(s) pinned, 256 MiB, has the console; ",
+        "vm1 back: running, 1 vCPU(s) pinned, 256 MiB; ",
+    ] {
+        assert!(listed.contains(vm), "`list` shows {vm:?}:\n{listed}");
+    }
+
+    // Both power off; the machine stops through the watchdog and QEMU exits 0.
+    s.send_line("poweroff").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("hypervisor: vm0 front ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    command(&mut s, "focus back");
+    s.wait_for("hyp: console input goes to vm1 back", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.send_line("").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let ping = run(&mut s, "ping -c 1 -W 2 10.0.2.15 >/dev/null; echo ping-status-$?");
+    assert_output_line(&ping, "ping-status-1", "front is gone: back's ping finds no one");
+    s.send_line("poweroff").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("hypervisor: vm1 back ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for("hypervisor: all 2 VM(s) ended: 2 clean, 0 failed", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(HALT_LINE, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    assert!(s.wait_for_end(Duration::from_secs(60)), "QEMU ends once the watchdog fires");
+    let out = s.finish();
+    assert!(!out.timed_out, "killed at the deadline; console:\n{}", out.console);
+    assert_eq!(out.status, Some(0), "xtask exits 0 when QEMU does; console:\n{}", out.console);
+    assert!(!out.console.contains("hypervisor: panic"), "{}", out.console);
+
+    // What deploy writes for the card is what QEMU booted, byte for byte.
+    let card = scratch_file("rpi4-deploy-card");
+    let _ = std::fs::remove_dir_all(&card);
+    let deployed = xtask(&["deploy", "rpi4", &card.display().to_string(), "--manifest", manifest])
+        .output()
+        .expect("run cargo xtask deploy");
+    let said = String::from_utf8_lossy(&deployed.stderr);
+    assert!(deployed.status.success(), "deploy: {said}");
+    for name in ["config.txt", "hypervisor8.img", "hypervisor.bundle"] {
+        let (on_card, booted_file) = (card.join(name), booted.join(name));
+        let (a, b) =
+            (std::fs::read(&on_card).expect("deploy wrote it"), std::fs::read(&booted_file).expect("QEMU booted it"));
+        assert!(
+            a == b,
+            "{} ({} bytes) differs from {} ({} bytes)",
+            on_card.display(),
+            a.len(),
+            booted_file.display(),
+            b.len()
+        );
+    }
+    for f in xtask::deploy::FIRMWARE_FILES {
+        assert!(said.contains(f.path), "deploy names the firmware's {}: {said}", f.path);
+        assert!(!card.join(f.path).exists(), "deploy downloads nothing: {} is the user's to copy", f.path);
+    }
+    // On QEMU the firmware's device tree is Debian's, fixed up: the one every raspi4b run uses.
+    let fixed = xtask::images::images_dir().join("bcm2711-rpi-4-b-qemu.dtb");
+    assert_eq!(std::fs::read(booted.join("bcm2711-rpi-4-b.dtb")).unwrap(), std::fs::read(fixed).unwrap());
+    std::fs::remove_dir_all(&card).unwrap();
 }
 
 /// The selftest guest checks the hypervisor from the inside on the Pi 4 (its PSCI CPU_ON

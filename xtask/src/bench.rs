@@ -7,10 +7,11 @@
 //! all the figures are of one image; the hooks act only when a bundle asks for them, and
 //! the Linux benchmarks' bundles do not. `--arch armv7` measures the ARMv7 image (which has
 //! no test hooks) instead: the 32-bit guest's microbenchmarks (`micro-armv7.json`) and its
-//! Linux boot.
+//! Linux boot; `--board raspi4b` the Linux boot on QEMU's Raspberry Pi 4B (`rpi4`).
 
 pub mod chart;
 pub mod exits;
+pub mod rpi4;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

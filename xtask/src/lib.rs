@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod bundle;
 pub mod cpio;
+pub mod deploy;
 pub mod elf;
 pub mod fuzz;
 pub mod images;

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
+use xtask::deploy::{self, Rpi4Deploy, Vms};
 use xtask::images::Hypervisor;
 use xtask::linux_guest::DebianArch;
 use xtask::manifest::{Board, DebianGuest, Manifest};
@@ -27,7 +28,11 @@ Commands:
           Linux boot and sha256sum (instructions), virtio throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md);
           --quick skips the throughput runs; --arch armv7: the ARMv7 image's microbenchmarks
-          (the 32-bit guest microbench32) and Linux boot
+          (the 32-bit guest microbench32) and Linux boot; --board raspi4b: the Linux boot on
+          QEMU's Raspberry Pi 4B beside the same kernel on the board (macro-rpi4.json)
+  deploy  `deploy rpi4 DIR`: write what goes on a Raspberry Pi 4's boot partition into DIR
+          (config.txt, the hypervisor, the boot bundle of a manifest) and name the
+          firmware files to copy beside them (docs/deploy-rpi4.md)
   image   build every image into target/images/: the hypervisor as deployed (hypervisor.Image,
           without test hooks), the test guests (AArch64 Images, AArch32 zImages), and the Debian
           Linux guests, arm64 and armhf (kernel and busybox initramfs, downloads cached)
@@ -84,6 +89,10 @@ Options of `bench`:
                    third of the time): the virtio throughput runs, their exits and their
                    bars in ratios.svg are skipped
 
+Options of `deploy rpi4 DIR`: DIR must be empty, new, or a previous deploy
+  --manifest FILE  the VMs (default manifests/rpi4-two-vms.toml), checked against the Pi 4
+                   as QEMU raspi4b describes it (4 CPUs, 960 MiB)
+
 Options of `fuzz`: [TARGET...] (default: all), and one of
   --time SECS      run each target this long (default 60)
   --runs N         run each target for N executions
@@ -103,6 +112,7 @@ fn main() {
         Some("qemu") => cmd_qemu(&args[1..]),
         Some("test") => cmd_test(&args[1..]),
         Some("bench") => cmd_bench(&args[1..]),
+        Some("deploy") => cmd_deploy(&args[1..]),
         Some("fuzz") => cmd_fuzz(&args[1..]),
         Some("soak") => cmd_soak(&args[1..]),
         Some("build") | Some("image") => cmd_image(),
@@ -247,11 +257,11 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         return Err(XtaskError::Usage(format!("--vcpus: {} is not between 1 and 4", parsed.vcpus)));
     }
     if parsed.board == BoardName::Raspi4b {
-        let fixed = ["--arch", "--gic", "--smp", "--memory", "--disk", "--manifest", "--http-port"];
+        let fixed = ["--arch", "--gic", "--smp", "--memory", "--disk", "--http-port"];
         if let Some(flag) = parsed.given.iter().find(|f| fixed.contains(&f.as_str())) {
             return Err(XtaskError::Usage(format!(
                 "{flag}: not with --board raspi4b, whose board fixes it (an AArch64 Cortex-A72 board with a \
-                 GIC-400, 4 CPUs and 2 GiB, no virtio-mmio disk or NIC; one VM, no manifest yet)"
+                 GIC-400, 4 CPUs and 2 GiB, no virtio-mmio disk or NIC)"
             )));
         }
     }
@@ -456,25 +466,24 @@ fn qemu_manifest(args: QemuArgs) -> Result<(), XtaskError> {
     run_on_terminal(machine.command(&hyp, Some(&bundle_path)), args.timeout)
 }
 
-/// The hypervisor on QEMU `raspi4b`, with the linux guest on this terminal or the selftest
-/// guest (docs/deploy-rpi4.md): the image QEMU starts where the Pi's firmware would, and
-/// Debian's device tree of the Pi 4 with the fix-ups QEMU needs, each printed.
+/// The hypervisor on QEMU `raspi4b` (docs/deploy-rpi4.md), with the linux guest on this
+/// terminal, a manifest's VMs, or the selftest guest: the files `cargo xtask deploy rpi4`
+/// writes, written by the same code into `target/rpi4-boot/NAME/` and booted as the Pi's
+/// firmware boots them (the kernel and initramfs `config.txt` names, at the firmware's
+/// address; Debian's device tree of the Pi 4 with the fix-ups QEMU needs, each printed).
 fn qemu_raspi4b(args: QemuArgs) -> Result<(), XtaskError> {
     let linux = xtask::linux_guest::debian(DebianArch::Arm64)?;
-    let (dtb, fix_ups) = rpi4::qemu_device_tree(&linux)?;
-    step(&format!(
-        "device tree: Debian's {} fixed up for QEMU raspi4b, {} change(s), written to {}:",
-        rpi4::DEBIAN_DTB,
-        fix_ups.len(),
-        dtb.display()
-    ));
-    for fix_up in &fix_ups {
-        step(&format!("  {fix_up}"));
-    }
     let selftest = args.guest == "selftest";
-    let (kind, vm, options) = if selftest {
+    let manifest = match &args.manifest {
+        Some(path) => Some(Manifest::load(path, &mut |arch| {
+            let linux = xtask::linux_guest::debian(arch)?;
+            Ok(DebianGuest { kernel: linux.kernel, initrd: linux.initrd })
+        })?),
+        None => None,
+    };
+    let vm = if selftest {
         let guest = images::build_test_guest("selftest")?;
-        let vm = VmEntry {
+        VmEntry {
             name: "selftest".into(),
             vcpus: 2,
             memory: 64 << 20,
@@ -483,8 +492,7 @@ fn qemu_raspi4b(args: QemuArgs) -> Result<(), XtaskError> {
             bootargs: None,
             device_tree: None,
             devices: VmDevices::default(),
-        };
-        (Hypervisor::TestHooks, vm, BundleOptions { semihosting_exit: true, test_el2_fault: None })
+        }
     } else {
         let (kernel, initrd) = match (args.kernel, args.initrd) {
             (Some(kernel), initrd) => (kernel, initrd),
@@ -493,7 +501,7 @@ fn qemu_raspi4b(args: QemuArgs) -> Result<(), XtaskError> {
         // The board has no NIC to be the switch's uplink: eth0 reaches the switch's other
         // ports only, so no gateway.
         let bootargs = args.append.unwrap_or_else(|| format!("{} guest.ip=10.0.2.15", xtask::linux_guest::BOOTARGS));
-        let vm = VmEntry {
+        VmEntry {
             name: "linux".into(),
             vcpus: args.vcpus,
             memory: args.vm_memory_mib << 20,
@@ -502,27 +510,52 @@ fn qemu_raspi4b(args: QemuArgs) -> Result<(), XtaskError> {
             bootargs: Some(bootargs),
             device_tree: args.dtb,
             devices: VmDevices { network: Some(None), ..Default::default() },
-        };
-        (Hypervisor::Deployed, vm, BundleOptions::default())
+        }
     };
-    let hyp = rpi4::image_at_firmware_address(&images::build_hypervisor(kind)?)?;
-    let bundle_path = bundle::write_file(&format!("raspi4b-{}", vm.name), std::slice::from_ref(&vm), &options)?;
-    let machine = Machine { board: QemuBoard::Raspi4b { dtb }, semihosting: selftest, ..args.machine };
+    let (name, vms) = match &manifest {
+        Some(m) => {
+            (m.path.file_stem().map_or("manifest".into(), |s| s.to_string_lossy().into_owned()), Vms::Manifest(m))
+        }
+        None => (vm.name.clone(), Vms::Options(std::slice::from_ref(&vm))),
+    };
+    let (hypervisor, options) = if selftest {
+        (Hypervisor::TestHooks, BundleOptions { semihosting_exit: true, test_el2_fault: None })
+    } else {
+        (Hypervisor::Deployed, BundleOptions::default())
+    };
+    let what = Rpi4Deploy { vms, options, hypervisor };
+    let deployed = deploy::rpi4(&deploy::qemu_dir(&name), &what, &linux)?;
+    let (files, dtb) = deploy::qemu_boot_files(&deployed.files.dir, &deployed.qemu_dtb)?;
     step(&format!(
-        "booting the hypervisor ({}, loaded at {:#x}) and {} ({} vCPUs, {} MiB) on QEMU raspi4b (4 Cortex-A72s, \
-         GIC-400; the device tree declares 960 MiB of the 2 GiB QEMU maps)",
-        hyp.display(),
+        "the boot partition `cargo xtask deploy rpi4` writes, in {}; QEMU loads what its config.txt names, as the \
+         firmware does: {} at {:#x}, {} as the initramfs, {} as the firmware's device tree",
+        files.dir.display(),
+        files.kernel.display(),
         rpi4::FIRMWARE_LOAD_ADDRESS,
-        vm.name,
-        vm.vcpus,
-        vm.memory >> 20
+        files.bundle.display(),
+        dtb.display()
     ));
-    let cmd = machine.command(&hyp, Some(&bundle_path));
+    let summary = match &manifest {
+        Some(m) => m.summary(),
+        None => format!("{} ({} vCPUs, {} MiB)", vm.name, vm.vcpus, vm.memory >> 20),
+    };
+    step(&format!(
+        "booting the hypervisor and {summary} on QEMU raspi4b (4 Cortex-A72s, GIC-400; the device tree declares \
+         {} MiB of the 2 GiB QEMU maps)",
+        deployed.board.memory_mib
+    ));
+    let machine = Machine { board: QemuBoard::Raspi4b { dtb }, semihosting: selftest, ..args.machine };
+    let cmd = machine.command(&files.kernel, Some(&files.bundle));
     if selftest {
         return run_selftest(cmd, Duration::from_secs(args.timeout.unwrap_or(120)));
     }
-    step("the VM's virtio devices (console, NIC on the switch) are the hypervisor's own; the board has none");
-    step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
+    step("the VMs' virtio devices (console, NIC on the switch) are the hypervisor's own; the board has none");
+    if manifest.is_some() {
+        step("Ctrl-] opens the management console (`list`, `focus NAME`, ...; docs/management.md)");
+        step("to leave: `poweroff` in every guest ends the run; or press Ctrl-A then X to stop QEMU at once");
+    } else {
+        step("to leave: `poweroff` in the guest ends the VM and QEMU; or press Ctrl-A then X to stop QEMU at once");
+    }
     run_on_terminal(cmd, args.timeout)
 }
 
@@ -683,21 +716,28 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
-    let armv7 = match args {
-        [arch, value] if arch == "--arch" && value == "armv7" => true,
-        [arch, value] if arch == "--arch" && value == "aarch64" => false,
+    let (armv7, raspi4b) = match args {
+        [arch, value] if arch == "--arch" && value == "armv7" => (true, false),
+        [arch, value] if arch == "--arch" && value == "aarch64" => (false, false),
+        [board, value] if board == "--board" && value == "raspi4b" => (false, true),
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, or --arch aarch64|armv7)"
+                    "unknown option `{a}` for bench (--quick, --arch aarch64|armv7, or --board raspi4b)"
                 )));
             }
-            false
+            (false, false)
         }
     };
     let quick = !args.is_empty();
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
+    if raspi4b {
+        let boot = bench::rpi4::linux_boot()?;
+        print!("{}{}", bench::rpi4::report(&boot)?, bench::exits::table(std::slice::from_ref(&boot.exits)));
+        step("figures written to target/bench/macro-rpi4.json");
+        return Ok(());
+    }
     if armv7 {
         let (under, native) = bench::micro_armv7()?;
         let micro = bench::report_armv7(&under, &native)?;
@@ -727,6 +767,62 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         if quick { "" } else { ", io.json" },
         chart.display()
     ));
+    Ok(())
+}
+
+/// `deploy rpi4 DIR [--manifest FILE]`, parsed: the directory and the manifest.
+fn parse_deploy_args(args: &[String]) -> Result<(PathBuf, PathBuf), XtaskError> {
+    let usage = "usage: cargo xtask deploy rpi4 DIR [--manifest FILE]";
+    let mut rest = match args {
+        [board, rest @ ..] if board == "rpi4" => rest.iter(),
+        [board, ..] => {
+            return Err(XtaskError::Usage(format!("deploy: `{board}` is not a board deploy knows (rpi4); {usage}")))
+        }
+        [] => return Err(XtaskError::Usage(format!("deploy: which board? {usage}"))),
+    };
+    let (mut dir, mut manifest) = (None, None);
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--manifest" => {
+                let value = rest.next().ok_or_else(|| XtaskError::Usage("--manifest needs a value".into()))?;
+                manifest = Some(existing_file(arg, value.clone())?);
+            }
+            flag if flag.starts_with('-') => {
+                return Err(XtaskError::Usage(format!("unknown option `{flag}` for deploy; {usage}")))
+            }
+            given if dir.is_none() => dir = Some(PathBuf::from(given)),
+            extra => {
+                return Err(XtaskError::Usage(format!("deploy: one directory only (`{extra}` is a second); {usage}")))
+            }
+        }
+    }
+    let dir = dir.ok_or_else(|| XtaskError::Usage(format!("deploy rpi4: which directory? {usage}")))?;
+    Ok((dir, manifest.unwrap_or_else(|| images::workspace_root().join(deploy::DEFAULT_MANIFEST))))
+}
+
+/// Writes a Raspberry Pi 4's boot partition (docs/deploy-rpi4.md).
+fn cmd_deploy(args: &[String]) -> Result<(), XtaskError> {
+    let (dir, manifest_path) = parse_deploy_args(args)?;
+    // Refused before anything is built or fetched.
+    deploy::boot_partition::check_dir(&dir)?;
+    setup::ensure_rust_targets()?;
+    // The manifest is checked against the board QEMU raspi4b's device tree describes.
+    setup::ensure_qemu()?;
+    let manifest = Manifest::load(&manifest_path, &mut |arch| {
+        let linux = xtask::linux_guest::debian(arch)?;
+        Ok(DebianGuest { kernel: linux.kernel, initrd: linux.initrd })
+    })?;
+    let linux = xtask::linux_guest::debian(DebianArch::Arm64)?;
+    let what = Rpi4Deploy {
+        vms: Vms::Manifest(&manifest),
+        options: BundleOptions::default(),
+        hypervisor: Hypervisor::Deployed,
+    };
+    let deployed = deploy::rpi4(&dir, &what, &linux)?;
+    step(&format!("{}: {}", manifest_path.display(), manifest.summary()));
+    for line in deploy::report(&deployed.files).lines() {
+        step(line);
+    }
     Ok(())
 }
 
@@ -781,7 +877,7 @@ mod tests {
     }
 
     #[test]
-    fn raspi4b_takes_neither_the_options_its_board_fixes_nor_a_manifest() {
+    fn raspi4b_takes_a_manifest_but_not_the_options_its_board_fixes() {
         let a = parse(&["--board", "raspi4b", "--vcpus", "3", "--timeout", "60"]).unwrap();
         assert_eq!(a.board, BoardName::Raspi4b);
         assert_eq!((a.vcpus, a.timeout), (3, Some(60)));
@@ -794,6 +890,46 @@ mod tests {
         assert!(err.starts_with("--arch: not with --board raspi4b"), "{err}");
         assert_eq!(parse(&["--board", "rpi5"]).unwrap_err(), "--board: `rpi5` is not virt, raspi4b or vexpress-a15");
         assert_eq!(parse(&["--board", "virt", "--smp", "2"]).unwrap().machine.smp, 2);
+        let manifest = format!("{}/../manifests/rpi4-two-vms.toml", env!("CARGO_MANIFEST_DIR"));
+        let a = parse(&["--board", "raspi4b", "--manifest", &manifest]).unwrap();
+        assert_eq!(a.manifest.as_deref(), Some(std::path::Path::new(&manifest)));
+        assert_eq!(
+            parse(&["--board", "raspi4b", "--manifest", &manifest, "--vcpus", "1"]).unwrap_err(),
+            "--vcpus: the manifest describes the VMs; change it there"
+        );
+    }
+
+    fn deploy_args(args: &[&str]) -> Result<(PathBuf, PathBuf), String> {
+        parse_deploy_args(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn deploy_rpi4_takes_a_directory_and_a_manifest_defaulting_to_the_two_vm_pi_one() {
+        let (dir, manifest) = deploy_args(&["rpi4", "/mnt/boot"]).unwrap();
+        assert_eq!(dir, PathBuf::from("/mnt/boot"));
+        assert!(manifest.ends_with("manifests/rpi4-two-vms.toml") && manifest.is_file(), "{}", manifest.display());
+        let three = format!("{}/../manifests/three-vms.toml", env!("CARGO_MANIFEST_DIR"));
+        let (_, manifest) = deploy_args(&["rpi4", "--manifest", &three, "card"]).unwrap();
+        assert_eq!(manifest, PathBuf::from(&three), "options before or after the directory");
+        let usage = "usage: cargo xtask deploy rpi4 DIR [--manifest FILE]";
+        assert_eq!(deploy_args(&[]).unwrap_err(), format!("deploy: which board? {usage}"));
+        assert_eq!(
+            deploy_args(&["rpi5", "d"]).unwrap_err(),
+            format!("deploy: `rpi5` is not a board deploy knows (rpi4); {usage}")
+        );
+        assert_eq!(deploy_args(&["rpi4"]).unwrap_err(), format!("deploy rpi4: which directory? {usage}"));
+        assert_eq!(
+            deploy_args(&["rpi4", "a", "b"]).unwrap_err(),
+            format!("deploy: one directory only (`b` is a second); {usage}")
+        );
+        assert_eq!(
+            deploy_args(&["rpi4", "d", "--smp", "2"]).unwrap_err(),
+            format!("unknown option `--smp` for deploy; {usage}")
+        );
+        assert_eq!(
+            deploy_args(&["rpi4", "d", "--manifest", "/no/such.toml"]).unwrap_err(),
+            "--manifest: /no/such.toml is not a file"
+        );
     }
 
     #[test]

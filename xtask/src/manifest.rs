@@ -1,13 +1,16 @@
 //! The manifest (docs/manifest.md): one TOML file that describes the board and its VMs. It
 //! becomes the boot bundle's VM list; the rules it must keep are `hyp_core::manifest`'s,
-//! checked here against the QEMU `virt` board xtask will start, and again by the hypervisor
-//! at boot against the board it finds.
+//! checked here against the board xtask will start (QEMU `virt` from its options, or a board
+//! its device tree describes: QEMU `raspi4b`), and again by the hypervisor at boot against
+//! the board it finds.
 
 use std::path::{Path, PathBuf};
 
 use hyp_core::bundle::Policy;
-use hyp_core::manifest::{BoardDevice, BoardLimits, DeviceTable, ManifestError};
-use hyp_core::platform::PhysRange;
+use hyp_core::manifest::{
+    BoardDevice, BoardDevices, BoardLimits, DeviceTable, DeviceTreeDevices, DmaReason, ManifestError,
+};
+use hyp_core::platform::{PhysRange, Platform};
 use serde::Deserialize;
 
 use crate::bundle::{self, BundleOptions, DiskSlice, Passthrough, Placement, VmDevices, VmEntry};
@@ -67,20 +70,78 @@ pub const QEMU_VIRT_RAM_BASE: u64 = 0x4000_0000;
 /// hypervisor checks the real figure at boot.
 pub const HYPERVISOR_RESERVE: u64 = 48 << 20;
 
-/// The board a manifest runs on: QEMU's `virt` with these CPUs, RAM and disk.
+/// The board a manifest runs on: QEMU's `virt` with these CPUs, RAM and disk, or a board
+/// described by the device tree its loader passes (QEMU `raspi4b`: `Board::from_device_tree`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Board {
     pub cpus: u32,
     pub memory_mib: u32,
     /// The size of the board's virtio disk in bytes, if it has one.
     pub disk: Option<u64>,
-    ram: [PhysRange; 1],
+    ram: Vec<PhysRange>,
+    described: Described,
+}
+
+/// Where the board's devices and the hypervisor's own are known from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Described {
+    /// xtask's tables of QEMU `virt` (`QEMU_VIRT_DEVICES`, `QEMU_VIRT_HYPERVISOR_DEVICES`).
+    QemuVirt,
+    /// A device tree, read by the hypervisor's own code as it reads it at boot.
+    DeviceTree {
+        /// `hyp_core::manifest::hypervisor_windows` of the tree.
+        hypervisor: Vec<PhysRange>,
+        /// Bytes of RAM the tree reserves (`/memreserve/`, `/reserved-memory`).
+        reserved: u64,
+        devices: TreeDevices,
+    },
+}
+
+/// The devices of a device tree the board owns: `DeviceTreeDevices` borrows its blob, so it
+/// is made again for each question (it only checks the header).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TreeDevices(Vec<u8>);
+
+impl BoardDevices for TreeDevices {
+    fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
+        DeviceTreeDevices::new(&self.0)?.device_at(window)
+    }
+    fn raises(&self, device: PhysRange, intid: u32) -> bool {
+        DeviceTreeDevices::new(&self.0).is_some_and(|d| d.raises(device, intid))
+    }
+    fn dma(&self, device: PhysRange) -> Option<DmaReason> {
+        // A tree that cannot be read (it was read once in from_device_tree) hides nothing:
+        // the device is taken to be able to DMA.
+        DeviceTreeDevices::new(&self.0).map_or(Some(DmaReason::NotKnownDmaFree), |d| d.dma(device))
+    }
 }
 
 impl Board {
     pub fn qemu_virt(cpus: u32, memory_mib: u32, disk: Option<u64>) -> Board {
-        let ram = [PhysRange { base: QEMU_VIRT_RAM_BASE, size: u64::from(memory_mib) << 20 }];
-        Board { cpus, memory_mib, disk, ram }
+        let ram = vec![PhysRange { base: QEMU_VIRT_RAM_BASE, size: u64::from(memory_mib) << 20 }];
+        Board { cpus, memory_mib, disk, ram, described: Described::QemuVirt }
+    }
+
+    /// The board `dtb` describes, as the loader passes it (memory filled in): its enabled
+    /// CPUs, RAM, reserved memory, the devices the hypervisor drives and the others, read
+    /// with the code the hypervisor runs at boot (`Platform::from_device_tree`). No disk:
+    /// a board disk is a virtio-mmio one, which such a board has only if the tree says so.
+    pub fn from_device_tree(dtb: &[u8]) -> Result<Board, String> {
+        let platform = Platform::from_device_tree(dtb).map_err(|e| e.to_string())?;
+        let ram: Vec<PhysRange> = platform.memory.iter().copied().collect();
+        let total: u64 = ram.iter().map(|r| r.size).sum();
+        let board = Board {
+            cpus: platform.cpus.len() as u32,
+            memory_mib: (total >> 20) as u32,
+            disk: None,
+            ram,
+            described: Described::DeviceTree {
+                hypervisor: hyp_core::manifest::hypervisor_windows(&platform).iter().copied().collect(),
+                reserved: platform.reserved.iter().map(|r| r.size).sum(),
+                devices: TreeDevices(dtb.to_vec()),
+            },
+        };
+        Ok(board)
     }
 
     /// The limits the manifest is checked against, when the bundle is `bundle_size` bytes:
@@ -88,13 +149,18 @@ impl Board {
     pub fn limits(&self, bundle_size: u64) -> BoardLimits<'_> {
         const TABLE: DeviceTable<'static> = DeviceTable(QEMU_VIRT_DEVICES);
         let bundle = bundle_size.div_ceil(2 << 20) * (2 << 20);
+        let ram: u64 = self.ram.iter().map(|r| r.size).sum();
+        let (reserved, hypervisor_devices, devices): (u64, &[PhysRange], &dyn BoardDevices) = match &self.described {
+            Described::QemuVirt => (0, QEMU_VIRT_HYPERVISOR_DEVICES, &TABLE),
+            Described::DeviceTree { hypervisor, reserved, devices } => (*reserved, hypervisor, devices),
+        };
         BoardLimits {
             cpus: self.cpus as usize,
-            memory: self.ram[0].size.saturating_sub(HYPERVISOR_RESERVE + bundle),
+            memory: ram.saturating_sub(reserved + HYPERVISOR_RESERVE + bundle),
             ram: &self.ram,
-            hypervisor_devices: QEMU_VIRT_HYPERVISOR_DEVICES,
+            hypervisor_devices,
             disk: self.disk,
-            devices: &TABLE,
+            devices,
         }
     }
 }
@@ -291,6 +357,22 @@ impl Manifest {
         Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
     }
 
+    /// The manifest's `[board]` against a board xtask cannot change (QEMU `raspi4b`, named
+    /// `board_name`): what it gives must be what the board has.
+    pub fn check_fixed_board(&self, board: &Board, board_name: &str) -> Result<(), XtaskError> {
+        let differs = [("cpus", self.board_cpus, board.cpus), ("memory_mib", self.board_memory_mib, board.memory_mib)]
+            .into_iter()
+            .find_map(|(key, given, has)| given.filter(|&g| g != has).map(|g| (key, g, has)));
+        match differs {
+            None => Ok(()),
+            Some((key, given, has)) => Err(XtaskError::Usage(format!(
+                "{}: [board] {key} = {given}, but {board_name} has {has} and cannot be given another; write {has} or \
+                 leave it out",
+                self.path.display()
+            ))),
+        }
+    }
+
     /// Whether a VM has a virtio disk (the board then needs one).
     pub fn wants_disk(&self) -> bool {
         self.vms.iter().any(|vm| vm.devices.disk.is_some())
@@ -329,8 +411,6 @@ impl Manifest {
 #[cfg(test)]
 mod tests {
     use hyp_core::bundle::{BootBundle, VmSpec};
-    use hyp_core::manifest::{BoardDevices, DeviceTreeDevices};
-    use hyp_core::platform::Platform;
 
     use super::*;
 
@@ -658,6 +738,78 @@ mod tests {
         assert!(kept(platform.gic.redistributors.unwrap()));
         assert!(platform.virtio_mmio.iter().all(|t| kept(t.window)));
         assert_eq!(platform.memory[0].base, QEMU_VIRT_RAM_BASE);
+    }
+
+    /// A board read from its device tree (as QEMU raspi4b's is) is the board the hypervisor
+    /// will find: the same CPUs, RAM, its own devices and the others as the tables of QEMU
+    /// `virt` say, here on a tree QEMU `virt` wrote.
+    #[test]
+    fn a_board_read_from_its_device_tree_has_its_cpus_ram_and_devices() {
+        let dtb = include_bytes!("../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
+        let board = Board::from_device_tree(dtb).unwrap();
+        assert_eq!((board.cpus, board.memory_mib, board.disk), (4, 1024, None));
+        let table = Board::qemu_virt(4, 1024, None);
+        let (from_tree, from_table) = (board.limits(0), table.limits(0));
+        assert_eq!(
+            (from_tree.cpus, from_tree.memory, from_tree.ram),
+            (from_table.cpus, from_table.memory, from_table.ram)
+        );
+        for device in QEMU_VIRT_DEVICES {
+            assert_eq!(from_tree.devices.device_at(device.reg), Some(device.reg), "{}", device.name);
+            assert!(device.intids.iter().all(|&i| from_tree.devices.raises(device.reg, i)), "{}", device.name);
+            assert_eq!(from_tree.devices.dma(device.reg), None, "{}", device.name);
+        }
+        let kept = |r: PhysRange| from_tree.hypervisor_devices.iter().any(|h| h.overlaps(&r));
+        assert!(kept(PhysRange { base: 0x0900_0000, size: 0x1000 }), "the UART: {:?}", from_tree.hypervisor_devices);
+        assert!(kept(PhysRange { base: 0x0800_0000, size: 0x1000 }), "the GIC distributor");
+        assert!(!kept(QEMU_VIRT_DEVICES[0].reg), "not the RTC");
+        assert!(Board::from_device_tree(b"not a tree").unwrap_err().contains("flattened device tree"));
+    }
+
+    #[test]
+    fn a_manifest_is_checked_against_a_board_from_its_device_tree() {
+        let dir = tempdir("tree-board");
+        let guest = fake_debian(&dir);
+        let board =
+            Board::from_device_tree(include_bytes!("../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb")).unwrap();
+        let check = |text: &str| {
+            let m = Manifest::parse(text, Path::new("pi.toml"), &mut |_| Ok(guest.clone())).unwrap();
+            m.bundle(&board, &BundleOptions::default()).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            check(&vm("a", "[[vm.passthrough]]\nname = \"rtc\"\nreg = [0x0901_0000, 0x1000]\ninterrupts = [34]")),
+            Ok(())
+        );
+        assert_eq!(
+            check(&vm("a", "cpus = [4]")),
+            Err("pi.toml: VM a: field `cpus`: CPU 4 does not exist (the board has CPUs 0-3); name one of those".into())
+        );
+        let err = check(&vm("a", "memory_mib = 1024").replace("memory_mib = 64\n", "")).unwrap_err();
+        assert!(err.contains("the VMs need 1024 MiB but the board has 974 MiB for VMs"), "{err}");
+        let err = check(&vm("a", "[[vm.passthrough]]\nname = \"uart\"\nreg = [0x0900_0000, 0x1000]")).unwrap_err();
+        assert!(err.contains("is a device the hypervisor drives itself"), "{err}");
+    }
+
+    #[test]
+    fn a_fixed_board_takes_no_other_board_section() {
+        let dir = tempdir("fixed-board");
+        let guest = fake_debian(&dir);
+        let board =
+            Board::from_device_tree(include_bytes!("../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb")).unwrap();
+        let parse = |text: &str| Manifest::parse(text, Path::new("pi.toml"), &mut |_| Ok(guest.clone())).unwrap();
+        assert!(parse(&vm("a", "")).check_fixed_board(&board, "QEMU raspi4b").is_ok(), "no [board]");
+        assert!(parse(&format!("[board]\ncpus = 4\nmemory_mib = 1024\n{}", vm("a", "")))
+            .check_fixed_board(&board, "B")
+            .is_ok());
+        let err = parse(&format!("[board]\nmemory_mib = 2048\n{}", vm("a", "")))
+            .check_fixed_board(&board, "QEMU raspi4b")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "pi.toml: [board] memory_mib = 2048, but QEMU raspi4b has 1024 and cannot be given another; write 1024 or leave it out");
+        let err = parse(&format!("[board]\ncpus = 8\n{}", vm("a", "")))
+            .check_fixed_board(&board, "QEMU raspi4b")
+            .unwrap_err();
+        assert!(err.to_string().starts_with("pi.toml: [board] cpus = 8, but QEMU raspi4b has 4"), "{err}");
     }
 
     #[test]

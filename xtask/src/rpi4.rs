@@ -15,6 +15,9 @@
 //! Everything else is copied as it is: QEMU itself fills in `/memory` (960 MiB of the
 //! 2 GiB it maps) and `/chosen`'s initrd, and removes the PCIe, RNG, thermal and GENET
 //! nodes it lacks (it says so on stderr).
+//!
+//! What QEMU then passes the image (`qemu_loaded_tree`, through `-machine dumpdtb`) is the
+//! board a manifest is checked against on `raspi4b` and for a Pi (`qemu_board`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -24,6 +27,7 @@ use vm_fdt::{FdtReserveEntry, FdtWriter};
 
 use crate::images::images_dir;
 use crate::linux_guest::LinuxGuest;
+use crate::manifest::Board;
 use crate::XtaskError;
 
 /// Where the Pi 4's firmware loads a 64-bit kernel (`kernel_address` in config.txt,
@@ -53,20 +57,55 @@ impl fmt::Display for FixUp {
 }
 
 /// A copy of the hypervisor image `image` that QEMU's `-kernel` puts at the firmware's
-/// address: QEMU loads an arm64 Image at RAM base + `text_offset` (2 MiB up when that is
-/// 0), the firmware at 0x80000 whatever the header says, so the copy says 0x80000. The image
-/// relocates itself and runs anywhere; this only makes QEMU start it where the Pi would.
+/// address (`at_firmware_address`), written beside it as `NAME-rpi4.Image`.
 pub fn image_at_firmware_address(image: &Path) -> Result<PathBuf, XtaskError> {
-    let mut bytes =
-        std::fs::read(image).map_err(|e| XtaskError::Build(format!("cannot read {}: {e}", image.display())))?;
-    if bytes.get(0x38..0x3c) != Some(b"ARM\x64".as_slice()) {
-        return Err(XtaskError::Build(format!("{} is not an arm64 Image", image.display())));
-    }
-    bytes[TEXT_OFFSET].copy_from_slice(&FIRMWARE_LOAD_ADDRESS.to_le_bytes());
+    let bytes = std::fs::read(image).map_err(|e| XtaskError::Build(format!("cannot read {}: {e}", image.display())))?;
+    let bytes = at_firmware_address(bytes).map_err(|e| XtaskError::Build(format!("{}: {e}", image.display())))?;
     let stem = image.file_stem().map_or("hypervisor".into(), |s| s.to_string_lossy().into_owned());
     let out = images_dir().join(format!("{stem}-rpi4.Image"));
     std::fs::write(&out, bytes).map_err(|e| XtaskError::Build(format!("cannot write {}: {e}", out.display())))?;
     Ok(out)
+}
+
+/// The image `bytes` with the `text_offset` the firmware loads at: QEMU loads an arm64
+/// Image at RAM base + `text_offset` (2 MiB up when that is 0), the firmware at 0x80000, so
+/// the copy says 0x80000 and both put it at the same place. The image relocates itself and
+/// runs anywhere; this only makes QEMU start it where the Pi would.
+pub fn at_firmware_address(mut bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    if bytes.get(0x38..0x3c) != Some(b"ARM\x64".as_slice()) {
+        return Err("is not an arm64 Image (no ARM\\x64 magic at 0x38)".into());
+    }
+    bytes[TEXT_OFFSET].copy_from_slice(&FIRMWARE_LOAD_ADDRESS.to_le_bytes());
+    Ok(bytes)
+}
+
+/// The device tree QEMU's `raspi4b` passes a kernel when started with `dtb` and `kernel`
+/// (`-machine dumpdtb`): `dtb` with QEMU's `/memory` (the RAM it declares), `/chosen` and
+/// the nodes it removes; what the hypervisor will read, for checking a manifest against.
+pub fn qemu_loaded_tree(dtb: &Path, kernel: &Path) -> Result<Vec<u8>, XtaskError> {
+    let out = images_dir().join("raspi4b-as-loaded.dtb");
+    let _ = std::fs::remove_file(&out);
+    let mut cmd = std::process::Command::new("qemu-system-aarch64");
+    cmd.arg("-M").arg(format!("raspi4b,dumpdtb={}", out.display())).arg("-dtb").arg(dtb).arg("-kernel").arg(kernel);
+    // QEMU writes the tree and exits at once; the timeout is for a QEMU that does not.
+    let run = crate::qemu::run_captured(cmd, std::time::Duration::from_secs(60), false)?;
+    std::fs::read(&out).map_err(|e| {
+        XtaskError::Tool(format!(
+            "QEMU raspi4b did not write its device tree to {} ({e}; exit status {:?}):\n{}",
+            out.display(),
+            run.status,
+            run.console
+        ))
+    })
+}
+
+/// The board QEMU's `raspi4b` is, as a manifest is checked against it: read from the tree it
+/// passes (`qemu_loaded_tree`), so the RAM is what its device tree declares.
+pub fn qemu_board(dtb: &Path, kernel: &Path) -> Result<Board, XtaskError> {
+    let tree = qemu_loaded_tree(dtb, kernel)?;
+    Board::from_device_tree(&tree).map_err(|e| {
+        XtaskError::Tool(format!("the device tree QEMU raspi4b passes is not one the hypervisor reads: {e}"))
+    })
 }
 
 /// Debian's device tree of the Pi 4 (from `linux`'s package), fixed up for QEMU, written to
@@ -289,5 +328,6 @@ mod tests {
         assert_eq!(copy[16..], header[16..], "the rest as it was (image_size, magic)");
         std::fs::write(&image, b"not an image").unwrap();
         assert!(image_at_firmware_address(&image).unwrap_err().to_string().contains("is not an arm64 Image"));
+        assert_eq!(at_firmware_address(header.clone()).unwrap()[8..16], 0x8_0000u64.to_le_bytes());
     }
 }
