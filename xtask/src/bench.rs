@@ -301,9 +301,15 @@ fn boot_instructions(cmd: std::process::Command, hypervisor: bool) -> Result<f64
 
 /// The ARMv7 table: the 32-bit Linux boot beside the same boot without the hypervisor.
 pub fn armv7_report(boot: &Pair) -> String {
+    boot_table("ARMv7 (HYP mode, Cortex-A15, GICv2; instructions)", boot)
+}
+
+/// A board's table of one row: its Linux boot to the shell, with and without the
+/// hypervisor, against the boot target.
+pub(crate) fn boot_table(title: &str, boot: &Pair) -> String {
     let ratio = boot.ratio();
     format!(
-        "ARMv7 (HYP mode, Cortex-A15, GICv2; instructions)\n{:<24} {:>12} {:>12} {:>8} {:>8} {:>5}\n\
+        "{title}\n{:<24} {:>12} {:>12} {:>8} {:>8} {:>5}\n\
          {:<24} {:>11.1}M {:>11.1}M {ratio:>8.4} {:>8} {:>5}\n",
         "",
         "hypervisor",

@@ -482,17 +482,7 @@ fn qemu_raspi4b(args: QemuArgs) -> Result<(), XtaskError> {
         None => None,
     };
     let vm = if selftest {
-        let guest = images::build_test_guest("selftest")?;
-        VmEntry {
-            name: "selftest".into(),
-            vcpus: 2,
-            memory: 64 << 20,
-            kernel: guest,
-            initrd: None,
-            bootargs: None,
-            device_tree: None,
-            devices: VmDevices::default(),
-        }
+        selftest_vm(images::build_test_guest("selftest")?)
     } else {
         let (kernel, initrd) = match (args.kernel, args.initrd) {
             (Some(kernel), initrd) => (kernel, initrd),
@@ -568,11 +558,9 @@ fn run_on_terminal(cmd: std::process::Command, timeout: Option<u64>) -> Result<(
     }
 }
 
-/// The selftest guest: checks the hypervisor from the inside and ends the run. A test run:
-/// the image with the test hooks, whose semihosting exit makes a failure QEMU's status.
-fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
-    let (hyp, guest) = build_all(Hypervisor::TestHooks)?;
-    let vm = VmEntry {
+/// The selftest guest's VM: 2 vCPUs, 64 MiB, no devices.
+fn selftest_vm(guest: PathBuf) -> VmEntry {
+    VmEntry {
         name: "selftest".into(),
         vcpus: 2,
         memory: 64 << 20,
@@ -581,7 +569,14 @@ fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
         bootargs: None,
         device_tree: None,
         devices: VmDevices::default(),
-    };
+    }
+}
+
+/// The selftest guest: checks the hypervisor from the inside and ends the run. A test run:
+/// the image with the test hooks, whose semihosting exit makes a failure QEMU's status.
+fn qemu_selftest(args: QemuArgs) -> Result<(), XtaskError> {
+    let (hyp, guest) = build_all(Hypervisor::TestHooks)?;
+    let vm = selftest_vm(guest);
     let bundle_path =
         bundle::write_file("selftest", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault: None })?;
     let machine = Machine { semihosting: true, ..args.machine };

@@ -113,15 +113,7 @@ impl Machine {
             .arg("-kernel")
             .arg(kernel)
             .arg("-no-reboot");
-        if let Some(initrd) = initrd {
-            cmd.arg("-initrd").arg(initrd);
-        }
-        if self.icount {
-            cmd.args(["-icount", "shift=0"]);
-        }
-        if self.semihosting {
-            cmd.args(["-semihosting-config", "enable=on,target=native"]);
-        }
+        self.loader_and_counting_args(&mut cmd, initrd);
         // virtio 1.x on the virtio-mmio transports (version 2), not the legacy interface.
         cmd.args(["-global", "virtio-mmio.force-legacy=false"]);
         if let Some(disk) = &self.disk {
@@ -146,13 +138,8 @@ impl Machine {
 }
 
 impl Machine {
-    /// `raspi4b` with `dtb`: QEMU starts `kernel` at EL2 with x0 = the device tree, and the
-    /// other CPUs in its spin-table stub, as the Pi's firmware does. It has no virtio-mmio
-    /// transport, so `disk` and `network` are not given it; `-no-reboot` makes a reset end
-    /// the run.
-    fn raspi4b_command(&self, dtb: &PathBuf, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
-        let mut cmd = Command::new("qemu-system-aarch64");
-        cmd.args(["-M", "raspi4b"]).arg("-dtb").arg(dtb).arg("-kernel").arg(kernel).arg("-no-reboot");
+    /// What every board's command shares: the initrd, instruction counting, semihosting.
+    fn loader_and_counting_args(&self, cmd: &mut Command, initrd: Option<&PathBuf>) {
         if let Some(initrd) = initrd {
             cmd.arg("-initrd").arg(initrd);
         }
@@ -162,6 +149,16 @@ impl Machine {
         if self.semihosting {
             cmd.args(["-semihosting-config", "enable=on,target=native"]);
         }
+    }
+
+    /// `raspi4b` with `dtb`: QEMU starts `kernel` at EL2 with x0 = the device tree, and the
+    /// other CPUs in its spin-table stub, as the Pi's firmware does. It has no virtio-mmio
+    /// transport, so `disk` and `network` are not given it; `-no-reboot` makes a reset end
+    /// the run.
+    fn raspi4b_command(&self, dtb: &PathBuf, kernel: &PathBuf, initrd: Option<&PathBuf>) -> Command {
+        let mut cmd = Command::new("qemu-system-aarch64");
+        cmd.args(["-M", "raspi4b"]).arg("-dtb").arg(dtb).arg("-kernel").arg(kernel).arg("-no-reboot");
+        self.loader_and_counting_args(&mut cmd, initrd);
         cmd
     }
 }

@@ -11,7 +11,7 @@
 //! instructions more to its shell: docs/performance.md).
 
 use super::exits::{ExitSnapshot, WorkloadExits};
-use super::{boot, linux_vm, met, target_text, write_bench_file, Pair, BOOT_TARGET, VIRTUAL_CLOCK};
+use super::{boot, linux_vm, target_text, write_bench_file, Pair, BOOT_TARGET, VIRTUAL_CLOCK};
 use crate::bundle::{BundleOptions, VmDevices};
 use crate::deploy::{self, Rpi4Deploy, Vms};
 use crate::images::Hypervisor;
@@ -85,24 +85,9 @@ pub fn report(b: &Rpi4Boot) -> Result<String, XtaskError> {
 }
 
 fn table(b: &Rpi4Boot) -> String {
-    let ratio = b.boot.ratio();
-    format!(
-        "Raspberry Pi 4 (QEMU raspi4b; instructions)\n{:<24} {:>12} {:>12} {:>8} {:>8} {:>5}\n\
-         {:<24} {:>11.1}M {:>11.1}M {ratio:>8.4} {:>8} {:>5}\n  (under the hypervisor, {:.1}M of them before \
-         the VM was created)\n",
-        "",
-        "hypervisor",
-        "no hyp.",
-        "ratio",
-        "target",
-        "met",
-        "Linux boot to shell",
-        b.boot.under / 1e6,
-        b.boot.native / 1e6,
-        target_text(BOOT_TARGET),
-        met(BOOT_TARGET, ratio),
-        b.before_vm / 1e6,
-    )
+    let mut table = super::boot_table("Raspberry Pi 4 (QEMU raspi4b; instructions)", &b.boot);
+    table.push_str(&format!("  (under the hypervisor, {:.1}M of them before the VM was created)\n", b.before_vm / 1e6));
+    table
 }
 
 fn json(b: &Rpi4Boot) -> String {
