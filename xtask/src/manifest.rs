@@ -95,6 +95,10 @@ impl Board {
             hypervisor_devices: QEMU_VIRT_HYPERVISOR_DEVICES,
             disk: self.disk,
             devices: &TABLE,
+            // Where the hypervisor's heap and image go is known at boot, which checks an
+            // identity-mapped VM's RAM against them (none of `virt`'s devices does DMA, so
+            // no VM of this board is identity-mapped).
+            held: &[],
         }
     }
 }
@@ -141,6 +145,14 @@ struct VmToml {
     network: Option<NetworkToml>,
     #[serde(default)]
     passthrough: Vec<PassthroughToml>,
+    identity_mapped: Option<IdentityToml>,
+}
+
+/// `identity_mapped = { base = 0x2000_0000 }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdentityToml {
+    base: u64,
 }
 
 #[derive(Deserialize)]
@@ -172,6 +184,7 @@ struct PassthroughToml {
     reg: [u64; 2],
     #[serde(default)]
     interrupts: Vec<u32>,
+    clock_hz: Option<u32>,
 }
 
 fn parse_mac(text: &str) -> Option<[u8; 6]> {
@@ -275,8 +288,15 @@ impl Manifest {
             let passthrough = vm
                 .passthrough
                 .into_iter()
-                .map(|p| Passthrough { name: p.name, base: p.reg[0], size: p.reg[1], interrupts: p.interrupts })
+                .map(|p| Passthrough {
+                    name: p.name,
+                    base: p.reg[0],
+                    size: p.reg[1],
+                    interrupts: p.interrupts,
+                    clock_hz: p.clock_hz,
+                })
                 .collect();
+            let identity_mapped = vm.identity_mapped.map(|i| i.base);
             vms.push(VmEntry {
                 name: vm.name,
                 vcpus: vm.vcpus,
@@ -285,7 +305,7 @@ impl Manifest {
                 initrd,
                 bootargs,
                 device_tree: vm.device_tree.map(|t| dir.join(t)),
-                devices: VmDevices { disk, network, placement, passthrough },
+                devices: VmDevices { disk, network, placement, passthrough, identity_mapped },
             });
         }
         Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
