@@ -497,6 +497,34 @@ mod tests {
         assert_eq!(spec.bootargs, Some(crate::linux_guest::BOOTARGS), "the Debian kernel's default command line");
     }
 
+    /// `identity_mapped` and `clock_hz` reach the bundle; on QEMU `virt`, whose devices
+    /// xtask knows are all DMA-free, an identity-mapped VM is refused by the board check.
+    #[test]
+    fn identity_mapped_and_clock_hz_are_read_and_checked_against_the_board() {
+        let text = vm(
+            "sd",
+            "identity_mapped = { base = 0x5000_0000 }\n[[vm.passthrough]]\nname = \"rtc\"\n\
+             reg = [0x0901_0000, 0x1000]\ninterrupts = [34]\nclock_hz = 32768\n",
+        );
+        let dir = tempdir("identity");
+        let guest = fake_debian(&dir);
+        let m = Manifest::parse(&text, Path::new("test.toml"), &mut |_| Ok(guest.clone())).unwrap();
+        assert_eq!(m.vms[0].devices.identity_mapped, Some(0x5000_0000));
+        assert_eq!(m.vms[0].devices.passthrough[0].clock_hz, Some(32768));
+        let blob = crate::bundle::write(&m.vms, &BundleOptions::default()).unwrap();
+        let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!((spec.identity_mapped, spec.passthrough.as_slice()[0].clock_hz), (Some(0x5000_0000), Some(32768)));
+        assert_eq!(
+            error(&text),
+            "test.toml: VM sd: field `identity_mapped`: none of its passthrough devices can DMA, so nothing needs its \
+             RAM at IPA = PA; remove it"
+        );
+        assert!(
+            error(&vm("sd", "identity_mapped = 0x5000_0000\n")).contains("identity_mapped"),
+            "a table, with its base"
+        );
+    }
+
     #[test]
     fn unknown_keys_are_refused_with_the_vm_and_key_named() {
         let msg = error(&vm("web", "cpu = [1]"));
