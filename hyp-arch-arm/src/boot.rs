@@ -9,7 +9,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use hyp_core::bundle::{BootBundle, RAM_GRANULE};
-use hyp_core::manifest::DeviceTreeDevices;
+use hyp_core::manifest::{DeviceTreeDevices, HeldMemory, Holder};
 use hyp_core::memory_map;
 use hyp_core::platform::{CpuStart, GicVersion, PhysRange, Platform, SysFlags};
 use hyp_runtime::hypervisor::boot::BootedBoard;
@@ -68,6 +68,17 @@ pub unsafe fn boot<I: ArmImage>(
     // on belongs to the heap alone; this runs once.
     unsafe { crate::heap::init(plan.heap.base, plan.heap.size) };
     let free: Vec<PhysRange> = plan.free.iter().copied().collect();
+    // What holds the rest of RAM, which an identity-mapped VM's RAM must miss
+    // (docs/capability-model.md, D2): the manifest check names the holder.
+    // In address order as the firmware and loader usually lay them out (image, bundle,
+    // device tree, heap), so a range over several is told the lowest.
+    let held: Vec<HeldMemory> = [(image, Holder::Image)]
+        .into_iter()
+        .chain(platform.initrd.map(|r| (r, Holder::BootBundle)))
+        .chain([(dtb, Holder::DeviceTree), (plan.heap, Holder::Heap)])
+        .chain(firmware.iter().map(|r| (*r, Holder::Firmware)))
+        .map(|(range, holder)| HeldMemory { range, holder })
+        .collect();
     say!(
         I,
         "  free memory {} MiB for VMs in {} range(s), heap {} MiB",
@@ -75,6 +86,13 @@ pub unsafe fn boot<I: ArmImage>(
         free.len(),
         crate::heap::HEAP_SIZE >> 20
     );
+    // Where each lies, for a manifest that places an identity-mapped VM (docs/manifest.md).
+    let mut ranges = alloc::string::String::new();
+    for (i, r) in free.iter().enumerate() {
+        ranges.push_str(if i == 0 { "" } else { ", " });
+        ranges.push_str(&format!("{r}"));
+    }
+    say!(I, "  heap        {}; free for VMs: {ranges}", plan.heap);
 
     let hypervisor = I::hypervisor();
     // SAFETY: the frames are the device tree's GIC, which the hypervisor's identity map
@@ -124,6 +142,7 @@ pub unsafe fn boot<I: ArmImage>(
         platform,
         devices: &devices,
         free: &free,
+        held: &held,
         stage2: I::stage2_format(),
         disk_sectors,
         boot_cpu: me,

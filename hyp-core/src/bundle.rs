@@ -37,6 +37,10 @@ pub struct VmSpec<'a> {
     /// Board devices given to it: register windows mapped at the same address, interrupts
     /// routed to it.
     pub passthrough: PassthroughList<'a>,
+    /// Its RAM is the physical memory from this address, mapped at the same IPA (IPA = PA),
+    /// for a device that does DMA (docs/capability-model.md, "Identity-mapped VMs"). `None`:
+    /// its RAM is at IPA `guest_map::RAM_IPA`, wherever it lies in physical memory.
+    pub identity_mapped: Option<u64>,
 }
 
 impl<'a> VmSpec<'a> {
@@ -46,6 +50,19 @@ impl<'a> VmSpec<'a> {
     /// kernel its default).
     pub fn command_line(&self) -> &'a str {
         self.bootargs.unwrap_or("")
+    }
+
+    /// The IPA its RAM starts at: its physical address if it is identity-mapped, else the
+    /// guest's usual `guest_map::RAM_IPA`.
+    pub fn ram_ipa(&self) -> u64 {
+        self.identity_mapped.unwrap_or(crate::guest_map::RAM_IPA)
+    }
+
+    /// The physical memory an identity-mapped VM's RAM is (`None` for a translated VM, or
+    /// when the range would run past the end of the address space).
+    pub fn identity_ram(&self) -> Option<PhysRange> {
+        let base = self.identity_mapped?;
+        base.checked_add(self.memory).map(|_| PhysRange { base, size: self.memory })
     }
 
     /// The MAC address of its NIC, if it has one, as VM `index` of the bundle: the
@@ -123,6 +140,9 @@ pub struct Passthrough<'a> {
     pub name: &'a str,
     pub reg: PhysRange,
     pub interrupts: U32List<'a>,
+    /// The rate of its clock, which the guest's device tree gives it as a fixed clock (for a
+    /// device whose board node names a clock the VM has no controller for).
+    pub clock_hz: Option<u32>,
 }
 
 /// A VM's passthrough devices, in bundle order (at most [`MAX_PASSTHROUGH`]).
@@ -134,7 +154,8 @@ pub struct PassthroughList<'a> {
 
 impl Default for PassthroughList<'_> {
     fn default() -> Self {
-        let none = Passthrough { name: "", reg: PhysRange { base: 0, size: 0 }, interrupts: U32List(&[]) };
+        let none =
+            Passthrough { name: "", reg: PhysRange { base: 0, size: 0 }, interrupts: U32List(&[]), clock_hz: None };
         PassthroughList { items: [none; MAX_PASSTHROUGH], len: 0 }
     }
 }
@@ -455,10 +476,33 @@ fn vm_spec<'a>(node: Node<'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
             Some(p) => U32List::new(p.value)
                 .ok_or(bad("passthrough", "has `interrupts` that are not a list of 32-bit INTIDs"))?,
         };
-        let device = Passthrough { name: device_name, reg: PhysRange { base, size }, interrupts };
+        let clock_hz = match child.property("clock-hz") {
+            None => None,
+            Some(_) => Some(
+                u32_prop(child, "clock-hz")
+                    .ok_or(bad("passthrough", "has a `clock-hz` that is not one 32-bit number"))?,
+            ),
+        };
+        let device = Passthrough { name: device_name, reg: PhysRange { base, size }, interrupts, clock_hz };
         passthrough.push(device).map_err(|_| bad("passthrough", "has more than 8 devices"))?;
     }
-    Ok(VmSpec { name, vcpus, memory, kernel, initrd, bootargs, device_tree, devices, placement, passthrough })
+    let identity_mapped = match node.property("identity-mapped") {
+        None => None,
+        Some(_) => Some(u64_prop(node, "identity-mapped").ok_or(bad("identity-mapped", "must be one 64-bit address"))?),
+    };
+    Ok(VmSpec {
+        name,
+        vcpus,
+        memory,
+        kernel,
+        initrd,
+        bootargs,
+        device_tree,
+        devices,
+        placement,
+        passthrough,
+        identity_mapped,
+    })
 }
 
 #[cfg(test)]
@@ -515,6 +559,30 @@ mod tests {
         let vm = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
         assert_eq!(vm.placement, Placement { cpus: None, policy: Policy::Pinned, slice_us: None });
         assert_eq!(vm.placement.time_slice_us(), None);
+    }
+
+    #[test]
+    fn an_identity_mapped_vm_and_a_device_clock_are_read() {
+        let blob = bundle(|fdt| {
+            fdt.property_u64("identity-mapped", 0x2000_0000).unwrap();
+            let node = fdt.begin_node("passthrough@0").unwrap();
+            fdt.property_string("name", "sdhci").unwrap();
+            fdt.property_array_u64("reg", &[0xfe30_0000, 0x1000]).unwrap();
+            fdt.property_array_u32("interrupts", &[158]).unwrap();
+            fdt.property_u32("clock-hz", 100_000_000).unwrap();
+            fdt.end_node(node).unwrap();
+        });
+        let vm = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!((vm.identity_mapped, vm.ram_ipa()), (Some(0x2000_0000), 0x2000_0000));
+        assert_eq!(vm.identity_ram(), Some(PhysRange { base: 0x2000_0000, size: 64 << 20 }));
+        assert_eq!(vm.passthrough.as_slice()[0].clock_hz, Some(100_000_000));
+        let blob = bundle(|_| {});
+        let plain = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!((plain.identity_mapped, plain.ram_ipa(), plain.identity_ram()), (None, 0x4000_0000, None));
+        assert_eq!(
+            error(|fdt| fdt.property_u32("identity-mapped", 0x2000_0000).unwrap()),
+            "VM web: field `identity-mapped` must be one 64-bit address"
+        );
     }
 
     #[test]

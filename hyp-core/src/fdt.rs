@@ -13,7 +13,9 @@
 
 use core::fmt;
 
+mod dma;
 mod interrupts;
+pub use dma::{DmaRange, DmaReach, MAX_DMA_RANGES};
 pub use interrupts::{Interrupt, InterruptError, Interrupts, MAX_INTERRUPT_CELLS};
 
 /// `0xd00dfeed`, big-endian (§5.2).

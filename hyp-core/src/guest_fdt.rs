@@ -11,7 +11,30 @@ use core::fmt;
 use vm_fdt::FdtWriter;
 
 use crate::entropy::GuestSeeds;
-use crate::fdt::{Fdt, Node};
+use crate::fdt::{DmaRange, Fdt, Node};
+
+/// The properties of a passthrough device's board node that its guest node copies: those
+/// that describe the controller itself and name no other node (docs/manifest.md, "What the
+/// hypervisor does with a passthrough device"). Left out are what the board wired to it or
+/// what names a node the VM does not have: power sequences (`mmc-pwrseq`), regulators
+/// (`vmmc-supply`, `vqmmc-supply`), pin control, `clocks` (replaced by a fixed clock of
+/// `clock_hz`), and `non-removable`, which on the board describes the soldered chip that is
+/// the node's child (a Raspberry Pi 4's SDHCI and its Wi-Fi), not the card the VM is given.
+/// Today the list is the MMC host binding's (Documentation/devicetree/bindings/mmc/
+/// mmc-controller.yaml) bus and card-detect properties.
+pub const COPIED_PROPERTIES: [&str; 11] = [
+    "bus-width",
+    "broken-cd",
+    "cd-inverted",
+    "wp-inverted",
+    "disable-wp",
+    "max-frequency",
+    "cap-sd-highspeed",
+    "cap-mmc-highspeed",
+    "no-1-8-v",
+    "no-sdio",
+    "no-mmc",
+];
 
 /// Where a guest's interrupt controller sits and which version it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +72,7 @@ pub struct GuestPlatform {
 /// A board device passed through to the VM (`[[vm.passthrough]]`), as its device tree node
 /// says it: the board's `compatible` (copied verbatim, a string list), its register window
 /// (the guest sees it where the board has it) and its SPIs with the board's trigger flags.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GuestPassthrough {
     pub base: u64,
     pub size: u64,
@@ -57,12 +80,25 @@ pub struct GuestPassthrough {
     pub compatible: Vec<u8>,
     /// (SPI number = INTID - 32, interrupt specifier flags of the board's node).
     pub spis: Vec<(u32, u32)>,
+    /// The board node's properties of `COPIED_PROPERTIES`, as they are.
+    pub properties: Vec<(String, Vec<u8>)>,
+    /// The rate of a fixed clock the node names as its `clocks` (not for a PrimeCell, which
+    /// gets the guest's bus clock).
+    pub clock_hz: Option<u32>,
+    /// For a DMA device of an identity-mapped VM whose buses translate its addresses: the
+    /// windows (bus address, CPU address = IPA, size) of a `simple-bus` put around it, so
+    /// the guest hands the device the bus addresses the board expects. Empty: none.
+    pub dma_ranges: Vec<DmaRange>,
 }
 
 impl GuestPassthrough {
     /// The strings of `compatible`.
     fn compatibles(&self) -> impl Iterator<Item = &str> {
         self.compatible.split(|b| *b == 0).filter(|s| !s.is_empty()).filter_map(|s| core::str::from_utf8(s).ok())
+    }
+
+    fn is_primecell(&self) -> bool {
+        self.compatibles().any(|c| c == "arm,primecell")
     }
 
     /// A node name: the model part of the first compatible string ("arm,pl031" -> "pl031"),
@@ -94,6 +130,8 @@ fn err(e: vm_fdt::Error) -> GuestFdtError {
 
 const GIC_PHANDLE: u32 = 1;
 const CLOCK_PHANDLE: u32 = 2;
+/// The fixed clock of passthrough device n (`clock_hz`) is phandle `DEVICE_CLOCK_PHANDLE + n`.
+const DEVICE_CLOCK_PHANDLE: u32 = 16;
 /// Interrupt specifier types and flags (dt-bindings/interrupt-controller/arm-gic.h).
 const GIC_SPI: u32 = 0;
 const GIC_PPI: u32 = 1;
@@ -214,30 +252,68 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
         f.end_node(node).map_err(err)?;
     }
 
-    for device in &p.passthrough {
-        let node = f.begin_node(&device.node_name()).map_err(err)?;
-        if device.compatible.is_empty() {
-            return Err(GuestFdtError(format!(
-                "the passthrough device at {:#x} has no `compatible` in the board's device tree",
-                device.base
-            )));
-        }
-        f.property("compatible", &device.compatible).map_err(err)?;
-        f.property_array_u64("reg", &reg(device.base, device.size)).map_err(err)?;
-        if !device.spis.is_empty() {
-            let cells: Vec<u32> = device.spis.iter().flat_map(|&(spi, flags)| [GIC_SPI, spi, flags]).collect();
-            f.property_array_u32("interrupts", &cells).map_err(err)?;
-        }
-        // An AMBA (PrimeCell) device is probed by Linux only with its bus clock.
-        if device.compatibles().any(|c| c == "arm,primecell") {
-            f.property_u32("clocks", CLOCK_PHANDLE).map_err(err)?;
-            f.property_string("clock-names", "apb_pclk").map_err(err)?;
-        }
-        f.end_node(node).map_err(err)?;
+    for (i, device) in p.passthrough.iter().enumerate() {
+        write_passthrough(&mut f, device, DEVICE_CLOCK_PHANDLE + i as u32)?;
     }
 
     f.end_node(root).map_err(err)?;
     f.finish().map_err(err)
+}
+
+/// One passthrough device's node (and its fixed clock, and the bus that carries its DMA
+/// translation, if it has them); `clock_phandle` is the phandle its clock gets.
+fn write_passthrough(f: &mut FdtWriter, device: &GuestPassthrough, clock_phandle: u32) -> Result<(), GuestFdtError> {
+    if device.compatible.is_empty() {
+        return Err(GuestFdtError(format!(
+            "the passthrough device at {:#x} has no `compatible` in the board's device tree",
+            device.base
+        )));
+    }
+    let clock = device.clock_hz.filter(|_| !device.is_primecell());
+    if let Some(hz) = clock {
+        let node = f.begin_node(&format!("clock-{:x}", device.base)).map_err(err)?;
+        f.property_string("compatible", "fixed-clock").map_err(err)?;
+        f.property_u32("#clock-cells", 0).map_err(err)?;
+        f.property_u32("clock-frequency", hz).map_err(err)?;
+        f.property_phandle(clock_phandle).map_err(err)?;
+        f.end_node(node).map_err(err)?;
+    }
+    // A bus as the board's: CPU addresses one to one (`ranges;`), DMA addresses as the
+    // board's buses translate them (docs/capability-model.md, D3).
+    let bus = if device.dma_ranges.is_empty() {
+        None
+    } else {
+        let bus = f.begin_node(&format!("dma-bus@{:x}", device.base)).map_err(err)?;
+        f.property_string("compatible", "simple-bus").map_err(err)?;
+        f.property_u32("#address-cells", 2).map_err(err)?;
+        f.property_u32("#size-cells", 2).map_err(err)?;
+        f.property_null("ranges").map_err(err)?;
+        let cells: Vec<u64> = device.dma_ranges.iter().flat_map(|r| [r.bus, r.cpu, r.size]).collect();
+        f.property_array_u64("dma-ranges", &cells).map_err(err)?;
+        Some(bus)
+    };
+    let node = f.begin_node(&device.node_name()).map_err(err)?;
+    f.property("compatible", &device.compatible).map_err(err)?;
+    f.property_array_u64("reg", &reg(device.base, device.size)).map_err(err)?;
+    if !device.spis.is_empty() {
+        let cells: Vec<u32> = device.spis.iter().flat_map(|&(spi, flags)| [GIC_SPI, spi, flags]).collect();
+        f.property_array_u32("interrupts", &cells).map_err(err)?;
+    }
+    // An AMBA (PrimeCell) device is probed by Linux only with its bus clock.
+    if device.is_primecell() {
+        f.property_u32("clocks", CLOCK_PHANDLE).map_err(err)?;
+        f.property_string("clock-names", "apb_pclk").map_err(err)?;
+    } else if clock.is_some() {
+        f.property_u32("clocks", clock_phandle).map_err(err)?;
+    }
+    for (name, value) in &device.properties {
+        f.property(name, value).map_err(err)?;
+    }
+    f.end_node(node).map_err(err)?;
+    if let Some(bus) = bus {
+        f.end_node(bus).map_err(err)?;
+    }
+    Ok(())
 }
 
 /// A device tree the user brought (`--dtb`) with its `/chosen` node set as the hypervisor
@@ -379,6 +455,7 @@ mod tests {
             size: 0x1000,
             compatible: b"arm,pl031\0arm,primecell\0".to_vec(),
             spis: [(2, IRQ_TYPE_LEVEL_HIGH)].to_vec(),
+            ..GuestPassthrough::default()
         };
         let blob = build(&GuestPlatform {
             passthrough: [rtc].to_vec(),
@@ -396,9 +473,54 @@ mod tests {
         assert_eq!(node.property("clock-names").and_then(|p| p.as_str()), Some("apb_pclk"));
     }
 
+    /// The Raspberry Pi 4's SDHCI given to an identity-mapped VM: its RAM where the board
+    /// has it, the node Linux's sdhci-iproc binds with a fixed clock, the bus width copied,
+    /// and the board's DMA translation on a bus around it.
+    #[test]
+    fn a_dma_device_of_an_identity_mapped_vm_sits_in_a_bus_with_the_boards_dma_ranges() {
+        let sdhci = GuestPassthrough {
+            base: 0xfe30_0000,
+            size: 0x1000,
+            compatible: b"brcm,bcm2835-sdhci\0".to_vec(),
+            spis: [(126, IRQ_TYPE_LEVEL_HIGH)].to_vec(),
+            properties: [("bus-width".into(), 4u32.to_be_bytes().to_vec()), ("broken-cd".into(), Vec::new())].to_vec(),
+            clock_hz: Some(100_000_000),
+            dma_ranges: [DmaRange { bus: 0xc000_0000, cpu: 0, size: 0x4000_0000 }].to_vec(),
+        };
+        let blob = build(&GuestPlatform {
+            ram_base: 0x2000_0000,
+            ram_size: 0x1000_0000,
+            passthrough: [sdhci].to_vec(),
+            ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)
+        })
+        .unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        let p = Platform::from_device_tree(&blob).unwrap();
+        assert_eq!(p.memory.as_slice(), &[PhysRange { base: 0x2000_0000, size: 0x1000_0000 }], "RAM at IPA = PA");
+        let node = fdt.find_node("/dma-bus@fe300000/bcm2835-sdhci@fe300000").expect("the device inside its bus");
+        assert_eq!(node.physical_reg().next().map(|r| (r.address, r.size)), Some((0xfe30_0000, Some(0x1000))));
+        let board_reach = DmaRange { bus: 0xc000_0000, cpu: 0, size: 0x4000_0000 };
+        let windows = heapless::Vec::from_slice(&[board_reach]).unwrap();
+        assert_eq!(node.dma_reach(), Some(crate::fdt::DmaReach::Windows(windows)), "the board's translation");
+        assert!(node.dma_reach().unwrap().covers(0x2000_0000, 0x1000_0000), "the VM's RAM is within the reach");
+        let bus = fdt.find_node("/dma-bus@fe300000").unwrap();
+        assert_eq!(bus.property("compatible").and_then(|p| p.as_str()), Some("simple-bus"));
+        assert_eq!(bus.property("ranges").map(|p| p.value.len()), Some(0), "CPU addresses one to one");
+        assert_eq!(interrupt_cells(&node), [0, 126, 4]);
+        assert_eq!(node.property("bus-width").and_then(|p| p.as_u32()), Some(4));
+        assert!(node.property("broken-cd").is_some());
+        for absent in ["non-removable", "mmc-pwrseq", "vqmmc-supply", "clock-names"] {
+            assert!(node.property(absent).is_none(), "{absent}");
+        }
+        let clock = node.property("clocks").and_then(|p| p.as_u32()).unwrap();
+        let clock = fdt.node_by_phandle(clock).expect("its clock");
+        assert_eq!(clock.property("compatible").and_then(|p| p.as_str()), Some("fixed-clock"));
+        assert_eq!(clock.property("clock-frequency").and_then(|p| p.as_u32()), Some(100_000_000));
+    }
+
     #[test]
     fn a_passthrough_device_without_compatible_is_an_error() {
-        let device = GuestPassthrough { base: 0x0901_0000, size: 0x1000, compatible: Vec::new(), spis: Vec::new() };
+        let device = GuestPassthrough { base: 0x0901_0000, size: 0x1000, ..GuestPassthrough::default() };
         let e = build(&GuestPlatform {
             passthrough: [device].to_vec(),
             ..virt(GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 }, 1)

@@ -23,6 +23,11 @@ pub const UART_SPI: u32 = 1;
 pub const SPIS: usize = 96;
 /// The virtual timer's PPI, the same INTID for the guest and the board.
 pub const VTIMER_PPI: u32 = 27;
+/// The guest's emulated devices (the GIC's windows, the UART, the virtio page) lie in
+/// `EMULATED_BASE..EMULATED_END`: an identity-mapped VM's RAM, which shares the IPA space,
+/// must miss it (docs/capability-model.md, D2).
+pub const EMULATED_BASE: u64 = GICD_IPA;
+pub const EMULATED_END: u64 = VIRTIO_IPA + VIRTIO_PAGE;
 /// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
 pub const IPA_BITS: u8 = 40;
 
@@ -73,6 +78,9 @@ mod tests {
     const _: () = assert!(GICD_IPA + GICD_SIZE <= GICC_IPA && GICC_IPA + GICC_SIZE <= GICR_IPA);
     const _: () = assert!(GICR_IPA + 0x2_0000 * 64 <= UART_IPA);
     const _: () = assert!(UART_IPA + UART_SIZE <= VIRTIO_IPA && VIRTIO_IPA + VIRTIO_PAGE <= RAM_IPA);
+    // Every emulated window lies in EMULATED_BASE..EMULATED_END.
+    const _: () = assert!(EMULATED_BASE <= GICD_IPA && GICC_IPA + GICC_SIZE <= EMULATED_END);
+    const _: () = assert!(UART_IPA + UART_SIZE <= EMULATED_END && VIRTIO_IPA + VIRTIO_PAGE <= EMULATED_END);
 
     #[test]
     fn the_transports_fit_their_page_and_have_their_own_spis() {

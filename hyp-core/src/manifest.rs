@@ -12,7 +12,10 @@
 
 use core::fmt;
 
-use crate::fdt::{Fdt, Node};
+use crate::fdt::{DmaReach, Fdt, Node, Property};
+
+mod identity;
+pub use identity::{HeldMemory, Holder};
 
 use crate::bundle::{DiskSlice, Passthrough, VmSpec, MAX_VCPUS, RAM_GRANULE, SECTOR_SIZE};
 use crate::platform::{PhysRange, Platform, MAX_VIRTIO_MMIO};
@@ -67,17 +70,43 @@ pub struct BoardLimits<'b> {
     pub disk: Option<u64>,
     /// The devices the board has.
     pub devices: &'b dyn BoardDevices,
+    /// RAM the hypervisor or the firmware holds (its image, heap, device tree, the boot
+    /// bundle, reserved memory, spin tables): no identity-mapped VM's RAM may overlap it.
+    pub held: &'b [HeldMemory],
 }
 
 /// The board's devices, as a table ([`DeviceTable`]: what xtask knows of QEMU's `virt`) or its device tree ([`DeviceTreeDevices`]: what the hypervisor finds at boot).
 pub trait BoardDevices {
-    /// The register window of the board device that `window` lies in, if there is one.
+    /// The register window of the board device that `window` lies in, if there is one: a
+    /// window of whole pages lies in a device when it lies in the device's registers
+    /// rounded out to pages (a device of 0x100 bytes is given as its page).
     fn device_at(&self, window: PhysRange) -> Option<PhysRange>;
+    /// The register window of a board device other than `device` that `window` overlaps:
+    /// a page given to a VM must hold one device's registers only.
+    fn other_device_in(&self, window: PhysRange, device: PhysRange) -> Option<PhysRange>;
     /// Whether the device whose register window is `device` raises `intid`.
     fn raises(&self, device: PhysRange, intid: u32) -> bool;
     /// Why the device whose register window is `device` may access memory by DMA; `None`
     /// when it is known not to (`dma_capability`).
     fn dma(&self, device: PhysRange) -> Option<DmaReason>;
+    /// What the device's DMA reaches through the buses above it (`fdt::Node::dma_reach`);
+    /// `None` when that cannot be read. A board described as a table has no buses.
+    fn dma_reach(&self, _device: PhysRange) -> Option<DmaReach> {
+        Some(DmaReach::Everything)
+    }
+    /// Whether the device is driven by a clock the VM has no controller for, so that the
+    /// manifest must give its rate (`clock_hz`). PrimeCell devices are not: the guest's
+    /// device tree gives them its bus clock. A board described as a table names no clocks.
+    fn needs_clock(&self, _device: PhysRange) -> bool {
+        false
+    }
+}
+
+/// `window` rounded out to whole pages.
+fn pages_of(window: PhysRange) -> PhysRange {
+    let base = window.base & !(PAGE_SIZE - 1);
+    let end = window.end().checked_next_multiple_of(PAGE_SIZE).unwrap_or(!(PAGE_SIZE - 1));
+    PhysRange { base, size: end - base }
 }
 
 /// Devices that cannot master the bus, by their most specific `compatible` (the first
@@ -166,7 +195,10 @@ pub struct DeviceTable<'b>(pub &'b [BoardDevice<'b>]);
 
 impl BoardDevices for DeviceTable<'_> {
     fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
-        self.0.iter().map(|d| d.reg).find(|&reg| within(window, reg))
+        self.0.iter().map(|d| d.reg).find(|&reg| within(window, pages_of(reg)) && window.overlaps(&reg))
+    }
+    fn other_device_in(&self, window: PhysRange, device: PhysRange) -> Option<PhysRange> {
+        self.0.iter().map(|d| d.reg).find(|&reg| reg != device && reg.overlaps(&window))
     }
     fn raises(&self, device: PhysRange, intid: u32) -> bool {
         self.0.iter().any(|d| d.reg == device && d.intids.contains(&intid))
@@ -207,12 +239,24 @@ pub struct DeviceTreeNode<'a> {
     pub compatible: &'a [u8],
     /// The node's raw `interrupts` property (3-cell GIC specifiers).
     interrupts: &'a [u8],
+    node: Node<'a>,
 }
 
 /// The GIC binding's trigger flags for level-high (dt-bindings/interrupt-controller/irq.h).
 pub const IRQ_TYPE_LEVEL_HIGH: u32 = 4;
 
-impl DeviceTreeNode<'_> {
+impl<'a> DeviceTreeNode<'a> {
+    /// The node's properties the guest's device tree copies (`guest_fdt::COPIED_PROPERTIES`:
+    /// those that describe the controller itself and name no other node).
+    pub fn copied_properties(&self) -> impl Iterator<Item = Property<'a>> + 'a {
+        self.node.properties().filter(|p| crate::guest_fdt::COPIED_PROPERTIES.contains(&p.name))
+    }
+
+    /// What the device's DMA reaches through the board's buses (`fdt::Node::dma_reach`).
+    pub fn dma_reach(&self) -> Option<DmaReach> {
+        self.node.dma_reach()
+    }
+
     /// The specifier flags of SPI `intid` (IRQ_TYPE_EDGE_RISING 1, _EDGE_FALLING 2,
     /// _LEVEL_HIGH 4, _LEVEL_LOW 8), or `None` if the node does not list it.
     pub fn spi_flags(&self, intid: u32) -> Option<u32> {
@@ -226,17 +270,31 @@ impl DeviceTreeNode<'_> {
 impl<'a> DeviceTreeDevices<'a> {
     /// The node of the board device that `window` lies in (the one the manifest checks found).
     pub fn node_at(&self, window: PhysRange) -> Option<DeviceTreeNode<'a>> {
-        self.windows().find(|&(_, reg)| within(window, reg)).map(|(node, reg)| DeviceTreeNode {
-            reg,
-            compatible: node.property("compatible").map_or(&[][..], |p| p.value),
-            interrupts: node.property("interrupts").map_or(&[][..], |p| p.value),
+        self.windows().find(|&(_, reg)| within(window, pages_of(reg)) && window.overlaps(&reg)).map(|(node, reg)| {
+            DeviceTreeNode {
+                reg,
+                compatible: node.property("compatible").map_or(&[][..], |p| p.value),
+                interrupts: node.property("interrupts").map_or(&[][..], |p| p.value),
+                node,
+            }
         })
     }
 }
 
 impl BoardDevices for DeviceTreeDevices<'_> {
     fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
-        self.windows().map(|(_, reg)| reg).find(|&reg| within(window, reg))
+        self.windows().map(|(_, reg)| reg).find(|&reg| within(window, pages_of(reg)) && window.overlaps(&reg))
+    }
+    fn other_device_in(&self, window: PhysRange, device: PhysRange) -> Option<PhysRange> {
+        self.windows().map(|(_, reg)| reg).find(|&reg| reg != device && reg.overlaps(&window))
+    }
+    fn dma_reach(&self, device: PhysRange) -> Option<DmaReach> {
+        self.windows().find(|&(_, reg)| reg == device)?.0.dma_reach()
+    }
+    fn needs_clock(&self, device: PhysRange) -> bool {
+        self.windows().find(|&(_, reg)| reg == device).is_some_and(|(node, _)| {
+            node.property("clocks").is_some() && !node.compatible().any(|c| c == "arm,primecell")
+        })
     }
     fn raises(&self, device: PhysRange, intid: u32) -> bool {
         self.windows().filter(|&(_, reg)| reg == device).any(|(node, _)| {
@@ -399,6 +457,75 @@ pub enum ManifestError<'a> {
         other: &'a str,
         other_device: &'a str,
     },
+    /// The page-rounded window also holds another device's registers.
+    PassthroughSharesPage {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+        other: PhysRange,
+    },
+    /// The device's node says an IOMMU stands in front of it (`iommus`): nothing programs it.
+    PassthroughBehindIommu {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
+    /// The device is driven by a clock the VM has no controller for, and `clock_hz` is missing.
+    PassthroughNeedsClock {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
+    /// `identity_mapped`'s base is not a multiple of 2 MiB, or the RAM runs past the IPA space.
+    IdentityBase {
+        vm: &'a str,
+        base: u64,
+    },
+    /// An identity-mapped VM without a passthrough device.
+    IdentityWithoutPassthrough {
+        vm: &'a str,
+    },
+    /// Its RAM overlaps the guest's emulated windows (which share its IPA space).
+    IdentityOverGuestDevices {
+        vm: &'a str,
+        ram: PhysRange,
+    },
+    /// Two identity-mapped VMs' RAM overlaps.
+    IdentityOverlap {
+        vm: &'a str,
+        ram: PhysRange,
+        other: &'a str,
+        other_ram: PhysRange,
+    },
+    /// Its RAM is not inside one of the board's RAM ranges.
+    IdentityNotInRam {
+        vm: &'a str,
+        ram: PhysRange,
+    },
+    /// Its RAM overlaps memory the hypervisor or the firmware holds.
+    IdentityOverHeld {
+        vm: &'a str,
+        ram: PhysRange,
+        held: HeldMemory,
+    },
+    /// None of its passthrough devices can DMA.
+    IdentityWithoutDma {
+        vm: &'a str,
+    },
+    /// Its RAM is not where a DMA device of it reaches (`reach`: the first window's CPU
+    /// addresses; `None`: it reaches no memory).
+    IdentityBeyondDma {
+        vm: &'a str,
+        device: &'a str,
+        ram: PhysRange,
+        reach: Option<PhysRange>,
+    },
+    /// What a DMA device of it reaches cannot be read from the board's device tree.
+    DmaReachUnknown {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
 }
 
 struct Mib(u64);
@@ -459,7 +586,8 @@ impl fmt::Display for ManifestError<'_> {
                 write!(
                     f,
                     ", and with no SMMU to confine it, it could read and write the hypervisor's and other VMs' \
-                     memory; give a device that cannot master the bus (docs/manifest.md)"
+                     memory; give a device that cannot master the bus, or map the VM's RAM at IPA = PA with \
+                     `identity_mapped` (docs/manifest.md)"
                 )
             }
             Self::MacTaken { vm, mac: m, other } => write!(
@@ -596,6 +724,74 @@ impl fmt::Display for ManifestError<'_> {
                 "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is already given to VM {other} \
                  (passthrough {other_device}); an interrupt goes to one VM"
             ),
+            Self::PassthroughSharesPage { vm, device, window, other } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` {window} also holds the registers of the board's device \
+                 at {other}; a page given to a VM must hold one device's registers only"
+            ),
+            Self::PassthroughBehindIommu { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: the board's device at {window} sits behind an IOMMU (`iommus`), \
+                 which this hypervisor does not program: its DMA would go through translations nobody set up; \
+                 give another device"
+            ),
+            Self::PassthroughNeedsClock { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: the board's device at {window} is driven by a clock (`clocks`) the \
+                 VM has no controller for; give its rate in `clock_hz` (the rate the firmware set)"
+            ),
+            Self::IdentityBase { vm, base } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: base {base:#x} must be a multiple of 2 MiB with base + memory \
+                 within the VM's {}-bit IPA space",
+                crate::guest_map::IPA_BITS
+            ),
+            Self::IdentityWithoutPassthrough { vm } => write!(
+                f,
+                "VM {vm}: field `identity_mapped` is for a VM given a device that does DMA (`[[vm.passthrough]]`); \
+                 without one its RAM can lie anywhere: remove it"
+            ),
+            Self::IdentityOverGuestDevices { vm, ram } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} overlaps the guest's emulated devices (GIC, UART, \
+                 virtio) at {}; give a base outside them",
+                identity::EMULATED
+            ),
+            Self::IdentityOverlap { vm, ram, other, other_ram } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} overlaps VM {other}'s ({other_ram}); give each \
+                 its own physical memory"
+            ),
+            Self::IdentityNotInRam { vm, ram } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} is not inside one of the board's RAM ranges (the \
+                 banner's `memory` line); give a base that puts it there"
+            ),
+            Self::IdentityOverHeld { vm, ram, held } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} overlaps {} at {}; give a base outside it",
+                held.holder, held.range
+            ),
+            Self::IdentityWithoutDma { vm } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: none of its passthrough devices can DMA, so nothing needs its \
+                 RAM at IPA = PA; remove it"
+            ),
+            Self::IdentityBeyondDma { vm, device, ram, reach: Some(reach) } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} is out of the DMA reach of passthrough {device} \
+                 (CPU addresses {reach}, through its buses' `dma-ranges`); give a base that puts it there"
+            ),
+            Self::IdentityBeyondDma { vm, device, ram, reach: None } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} is out of the DMA reach of passthrough {device}, \
+                 whose buses' `dma-ranges` reach no memory; give another device"
+            ),
+            Self::DmaReachUnknown { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: what the DMA of the board's device at {window} reaches cannot be \
+                 read from the `dma-ranges` of its buses; give a device whose device tree says it"
+            ),
         }
     }
 }
@@ -731,7 +927,7 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
         }
         // The same INTID twice in one device's list is harmless; in two devices it is not.
     }
-    Ok(())
+    identity::check_alone(vm)
 }
 
 fn passthrough_pair<'a>(
@@ -791,7 +987,7 @@ fn check_pair<'a>(vm: &VmSpec<'a>, earlier: &VmSpec<'a>) -> Result<(), ManifestE
             passthrough_pair(vm.name, device, earlier.name, other)?;
         }
     }
-    Ok(())
+    identity::check_pair(vm, earlier)
 }
 
 fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), ManifestError<'a>> {
@@ -805,6 +1001,8 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
             return Err(ManifestError::DiskBeyondBoard { vm: name, disk, board_disk: board.disk });
         }
     }
+    identity::check_placement(vm, board.ram, board.held)?;
+    let mut dma_devices = 0;
     for device in vm.passthrough.iter() {
         let (window, dev) = (device.reg, device.name);
         if board.ram.iter().any(|r| r.overlaps(&window)) {
@@ -816,12 +1014,42 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
         let Some(found) = board.devices.device_at(window) else {
             return Err(ManifestError::UnknownDevice { vm: name, device: dev, window });
         };
+        if let Some(other) = board.devices.other_device_in(window, found) {
+            return Err(ManifestError::PassthroughSharesPage { vm: name, device: dev, window, other });
+        }
         if let Some(intid) = device.interrupts.iter().find(|&i| !board.devices.raises(found, i)) {
             return Err(ManifestError::InterruptNotOfDevice { vm: name, device: dev, intid, window: found });
         }
-        if let Some(reason) = board.devices.dma(found) {
-            return Err(ManifestError::PassthroughCanDma { vm: name, device: dev, window: found, reason });
+        // A device that can DMA goes only to an identity-mapped VM whose RAM it reaches, and
+        // never from behind an IOMMU (docs/capability-model.md, D1 and D3).
+        match (board.devices.dma(found), vm.identity_ram()) {
+            (None, _) => {}
+            (Some(DmaReason::Property("iommus")), Some(_)) => {
+                return Err(ManifestError::PassthroughBehindIommu { vm: name, device: dev, window: found })
+            }
+            (Some(reason), None) => {
+                return Err(ManifestError::PassthroughCanDma { vm: name, device: dev, window: found, reason })
+            }
+            (Some(_), Some(ram)) => {
+                let Some(reach) = board.devices.dma_reach(found) else {
+                    return Err(ManifestError::DmaReachUnknown { vm: name, device: dev, window: found });
+                };
+                if !reach.covers(ram.base, ram.size) {
+                    let first = match &reach {
+                        DmaReach::Everything => None,
+                        DmaReach::Windows(w) => w.first().map(|r| PhysRange { base: r.cpu, size: r.size }),
+                    };
+                    return Err(ManifestError::IdentityBeyondDma { vm: name, device: dev, ram, reach: first });
+                }
+                dma_devices += 1;
+            }
         }
+        if device.clock_hz.is_none() && board.devices.needs_clock(found) {
+            return Err(ManifestError::PassthroughNeedsClock { vm: name, device: dev, window: found });
+        }
+    }
+    if vm.identity_mapped.is_some() && dma_devices == 0 {
+        return Err(ManifestError::IdentityWithoutDma { vm: name });
     }
     Ok(())
 }
@@ -864,6 +1092,7 @@ mod tests {
             hypervisor_devices: &HYPERVISOR,
             disk: Some(1 << 30),
             devices: &TABLE,
+            held: &[],
         }
     }
 
@@ -884,6 +1113,7 @@ mod tests {
             devices: VmDevices::default(),
             placement: Placement::default(),
             passthrough: PassthroughList::default(),
+            identity_mapped: None,
         }
     }
 
@@ -901,7 +1131,7 @@ mod tests {
     }
 
     fn with_device(mut spec: VmSpec<'static>, device: &'static str, reg: PhysRange, intids: &[u32]) -> VmSpec<'static> {
-        spec.passthrough.push(Passthrough { name: device, reg, interrupts: cells(intids) }).unwrap();
+        spec.passthrough.push(Passthrough { name: device, reg, interrupts: cells(intids), clock_hz: None }).unwrap();
         spec
     }
 
@@ -1319,14 +1549,15 @@ mod tests {
             error(&[with_device(vm("web"), "fwcfg", FW_CFG, &[])]),
             "VM web: passthrough fwcfg: the board's device at 0x9020000..0x9021000 has `dma-coherent` in its device \
              tree: it can access memory by DMA, and with no SMMU to confine it, it could read and write the \
-             hypervisor's and other VMs' memory; give a device that cannot master the bus (docs/manifest.md)"
+             hypervisor's and other VMs' memory; give a device that cannot master the bus, or map the VM's RAM at \
+             IPA = PA with `identity_mapped` (docs/manifest.md)"
         );
         assert_eq!(
             error(&[with_device(vm("web"), "nic", NIC, &[79])]),
             "VM web: passthrough nic: the board's device at 0xa004000..0xa005000 is not one known to have no DMA (its \
              first `compatible` is not among arm,pl031, arm,pl061, arm,sp804, arm,sp805, arm,pl011), and with no SMMU \
              to confine it, it could read and write the hypervisor's and other VMs' memory; give a device that \
-             cannot master the bus (docs/manifest.md)"
+             cannot master the bus, or map the VM's RAM at IPA = PA with `identity_mapped` (docs/manifest.md)"
         );
         assert_eq!(dma_capability("arm,pl011", |p| p == "dmas"), Some(DmaReason::Property("dmas")));
         assert_eq!(dma_capability("arm,pl011", |_| false), None);

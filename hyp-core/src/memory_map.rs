@@ -109,6 +109,33 @@ pub fn plan<'a>(
     Ok(MemoryPlan { heap, free, dropped })
 }
 
+/// Why memory cannot be set apart for identity-mapped VMs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetApartError {
+    /// The range is not wholly inside one free range (it is not free memory).
+    NotFree(PhysRange),
+    /// What is left is in more pieces than a list holds.
+    TooFragmented,
+}
+
+/// The free memory `free` with each of `apart` (identity-mapped VMs' RAM, 2 MiB blocks) set
+/// apart: what is left for the other VMs, aligned to `align` (docs/capability-model.md, D4).
+/// Each range set apart must lie wholly inside one free range: memory the hypervisor, the
+/// firmware or another VM holds is never handed out twice.
+pub fn set_apart(
+    free: &[PhysRange],
+    apart: &[PhysRange],
+    align: u64,
+) -> Result<FixedVec<PhysRange, MAX_FREE_RANGES>, SetApartError> {
+    if let Some(r) = apart.iter().find(|r| !free.iter().any(|f| r.base >= f.base && r.end() <= f.end())) {
+        return Err(SetApartError::NotFree(*r));
+    }
+    match free_ranges(free, apart, align) {
+        (rest, 0) => Ok(rest),
+        _ => Err(SetApartError::TooFragmented),
+    }
+}
+
 const fn align_up(value: u64, align: u64) -> u64 {
     (value + align - 1) & !(align - 1)
 }
@@ -157,6 +184,49 @@ mod tests {
         let memory = [r(0x4000_0000, 16 * MIB)];
         let (free, _) = free_ranges(&memory, &[r(0x3000_0000, 0x2000_0000)], 4096);
         assert!(free.is_empty());
+    }
+
+    #[test]
+    fn memory_set_apart_is_free_memory_and_leaves_the_rest() {
+        let free = [r(0x20_0000, 126 * MIB), r(0x0d00_0000, 0x2f00_0000)];
+        let rest = set_apart(&free, &[r(0x2000_0000, 256 * MIB)], 2 * MIB).unwrap();
+        assert_eq!(
+            rest.as_slice(),
+            &[r(0x20_0000, 126 * MIB), r(0x0d00_0000, 0x1300_0000), r(0x3000_0000, 0x0c00_0000)]
+        );
+        assert_eq!(
+            set_apart(&free, &[r(0x0800_0000, 256 * MIB)], 2 * MIB),
+            Err(SetApartError::NotFree(r(0x0800_0000, 256 * MIB))),
+            "it runs into what the hypervisor holds"
+        );
+    }
+
+    proptest! {
+        /// What is set apart and what is left are disjoint and together are the free memory.
+        #[test]
+        fn setting_apart_loses_and_duplicates_nothing(
+            apart in prop::collection::vec((0u64..96, 1u64..8), 0..4),
+        ) {
+            let free = [r(0, 64 * MIB), r(128 * MIB, 64 * MIB)];
+            let apart: std::vec::Vec<_> = apart.iter().map(|(b, s)| r(b * 2 * MIB, s * 2 * MIB)).collect();
+            let inside = apart.iter().all(|a| free.iter().any(|f| a.base >= f.base && a.end() <= f.end()));
+            match set_apart(&free, &apart, 2 * MIB) {
+                Err(SetApartError::NotFree(_)) => prop_assert!(!inside),
+                Err(SetApartError::TooFragmented) => prop_assert!(false, "a few ranges fit the list"),
+                Ok(rest) => {
+                    prop_assert!(inside);
+                    let mut block = 0;
+                    while block < 192 * MIB {
+                        let b = r(block, 2 * MIB);
+                        let is_free = free.iter().any(|f| f.base <= block && block + 2 * MIB <= f.end());
+                        let set = apart.iter().any(|a| a.overlaps(&b));
+                        let left = rest.iter().any(|f| f.overlaps(&b));
+                        prop_assert_eq!(left, is_free && !set, "block {:#x}", block);
+                        block += 2 * MIB;
+                    }
+                }
+            }
+        }
     }
 
     proptest! {

@@ -13,6 +13,7 @@ use core::fmt::{self, Write};
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind};
+use hyp_core::fdt::{DmaRange, DmaReach};
 use hyp_core::guest_fdt::GuestPassthrough;
 use hyp_core::manifest::{DeviceTreeDevices, IRQ_TYPE_LEVEL_HIGH};
 use hyp_core::platform::PhysRange;
@@ -44,6 +45,13 @@ pub struct PassthroughDevice {
     pub spis: Vec<PassthroughSpi>,
     /// The `compatible` of the board's node for the window, copied into the guest's tree.
     pub compatible: Vec<u8>,
+    /// The board node's properties the guest's node copies (`guest_fdt::COPIED_PROPERTIES`).
+    pub properties: Vec<(String, Vec<u8>)>,
+    /// The rate of the fixed clock the guest's node gets (the manifest's `clock_hz`).
+    pub clock_hz: Option<u32>,
+    /// For a device of an identity-mapped VM: how its buses translate its DMA addresses
+    /// (empty when they do not), which the guest's tree carries (docs/capability-model.md, D3).
+    pub dma_ranges: Vec<DmaRange>,
 }
 
 impl PassthroughDevice {
@@ -54,6 +62,9 @@ impl PassthroughDevice {
             size: self.reg.size,
             compatible: self.compatible.clone(),
             spis: self.spis.iter().map(|s| (s.intid - 32, s.flags)).collect(),
+            properties: self.properties.clone(),
+            clock_hz: self.clock_hz,
+            dma_ranges: self.dma_ranges.clone(),
         }
     }
 }
@@ -117,7 +128,23 @@ pub fn from_board(
                 })?;
                 spis.push(PassthroughSpi { intid, cap, flags: node.spi_flags(intid).unwrap_or(IRQ_TYPE_LEVEL_HIGH) });
             }
-            devices.push(PassthroughDevice { name, reg: window, region, spis, compatible: node.compatible.into() });
+            // Only an identity-mapped VM's guest gives its device bus addresses that must be
+            // the board's (a translated VM's devices do not DMA: the manifest checks).
+            let dma_ranges = match (spec.identity_mapped, node.dma_reach()) {
+                (Some(_), Some(DmaReach::Windows(windows))) => windows.iter().copied().collect(),
+                _ => Vec::new(),
+            };
+            let properties = node.copied_properties().map(|p| (p.name.into(), p.value.into())).collect();
+            devices.push(PassthroughDevice {
+                name,
+                reg: window,
+                region,
+                spis,
+                compatible: node.compatible.into(),
+                properties,
+                clock_hz: device.clock_hz,
+                dma_ranges,
+            });
         }
         all.push(devices);
     }

@@ -29,6 +29,9 @@ pub struct VmRequest<'a> {
     pub gicv: Option<CapId>,
     /// Its passthrough devices.
     pub passthrough: &'a [PassthroughDevice],
+    /// Identity-mapped: its RAM is exactly the physical memory from here, at the same IPA
+    /// (docs/capability-model.md, D4); `None`: anywhere, at the guest's `RAM_IPA`.
+    pub ram_at: Option<u64>,
 }
 
 /// What a VM was given.
@@ -46,7 +49,9 @@ pub struct VmResources {
 
 /// Creates the VM in the capability space: a VM object with its stage-2 tables and vCPUs,
 /// its RAM retyped from untyped memory (1 GiB-aligned for VMs of 1 GiB or more, so stage 2
-/// uses 1 GiB blocks; else 2 MiB-aligned) and mapped at the guest's RAM address, its
+/// uses 1 GiB blocks; else 2 MiB-aligned) and mapped at the guest's RAM address (an
+/// identity-mapped VM: an identity VM object, its RAM exactly the range it names, mapped at
+/// IPA = PA), its
 /// emulated windows, and its passthrough devices (each region mapped at its own address,
 /// IPA = PA, read and write, never executable: the region kind decides; each SPI granted).
 /// On any failure nothing half-built stays behind: the VM and whatever it was given go.
@@ -58,7 +63,10 @@ pub fn grant_resources<M: TableMemory, T: TlbMaintenance>(
     untyped: &[CapId],
     request: &VmRequest<'_>,
 ) -> Result<VmResources, CapError> {
-    let vm_cap = caps.create_vm(mem)?;
+    let vm_cap = match request.ram_at {
+        None => caps.create_vm(mem)?,
+        Some(_) => caps.create_identity_vm(mem)?,
+    };
     let granted = grant_to(caps, mem, &tlb, untyped, vm_cap, request);
     if granted.is_err() {
         let vttbr = caps.vm_id(vm_cap).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
@@ -75,19 +83,28 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     vm_cap: CapId,
     request: &VmRequest<'_>,
 ) -> Result<VmResources, CapError> {
-    let VmRequest { memory, vcpus, gicv, passthrough } = *request;
+    let VmRequest { memory, vcpus, gicv, passthrough, ram_at } = *request;
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
     }
-    let align = if memory >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
-    let retyped = [align, RAM_GRANULE]
-        .iter()
-        .flat_map(|a| untyped.iter().map(move |u| (*u, *a)))
-        .find_map(|(u, a)| caps.retype(u, RegionKind::Ram, memory, a).ok());
-    let region = retyped.ok_or(CapError::OutOfUntyped { size: memory })?;
+    let (region, ipa) = match ram_at {
+        Some(base) => {
+            let exact = PhysRange { base, size: memory };
+            let retyped = untyped.iter().find_map(|u| caps.retype_at(*u, RegionKind::Ram, exact).ok());
+            (retyped.ok_or(CapError::NotFree { base, size: memory })?, base)
+        }
+        None => {
+            let align = if memory >= 1 << 30 { 1 << 30 } else { RAM_GRANULE };
+            let retyped = [align, RAM_GRANULE]
+                .iter()
+                .flat_map(|a| untyped.iter().map(move |u| (*u, *a)))
+                .find_map(|(u, a)| caps.retype(u, RegionKind::Ram, memory, a).ok());
+            (retyped.ok_or(CapError::OutOfUntyped { size: memory })?, RAM_IPA)
+        }
+    };
     let vm = caps.vm_id(vm_cap)?;
     let mut tlb = tlb(caps.vm_table(vm).map_or(0, |t| t.vttbr()));
-    caps.map(mem, &mut tlb, vm_cap, region, Ipa(RAM_IPA), Rights::RWX)?;
+    caps.map(mem, &mut tlb, vm_cap, region, Ipa(ipa), Rights::RWX)?;
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
     caps.add_emulated_window(vm_cap, window(UART_IPA, UART_SIZE)?, DEVICE_PL011)?;
     caps.add_emulated_window(vm_cap, window(GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;

@@ -12,7 +12,7 @@ use xtask::qemu::{Machine, Session};
 
 fn with_rtc(mut vm: VmEntry) -> VmEntry {
     vm.devices.passthrough =
-        vec![Passthrough { name: "rtc".into(), base: 0x0901_0000, size: 0x1000, interrupts: vec![34] }];
+        vec![Passthrough { name: "rtc".into(), base: 0x0901_0000, size: 0x1000, interrupts: vec![34], clock_hz: None }];
     vm
 }
 

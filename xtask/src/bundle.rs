@@ -43,6 +43,9 @@ pub struct VmDevices {
     pub placement: Placement,
     /// Board devices given to it.
     pub passthrough: Vec<Passthrough>,
+    /// Its RAM is the physical memory from this address, at IPA = PA (for a passthrough
+    /// device that does DMA: docs/capability-model.md, "Identity-mapped VMs").
+    pub identity_mapped: Option<u64>,
 }
 
 /// Where a VM's vCPUs run (bundle properties `cpus`, `policy`, `slice-us`).
@@ -57,7 +60,7 @@ pub struct Placement {
 }
 
 /// A board device given to a VM (a `passthrough@N` node).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Passthrough {
     /// A label for messages.
     pub name: String,
@@ -66,6 +69,8 @@ pub struct Passthrough {
     pub size: u64,
     /// Its interrupts, SPI INTIDs (32-1019), routed to the VM.
     pub interrupts: Vec<u32>,
+    /// The rate of its clock, for a device whose board node names one (`clock-hz`).
+    pub clock_hz: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -180,11 +185,17 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
         if let Some(slice) = placement.slice_us {
             fdt.property_u32("slice-us", slice).map_err(fdt_error)?;
         }
+        if let Some(base) = vm.devices.identity_mapped {
+            fdt.property_u64("identity-mapped", base).map_err(fdt_error)?;
+        }
         for (j, device) in vm.devices.passthrough.iter().enumerate() {
             let node = fdt.begin_node(&format!("passthrough@{j}")).map_err(fdt_error)?;
             fdt.property_string("name", &device.name).map_err(fdt_error)?;
             fdt.property_array_u64("reg", &[device.base, device.size]).map_err(fdt_error)?;
             fdt.property_array_u32("interrupts", &device.interrupts).map_err(fdt_error)?;
+            if let Some(hz) = device.clock_hz {
+                fdt.property_u32("clock-hz", hz).map_err(fdt_error)?;
+            }
             fdt.end_node(node).map_err(fdt_error)?;
         }
         fdt.end_node(node).map_err(fdt_error)?;

@@ -15,6 +15,7 @@ pub mod linux_guest;
 pub mod manifest;
 pub mod qemu;
 pub mod rpi4;
+pub mod rpi4_sd;
 pub mod setup;
 pub mod soak;
 pub mod util;

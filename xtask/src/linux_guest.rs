@@ -19,7 +19,8 @@
 //! architected timer, PSCI and devtmpfs; modules are virtio-mmio, virtio-blk, virtio-net
 //! (with failover and net_failover), virtio-console, and ext4 (with jbd2, mbcache, crc16 and
 //! the crc32c it checksums with: `crc32c_generic`, as the Cortex-A15 has no CRC32
-//! instructions for `crc32-arm-ce`). So [`MODULES`] is the same list for both, checked
+//! instructions for `crc32-arm-ce`), and the SD host controller drivers `sdhci`,
+//! `sdhci-pltfm` and `sdhci-iproc` (the MMC core and block driver are built in). So [`MODULES`] is the same list for both, checked
 //! against each module's `depends=` when the initramfs is built.
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,11 @@ const MODULES: &[&str] = &[
     "jbd2",
     "crc32c_generic",
     "ext4",
+    // The SD host controllers of the Raspberry Pi 4 (Linux's sdhci-iproc), for a VM that
+    // owns one (docs/deploy-rpi4.md); on other boards they find no device and do nothing.
+    "sdhci",
+    "sdhci-pltfm",
+    "sdhci-iproc",
 ];
 /// The kernel command line when the user gives none: the console on the VM's PL011.
 pub const BOOTARGS: &str = "console=ttyAMA0 earlycon";

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use hyp_core::bundle::Policy;
+use hyp_core::fdt::DmaReach;
 use hyp_core::manifest::{
     BoardDevice, BoardDevices, BoardLimits, DeviceTable, DeviceTreeDevices, DmaReason, ManifestError,
 };
@@ -106,6 +107,15 @@ impl BoardDevices for TreeDevices {
     fn device_at(&self, window: PhysRange) -> Option<PhysRange> {
         DeviceTreeDevices::new(&self.0)?.device_at(window)
     }
+    fn other_device_in(&self, window: PhysRange, device: PhysRange) -> Option<PhysRange> {
+        DeviceTreeDevices::new(&self.0)?.other_device_in(window, device)
+    }
+    fn dma_reach(&self, device: PhysRange) -> Option<DmaReach> {
+        DeviceTreeDevices::new(&self.0)?.dma_reach(device)
+    }
+    fn needs_clock(&self, device: PhysRange) -> bool {
+        DeviceTreeDevices::new(&self.0).is_some_and(|d| d.needs_clock(device))
+    }
     fn raises(&self, device: PhysRange, intid: u32) -> bool {
         DeviceTreeDevices::new(&self.0).is_some_and(|d| d.raises(device, intid))
     }
@@ -161,6 +171,9 @@ impl Board {
             hypervisor_devices,
             disk: self.disk,
             devices,
+            // Where the hypervisor's heap and image go is known only at boot, where the
+            // hypervisor checks an identity-mapped VM's RAM against them.
+            held: &[],
         }
     }
 }
@@ -207,6 +220,14 @@ struct VmToml {
     network: Option<NetworkToml>,
     #[serde(default)]
     passthrough: Vec<PassthroughToml>,
+    identity_mapped: Option<IdentityToml>,
+}
+
+/// `identity_mapped = { base = 0x2000_0000 }`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdentityToml {
+    base: u64,
 }
 
 #[derive(Deserialize)]
@@ -238,6 +259,7 @@ struct PassthroughToml {
     reg: [u64; 2],
     #[serde(default)]
     interrupts: Vec<u32>,
+    clock_hz: Option<u32>,
 }
 
 fn parse_mac(text: &str) -> Option<[u8; 6]> {
@@ -341,8 +363,15 @@ impl Manifest {
             let passthrough = vm
                 .passthrough
                 .into_iter()
-                .map(|p| Passthrough { name: p.name, base: p.reg[0], size: p.reg[1], interrupts: p.interrupts })
+                .map(|p| Passthrough {
+                    name: p.name,
+                    base: p.reg[0],
+                    size: p.reg[1],
+                    interrupts: p.interrupts,
+                    clock_hz: p.clock_hz,
+                })
                 .collect();
+            let identity_mapped = vm.identity_mapped.map(|i| i.base);
             vms.push(VmEntry {
                 name: vm.name,
                 vcpus: vm.vcpus,
@@ -351,7 +380,7 @@ impl Manifest {
                 initrd,
                 bootargs,
                 device_tree: vm.device_tree.map(|t| dir.join(t)),
-                devices: VmDevices { disk, network, placement, passthrough },
+                devices: VmDevices { disk, network, placement, passthrough, identity_mapped },
             });
         }
         Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
@@ -555,6 +584,34 @@ mod tests {
             .collect();
         assert_eq!(devices, [("rtc", 0x0901_0000, 0x1000, vec![34]), ("gpio", 0x0903_0000, 0x1000, vec![])]);
         assert_eq!(spec.bootargs, Some(crate::linux_guest::BOOTARGS), "the Debian kernel's default command line");
+    }
+
+    /// `identity_mapped` and `clock_hz` reach the bundle; on QEMU `virt`, whose devices
+    /// xtask knows are all DMA-free, an identity-mapped VM is refused by the board check.
+    #[test]
+    fn identity_mapped_and_clock_hz_are_read_and_checked_against_the_board() {
+        let text = vm(
+            "sd",
+            "identity_mapped = { base = 0x5000_0000 }\n[[vm.passthrough]]\nname = \"rtc\"\n\
+             reg = [0x0901_0000, 0x1000]\ninterrupts = [34]\nclock_hz = 32768\n",
+        );
+        let dir = tempdir("identity");
+        let guest = fake_debian(&dir);
+        let m = Manifest::parse(&text, Path::new("test.toml"), &mut |_| Ok(guest.clone())).unwrap();
+        assert_eq!(m.vms[0].devices.identity_mapped, Some(0x5000_0000));
+        assert_eq!(m.vms[0].devices.passthrough[0].clock_hz, Some(32768));
+        let blob = crate::bundle::write(&m.vms, &BundleOptions::default()).unwrap();
+        let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!((spec.identity_mapped, spec.passthrough.as_slice()[0].clock_hz), (Some(0x5000_0000), Some(32768)));
+        assert_eq!(
+            error(&text),
+            "test.toml: VM sd: field `identity_mapped`: none of its passthrough devices can DMA, so nothing needs its \
+             RAM at IPA = PA; remove it"
+        );
+        assert!(
+            error(&vm("sd", "identity_mapped = 0x5000_0000\n")).contains("identity_mapped"),
+            "a table, with its base"
+        );
     }
 
     #[test]

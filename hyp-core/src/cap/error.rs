@@ -58,6 +58,16 @@ pub enum CapError {
     },
     /// All 255 VMIDs are in use.
     NoVmid,
+    /// The exact range asked of an untyped is not free in it (outside it, or carved).
+    NotFree {
+        base: u64,
+        size: u64,
+    },
+    /// Memory mapped into an identity-mapped VM at an IPA other than its physical address.
+    NotIdentity {
+        ipa: u64,
+        pa: u64,
+    },
     Stage2(Stage2Error),
 }
 
@@ -87,6 +97,15 @@ impl fmt::Display for CapError {
             Self::DuplicateInterrupt { intid } => write!(f, "interrupt {intid} already has a capability"),
             Self::TooManyVcpus { max } => write!(f, "the VM already has its {max} vCPUs"),
             Self::NoVmid => write!(f, "no VMID left: destroy a VM first"),
+            Self::NotFree { base, size } => write!(
+                f,
+                "physical memory {base:#x}..{:#x} is not free untyped memory (outside the untyped, or given out)",
+                base.saturating_add(*size)
+            ),
+            Self::NotIdentity { ipa, pa } => write!(
+                f,
+                "memory at PA {pa:#x} mapped at IPA {ipa:#x} in an identity-mapped VM, whose memory is at IPA = PA"
+            ),
             Self::Stage2(e) => write!(f, "stage 2: {e}"),
         }
     }

@@ -269,6 +269,28 @@ pub fn vmids_unique(s: &CapSpace) -> Check {
     Ok(())
 }
 
+/// I12: in an identity-mapped VM every RAM and shared region is mapped at IPA = PA.
+pub fn identity_vms_map_memory_at_its_address(s: &CapSpace) -> Check {
+    for (id, c) in &s.caps {
+        let CapKind::Mapping { vm, region, ipa } = c.kind else { continue };
+        let identity = matches!(s.objects.get(&vm), Some(Object::Vm { identity: true, .. }));
+        let Some(Object::Region { range, kind, .. }) = s.objects.get(&region) else { continue };
+        if identity && !kind.is_device() && ipa.start().0 != range.base {
+            return fail(
+                "I12",
+                format!(
+                    "mapping cap {} puts PA {:#x} at IPA {:#x} in identity-mapped VM object {}",
+                    id.0,
+                    range.base,
+                    ipa.start().0,
+                    vm.0
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
     rights_only_shrink(s)?;
     no_orphans(s)?;
@@ -280,5 +302,6 @@ pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
     ipa_ranges_disjoint(s)?;
     mapping_rights_bounded(s)?;
     vmids_unique(s)?;
-    vcpus_belong_to_live_vms(s)
+    vcpus_belong_to_live_vms(s)?;
+    identity_vms_map_memory_at_its_address(s)
 }

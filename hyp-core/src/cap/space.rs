@@ -74,6 +74,8 @@ pub(super) enum Object {
     Vm {
         vmid: u16,
         table: Stage2Table,
+        /// RAM and shared memory only at IPA = PA (docs/capability-model.md, D4 and I12).
+        identity: bool,
     },
     /// vCPU `index` of VM `vm` (its MPIDR Aff0 in the guest).
     Vcpu {
@@ -303,6 +305,45 @@ impl CapSpace {
         self.new_cap(kind, op.rights, op.parent)
     }
 
+    /// Like `decode_retype`, but the region is exactly `range`: for an identity-mapped VM,
+    /// whose RAM is the physical memory its manifest names (docs/capability-model.md, D4).
+    /// `range` must lie in the untyped and miss every piece carved from it.
+    pub fn decode_retype_at(
+        &self,
+        untyped_cap: CapId,
+        kind: RegionKind,
+        range: PhysRange,
+    ) -> Result<CreateOp, CapError> {
+        let (untyped, object, rights) = self.object_of(untyped_cap)?;
+        let Object::Untyped { range: whole, carved } = object else {
+            return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
+        };
+        Self::require(untyped_cap, rights, Rights::GRANT, "grant")?;
+        if kind.is_device() {
+            return Err(CapError::WrongType {
+                cap: untyped_cap,
+                expected: "device memory (untyped becomes RAM or shared memory only)",
+            });
+        }
+        if range.size == 0 {
+            return Err(CapError::ZeroSize);
+        }
+        if !aligned(range.base, PAGE_SIZE) || !aligned(range.size, PAGE_SIZE) {
+            return Err(CapError::Unaligned { what: "region", value: range.base });
+        }
+        let inside = range.base >= whole.base && range.base.checked_add(range.size).is_some_and(|e| e <= whole.end());
+        if !inside || carved.iter().any(|(piece, _)| piece.overlaps(&range)) {
+            return Err(CapError::NotFree { base: range.base, size: range.size });
+        }
+        Ok(CreateOp { what: NewCap::Region { untyped, range, kind }, rights, parent: Some(untyped_cap) })
+    }
+
+    /// Carves exactly `range` out of the untyped as a region of `kind`.
+    pub fn retype_at(&mut self, untyped_cap: CapId, kind: RegionKind, range: PhysRange) -> Result<CapId, CapError> {
+        let op = self.decode_retype_at(untyped_cap, kind, range)?;
+        Ok(self.invoke_create(op))
+    }
+
     /// Carves `size` bytes aligned to `align` out of the untyped as a region of `kind`.
     pub fn retype(&mut self, untyped_cap: CapId, kind: RegionKind, size: u64, align: u64) -> Result<CapId, CapError> {
         let op = self.decode_retype(untyped_cap, kind, size, align)?;
@@ -311,6 +352,21 @@ impl CapSpace {
 
     /// A new VM with empty stage-2 tables and the lowest free VMID.
     pub fn create_vm(&mut self, mem: &mut impl TableMemory) -> Result<CapId, CapError> {
+        self.new_vm(mem, false)
+    }
+
+    /// A new identity-mapped VM: `map` gives it RAM and shared memory only at IPA = PA
+    /// (docs/capability-model.md, "Identity-mapped VMs").
+    pub fn create_identity_vm(&mut self, mem: &mut impl TableMemory) -> Result<CapId, CapError> {
+        self.new_vm(mem, true)
+    }
+
+    /// Whether the VM is identity-mapped.
+    pub fn is_identity_vm(&self, vm: VmId) -> bool {
+        matches!(self.objects.get(&ObjectId(vm.0)), Some(Object::Vm { identity: true, .. }))
+    }
+
+    fn new_vm(&mut self, mem: &mut impl TableMemory, identity: bool) -> Result<CapId, CapError> {
         let used: Vec<u16> = self
             .objects
             .values()
@@ -318,7 +374,7 @@ impl CapSpace {
             .collect();
         let vmid = (1..=255u16).find(|v| !used.contains(v)).ok_or(CapError::NoVmid)?;
         let table = Stage2Table::new(self.format, vmid, mem)?;
-        let id = self.new_object(Object::Vm { vmid, table });
+        let id = self.new_object(Object::Vm { vmid, table, identity });
         Ok(self.new_cap(CapKind::Object(id), Rights::ALL, None))
     }
 
@@ -383,6 +439,10 @@ impl CapSpace {
         }
         if kind.is_device() && rights.contains(Rights::EXECUTE) {
             return Err(CapError::Stage2(stage2::Stage2Error::InvalidPermissions));
+        }
+        let identity = matches!(self.objects.get(&vm), Some(Object::Vm { identity: true, .. }));
+        if identity && !kind.is_device() && ipa.0 != range.base {
+            return Err(CapError::NotIdentity { ipa: ipa.0, pa: range.base });
         }
         let ipa = IpaRange::new(ipa, range.size).map_err(CapError::Stage2)?;
         self.check_ipa(vm, ipa)?;
@@ -593,7 +653,7 @@ impl CapSpace {
                         carved.retain(|(_, r)| r != object);
                     }
                 }
-                Some(Object::Vm { vmid, table }) => {
+                Some(Object::Vm { vmid, table, .. }) => {
                     table.destroy(mem);
                     tlb.invalidate_vmid(vmid);
                 }

@@ -319,22 +319,101 @@ fn decoding_changes_nothing_and_invoking_does_what_was_decoded() {
     w.check();
 }
 
+#[test]
+fn an_identity_mapped_vm_maps_memory_only_at_its_own_address() {
+    let mut w = World::new();
+    let vm = w.space.create_identity_vm(&mut w.mem).unwrap();
+    w.vms.push(vm);
+    let id = w.space.vm_id(vm).unwrap();
+    assert!(w.space.is_identity_vm(id));
+    let at = PhysRange { base: 0x4040_0000, size: 2 * MIB2 };
+    let ram = w.space.retype_at(w.untyped[0], RegionKind::Ram, at).unwrap();
+    assert_eq!(w.space.region(ram).unwrap().0, at, "exactly the range asked for");
+    assert_eq!(
+        w.map(vm, ram, 0x4000_0000, Rights::RWX),
+        Err(CapError::NotIdentity { ipa: 0x4000_0000, pa: 0x4040_0000 }),
+        "RAM anywhere but its own address is refused"
+    );
+    w.check();
+    w.map(vm, ram, at.base, Rights::RWX).unwrap();
+    let table = w.space.vm_table(id).unwrap();
+    assert_eq!(table.translate(&w.mem, Ipa(at.base + 0x1234)).map(|t| t.pa), Some(PhysAddr(at.base + 0x1234)));
+    // Device regions keep their own rule (the runtime maps them at their address anyway).
+    w.map(vm, w.device, 0x0900_0000, Rights::RW).unwrap();
+    // The range is taken: retyping it again, or a piece of it, or beyond the untyped fails.
+    assert_eq!(
+        w.space.retype_at(w.untyped[0], RegionKind::Ram, PhysRange { base: 0x4060_0000, size: MIB2 }),
+        Err(CapError::NotFree { base: 0x4060_0000, size: MIB2 })
+    );
+    assert!(matches!(
+        w.space.retype_at(w.untyped[0], RegionKind::Ram, PhysRange { base: 0x40e0_0000, size: 2 * MIB2 }),
+        Err(CapError::NotFree { .. })
+    ));
+    assert!(matches!(
+        w.space.retype_at(w.untyped[0], RegionKind::DeviceMmio, PhysRange { base: 0x4000_0000, size: MIB2 }),
+        Err(CapError::WrongType { .. })
+    ));
+    // A translated VM may map RAM anywhere, as before.
+    let translated = w.vm();
+    assert!(!w.space.is_identity_vm(w.space.vm_id(translated).unwrap()));
+    let other = w.space.retype(w.untyped[1], RegionKind::Ram, MIB2, MIB2).unwrap();
+    w.map(translated, other, 0x4000_0000, Rights::RWX).unwrap();
+    w.check();
+    // Destroyed, its memory is free for the same exact range again.
+    w.space.destroy_vm(&mut w.mem, &mut w.tlb, vm).unwrap();
+    w.space.retype_at(w.untyped[0], RegionKind::Ram, at).unwrap();
+    w.check();
+}
+
 /// One operation of the random and exhaustive searches; indices pick among what exists.
 #[derive(Clone, Copy, Debug)]
 enum Op {
     CreateVm,
-    Retype { untyped: usize, shared: bool, blocks: u64 },
-    Map { vm: usize, cap: usize, ipa: usize, rights: u8 },
-    Derive { cap: usize, rights: u8 },
-    Revoke { cap: usize },
-    Delete { cap: usize },
-    GrantInterrupt { vm: usize },
-    CreateVcpu { vm: usize },
-    Window { vm: usize, ipa: usize },
-    DestroyVm { vm: usize },
+    CreateIdentityVm,
+    /// Exactly the 2 MiB block `block` of an untyped.
+    RetypeAt {
+        untyped: usize,
+        block: u64,
+    },
+    Retype {
+        untyped: usize,
+        shared: bool,
+        blocks: u64,
+    },
+    Map {
+        vm: usize,
+        cap: usize,
+        ipa: usize,
+        rights: u8,
+    },
+    Derive {
+        cap: usize,
+        rights: u8,
+    },
+    Revoke {
+        cap: usize,
+    },
+    Delete {
+        cap: usize,
+    },
+    GrantInterrupt {
+        vm: usize,
+    },
+    CreateVcpu {
+        vm: usize,
+    },
+    Window {
+        vm: usize,
+        ipa: usize,
+    },
+    DestroyVm {
+        vm: usize,
+    },
 }
 
 const IPAS: [u64; 4] = [0x4000_0000, 0x4020_0000, 0x0900_0000, 0xff_ffe0_0000];
+/// A `Map` IPA index past `IPAS`: the region's own physical address (IPA = PA).
+const OWN_PA: usize = IPAS.len();
 
 impl World {
     fn pick(list: &[CapId], i: usize) -> Option<CapId> {
@@ -351,12 +430,27 @@ impl World {
                 self.vms.push(c);
                 Some(c)
             }),
+            Op::CreateIdentityVm => self.space.create_identity_vm(&mut self.mem).map(|c| {
+                self.vms.push(c);
+                Some(c)
+            }),
+            Op::RetypeAt { untyped, block } => {
+                let u = self.untyped[untyped % 2];
+                let base = [0x4000_0000, 0x8000_0000][untyped % 2] + block * MIB2;
+                self.space.retype_at(u, RegionKind::Ram, PhysRange { base, size: MIB2 }).map(Some)
+            }
             Op::Retype { untyped, shared, blocks } => {
                 let kind = if shared { RegionKind::Shared } else { RegionKind::Ram };
                 self.space.retype(self.untyped[untyped % 2], kind, blocks * MIB2, MIB2).map(Some)
             }
             Op::Map { vm, cap, ipa, rights } => match (Self::pick(&vms, vm), Self::pick(&made, cap)) {
-                (Some(v), Some(c)) => self.map(v, c, IPAS[ipa % IPAS.len()], Rights::from_bits(rights)).map(Some),
+                (Some(v), Some(c)) => {
+                    let at = match ipa % (OWN_PA + 1) {
+                        OWN_PA => self.space.region(c).map_or(IPAS[0], |(range, _)| range.base),
+                        i => IPAS[i],
+                    };
+                    self.map(v, c, at, Rights::from_bits(rights)).map(Some)
+                }
                 _ => Ok(None),
             },
             Op::Derive { cap, rights } => match Self::pick(&made, cap) {
@@ -410,7 +504,9 @@ impl World {
                 super::space::Object::Region { range, kind, untyped } => {
                     format!("{id:?} region {range:?} {kind:?} {untyped:?}")
                 }
-                super::space::Object::Vm { vmid, table } => format!("{id:?} vm {vmid} root {:?}", table.root()),
+                super::space::Object::Vm { vmid, table, identity } => {
+                    format!("{id:?} vm {vmid} identity {identity} root {:?}", table.root())
+                }
                 super::space::Object::Vcpu { vm, index } => format!("{id:?} vcpu {vm:?} {index}"),
                 super::space::Object::Interrupt { intid } => format!("{id:?} interrupt {intid}"),
             })
@@ -422,12 +518,19 @@ impl World {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         Just(Op::CreateVm),
+        Just(Op::CreateIdentityVm),
+        (0usize..2, 0u64..9).prop_map(|(untyped, block)| Op::RetypeAt { untyped, block }),
         (0usize..2, any::<bool>(), 1u64..4).prop_map(|(untyped, shared, blocks)| Op::Retype {
             untyped,
             shared,
             blocks
         }),
-        (0usize..4, 0usize..16, 0usize..4, 0u8..16).prop_map(|(vm, cap, ipa, rights)| Op::Map { vm, cap, ipa, rights }),
+        (0usize..4, 0usize..16, 0usize..=OWN_PA, 0u8..16).prop_map(|(vm, cap, ipa, rights)| Op::Map {
+            vm,
+            cap,
+            ipa,
+            rights
+        }),
         (0usize..16, 0u8..16).prop_map(|(cap, rights)| Op::Derive { cap, rights }),
         (0usize..16).prop_map(|cap| Op::Revoke { cap }),
         (0usize..16).prop_map(|cap| Op::Delete { cap }),
@@ -478,8 +581,9 @@ proptest! {
 }
 
 /// Every sequence of four operations drawn from a small universe: two untyped ranges, up
-/// to two VMs, one region kind each, a few IPAs, and the operations on the first
-/// capabilities made.
+/// to three VMs (the second or third identity-mapped when made by `CreateIdentityVm`), one
+/// region kind each, a few IPAs and a region's own address, and the operations on the
+/// first capabilities made.
 #[test]
 fn every_sequence_of_four_operations() {
     let alphabet = [
@@ -495,6 +599,8 @@ fn every_sequence_of_four_operations() {
         Op::GrantInterrupt { vm: 0 },
         Op::CreateVcpu { vm: 0 },
         Op::DestroyVm { vm: 0 },
+        Op::CreateIdentityVm,
+        Op::Map { vm: 1, cap: 5, ipa: OWN_PA, rights: 3 },
     ];
     let n = alphabet.len();
     let mut sequences = 0;
@@ -512,5 +618,5 @@ fn every_sequence_of_four_operations() {
         }
         sequences += 1;
     }
-    assert_eq!(sequences, 20_736);
+    assert_eq!(sequences, 38_416);
 }

@@ -118,3 +118,87 @@ pub fn versatile_express_board(extra: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
     f.end_node(root).unwrap();
     f.finish().unwrap()
 }
+
+/// The parts of a Raspberry Pi 4's device tree (Debian's `bcm2711-rpi-4-b.dtb`) that its
+/// SD controllers' passthrough reads: RAM 0..0x3c00_0000; `/soc` (one cell, `ranges` from
+/// bus address 0x7e00_0000 to CPU 0xfe00_0000, and `dma-ranges` giving the first GiB at bus
+/// address 0xc000_0000); in it the GIC-400 (phandle `GIC_PHANDLE`), the PL011 console
+/// (a PrimeCell with `clocks`), the SDHCI at bus 0x7e30_0000 (0x100 bytes, SPI 126, a clock,
+/// `bus-width`, `non-removable`, `mmc-pwrseq` and its Wi-Fi child) and a device behind an
+/// IOMMU at 0x7e31_0000; `emmc2bus` (two cells, the same translations) with EMMC2 at bus
+/// 0x7e34_0000 on SPI 126 too, as on the board; `extra` adds nodes to `/soc`.
+pub fn rpi4_sd_board(extra: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
+    let mut f = FdtWriter::new().unwrap();
+    let root = f.begin_node("").unwrap();
+    f.property_string("model", "Raspberry Pi 4 Model B").unwrap();
+    f.property_string("compatible", "raspberrypi,4-model-b").unwrap();
+    f.property_u32("interrupt-parent", GIC_PHANDLE).unwrap();
+    f.property_u32("#address-cells", 2).unwrap();
+    f.property_u32("#size-cells", 1).unwrap();
+    let memory = f.begin_node("memory@0").unwrap();
+    f.property_string("device_type", "memory").unwrap();
+    f.property_array_u32("reg", &[0, 0, 0x3c00_0000]).unwrap();
+    f.end_node(memory).unwrap();
+    let soc = f.begin_node("soc").unwrap();
+    f.property_string("compatible", "simple-bus").unwrap();
+    f.property_u32("#address-cells", 1).unwrap();
+    f.property_u32("#size-cells", 1).unwrap();
+    f.property_array_u32("ranges", &[0x7e00_0000, 0, 0xfe00_0000, 0x180_0000, 0x4000_0000, 0, 0xff80_0000, 0x80_0000])
+        .unwrap();
+    f.property_array_u32("dma-ranges", &[0xc000_0000, 0, 0, 0x4000_0000]).unwrap();
+    let gic = f.begin_node("interrupt-controller@40041000").unwrap();
+    f.property_string("compatible", "arm,gic-400").unwrap();
+    f.property_u32("#interrupt-cells", 3).unwrap();
+    f.property_null("interrupt-controller").unwrap();
+    f.property_array_u32("reg", &[0x4004_1000, 0x1000, 0x4004_2000, 0x2000, 0x4004_4000, 0x2000, 0x4004_6000, 0x2000])
+        .unwrap();
+    f.property_array_u32("interrupts", &[1, 9, 0xf04]).unwrap();
+    f.property_u32("phandle", GIC_PHANDLE).unwrap();
+    f.end_node(gic).unwrap();
+    let uart = f.begin_node("serial@7e201000").unwrap();
+    f.property_string_list("compatible", strings(&["arm,pl011", "arm,primecell"])).unwrap();
+    f.property_array_u32("reg", &[0x7e20_1000, 0x200]).unwrap();
+    f.property_array_u32("interrupts", &[0, 121, 4]).unwrap();
+    f.property_array_u32("clocks", &[7, 19, 7, 20]).unwrap();
+    f.end_node(uart).unwrap();
+    let sdhci = f.begin_node("mmc@7e300000").unwrap();
+    f.property_string("compatible", "brcm,bcm2835-sdhci").unwrap();
+    f.property_array_u32("reg", &[0x7e30_0000, 0x100]).unwrap();
+    f.property_array_u32("interrupts", &[0, 126, 4]).unwrap();
+    f.property_array_u32("clocks", &[7, 28]).unwrap();
+    f.property_string("status", "okay").unwrap();
+    f.property_u32("#address-cells", 1).unwrap();
+    f.property_u32("#size-cells", 0).unwrap();
+    f.property_u32("bus-width", 4).unwrap();
+    f.property_null("non-removable").unwrap();
+    f.property_u32("mmc-pwrseq", 16).unwrap();
+    let wifi = f.begin_node("wifi@1").unwrap();
+    f.property_u32("reg", 1).unwrap();
+    f.property_string("compatible", "brcm,bcm4329-fmac").unwrap();
+    f.end_node(wifi).unwrap();
+    f.end_node(sdhci).unwrap();
+    let behind = f.begin_node("dma-master@7e310000").unwrap();
+    f.property_string("compatible", "vendor,bus-master").unwrap();
+    f.property_array_u32("reg", &[0x7e31_0000, 0x1000]).unwrap();
+    f.property_u32("iommus", 9).unwrap();
+    f.end_node(behind).unwrap();
+    extra(&mut f);
+    f.end_node(soc).unwrap();
+    let emmc2bus = f.begin_node("emmc2bus").unwrap();
+    f.property_string("compatible", "simple-bus").unwrap();
+    f.property_u32("#address-cells", 2).unwrap();
+    f.property_u32("#size-cells", 1).unwrap();
+    f.property_array_u32("ranges", &[0, 0x7e00_0000, 0, 0xfe00_0000, 0x180_0000]).unwrap();
+    f.property_array_u32("dma-ranges", &[0, 0xc000_0000, 0, 0, 0x4000_0000]).unwrap();
+    let emmc2 = f.begin_node("mmc@7e340000").unwrap();
+    f.property_string("compatible", "brcm,bcm2711-emmc2").unwrap();
+    f.property_array_u32("reg", &[0, 0x7e34_0000, 0x100]).unwrap();
+    f.property_array_u32("interrupts", &[0, 126, 4]).unwrap();
+    f.property_array_u32("clocks", &[7, 51]).unwrap();
+    f.property_u32("vqmmc-supply", 32).unwrap();
+    f.property_null("broken-cd").unwrap();
+    f.end_node(emmc2).unwrap();
+    f.end_node(emmc2bus).unwrap();
+    f.end_node(root).unwrap();
+    f.finish().unwrap()
+}

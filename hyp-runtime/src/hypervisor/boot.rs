@@ -11,7 +11,8 @@ use core::borrow::Borrow;
 use hyp_core::bundle::{BootBundle, VmSpec};
 use hyp_core::cap::{CapId, CapSpace, RegionKind};
 use hyp_core::entropy::SeedSource;
-use hyp_core::manifest::{BoardLimits, DeviceTreeDevices};
+use hyp_core::manifest::{BoardLimits, DeviceTreeDevices, HeldMemory};
+use hyp_core::memory_map::SetApartError;
 use hyp_core::platform::{GicVersion, PhysRange, Platform};
 use spin::Mutex;
 use stage2::TableFormat;
@@ -30,6 +31,9 @@ pub struct BootedBoard<'a> {
     /// The memory no one uses (not the image, the heap, the device tree, the boot bundle or
     /// reserved memory): the VMs' memory.
     pub free: &'a [PhysRange],
+    /// What holds the rest of RAM (the image, the heap, the device tree, the boot bundle,
+    /// the firmware's memory): an identity-mapped VM's RAM must miss it.
+    pub held: &'a [HeldMemory],
     /// The stage-2 format of this CPU architecture, sized for this board.
     pub stage2: TableFormat,
     /// The board disk's size in sectors, if it has one.
@@ -54,6 +58,7 @@ impl<V: Virtualization> Hypervisor<V> {
             hypervisor_devices: &windows,
             disk: board.disk_sectors.map(|s| s * hyp_core::bundle::SECTOR_SIZE),
             devices: board.devices,
+            held: board.held,
         };
         bundle.check_board(&limits).map_err(|e| format!("boot bundle: {e}"))?;
         self.make_capabilities(bundle, board)?;
@@ -88,13 +93,35 @@ impl<V: Virtualization> Hypervisor<V> {
     }
 
     /// Every VM gets memory and devices through capabilities only: the free memory becomes
-    /// untyped, GICv2's virtual CPU interface a banked device region, and each passthrough
-    /// device's window a device region and its SPIs interrupts, from the board's device tree
-    /// (never from untyped memory).
+    /// untyped (each identity-mapped VM's RAM an untyped of its own, set apart from the rest
+    /// first: docs/capability-model.md, D4), GICv2's virtual CPU interface a banked device
+    /// region, and each passthrough device's window a device region and its SPIs
+    /// interrupts, from the board's device tree (never from untyped memory).
     fn make_capabilities(&self, bundle: &BootBundle<'static>, board: &BootedBoard<'_>) -> Result<(), String> {
         let platform = board.platform;
         let mut caps = CapSpace::new(board.stage2);
-        let untyped: Vec<CapId> = board.free.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
+        let apart: Vec<PhysRange> = bundle.vms().filter_map(|vm| vm.identity_ram()).collect();
+        let rest =
+            hyp_core::memory_map::set_apart(board.free, &apart, hyp_core::bundle::RAM_GRANULE).map_err(
+                |e| match e {
+                    SetApartError::NotFree(r) => format!(
+                        "boot bundle: an identity-mapped VM's RAM {r} is not free memory (the banner's `free memory` \
+                     ranges); give it a base inside one of them"
+                    ),
+                    SetApartError::TooFragmented => "boot bundle: the free memory left beside the identity-mapped VMs \
+                                                 is in too many pieces to track; move them together"
+                        .into(),
+                },
+            )?;
+        let untyped: Vec<CapId> = rest.iter().filter_map(|r| caps.add_untyped(*r).ok()).collect();
+        let mut identity_untyped = Vec::new();
+        for vm in bundle.vms() {
+            let own = match vm.identity_ram() {
+                None => None,
+                Some(ram) => Some(caps.add_untyped(ram).map_err(|e| format!("vm {}: its RAM {ram}: {e}", vm.name))?),
+            };
+            identity_untyped.push(own);
+        }
         // GICv2: every VM's CPU interface is the running CPU's bank of the GICV frame.
         let gicv = platform.gic.virtual_cpu_interface.and_then(|r| {
             let frame = PhysRange { base: r.base, size: hyp_core::guest_fdt::GICC_SIZE };
@@ -112,6 +139,7 @@ impl<V: Virtualization> Hypervisor<V> {
         self.caps.call_once(|| Mutex::new(caps));
         self.factory.call_once(|| VmFactory {
             untyped,
+            identity_untyped,
             gicv,
             gic_v3: platform.gic.version == GicVersion::V3,
             passthrough,

@@ -22,8 +22,20 @@ impl<V: Virtualization> Hypervisor<V> {
             return Err(format!("vm{id} {}: the hypervisor is not ready to create VMs", spec.name));
         };
         let devices = factory.passthrough.get(id).map_or(&[][..], |d| d.as_slice());
-        let request = VmRequest { memory: spec.memory, vcpus: spec.vcpus, gicv: factory.gicv, passthrough: devices };
-        let granted = V::grant_resources(&mut caps.lock(), &factory.untyped, &request)
+        let request = VmRequest {
+            memory: spec.memory,
+            vcpus: spec.vcpus,
+            gicv: factory.gicv,
+            passthrough: devices,
+            ram_at: spec.identity_mapped,
+        };
+        // An identity-mapped VM's RAM comes from the untyped made of exactly its range
+        // (docs/capability-model.md, D4); every other VM's from the rest.
+        let untyped = match factory.identity_untyped.get(id).and_then(Option::as_ref) {
+            Some(own) => core::slice::from_ref(own),
+            None => factory.untyped.as_slice(),
+        };
+        let granted = V::grant_resources(&mut caps.lock(), untyped, &request)
             .map_err(|e| format!("vm{id} {}: {e}", spec.name))?;
         let build = VmBuild {
             id,

@@ -111,7 +111,11 @@ pub enum VcpuExit {
 
 /// What creating a VM takes from the board, kept for restarts.
 pub(crate) struct VmFactory {
+    /// The free memory for translated VMs.
     untyped: Vec<CapId>,
+    /// Each identity-mapped VM's untyped, exactly its RAM, by VM index; `None` for a
+    /// translated VM.
+    identity_untyped: Vec<Option<CapId>>,
     gicv: Option<CapId>,
     gic_v3: bool,
     /// Each VM's passthrough devices with their capabilities, by VM index.

@@ -12,7 +12,7 @@ use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::guest_map::UART_IPA;
 use hyp_core::management::{Command, VmName};
-use hyp_core::manifest::DeviceTreeDevices;
+use hyp_core::manifest::{DeviceTreeDevices, HeldMemory, Holder};
 use hyp_core::mmio::MmioDispatch;
 use hyp_core::platform::{PhysRange, Platform};
 use hyp_core::syndrome::AccessWidth;
@@ -39,6 +39,8 @@ const UART_INTID: u32 = 33;
 /// The board's PL031 real-time clock and its interrupt (SPI 2, level-triggered).
 const RTC_BASE: u64 = 0x0901_0000;
 const RTC_INTID: u32 = 34;
+/// The board's fw-cfg, which can DMA (`dma-coherent`).
+const FW_CFG_BASE: u64 = 0x0902_0000;
 
 thread_local! {
     /// The stage-2 tables of this thread's VMs.
@@ -196,6 +198,31 @@ fn bundle_with(rtc: bool, disk: bool) -> BootBundle<'static> {
     BootBundle::parse(blob).unwrap()
 }
 
+/// A bundle of one identity-mapped VM "dma" whose RAM is the fake image's RAM (at IPA =
+/// PA), given `virt`'s fw-cfg (a device that does DMA: `dma-coherent`, no `dma-ranges`).
+fn identity_bundle() -> BootBundle<'static> {
+    let mut fdt = FdtWriter::new().unwrap();
+    let root = fdt.begin_node("").unwrap();
+    fdt.property_string("compatible", COMPATIBLE).unwrap();
+    let vms = fdt.begin_node("vms").unwrap();
+    let vm = fdt.begin_node("vm@0").unwrap();
+    fdt.property_string("name", "dma").unwrap();
+    fdt.property_u32("vcpus", 1).unwrap();
+    fdt.property_u64("memory", RAM_SIZE as u64).unwrap();
+    fdt.property("kernel", &kernel()).unwrap();
+    fdt.property_array_u32("cpus", &[1]).unwrap();
+    fdt.property_u64("identity-mapped", RAM_PA).unwrap();
+    let device = fdt.begin_node("passthrough@0").unwrap();
+    fdt.property_string("name", "fw-cfg").unwrap();
+    fdt.property_array_u64("reg", &[FW_CFG_BASE, 0x1000]).unwrap();
+    fdt.end_node(device).unwrap();
+    fdt.end_node(vm).unwrap();
+    fdt.end_node(vms).unwrap();
+    fdt.end_node(root).unwrap();
+    let blob: &'static [u8] = Box::leak(fdt.finish().unwrap().into_boxed_slice());
+    BootBundle::parse(blob).unwrap()
+}
+
 /// A hypervisor that booted the bundle on QEMU `virt` (4 CPUs, GICv3) with exactly one
 /// VM's worth of free memory: a VM created again can only have the memory its earlier self
 /// gave back.
@@ -204,21 +231,30 @@ pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
 }
 
 fn booted_with(bundle: BootBundle<'static>) -> &'static Hypervisor<FakeArch> {
+    try_boot(bundle, &[]).unwrap()
+}
+
+/// As `booted_with`, with `held` the RAM the hypervisor and firmware hold.
+fn try_boot(bundle: BootBundle<'static>, held: &[HeldMemory]) -> Result<&'static Hypervisor<FakeArch>, String> {
     let hypervisor = leak(Hypervisor::new());
-    let platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
+    let mut platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
+    // The fake image's RAM is a second bank of the board's (its device tree has 1 GiB at
+    // 0x4000_0000), so the free memory is the board's RAM as at boot.
+    platform.memory.push(PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }).unwrap();
     let devices = DeviceTreeDevices::new(VIRT_GICV3).unwrap();
     let free = [PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }];
     let board = BootedBoard {
         platform: &platform,
         devices: &devices,
         free: &free,
+        held,
         stage2: TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 40 },
         disk_sectors: Some(64),
         boot_cpu: 0,
         usable_cpu: &|_| true,
     };
-    hypervisor.start(&bundle, &board).unwrap();
-    hypervisor
+    hypervisor.start(&bundle, &board)?;
+    Ok(hypervisor)
 }
 
 /// CPU 1 takes one turn, in which the guest does `guest`.
@@ -269,6 +305,42 @@ fn a_vm_that_restarts_is_destroyed_and_created_again_in_the_memory_it_gave_back(
     let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
     assert!(lines.iter().any(|l| l == "hypervisor: vm0 guest: capabilities revoked, 4 MiB returned to untyped memory"));
     assert!(lines.iter().any(|l| l == "hypervisor: vm0 guest: created again from its manifest entry"));
+}
+
+/// docs/capability-model.md, D2 and D4 at boot: the identity-mapped VM's RAM is exactly its
+/// range, at IPA = PA, its guest's device tree says so and its vCPU 0 starts there; created
+/// again, it is in the same place; a range the hypervisor holds is refused before any VM.
+#[test]
+fn an_identity_mapped_vm_boots_with_its_ram_at_its_physical_address_and_keeps_it_across_a_restart() {
+    let hypervisor = booted_with(identity_bundle());
+    let created = format!("create vm0 at {RAM_PA:#x}");
+    assert_eq!(take_events()[..2], [created.as_str(), "load vm0"]);
+    let vm = hypervisor.vm(0).unwrap();
+    assert_eq!(vm.spec.ram_ipa(), RAM_PA);
+    let tree = vm.device_tree.lock().clone();
+    let guest = Platform::from_device_tree(&tree).unwrap();
+    assert_eq!(guest.memory.as_slice(), &[PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }], "RAM at IPA = PA");
+    let fdt = hyp_core::fdt::Fdt::new(&tree).unwrap();
+    assert!(fdt.find_compatible(&["qemu,fw-cfg-mmio"]).is_some(), "its device, at the root (no dma-ranges)");
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    let line = format!(
+        "hypervisor: vm0 dma: 4 MiB RAM at IPA {RAM_PA:#x} (PA {RAM_PA:#x}, identity-mapped), 1 vCPU(s), stage-2 tables in"
+    );
+    assert!(lines.iter().any(|l| l.starts_with(&line)), "{lines:#?}");
+    turn(hypervisor, Guest::EndsTheVm(EndReason::Restart));
+    assert_eq!(take_events()[..3], ["run vm0 vcpu0 on cpu1", "destroy vm0", created.as_str()]);
+
+    // The same VM whose range runs into the hypervisor's heap is refused, naming both.
+    let heap = HeldMemory { range: PhysRange { base: RAM_PA + 0x10_0000, size: 0x1000 }, holder: Holder::Heap };
+    let err = try_boot(identity_bundle(), &[heap]).map(|_| ()).unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            "boot bundle: VM dma: field `identity_mapped`: its RAM {RAM_PA:#x}..{:#x} overlaps the hypervisor's heap \
+             at 0x80100000..0x80101000; give a base outside it",
+            RAM_PA + RAM_SIZE as u64
+        )
+    );
 }
 
 #[test]

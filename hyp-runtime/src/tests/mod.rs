@@ -38,6 +38,7 @@ pub(crate) fn spec(name: &'static str, vcpus: u32, cpus: Option<&[u32]>, shared:
         devices: VmDevices::default(),
         placement: Placement { cpus, policy: if shared { Policy::Shared } else { Policy::Pinned }, slice_us: None },
         passthrough: Default::default(),
+        identity_mapped: None,
     }
 }
 

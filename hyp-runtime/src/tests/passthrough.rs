@@ -2,6 +2,7 @@
 
 use hyp_core::bundle::{Passthrough, U32List};
 use hyp_core::cap::{CapError, CapSpace};
+use hyp_core::fdt::DmaRange;
 use hyp_core::guest_fdt::{self, GuestGic, GuestPassthrough, GuestPlatform};
 use hyp_core::manifest::DeviceTreeDevices;
 use hyp_core::platform::PhysRange;
@@ -29,12 +30,14 @@ fn board() -> Vec<u8> {
                 size: 0x1000,
                 compatible: b"arm,pl031\0".to_vec(),
                 spis: vec![(5, 1), (6, 1)],
+                ..GuestPassthrough::default()
             },
             GuestPassthrough {
                 base: 0x1c0a_0000,
                 size: 0x1000,
                 compatible: b"acme,dev\0".to_vec(),
                 spis: vec![(7, 4)],
+                ..GuestPassthrough::default()
             },
         ],
         seeds: None,
@@ -50,7 +53,12 @@ fn cells(values: &[u32]) -> U32List<'static> {
 fn with_device(name: &'static str, base: u64, spis: &[u32]) -> hyp_core::bundle::VmSpec<'static> {
     let mut vm = spec(name, 1, None, false);
     vm.passthrough
-        .push(Passthrough { name: "dev", reg: PhysRange { base, size: 0x1000 }, interrupts: cells(spis) })
+        .push(Passthrough {
+            name: "dev",
+            reg: PhysRange { base, size: 0x1000 },
+            interrupts: cells(spis),
+            clock_hz: None,
+        })
         .unwrap();
     vm
 }
@@ -111,4 +119,58 @@ fn a_window_over_memory_handed_to_vms_is_refused() {
     caps.add_untyped(PhysRange { base: 0x1c00_0000, size: 0x20_0000 }).unwrap();
     let err = from_board(&mut caps, [with_device("a", 0x1c09_0000, &[])].into_iter(), &board).unwrap_err();
     assert!(matches!(err, PassthroughError::Region { vm: "a", .. }), "{err}");
+}
+
+/// A board whose bus translates DMA addresses (as a Raspberry Pi 4's `/soc`): its SD host
+/// controller at 0xfe30_0000 in a bus with `dma-ranges`, with a bus width, a clock and
+/// properties that describe what the board wired to it.
+fn board_with_a_dma_bus() -> Vec<u8> {
+    guest_fdt::build(&GuestPlatform {
+        vcpus: 1,
+        ram_base: 0,
+        ram_size: 0x3c00_0000,
+        gic: GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 },
+        uart_base: 0x0900_0000,
+        uart_spi: 1,
+        virtio_mmio: vec![],
+        bootargs: String::new(),
+        initrd: None,
+        passthrough: vec![GuestPassthrough {
+            base: 0xfe30_0000,
+            size: 0x1000,
+            compatible: b"brcm,bcm2835-sdhci\0".to_vec(),
+            spis: vec![(126, 4)],
+            properties: vec![("bus-width".into(), 4u32.to_be_bytes().to_vec())],
+            clock_hz: Some(50_000_000),
+            dma_ranges: vec![DmaRange { bus: 0xc000_0000, cpu: 0, size: 0x4000_0000 }],
+        }],
+        seeds: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn an_identity_mapped_vm_s_device_carries_the_board_s_dma_translation_and_its_own_properties() {
+    let tree = board_with_a_dma_bus();
+    let board = DeviceTreeDevices::new(&tree).unwrap();
+    let mut vm = spec("sd", 1, None, false);
+    vm.identity_mapped = Some(0x2000_0000);
+    let clocked = Passthrough {
+        name: "sdhci",
+        reg: PhysRange { base: 0xfe30_0000, size: 0x1000 },
+        interrupts: cells(&[158]),
+        clock_hz: Some(100_000_000),
+    };
+    vm.passthrough.push(clocked).unwrap();
+    let devices = from_board(&mut caps(), [vm].into_iter(), &board).unwrap();
+    let sdhci = &devices[0][0];
+    assert_eq!(sdhci.dma_ranges, vec![DmaRange { bus: 0xc000_0000, cpu: 0, size: 0x4000_0000 }]);
+    assert_eq!(sdhci.properties, vec![("bus-width".to_string(), 4u32.to_be_bytes().to_vec())], "not `clocks`");
+    assert_eq!(sdhci.clock_hz, Some(100_000_000), "the manifest's rate, not the board's");
+    let node = sdhci.guest_node();
+    assert_eq!((node.dma_ranges.len(), node.clock_hz), (1, Some(100_000_000)));
+    // A translated VM's device gets no translation: its guest gives it no bus addresses.
+    let translated = with_device("plain", 0xfe30_0000, &[158]);
+    let devices = from_board(&mut caps(), [translated].into_iter(), &board).unwrap();
+    assert!(devices[0][0].dma_ranges.is_empty());
 }

@@ -31,13 +31,18 @@ pub(crate) const RAM_PA: u64 = 0x8000_0000;
 pub(crate) const RAM_SIZE: usize = 4 << 20;
 const SECTOR: usize = 512;
 
-/// A VM's RAM: `RAM_SIZE` bytes at IPA `RAM_IPA`, "physical" address `RAM_PA`.
+/// A VM's RAM: `RAM_SIZE` bytes at an IPA (`RAM_IPA`, or `RAM_PA` for an identity-mapped
+/// VM), "physical" address `RAM_PA`.
 #[derive(Clone)]
-pub struct FakeRam(Arc<StdMutex<Vec<u8>>>);
+pub struct FakeRam(Arc<StdMutex<Vec<u8>>>, u64);
 
 impl FakeRam {
     fn new() -> FakeRam {
-        FakeRam(Arc::new(StdMutex::new(vec![0; RAM_SIZE])))
+        FakeRam(Arc::new(StdMutex::new(vec![0; RAM_SIZE])), RAM_IPA)
+    }
+    /// The same RAM seen at IPA `ipa`.
+    fn at(self, ipa: u64) -> FakeRam {
+        FakeRam(self.0, ipa)
     }
     fn offset(addr: u64, base: u64, len: u64) -> Result<usize, GuestMemoryError> {
         addr.checked_sub(base)
@@ -46,34 +51,34 @@ impl FakeRam {
             .ok_or(GuestMemoryError { addr, len })
     }
     fn fill(&self, ipa: u64, bytes: &[u8]) {
-        let at = (ipa - RAM_IPA) as usize;
+        let at = (ipa - self.1) as usize;
         self.0.lock().unwrap()[at..at + bytes.len()].copy_from_slice(bytes);
     }
     fn bytes(&self, ipa: u64, len: usize) -> Vec<u8> {
-        let at = (ipa - RAM_IPA) as usize;
+        let at = (ipa - self.1) as usize;
         self.0.lock().unwrap()[at..at + len].to_vec()
     }
 }
 
 impl GuestMemory for FakeRam {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), GuestMemoryError> {
-        let at = Self::offset(addr, RAM_IPA, buf.len() as u64)?;
+        let at = Self::offset(addr, self.1, buf.len() as u64)?;
         buf.copy_from_slice(&self.0.lock().unwrap()[at..at + buf.len()]);
         Ok(())
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), GuestMemoryError> {
-        let at = Self::offset(addr, RAM_IPA, data.len() as u64)?;
+        let at = Self::offset(addr, self.1, data.len() as u64)?;
         self.0.lock().unwrap()[at..at + data.len()].copy_from_slice(data);
         Ok(())
     }
     fn check(&self, addr: u64, len: u64) -> Result<(), GuestMemoryError> {
-        Self::offset(addr, RAM_IPA, len).map(|_| ())
+        Self::offset(addr, self.1, len).map(|_| ())
     }
 }
 
 impl PhysicalRam for FakeRam {
     fn physical(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
-        Self::offset(addr, RAM_IPA, len).map(|o| RAM_PA + o as u64)
+        Self::offset(addr, self.1, len).map(|o| RAM_PA + o as u64)
     }
 }
 
@@ -585,8 +590,9 @@ impl VmEnv for FakeEnv {
     type Ram = FakeRam;
     type Line = Level;
     fn guest_ram(ipa: u64, pa: u64, size: u64) -> FakeRam {
-        assert_eq!((ipa, pa, size as usize), (RAM_IPA, RAM_PA, RAM_SIZE), "the fake image has one RAM");
-        image_ram()
+        assert_eq!((pa, size as usize), (RAM_PA, RAM_SIZE), "the fake image has one RAM");
+        assert!(ipa == RAM_IPA || ipa == RAM_PA, "at the guest's RAM address, or identity-mapped: {ipa:#x}");
+        image_ram().at(ipa)
     }
     fn interrupt_line(_: &crate::shared_vgic::SharedVgic<crate::fake::FakeArch>, _: vgic::IntId) -> Level {
         Level::default()

@@ -30,13 +30,22 @@ impl World {
         let untyped = vec![caps.add_untyped(UNTYPED).unwrap()];
         let region = caps.add_device_region(DEVICE, RegionKind::DeviceMmio).unwrap();
         let spi = PassthroughSpi { intid: 37, cap: caps.add_interrupt(37).unwrap(), flags: 4 };
-        let device = PassthroughDevice { name: "rtc", reg: DEVICE, region, spis: vec![spi], compatible: vec![] };
+        let device = PassthroughDevice {
+            name: "rtc",
+            reg: DEVICE,
+            region,
+            spis: vec![spi],
+            compatible: vec![],
+            properties: vec![],
+            clock_hz: None,
+            dma_ranges: vec![],
+        };
         World { caps, mem: VecTableMemory::with_capacity(256), untyped, device }
     }
 
     fn grant(&mut self, memory: u64, passthrough: bool) -> Result<VmResources, CapError> {
         let devices = if passthrough { std::slice::from_ref(&self.device) } else { &[] };
-        let request = VmRequest { memory, vcpus: 2, gicv: None, passthrough: devices };
+        let request = VmRequest { memory, vcpus: 2, gicv: None, passthrough: devices, ram_at: None };
         grant_resources(&mut self.caps, &mut self.mem, |_| Tlb::default(), &self.untyped, &request)
     }
 
@@ -128,4 +137,40 @@ fn a_vm_larger_than_the_free_memory_is_refused_and_leaves_nothing() {
     assert_eq!(err, CapError::OutOfUntyped { size: UNTYPED.size + 2 * MIB });
     assert_eq!(world.caps.capability_count(), caps_before);
     assert_eq!(world.mem.frames_in_use(), 0);
+}
+
+/// An identity-mapped VM (docs/capability-model.md, D4): its RAM is exactly the range it
+/// names, at IPA = PA and nowhere else, the same range each time it is created again, and
+/// an untyped that does not hold that range free gives it nothing.
+#[test]
+fn an_identity_mapped_vm_gets_exactly_its_range_at_ipa_equal_pa_each_time() {
+    let mut world = World::new();
+    let caps_before = world.caps.capability_count();
+    let base = UNTYPED.base + 16 * MIB;
+    let identity = |world: &mut World| {
+        let devices = std::slice::from_ref(&world.device);
+        let request = VmRequest { memory: 8 * MIB, vcpus: 1, gicv: None, passthrough: devices, ram_at: Some(base) };
+        grant_resources(&mut world.caps, &mut world.mem, |_| Tlb::default(), &world.untyped, &request)
+    };
+    for round in 0..3 {
+        let vm = identity(&mut world).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(vm.ram, PhysRange { base, size: 8 * MIB });
+        let id = world.caps.vm_id(vm.vm_cap).unwrap();
+        assert!(world.caps.is_identity_vm(id));
+        let table = world.caps.vm_table(id).unwrap();
+        for offset in [0, 0x1234, 8 * MIB - 8] {
+            let pa = table.translate(&world.mem, Ipa(base + offset)).map(|t| t.pa);
+            assert_eq!(pa, Some(PhysAddr(base + offset)), "IPA = PA at +{offset:#x}");
+        }
+        assert_eq!(table.translate(&world.mem, Ipa(RAM_IPA)).map(|t| t.pa), None, "nothing at the usual RAM_IPA");
+        world.revoke(&vm);
+        assert_eq!(world.caps.capability_count(), caps_before, "round {round}");
+    }
+    // Taken by a translated VM first (first fit from the untyped's start), the range is not
+    // free: the identity-mapped VM is refused and leaves nothing.
+    let squatter = world.grant(UNTYPED.size, false).unwrap();
+    let caps_with_squatter = world.caps.capability_count();
+    assert_eq!(identity(&mut world), Err(CapError::NotFree { base, size: 8 * MIB }));
+    assert_eq!(world.caps.capability_count(), caps_with_squatter);
+    world.revoke(&squatter);
 }

@@ -7,7 +7,7 @@ use core::sync::atomic::AtomicBool;
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::cap::CapError;
-use hyp_core::guest_map::{VirtioSlot as Slot, RAM_IPA, VIRTIO_WINDOW};
+use hyp_core::guest_map::{VirtioSlot as Slot, VIRTIO_WINDOW};
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
 use hyp_core::platform::PhysRange;
@@ -97,7 +97,7 @@ impl<E: VmEnv> VirtioDevices<E> {
         let slot = |name, slot: Slot| SlotSetup::<E> {
             vm: id,
             name,
-            ram: E::guest_ram(RAM_IPA, ram.base, spec.memory),
+            ram: E::guest_ram(spec.ram_ipa(), ram.base, spec.memory),
             line: E::interrupt_line(vgic, IntId(32 + slot.spi())),
             log: Arc::clone(log),
             work: Arc::clone(work),
@@ -108,7 +108,7 @@ impl<E: VmEnv> VirtioDevices<E> {
             None => None,
             Some(slice) => {
                 let board = E::Board::disk().ok_or(VmError::NoBoardDisk)?;
-                let ram = E::guest_ram(RAM_IPA, ram.base, spec.memory);
+                let ram = E::guest_ram(spec.ram_ipa(), ram.base, spec.memory);
                 let backend =
                     DiskSliceBackend::new(DiskQueue::new(board), slice, ram, id, disk_vms).map_err(VmError::Disk)?;
                 Some(Arc::new(VirtioSlot::new(slot("blk", Slot::Disk), VirtioBlock::new(backend), 0)))

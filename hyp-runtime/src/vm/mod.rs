@@ -20,7 +20,7 @@ use hyp_core::exit::Incident;
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
-use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, SPIS, UART_IPA, UART_SIZE};
+use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, SPIS, UART_IPA, UART_SIZE};
 use hyp_core::image::ExecutionState;
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::MmioBus;
@@ -125,7 +125,7 @@ pub struct Vm<E: VmEnv> {
     layout: GuestLayout,
     /// The guest's device tree (generated from its manifest entry); its seeds are replaced
     /// when the VM resets itself.
-    device_tree: Mutex<Vec<u8>>,
+    pub(crate) device_tree: Mutex<Vec<u8>>,
     /// The lines the guest causes (its mistakes, its devices' incidents, its refused frames)
     /// go through this limit: a guest must not be able to flood the console.
     pub guest_log: Arc<GuestLogLimit>,
@@ -203,8 +203,10 @@ impl<E: VmEnv> Vm<E> {
         // These windows are the ones the capability space granted; they cannot overlap.
         let _ = bus.attach(window(UART_IPA, UART_SIZE)?, Box::new(uart.clone()));
         virtio.attach(&mut bus)?;
+        // An identity-mapped VM's RAM is at its physical address, any other's at RAM_IPA.
+        let ram_ipa = spec.ram_ipa();
         let power =
-            VmPower::new(spec.vcpus as usize, RAM_IPA, spec.memory, RAM_IPA + layout.kernel, RAM_IPA + layout.dtb);
+            VmPower::new(spec.vcpus as usize, ram_ipa, spec.memory, ram_ipa + layout.kernel, ram_ipa + layout.dtb);
         let vm = Vm {
             id,
             spec,
@@ -229,10 +231,11 @@ impl<E: VmEnv> Vm<E> {
             scheduling,
         };
         E::Board::print(format_args!(
-            "hypervisor: vm{id} {}: {} MiB RAM at IPA {RAM_IPA:#x} (PA {:#x}), {} vCPU(s), stage-2 tables in {} frame(s)",
+            "hypervisor: vm{id} {}: {} MiB RAM at IPA {ram_ipa:#x} (PA {:#x}{}), {} vCPU(s), stage-2 tables in {} frame(s)",
             spec.name,
             spec.memory >> 20,
             ram.base,
+            if spec.identity_mapped.is_some() { ", identity-mapped" } else { "" },
             spec.vcpus,
             granted.table_frames
         ));
@@ -286,7 +289,8 @@ impl<E: VmEnv> Vm<E> {
         }
         self.uart.reset();
         self.virtio.reset();
-        self.power.lock().reset(RAM_IPA + self.layout.kernel, RAM_IPA + self.layout.dtb);
+        let ram_ipa = self.spec.ram_ipa();
+        self.power.lock().reset(ram_ipa + self.layout.kernel, ram_ipa + self.layout.dtb);
         self.ending.store(false, Ordering::Release);
         crate::vm_log!(E, self, 0, "SYSTEM_RESET: the VM reboots");
     }
@@ -474,12 +478,13 @@ fn guest_device_tree(
         GuestGic::V2 { distributor: GICD_IPA, cpu_interface: GICC_IPA }
     };
     let bootargs = spec.command_line();
-    let initrd = layout.initrd.map(|(offset, len)| (RAM_IPA + offset, RAM_IPA + offset + len));
+    let ram_ipa = spec.ram_ipa();
+    let initrd = layout.initrd.map(|(offset, len)| (ram_ipa + offset, ram_ipa + offset + len));
     let device_tree = match spec.device_tree {
         Some(given) => guest_fdt::with_chosen(given, bootargs, initrd, seeds),
         None => guest_fdt::build(&GuestPlatform {
             vcpus: spec.vcpus,
-            ram_base: RAM_IPA,
+            ram_base: ram_ipa,
             ram_size: spec.memory,
             gic,
             uart_base: UART_IPA,
