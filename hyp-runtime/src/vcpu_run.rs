@@ -238,7 +238,8 @@ pub fn run_vcpu<C: VcpuCpu>(
                 // Each state's exit is decoded, handled and answered on its own path, so
                 // the three fuse and a hypercall's answer is a jump back to the guest; on
                 // an image whose guests run mostly in AArch64, the AArch32 path is out of
-                // line (inlined beside it, it cost an AArch64 hypercall 50 instructions).
+                // line. Even so, that path costs the AArch64 one 30 to 50 instructions in
+                // this function's layout (docs/performance.md, "Current figures").
                 let leave = if C::ONLY_AARCH32 || !C::in_aarch32(&registers) {
                     let outcome = {
                         let mut env =
