@@ -373,6 +373,13 @@ fn answer<C: VcpuCpu>(
                     }
                     return Some(Leave::Deschedule);
                 }
+            } else {
+                // Its timer is due: the virtual timer's interrupt is taken from the timer's
+                // line now, not left to the physical PPI, which QEMU's GICv2 does not
+                // signal again when the guest's deactivation finds it pending once more
+                // (docs/deploy-rpi4.md, "QEMU's GICv2 and a pinned vCPU"); on a GIC that
+                // does, this only makes pending what the PPI would have.
+                load_timer_line::<C>(core, vcpu, cpu);
             }
         }
         Outcome::Resume | Outcome::WaitForInterrupt => {}

@@ -33,6 +33,8 @@ struct Step {
     trap: Option<(DecodedExit, Syndrome)>,
     /// Register 0 is set to this first (a call's function ID).
     x0: Option<u64>,
+    /// The virtual timer becomes this (`TIMER`) while the guest runs.
+    timer: Option<(Option<u64>, bool)>,
 }
 
 thread_local! {
@@ -43,12 +45,17 @@ thread_local! {
     /// The PC and register 0 at each entry into the guest.
     static ENTRIES: RefCell<Vec<(u64, u64)>> = RefCell::default();
     static SAVES: Cell<u64> = const { Cell::new(0) };
+    /// The guest's virtual timer: its deadline (CNTV_CVAL, if enabled and unmasked) and
+    /// whether its output is asserted.
+    static TIMER: Cell<(Option<u64>, bool)> = const { Cell::new((None, false)) };
+    /// Each setting of the physical timer PPI's active state: (CPU, active).
+    static TIMER_PPI: RefCell<Vec<(usize, bool)>> = RefCell::default();
 }
 
 fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
     let trap =
         trap.map(|(trap, ec)| (DecodedExit { trap, instruction_bytes: 4 }, Syndrome(u64::from(ec) << 26 | 1 << 25)));
-    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0 }));
+    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0, timer: None }));
 }
 
 fn hvc(function: u32) {
@@ -160,6 +167,9 @@ impl VcpuCpu for FakeCpu {
         if let Some(x0) = step.x0 {
             registers.x[0] = x0;
         }
+        if let Some(timer) = step.timer {
+            TIMER.with(|t| t.set(timer));
+        }
         TRAP.with(|t| t.set(step.trap));
         step.exit
     }
@@ -184,15 +194,17 @@ impl VcpuCpu for FakeCpu {
         event(format!("inject {exception:?}"));
     }
     fn timer_deadline(_: &Vm<FakeEnv>) -> Option<u64> {
-        None
+        TIMER.with(Cell::get).0
     }
     fn timer_line() -> bool {
-        false
+        TIMER.with(Cell::get).1
     }
     fn timer_ppi() -> u32 {
         27
     }
-    fn set_timer_ppi_active(_: usize, _: bool) {}
+    fn set_timer_ppi_active(cpu: usize, active: bool) {
+        TIMER_PPI.with(|t| t.borrow_mut().push((cpu, active)));
+    }
     fn deactivate(physical: IntId, _: usize) {
         event(format!("deactivate {}", physical.0));
     }
@@ -252,6 +264,30 @@ fn a_shared_vcpu_that_waits_gives_its_cpu_away_and_comes_back_where_it_was() {
     let after = entries();
     assert_eq!(after[0].0, before[1].0 + 4, "resumed past its WFI");
     assert_eq!(after[0].1, hyp_core::smccc::SMCCC_VERSION_1_1, "with the answer of its last call in x0");
+}
+
+/// A shared vCPU that waits with its timer already due does not block, and its virtual
+/// timer's interrupt is made pending from the timer's line there and then, its physical PPI
+/// held active: it does not depend on the PPI being signalled again (which QEMU's GICv2
+/// can fail to do after the guest's deactivation).
+#[test]
+fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_its_line() {
+    let hypervisor = hypervisor();
+    TIMER_PPI.with(|t| t.borrow_mut().clear());
+    // The timer fires while the guest runs (its deadline 0 is past), and the guest waits;
+    // no physical PPI reaches the hypervisor.
+    wfi();
+    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().timer = Some((Some(0), true)));
+    hvc(PSCI_SYSTEM_OFF);
+    let end = run(hypervisor, false);
+    TIMER.with(|t| t.set((None, false)));
+    assert_eq!(end, VcpuExit::VmEnded(EndReason::PoweredOff), "not descheduled: its timer was due");
+    let ppi = TIMER_PPI.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    assert_eq!(ppi.last(), Some(&(1, true)), "held active while the virtual one is pending: {ppi:?}");
+    let vm = hypervisor.vm(0).unwrap();
+    let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+    assert!(timer.pending, "the virtual timer is pending for vCPU 0: {timer:?}");
+    assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
 }
 
 #[test]
