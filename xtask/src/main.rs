@@ -659,6 +659,7 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     if let Some(failed) = results.iter().find(|r| r.crash.is_some()) {
         return Err(XtaskError::Build(format!("fuzz target {} failed", failed.target)));
     }
+    setup::ensure_e2fsprogs()?;
     step("system tests: the hypervisor and its guests under QEMU");
     run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;
     step("all tests passed");

@@ -101,12 +101,8 @@ pub fn master_boot_record() -> [u8; 512] {
 /// An e2fsprogs program: on the `PATH`, or in the sbin directories where Debian puts them
 /// (not on a user's `PATH`).
 fn e2fs_tool(name: &str) -> Result<PathBuf, XtaskError> {
-    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
-    on_path
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| XtaskError::Tool(format!("{name} not found: install e2fsprogs (apt-get install e2fsprogs)")))
+    crate::setup::e2fs_tool(name)
+        .ok_or_else(|| XtaskError::Tool(format!("{name} not found: run `cargo xtask test`, which installs e2fsprogs")))
 }
 
 /// Writes `card`: `CARD_SIZE` bytes, the MBR, and an ext4 file system in the partition

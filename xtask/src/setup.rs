@@ -92,6 +92,36 @@ pub fn ensure_qemu() -> Result<(), XtaskError> {
     }
 }
 
+/// An e2fsprogs program (`mke2fs`, `debugfs`): on the `PATH`, or in the sbin directories
+/// where Debian puts them (a user's `PATH` may lack those).
+pub fn e2fs_tool(name: &str) -> Option<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
+    on_path.chain(["/usr/sbin".into(), "/sbin".into()]).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// e2fsprogs, which the SD card's system test makes and reads its card image with:
+/// installed with apt-get when missing and running as root, otherwise the command is said.
+pub fn ensure_e2fsprogs() -> Result<(), XtaskError> {
+    if e2fs_tool("mke2fs").is_some() && e2fs_tool("debugfs").is_some() {
+        return Ok(());
+    }
+    let is_root = Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false);
+    if !is_root {
+        return Err(XtaskError::Tool("e2fsprogs is missing. As root, run:\n  apt-get install -y e2fsprogs".into()));
+    }
+    step("installing e2fsprogs (apt-get): mke2fs and debugfs make and read the SD card test's image");
+    run_quiet(Command::new("apt-get").env("DEBIAN_FRONTEND", "noninteractive").args([
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "e2fsprogs",
+    ]))?;
+    match (e2fs_tool("mke2fs"), e2fs_tool("debugfs")) {
+        (Some(_), Some(_)) => Ok(()),
+        _ => Err(XtaskError::Tool("apt-get finished but mke2fs or debugfs is still missing".into())),
+    }
+}
+
 /// A deb822 entry for bookworm-backports with the URI and keyring of the machine's own
 /// Debian entry, so the repository never names a mirror.
 fn backports_source() -> Result<String, XtaskError> {
