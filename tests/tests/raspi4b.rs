@@ -5,7 +5,8 @@
 //! buses' `ranges`, releases the three CPUs, runs a VM whose virtio devices are its own (the
 //! board has none), and stops the machine through the power manager's watchdog. What
 //! `cargo xtask qemu --board raspi4b` boots is what `cargo xtask deploy rpi4` writes for the
-//! Pi's boot partition: the two-VM Pi manifest runs there, and its files are compared.
+//! Pi's boot partition: the two-VM Pi manifest runs there, one VM owning the SD card and
+//! the other pinging it, and its files are compared.
 
 use std::time::Duration;
 
@@ -102,45 +103,94 @@ fn command(s: &mut Session, line: &str) {
     s.send_line(&format!("\x1d{line}")).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// The file the host puts on the card, and what the VM writes.
+const HELLO: &[u8] = b"hello from the host, on the card\n";
+const WRITTEN: &str = "written by the VM on its SD card";
+
 /// The Pi manifest (manifests/rpi4-two-vms.toml) on QEMU raspi4b, as `cargo xtask qemu
-/// --board raspi4b --manifest` boots it: the board found and its four CPUs started through
-/// the spin table, both Linux VMs at their shells, one pinging the other through the
-/// hypervisor's switch, the management console listing both, and the run ending with both
-/// powered off and the watchdog. Then `cargo xtask deploy rpi4` into an empty directory
-/// writes byte for byte the files QEMU booted.
+/// --board raspi4b --manifest` boots it, with an SD card made on the host (an MBR and one
+/// ext4 partition holding a file) in the SDHCI's slot: the board found and its four CPUs
+/// started through the spin table; "front", identity-mapped, owning the SDHCI (its window
+/// and SPI, docs/deploy-rpi4.md "The SD card in a VM"), mounts the card, reads the host's
+/// file and writes its own; "back" pings it through the hypervisor's switch; the
+/// management console lists both; the run ends with both powered off and the watchdog,
+/// and the host finds front's file on the card. Then `cargo xtask deploy rpi4` into an
+/// empty directory writes byte for byte the files QEMU booted. QEMU's SDHCI does PIO, so
+/// DMA itself is not exercised: what is checked is the layout DMA relies on (the guest's
+/// RAM where the board has it, the board's DMA translation in the guest's tree).
 #[test]
-fn the_two_vm_pi_manifest_boots_from_the_files_deploy_writes_and_its_vms_ping_each_other() {
+fn the_two_vm_pi_manifest_boots_from_the_files_deploy_writes_one_vm_uses_the_sd_card_and_the_other_pings_it() {
     let _alone = one_linux_at_a_time();
     let manifest = "manifests/rpi4-two-vms.toml";
-    let cmd = xtask(&["qemu", "--board", "raspi4b", "--manifest", manifest, "--timeout", "550"]);
+    let card = scratch_file("rpi4-two-vms-sd.img");
+    xtask::rpi4_sd::write_card(&card, &[("hello.txt", HELLO)]).unwrap_or_else(|e| panic!("the card: {e}"));
+    let card_arg = card.display().to_string();
+    let cmd = xtask(&["qemu", "--board", "raspi4b", "--manifest", manifest, "--sd", &card_arg, "--timeout", "550"]);
     let mut s = Session::spawn(cmd, RUN_LIMIT, false).unwrap_or_else(|e| panic!("{e}"));
     s.wait_for("the boot partition `cargo xtask deploy rpi4` writes, in ", BOOT_LIMIT)
         .unwrap_or_else(|e| panic!("{e}"));
     let booted = std::path::PathBuf::from(s.wait_for("; QEMU loads", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}")));
-    s.wait_for_all(BOARD_LINES, BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    s.wait_for_all(&["front | guest: eth0 is 10.0.2.15", "back | guest: eth0 is 10.0.2.16"], BOOT_LIMIT)
+    s.wait_for(&format!("the SD card {card_arg} in the SDHCI's slot, for VM front, which owns the SDHCI"), BOOT_LIMIT)
         .unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for_all(BOARD_LINES, BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for_all(
+        &[
+            "hypervisor: vm0 front: 256 MiB RAM at IPA 0x20000000 (PA 0x20000000, identity-mapped)",
+            "hypervisor: vm0 front: passthrough sdhci: 0xfe300000..0xfe301000 mapped at IPA 0xfe300000 \
+             (Device-nGnRE, not executable), SPI(s) [158] granted",
+            "front | guest: eth0 is 10.0.2.15",
+            "back | guest: eth0 is 10.0.2.16",
+        ],
+        BOOT_LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 
-    // front has the console: its shell answers, and it reaches back through the switch.
+    // front has the console. Its view: its RAM where the board has it, and the controller
+    // inside a bus that carries the board's DMA translation (bus 0xc000_0000 is CPU 0x0,
+    // 1 GiB).
     s.send_line("").unwrap_or_else(|e| panic!("{e}"));
     s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     let cpus = run(&mut s, "grep -c ^processor /proc/cpuinfo");
     assert_output_line(&cpus, "1", "front's one vCPU");
-    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.16");
-    assert!(ping.contains("3 packets transmitted, 3 packets received"), "front pings back: {ping}");
+    let iomem = run(&mut s, "grep -i 'system ram' /proc/iomem");
+    assert_output_line(&iomem, "20000000-2fffffff : System RAM", "front's RAM at IPA = PA");
+    let bus = "/sys/firmware/devicetree/base/dma-bus@fe300000";
+    let tree = run(&mut s, &format!("ls -1 {bus}; od -An -tx1 {bus}/dma-ranges | tr -d ' \\n'; echo"));
+    assert_output_line(&tree, "bcm2835-sdhci@fe300000", "the controller's node, in the bus");
+    assert_output_line(
+        &tree,
+        "00000000c000000000000000000000000000000040000000",
+        "dma-ranges: bus 0xc0000000, CPU 0x0, 0x40000000 bytes",
+    );
+    // The card: the host's file read, front's own written and synced.
+    let partitions = run(&mut s, "cat /proc/partitions");
+    assert!(partitions.contains("mmcblk0p1"), "the card's partition:\n{partitions}");
+    let read = run(&mut s, "mount -t ext4 /dev/mmcblk0p1 /mnt && cat /mnt/hello.txt");
+    assert_output_line(&read, std::str::from_utf8(HELLO).unwrap().trim_end(), "the host's file, read by the VM");
+    let wrote =
+        run(&mut s, &format!("echo '{WRITTEN}' > /mnt/from-vm.txt && sync && umount /mnt && echo unmounted-$((40+2))"));
+    assert_output_line(&wrote, "unmounted-42", "written, synced, unmounted");
 
-    // The management console lists both VMs, running, each pinned to a CPU of its own.
+    // The management console lists both VMs, running, each on a CPU of its own.
     command(&mut s, "list");
     let listed = s.wait_for("vm1 back:", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     let listed = format!("{listed}vm1 back:{}", s.wait_for("\n", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}")));
     for vm in [
-        "vm0 front: running, 1 vCPU(s) pinned, 256 MiB, has the console; ",
-        "vm1 back: running, 1 vCPU(s) pinned, 256 MiB; ",
+        "vm0 front: running, 1 vCPU(s) shared on CPUs [1], 256 MiB, has the console; ",
+        "vm1 back: running, 1 vCPU(s) pinned on CPUs [2], 256 MiB; ",
     ] {
         assert!(listed.contains(vm), "`list` shows {vm:?}:\n{listed}");
     }
 
-    // Both power off; the machine stops through the watchdog and QEMU exits 0.
+    // back pings front through the switch; once front has powered off, no one answers.
+    command(&mut s, "focus back");
+    s.wait_for("hyp: console input goes to vm1 back", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    s.send_line("").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.15");
+    assert!(ping.contains("3 packets transmitted, 3 packets received"), "back pings front: {ping}");
+    command(&mut s, "focus front");
+    s.wait_for("hyp: console input goes to vm0 front", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     s.send_line("poweroff").unwrap_or_else(|e| panic!("{e}"));
     s.wait_for("hypervisor: vm0 front ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     command(&mut s, "focus back");
@@ -158,6 +208,11 @@ fn the_two_vm_pi_manifest_boots_from_the_files_deploy_writes_and_its_vms_ping_ea
     assert!(!out.timed_out, "killed at the deadline; console:\n{}", out.console);
     assert_eq!(out.status, Some(0), "xtask exits 0 when QEMU does; console:\n{}", out.console);
     assert!(!out.console.contains("hypervisor: panic"), "{}", out.console);
+    let found =
+        xtask::rpi4_sd::read_from_card(&card, "from-vm.txt").unwrap_or_else(|e| panic!("reading the card: {e}"));
+    assert_eq!(found.as_deref(), Some(format!("{WRITTEN}\n").as_bytes()), "front's file is on the card");
+    let hello = xtask::rpi4_sd::read_from_card(&card, "hello.txt").unwrap_or_else(|e| panic!("reading the card: {e}"));
+    assert_eq!(hello.as_deref(), Some(HELLO), "the host's file is as it was");
 
     // What deploy writes for the card is what QEMU booted, byte for byte.
     let card = scratch_file("rpi4-deploy-card");

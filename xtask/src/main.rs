@@ -12,9 +12,9 @@ use xtask::images::Hypervisor;
 use xtask::linux_guest::DebianArch;
 use xtask::manifest::{Board, DebianGuest, Manifest};
 use xtask::qemu::{self, Arch, Machine, QemuBoard};
-use xtask::rpi4;
 use xtask::util::{run, step};
 use xtask::{bench, fuzz, images, setup, soak, XtaskError};
+use xtask::{rpi4, rpi4_sd};
 
 const HELP: &str = "\
 cargo xtask <command> [options]
@@ -75,6 +75,10 @@ Options of `qemu`:
                    hypervisor still sets /chosen: command line and initramfs)
   --disk FILE      the linux guest's virtio disk, a raw image (default: vm-disks/linux.img,
                    1 GiB, created empty on first use and kept between runs)
+  --sd FILE        raspi4b: the SD card in the SDHCI's slot (QEMU's -drive if=sd), a raw
+                   image whose size is a power of two; default, when a manifest's VM owns the
+                   SDHCI: vm-disks/<manifest name>-sd.img (64 MiB, one ext4 partition,
+                   created on first use and kept)
   --http-port N    the host port (on 127.0.0.1) forwarded to the guest's port 80, where its
                    httpd answers (default 8080)
   --vcpus N        the linux guest's vCPUs, 1 to 4 (default 2)
@@ -164,6 +168,8 @@ struct QemuArgs {
     disk: Option<PathBuf>,
     http_port: u16,
     manifest: Option<PathBuf>,
+    /// `--sd`: the SD card image of `raspi4b`.
+    sd: Option<PathBuf>,
     /// The options given, in order.
     given: Vec<String>,
 }
@@ -186,6 +192,7 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
         disk: None,
         http_port: 8080,
         manifest: None,
+        sd: None,
         given: Vec::new(),
     };
     let mut it = args.iter();
@@ -229,6 +236,7 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
             "--append" => parsed.append = Some(value()?),
             "--disk" => parsed.disk = Some(existing_file(flag, value()?)?),
             "--manifest" => parsed.manifest = Some(existing_file(flag, value()?)?),
+            "--sd" => parsed.sd = Some(existing_file(flag, value()?)?),
             "--http-port" => {
                 parsed.http_port = u16::try_from(number(value()?)?)
                     .ok()
@@ -255,6 +263,9 @@ fn parse_qemu_args(args: &[String]) -> Result<QemuArgs, XtaskError> {
     }
     if !(1..=4).contains(&parsed.vcpus) {
         return Err(XtaskError::Usage(format!("--vcpus: {} is not between 1 and 4", parsed.vcpus)));
+    }
+    if parsed.sd.is_some() && parsed.board != BoardName::Raspi4b {
+        return Err(XtaskError::Usage("--sd: an SD card is for --board raspi4b (its SDHCI's slot)".into()));
     }
     if parsed.board == BoardName::Raspi4b {
         let fixed = ["--arch", "--gic", "--smp", "--memory", "--disk", "--http-port"];
@@ -534,8 +545,33 @@ fn qemu_raspi4b(args: QemuArgs) -> Result<(), XtaskError> {
          {} MiB of the 2 GiB QEMU maps)",
         deployed.board.memory_mib
     ));
+    let owner = match &manifest {
+        Some(m) => rpi4_sd::sdhci_owner(
+            &m.vms,
+            &std::fs::read(&dtb).map_err(|e| XtaskError::Build(format!("{}: {e}", dtb.display())))?,
+        )?
+        .map(|vm| vm.name.clone()),
+        None => None,
+    };
+    let card = match (args.sd, &owner) {
+        (Some(card), _) => Some(card),
+        (None, Some(_)) => {
+            let card = images::workspace_root().join("vm-disks").join(format!("{name}-sd.img"));
+            rpi4_sd::ensure_card(&card)?;
+            Some(card)
+        }
+        (None, None) => None,
+    };
     let machine = Machine { board: QemuBoard::Raspi4b { dtb }, semihosting: selftest, ..args.machine };
-    let cmd = machine.command(&files.kernel, Some(&files.bundle));
+    let mut cmd = machine.command(&files.kernel, Some(&files.bundle));
+    if let Some(card) = &card {
+        step(&format!(
+            "the SD card {} in the SDHCI's slot{}",
+            card.display(),
+            owner.map_or(" (no VM owns the SDHCI)".into(), |vm| format!(", for VM {vm}, which owns the SDHCI"))
+        ));
+        cmd.args(rpi4_sd::sd_card_args(card));
+    }
     if selftest {
         return run_selftest(cmd, Duration::from_secs(args.timeout.unwrap_or(120)));
     }
@@ -610,6 +646,8 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     }
     setup::ensure_rust_targets()?;
     setup::ensure_qemu()?;
+    // xtask's host tests make an SD card image too.
+    setup::ensure_e2fsprogs()?;
     let root = images::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev, sched, hyp-arch-arm, xtask)");
@@ -659,7 +697,6 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     if let Some(failed) = results.iter().find(|r| r.crash.is_some()) {
         return Err(XtaskError::Build(format!("fuzz target {} failed", failed.target)));
     }
-    setup::ensure_e2fsprogs()?;
     step("system tests: the hypervisor and its guests under QEMU");
     run(Command::new(&cargo).current_dir(&root).args(["test", "-p", "system-tests"]))?;
     step("all tests passed");

@@ -74,6 +74,31 @@ pub fn sd_vm(linux: &LinuxGuest, sdhci: Passthrough, base: u64, memory: u64) -> 
     }
 }
 
+/// The VM of `vms` that owns the board's SDHCI (a passthrough device at its window), if
+/// any: on QEMU `raspi4b` that VM's card is what `-drive if=sd` attaches.
+pub fn sdhci_owner<'a>(vms: &'a [VmEntry], dtb: &[u8]) -> Result<Option<&'a VmEntry>, XtaskError> {
+    let sdhci = sdhci_passthrough(dtb)?;
+    Ok(vms.iter().find(|vm| vm.devices.passthrough.iter().any(|p| p.base == sdhci.base)))
+}
+
+/// The card `cargo xtask qemu --board raspi4b` puts in the SD slot when it is not given
+/// one: `card`, kept between runs as a board disk is, or, on first use, a new one holding
+/// `README.txt` (what it is) in its ext4 partition.
+pub fn ensure_card(card: &Path) -> Result<(), XtaskError> {
+    if card.is_file() {
+        return Ok(());
+    }
+    crate::setup::ensure_e2fsprogs()?;
+    if let Some(dir) = card.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| XtaskError::Build(format!("{}: {e}", dir.display())))?;
+    }
+    write_card(card, &[("README.txt", CARD_README.as_bytes())])
+}
+
+/// What a new card says of itself.
+const CARD_README: &str = "The SD card of `cargo xtask qemu --board raspi4b`: QEMU raspi4b's SDHCI holds it, and \
+                           the VM the manifest gives that controller mounts /dev/mmcblk0p1. Kept between runs.\n";
+
 /// QEMU's arguments that put `card` in the board's SD slot (the SDHCI, on `raspi4b`).
 pub fn sd_card_args(card: &Path) -> [String; 2] {
     ["-drive".into(), format!("if=sd,format=raw,file={}", card.display())]
@@ -221,6 +246,44 @@ mod tests {
         assert_eq!(sdhci.clock_hz, Some(SDHCI_CLOCK_HZ));
         let err = sdhci_passthrough(&pi_like("disabled")).unwrap_err().to_string();
         assert!(err.contains("has no enabled brcm,bcm2835-sdhci"), "{err}");
+    }
+
+    #[test]
+    fn the_vm_given_the_sdhci_s_window_owns_the_card() {
+        let vm = |name: &str, passthrough: Vec<Passthrough>| VmEntry {
+            name: name.into(),
+            vcpus: 1,
+            memory: 64 << 20,
+            kernel: PathBuf::from("Image"),
+            initrd: None,
+            bootargs: None,
+            device_tree: None,
+            devices: VmDevices { passthrough, ..VmDevices::default() },
+        };
+        let tree = pi_like("okay");
+        let sdhci = sdhci_passthrough(&tree).unwrap();
+        let other =
+            Passthrough { name: "gpio".into(), base: 0xfe20_0000, size: 0x1000, interrupts: vec![], clock_hz: None };
+        let vms = [vm("a", vec![other]), vm("card", vec![sdhci]), vm("c", vec![])];
+        assert_eq!(sdhci_owner(&vms, &tree).unwrap().map(|v| v.name.as_str()), Some("card"));
+        assert!(sdhci_owner(&[vm("a", vec![]), vm("b", vec![])], &tree).unwrap().is_none(), "no VM has it");
+    }
+
+    #[test]
+    fn a_card_made_for_qemu_is_made_once_and_then_kept() {
+        let dir = crate::images::workspace_root().join("target").join("xtask-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let card = dir.join("kept-card.img");
+        let _ = std::fs::remove_file(&card);
+        ensure_card(&card).unwrap();
+        assert_eq!(read_from_card(&card, "README.txt").unwrap().as_deref(), Some(CARD_README.as_bytes()));
+        // What a VM wrote stays: a card that exists is not made again.
+        let mut image = std::fs::read(&card).unwrap();
+        image[CARD_SIZE as usize - 1] = 0x5a;
+        std::fs::write(&card, &image).unwrap();
+        ensure_card(&card).unwrap();
+        assert_eq!(std::fs::read(&card).unwrap()[CARD_SIZE as usize - 1], 0x5a, "the card was kept");
+        std::fs::remove_file(&card).unwrap();
     }
 
     #[test]

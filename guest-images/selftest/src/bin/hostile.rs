@@ -524,7 +524,7 @@ extern "C" fn flipper(desc: u64) {
     let addr = desc as *mut u64;
     let mut n = 0u64;
     while FLIP.load(Ordering::Relaxed) == 1 {
-        let value = if n % 2 == 0 { BUFFER_A as u64 } else { 0x1_0000_0000 };
+        let value = if n.is_multiple_of(2) { BUFFER_A as u64 } else { 0x1_0000_0000 };
         // SAFETY: descriptor 1's address field in this VM's queue, which this vCPU flips
         // while the device reads it.
         unsafe { write_volatile(addr, value) };
@@ -556,7 +556,8 @@ fn attack_virtqueues(c: &mut Checks) {
     let (h, s) = (blk.header as u64, blk.status as u64);
     // Each attack: its chain, and what it must get.
     let ioerr = Completion::Used { status: BLK_S_IOERR, written: 1 };
-    let attacks: [(&str, &[(u64, u32, u16)], Completion); 9] = [
+    type Chain<'a> = &'a [(u64, u32, u16)];
+    let attacks: [(&str, Chain<'_>, Completion); 9] = [
         ("data outside RAM", &[(h, 16, F_NEXT), (0x1_0000_0000, 4096, F_NEXT | F_WRITE), (s, 1, F_WRITE)], ioerr),
         (
             "data in the GIC's window",
@@ -641,7 +642,7 @@ fn attack_virtqueues(c: &mut Checks) {
     blk.reset();
     c.check(looped == Completion::NeedsReset, format_args!("virtio: a descriptor loop: {looped:?}"));
     for (len, what) in
-        [(0u32, "empty"), (15, "not a multiple of 16"), (16 * 1024, "longer than the queue"), (u32::MAX & !15, "4 GiB")]
+        [(0u32, "empty"), (15, "not a multiple of 16"), (16 * 1024, "longer than the queue"), (!15, "4 GiB")]
     {
         blk.prepare(BLK_T_IN, 0);
         let table = TABLE as u64;
@@ -729,7 +730,8 @@ fn attack_virtqueues(c: &mut Checks) {
 extern "C" fn guest_main() -> ! {
     let mut c = Checks::default();
     println!("hostile: attacking");
-    let attacks: [(&str, fn(&mut Checks)); 5] = [
+    type Attack = (&'static str, fn(&mut Checks));
+    let attacks: [Attack; 5] = [
         ("gic", attack_gic),
         ("smccc", attack_smccc),
         ("sysreg", attack_system_registers),

@@ -57,7 +57,7 @@ fn compare_debug_and_gic() -> (u32, u32) {
 
 extern "C" fn vcpu1_main(context: u64) {
     // SAFETY: written by `secondary_entry` before this vCPU ran anything else; read once.
-    let state = unsafe { &*(&raw const SECONDARY_ENTRY_STATE) };
+    let state = unsafe { &*core::ptr::addr_of!(SECONDARY_ENTRY_STATE) };
     let (a, b) = compare_with_reset(state, context);
     let (c, d) = compare_debug_and_gic();
     VCPU1_COMPARED.store(a + c, Ordering::SeqCst);
@@ -71,7 +71,7 @@ extern "C" fn guest_main() -> ! {
     let second = counter_ms() >= RESET_AT_MS;
     let when = if second { "after SYSTEM_RESET" } else { "at its first start" };
     // SAFETY: written by `_start` before any Rust ran; read once.
-    let state = unsafe { &*(&raw const BOOT_ENTRY_STATE) };
+    let state = unsafe { &*core::ptr::addr_of!(BOOT_ENTRY_STATE) };
     check_reset(&mut c, state, boot_x0(), format_args!("leak: vCPU 0 {when}"));
     let (compared, differ) = compare_debug_and_gic();
     c.check(

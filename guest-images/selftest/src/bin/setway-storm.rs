@@ -12,8 +12,8 @@ use selftest_guest::*;
 /// A level-1 table for TTBR0_EL1 (4 KiB granule, T0SZ 25: 1 GiB blocks), in this VM's RAM.
 const TABLE: usize = 0x4080_0000;
 /// Stage-1 block descriptors (ARM ARM D8.3): valid block, AF, AttrIndx; devices never
-/// executable (UXN, PXN), RAM inner shareable.
-const DEVICE_BLOCK: u64 = 0b01 | (1 << 10) | (0 << 2) | (1 << 53) | (1 << 54);
+/// executable (UXN, PXN), RAM inner shareable. A device block's AttrIndx is 0.
+const DEVICE_BLOCK: u64 = 0b01 | (1 << 10) | (1 << 53) | (1 << 54);
 const RAM_BLOCK: u64 = 0x4000_0000 | 0b01 | (1 << 10) | (1 << 2) | (0b11 << 8);
 /// MAIR_EL1: attribute 0 Device-nGnRnE, attribute 1 Normal write-back.
 const MAIR: u64 = 0xff << 8;
