@@ -126,7 +126,23 @@ pub struct Fdt<'a> {
 struct Block<'a> {
     bytes: &'a [u8],
     strings: &'a [u8],
+    /// The strings block as text, when it is valid UTF-8 whole (as every tree a compiler
+    /// writes is): a name is then a slice of it, not validated again on every walk.
+    strings_text: Option<&'a str>,
     offset: usize,
+    /// The node the root's `interrupt-parent` names (usually the GIC), which nearly every
+    /// device's interrupts go to: found once, not by a walk per device.
+    root_interrupt_parent: Option<Found<'a>>,
+}
+
+/// A node found by its phandle, as `Node` holds it but for the blob.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    phandle: u32,
+    name: &'a str,
+    body: usize,
+    parent_cells: Cells,
+    depth: usize,
 }
 
 /// A node of a checked tree. `Copy`: it is a position in the blob.
@@ -138,6 +154,8 @@ pub struct Node<'a> {
     body: usize,
     /// Its parent's cells, which say how its own `reg` reads.
     parent_cells: Cells,
+    /// How deep it is: 0 for the root (a node one deep has the root for its parent).
+    depth: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,12 +171,25 @@ pub struct Reg {
     pub size: Option<u64>,
 }
 
+/// A token as a walk needs it: names are read only where they are asked for (walks that
+/// skip over nodes and properties are most of them), from a tree whose names `Fdt::new`
+/// checked.
 enum Token<'a> {
-    BeginNode(&'a str),
+    /// A node's name, as bytes.
+    BeginNode(&'a [u8]),
     EndNode,
-    Property(Property<'a>),
+    /// A property: its name's offset in the strings block, and its value.
+    Property {
+        name_offset: usize,
+        value: &'a [u8],
+    },
     Nop,
     End,
+}
+
+/// A checked node name as text ("" should the check ever have missed one).
+fn node_name(name: &[u8]) -> &str {
+    core::str::from_utf8(name).unwrap_or("")
 }
 
 fn be32(bytes: &[u8], at: usize) -> Option<u32> {
@@ -191,8 +222,9 @@ impl<'a> Block<'a> {
         let payload = at + 4;
         match token {
             FDT_BEGIN_NODE => {
-                let (name, end) = c_str(self.bytes, payload).ok_or(FdtError::BadName { at: here })?;
-                Ok((Token::BeginNode(name), align4(end).ok_or(truncated)?))
+                let rest = self.bytes.get(payload..).ok_or(truncated)?;
+                let len = rest.iter().position(|&b| b == 0).ok_or(FdtError::BadName { at: here })?;
+                Ok((Token::BeginNode(&rest[..len]), align4(payload + len + 1).ok_or(truncated)?))
             }
             FDT_END_NODE => Ok((Token::EndNode, payload)),
             FDT_NOP => Ok((Token::Nop, payload)),
@@ -206,8 +238,7 @@ impl<'a> Block<'a> {
                 if name_offset >= self.strings.len() {
                     return Err(FdtError::BadNameOffset { at: here });
                 }
-                let (name, _) = c_str(self.strings, name_offset).ok_or(FdtError::BadName { at: here })?;
-                Ok((Token::Property(Property { name, value }), align4(value_end).ok_or(truncated)?))
+                Ok((Token::Property { name_offset, value }, align4(value_end).ok_or(truncated)?))
             }
             _ => Err(FdtError::UnknownToken { at: here, token }),
         }
@@ -216,6 +247,24 @@ impl<'a> Block<'a> {
     /// The token at `at` of a checked block; a token that does not read ends the walk.
     fn next(&self, at: usize) -> (Token<'a>, usize) {
         self.token(at).unwrap_or((Token::End, at))
+    }
+
+    /// The property name at `offset` of the strings block.
+    fn name_at(&self, offset: usize) -> Option<&'a str> {
+        match self.strings_text {
+            Some(text) => {
+                let rest = text.get(offset..)?;
+                rest.get(..rest.bytes().position(|b| b == 0)?)
+            }
+            None => c_str(self.strings, offset).map(|(name, _)| name),
+        }
+    }
+
+    /// Whether the property name at `offset` is `name`: compared in place, without
+    /// reading the name first.
+    fn name_is(&self, offset: usize, name: &str) -> bool {
+        let end = offset.saturating_add(name.len());
+        self.strings.get(offset..end) == Some(name.as_bytes()) && self.strings.get(end) == Some(&0)
     }
 
     /// Checks every token: one root, balanced, not too deep, properties before subnodes.
@@ -229,7 +278,8 @@ impl<'a> Block<'a> {
             let here = self.offset + at;
             let (token, next) = self.token(at)?;
             match token {
-                Token::BeginNode(_) => {
+                Token::BeginNode(name) => {
+                    core::str::from_utf8(name).map_err(|_| FdtError::BadName { at: here })?;
                     if depth == 0 && root_seen {
                         return Err(FdtError::Unbalanced { at: here });
                     }
@@ -244,7 +294,8 @@ impl<'a> Block<'a> {
                 Token::EndNode => {
                     depth = depth.checked_sub(1).ok_or(FdtError::Unbalanced { at: here })?;
                 }
-                Token::Property(_) => {
+                Token::Property { name_offset, .. } => {
+                    self.name_at(name_offset).ok_or(FdtError::BadName { at: here })?;
                     if depth == 0 {
                         return Err(FdtError::Unbalanced { at: here });
                     }
@@ -292,10 +343,13 @@ impl<'a> Fdt<'a> {
         if off_struct % 4 != 0 || off_reservations % 8 != 0 {
             return Err(FdtError::BlockOutOfRange("structure or reservation block (misaligned)"));
         }
+        let strings = block(blob, off_strings, size_strings, "strings block")?;
         let structure = Block {
             bytes: block(blob, off_struct, size_struct, "structure block")?,
-            strings: block(blob, off_strings, size_strings, "strings block")?,
+            strings,
+            strings_text: core::str::from_utf8(strings).ok(),
             offset: off_struct as usize,
+            root_interrupt_parent: None,
         };
         let reservations =
             blob.get(off_reservations as usize..).ok_or(FdtError::BlockOutOfRange("reservation block"))?;
@@ -309,6 +363,8 @@ impl<'a> Fdt<'a> {
             }
         }
         structure.check()?;
+        let mut fdt = fdt;
+        fdt.structure.root_interrupt_parent = fdt.find_root_interrupt_parent();
         Ok(fdt)
     }
 
@@ -332,7 +388,13 @@ impl<'a> Fdt<'a> {
         loop {
             match self.structure.next(at) {
                 (Token::BeginNode(name), body) => {
-                    return Node { name, block: self.structure, body, parent_cells: DEFAULT_CELLS }
+                    return Node {
+                        name: node_name(name),
+                        block: self.structure,
+                        body,
+                        parent_cells: DEFAULT_CELLS,
+                        depth: 0,
+                    };
                 }
                 (Token::Nop, next) if next > at => at = next,
                 // `new` saw a root; an empty node stands in should that ever be wrong.
@@ -342,6 +404,7 @@ impl<'a> Fdt<'a> {
                         block: self.structure,
                         body: self.structure.bytes.len(),
                         parent_cells: DEFAULT_CELLS,
+                        depth: 0,
                     }
                 }
             }
@@ -418,14 +481,15 @@ impl<'a> Node<'a> {
         self.name == component || (!component.contains('@') && self.name.split('@').next() == Some(component))
     }
 
-    pub fn properties(&self) -> impl Iterator<Item = Property<'a>> + 'a {
+    /// Its properties as the strings block names them: (name offset, value).
+    fn raw_properties(&self) -> impl Iterator<Item = (usize, &'a [u8])> + 'a {
         let block = self.block;
         let mut at = self.body;
         core::iter::from_fn(move || loop {
             match block.next(at) {
-                (Token::Property(p), next) => {
+                (Token::Property { name_offset, value }, next) => {
                     at = next;
-                    return Some(p);
+                    return Some((name_offset, value));
                 }
                 (Token::Nop, next) if next > at => at = next,
                 _ => return None,
@@ -433,8 +497,15 @@ impl<'a> Node<'a> {
         })
     }
 
+    pub fn properties(&self) -> impl Iterator<Item = Property<'a>> + 'a {
+        let block = self.block;
+        self.raw_properties().map(move |(offset, value)| Property { name: block.name_at(offset).unwrap_or(""), value })
+    }
+
     pub fn property(&self, name: &str) -> Option<Property<'a>> {
-        self.properties().find(|p| p.name == name)
+        let block = self.block;
+        let (offset, value) = self.raw_properties().find(|&(offset, _)| block.name_is(offset, name))?;
+        Some(Property { name: block.name_at(offset).unwrap_or(""), value })
     }
 
     /// The strings of its `compatible` property (none if it has none).
@@ -461,13 +532,14 @@ impl<'a> Node<'a> {
     pub fn children(&self) -> impl Iterator<Item = Node<'a>> + 'a {
         let block = self.block;
         let cells = self.own_cells();
+        let depth = self.depth + 1;
         let mut at = self.body;
         core::iter::from_fn(move || loop {
             match block.next(at) {
-                (Token::Property(_) | Token::Nop, next) if next > at => at = next,
+                (Token::Property { .. } | Token::Nop, next) if next > at => at = next,
                 (Token::BeginNode(name), body) => {
                     at = skip_subtree(block, body);
-                    return Some(Node { name, block, body, parent_cells: cells });
+                    return Some(Node { name: node_name(name), block, body, parent_cells: cells, depth });
                 }
                 _ => return None,
             }
@@ -569,7 +641,7 @@ fn skip_subtree(block: Block<'_>, mut at: usize) -> usize {
                     return at;
                 }
             }
-            (Token::Property(_) | Token::Nop, next) if next > at => at = next,
+            (Token::Property { .. } | Token::Nop, next) if next > at => at = next,
             _ => return block.bytes.len(),
         }
     }
@@ -598,13 +670,14 @@ impl<'a> Iterator for AllNodes<'a> {
                         0 => DEFAULT_CELLS,
                         d => self.cells[d - 1],
                     };
-                    let node = Node { name, block: self.block, body: next, parent_cells };
+                    let node =
+                        Node { name: node_name(name), block: self.block, body: next, parent_cells, depth: self.depth };
                     *self.cells.get_mut(self.depth)? = node.own_cells();
                     self.depth += 1;
                     return Some(node);
                 }
                 Token::EndNode => self.depth = self.depth.checked_sub(1)?,
-                Token::Property(_) | Token::Nop => {}
+                Token::Property { .. } | Token::Nop => {}
                 Token::End => return None,
             }
         }

@@ -50,7 +50,9 @@ pub struct Machine {
     pub cpu: String,
     pub smp: u32,
     pub memory_mib: u32,
-    /// Count instructions: 1 instruction = 1 ns of virtual time (`-icount shift=0`).
+    /// Count instructions: 1 instruction = 1 ns of virtual time, and an idle machine jumps to
+    /// its next timer deadline rather than following the host's clock (`-icount
+    /// shift=0,sleep=off`: the figures do not move with the host's load).
     pub icount: bool,
     /// Enter the image at EL2 (`virtualization=on`). Off for reference runs of a guest
     /// directly on QEMU, which then enters it at EL1 and answers PSCI over HVC itself.
@@ -144,7 +146,7 @@ impl Machine {
             cmd.arg("-initrd").arg(initrd);
         }
         if self.icount {
-            cmd.args(["-icount", "shift=0"]);
+            cmd.args(["-icount", "shift=0,sleep=off"]);
         }
         if self.semihosting {
             cmd.args(["-semihosting-config", "enable=on,target=native"]);
@@ -445,7 +447,7 @@ mod tests {
             "-m 512M",
             "-kernel vmlinuz",
             "-initrd initrd",
-            "-icount shift=0",
+            "-icount shift=0,sleep=off",
         ] {
             assert!(a.contains(part), "{part:?} missing from {a:?}");
         }

@@ -18,7 +18,7 @@
 
 use core::fmt;
 
-use super::{be32, root_of, skip_subtree, AllNodes, Block, Node, DEFAULT_CELLS, MAX_DEPTH};
+use super::{be32, root_of, skip_subtree, AllNodes, Block, Found, Node, DEFAULT_CELLS, MAX_DEPTH};
 
 /// The most cells of an interrupt specifier or of a unit address this reader handles (GIC
 /// specifiers have 3 or 4, PCI unit addresses 3).
@@ -134,9 +134,22 @@ impl<'a> super::Fdt<'a> {
     pub fn node_by_phandle(&self, phandle: u32) -> Option<Node<'a>> {
         by_phandle(self.structure, phandle)
     }
+
+    /// The node the root's `interrupt-parent` names, kept with the checked tree.
+    pub(super) fn find_root_interrupt_parent(&self) -> Option<Found<'a>> {
+        let phandle = self.root().property("interrupt-parent")?.as_u32()?;
+        let node = by_phandle(self.structure, phandle)?;
+        let Node { name, body, parent_cells, depth, .. } = node;
+        Some(Found { phandle, name, body, parent_cells, depth })
+    }
 }
 
 fn by_phandle(block: Block<'_>, phandle: u32) -> Option<Node<'_>> {
+    if let Some(Found { phandle: p, name, body, parent_cells, depth }) = block.root_interrupt_parent {
+        if p == phandle {
+            return Some(Node { name, block, body, parent_cells, depth });
+        }
+    }
     let all = AllNodes { block, at: 0, depth: 0, cells: [DEFAULT_CELLS; MAX_DEPTH + 1] };
     let mut found = all.filter(|n| {
         let value = n.property("phandle").or_else(|| n.property("linux,phandle")).and_then(|p| p.as_u32());
@@ -168,6 +181,10 @@ impl<'a> Node<'a> {
         let mut node = root_of(self.block);
         if node == *self {
             return None;
+        }
+        // Most devices hang off the root (or a bus that does): found without a walk.
+        if self.depth == 1 {
+            return Some(node);
         }
         loop {
             let holds = |c: &Node<'a>| c.body <= self.body && self.body < skip_subtree(c.block, c.body);

@@ -335,3 +335,25 @@ proptest! {
         }
     }
 }
+
+/// A name is read from the strings block the same way whether the block is valid UTF-8
+/// whole (names are then slices of it) or holds a string that is not (names are then
+/// checked one by one), at any offset (compilers share a name's tail: `phandle` inside
+/// `linux,phandle`); a property that names the string that is not UTF-8 is refused.
+#[test]
+fn property_names_read_alike_from_any_strings_block() {
+    let prop = |name_offset: u32| [FDT_PROP, 4, name_offset, 7];
+    let structure: Vec<u32> =
+        [&ROOT[..], &prop(0), &prop(6), &[FDT_END_NODE, FDT_END]].into_iter().flatten().copied().collect();
+    for strings in [&b"linux,phandle\0"[..], &b"linux,phandle\0\xff\0"[..]] {
+        let b = blob(&words(&structure), strings);
+        let root = Fdt::new(&b).unwrap().root();
+        let names: Vec<&str> = root.properties().map(|p| p.name).collect();
+        assert_eq!(names, ["linux,phandle", "phandle"], "{strings:?}");
+        assert_eq!(root.property("phandle").map(|p| p.name), Some("phandle"));
+        assert_eq!(root.property("linux,phandle").and_then(|p| p.as_u32()), Some(7));
+        assert!(root.property("linux").is_none() && root.property("handle").is_none(), "whole names only");
+    }
+    let bad: Vec<u32> = [&ROOT[..], &prop(14), &[FDT_END_NODE, FDT_END]].into_iter().flatten().copied().collect();
+    assert_eq!(Fdt::new(&blob(&words(&bad), b"linux,phandle\0\xff\0")).err(), Some(FdtError::BadName { at: 56 + 8 }));
+}
