@@ -231,10 +231,10 @@ mod tests {
         }
     }
 
-    fn tempdir(name: &str) -> PathBuf {
+    fn tempdir(name: &str) -> crate::util::TempDir {
         let d = std::env::temp_dir().join(format!("xtask-bundle-test-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::util::TempDir(d)
     }
 
     #[test]

@@ -447,12 +447,12 @@ mod tests {
 
     /// A directory of this call's own: tests run in parallel, and one that rewrote a file
     /// another was reading made it read an empty kernel.
-    fn tempdir(name: &str) -> PathBuf {
+    fn tempdir(name: &str) -> crate::util::TempDir {
         static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let d = std::env::temp_dir().join(format!("xtask-manifest-test-{name}-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        d
+        crate::util::TempDir(d)
     }
 
     /// A fake Debian guest: an arm64 Image header and a small initramfs.

@@ -56,3 +56,20 @@ pub fn run(cmd: &mut Command) -> Result<(), XtaskError> {
         Err(XtaskError::Build(format!("{cmd:?} failed ({status})")))
     }
 }
+
+/// A directory a test made for itself, removed with what it holds when the test ends (a
+/// test's kernels and disks are tens of MiB each).
+pub struct TempDir(pub std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
