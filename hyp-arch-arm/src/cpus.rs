@@ -6,7 +6,7 @@
 //! boot-time work, is the runtime's (hyp_runtime::cpus).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
 
@@ -24,12 +24,62 @@ pub struct PerCpu {
     pub guest: AtomicUsize,
     /// Its MPIDR affinity, as the device tree listed it.
     mpidr: AtomicUsize,
+    /// What the exception vector needs to answer the running vCPU's calls itself.
+    pub vector_calls: VectorCalls,
 }
 
-pub static PER_CPU: [PerCpu; MAX_CPUS] =
-    [const { PerCpu { guest: AtomicUsize::new(0), mpidr: AtomicUsize::new(usize::MAX) } }; MAX_CPUS];
+/// The running vCPU's state that the image's exception vector reads to answer a hypercall
+/// without leaving it (hyp_core::smccc::answered_in_vector; docs/hypercalls.md, "Answered
+/// in the vector"), loaded with the vCPU and after each call the handler answered.
+#[repr(C)]
+pub struct VectorCalls {
+    /// The function the vCPU was last told was unknown
+    /// (hyp_core::smccc::vector_unknown_word).
+    pub unknown: AtomicU64,
+    /// The address of the vCPU's counter of HVC exits, which the vector increments
+    /// (hyp_core::exit_stats::ExitCounts::class_counter).
+    pub hvc_exits: AtomicPtr<AtomicU64>,
+}
+
+/// What the vector counts into while no vCPU is loaded: nothing reads it.
+static NO_VCPU_EXITS: AtomicU64 = AtomicU64::new(0);
+
+impl VectorCalls {
+    /// The vCPU now on this CPU: its last unknown function and its HVC exit counter, which
+    /// must outlive its stay here (`unload` ends it).
+    pub fn load(&self, hvc_exits: &AtomicU64, last_unknown: Option<u32>) {
+        self.unknown.store(hyp_core::smccc::vector_unknown_word(last_unknown), Ordering::Relaxed);
+        self.hvc_exits.store(core::ptr::from_ref(hvc_exits).cast_mut(), Ordering::Relaxed);
+    }
+
+    /// The vCPU on this CPU was just told `function` is unknown.
+    pub fn remember_unknown(&self, function: u32) {
+        self.unknown.store(hyp_core::smccc::vector_unknown_word(Some(function)), Ordering::Relaxed);
+    }
+
+    /// No vCPU on this CPU: the vector answers nothing from the one that left.
+    pub fn unload(&self) {
+        self.load(&NO_VCPU_EXITS, None);
+    }
+}
+
+pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
+    PerCpu {
+        guest: AtomicUsize::new(0),
+        mpidr: AtomicUsize::new(usize::MAX),
+        vector_calls: VectorCalls {
+            unknown: AtomicU64::new(1 << 32),
+            hvc_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+        },
+    }
+}; MAX_CPUS];
 
 const _: () = assert!(core::mem::offset_of!(PerCpu, guest) == 0);
+/// Where the AArch64 image's vector finds `VectorCalls` (hyp-arch-armv8's exceptions.rs).
+pub const VECTOR_CALLS_UNKNOWN: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, unknown);
+pub const VECTOR_CALLS_HVC_EXITS: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, hvc_exits);
 
 /// This CPU's index in the device tree's CPU list: from the per-CPU register's value `entry`
 /// once it is online (an address in `PER_CPU`), by its MPIDR affinity before.

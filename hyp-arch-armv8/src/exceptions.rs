@@ -5,6 +5,13 @@
 //! vCPU's `GuestContext` (the first field of this CPU's `hyp_arch_arm::cpus::PerCpu`, at TPIDR_EL2) and returns from `enter_guest` into the
 //! Rust run loop on the hypervisor stack: EL1 system registers stay live in the CPU while
 //! the same vCPU keeps running (docs/architecture.md, "Performance principles").
+//!
+//! Before any of that, the vector of a synchronous exit from AArch64 answers the calls
+//! `hyp_core::smccc::answered_in_vector` names (an HVC #0 asking SMCCC_VERSION, or
+//! repeating the function the vCPU was last told is unknown) with x0 alone, counting the
+//! exit where the run loop would: nothing else of the guest's or the CPU's state changes,
+//! and anything the run loop must see (a kick, the end of a slice) is an interrupt, which
+//! exits again right after the ERET (docs/hypercalls.md, "Answered in the vector").
 
 use core::arch::global_asm;
 
@@ -57,6 +64,19 @@ global_asm!(
     b       guest_exit
 .endm
 
+// A synchronous exit from AArch64: an HVC #0 (its whole ESR_EL2, ARM ARM D17.2.37) goes to
+// the calls answered here, anything else to the run loop.
+.macro GUEST_SYNC_AARCH64
+    .balign 0x80
+    stp     x0, x1, [sp, #-16]!
+    mrs     x1, esr_el2
+    mov     w0, #{ESR_HVC64_IMM0}
+    cmp     x1, x0
+    b.eq    hvc_in_vector
+    mov     x0, #{EXIT_SYNC}
+    b       guest_exit
+.endm
+
     .section .text.vectors, "ax"
     .balign 2048
     .global hyp_vectors
@@ -69,7 +89,7 @@ hyp_vectors:
     HYP_TRAP 1
     HYP_TRAP 2
     HYP_TRAP 3
-    GUEST_EXIT 0    // lower EL, AArch64
+    GUEST_SYNC_AARCH64  // lower EL, AArch64
     GUEST_EXIT 1
     GUEST_EXIT 2
     GUEST_EXIT 3
@@ -107,6 +127,35 @@ enter_guest:
     dsb     nsh             // no speculation past the ERET (SB where FEAT_SB exists)
     isb
 
+hvc_in_vector:
+    // The guest's x0 and x1 are on the stack: SMCCC_VERSION, or the function this vCPU
+    // was last told is unknown, are answered in x0; anything else is the run loop's.
+    ldr     x0, [sp]
+    mov     w1, #{SMCCC_VERSION}
+    cmp     w0, w1
+    b.ne    1f
+    mov     w0, #{SMCCC_VERSION_1_1}
+    b       2f
+1:  mrs     x1, tpidr_el2
+    ldr     x1, [x1, #{UNKNOWN}]
+    cmp     x1, w0, uxtw
+    b.ne    3f
+    mov     x0, #{NOT_SUPPORTED}
+2:  // x0 is the answer. The exit counted (the guest's x0 slot on the stack holds x2 for
+    // it), x1 and x2 as the guest left them.
+    str     x2, [sp]
+    mrs     x1, tpidr_el2
+    ldr     x1, [x1, #{HVC_EXITS}]
+    ldr     x2, [x1]
+    add     x2, x2, #1
+    str     x2, [x1]
+    ldp     x2, x1, [sp], #16
+    eret
+    dsb     nsh
+    isb
+3:  mov     x0, #{EXIT_SYNC}
+    b       guest_exit
+
 guest_exit:
     // The guest's x0 and x1 are on the stack, x0 holds the reason.
     mrs     x1, tpidr_el2
@@ -125,8 +174,17 @@ guest_exit:
     ldp     x29, x30, [sp, #80]
     add     sp, sp, #96
     ret
-"#
+"#,
+    EXIT_SYNC = const EXIT_SYNC,
+    // ESR_EL2 of an HVC #0 from AArch64: EC 0x16, IL 1, ISS.imm16 0 (bits [63:32] RES0).
+    ESR_HVC64_IMM0 = const (0x16u32 << 26) | (1 << 25),
+    SMCCC_VERSION = const hyp_core::smccc::SMCCC_VERSION,
+    SMCCC_VERSION_1_1 = const hyp_core::smccc::SMCCC_VERSION_1_1,
+    NOT_SUPPORTED = const -1i64,
+    UNKNOWN = const hyp_arch_arm::cpus::VECTOR_CALLS_UNKNOWN,
+    HVC_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_HVC_EXITS,
 );
+const _: () = assert!(hyp_core::smccc::NOT_SUPPORTED == -1i64 as u64);
 
 extern "C" {
     fn enter_guest(ctx: *mut GuestContext) -> u64;

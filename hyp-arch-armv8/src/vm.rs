@@ -4,6 +4,7 @@
 //! hyp_arch_arm::vm's, shared with ARMv7.
 
 use core::arch::asm;
+use core::sync::atomic::AtomicU64;
 
 use aarch64_cpu::registers::*;
 use hyp_arch_arm::vm::ArmVm;
@@ -239,8 +240,18 @@ impl VcpuCpu for OnCpu {
             crate::debug_hw::clear(self.geometry);
             self.debug_loaded = false;
         }
-        crate::gic::GIC.clear_active_private(Self::timer_ppi(), crate::cpus::current_index());
+        let cpu = crate::cpus::current_index();
+        crate::gic::GIC.clear_active_private(Self::timer_ppi(), cpu);
+        hyp_arch_arm::cpus::PER_CPU[cpu].vector_calls.unload();
         leave_guest_regime();
+    }
+
+    fn vector_calls(&mut self, hvc_exits: &AtomicU64, last_unknown: Option<u32>) {
+        hyp_arch_arm::cpus::PER_CPU[crate::cpus::current_index()].vector_calls.load(hvc_exits, last_unknown);
+    }
+
+    fn vector_unknown_call(function: u32) {
+        hyp_arch_arm::cpus::PER_CPU[crate::cpus::current_index()].vector_calls.remember_unknown(function);
     }
 
     fn list_registers(&mut self) -> &mut ListRegisterFile {

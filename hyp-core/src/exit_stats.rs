@@ -110,6 +110,13 @@ impl ExitCounts {
         bump(&self.by_class[syndrome.class().0 as usize & 63], 1);
     }
 
+    /// The counter of synchronous exits of exception class `class`, for code that counts
+    /// outside `record_sync` (the vector's answered calls); only the owning vCPU's CPU
+    /// writes it.
+    pub fn class_counter(&self, class: ExceptionClass) -> &AtomicU64 {
+        &self.by_class[class.0 as usize & 63]
+    }
+
     /// One more exit for `reason` (an interrupt or an SError; synchronous exits go through
     /// `record_sync`). Only the owning vCPU calls this.
     pub fn record(&self, reason: ExitReason) {

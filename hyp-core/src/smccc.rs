@@ -137,9 +137,80 @@ pub fn decode(x: [u64; 4]) -> Hypercall {
     }
 }
 
+/// The calls the image's exception vector may answer itself, before any of the guest's
+/// state is saved (docs/hypercalls.md, "Answered in the vector"): the answer `decode` and
+/// the exit handler give, for an HVC with immediate 0 whose x0 is `x0`, when the handler
+/// would change nothing but x0 and log nothing. `last_unknown` is the function this vCPU
+/// was last told was unknown (already logged: a repeat is not logged again). The vector's
+/// code implements exactly this; the tests below hold the two to the handler.
+pub fn answered_in_vector(x0: u64, last_unknown: Option<u32>) -> Option<u64> {
+    let function = x0 as u32;
+    if function == SMCCC_VERSION {
+        Some(SMCCC_VERSION_1_1)
+    } else if last_unknown == Some(function) {
+        Some(NOT_SUPPORTED)
+    } else {
+        None
+    }
+}
+
+/// `last_unknown` as the vector compares it with W0 zero-extended: the function, or a value
+/// no W0 can have (bit 32 set) when there is none.
+pub fn vector_unknown_word(last_unknown: Option<u32>) -> u64 {
+    last_unknown.map_or(1 << 32, u64::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the vector answers is what `decode` answers, whatever x1..x3 and the upper half
+    /// of x0 hold: an unknown function stays unknown, and SMCCC_VERSION answers only x0.
+    #[test]
+    fn the_vector_answers_only_what_decode_answers_alike_for_every_argument() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let x = [next(), next(), next(), next()];
+            // Half the time a known call, the upper half of x0 left random.
+            let known = [SMCCC_VERSION, SMCCC_ARCH_FEATURES, PSCI_VERSION, PSCI_FEATURES, PSCI_CPU_ON_64, HYP_VM_EXIT];
+            let x0 = match known.get((x[1] % 12) as usize) {
+                Some(&f) => (x[0] & !0xffff_ffff) | u64::from(f),
+                None => x[0],
+            };
+            let function = x0 as u32;
+            // The handler remembers only functions it found unknown.
+            let unknown = |f: u32| matches!(decode([u64::from(f), 0, 0, 0]), Hypercall::Unknown { .. });
+            for last in [None, Some(function), Some(function ^ 1)].into_iter().filter(|l| l.is_none_or(unknown)) {
+                let answer = answered_in_vector(x0, last);
+                match decode([x0, x[1], x[2], x[3]]) {
+                    Hypercall::Return(v) => {
+                        assert!(answer.is_none() || answer == Some(v), "{x0:#x}: vector {answer:?}, decode {v:#x}")
+                    }
+                    Hypercall::Unknown { function: f } => {
+                        assert_eq!(f, function);
+                        let expected = (last == Some(f)).then_some(NOT_SUPPORTED);
+                        assert_eq!(answer, expected, "{x0:#x}, last unknown {last:?}");
+                    }
+                    other => assert_eq!(answer, None, "{x0:#x} is {other:?}: it changes the VM, never the vector's"),
+                }
+            }
+        }
+        assert_eq!(answered_in_vector(0xffff_ffff_0000_0000 | SMCCC_VERSION as u64, None), Some(SMCCC_VERSION_1_1));
+        assert_eq!(answered_in_vector(PSCI_VERSION as u64, None), None, "answered by the handler");
+    }
+
+    #[test]
+    fn no_w0_matches_the_vectors_word_for_no_unknown_function() {
+        assert_eq!(vector_unknown_word(Some(u32::MAX)), 0xffff_ffff);
+        assert_eq!(vector_unknown_word(Some(0)), 0);
+        assert!(vector_unknown_word(None) > u64::from(u32::MAX));
+    }
 
     #[test]
     fn versions_are_1_1() {

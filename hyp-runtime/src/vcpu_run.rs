@@ -10,7 +10,7 @@
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::marker::PhantomData;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use hyp_core::coprocessor::RegisterPart;
 use hyp_core::debug_registers::DebugRegisters;
@@ -163,6 +163,13 @@ pub trait VcpuCpu: Sized {
     fn set_timer_ppi_active(cpu: usize, active: bool);
     /// A hardware-mapped interrupt the guest will not deactivate is deactivated here.
     fn deactivate(physical: IntId, cpu: usize);
+    /// What the image's exception vector needs to answer this vCPU's hypercalls itself
+    /// (hyp_core::smccc::answered_in_vector): the counter of its HVC exits, which outlives
+    /// its stay on this CPU (`leave` forgets it), and the function it was last told was
+    /// unknown. An image whose vector answers nothing ignores it.
+    fn vector_calls(&mut self, _hvc_exits: &AtomicU64, _last_unknown: Option<u32>) {}
+    /// The vCPU on this CPU was just told that `function` is unknown (`vector_calls`).
+    fn vector_unknown_call(_function: u32) {}
 }
 
 /// Runs vCPU `vcpu` of `vm` on this CPU (`cpu`) as the scheduler decided, from where it left
@@ -204,6 +211,7 @@ pub fn run_vcpu<C: VcpuCpu>(
     hypervisor.scheduling.program_timer(cpu, decision.until);
     let no_counts = ExitCounts::default();
     let exits = core.exits.get(vcpu).unwrap_or(&no_counts);
+    here.vector_calls(exits.class_counter(ExceptionClass::HVC64), last_unknown);
     // The guest's virtual timer PPI is backed by the physical one, deactivated by the guest.
     let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
     load_timer_line::<C>(core, vcpu, cpu);
@@ -242,8 +250,13 @@ pub fn run_vcpu<C: VcpuCpu>(
                 // this function's layout (docs/performance.md, "Current figures").
                 let leave = if C::ONLY_AARCH32 || !C::in_aarch32(&registers) {
                     let outcome = {
-                        let mut env =
-                            VcpuEnv::<C::IdRegisters, _>::new(core, vcpu, here.debug_registers(), &mut last_unknown);
+                        let mut env = VcpuEnv::<C::IdRegisters, _, _>::new(
+                            core,
+                            vcpu,
+                            here.debug_registers(),
+                            &mut last_unknown,
+                            C::vector_unknown_call,
+                        );
                         // Decoded right where it is handled: decoded ahead, the decoded
                         // exit was built and matched again.
                         let exit = C::decode(&trap, &registers);
@@ -340,7 +353,13 @@ fn answer_aarch32<C: VcpuCpu>(
     let core: &Vm<<C::V as Virtualization>::Env> = exiting.vm.borrow();
     let exit = C::decode_aarch32(trap, registers);
     let outcome = {
-        let mut env = VcpuEnv::<C::IdRegisters, _>::new(core, exiting.vcpu, here.debug_registers(), last_unknown);
+        let mut env = VcpuEnv::<C::IdRegisters, _, _>::new(
+            core,
+            exiting.vcpu,
+            here.debug_registers(),
+            last_unknown,
+            C::vector_unknown_call,
+        );
         exit::handle(&exit, &mut C::aarch32(registers), exiting.vcpu, &mut core.mmio(), &mut env)
     };
     answer(exiting, here, registers, outcome, exit.instruction_bytes)
@@ -480,21 +499,30 @@ impl<C: VcpuCpu> LineSampler for HwLines<C> {
 /// What the handler needs of one exiting vCPU beyond its registers and devices: its view
 /// of the system registers, and the log of what it did wrong (a guest repeating the same
 /// unknown function is logged once).
-struct VcpuEnv<'a, I, E: VmEnv> {
+struct VcpuEnv<'a, I, E: VmEnv, T: Fn(u32)> {
     id: I,
     debug: &'a mut DebugRegisters,
     vm: &'a Vm<E>,
     vcpu: usize,
     last_unknown: &'a mut Option<u32>,
+    /// Who else learns of a new unknown function: the image's vector
+    /// (`VcpuCpu::vector_unknown_call`, a function item: nothing to store).
+    tell: T,
 }
 
-impl<'a, I: IdRegisters + Default, E: VmEnv> VcpuEnv<'a, I, E> {
-    fn new(vm: &'a Vm<E>, vcpu: usize, debug: &'a mut DebugRegisters, last_unknown: &'a mut Option<u32>) -> Self {
-        VcpuEnv { id: I::default(), debug, vm, vcpu, last_unknown }
+impl<'a, I: IdRegisters + Default, E: VmEnv, T: Fn(u32)> VcpuEnv<'a, I, E, T> {
+    fn new(
+        vm: &'a Vm<E>,
+        vcpu: usize,
+        debug: &'a mut DebugRegisters,
+        last_unknown: &'a mut Option<u32>,
+        tell: T,
+    ) -> Self {
+        VcpuEnv { id: I::default(), debug, vm, vcpu, last_unknown, tell }
     }
 }
 
-impl<I: IdRegisters, E: VmEnv> SysRegEnv for VcpuEnv<'_, I, E> {
+impl<I: IdRegisters, E: VmEnv, T: Fn(u32)> SysRegEnv for VcpuEnv<'_, I, E, T> {
     fn features(&self) -> VmFeatures {
         VmFeatures { gic_v3: self.vm.gic_v3, ipa_bits: self.vm.stage2_ipa_bits }
     }
@@ -506,13 +534,14 @@ impl<I: IdRegisters, E: VmEnv> SysRegEnv for VcpuEnv<'_, I, E> {
     }
 }
 
-impl<I, E: VmEnv> IncidentLog for VcpuEnv<'_, I, E> {
+impl<I, E: VmEnv, T: Fn(u32)> IncidentLog for VcpuEnv<'_, I, E, T> {
     fn incident(&mut self, incident: Incident) {
         if let Incident::UnknownHypercall { function } = incident {
             if *self.last_unknown == Some(function) {
                 return;
             }
             *self.last_unknown = Some(function);
+            (self.tell)(function);
         }
         self.vm.log_incident(self.vcpu, incident);
     }
