@@ -141,8 +141,10 @@ extern "C" fn guest_main() -> ! {
         println!("microbench: vCPU 1 did not start");
         hvc(HYP_VM_EXIT, 1);
     }
+    // YIELD, not spin_loop's ISB: QEMU moves to vCPU 1's CPU on it, where an ISB loop
+    // spins through whole turns (38 million traced instructions, docs/performance.md).
     while !VCPU1_READY.load(Ordering::SeqCst) {
-        core::hint::spin_loop();
+        guest_common::yield_cpu();
     }
     latency("counter", |_| {
         let start = counter();
