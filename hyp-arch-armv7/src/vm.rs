@@ -16,6 +16,7 @@ use hyp_core::sysreg::{Encoding, IdRegisters};
 use hyp_core::trap::aarch32::HypExit;
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::VcpuStart;
+use hyp_runtime::tlb::OnEntry;
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
 use hyp_runtime::Hypervisor;
 use vgic::{Distributor, IntId};
@@ -61,8 +62,8 @@ const HDCR_TRAPS: u32 = (1 << 11) | (1 << 10) | (1 << 9) | (1 << 6) | (1 << 5);
 pub type Vm = ArmVm<OnCpu>;
 
 /// The HYP-mode state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`), identity,
-/// timer offset.
-fn enter_hyp_state(vm: &Vm, vcpu: usize, hcr: Hcr) {
+/// timer offset; then the TLB maintenance `tlb` asks for.
+fn enter_hyp_state(vm: &Vm, vcpu: usize, hcr: Hcr, tlb: OnEntry) {
     let pmcr: u32;
     // SAFETY: reading PMCR has no side effect.
     unsafe { asm!("mrc p15, 0, {}, c9, c12, 0", out(reg) pmcr, options(nomem, nostack)) };
@@ -83,10 +84,18 @@ fn enter_hyp_state(vm: &Vm, vcpu: usize, hcr: Hcr) {
     // the virtual timer.
     Cnthctl::write(Cnthctl::new_with_raw_value(0).with_pl1pcten(true).with_pl1pcen(false));
     CntVoff::write(CntVoff(vm.counter_offset));
-    // SAFETY: TLB maintenance and barriers, no effect on memory. This CPU's entries for the
-    // VMID now in VTTBR are dropped (TLBIALL: stage 1 and 2 of the current VMID), so none it
-    // cached for an earlier VM that had the VMID serves this one.
-    unsafe { asm!("isb", "mcr p15, 0, {z}, c8, c7, 0", "dsb nsh", "isb", z = in(reg) 0u32, options(nostack)) };
+    // The registers above are in force from here on (the VMID in VTTBR for the TLB
+    // maintenance below).
+    aarch32_cpu::asm::isb();
+    if tlb == OnEntry::InvalidateStage1 {
+        // SAFETY: TLB maintenance and barriers, no effect on memory. Another vCPU of this
+        // VM ran on this CPU since this one did: this CPU's entries of the VMID in VTTBR are
+        // dropped (TLBIALL in Hyp mode, this PE only: ARM ARM B4.2.2; it takes the VMID's
+        // stage-2 entries too, which ARMv7 cannot keep apart) so that none of its stage-1
+        // translations serves this vCPU (docs/capability-model.md, V3). No other VM's entry
+        // can be hit here: a VMID was invalidated everywhere before it was reused (V1).
+        unsafe { asm!("mcr p15, 0, {z}, c8, c7, 0", "dsb nsh", "isb", z = in(reg) 0u32, options(nostack)) };
+    }
 }
 
 /// What a vCPU holds of its physical CPU while it runs there: the list registers, its traps
@@ -121,7 +130,7 @@ impl VcpuCpu for OnCpu {
     type IdRegisters = HardwareIdRegisters;
     type ListRegisters = ListRegisterFile;
 
-    fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>) -> OnCpu {
+    fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>, tlb: OnEntry) -> OnCpu {
         let lrs: ListRegisterFile = hyp_arch_arm::image::list_registers();
         lrs.reset();
         // TWI and TWE: WFI and WFE trap for vCPUs that share a CPU.
@@ -131,7 +140,7 @@ impl VcpuCpu for OnCpu {
             set_way: resumed.map_or(SetWayState::default(), |r| r.set_way),
             hcr: hcr_guest().with_twi(shares).with_twe(shares),
         };
-        enter_hyp_state(vm, vcpu, here.hcr());
+        enter_hyp_state(vm, vcpu, here.hcr(), tlb);
         here
     }
 

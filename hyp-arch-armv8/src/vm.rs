@@ -22,6 +22,7 @@ use crate::arch::{Aarch64, HYPERVISOR};
 use crate::exceptions::{run_guest, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
 use crate::ich::ListRegisterFile;
 use crate::vcpu_state::{self, SavedVcpu};
+use hyp_runtime::tlb::OnEntry;
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
 use hyp_runtime::Hypervisor;
 use vgic::{Distributor, IntId};
@@ -62,8 +63,8 @@ const HCR_TVM: u64 = HCR_EL2::TVM::SET.value;
 pub type Vm = ArmVm<OnCpu>;
 
 /// The EL2 state of this vCPU on this CPU: its VM's stage 2, traps (`hcr`: `OnCpu::hcr`),
-/// identity, timer offset.
-fn enter_el2_state(vm: &Vm, vcpu: usize, hcr: u64) {
+/// identity, timer offset; then the TLB maintenance `tlb` asks for.
+fn enter_el2_state(vm: &Vm, vcpu: usize, hcr: u64, tlb: OnEntry) {
     VTCR_EL2.set(vm.vtcr);
     VTTBR_EL2.set(vm.vttbr);
     HCR_EL2.set(hcr);
@@ -94,10 +95,18 @@ fn enter_el2_state(vm: &Vm, vcpu: usize, hcr: u64) {
     // become undefined instructions, as the AArch64 view's S3_x_C15 registers are and as the
     // ARMv7 image's HSTR.T15 makes them. No effect on an AArch64 EL1. No memory is touched.
     unsafe { asm!("msr hstr_el2, {}", in(reg) HSTR_T15, options(nomem, nostack)) };
-    // SAFETY: TLB maintenance and barriers, no effect on memory. This CPU's entries for the
-    // VMID now in VTTBR_EL2 are dropped, so none it cached for an earlier VM that had the
-    // VMID serves this one.
-    unsafe { asm!("isb", "tlbi vmalls12e1", "dsb nsh", "isb", options(nostack)) };
+    // SAFETY: a barrier: the registers above are in force from here on (the VMID in
+    // VTTBR_EL2 for the TLB maintenance below).
+    unsafe { asm!("isb", options(nostack)) };
+    if tlb == OnEntry::InvalidateStage1 {
+        // SAFETY: TLB maintenance and barriers, no effect on memory. Another vCPU of this
+        // VM ran on this CPU since this one did: this CPU's stage-1 entries of the VMID in
+        // VTTBR_EL2 (TLBI VMALLE1, this PE only: ARM ARM, TLBI VMALLE1 at EL2) are dropped so
+        // that none of its translations serves this vCPU (docs/capability-model.md, V3). The
+        // stage-2 entries are the VM's, the same for every vCPU, and stay. No other VM's
+        // entry can be hit here: a VMID was invalidated everywhere before it was reused (V1).
+        unsafe { asm!("tlbi vmalle1", "dsb nsh", "isb", options(nostack)) };
+    }
 }
 
 /// An exception into an AArch32 guest's EL1: its Undefined or Abort mode's LR (held in X22
@@ -175,7 +184,7 @@ impl VcpuCpu for OnCpu {
         &vm.saved
     }
 
-    fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>) -> OnCpu {
+    fn enter(vm: &Vm, vcpu: usize, shares: bool, resumed: Option<&SavedVcpu>, tlb: OnEntry) -> OnCpu {
         let lrs: ListRegisterFile = hyp_arch_arm::image::list_registers();
         lrs.reset();
         let here = OnCpu {
@@ -191,7 +200,7 @@ impl VcpuCpu for OnCpu {
                 ExecutionState::Aarch32 => HCR_GUEST & !HCR_EL2::RW::EL1IsAarch64.value,
             } | if shares { HCR_WFX } else { 0 },
         };
-        enter_el2_state(vm, vcpu, here.hcr());
+        enter_el2_state(vm, vcpu, here.hcr(), tlb);
         here
     }
 

@@ -6,7 +6,8 @@
 //!   ([`network`]), passthrough devices and who owns their interrupts ([`passthrough`]);
 //! - CPUs: which are online and their boot-time work ([`cpus`]), where vCPUs run
 //!   ([`placement`]), the scheduler at run time ([`scheduling`]), a VM's virtual GIC as the
-//!   CPUs share it ([`shared_vgic`]), what each physical interrupt is for ([`interrupts`]);
+//!   CPUs share it ([`shared_vgic`]), what each physical interrupt is for ([`interrupts`]),
+//!   when a CPU invalidates its TLB for a vCPU ([`tlb`]);
 //! - the console: where input goes ([`focus`]) and the management console's commands
 //!   ([`management`]);
 //! - the hypervisor as a whole ([`hypervisor`]): the VMs created at boot, each CPU's turn at
@@ -35,6 +36,7 @@ pub mod passthrough;
 pub mod placement;
 pub mod scheduling;
 pub mod shared_vgic;
+pub mod tlb;
 pub mod vcpu_run;
 pub mod virtio;
 pub mod vm;

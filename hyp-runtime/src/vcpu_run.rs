@@ -30,6 +30,7 @@ use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
 use crate::arch::Arch;
 use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
 use crate::scheduling::vcpu_ref;
+use crate::tlb::OnEntry;
 use crate::virtio::slot::VmEnv;
 use crate::vm::{CallEffect, Vm};
 
@@ -95,8 +96,16 @@ pub trait VcpuCpu: Sized {
     fn resume_slots(vm: &<Self::V as Virtualization>::Vm) -> &ResumeSlots<Self>;
     /// vCPU `vcpu` of `vm` comes onto this CPU: the VM's translation regime, its traps
     /// (WFI and WFE trap if it `shares` the CPU), its identity and its counter offset.
-    /// `resumed` is what it left when it was descheduled, if it was.
-    fn enter(vm: &<Self::V as Virtualization>::Vm, vcpu: usize, shares: bool, resumed: Option<&Self::Saved>) -> Self;
+    /// `resumed` is what it left when it was descheduled, if it was. `tlb` is what this
+    /// CPU's TLB needs first (crate::tlb decided it), carried out once the VM's VMID is in
+    /// VTTBR; nothing else here invalidates the TLB.
+    fn enter(
+        vm: &<Self::V as Virtualization>::Vm,
+        vcpu: usize,
+        shares: bool,
+        resumed: Option<&Self::Saved>,
+        tlb: OnEntry,
+    ) -> Self;
     /// Puts back what the vCPU left in the CPU.
     fn restore(&mut self, saved: &Self::Saved);
     /// A fresh start: every register the guest can read as at reset, so nothing of the
@@ -186,7 +195,9 @@ pub fn run_vcpu<C: VcpuCpu>(
     core.vgic.running_on[vcpu].store(cpu, Ordering::Release);
     let resumed = C::resume_slots(vm).get(vcpu).and_then(|s| s.lock().take());
     let shared = decision.trap_wfi;
-    let mut here = C::enter(vm, vcpu, shared, resumed.as_ref().map(|r| &r.saved));
+    // Another vCPU of the VM may have left its stage-1 translations in this CPU's TLB.
+    let tlb = core.stage1.enter(cpu, vcpu);
+    let mut here = C::enter(vm, vcpu, shared, resumed.as_ref().map(|r| &r.saved), tlb);
     let (mut registers, mut last_unknown) = match resumed {
         Some(resume) => {
             here.restore(&resume.saved);

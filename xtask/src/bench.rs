@@ -9,9 +9,11 @@
 //! no test hooks) instead: the 32-bit guest's microbenchmarks (`micro-armv7.json`) and its
 //! Linux boot; `--board raspi4b` the Linux boot on QEMU's Raspberry Pi 4B (`rpi4`).
 
+pub mod a64;
 pub mod chart;
 pub mod exits;
 pub mod rpi4;
+pub mod trace;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

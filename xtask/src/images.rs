@@ -233,6 +233,12 @@ pub fn build_test_guest(bin: &str) -> Result<PathBuf, XtaskError> {
     write_image(&read_elf(&elf)?, bin)
 }
 
+/// The ELF file the last `build_test_guest(bin)` built (its symbols name the guest's
+/// addresses: it runs with its MMU off, where it is linked).
+pub fn test_guest_elf(bin: &str) -> PathBuf {
+    workspace_root().join("target").join("guest").join(AARCH64_TARGET).join("release").join(bin)
+}
+
 /// A bare-metal test guest from `guest-images/selftest32`, for AArch32 (`selftest32`,
 /// `microbench32`): a zImage, which the hypervisor runs in AArch32 on either image and
 /// QEMU's `-kernel` loads as a 32-bit kernel. Linked at the address the hypervisor loads a

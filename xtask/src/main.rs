@@ -24,8 +24,10 @@ Commands:
           Raspberry Pi 4B: --board raspi4b; or, 32-bit, its Versatile Express:
           --board vexpress-a15)
   test    run every test: host tests, bare-metal builds, and the system tests under QEMU
-  bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks,
-          Linux boot and sha256sum (instructions), virtio throughput, exits per second by
+  bench   measure the hypervisor's costs beside the same guest without it: microbenchmarks
+          (and, from an instruction trace, their EL2 system register accesses, barriers,
+          TLB and cache maintenance), Linux boot and sha256sum (instructions), virtio
+          throughput, exits per second by
           reason; tables on stdout, JSON and ratios.svg in target/bench/ (docs/performance.md);
           --quick skips the throughput runs; --arch armv7: the ARMv7 image's microbenchmarks
           (the 32-bit guest microbench32) and Linux boot; --board raspi4b: the Linux boot on
@@ -781,6 +783,8 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     }
     let (under, native) = bench::micro()?;
     print!("{}", bench::report(&under, &native)?);
+    let el2 = bench::trace::run()?;
+    print!("{}", bench::trace::report(&el2)?);
     let linux = bench::linux_macro()?;
     print!("{}", bench::macro_report(&linux)?);
     let mut exits = linux.exits.clone();
@@ -796,7 +800,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     print!("{}", bench::exits_report(&exits)?);
     let chart = bench::write_chart(&linux, io.as_ref())?;
     step(&format!(
-        "figures written to target/bench/: micro.json, macro.json{}, exits.json; the chart of the ratios: {}",
+        "figures written to target/bench/: micro.json, el2-micro.json, macro.json{}, exits.json; the chart of the ratios: {}",
         if quick { "" } else { ", io.json" },
         chart.display()
     ));

@@ -3,11 +3,58 @@
 //! loop, which xtask subtracts) and `latency NAME samples=N ns=T` for N measured intervals
 //! between two counter reads (the `counter` line is two reads back to back, subtracted).
 //! Under QEMU's `-icount shift=0` one nanosecond of virtual time is one instruction.
+//!
+//! Traced (`trace=N` in the guest's bootargs: `xtask::bench::trace`), each loop and each
+//! latency runs N iterations, and after the first [`TRACE_WARM_UP`] of them the guest calls
+//! [`bench_window_open`], after the last [`bench_window_close`]: the addresses of the two in
+//! QEMU's instruction trace mark which hypervisor instructions belong to which benchmark.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-/// Iterations of every loop, samples of every latency.
+/// Iterations of every loop, samples of every latency (untraced).
 pub const ITERATIONS: u64 = 10_000;
+/// Traced, the iterations of each benchmark that run before its window opens: the first
+/// calls of a path do what later ones do not (the hypervisor logs an unknown function once).
+pub const TRACE_WARM_UP: u64 = 4;
+
+static TRACED_ITERATIONS: AtomicU64 = AtomicU64::new(0);
+static WINDOW: AtomicU64 = AtomicU64::new(0);
+
+/// From now on each benchmark runs `iterations` times (at least one more than
+/// [`TRACE_WARM_UP`]), with its window marked for an instruction trace.
+pub fn trace(iterations: u64) {
+    TRACED_ITERATIONS.store(iterations.max(TRACE_WARM_UP + 1), Ordering::SeqCst);
+}
+
+/// The `trace=N` of a command line: N iterations per benchmark, traced.
+pub fn traced_iterations(bootargs: &str) -> Option<u64> {
+    bootargs.split_whitespace().find_map(|w| w.strip_prefix("trace=")?.parse().ok())
+}
+
+/// How many iterations each benchmark runs, and whether it is traced.
+fn iterations() -> (u64, bool) {
+    match TRACED_ITERATIONS.load(Ordering::SeqCst) {
+        0 => (ITERATIONS, false),
+        n => (n, true),
+    }
+}
+
+/// Called where a benchmark's traced iterations begin: its address in the trace is the
+/// mark. Not inlined, not removed (its store goes through a pointer the optimiser cannot
+/// see through, so the call has an effect), and unlike [`bench_window_close`] (two
+/// functions merged would share an address).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn bench_window_open() {
+    core::hint::black_box(&WINDOW).store(1, Ordering::SeqCst);
+}
+
+/// Called where a benchmark's traced iterations end.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn bench_window_close() {
+    core::hint::black_box(&WINDOW).store(2, Ordering::SeqCst);
+}
 
 /// The virtual counter, as an architecture reads it.
 pub trait Counter {
@@ -24,19 +71,44 @@ pub fn nanoseconds(ticks: u64, frequency: u64) -> u64 {
 
 /// Times ITERATIONS runs of `body` and prints its `bench` line.
 pub fn bench<C: Counter>(name: &str, mut body: impl FnMut()) {
+    let (iterations, traced) = iterations();
     let start = C::now();
-    for _ in 0..ITERATIONS {
-        body();
+    if traced {
+        for i in 0..iterations {
+            if i == TRACE_WARM_UP {
+                bench_window_open();
+            }
+            body();
+        }
+        bench_window_close();
+    } else {
+        for _ in 0..iterations {
+            body();
+        }
     }
     let ns = nanoseconds(C::now() - start, C::frequency());
-    crate::println!("bench {name} iterations={ITERATIONS} ns={ns}");
+    crate::println!("bench {name} iterations={iterations} ns={ns}");
 }
 
 /// Sums ITERATIONS samples, `measure(i)` returning the counter ticks of sample `i`, and
 /// prints the `latency` line.
 pub fn latency<C: Counter>(name: &str, mut measure: impl FnMut(u64) -> u64) {
-    let ticks: u64 = (0..ITERATIONS).map(&mut measure).sum();
-    crate::println!("latency {name} samples={ITERATIONS} ns={}", nanoseconds(ticks, C::frequency()));
+    let (iterations, traced) = iterations();
+    let ticks: u64 = if traced {
+        let ticks = (0..iterations)
+            .map(|i| {
+                if i == TRACE_WARM_UP {
+                    bench_window_open();
+                }
+                measure(i)
+            })
+            .sum();
+        bench_window_close();
+        ticks
+    } else {
+        (0..iterations).map(&mut measure).sum()
+    };
+    crate::println!("latency {name} samples={iterations} ns={}", nanoseconds(ticks, C::frequency()));
 }
 
 /// What an interrupt handler saw of one interrupt: how many were taken and the counter at
@@ -79,6 +151,14 @@ impl Default for Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trace_is_asked_for_by_the_command_line() {
+        assert_eq!(traced_iterations("trace=64"), Some(64));
+        assert_eq!(traced_iterations("console=ttyAMA0 trace=8 quiet"), Some(8));
+        assert_eq!(traced_iterations(""), None);
+        assert_eq!(traced_iterations("trace=many"), None);
+    }
 
     #[test]
     fn ticks_become_nanoseconds_without_overflow() {

@@ -1,5 +1,5 @@
 //! The console: the VM's PL011 (emulated by the hypervisor, or QEMU's own natively), written
-//! one byte at a time to its data register.
+//! one byte at a time to its data register, and read a byte at a time when asked.
 
 use core::fmt::{self, Write};
 use core::ptr::write_volatile;
@@ -37,4 +37,18 @@ macro_rules! println {
 /// Writes `args` to the console (for code that formats its own line).
 pub fn write(args: fmt::Arguments<'_>) {
     let _ = Uart.write_fmt(args);
+}
+
+/// UARTFR.RXFE: the receive FIFO is empty.
+const RXFE: u32 = 1 << 4;
+
+/// Waits for a byte typed at the console and returns it (polling UARTFR, each read an exit
+/// under the hypervisor).
+pub fn read_byte() -> u8 {
+    // SAFETY: the VM's PL011 flag register (MMIO), read only.
+    while unsafe { core::ptr::read_volatile(UARTFR as *const u32) } & RXFE != 0 {
+        core::hint::spin_loop();
+    }
+    // SAFETY: the VM's PL011 data register; a read takes the received byte.
+    (unsafe { core::ptr::read_volatile(UARTDR as *const u32) } & 0xff) as u8
 }

@@ -69,6 +69,12 @@ impl<'a> Fdt<'a> {
     /// The first string of the `compatible` property of the root's child named `name` (or
     /// `name@<unit address>`).
     pub fn root_child_compatible(&self, name: &str) -> Option<&'a str> {
+        self.root_child_string(name, "compatible")
+    }
+
+    /// The first string of property `property` of the root's child named `name` (or
+    /// `name@<unit address>`): `/chosen`'s `bootargs`, say.
+    pub fn root_child_string(&self, name: &str, property: &str) -> Option<&'a str> {
         let s = self.structure;
         let (mut at, mut depth, mut wanted) = (0usize, 0usize, false);
         loop {
@@ -88,7 +94,7 @@ impl<'a> Fdt<'a> {
                     let (len, name_at) = (be32(s, at)? as usize, be32(s, at + 4)? as usize);
                     let value = s.get(at + 8..at + 8 + len)?;
                     at = (at + 8 + len).next_multiple_of(4);
-                    if depth == 2 && wanted && c_string(self.strings, name_at)?.0 == "compatible" {
+                    if depth == 2 && wanted && c_string(self.strings, name_at)?.0 == property {
                         return c_string(value, 0).map(|(first, _)| first);
                     }
                 }
@@ -107,7 +113,7 @@ mod tests {
     /// A tree: / { compatible; intc@8000000 { compatible = "arm,gic-v3", "x"; its { compatible = "its" } };
     /// uart { compatible = "arm,pl011" } }.
     fn blob() -> Vec<u8> {
-        let strings = b"compatible\0#cells\0".to_vec();
+        let strings = b"compatible\0#cells\0bootargs\0".to_vec();
         let mut s = Vec::new();
         let word = |s: &mut Vec<u8>, w: u32| s.extend_from_slice(&w.to_be_bytes());
         let node = |s: &mut Vec<u8>, name: &str| {
@@ -141,6 +147,9 @@ mod tests {
         node(&mut s, "pl011@9000000");
         prop(&mut s, 0, b"arm,pl011\0arm,primecell\0");
         word(&mut s, END_NODE);
+        node(&mut s, "chosen");
+        prop(&mut s, 18, b"trace=64\0");
+        word(&mut s, END_NODE);
         word(&mut s, END_NODE);
         word(&mut s, END);
         let (structure_at, strings_at) = (40usize, 40 + s.len());
@@ -164,6 +173,15 @@ mod tests {
         assert_eq!(fdt.root_child_compatible("pl011"), Some("arm,pl011"));
         assert_eq!(fdt.root_child_compatible("its"), None, "a grandchild");
         assert_eq!(fdt.root_child_compatible("int"), None, "a prefix of the name is not the name");
+    }
+
+    #[test]
+    fn any_string_property_of_a_root_child_is_found() {
+        let b = blob();
+        let fdt = Fdt::new(&b).unwrap();
+        assert_eq!(fdt.root_child_string("chosen", "bootargs"), Some("trace=64"));
+        assert_eq!(fdt.root_child_string("chosen", "compatible"), None);
+        assert_eq!(fdt.root_child_string("pl011", "bootargs"), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod passthrough;
 mod placement;
 mod scheduling;
 mod shared_vgic;
+mod tlb;
 mod vcpu_run;
 mod virtio;
 mod vm;

@@ -24,6 +24,7 @@ use super::virtio::{FakeEnv, LINES};
 use crate::fake::FakeArch;
 use crate::hypervisor::{Hypervisor, VcpuExit};
 use crate::scheduling::vcpu_ref;
+use crate::tlb::OnEntry;
 use crate::vcpu_run::{run_vcpu, CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
 use crate::vm::Vm;
 
@@ -125,8 +126,11 @@ impl VcpuCpu for FakeCpu {
                 .or_insert_with(|| leak((0..vm.spec.vcpus).map(|_| spin::Mutex::new(None)).collect()))
         })
     }
-    fn enter(_: &Vm<FakeEnv>, vcpu: usize, shares: bool, resumed: Option<&FakeSaved>) -> FakeCpu {
+    fn enter(_: &Vm<FakeEnv>, vcpu: usize, shares: bool, resumed: Option<&FakeSaved>, tlb: OnEntry) -> FakeCpu {
         event(format!("enter vcpu{vcpu} shares {shares} resumed {:?}", resumed.map(|s| s.0)));
+        if tlb == OnEntry::InvalidateStage1 {
+            event("invalidate stage 1".into());
+        }
         FakeCpu { lrs: FakeLrs::default(), debug: DebugRegisters::AT_RESET }
     }
     fn restore(&mut self, saved: &FakeSaved) {
@@ -298,6 +302,26 @@ fn a_pinned_vcpu_that_waits_keeps_its_cpu() {
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert_eq!(take_events(), ["enter vcpu0 shares false resumed None", "state at reset", "leave"], "nothing saved");
     assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
+}
+
+/// The CPU invalidates its TLB for a vCPU only when another vCPU of its VM ran there since
+/// its last turn (crate::tlb), and the decision reaches the arch's entry.
+#[test]
+fn a_vcpu_entering_where_another_vcpu_of_its_vm_ran_has_the_cpu_invalidate_first() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    // vCPU 1 had CPU 1 last.
+    assert_eq!(vm.stage1.enter(1, 1), OnEntry::Nothing);
+    wfi();
+    assert_eq!(run(hypervisor, false), VcpuExit::Descheduled);
+    assert_eq!(
+        take_events(),
+        ["enter vcpu0 shares true resumed None", "invalidate stage 1", "state at reset", "save 1", "leave"]
+    );
+    hypervisor.scheduling.wake(vcpu_ref(0, 0), &vm.vgic.waiting[0]);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(take_events(), ["enter vcpu0 shares true resumed Some(1)", "restore 1", "leave"], "its own turn again");
 }
 
 #[test]

@@ -40,6 +40,7 @@ use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::passthrough::{spi_list, PassthroughDevice, PassthroughSpi};
 use crate::scheduling::{vcpu_ref, Scheduling};
 use crate::shared_vgic::{SharedVgic, VgicHandle};
+use crate::tlb::Stage1Contexts;
 use crate::virtio::disk_slice::DiskSliceError;
 use crate::virtio::slot::{VirtioSlot, VmEnv};
 use crate::virtio::switch_port::SwitchPort;
@@ -154,6 +155,9 @@ pub struct Vm<E: VmEnv> {
     pub passthrough_spis: Vec<PassthroughSpi>,
     /// The scheduler its vCPUs are started through.
     scheduling: &'static Scheduling<E::Arch>,
+    /// Whose stage-1 translations each CPU's TLB may hold: when a CPU invalidates before
+    /// one of its vCPUs enters (crate::tlb).
+    pub stage1: Stage1Contexts,
 }
 
 /// A line about vCPU `vcpu` of VM `vm`, on the hypervisor's console.
@@ -229,6 +233,7 @@ impl<E: VmEnv> Vm<E> {
             stage2_ipa_bits: granted.ipa_bits,
             passthrough_spis,
             scheduling,
+            stage1: Stage1Contexts::new(),
         };
         E::Board::print(format_args!(
             "hypervisor: vm{id} {}: {} MiB RAM at IPA {ram_ipa:#x} (PA {:#x}{}), {} vCPU(s), stage-2 tables in {} frame(s)",
@@ -270,7 +275,8 @@ impl<E: VmEnv> Vm<E> {
 
     /// After a SYSTEM_RESET has stopped every vCPU: the interrupt controller, UART and
     /// virtio devices as at power-on, `seeds` in its device tree (a reboot must not repeat
-    /// the random seeds of the last boot), vCPU 0 to start again. The caller quiets the
+    /// the random seeds of the last boot), what the CPUs' TLBs hold of the last boot no
+    /// vCPU's (each CPU that ran it invalidates at its next entry), vCPU 0 to start again. The caller quiets the
     /// passthrough SPIs before and loads the RAM again after.
     pub fn reset(&self, seeds: Option<GuestSeeds>) {
         if let Some(seeds) = seeds {
@@ -291,6 +297,7 @@ impl<E: VmEnv> Vm<E> {
         self.virtio.reset();
         let ram_ipa = self.spec.ram_ipa();
         self.power.lock().reset(ram_ipa + self.layout.kernel, ram_ipa + self.layout.dtb);
+        self.stage1.forget();
         self.ending.store(false, Ordering::Release);
         crate::vm_log!(E, self, 0, "SYSTEM_RESET: the VM reboots");
     }

@@ -10,6 +10,10 @@
 //!
 //! vCPU 1 waits in WFI for the virtual IPI (a sleeping target is what Linux's IPIs meet; a
 //! spinning one would keep QEMU's only vCPU thread until its time slice ends).
+//!
+//! With `trace=N` in its bootargs (`xtask::bench::trace`) each benchmark runs N times with
+//! its window marked (guest_common::bench), after the guest has waited for a byte at the
+//! console: xtask turns QEMU's instruction trace on first, so the boot is not traced.
 #![no_std]
 #![no_main]
 
@@ -103,6 +107,16 @@ extern "C" fn vcpu1(_: u64) {
 #[no_mangle]
 extern "C" fn guest_main() -> ! {
     println!("microbench: EL{}, counter at {} Hz", current_el(), frequency());
+    // SAFETY: the device tree the hypervisor (or QEMU) gave this vCPU in x0, which nothing
+    // writes.
+    let bootargs = unsafe { guest_common::fdt::Fdt::at(boot_x0() as usize) }
+        .ok()
+        .and_then(|fdt| fdt.root_child_string("chosen", "bootargs"));
+    if let Some(n) = bootargs.and_then(bench::traced_iterations) {
+        bench::trace(n);
+        println!("microbench: traced, {n} iterations a benchmark; waiting for a key");
+        guest_common::console::read_byte();
+    }
     // The loop and counter overhead, subtracted from every figure.
     bench("loop", || core::hint::black_box(()));
     bench("hvc-unknown", || {
@@ -127,8 +141,10 @@ extern "C" fn guest_main() -> ! {
         println!("microbench: vCPU 1 did not start");
         hvc(HYP_VM_EXIT, 1);
     }
+    // YIELD, not spin_loop's ISB: QEMU moves to vCPU 1's CPU on it, where an ISB loop
+    // spins through whole turns (38 million traced instructions, docs/performance.md).
     while !VCPU1_READY.load(Ordering::SeqCst) {
-        core::hint::spin_loop();
+        guest_common::yield_cpu();
     }
     latency("counter", |_| {
         let start = counter();
