@@ -241,6 +241,7 @@ pub fn handle(
             }
         }
         Trap::DataAbort { ipa, va, access, write } => data_abort(regs, len, vcpu, ipa, va, access, write, mmio, env),
+        Trap::InstructionAbort { ipa, .. } if mmio.first_touch(ipa) => Outcome::Resume,
         Trap::InstructionAbort { ipa, va } => {
             env.incident(Incident::InstructionFetchOutsideMemory { ipa });
             Outcome::InjectAbort { instruction: true, far: va }
@@ -356,6 +357,9 @@ fn data_abort(
     let Some(access) = access else {
         log.incident(match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
+            // RAM touched for the first time (a pair, a writeback or a cache maintenance
+            // instruction has no syndrome): made again, the PC where it was.
+            None if mmio.first_touch(ipa) => return Outcome::Resume,
             None => Incident::NoMemoryOrDevice { ipa, va, write },
         });
         return inject;
@@ -370,6 +374,7 @@ fn data_abort(
             regs.advance_pc(len);
             Outcome::Resume
         }
+        Err(MmioError::Unmapped { .. }) if mmio.first_touch(ipa) => Outcome::Resume,
         Err(MmioError::Unmapped { .. }) => {
             log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write });
             inject

@@ -163,6 +163,12 @@ pub trait MmioDispatch {
     fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError>;
     /// The name of the device at `ipa`, for log lines.
     fn device_name(&mut self, ipa: Ipa) -> Option<&'static str>;
+    /// A stage-2 fault at `ipa`, which no device answers: whether it was the VM's RAM, not
+    /// touched before and now zeroed and mapped, so the access is to be made again
+    /// (docs/capability-model.md, "Zeroing"). Only RAM zeroed on first touch says yes.
+    fn first_touch(&mut self, _ipa: Ipa) -> bool {
+        false
+    }
 }
 
 impl MmioDispatch for MmioBus {
