@@ -6,7 +6,7 @@ use alloc::sync::Arc;
 use core::marker::PhantomData;
 
 use hyp_core::cap::{CapError, CapId};
-use hyp_runtime::first_touch::FirstTouch;
+use hyp_runtime::first_touch::{Fill, FirstTouch};
 use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
 use hyp_runtime::virtio::slot::VmEnv;
 use stage2::{IpaRange, PhysAddr};
@@ -26,8 +26,14 @@ impl<I: ArmImage> VmEnv for Devices<I> {
     fn guest_ram(ipa: u64, pa: u64, size: u64, first_touch: Arc<FirstTouch>) -> GuestRam {
         GuestRam { ipa, pa, size, first_touch }
     }
-    fn zero_on_first_touch(vm: CapId, range: IpaRange) -> Result<u64, CapError> {
-        let mut zero = |pa: PhysAddr, len| I::zero_for_guest(pa.0, len);
+    fn zero_on_first_touch(vm: CapId, range: IpaRange, fill: Fill) -> Result<u64, CapError> {
+        let mut zero = |pa: PhysAddr, len| {
+            // Overwritten: the loader writes every byte, then cleans them and invalidates
+            // the instruction cache (`ArmVm::load`).
+            if fill == Fill::Zeroed {
+                I::zero_for_guest(pa.0, len)
+            }
+        };
         let bytes = I::hypervisor().zero_on_first_touch(&mut HeapTableMemory, I::stage2_tlb, vm, range, &mut zero)?;
         if bytes != 0 {
             // The instruction cache may hold what an earlier owner executed from this

@@ -129,7 +129,11 @@ pub unsafe fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
 mod tests {
     use super::*;
 
-    fn zero_nothing(_: hyp_core::cap::CapId, _: stage2::IpaRange) -> Result<u64, hyp_core::cap::CapError> {
+    fn zero_nothing(
+        _: hyp_core::cap::CapId,
+        _: stage2::IpaRange,
+        _: hyp_runtime::first_touch::Fill,
+    ) -> Result<u64, hyp_core::cap::CapError> {
         Ok(0)
     }
 

@@ -83,8 +83,9 @@ where
     /// guest starts with its MMU off), into RAM no earlier VM's data is left in
     /// (docs/capability-model.md, "Zeroing"): the blocks the VM already touched (before a
     /// reset), or all of an identity-mapped VM's RAM, are zeroed now; a block the loader
-    /// writes is zeroed and mapped first (`FirstTouch::prepare`); every other block stays
-    /// pending, zeroed when the VM first touches it.
+    /// writes part of is zeroed and mapped first, one it writes whole only mapped
+    /// (`FirstTouch::prepare_overwritten`: no vCPU runs until every byte of it is written);
+    /// every other block stays pending, zeroed when the VM first touches it.
     pub fn load(&self) {
         let (base, size) = (self.ram.base, self.spec.memory);
         for (offset, len) in self.first_touch.done_blocks() {
@@ -95,7 +96,7 @@ where
         let ram = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, size as usize) };
         let ipa = self.spec.ram_ipa();
         self.core.load(|offset, bytes| {
-            if let Err(e) = self.first_touch.prepare(ipa + offset, bytes.len() as u64) {
+            if let Err(e) = self.first_touch.prepare_overwritten(ipa + offset, bytes.len() as u64) {
                 // Written anyway: the VM's first touch would zero it, and the guest fail to
                 // boot; no other VM's data is exposed.
                 <<C::V as ArmImage>::Board as Board>::print(format_args!(

@@ -20,10 +20,19 @@ use hyp_core::cap::{CapError, CapId};
 use spin::Mutex;
 use stage2::{Ipa, IpaRange, FIRST_TOUCH_BLOCK};
 
-/// How a VM's pending RAM in a range is zeroed and made valid: the capability space's
-/// `zero_on_first_touch` on the image's table memory and cache maintenance
-/// (`VmEnv::zero_on_first_touch`); the bytes made valid.
-pub type Activate = fn(CapId, IpaRange) -> Result<u64, CapError>;
+/// How a VM's pending RAM in a range is zeroed (or not: `Fill`) and made valid: the
+/// capability space's `zero_on_first_touch` on the image's table memory and cache
+/// maintenance (`VmEnv::zero_on_first_touch`); the bytes made valid.
+pub type Activate = fn(CapId, IpaRange, Fill) -> Result<u64, CapError>;
+
+/// What is in a block when it is made valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Zeroed first.
+    Zeroed,
+    /// Not zeroed: the loader writes every byte of it before any vCPU of the VM runs.
+    Overwritten,
+}
 
 pub struct FirstTouch {
     vm: CapId,
@@ -74,6 +83,17 @@ impl FirstTouch {
     /// are not (under the lock, each tested again there). Refused when the range does not
     /// lie in RAM.
     pub fn prepare(&self, ipa: u64, len: u64) -> Result<(), CapError> {
+        self.prepare_with(ipa, len, false)
+    }
+
+    /// `prepare` for the loader, which writes all of `[ipa, ipa + len)` before any vCPU of
+    /// the VM runs: a block wholly inside it is mapped without being zeroed first (every
+    /// byte of it is the loader's), the blocks it lies in only partly are zeroed.
+    pub fn prepare_overwritten(&self, ipa: u64, len: u64) -> Result<(), CapError> {
+        self.prepare_with(ipa, len, true)
+    }
+
+    fn prepare_with(&self, ipa: u64, len: u64, overwritten: bool) -> Result<(), CapError> {
         let blocks = self.blocks(ipa, len).ok_or(CapError::NotPrivateRam { ipa })?;
         if blocks.clone().all(|b| self.is_done(b)) {
             return Ok(());
@@ -83,7 +103,9 @@ impl FirstTouch {
             let start = self.ipa + block * FIRST_TOUCH_BLOCK;
             let size = FIRST_TOUCH_BLOCK.min(self.size - block * FIRST_TOUCH_BLOCK);
             let range = IpaRange::new(Ipa(start), size).map_err(CapError::Stage2)?;
-            (self.activate)(self.vm, range)?;
+            let whole = ipa <= start && start + size <= ipa + len;
+            let fill = if overwritten && whole { Fill::Overwritten } else { Fill::Zeroed };
+            (self.activate)(self.vm, range, fill)?;
             if let Some(word) = self.done.get((block / 64) as usize) {
                 word.fetch_or(1 << (block % 64), Ordering::Release);
             }
@@ -119,9 +141,11 @@ mod tests {
     const MIB2: u64 = 2 << 20;
 
     static ZEROED: StdMutex<Vec<(usize, u64, u64)>> = StdMutex::new(Vec::new());
+    static OVERWRITTEN: StdMutex<Vec<(usize, u64, u64)>> = StdMutex::new(Vec::new());
 
-    fn record(vm: CapId, range: IpaRange) -> Result<u64, CapError> {
-        ZEROED.lock().unwrap().push((vm.0 as usize, range.start().0, range.size()));
+    fn record(vm: CapId, range: IpaRange, fill: Fill) -> Result<u64, CapError> {
+        let list = if fill == Fill::Zeroed { &ZEROED } else { &OVERWRITTEN };
+        list.lock().unwrap().push((vm.0 as usize, range.start().0, range.size()));
         Ok(range.size())
     }
 
@@ -137,6 +161,18 @@ mod tests {
         ram.prepare(RAM + 4 * MIB2 - 4, 8).unwrap();
         assert_eq!(zeroed_by(101), [(RAM + 3 * MIB2, MIB2), (RAM + 4 * MIB2, MIB2)]);
         assert_eq!(ram.done_blocks().collect::<Vec<_>>(), [(3 * MIB2, MIB2), (4 * MIB2, MIB2)]);
+    }
+
+    #[test]
+    fn the_loader_s_blocks_are_zeroed_unless_it_writes_all_of_them() {
+        let ram = FirstTouch::new(CapId(106), RAM, 16 * MIB2, false, record);
+        // A kernel from 2 MiB + 512 KiB to 8 MiB + 512 KiB: blocks 1 and 4 partly, 2 and 3 whole.
+        ram.prepare_overwritten(RAM + MIB2 + MIB2 / 4, 3 * MIB2).unwrap();
+        assert_eq!(zeroed_by(106), [(RAM + MIB2, MIB2), (RAM + 4 * MIB2, MIB2)]);
+        let overwritten: Vec<_> =
+            OVERWRITTEN.lock().unwrap().iter().filter(|z| z.0 == 106).map(|z| (z.1, z.2)).collect();
+        assert_eq!(overwritten, [(RAM + 2 * MIB2, MIB2), (RAM + 3 * MIB2, MIB2)]);
+        assert_eq!(ram.done_blocks().count(), 4);
     }
 
     #[test]
@@ -160,7 +196,7 @@ mod tests {
 
     #[test]
     fn a_refused_activation_leaves_the_block_pending() {
-        fn refuse(_: CapId, range: IpaRange) -> Result<u64, CapError> {
+        fn refuse(_: CapId, range: IpaRange, _: Fill) -> Result<u64, CapError> {
             Err(CapError::NotPrivateRam { ipa: range.start().0 })
         }
         let ram = FirstTouch::new(CapId(104), RAM, 4 * MIB2, false, refuse);

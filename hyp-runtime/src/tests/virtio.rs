@@ -601,7 +601,11 @@ impl VmEnv for FakeEnv {
         FRAMES.with(|f| f.borrow_mut().push((from, frame.to_vec())));
     }
     /// The fake image's RAM is zeroed when made: every block is done.
-    fn zero_on_first_touch(_: hyp_core::cap::CapId, range: stage2::IpaRange) -> Result<u64, hyp_core::cap::CapError> {
+    fn zero_on_first_touch(
+        _: hyp_core::cap::CapId,
+        range: stage2::IpaRange,
+        _: crate::first_touch::Fill,
+    ) -> Result<u64, hyp_core::cap::CapError> {
         Ok(range.size())
     }
 }

@@ -26,7 +26,7 @@ use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
 use crate::board::{Board, BoardDisk, DiskCompletion};
-use crate::first_touch::FirstTouch;
+use crate::first_touch::{Fill, FirstTouch};
 use crate::guest_log::guest_line;
 use crate::shared_vgic::SharedVgic;
 use stage2::IpaRange;
@@ -46,9 +46,10 @@ pub trait VmEnv: 'static {
     /// before a device first reaches it (`first_touch`).
     fn guest_ram(ipa: u64, pa: u64, size: u64, first_touch: Arc<FirstTouch>) -> Self::Ram;
     /// The first touch of `range` of VM `vm`'s private RAM: its pending stage-2 leaves
-    /// zeroed (and cleaned to the point of coherency) and made valid, through the
-    /// capability space (`CapSpace::zero_on_first_touch`); the bytes made valid.
-    fn zero_on_first_touch(vm: CapId, range: IpaRange) -> Result<u64, CapError>;
+    /// zeroed (and cleaned to the point of coherency; not when the loader overwrites all of
+    /// them, `Fill::Overwritten`) and made valid, through the capability space
+    /// (`CapSpace::zero_on_first_touch`); the bytes made valid.
+    fn zero_on_first_touch(vm: CapId, range: IpaRange, fill: Fill) -> Result<u64, CapError>;
     /// Interrupt `intid` of the VM's vGIC, as a device's line.
     fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
     /// A frame the NIC on switch port `from` sent, for the switch.
