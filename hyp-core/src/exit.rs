@@ -705,6 +705,57 @@ mod tests {
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
     }
 
+    /// The UART's bus, with RAM from 0x4000_0000 (32 MiB) zeroed on first touch: the
+    /// blocks touched, in order.
+    struct LazyRam(MmioBus, Vec<u64>);
+    impl MmioDispatch for LazyRam {
+        fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+            self.0.read(vcpu, ipa, width)
+        }
+        fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+            self.0.write(vcpu, ipa, width, value)
+        }
+        fn device_name(&mut self, ipa: Ipa) -> Option<&'static str> {
+            self.0.device_name(ipa)
+        }
+        fn first_touch(&mut self, ipa: Ipa) -> bool {
+            let ram = (0x4000_0000..0x4200_0000).contains(&ipa.0);
+            if ram {
+                self.1.push(ipa.0 & !0x1f_ffff);
+            }
+            ram
+        }
+    }
+
+    #[test]
+    fn a_first_touch_of_ram_is_made_again_whatever_the_access() {
+        let mut ram = LazyRam(bus_with_uart(), Vec::new());
+        let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+        // A load with a syndrome, a store pair without one, an instruction fetch.
+        for (exit, block) in [
+            (abort(0x4020_0010, 1, false, true), 0x4020_0000),
+            (abort(0x41e0_0ff8, 2, true, false), 0x41e0_0000),
+            (
+                SyncExit {
+                    syndrome: Syndrome((0x20 << 26) | (1 << 25) | 0x07),
+                    far: 0x4100_0000,
+                    hpfar: 0x4100_0 << 4,
+                },
+                0x4100_0000,
+            ),
+        ] {
+            let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut ram, &mut Env::default());
+            assert_eq!((outcome, incident, ctx.pc), (Outcome::Resume, None, 0x4000_0000), "retried, not skipped");
+            assert_eq!(ram.1.pop(), Some(block));
+        }
+        // Beyond RAM, or a device's register: as before.
+        let (outcome, _) = handle_sync(&mut ctx, 0, &abort(0x4200_0000, 1, false, true), &mut ram, &mut Env::default());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x4200_0000 });
+        let (outcome, _) = handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut ram, &mut Env::default());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
+        assert!(ram.1.is_empty(), "nothing outside RAM is taken for a first touch");
+    }
+
     #[test]
     fn an_access_to_a_missing_register_gets_an_external_abort() {
         let mut ctx = GuestContext::default();
