@@ -739,7 +739,7 @@ mod tests {
                 SyncExit {
                     syndrome: Syndrome((0x20 << 26) | (1 << 25) | 0x07),
                     far: 0x4100_0000,
-                    hpfar: 0x4100_0 << 4,
+                    hpfar: (0x4100_0000 >> 12) << 4,
                 },
                 0x4100_0000,
             ),
