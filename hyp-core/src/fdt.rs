@@ -156,7 +156,7 @@ pub struct Reg {
 enum Token<'a> {
     BeginNode(&'a str),
     EndNode,
-    Property(Property<'a>),
+    Property(RawProperty<'a>),
     Nop,
     End,
 }
@@ -174,6 +174,17 @@ fn align4(n: usize) -> Option<usize> {
     n.checked_add(3).map(|n| n & !3)
 }
 
+/// A property as a walk meets it: its name still an offset into the strings block, read
+/// (`Block::property_name`) or compared (`Block::is_named`) only where a walk needs it. A
+/// lookup by name then costs a byte comparison per property, not a NUL search and a UTF-8
+/// validation of every name it passes (the hypervisor's boot decoded about 77,000 tokens
+/// and spent about 15 million instructions in them, docs/performance.md).
+#[derive(Clone, Copy)]
+struct RawProperty<'a> {
+    name_offset: usize,
+    value: &'a [u8],
+}
+
 /// The NUL-terminated UTF-8 string at `at`, and the offset just past its NUL.
 fn c_str(bytes: &[u8], at: usize) -> Option<(&str, usize)> {
     let rest = bytes.get(at..)?;
@@ -183,8 +194,10 @@ fn c_str(bytes: &[u8], at: usize) -> Option<(&str, usize)> {
 }
 
 impl<'a> Block<'a> {
-    /// The token at `at` and the offset of the next one, or what is wrong with it.
-    fn token(&self, at: usize) -> Result<(Token<'a>, usize), FdtError> {
+    /// The token at `at` and the offset of the next one, or what is wrong with it. A
+    /// property's name is checked (`names`: `check`, once for the whole block) or left for
+    /// whoever reads it (every later walk of the checked block).
+    fn token(&self, at: usize, names: bool) -> Result<(Token<'a>, usize), FdtError> {
         let here = self.offset + at;
         let truncated = FdtError::Truncated { at: here };
         let token = be32(self.bytes, at).ok_or(truncated)?;
@@ -206,8 +219,10 @@ impl<'a> Block<'a> {
                 if name_offset >= self.strings.len() {
                     return Err(FdtError::BadNameOffset { at: here });
                 }
-                let (name, _) = c_str(self.strings, name_offset).ok_or(FdtError::BadName { at: here })?;
-                Ok((Token::Property(Property { name, value }), align4(value_end).ok_or(truncated)?))
+                if names {
+                    c_str(self.strings, name_offset).ok_or(FdtError::BadName { at: here })?;
+                }
+                Ok((Token::Property(RawProperty { name_offset, value }), align4(value_end).ok_or(truncated)?))
             }
             _ => Err(FdtError::UnknownToken { at: here, token }),
         }
@@ -215,7 +230,18 @@ impl<'a> Block<'a> {
 
     /// The token at `at` of a checked block; a token that does not read ends the walk.
     fn next(&self, at: usize) -> (Token<'a>, usize) {
-        self.token(at).unwrap_or((Token::End, at))
+        self.token(at, false).unwrap_or((Token::End, at))
+    }
+
+    /// A property's name (`check` saw that it reads).
+    fn property_name(&self, p: RawProperty<'a>) -> Option<&'a str> {
+        c_str(self.strings, p.name_offset).map(|(name, _)| name)
+    }
+
+    /// Whether a property's name is `name`: its bytes, then the NUL.
+    fn is_named(&self, p: RawProperty<'a>, name: &str) -> bool {
+        let rest = self.strings.get(p.name_offset..).unwrap_or(&[]);
+        rest.strip_prefix(name.as_bytes()).is_some_and(|after| after.first() == Some(&0))
     }
 
     /// Checks every token: one root, balanced, not too deep, properties before subnodes.
@@ -227,7 +253,7 @@ impl<'a> Block<'a> {
         let mut subnode_seen = [false; MAX_DEPTH + 1];
         loop {
             let here = self.offset + at;
-            let (token, next) = self.token(at)?;
+            let (token, next) = self.token(at, true)?;
             match token {
                 Token::BeginNode(_) => {
                     if depth == 0 && root_seen {
@@ -420,6 +446,11 @@ impl<'a> Node<'a> {
 
     pub fn properties(&self) -> impl Iterator<Item = Property<'a>> + 'a {
         let block = self.block;
+        self.raw_properties().map_while(move |p| Some(Property { name: block.property_name(p)?, value: p.value }))
+    }
+
+    fn raw_properties(&self) -> impl Iterator<Item = RawProperty<'a>> + 'a {
+        let block = self.block;
         let mut at = self.body;
         core::iter::from_fn(move || loop {
             match block.next(at) {
@@ -434,7 +465,9 @@ impl<'a> Node<'a> {
     }
 
     pub fn property(&self, name: &str) -> Option<Property<'a>> {
-        self.properties().find(|p| p.name == name)
+        let block = self.block;
+        let found = self.raw_properties().find(|p| block.is_named(*p, name))?;
+        Some(Property { name: block.property_name(found)?, value: found.value })
     }
 
     /// The strings of its `compatible` property (none if it has none).
