@@ -9,8 +9,10 @@ use core::alloc::Layout;
 use core::sync::atomic::{fence, Ordering};
 
 use alloc::alloc::{alloc_zeroed, dealloc};
+use alloc::sync::Arc;
 use hyp_core::fdt::FdtError;
 use hyp_core::platform::PlatformError;
+use hyp_runtime::first_touch::FirstTouch;
 use hyp_runtime::virtio::PhysicalRam;
 use stage2::{PhysAddr, TableMemory};
 use vdev::virtio::memory::{GuestMemory, GuestMemoryError};
@@ -54,20 +56,26 @@ impl TableMemory for HeapTableMemory {
 }
 
 /// A VM's RAM as its devices see it: IPAs checked against the one RAM region its
-/// capabilities map, then reached through the identity map.
-#[derive(Clone, Copy, Debug)]
+/// capabilities map, each block zeroed first if the VM never touched it (`first_touch`: a
+/// device, or the board's disk, must never read what another VM left there, nor write
+/// what a later zeroing would wipe), then reached through the identity map.
+#[derive(Clone)]
 pub struct GuestRam {
     pub ipa: u64,
     pub pa: u64,
     pub size: u64,
+    pub first_touch: Arc<FirstTouch>,
 }
 
 impl PhysicalRam for GuestRam {
     fn physical(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
-        addr.checked_sub(self.ipa)
+        let pa = addr
+            .checked_sub(self.ipa)
             .filter(|offset| offset.checked_add(len).is_some_and(|end| end <= self.size))
             .map(|offset| self.pa + offset)
-            .ok_or(GuestMemoryError { addr, len })
+            .ok_or(GuestMemoryError { addr, len })?;
+        self.first_touch.prepare(addr, len).map_err(|_| GuestMemoryError { addr, len })?;
+        Ok(pa)
     }
 }
 
@@ -121,9 +129,19 @@ pub unsafe fn device_tree(dtb: u64) -> Result<&'static [u8], PlatformError> {
 mod tests {
     use super::*;
 
+    fn zero_nothing(
+        _: hyp_core::cap::CapId,
+        _: stage2::IpaRange,
+        _: hyp_runtime::first_touch::Fill,
+    ) -> Result<u64, hyp_core::cap::CapError> {
+        Ok(0)
+    }
+
     /// A VM's "RAM" in this process: on the host, its address space is the identity map.
     fn ram(bytes: &mut [u8]) -> GuestRam {
-        GuestRam { ipa: 0x4000_0000, pa: bytes.as_mut_ptr() as u64, size: bytes.len() as u64 }
+        let size = bytes.len() as u64;
+        let first_touch = Arc::new(FirstTouch::new(hyp_core::cap::CapId(1), 0x4000_0000, size, true, zero_nothing));
+        GuestRam { ipa: 0x4000_0000, pa: bytes.as_mut_ptr() as u64, size, first_touch }
     }
 
     #[test]

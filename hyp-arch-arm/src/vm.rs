@@ -79,16 +79,33 @@ where
         Ok(ArmVm { saved: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(), counter_offset, vttbr, vtcr, core })
     }
 
-    /// Zeroes the VM's RAM (no data of an earlier VM leaks) and loads the kernel, initrd and
-    /// device tree, all cleaned to the point of coherency (the guest starts with its MMU
-    /// off).
+    /// Loads the kernel, initrd and device tree, cleaned to the point of coherency (the
+    /// guest starts with its MMU off), into RAM no earlier VM's data is left in
+    /// (docs/capability-model.md, "Zeroing"): the blocks the VM already touched (before a
+    /// reset), or all of an identity-mapped VM's RAM, are zeroed now; a block the loader
+    /// writes part of is zeroed and mapped first, one it writes whole only mapped
+    /// (`FirstTouch::prepare_overwritten`: no vCPU runs until every byte of it is written);
+    /// every other block stays pending, zeroed when the VM first touches it.
     pub fn load(&self) {
         let (base, size) = (self.ram.base, self.spec.memory);
-        C::V::zero_for_guest(base, size);
+        for (offset, len) in self.first_touch.done_blocks() {
+            C::V::zero_for_guest(base + offset, len);
+        }
         // SAFETY: `ram` belongs to this VM alone, is identity-mapped Normal memory, and no
         // vCPU of this VM runs while it is loaded.
         let ram = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, size as usize) };
+        let ipa = self.spec.ram_ipa();
         self.core.load(|offset, bytes| {
+            if let Err(e) = self.first_touch.prepare_overwritten(ipa + offset, bytes.len() as u64) {
+                // Written anyway: the VM's first touch would zero it, and the guest fail to
+                // boot; no other VM's data is exposed.
+                <<C::V as ArmImage>::Board as Board>::print(format_args!(
+                    "hypervisor: vm{} {}: RAM at IPA {:#x} not zeroed for loading ({e})",
+                    self.id,
+                    self.spec.name,
+                    ipa + offset
+                ));
+            }
             let at = offset as usize;
             C::V::copy_to_guest(&mut ram[at..at + bytes.len()], bytes);
             C::V::make_visible_to_guest(base + offset, bytes.len() as u64);

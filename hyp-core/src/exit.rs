@@ -241,6 +241,7 @@ pub fn handle(
             }
         }
         Trap::DataAbort { ipa, va, access, write } => data_abort(regs, len, vcpu, ipa, va, access, write, mmio, env),
+        Trap::InstructionAbort { ipa, .. } if mmio.first_touch(ipa) => Outcome::Resume,
         Trap::InstructionAbort { ipa, va } => {
             env.incident(Incident::InstructionFetchOutsideMemory { ipa });
             Outcome::InjectAbort { instruction: true, far: va }
@@ -356,6 +357,9 @@ fn data_abort(
     let Some(access) = access else {
         log.incident(match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
+            // RAM touched for the first time (a pair, a writeback or a cache maintenance
+            // instruction has no syndrome): made again, the PC where it was.
+            None if mmio.first_touch(ipa) => return Outcome::Resume,
             None => Incident::NoMemoryOrDevice { ipa, va, write },
         });
         return inject;
@@ -370,6 +374,7 @@ fn data_abort(
             regs.advance_pc(len);
             Outcome::Resume
         }
+        Err(MmioError::Unmapped { .. }) if mmio.first_touch(ipa) => Outcome::Resume,
         Err(MmioError::Unmapped { .. }) => {
             log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write });
             inject
@@ -698,6 +703,57 @@ mod tests {
         assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000 });
         assert_eq!(incident, Some(Incident::NoMemoryOrDevice { ipa: Ipa(0x2000_0000), va: 0x2000_0000, write: false }));
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
+    }
+
+    /// The UART's bus, with RAM from 0x4000_0000 (32 MiB) zeroed on first touch: the
+    /// blocks touched, in order.
+    struct LazyRam(MmioBus, Vec<u64>);
+    impl MmioDispatch for LazyRam {
+        fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
+            self.0.read(vcpu, ipa, width)
+        }
+        fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+            self.0.write(vcpu, ipa, width, value)
+        }
+        fn device_name(&mut self, ipa: Ipa) -> Option<&'static str> {
+            self.0.device_name(ipa)
+        }
+        fn first_touch(&mut self, ipa: Ipa) -> bool {
+            let ram = (0x4000_0000..0x4200_0000).contains(&ipa.0);
+            if ram {
+                self.1.push(ipa.0 & !0x1f_ffff);
+            }
+            ram
+        }
+    }
+
+    #[test]
+    fn a_first_touch_of_ram_is_made_again_whatever_the_access() {
+        let mut ram = LazyRam(bus_with_uart(), Vec::new());
+        let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+        // A load with a syndrome, a store pair without one, an instruction fetch.
+        for (exit, block) in [
+            (abort(0x4020_0010, 1, false, true), 0x4020_0000),
+            (abort(0x41e0_0ff8, 2, true, false), 0x41e0_0000),
+            (
+                SyncExit {
+                    syndrome: Syndrome((0x20 << 26) | (1 << 25) | 0x07),
+                    far: 0x4100_0000,
+                    hpfar: (0x4100_0000 >> 12) << 4,
+                },
+                0x4100_0000,
+            ),
+        ] {
+            let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut ram, &mut Env::default());
+            assert_eq!((outcome, incident, ctx.pc), (Outcome::Resume, None, 0x4000_0000), "retried, not skipped");
+            assert_eq!(ram.1.pop(), Some(block));
+        }
+        // Beyond RAM, or a device's register: as before.
+        let (outcome, _) = handle_sync(&mut ctx, 0, &abort(0x4200_0000, 1, false, true), &mut ram, &mut Env::default());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x4200_0000 });
+        let (outcome, _) = handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut ram, &mut Env::default());
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
+        assert!(ram.1.is_empty(), "nothing outside RAM is taken for a first touch");
     }
 
     #[test]

@@ -163,6 +163,13 @@ pub trait MmioDispatch {
     fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError>;
     /// The name of the device at `ipa`, for log lines.
     fn device_name(&mut self, ipa: Ipa) -> Option<&'static str>;
+    /// A stage-2 fault at `ipa`, which no device answers: whether it is the VM's RAM, now
+    /// zeroed and mapped (by this first touch, or by another vCPU's or a device's just
+    /// before), so the access is to be made again (docs/capability-model.md, "Zeroing").
+    /// Only a VM whose RAM is zeroed on first touch says yes.
+    fn first_touch(&mut self, _ipa: Ipa) -> bool {
+        false
+    }
 }
 
 impl MmioDispatch for MmioBus {

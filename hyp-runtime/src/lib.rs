@@ -26,6 +26,7 @@ extern crate alloc;
 pub mod arch;
 pub mod board;
 pub mod cpus;
+pub mod first_touch;
 pub mod focus;
 pub mod guest_log;
 pub mod hypervisor;

@@ -10,6 +10,9 @@
 //! bits [9:8]   SH: 0b11 inner shareable (Normal memory)
 //! bit 10       AF, always set (no access-flag faults)
 //! bits [58:55] software: the ownership state
+//! A leaf zeroed on first touch is the same descriptor with bit 0 clear: invalid to the
+//! hardware (a Translation fault for the guest; every other bit is IGNORED, ARM ARM D8.3.1),
+//! and told from an empty entry by AF, which every leaf has (`is_pending`).
 //! bits [54:53] VMSAv8-64 XN: 0b10 = execute-never at EL1 and EL0 (with FEAT_XNX; without
 //!              it bit 53 is RES0 and bit 54 is XN); ARMv7 LPAE: XN is bit 54. Device
 //!              memory is always execute-never (a speculative instruction fetch from a
@@ -38,6 +41,27 @@ pub const OA_MASK: u64 = 0x0000_ffff_ffff_f000;
 
 pub fn is_valid(d: u64) -> bool {
     d & VALID != 0
+}
+
+/// A leaf written invalid until the guest first touches it: everything of the leaf but the
+/// valid bit. Table descriptors never have AF, empty entries are 0.
+pub fn is_pending(d: u64) -> bool {
+    d & (VALID | AF) == AF
+}
+
+/// A leaf or a pending leaf: something is mapped there.
+pub fn is_present(d: u64) -> bool {
+    d != 0
+}
+
+/// Leaf `d` written invalid, to be made valid on first touch (`activated`).
+pub fn pending(d: u64) -> u64 {
+    d & !VALID
+}
+
+/// The pending leaf `d` made valid.
+pub fn activated(d: u64) -> u64 {
+    d | VALID
 }
 
 /// A table descriptor (at levels above 3) or a page descriptor (at level 3).
@@ -90,9 +114,10 @@ pub fn leaf(pa: PhysAddr, level: &LevelDescription, attrs: MappingAttributes, ow
         | owner_bits(owner)
 }
 
-/// The same leaf at the next level down, for splitting a block.
+/// The same leaf at the next level down, for splitting a block: pending if it was.
 pub fn leaf_at_level(d: u64, pa: PhysAddr, level: &LevelDescription) -> u64 {
-    (d & !(OA_MASK | 0b11)) | (pa.0 & OA_MASK) | leaf_type(level)
+    let kind = if is_valid(d) { leaf_type(level) } else { leaf_type(level) & !VALID };
+    (d & !(OA_MASK | 0b11)) | (pa.0 & OA_MASK) | kind
 }
 
 pub fn with_permissions(d: u64, p: Permissions) -> u64 {
@@ -156,6 +181,21 @@ mod tests {
         let d = leaf(PhysAddr(0x4000_0000), &LEVELS[3], ram, OwnershipState::Owned);
         assert_eq!((d >> 53) & 0b11, 0b10);
         assert_eq!(d & 0b11, 0b11, "a level-3 leaf is a page descriptor");
+    }
+
+    #[test]
+    fn a_pending_leaf_is_the_leaf_without_its_valid_bit_and_stays_pending_when_split() {
+        let ram = MappingAttributes { memory: MemoryType::NormalWriteBack, permissions: Permissions::RWX };
+        let d = leaf(PhysAddr(0x4020_0000), &LEVELS[2], ram, OwnershipState::Owned);
+        let p = pending(d);
+        assert!(!is_valid(p) && is_pending(p) && is_present(p));
+        assert!(!is_pending(d) && !is_pending(0) && !is_present(0) && !is_pending(table(PhysAddr(0x1000))));
+        assert_eq!((output_address(p), attributes(p), owner(p)), (output_address(d), ram, OwnershipState::Owned));
+        assert_eq!(activated(p), d);
+        let page = leaf_at_level(p, PhysAddr(0x4020_1000), &LEVELS[3]);
+        assert!(is_pending(page), "a split pending block gives pending pages");
+        assert_eq!(activated(page), leaf_at_level(d, PhysAddr(0x4020_1000), &LEVELS[3]));
+        assert!(is_pending(with_permissions(p, Permissions::RO)), "a permission change keeps it pending");
     }
 
     #[test]

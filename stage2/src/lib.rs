@@ -24,6 +24,6 @@ pub use attrs::{MappingAttributes, MemoryType, OwnershipState, Permissions};
 pub use error::Stage2Error;
 pub use format::{allowed_start_levels, Geometry, LevelDescription, LevelKind, TableFormat, LEVELS};
 pub use memory::{TableMemory, TlbMaintenance};
-pub use table::{Leaf, Stage2Table, Translation};
+pub use table::{Leaf, Stage2Table, Translation, FIRST_TOUCH_BLOCK};
 #[cfg(test)]
 mod tests;

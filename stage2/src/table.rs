@@ -13,6 +13,15 @@
 //! new descriptor is written. This holds for permission changes too (as in Hafnium's
 //! `mm_replace_entry`), so a guest access racing with a change on another CPU may take a
 //! stage-2 fault on a mapped IPA: the fault handler must then simply retry.
+//!
+//! A VM's private RAM may be mapped *pending* (`map_range_pending`): each leaf, of at most
+//! `FIRST_TOUCH_BLOCK`, is written complete but for its valid bit, so the guest's first
+//! access to it is a stage-2 Translation fault; the hypervisor then zeroes the leaf's memory
+//! and makes it valid (`activate_range`). Everything else treats a pending leaf as mapped:
+//! it is walked, reported (`Leaf::pending`), split, protected and unmapped like a valid one,
+//! and a map over it is refused. Making it valid needs no TLB invalidation: an entry that
+//! gives a Translation fault is never held in a TLB (ARM ARM D8, "Translation Lookaside
+//! Buffers"), so only the DSB that publishes the descriptor.
 
 use core::ops::ControlFlow;
 
@@ -33,7 +42,7 @@ pub struct Translation {
     pub block_size: u64,
 }
 
-/// One valid block or page descriptor.
+/// One block or page descriptor, valid or pending.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Leaf {
     pub ipa: Ipa,
@@ -42,7 +51,14 @@ pub struct Leaf {
     pub level: u8,
     pub attrs: MappingAttributes,
     pub owner: OwnershipState,
+    /// Invalid to the hardware until the guest first touches it and its memory is zeroed.
+    pub pending: bool,
 }
+
+/// The largest leaf `map_range_pending` writes: what one first touch zeroes. A 2 MiB block
+/// is the RAM granule of every VM (`hyp_core::bundle::RAM_GRANULE`), so a VM's RAM is
+/// pending in whole blocks whatever its alignment allows.
+pub const FIRST_TOUCH_BLOCK: u64 = 2 << 20;
 
 pub struct Stage2Table {
     root: PhysAddr,
@@ -74,7 +90,7 @@ fn is_table(d: u64, level: &LevelDescription) -> bool {
 }
 
 fn is_empty(mem: &impl TableMemory, table: PhysAddr) -> bool {
-    (0..ENTRIES_PER_TABLE).all(|i| !desc::is_valid(mem.read_descriptor(table, i)))
+    (0..ENTRIES_PER_TABLE).all(|i| !desc::is_present(mem.read_descriptor(table, i)))
 }
 
 /// One entry of a table as a walk over `[a, b)` meets it: the entry maps `[start, end)`, of
@@ -224,6 +240,57 @@ impl Stage2Table {
         attrs: MappingAttributes,
         owner: OwnershipState,
     ) -> Result<(), Stage2Error> {
+        self.map(mem, tlb, range, pa, attrs, owner, false)
+    }
+
+    /// As `map_range`, but every leaf pending (of at most `FIRST_TOUCH_BLOCK`): the guest's
+    /// first access to it faults, and `activate_range` makes it valid once its memory is
+    /// zeroed. Normal memory only (a device's registers are never zeroed).
+    pub fn map_range_pending(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        range: IpaRange,
+        pa: PhysAddr,
+        attrs: MappingAttributes,
+        owner: OwnershipState,
+    ) -> Result<(), Stage2Error> {
+        if attrs.memory != MemoryType::NormalWriteBack {
+            return Err(Stage2Error::InvalidPermissions);
+        }
+        self.map(mem, tlb, range, pa, attrs, owner, true)
+    }
+
+    /// Makes every pending leaf that overlaps `range` valid, whole, after `zero` has been
+    /// given its memory (physical address and size); valid leaves are left alone. Returns
+    /// the bytes made valid. Allocates nothing and cannot fail. The caller makes sure no two
+    /// of these run at once on one VM, and that no other change of the range runs beside it
+    /// (the hypervisor changes a running VM's RAM mapping only here).
+    pub fn activate_range(
+        &self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        range: IpaRange,
+        zero: &mut impl FnMut(PhysAddr, u64),
+    ) -> u64 {
+        let bytes = activate_leaves(mem, self.geometry.levels(), self.root, 0, range.start().0, range.end(), zero);
+        if bytes != 0 {
+            tlb.publish();
+        }
+        bytes
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn map(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        range: IpaRange,
+        pa: PhysAddr,
+        attrs: MappingAttributes,
+        owner: OwnershipState,
+        pending: bool,
+    ) -> Result<(), Stage2Error> {
         self.check_range(range)?;
         if !pa.0.is_multiple_of(PAGE_SIZE) {
             return Err(Stage2Error::Unaligned { what: "physical address", value: pa.0 });
@@ -242,11 +309,19 @@ impl Stage2Table {
         // The PA of IPA x is x + delta (mod 2^64).
         let delta = pa.0.wrapping_sub(a);
         let levels = self.geometry.levels();
+        let fit = Fit { delta, max_span: if pending { FIRST_TOUCH_BLOCK } else { u64::MAX } };
         // Prepare.
-        let mut pool = FramePool::allocate(mem, tables_needed(mem, levels, Some(self.root), 0, a, b, delta))?;
+        let mut pool = FramePool::allocate(mem, tables_needed(mem, levels, Some(self.root), 0, a, b, fit))?;
         // Commit.
-        let leaf = |pa, level: &LevelDescription| desc::leaf(pa, level, attrs, owner);
-        write_leaves(mem, &mut pool, levels, self.root, 0, a, b, delta, &leaf);
+        let leaf = |pa, level: &LevelDescription| {
+            let d = desc::leaf(pa, level, attrs, owner);
+            if pending {
+                desc::pending(d)
+            } else {
+                d
+            }
+        };
+        write_leaves(mem, &mut pool, levels, self.root, 0, a, b, fit, &leaf);
         tlb.publish();
         pool.release(mem);
         Ok(())
@@ -342,7 +417,7 @@ impl Stage2Table {
         for e in entries(level, base, a, b) {
             let d = read(mem, table, e.index);
             let is_table = is_table(d, level);
-            if !desc::is_valid(d) || (!is_table && change.apply(d) == d) {
+            if !desc::is_present(d) || (!is_table && change.apply(d) == d) {
                 continue;
             }
             if is_table || !(e.covered() || level.is_last()) {
@@ -358,6 +433,11 @@ impl Stage2Table {
                     self.replace(mem, tlb, table, &e, 0);
                     mem.free_frames(next, 1);
                 }
+                continue;
+            }
+            if desc::is_pending(d) {
+                // Never valid, so in no TLB: nothing to break or invalidate.
+                write(mem, table, e.index, change.apply(d));
                 continue;
             }
             self.replace(mem, tlb, table, &e, change.apply(d));
@@ -433,7 +513,7 @@ impl Stage2Table {
         None
     }
 
-    /// Every valid leaf, in IPA order.
+    /// Every leaf, valid or pending, in IPA order.
     pub fn for_each_leaf(&self, mem: &impl TableMemory, mut f: impl FnMut(Leaf)) {
         let _ = self.visit(mem, 0, self.geometry.ipa_limit(), &mut |l| {
             f(l);
@@ -455,10 +535,23 @@ impl Stage2Table {
     }
 }
 
-/// Table frames a map of `[a, b)` (PA = IPA + `delta`) needs below `table` (None: a table
-/// that does not exist yet). Where a table exists the map goes through it, so a block is
-/// only ever written into an invalid entry.
-#[allow(clippy::too_many_arguments)]
+/// How a map lays its leaves: the PA of IPA x is x + `delta` (mod 2^64), and no leaf spans
+/// more than `max_span`.
+#[derive(Clone, Copy)]
+struct Fit {
+    delta: u64,
+    max_span: u64,
+}
+
+impl Fit {
+    fn leaf_fits(&self, level: &LevelDescription, e: &Entry) -> bool {
+        level.span() <= self.max_span && level.can_map(e.a, e.b, e.start, e.a.wrapping_add(self.delta))
+    }
+}
+
+/// Table frames a map of `[a, b)` needs below `table` (None: a table that does not exist
+/// yet). Where a table exists the map goes through it, so a block is only ever written into
+/// an invalid entry.
 fn tables_needed(
     mem: &impl TableMemory,
     levels: &[LevelDescription],
@@ -466,16 +559,16 @@ fn tables_needed(
     base: u64,
     a: u64,
     b: u64,
-    delta: u64,
+    fit: Fit,
 ) -> usize {
     let Some((level, below)) = levels.split_first() else { return 0 };
     let mut n = 0;
     for e in entries(level, base, a, b) {
         let d = table.map_or(0, |t| read(mem, t, e.index));
         if is_table(d, level) {
-            n += tables_needed(mem, below, Some(desc::output_address(d)), e.start, e.a, e.b, delta);
-        } else if !level.can_map(e.a, e.b, e.start, e.a.wrapping_add(delta)) {
-            n += 1 + tables_needed(mem, below, None, e.start, e.a, e.b, delta);
+            n += tables_needed(mem, below, Some(desc::output_address(d)), e.start, e.a, e.b, fit);
+        } else if !fit.leaf_fits(level, &e) {
+            n += 1 + tables_needed(mem, below, None, e.start, e.a, e.b, fit);
         }
     }
     n
@@ -492,21 +585,47 @@ fn write_leaves(
     base: u64,
     a: u64,
     b: u64,
-    delta: u64,
+    fit: Fit,
     leaf: &impl Fn(PhysAddr, &LevelDescription) -> u64,
 ) {
     let Some((level, below)) = levels.split_first() else { return };
     for e in entries(level, base, a, b) {
         let d = read(mem, table, e.index);
         if is_table(d, level) {
-            write_leaves(mem, pool, below, desc::output_address(d), e.start, e.a, e.b, delta, leaf);
-        } else if level.can_map(e.a, e.b, e.start, e.a.wrapping_add(delta)) {
-            write(mem, table, e.index, leaf(PhysAddr(e.a.wrapping_add(delta)), level));
+            write_leaves(mem, pool, below, desc::output_address(d), e.start, e.a, e.b, fit, leaf);
+        } else if fit.leaf_fits(level, &e) {
+            write(mem, table, e.index, leaf(PhysAddr(e.a.wrapping_add(fit.delta)), level));
         } else if let Some(frame) = pool.take(mem) {
-            write_leaves(mem, pool, below, frame, e.start, e.a, e.b, delta, leaf);
+            write_leaves(mem, pool, below, frame, e.start, e.a, e.b, fit, leaf);
             write(mem, table, e.index, desc::table(frame));
         }
     }
+}
+
+/// The commit of `activate_range`: each pending leaf overlapping `[a, b)` zeroed, then made
+/// valid; the bytes made valid.
+fn activate_leaves(
+    mem: &mut impl TableMemory,
+    levels: &[LevelDescription],
+    table: PhysAddr,
+    base: u64,
+    a: u64,
+    b: u64,
+    zero: &mut impl FnMut(PhysAddr, u64),
+) -> u64 {
+    let Some((level, below)) = levels.split_first() else { return 0 };
+    let mut bytes = 0;
+    for e in entries(level, base, a, b) {
+        let d = read(mem, table, e.index);
+        if is_table(d, level) {
+            bytes += activate_leaves(mem, below, desc::output_address(d), e.start, e.a, e.b, zero);
+        } else if desc::is_pending(d) {
+            zero(desc::output_address(d), level.span());
+            write(mem, table, e.index, desc::activated(d));
+            bytes += level.span();
+        }
+    }
+    bytes
 }
 
 /// Blocks an unmap or protect of `[a, b)` must split, counting the splits of the new
@@ -527,9 +646,9 @@ fn splits_needed(
         let d = read(mem, table, e.index);
         if is_table(d, level) {
             n += splits_needed(mem, below, desc::output_address(d), e.start, e.a, e.b, change);
-        } else if desc::is_valid(d) && !e.covered() && !level.is_last() && change.apply(d) != d {
+        } else if desc::is_present(d) && !e.covered() && !level.is_last() && change.apply(d) != d {
             let delta = desc::output_address(d).0.wrapping_sub(e.start);
-            n += 1 + tables_needed(mem, below, None, e.start, e.a, e.b, delta);
+            n += 1 + tables_needed(mem, below, None, e.start, e.a, e.b, Fit { delta, max_span: u64::MAX });
         }
     }
     n
@@ -549,7 +668,7 @@ fn visit_leaves(
         let d = read(mem, table, e.index);
         if is_table(d, level) {
             visit_leaves(mem, below, desc::output_address(d), e.start, e.a, e.b, f)?;
-        } else if desc::is_valid(d) {
+        } else if desc::is_present(d) {
             f(Leaf {
                 ipa: Ipa(e.start),
                 pa: desc::output_address(d),
@@ -557,6 +676,7 @@ fn visit_leaves(
                 level: level.level,
                 attrs: desc::attributes(d),
                 owner: desc::owner(d),
+                pending: desc::is_pending(d),
             })?;
         }
     }

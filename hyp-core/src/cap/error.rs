@@ -68,6 +68,10 @@ pub enum CapError {
         ipa: u64,
         pa: u64,
     },
+    /// A first touch outside the VM's private RAM (only that is zeroed on first touch).
+    NotPrivateRam {
+        ipa: u64,
+    },
     Stage2(Stage2Error),
 }
 
@@ -106,6 +110,9 @@ impl fmt::Display for CapError {
                 f,
                 "memory at PA {pa:#x} mapped at IPA {ipa:#x} in an identity-mapped VM, whose memory is at IPA = PA"
             ),
+            Self::NotPrivateRam { ipa } => {
+                write!(f, "IPA {ipa:#x} is not in the VM's private RAM, the only memory zeroed on first touch")
+            }
             Self::Stage2(e) => write!(f, "stage 2: {e}"),
         }
     }

@@ -291,6 +291,38 @@ pub fn identity_vms_map_memory_at_its_address(s: &CapSpace) -> Check {
     Ok(())
 }
 
+/// I13: a pending leaf (zeroed on first touch) lies in a `Ram` region mapped into a
+/// translated VM, so the only memory a VM reaches through a first-touch fault is its own
+/// private RAM, which the hypervisor zeroes then.
+pub fn only_private_ram_is_pending(s: &CapSpace, mem: &impl TableMemory) -> Check {
+    for (vm_id, o) in &s.objects {
+        let Object::Vm { table, identity, .. } = o else { continue };
+        let mut stray = None;
+        table.for_each_leaf(mem, |l| {
+            if !l.pending || stray.is_some() {
+                return;
+            }
+            let in_private_ram = !identity
+                && s.caps.values().any(|c| match c.kind {
+                    CapKind::Mapping { vm, region, ipa } if vm == *vm_id && ipa.contains(l.ipa) => {
+                        matches!(s.objects.get(&region), Some(Object::Region { kind: RegionKind::Ram, .. }))
+                    }
+                    _ => false,
+                });
+            if !in_private_ram {
+                stray = Some(l.ipa.0);
+            }
+        });
+        if let Some(ipa) = stray {
+            return fail(
+                "I13",
+                format!("VM {}: IPA {ipa:#x} is pending but not private RAM of a translated VM", vm_id.0),
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
     rights_only_shrink(s)?;
     no_orphans(s)?;
@@ -303,5 +335,6 @@ pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
     mapping_rights_bounded(s)?;
     vmids_unique(s)?;
     vcpus_belong_to_live_vms(s)?;
-    identity_vms_map_memory_at_its_address(s)
+    identity_vms_map_memory_at_its_address(s)?;
+    only_private_ram_is_pending(s, mem)
 }

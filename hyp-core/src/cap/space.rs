@@ -120,6 +120,12 @@ pub struct MapOp {
     rights: Rights,
     attrs: MappingAttributes,
     owner: OwnershipState,
+    /// Zeroed on first touch: the leaves are written pending (`Stage2Table::
+    /// map_range_pending`) and made valid by `zero_on_first_touch`. A translated VM's
+    /// private RAM only: shared memory is reachable by another VM already, a device's
+    /// registers are never zeroed, and an identity-mapped VM's device may DMA into memory
+    /// its CPUs never touched.
+    pending: bool,
 }
 
 /// A decoded operation that adds one capability, and perhaps the object it names: retype,
@@ -467,6 +473,7 @@ impl CapSpace {
             rights,
             attrs: MappingAttributes { memory, permissions: rights.permissions() },
             owner,
+            pending: kind == RegionKind::Ram && !identity,
         })
     }
 
@@ -481,7 +488,11 @@ impl CapSpace {
         let Some(Object::Vm { table, .. }) = self.objects.get_mut(&op.vm) else {
             return Err(CapError::WrongType { cap: op.region_cap, expected: "a VM" });
         };
-        table.map_range(mem, tlb, op.ipa, op.pa, op.attrs, op.owner)?;
+        if op.pending {
+            table.map_range_pending(mem, tlb, op.ipa, op.pa, op.attrs, op.owner)?;
+        } else {
+            table.map_range(mem, tlb, op.ipa, op.pa, op.attrs, op.owner)?;
+        }
         Ok(self.new_cap(CapKind::Mapping { vm: op.vm, region: op.region, ipa: op.ipa }, op.rights, Some(op.region_cap)))
     }
 
@@ -705,6 +716,37 @@ impl CapSpace {
 
     pub fn vm_id(&self, vm_cap: CapId) -> Result<VmId, CapError> {
         self.vm_object(vm_cap).map(|(id, _)| VmId(id.0))
+    }
+
+    /// The VM's first touch of `range`, which lies in its private RAM: every pending leaf
+    /// overlapping it is handed to `zero` (its physical address and size) and then made
+    /// valid (`Stage2Table::activate_range`); returns the bytes made valid, 0 when all of it
+    /// was valid already. Changes no capability, so it needs only `&self`; the caller keeps
+    /// two of these for one VM from running at once.
+    pub fn zero_on_first_touch(
+        &self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        vm_cap: CapId,
+        range: IpaRange,
+        zero: &mut impl FnMut(PhysAddr, u64),
+    ) -> Result<u64, CapError> {
+        let (vm, _) = self.vm_object(vm_cap)?;
+        let Some(Object::Vm { table, .. }) = self.objects.get(&vm) else {
+            return Err(CapError::WrongType { cap: vm_cap, expected: "a VM" });
+        };
+        let private_ram = self.caps.values().any(|c| match c.kind {
+            CapKind::Mapping { vm: v, region, ipa }
+                if v == vm && ipa.start() <= range.start() && range.end() <= ipa.end() =>
+            {
+                matches!(self.objects.get(&region), Some(Object::Region { kind: RegionKind::Ram, .. }))
+            }
+            _ => false,
+        });
+        if !private_ram {
+            return Err(CapError::NotPrivateRam { ipa: range.start().0 });
+        }
+        Ok(table.activate_range(mem, tlb, range, zero))
     }
 
     pub fn vm_table(&self, vm: VmId) -> Option<&Stage2Table> {

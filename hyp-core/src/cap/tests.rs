@@ -56,6 +56,52 @@ impl World {
     fn map(&mut self, vm: CapId, region: CapId, ipa: u64, rights: Rights) -> Result<CapId, CapError> {
         self.space.map(&mut self.mem, &mut self.tlb, vm, region, Ipa(ipa), rights)
     }
+    /// The VM's first touch of the page at `ipa`: the blocks it had zeroed.
+    fn touch(&mut self, vm: CapId, ipa: u64) -> Result<Vec<(PhysAddr, u64)>, CapError> {
+        let mut zeroed = Vec::new();
+        let page = IpaRange::new(Ipa(ipa), 0x1000).unwrap();
+        self.space
+            .zero_on_first_touch(&mut self.mem, &mut self.tlb, vm, page, &mut |pa, len| zeroed.push((pa, len)))?;
+        Ok(zeroed)
+    }
+}
+
+#[test]
+fn only_a_translated_vm_s_private_ram_is_zeroed_on_first_touch() {
+    let mut w = World::new();
+    let (vm, identity) = (w.vm(), w.space.create_identity_vm(&mut w.mem).unwrap());
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 2 * MIB2, MIB2).unwrap();
+    let own = w.space.retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap();
+    let chan = w.space.retype(w.untyped[1], RegionKind::Shared, MIB2, MIB2).unwrap();
+    w.map(vm, ram, 0x4000_0000, Rights::RWX).unwrap();
+    w.map(vm, chan, 0x1000_0000, Rights::RW).unwrap();
+    w.map(vm, w.device, 0x0900_0000, Rights::RW).unwrap();
+    let own_pa = w.space.region(own).unwrap().0.base;
+    w.map(identity, own, own_pa, Rights::RWX).unwrap();
+    let valid = |w: &World, vm: CapId, ipa| {
+        w.space.vm_table(w.space.vm_id(vm).unwrap()).unwrap().translate(&w.mem, Ipa(ipa)).is_some()
+    };
+    assert!(valid(&w, vm, 0x1000_0000), "shared memory is mapped valid");
+    assert!(valid(&w, vm, 0x0900_0000), "a device's registers are mapped valid");
+    assert!(valid(&w, identity, own_pa), "an identity-mapped VM's RAM is mapped valid (its device may DMA)");
+    assert!(!valid(&w, vm, 0x4000_0000) && !valid(&w, vm, 0x4020_0000));
+    for ipa in [0x1000_0000, 0x0900_0000, 0x3000_0000] {
+        assert_eq!(w.touch(vm, ipa), Err(CapError::NotPrivateRam { ipa }), "{ipa:#x}");
+    }
+    assert_eq!(w.touch(identity, own_pa), Ok(vec![]), "nothing of an identity-mapped VM is pending");
+    assert_eq!(w.touch(w.device, 0x4000_0000), Err(CapError::WrongType { cap: w.device, expected: "a VM" }));
+    w.check();
+    // The second block only, once.
+    assert_eq!(
+        w.touch(vm, 0x4020_0000),
+        Ok(vec![(w.space.region(ram).unwrap().0.base + MIB2, MIB2)]
+            .into_iter()
+            .map(|(b, l)| (PhysAddr(b), l))
+            .collect())
+    );
+    assert_eq!(w.touch(vm, 0x4020_0000), Ok(vec![]));
+    assert!(valid(&w, vm, 0x4020_0000) && !valid(&w, vm, 0x4000_0000));
+    w.check();
 }
 
 #[test]
@@ -65,6 +111,12 @@ fn a_vm_gets_ram_through_retype_and_map() {
     let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 4 * MIB2, MIB2).unwrap();
     w.map(vm, ram, 0x4000_0000, Rights::RWX).unwrap();
     let id = w.space.vm_id(vm).unwrap();
+    assert_eq!(
+        w.space.vm_table(id).unwrap().translate(&w.mem, Ipa(0x4000_1234)),
+        None,
+        "private RAM of a translated VM is pending until first touched"
+    );
+    assert_eq!(w.touch(vm, 0x4000_1000), Ok(vec![(PhysAddr(0x4000_0000), MIB2)]));
     let t = w.space.vm_table(id).unwrap().translate(&w.mem, Ipa(0x4000_1234)).unwrap();
     assert_eq!(t.pa, PhysAddr(0x4000_1234));
     assert_eq!(t.attrs.memory, MemoryType::NormalWriteBack);
@@ -409,6 +461,11 @@ enum Op {
     DestroyVm {
         vm: usize,
     },
+    /// The VM's first touch of the page at `IPAS[ipa]`.
+    Touch {
+        vm: usize,
+        ipa: usize,
+    },
 }
 
 const IPAS: [u64; 4] = [0x4000_0000, 0x4020_0000, 0x0900_0000, 0xff_ffe0_0000];
@@ -484,6 +541,10 @@ impl World {
                 Some(v) => self.space.destroy_vm(&mut self.mem, &mut self.tlb, v).map(|_| None),
                 None => Ok(None),
             },
+            Op::Touch { vm, ipa } => match Self::pick(&vms, vm) {
+                Some(v) => self.touch(v, IPAS[ipa % IPAS.len()]).map(|_| None),
+                None => Ok(None),
+            },
         };
         if let Ok(Some(c)) = result {
             self.made.push(c);
@@ -538,6 +599,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..4).prop_map(|vm| Op::CreateVcpu { vm }),
         (0usize..4, 0usize..4).prop_map(|(vm, ipa)| Op::Window { vm, ipa }),
         (0usize..4).prop_map(|vm| Op::DestroyVm { vm }),
+        (0usize..4, 0usize..4).prop_map(|(vm, ipa)| Op::Touch { vm, ipa }),
     ]
 }
 

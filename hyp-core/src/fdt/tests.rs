@@ -357,3 +357,31 @@ fn property_names_read_alike_from_any_strings_block() {
     let bad: Vec<u32> = [&ROOT[..], &prop(14), &[FDT_END_NODE, FDT_END]].into_iter().flatten().copied().collect();
     assert_eq!(Fdt::new(&blob(&words(&bad), b"linux,phandle\0\xff\0")).err(), Some(FdtError::BadName { at: 56 + 8 }));
 }
+
+/// A lookup by name compares the name's bytes and its NUL, so a name that is a prefix of
+/// another, or has one as a prefix, is not taken for it; and every property's lookup agrees
+/// with the walk that reads the names.
+#[test]
+fn a_property_is_found_by_its_whole_name_only() {
+    let mut w = FdtWriter::new().unwrap();
+    let root = w.begin_node("").unwrap();
+    w.property_u32("reg-names-x", 1).unwrap();
+    w.property_u32("reg-names", 2).unwrap();
+    w.property_u32("re", 3).unwrap();
+    w.end_node(root).unwrap();
+    let blob = w.finish().unwrap();
+    let fdt = Fdt::new(&blob).unwrap();
+    let root = fdt.root();
+    assert_eq!(root.property("reg-names").and_then(|p| p.as_u32()), Some(2));
+    assert_eq!(root.property("re").and_then(|p| p.as_u32()), Some(3));
+    assert_eq!(root.property("reg-names-x").map(|p| p.name), Some("reg-names-x"));
+    assert!(root.property("reg").is_none() && root.property("reg-names-").is_none() && root.property("").is_none());
+    for blob in [VIRT_GICV3, VIRT_GICV2] {
+        let fdt = Fdt::new(blob).unwrap();
+        for node in fdt.all_nodes() {
+            for p in node.properties() {
+                assert_eq!(node.property(p.name), node.properties().find(|q| q.name == p.name), "{}", p.name);
+            }
+        }
+    }
+}

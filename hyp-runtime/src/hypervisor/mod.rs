@@ -28,6 +28,7 @@ use hyp_core::management::ConsoleMux;
 use hyp_core::vcpu_power::EndReason;
 use sched::{Decision, VcpuRef};
 use spin::{Mutex, Once};
+use stage2::{IpaRange, PhysAddr, TableMemory, TlbMaintenance};
 
 use crate::arch::Arch;
 use crate::cpus::Cpus;
@@ -169,6 +170,23 @@ impl<V: Virtualization> Hypervisor<V> {
     /// VM `id`, if it exists now.
     pub fn vm(&self, id: usize) -> Option<Arc<V::Vm>> {
         self.vms.get(id)
+    }
+
+    /// The first touch of `range` of VM `vm`'s private RAM (`VmEnv::zero_on_first_touch`):
+    /// its pending stage-2 leaves handed to `zero`, then made valid, under the capability
+    /// space's lock (taken after the VM's `FirstTouch` lock, never before); `tlb` gives the
+    /// TLB maintenance of the VM whose stage-2 root is the argument.
+    pub fn zero_on_first_touch<M: TableMemory, T: TlbMaintenance>(
+        &self,
+        mem: &mut M,
+        tlb: impl FnOnce(u64) -> T,
+        vm: CapId,
+        range: IpaRange,
+        zero: &mut impl FnMut(PhysAddr, u64),
+    ) -> Result<u64, CapError> {
+        let caps = self.caps.get().ok_or(CapError::NoSuchCapability { cap: vm })?.lock();
+        let vttbr = caps.vm_id(vm).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
+        caps.zero_on_first_touch(mem, &mut tlb(vttbr), vm, range, zero)
     }
 
     /// One turn of CPU `cpu`: runs the vCPU the scheduler picks until it leaves the CPU, and

@@ -589,7 +589,7 @@ impl VmEnv for FakeEnv {
     type Board = FakeBoard;
     type Ram = FakeRam;
     type Line = Level;
-    fn guest_ram(ipa: u64, pa: u64, size: u64) -> FakeRam {
+    fn guest_ram(ipa: u64, pa: u64, size: u64, _: Arc<crate::first_touch::FirstTouch>) -> FakeRam {
         assert_eq!((pa, size as usize), (RAM_PA, RAM_SIZE), "the fake image has one RAM");
         assert!(ipa == RAM_IPA || ipa == RAM_PA, "at the guest's RAM address, or identity-mapped: {ipa:#x}");
         image_ram().at(ipa)
@@ -599,6 +599,14 @@ impl VmEnv for FakeEnv {
     }
     fn forward_frame(from: usize, frame: &[u8]) {
         FRAMES.with(|f| f.borrow_mut().push((from, frame.to_vec())));
+    }
+    /// The fake image's RAM is zeroed when made: every block is done.
+    fn zero_on_first_touch(
+        _: hyp_core::cap::CapId,
+        range: stage2::IpaRange,
+        _: crate::first_touch::Fill,
+    ) -> Result<u64, hyp_core::cap::CapError> {
+        Ok(range.size())
     }
 }
 

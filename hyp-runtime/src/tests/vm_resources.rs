@@ -49,6 +49,15 @@ impl World {
         grant_resources(&mut self.caps, &mut self.mem, |_| Tlb::default(), &self.untyped, &request)
     }
 
+    /// The VM's first touch of the page at `ipa`: the blocks zeroed (physical address, size).
+    fn touch(&mut self, vm: &VmResources, ipa: u64) -> Vec<(u64, u64)> {
+        let mut zeroed = Vec::new();
+        let page = stage2::IpaRange::new(Ipa(ipa), 0x1000).unwrap();
+        let mut zero = |pa: PhysAddr, len| zeroed.push((pa.0, len));
+        self.caps.zero_on_first_touch(&mut self.mem, &mut Tlb::default(), vm.vm_cap, page, &mut zero).unwrap();
+        zeroed
+    }
+
     /// Destroys the VM; the TLB maintenance it did.
     fn revoke(&mut self, vm: &VmResources) -> Vec<Maintenance> {
         let mut tlb = Tlb::default();
@@ -88,6 +97,9 @@ fn a_vm_gets_its_ram_at_the_guest_address_and_gives_everything_back() {
     assert!(vm.ram.base >= UNTYPED.base && vm.ram.base + vm.ram.size <= UNTYPED.base + UNTYPED.size);
     assert_eq!(vm.ram.base % (2 * MIB), 0, "2 MiB-aligned: stage 2 maps it in blocks");
     assert!(vm.table_frames > 0 && vm.vttbr != 0);
+    let table = world.caps.vm_table(world.caps.vm_id(vm.vm_cap).unwrap()).unwrap();
+    assert_eq!(table.translate(&world.mem, Ipa(RAM_IPA)), None, "RAM is zeroed and mapped on first touch");
+    assert_eq!(world.touch(&vm, RAM_IPA), vec![(vm.ram.base, 2 * MIB)]);
     let table = world.caps.vm_table(world.caps.vm_id(vm.vm_cap).unwrap()).unwrap();
     assert_eq!(table.translate(&world.mem, Ipa(RAM_IPA)).map(|t| t.pa), Some(PhysAddr(vm.ram.base)));
     let device = table.translate(&world.mem, Ipa(DEVICE.base)).map(|t| t.pa);
@@ -173,4 +185,35 @@ fn an_identity_mapped_vm_gets_exactly_its_range_at_ipa_equal_pa_each_time() {
     assert_eq!(identity(&mut world), Err(CapError::NotFree { base, size: 8 * MIB }));
     assert_eq!(world.caps.capability_count(), caps_with_squatter);
     world.revoke(&squatter);
+}
+
+/// The zeroing rule (docs/capability-model.md, "Zeroing"): RAM a destroyed VM used goes to
+/// the next VM pending, every block of it, so that VM reaches none of it before the
+/// hypervisor has zeroed it; and each block is zeroed exactly when first touched.
+#[test]
+fn ram_a_destroyed_vm_used_reaches_the_next_vm_only_through_its_zeroing() {
+    let mut world = World::new();
+    let first = world.grant(UNTYPED.size, false).unwrap();
+    for block in 0..UNTYPED.size / (2 * MIB) {
+        world.touch(&first, RAM_IPA + block * 2 * MIB + 0x800);
+    }
+    let table = world.caps.vm_table(world.caps.vm_id(first.vm_cap).unwrap()).unwrap();
+    let mut valid = 0;
+    table.for_each_leaf(&world.mem, |l| valid += u64::from(!l.pending) * l.size);
+    assert_eq!(valid, UNTYPED.size, "the first VM touched all of it");
+    world.revoke(&first);
+
+    let next = world.grant(UNTYPED.size, false).unwrap();
+    assert_eq!(next.ram, first.ram, "the same memory");
+    let id = world.caps.vm_id(next.vm_cap).unwrap();
+    let mut leaves = Vec::new();
+    world.caps.vm_table(id).unwrap().for_each_leaf(&world.mem, |l| leaves.push(l));
+    assert!(leaves.iter().all(|l| l.pending && l.size == 2 * MIB), "nothing of it is reachable yet");
+    assert_eq!(leaves.iter().map(|l| l.size).sum::<u64>(), UNTYPED.size);
+    for ipa in [RAM_IPA, RAM_IPA + 17 * MIB, RAM_IPA + UNTYPED.size - 1] {
+        assert_eq!(world.caps.vm_table(id).unwrap().translate(&world.mem, Ipa(ipa)), None, "{ipa:#x}");
+    }
+    let zeroed = world.touch(&next, RAM_IPA + 17 * MIB);
+    assert_eq!(zeroed, vec![(next.ram.base + 16 * MIB, 2 * MIB)], "the block is zeroed before it is mapped");
+    assert!(world.touch(&next, RAM_IPA + 17 * MIB).is_empty(), "and only once");
 }

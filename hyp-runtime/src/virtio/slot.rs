@@ -8,6 +8,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use hyp_core::cap::{CapError, CapId};
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioError};
 use hyp_core::syndrome::AccessWidth;
@@ -25,8 +26,10 @@ use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
 use crate::board::{Board, BoardDisk, DiskCompletion};
+use crate::first_touch::{Fill, FirstTouch};
 use crate::guest_log::guest_line;
 use crate::shared_vgic::SharedVgic;
+use stage2::IpaRange;
 use vgic::IntId;
 
 /// What a VM needs from the image it runs in: the architecture and the board, how its RAM
@@ -39,8 +42,14 @@ pub trait VmEnv: 'static {
     type Ram: PhysicalRam + Send + Sync;
     /// A device's interrupt line into the VM's vGIC.
     type Line: InterruptLine + Send;
-    /// The VM's RAM: `size` bytes at IPA `ipa`, physical address `pa`.
-    fn guest_ram(ipa: u64, pa: u64, size: u64) -> Self::Ram;
+    /// The VM's RAM: `size` bytes at IPA `ipa`, physical address `pa`, each block zeroed
+    /// before a device first reaches it (`first_touch`).
+    fn guest_ram(ipa: u64, pa: u64, size: u64, first_touch: Arc<FirstTouch>) -> Self::Ram;
+    /// The first touch of `range` of VM `vm`'s private RAM: its pending stage-2 leaves
+    /// zeroed (and cleaned to the point of coherency; not when the loader overwrites all of
+    /// them, `Fill::Overwritten`) and made valid, through the capability space
+    /// (`CapSpace::zero_on_first_touch`); the bytes made valid.
+    fn zero_on_first_touch(vm: CapId, range: IpaRange, fill: Fill) -> Result<u64, CapError>;
     /// Interrupt `intid` of the VM's vGIC, as a device's line.
     fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
     /// A frame the NIC on switch port `from` sent, for the switch.

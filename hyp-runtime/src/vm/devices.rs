@@ -22,6 +22,7 @@ use vgic::IntId;
 
 use super::VmError;
 use crate::board::{Board, DiskCompletion, DiskQueue};
+use crate::first_touch::FirstTouch;
 use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
@@ -85,6 +86,8 @@ pub struct Setup<'a, E: VmEnv> {
     pub ram: PhysRange,
     pub vgic: &'a SharedVgic<E::Arch>,
     pub console_choice: &'a ConsoleChoice,
+    /// Which blocks of its RAM are zeroed, for the devices to zero the rest first.
+    pub first_touch: &'a Arc<FirstTouch>,
     /// How many VMs share the board's disk (its queue is split between them).
     pub disk_vms: usize,
 }
@@ -93,11 +96,11 @@ impl<E: VmEnv> VirtioDevices<E> {
     /// The devices the manifest entry asks for, over the VM's RAM; `log` and `work` are
     /// the VM's line limit and its flag for work left for later.
     pub fn create(setup: Setup<'_, E>, (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>)) -> Result<Self, VmError> {
-        let Setup { id, spec, ram, vgic, console_choice, disk_vms } = setup;
+        let Setup { id, spec, ram, vgic, console_choice, first_touch, disk_vms } = setup;
         let slot = |name, slot: Slot| SlotSetup::<E> {
             vm: id,
             name,
-            ram: E::guest_ram(spec.ram_ipa(), ram.base, spec.memory),
+            ram: E::guest_ram(spec.ram_ipa(), ram.base, spec.memory, Arc::clone(first_touch)),
             line: E::interrupt_line(vgic, IntId(32 + slot.spi())),
             log: Arc::clone(log),
             work: Arc::clone(work),
@@ -108,7 +111,7 @@ impl<E: VmEnv> VirtioDevices<E> {
             None => None,
             Some(slice) => {
                 let board = E::Board::disk().ok_or(VmError::NoBoardDisk)?;
-                let ram = E::guest_ram(spec.ram_ipa(), ram.base, spec.memory);
+                let ram = E::guest_ram(spec.ram_ipa(), ram.base, spec.memory, Arc::clone(first_touch));
                 let backend =
                     DiskSliceBackend::new(DiskQueue::new(board), slice, ram, id, disk_vms).map_err(VmError::Disk)?;
                 Some(Arc::new(VirtioSlot::new(slot("blk", Slot::Disk), VirtioBlock::new(backend), 0)))

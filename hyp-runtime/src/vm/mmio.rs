@@ -67,4 +67,7 @@ impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
             None => self.0.bus.device_name(ipa),
         }
     }
+    fn first_touch(&mut self, ipa: Ipa) -> bool {
+        self.0.first_touch.fault(ipa.0)
+    }
 }

@@ -36,6 +36,7 @@ pub use devices::VirtioDevices;
 pub use mmio::GuestMmio;
 
 use crate::board::Board;
+use crate::first_touch::FirstTouch;
 use crate::focus::{ConsoleChoice, TrackedConsole};
 use crate::passthrough::{spi_list, PassthroughDevice, PassthroughSpi};
 use crate::scheduling::{vcpu_ref, Scheduling};
@@ -122,6 +123,8 @@ pub struct Vm<E: VmEnv> {
     pub cap: CapId,
     /// Its RAM, physically.
     pub ram: PhysRange,
+    /// Which blocks of its RAM are zeroed and mapped (the rest are on first touch).
+    pub first_touch: Arc<FirstTouch>,
     /// Where kernel, initrd and device tree go in RAM.
     layout: GuestLayout,
     /// The guest's device tree (generated from its manifest entry); its seeds are replaced
@@ -200,7 +203,20 @@ impl<E: VmEnv> Vm<E> {
         let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line));
         let guest_log = Arc::new(GuestLogLimit::new());
         let device_work = Arc::new(AtomicBool::new(false));
-        let setup = devices::Setup { id, spec: &spec, ram, vgic: &vgic, console_choice: &console_choice, disk_vms };
+        // An identity-mapped VM's RAM is mapped whole and zeroed before it starts: its
+        // device may DMA into memory its CPUs never touched.
+        let identity = spec.identity_mapped.is_some();
+        let first_touch =
+            Arc::new(FirstTouch::new(granted.vm_cap, spec.ram_ipa(), spec.memory, identity, E::zero_on_first_touch));
+        let setup = devices::Setup {
+            id,
+            spec: &spec,
+            ram,
+            vgic: &vgic,
+            console_choice: &console_choice,
+            first_touch: &first_touch,
+            disk_vms,
+        };
         let virtio = VirtioDevices::create(setup, (&guest_log, &device_work))?;
         let mut bus = MmioBus::new();
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
@@ -216,6 +232,7 @@ impl<E: VmEnv> Vm<E> {
             spec,
             cap: granted.vm_cap,
             ram,
+            first_touch,
             layout,
             device_tree: Mutex::new(device_tree),
             guest_log,

@@ -4,6 +4,7 @@
 mod blocks;
 mod changes;
 mod exhaustion;
+mod first_touch;
 mod limits;
 mod model;
 
