@@ -99,36 +99,24 @@ impl Registers {
 
 impl GuestRegisters for Registers {
     /// Register `n` as the guest's current mode sees it (15: the PC as an instruction reads
-    /// it, 8 or 4 bytes ahead).
+    /// it, 8 or 4 bytes ahead). r0-r7 are never banked: inlined, with no mode to look at for
+    /// them (most accesses); the others out of line (inlined whole, the banked registers'
+    /// cases made the exit path call it, about 10 instructions).
+    #[inline(always)]
     fn reg(&self, n: u8) -> u64 {
-        // r0-r7 are never banked: no mode to look at for them (most accesses).
         if n < 8 {
-            return u64::from(self.r[usize::from(n)]);
+            u64::from(self.r[usize::from(n)])
+        } else {
+            u64::from(self.banked_reg(n))
         }
-        let mode = self.mode();
-        let value = match n {
-            8..=12 if mode == MODE_FIQ => read_fiq_high(n),
-            0..=12 => self.r[usize::from(n)],
-            14 if matches!(mode, MODE_USR | MODE_SYS) => self.lr_usr,
-            13 | 14 => sp_or_lr!(mode, n, read_banked),
-            _ => self.pc.wrapping_add(if self.cpsr & CPSR_T != 0 { 4 } else { 8 }),
-        };
-        u64::from(value)
     }
 
+    #[inline(always)]
     fn set_reg(&mut self, n: u8, value: u64) {
         if n < 8 {
             self.r[usize::from(n)] = value as u32;
-            return;
-        }
-        let (mode, v) = (self.mode(), value as u32);
-        match n {
-            8..=12 if mode == MODE_FIQ => write_fiq_high(n, v),
-            0..=12 => self.r[usize::from(n)] = v,
-            14 if matches!(mode, MODE_USR | MODE_SYS) => self.lr_usr = v,
-            13 | 14 => sp_or_lr!(mode, n, write_banked, v),
-            // A write to the PC by an emulated load is not something a trapped access does.
-            _ => {}
+        } else {
+            self.set_banked_reg(n, value as u32);
         }
     }
 
@@ -137,5 +125,34 @@ impl GuestRegisters for Registers {
     fn advance_pc(&mut self, bytes: u8) {
         self.pc = self.pc.wrapping_add(u32::from(bytes));
         self.cpsr = advance_it_state(self.cpsr);
+    }
+}
+
+impl Registers {
+    /// Register `n` (8-15) of the guest's current mode.
+    #[inline(never)]
+    fn banked_reg(&self, n: u8) -> u32 {
+        let mode = self.mode();
+        match n {
+            8..=12 if mode == MODE_FIQ => read_fiq_high(n),
+            0..=12 => self.r[usize::from(n)],
+            14 if matches!(mode, MODE_USR | MODE_SYS) => self.lr_usr,
+            13 | 14 => sp_or_lr!(mode, n, read_banked),
+            _ => self.pc.wrapping_add(if self.cpsr & CPSR_T != 0 { 4 } else { 8 }),
+        }
+    }
+
+    /// Register `n` (8-15) of the guest's current mode written.
+    #[inline(never)]
+    fn set_banked_reg(&mut self, n: u8, v: u32) {
+        let mode = self.mode();
+        match n {
+            8..=12 if mode == MODE_FIQ => write_fiq_high(n, v),
+            0..=12 => self.r[usize::from(n)] = v,
+            14 if matches!(mode, MODE_USR | MODE_SYS) => self.lr_usr = v,
+            13 | 14 => sp_or_lr!(mode, n, write_banked, v),
+            // A write to the PC by an emulated load is not something a trapped access does.
+            _ => {}
+        }
     }
 }

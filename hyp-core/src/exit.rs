@@ -260,7 +260,9 @@ pub fn handle(
             let undefined = Incident::SystemRegister { iss };
             system_register(answer, RegisterPart::Whole, value, access.rt, regs, len, undefined, env)
         }
-        Trap::Coprocessor { .. } | Trap::WideCoprocessor { .. } => coprocessor_access(exit.trap, regs, len, env),
+        // Out of line, given the access in registers (`CoprocessorAccess::to_bits`).
+        Trap::Coprocessor { cp, access } => coprocessor_access(cp, access.to_bits(), regs, len, env),
+        Trap::WideCoprocessor { cp, access } => wide_coprocessor_access(cp, access.to_bits(), regs, len, env),
         Trap::ConditionFailed => {
             regs.advance_pc(len);
             Outcome::Resume
@@ -272,30 +274,37 @@ pub fn handle(
     }
 }
 
-/// A trapped AArch32 coprocessor access (`Trap::Coprocessor`, `Trap::WideCoprocessor`):
-/// out of line, so the handler inlined into the exit path stays small (an AArch64
-/// hypercall paid for it: 155 instructions became 230).
+/// A trapped AArch32 MCR or MRC (`Trap::Coprocessor`), its access as `to_bits` gave it: out
+/// of line, so the handler inlined into the exit path stays small (an AArch64 hypercall paid
+/// for it: 155 instructions became 230).
 #[cold]
 #[inline(never)]
-fn coprocessor_access(trap: Trap, regs: &mut impl GuestRegisters, len: u8, env: &mut impl ExitEnv) -> Outcome {
-    match trap {
-        Trap::Coprocessor { cp, access } => {
-            let value = regs.reg(access.rt);
-            let answer = coprocessor::emulate(cp, &access, value, env);
-            let undefined = Incident::Coprocessor { cp, access };
-            system_register(answer.action, answer.part, value, access.rt, regs, len, undefined, env)
-        }
-        Trap::WideCoprocessor { cp, access } => {
-            let answer = coprocessor::emulate_wide(cp, &access, env.features());
-            if let SysRegAction::Read(value) = answer.action {
-                regs.set_reg(access.rt2, value >> 32);
-            }
-            let value = regs.reg(access.rt2) << 32 | regs.reg(access.rt);
-            let undefined = Incident::WideCoprocessor { cp, access };
-            system_register(answer.action, answer.part, value, access.rt, regs, len, undefined, env)
-        }
-        _ => Outcome::InjectUndefined,
+fn coprocessor_access(cp: u8, access: u64, regs: &mut impl GuestRegisters, len: u8, env: &mut impl ExitEnv) -> Outcome {
+    let access = CoprocessorAccess::from_bits(access);
+    let value = regs.reg(access.rt);
+    let answer = coprocessor::emulate(cp, &access, value, env);
+    let undefined = Incident::Coprocessor { cp, access };
+    system_register(answer.action, answer.part, value, access.rt, regs, len, undefined, env)
+}
+
+/// A trapped AArch32 MCRR or MRRC (`Trap::WideCoprocessor`), as `coprocessor_access`.
+#[cold]
+#[inline(never)]
+fn wide_coprocessor_access(
+    cp: u8,
+    access: u64,
+    regs: &mut impl GuestRegisters,
+    len: u8,
+    env: &mut impl ExitEnv,
+) -> Outcome {
+    let access = WideCoprocessorAccess::from_bits(access);
+    let answer = coprocessor::emulate_wide(cp, &access, env.features());
+    if let SysRegAction::Read(value) = answer.action {
+        regs.set_reg(access.rt2, value >> 32);
     }
+    let value = regs.reg(access.rt2) << 32 | regs.reg(access.rt);
+    let undefined = Incident::WideCoprocessor { cp, access };
+    system_register(answer.action, answer.part, value, access.rt, regs, len, undefined, env)
 }
 
 /// The outcome of a trapped system register or coprocessor access whose emulation

@@ -74,6 +74,11 @@ impl<A: Arch> VgicHandle<A> {
 
 pub type SharedVgic<A> = Arc<VgicHandle<A>>;
 
+/// The vGIC's refusal as the bus's error. Cold and out of line: inlined, `map_err` matched
+/// the read's whole result in a jump table, the `Ok` that every access returns among the
+/// errors (docs/performance.md, "ARMv7").
+#[cold]
+#[inline(never)]
 fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
     match e {
         AccessError::BadWidth { offset, .. } | AccessError::Unaligned { offset, .. } => {

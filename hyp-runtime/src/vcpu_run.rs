@@ -253,7 +253,6 @@ pub fn run_vcpu<C: VcpuCpu>(
                 if shared && syndrome.class() == ExceptionClass::WFX && syndrome.iss() & 0b11 == 1 {
                     hypervisor.scheduling.yield_now(cpu, vcpu_ref(core.id, vcpu));
                 }
-                let exiting = Exiting { vm, vcpu, cpu, shared };
                 // Each state's exit is decoded, handled and answered on its own path, so
                 // the three fuse and a hypercall's answer is a jump back to the guest; on
                 // an image whose guests run mostly in AArch64, the AArch32 path is out of
@@ -277,13 +276,17 @@ pub fn run_vcpu<C: VcpuCpu>(
                             exit::handle(&exit, &mut registers, vcpu, &mut core.mmio(), &mut env)
                         }
                     };
-                    // The common answer first: the guest goes on.
+                    // The common answer first: the guest goes on. `Exiting` is built only past
+                    // it: built ahead, it was stored on the stack on every exit (the AArch32
+                    // path below takes its address).
                     if let Outcome::Resume = outcome {
                         None
                     } else {
+                        let exiting = Exiting { vm, vcpu, cpu, shared };
                         answer(&exiting, &mut here, &mut registers, outcome, instruction_bytes(syndrome))
                     }
                 } else {
+                    let exiting = Exiting { vm, vcpu, cpu, shared };
                     answer_aarch32(&exiting, &trap, &mut here, &mut registers, &mut last_unknown)
                 };
                 match leave {

@@ -48,28 +48,29 @@ enum DistReg {
 }
 
 impl Distributor {
-    fn frame_size(&self) -> u64 {
+    fn frame_size(&self) -> u32 {
         match self.version {
             GicVersion::V3 => 0x1_0000,
             GicVersion::V2 => 0x1000,
         }
     }
 
-    fn dist_reg(&self, offset: u64) -> (DistReg, u8) {
+    /// The register at `offset` (within the frame: `check_dist`).
+    fn dist_reg(&self, offset: u32) -> (DistReg, u8) {
         let v2 = self.version == GicVersion::V2;
         match offset {
             0x000 => (DistReg::Ctlr, WORD),
             0x004 => (DistReg::Typer, WORD),
             0x008 => (DistReg::Iidr, WORD),
             // ITARGETSR: RES0 under affinity routing, yet byte-accessible (IHI 0069H 12.9, GICD_ITARGETSR<n>).
-            0x800..0xc00 if v2 => (DistReg::Targets((offset - 0x800) as u32), BYTE_OR_WORD),
+            0x800..0xc00 if v2 => (DistReg::Targets(offset - 0x800), BYTE_OR_WORD),
             0x800..0xc00 => (DistReg::RazWi, BYTE_OR_WORD),
             0xf00 if v2 => (DistReg::Sgir, WORD),
-            0xf10..0xf20 if v2 => (DistReg::SgiPending { set: false, first: (offset - 0xf10) as u32 }, BYTE_OR_WORD),
-            0xf20..0xf30 if v2 => (DistReg::SgiPending { set: true, first: (offset - 0xf20) as u32 }, BYTE_OR_WORD),
+            0xf10..0xf20 if v2 => (DistReg::SgiPending { set: false, first: offset - 0xf10 }, BYTE_OR_WORD),
+            0xf20..0xf30 if v2 => (DistReg::SgiPending { set: true, first: offset - 0xf20 }, BYTE_OR_WORD),
             0xf10..0xf30 => (DistReg::RazWi, BYTE_OR_WORD),
             0x6000..0x8000 if !v2 => {
-                let intid = ((offset - 0x6000) / 8) as u32;
+                let intid = (offset - 0x6000) / 8;
                 (DistReg::Router { intid, high: offset % 8 == 4 }, WORD_OR_DOUBLE)
             }
             0xfe8 if v2 => (DistReg::Pidr2, WORD),
@@ -79,19 +80,20 @@ impl Distributor {
         }
     }
 
-    fn check_dist(&self, vcpu: usize, offset: u64) -> Result<(), AccessError> {
+    /// The accessing vCPU exists and `offset` lies in the frame: the offset within it.
+    fn check_dist(&self, vcpu: usize, offset: u64) -> Result<u32, AccessError> {
         if vcpu >= self.vcpus {
             return Err(AccessError::NoSuchVcpu { vcpu });
         }
-        if offset >= self.frame_size() {
+        if offset >= u64::from(self.frame_size()) {
             return Err(AccessError::OutsideFrame { offset });
         }
-        Ok(())
+        Ok(offset as u32)
     }
 
     /// A guest read of the distributor at `offset`, `width` bytes, by `vcpu`.
     pub fn read(&self, vcpu: usize, offset: u64, width: usize) -> Result<u64, AccessError> {
-        self.check_dist(vcpu, offset)?;
+        let offset = self.check_dist(vcpu, offset)?;
         // Tested here, not only inside: GICD_CTLR and GICD_TYPER, the most read, are below
         // the block and should not pay for the call.
         if INTERRUPT_BLOCK.contains(&offset) {
@@ -100,7 +102,7 @@ impl Distributor {
             }
         }
         let (reg, allowed) = self.dist_reg(offset);
-        check(offset, width, allowed)?;
+        check(u64::from(offset), width, allowed)?;
         Ok(match reg {
             DistReg::Ctlr => {
                 let enables =
@@ -130,12 +132,12 @@ impl Distributor {
     /// A guest write of the distributor. vCPUs that may have a new interrupt to show are
     /// added to the kick set (`take_kicks`).
     pub fn write(&mut self, vcpu: usize, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
-        self.check_dist(vcpu, offset)?;
+        let offset = self.check_dist(vcpu, offset)?;
         if let Some(r) = self.write_block(Frame::Distributor { accessor: vcpu }, offset, width, value) {
             return r;
         }
         let (reg, allowed) = self.dist_reg(offset);
-        check(offset, width, allowed)?;
+        check(u64::from(offset), width, allowed)?;
         match reg {
             DistReg::Ctlr => {
                 let (grp0, grp1) = (value & CTLR_ENABLE_GRP0 != 0, value & CTLR_ENABLE_GRP1 != 0);
@@ -170,11 +172,12 @@ impl Distributor {
     /// (IHI 0048B 4.3.2).
     fn typer(&self) -> u64 {
         // 32 * (ITLinesNumber + 1) INTIDs: 32 private ones, then the SPIs in blocks of 32.
-        let lines = (self.spis as u64).div_ceil(32);
-        match self.version {
+        // At most 988 SPIs and 8 vCPUs: in 32 bits.
+        let lines = (self.spis as u32).div_ceil(32);
+        u64::from(match self.version {
             GicVersion::V3 => lines | (9 << 19),
-            GicVersion::V2 => lines | ((self.vcpus as u64 - 1) << 5),
-        }
+            GicVersion::V2 => lines | ((self.vcpus as u32 - 1) << 5),
+        })
     }
 
     fn route_slot(&self, intid: u32) -> Option<usize> {

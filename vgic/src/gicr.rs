@@ -146,9 +146,11 @@ impl Distributor {
     pub fn read_redistributor(&self, offset: u64, width: usize) -> Result<u64, AccessError> {
         let (vcpu, off) = self.redistributor_at(offset)?;
         if off >= SGI_FRAME {
-            let off = off - SGI_FRAME;
-            let r =
-                self.read_block(Frame::Sgi { vcpu }, off, width).unwrap_or_else(|| check(off, width, WORD).map(|()| 0));
+            // Within the 64 KiB SGI frame.
+            let off = (off - SGI_FRAME) as u32;
+            let r = self
+                .read_block(Frame::Sgi { vcpu }, off, width)
+                .unwrap_or_else(|| check(u64::from(off), width, WORD).map(|()| 0));
             return r.map_err(|e| e.at(offset));
         }
         check(offset, width, if off == GICR_TYPER { WORD_OR_DOUBLE } else { WORD })?;
@@ -170,8 +172,11 @@ impl Distributor {
     pub fn write_redistributor(&mut self, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
         let (vcpu, off) = self.redistributor_at(offset)?;
         if off >= SGI_FRAME {
-            let off = off - SGI_FRAME;
-            let r = self.write_block(Frame::Sgi { vcpu }, off, width, value).unwrap_or_else(|| check(off, width, WORD));
+            // Within the 64 KiB SGI frame.
+            let off = (off - SGI_FRAME) as u32;
+            let r = self
+                .write_block(Frame::Sgi { vcpu }, off, width, value)
+                .unwrap_or_else(|| check(u64::from(off), width, WORD));
             return r.map_err(|e| e.at(offset));
         }
         check(offset, width, if off == GICR_TYPER { WORD_OR_DOUBLE } else { WORD })?;

@@ -51,6 +51,22 @@ pub struct CoprocessorAccess {
     pub is_read: bool,
 }
 
+impl CoprocessorAccess {
+    /// The access in one `u64`, to cross a call in registers. On a 32-bit target the Rust
+    /// ABI passes a struct of more than 4 bytes by reference; a reference into the decoded
+    /// exit, given to the out-of-line handler of this rare exit, kept the whole exit in
+    /// memory, and every ARMv7 exit stored each of its fields and matched its variant again
+    /// from memory: 40 to 48 instructions (docs/performance.md, "ARMv7").
+    pub fn to_bits(self) -> u64 {
+        u64::from_le_bytes([self.opc1, self.crn, self.crm, self.opc2, self.rt, u8::from(self.is_read), 0, 0])
+    }
+    /// The access `to_bits` gave.
+    pub fn from_bits(bits: u64) -> Self {
+        let [opc1, crn, crm, opc2, rt, is_read, ..] = bits.to_le_bytes();
+        CoprocessorAccess { opc1, crn, crm, opc2, rt, is_read: is_read != 0 }
+    }
+}
+
 /// An AArch32 MCRR or MRRC (ISS for EC 0x04 and 0x0c, ARM ARM B3.13.6): registers `Rt`
 /// (low word) and `Rt2` (high word) move to or from the 64-bit coprocessor register
 /// (Opc1, CRm).
@@ -62,6 +78,18 @@ pub struct WideCoprocessorAccess {
     pub rt2: u8,
     /// MRRC: the coprocessor register is read into Rt and Rt2.
     pub is_read: bool,
+}
+
+impl WideCoprocessorAccess {
+    /// The access in one `u64`, to cross a call in registers (`CoprocessorAccess::to_bits`).
+    pub fn to_bits(self) -> u64 {
+        u64::from_le_bytes([self.opc1, self.crm, self.rt, self.rt2, u8::from(self.is_read), 0, 0, 0])
+    }
+    /// The access `to_bits` gave.
+    pub fn from_bits(bits: u64) -> Self {
+        let [opc1, crm, rt, rt2, is_read, ..] = bits.to_le_bytes();
+        WideCoprocessorAccess { opc1, crm, rt, rt2, is_read: is_read != 0 }
+    }
 }
 
 /// One decoded exit: what it asks for, and the length of the instruction that trapped.
@@ -96,5 +124,20 @@ impl<R: GuestRegisters> GuestRegisters for &mut R {
     }
     fn advance_pc(&mut self, bytes: u8) {
         (**self).advance_pc(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_coprocessor_access_crosses_a_call_in_one_word_unchanged() {
+        for (i, is_read) in [(0u8, false), (7, true), (0xff, true)] {
+            let access = CoprocessorAccess { opc1: i, crn: i ^ 1, crm: i ^ 2, opc2: i ^ 3, rt: i ^ 4, is_read };
+            assert_eq!(CoprocessorAccess::from_bits(access.to_bits()), access);
+            let wide = WideCoprocessorAccess { opc1: i, crm: i ^ 1, rt: i ^ 2, rt2: i ^ 3, is_read };
+            assert_eq!(WideCoprocessorAccess::from_bits(wide.to_bits()), wide);
+        }
     }
 }
