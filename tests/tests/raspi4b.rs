@@ -177,7 +177,7 @@ fn the_two_vm_pi_manifest_boots_from_the_files_deploy_writes_one_vm_uses_the_sd_
     let listed = format!("{listed}vm1 back:{}", s.wait_for("\n", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}")));
     for vm in [
         "vm0 front: running, 1 vCPU(s) shared on CPUs [1], 256 MiB, has the console; ",
-        "vm1 back: running, 1 vCPU(s) pinned on CPUs [2], 256 MiB; ",
+        "vm1 back: running, 1 vCPU(s) shared on CPUs [2], 256 MiB; ",
     ] {
         assert!(listed.contains(vm), "`list` shows {vm:?}:\n{listed}");
     }
