@@ -221,6 +221,7 @@ struct VmToml {
     #[serde(default)]
     passthrough: Vec<PassthroughToml>,
     identity_mapped: Option<IdentityToml>,
+    io_cpu: Option<u32>,
 }
 
 /// `identity_mapped = { base = 0x2000_0000 }`.
@@ -380,7 +381,7 @@ impl Manifest {
                 initrd,
                 bootargs,
                 device_tree: vm.device_tree.map(|t| dir.join(t)),
-                devices: VmDevices { disk, network, placement, passthrough, identity_mapped },
+                devices: VmDevices { disk, network, placement, passthrough, identity_mapped, io_cpu: vm.io_cpu },
             });
         }
         Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
