@@ -65,6 +65,11 @@ impl PollLoop {
         }
     }
 
+    /// Counter ticks of idle queues before it sleeps (set once the counter's rate is known).
+    pub fn set_idle_after(&mut self, idle_after: u64) {
+        self.idle_after = idle_after;
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
     }

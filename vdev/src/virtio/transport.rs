@@ -642,6 +642,8 @@ impl<D: VirtioDevice> VirtioMmio<D> {
     pub fn mark_notified(&mut self, queue: u16) {
         if usize::from(queue) < self.queues.len() {
             self.notified |= 1 << queue;
+        } else {
+            self.incidents.record(DeviceIncident::NoSuchQueue { queue: u32::from(queue) });
         }
     }
 
