@@ -516,6 +516,18 @@ mod tests {
     }
 
     #[test]
+    fn io_cpu_reaches_the_bundle_and_is_checked_against_the_board() {
+        let blob = build(&vm("a", "cpus = [0]\nio_cpu = 3\nnetwork = true")).unwrap();
+        let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!(spec.devices.io_cpu, Some(3));
+        assert_eq!(
+            error(&vm("a", "cpus = [0]\nio_cpu = 5\nnetwork = true")),
+            "test.toml: VM a: field `io_cpu`: CPU 5 does not exist (the board has CPUs 0-3); name one of those"
+        );
+        assert!(error(&vm("a", "cpus = [3]\nio_cpu = 3\nnetwork = true")).contains("an I/O CPU runs no vCPU"));
+    }
+
+    #[test]
     fn three_vms_round_trips_from_toml_to_the_hypervisors_view() {
         let dir = tempdir("three");
         let m = load(&examples().join("three-vms.toml"), &dir);
