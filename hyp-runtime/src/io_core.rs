@@ -181,10 +181,16 @@ impl IoCore {
     /// when they have been idle long enough, the guests are asked to notify again and the
     /// core sleeps unless a chain came meanwhile.
     pub fn turn(&self, now: impl Fn() -> u64, before_pass: impl FnOnce()) -> Turn {
-        let mut state = self.state.lock();
-        let was_sleeping = state.mode() == vdev::virtio::poll::Mode::Sleeping;
-        let start = now();
-        state.begin_pass(start);
+        // Only this core's CPU makes turns. The state's lock is not held across
+        // `before_pass`: the interrupts it takes may run a console command (`list` reads the
+        // counts, `destroy` removes a VM's devices) on this very CPU.
+        let (was_sleeping, start) = {
+            let mut state = self.state.lock();
+            let start = now();
+            let was_sleeping = state.mode() == vdev::virtio::poll::Mode::Sleeping;
+            state.begin_pass(start);
+            (was_sleeping, start)
+        };
         self.polling.store(true, Ordering::SeqCst);
         before_pass();
         let active = {
@@ -196,6 +202,7 @@ impl IoCore {
         if active {
             self.busy_ticks.fetch_add(end.saturating_sub(start), Ordering::Relaxed);
         }
+        let mut state = self.state.lock();
         let step = state.end_pass(end, active);
         if step == vdev::virtio::poll::Step::EnableNotifications && self.go_to_sleep(&mut state, now()) {
             return Turn::Slept(state.counts().sleeps);
