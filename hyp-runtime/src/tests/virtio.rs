@@ -972,6 +972,12 @@ fn a_notify_of_a_side_cores_device_only_wakes_the_core_which_does_the_work() {
     finish_completions(disk, &[(3, &slot)]);
     assert_eq!(guest.used().first(), Some(&(u32::from(head), SECTOR as u32 + 1)));
     assert_eq!(guest.byte(status), 0);
+    // The guest's handler reads InterruptStatus without waiting for a pass that holds the
+    // device's lock (here, the test holds it).
+    let held = slot.device.lock();
+    let isr = Window(Arc::clone(&slot)).read(0, vdev::virtio::transport::regs::INTERRUPT_STATUS, AccessWidth::Word);
+    drop(held);
+    assert_eq!(isr, Ok(1), "the used-buffer bit");
 }
 
 #[test]

@@ -116,6 +116,10 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     /// Queues notified since the side core's last pass (bit n: queue n), marked by the
     /// notifying exit without the device's lock.
     notified: AtomicU32,
+    /// InterruptStatus as the device's last access left it (stored under its lock, before
+    /// its line is raised), which a side core's guest reads without the lock: its
+    /// interrupt handler does not wait for a pass in progress.
+    interrupt_status: AtomicU32,
 }
 
 pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
@@ -176,6 +180,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             port,
             io: Once::new(),
             notified: AtomicU32::new(0),
+            interrupt_status: AtomicU32::new(0),
         }
     }
 
@@ -213,6 +218,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
                 self.work.store(true, Ordering::Release);
             }
             let frames = device.device_mut().take_frames();
+            self.interrupt_status.store(device.interrupt_status(), Ordering::Release);
             let access = self.accesses.fetch_add(1, Ordering::Relaxed) + 1;
             ((result, access), device.interrupt_level(), device.take_incidents(), frames)
         };
@@ -331,6 +337,12 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
         self.0.name
     }
     fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        // A side core's device: InterruptStatus without the lock the core's pass may hold.
+        // It is stored before the line is raised, so the handler the interrupt runs sees
+        // the bits that raised it.
+        if self.0.io.get().is_some() && offset == regs::INTERRUPT_STATUS && width == AccessWidth::Word {
+            return Ok(u64::from(self.0.interrupt_status.load(Ordering::Acquire)));
+        }
         // Through `with_device`, as a write, so an incident a read causes (a legacy register)
         // is logged at once.
         self.0
