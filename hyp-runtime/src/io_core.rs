@@ -32,12 +32,27 @@ use crate::arch::Arch;
 /// the gap between a completion and the guest's next request (a few microseconds on
 /// hardware, tens under QEMU's TCG), short beside a human's pause.
 pub const IDLE_AFTER_US: u64 = 2_000;
+/// How long a side core polls with nothing to do but requests in flight before it waits
+/// for an interrupt (their completion), in microseconds, and how long it waits at most
+/// then (a timer): a chain the guest makes available meanwhile waits that long at most.
+/// Spinning through a request's whole time would take the CPU from the board devices'
+/// own work (a host thread under an emulator; a shared core's power on hardware).
+pub const DOZE_AFTER_US: u64 = 50;
+pub const DOZE_FOR_US: u64 = 100;
+
+/// What a pass over a device found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Found {
+    /// Chains taken, or used rings moved (completions, frames received).
+    pub work: bool,
+    /// Requests still in flight on the board's devices.
+    pub in_flight: bool,
+}
 
 /// A device a side core serves (a `VirtioSlot` of a disk or a NIC).
 pub trait Polled: Send + Sync {
-    /// One pass with notifies suppressed: true if it found anything (chains taken, used
-    /// rings moved, requests still in flight).
-    fn pass(&self) -> bool;
+    /// One pass with notifies suppressed.
+    fn pass(&self) -> Found;
     /// Asks for notifies again and reads the rings once more: true if a chain came
     /// meanwhile (the core must not sleep).
     fn enable_notifications(&self) -> bool;
@@ -55,6 +70,8 @@ pub struct IoCore {
     /// Counter ticks spent in passes that found something: the side core's work, without
     /// its idle polling (under `-icount shift=0` a tick is 16 instructions at 62.5 MHz).
     busy_ticks: AtomicU64,
+    /// The longest a doze lasts, in counter ticks.
+    doze_ticks: AtomicU64,
 }
 
 impl IoCore {
@@ -65,18 +82,20 @@ impl IoCore {
             state: Mutex::new(PollLoop::new(0)),
             devices: Mutex::new(Vec::new()),
             busy_ticks: AtomicU64::new(0),
+            doze_ticks: AtomicU64::new(0),
         }
     }
 
     /// Its line of the management console's `list`: `io cpuN: polling|sleeping; P passes,
-    /// B busy, W wakes, S sleeps, L late chains, T busy ticks`.
+    /// B busy, D dozes, W wakes, S sleeps, L late chains, T busy ticks`.
     pub fn line(&self, cpu: usize) -> String {
         let c = self.counts();
         let mode = if self.is_polling() { "polling" } else { "sleeping" };
         format!(
-            "io cpu{cpu}: {mode}; {} passes, {} busy, {} wakes, {} sleeps, {} late chains, {} busy ticks",
+            "io cpu{cpu}: {mode}; {} passes, {} busy, {} dozes, {} wakes, {} sleeps, {} late chains, {} busy ticks",
             c.passes,
             c.busy_passes,
+            c.dozes,
             c.wakes,
             c.sleeps,
             c.late_chains,
@@ -132,6 +151,9 @@ pub enum Turn {
     Woke(u64),
     /// It went to sleep: its CPU waits for an interrupt (the transition number).
     Slept(u64),
+    /// Requests in flight and nothing else to do: its CPU waits for an interrupt, at most
+    /// this many counter ticks (notifies stay off).
+    Dozed(u64),
 }
 
 /// The side cores of the board, by CPU.
@@ -150,11 +172,13 @@ impl IoCores {
         IoCores { cores: [const { IoCore::new() }; MAX_CPUS] }
     }
 
-    /// CPU `cpu` is a side core from now on; it sleeps after `idle_after` counter ticks of
-    /// idle queues.
-    pub fn set_on(&self, cpu: usize, idle_after: u64) {
+    /// CPU `cpu` is a side core from now on, for a counter of `hz`: it sleeps after
+    /// `IDLE_AFTER_US` of idle queues, dozes after `DOZE_AFTER_US` with requests in flight.
+    pub fn set_on(&self, cpu: usize, hz: u64) {
         if let Some(core) = self.cores.get(cpu) {
-            core.state.lock().set_idle_after(idle_after);
+            let ticks = |us: u64| us * hz / 1_000_000;
+            core.state.lock().set_times(ticks(IDLE_AFTER_US), ticks(DOZE_AFTER_US));
+            core.doze_ticks.store(ticks(DOZE_FOR_US), Ordering::Relaxed);
             core.on.store(true, Ordering::Release);
         }
     }
@@ -193,19 +217,27 @@ impl IoCore {
         };
         self.polling.store(true, Ordering::SeqCst);
         before_pass();
-        let active = {
+        let found = {
             let devices = self.devices.lock();
-            // Every device, not stopping at the first active one: each must be served.
-            devices.iter().fold(false, |active, (_, d)| d.pass() | active)
+            // Every device, not stopping at the first that found work: each must be served.
+            devices.iter().fold(Found::default(), |all, (_, d)| {
+                let found = d.pass();
+                Found { work: all.work | found.work, in_flight: all.in_flight | found.in_flight }
+            })
         };
         let end = now();
-        if active {
+        if found.work {
             self.busy_ticks.fetch_add(end.saturating_sub(start), Ordering::Relaxed);
         }
         let mut state = self.state.lock();
-        let step = state.end_pass(end, active);
-        if step == vdev::virtio::poll::Step::EnableNotifications && self.go_to_sleep(&mut state, now()) {
-            return Turn::Slept(state.counts().sleeps);
+        match state.end_pass(end, found.work, found.in_flight) {
+            vdev::virtio::poll::Step::EnableNotifications if self.go_to_sleep(&mut state, now()) => {
+                return Turn::Slept(state.counts().sleeps);
+            }
+            vdev::virtio::poll::Step::Doze if !was_sleeping => {
+                return Turn::Dozed(self.doze_ticks.load(Ordering::Relaxed));
+            }
+            _ => {}
         }
         if was_sleeping {
             Turn::Woke(state.counts().wakes)

@@ -95,7 +95,7 @@ fn a_chain_made_available_as_notifies_come_back_is_found_not_lost() {
     let mut p = PollLoop::new(10);
     p.begin_pass(0);
     d.mmio.poll(&d.mem, true);
-    assert_eq!(p.end_pass(10, false), Step::EnableNotifications);
+    assert_eq!(p.end_pass(10, false, false), Step::EnableNotifications);
     // The driver publishes a chain and reads avail_event before the side core's store: it
     // sees the suppression and does not notify (2.7.10's race).
     let old = add_byte(&mut d, b'!');
@@ -107,7 +107,7 @@ fn a_chain_made_available_as_notifies_come_back_is_found_not_lost() {
     d.mmio.poll(&d.mem, true);
     assert_eq!(d.mmio.device().backend().0, b"!");
     // Empty now: it may sleep.
-    assert_eq!(p.end_pass(30, false), Step::EnableNotifications);
+    assert_eq!(p.end_pass(30, false, false), Step::EnableNotifications);
     assert_eq!(p.notifications_enabled(31, d.mmio.enable_notifications(&d.mem)), Step::Sleep);
 }
 

@@ -63,7 +63,6 @@ impl<V: Virtualization> Hypervisor<V> {
         bundle.check_board(&limits).map_err(|e| format!("boot bundle: {e}"))?;
         self.make_capabilities(bundle, board)?;
         // The side cores, before the VMs whose devices they serve are created.
-        let idle_after = crate::io_core::IDLE_AFTER_US * V::counter_frequency() / 1_000_000;
         for spec in bundle.vms() {
             if let Some(cpu) = spec.devices.io_cpu.map(|c| c as usize) {
                 if !(board.usable_cpu)(cpu) {
@@ -75,7 +74,7 @@ impl<V: Virtualization> Hypervisor<V> {
                 if self.io.get(cpu).is_none() {
                     say!(V, "hypervisor: cpu{cpu} is a side core: it serves virtqueues by polling and runs no vCPU");
                 }
-                self.io.set_on(cpu, idle_after);
+                self.io.set_on(cpu, V::counter_frequency());
             }
         }
 

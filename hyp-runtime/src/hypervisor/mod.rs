@@ -224,6 +224,12 @@ impl<V: Virtualization> Hypervisor<V> {
                 V::pause();
                 true
             }
+            // The board's interrupts (a completion) or the timer end the wait; this CPU runs
+            // no vCPU, so its hypervisor timer is free for it.
+            Turn::Dozed(ticks) => {
+                V::set_hyp_timer(Some(V::now().saturating_add(ticks)));
+                false
+            }
             Turn::Woke(n) => {
                 if logged(n) {
                     let c = core.counts();

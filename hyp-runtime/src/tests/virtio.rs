@@ -917,11 +917,13 @@ fn a_guest_flooding_the_log_is_held_to_its_vms_limit() {
 use crate::fake::FakeArch;
 use crate::io_core::{IoCore, IoCores, Polled, Turn};
 
+/// A counter of 50 kHz: `IDLE_AFTER_US` is 100 ticks, `DOZE_AFTER_US` 2, `DOZE_FOR_US` 5.
+const HZ: u64 = 50_000;
 const IDLE: u64 = 100;
 
 fn side_core() -> &'static IoCore {
     let cores: &'static IoCores = leak(IoCores::new());
-    cores.set_on(2, IDLE);
+    cores.set_on(2, HZ);
     cores.get(2).unwrap()
 }
 
@@ -989,8 +991,11 @@ fn the_side_core_polls_while_requests_are_in_flight_and_sleeps_after_it_is_idle(
     guest.request(true, 1, SECTOR);
     guest.notify();
     assert_eq!(turn(core, 0), Turn::Woke(1));
-    // Long past the idle time, but a request is in flight: it polls on.
-    assert_eq!(turn(core, 10 * IDLE), Turn::Polled);
+    // Long past the idle time, but a request is in flight: it dozes (waits for the
+    // completion's interrupt, or 5 ticks), notifies still off, and never sleeps.
+    assert_eq!(turn(core, 10 * IDLE), Turn::Dozed(5));
+    assert_eq!(turn(core, 10 * IDLE + 1), Turn::Dozed(5));
+    assert!(core.is_polling(), "a notify need not kick it");
     disk.lock().complete_all();
     finish_completions(disk, &[(3, &slot)]);
     assert_eq!(turn(core, 10 * IDLE + 1), Turn::Polled, "the used ring moved: activity");

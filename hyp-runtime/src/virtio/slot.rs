@@ -26,7 +26,7 @@ use super::PhysicalRam;
 use crate::arch::Arch;
 use crate::board::{Board, BoardDisk, DiskCompletion};
 use crate::guest_log::guest_line;
-use crate::io_core::{IoCore, Polled};
+use crate::io_core::{Found, IoCore, Polled};
 use crate::shared_vgic::SharedVgic;
 use vgic::IntId;
 
@@ -302,15 +302,16 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> Polled for VirtioSlot<D, E>
 where
     E::Ram: Send + Sync,
 {
-    fn pass(&self) -> bool {
+    fn pass(&self) -> Found {
         let notified = self.notified.swap(0, Ordering::AcqRel);
         self.with_device(|device, ram| {
             for queue in (0..32u16).filter(|q| notified & (1 << q) != 0) {
                 device.mark_notified(queue);
             }
-            device.poll(ram, true).active() || device.device().busy()
+            let work = device.poll(ram, true).active();
+            Found { work, in_flight: device.device().busy() }
         })
-        .unwrap_or(false)
+        .unwrap_or_default()
     }
 
     fn enable_notifications(&self) -> bool {

@@ -21,6 +21,10 @@ pub enum Mode {
 pub enum Step {
     /// Pass again.
     Poll,
+    /// Nothing to do but requests in flight on the board's devices: wait for an interrupt
+    /// (their completion, or a timer a short while on), notifies still off. Spinning there
+    /// would only take the CPU (a host thread, under an emulator) from the devices' own work.
+    Doze,
     /// Idle for long enough: ask for notifies again (then report with
     /// [`PollLoop::notifications_enabled`]).
     EnableNotifications,
@@ -42,12 +46,15 @@ pub struct PollCounts {
     /// Chains found on the last look after notifies were re-enabled: the race 2.7.10
     /// describes, each one a request that would have waited without that look.
     pub late_chains: u64,
+    /// Waits for an interrupt with requests in flight and notifies off.
+    pub dozes: u64,
 }
 
 /// The side core's state between passes.
 #[derive(Clone, Copy, Debug)]
 pub struct PollLoop {
     idle_after: u64,
+    doze_after: u64,
     mode: Mode,
     last_activity: u64,
     counts: PollCounts,
@@ -59,15 +66,18 @@ impl PollLoop {
     pub const fn new(idle_after: u64) -> Self {
         PollLoop {
             idle_after,
+            doze_after: idle_after,
             mode: Mode::Sleeping,
             last_activity: 0,
-            counts: PollCounts { passes: 0, busy_passes: 0, wakes: 0, sleeps: 0, late_chains: 0 },
+            counts: PollCounts { passes: 0, busy_passes: 0, wakes: 0, sleeps: 0, late_chains: 0, dozes: 0 },
         }
     }
 
-    /// Counter ticks of idle queues before it sleeps (set once the counter's rate is known).
-    pub fn set_idle_after(&mut self, idle_after: u64) {
+    /// Counter ticks of idle queues before it sleeps, and of no work but requests in flight
+    /// before it dozes (set once the counter's rate is known).
+    pub fn set_times(&mut self, idle_after: u64, doze_after: u64) {
         self.idle_after = idle_after;
+        self.doze_after = doze_after;
     }
 
     pub fn mode(&self) -> Mode {
@@ -91,15 +101,26 @@ impl PollLoop {
         true
     }
 
-    /// The pass found something (`active`: chains taken, completions, requests still in
-    /// flight) or not.
-    pub fn end_pass(&mut self, now: u64, active: bool) -> Step {
-        if active {
+    /// The pass found work (`work`: chains taken, used rings moved) or not, and whether
+    /// requests are still in flight. Work keeps it polling; requests in flight with no work
+    /// for `doze_after` make it doze (notifies stay off); nothing at all for `idle_after`
+    /// makes it ask for notifies again.
+    pub fn end_pass(&mut self, now: u64, work: bool, in_flight: bool) -> Step {
+        if work {
             self.counts.busy_passes += 1;
             self.last_activity = now;
             return Step::Poll;
         }
-        if now.saturating_sub(self.last_activity) >= self.idle_after {
+        let quiet = now.saturating_sub(self.last_activity);
+        if in_flight {
+            // Requests in flight are activity: it does not go to sleep while they are.
+            if quiet >= self.doze_after {
+                self.counts.dozes += 1;
+                return Step::Doze;
+            }
+            return Step::Poll;
+        }
+        if quiet >= self.idle_after {
             Step::EnableNotifications
         } else {
             Step::Poll
@@ -136,35 +157,53 @@ mod tests {
         assert_eq!(p.mode(), Mode::Sleeping);
         assert!(p.begin_pass(1_000));
         assert_eq!((p.mode(), p.counts().wakes), (Mode::Polling, 1));
-        assert_eq!(p.end_pass(1_000, true), Step::Poll);
+        assert_eq!(p.end_pass(1_000, true, false), Step::Poll);
         p.begin_pass(1_050);
-        assert_eq!(p.end_pass(1_050, false), Step::Poll, "idle for 50 ticks only");
+        assert_eq!(p.end_pass(1_050, false, false), Step::Poll, "idle for 50 ticks only");
         p.begin_pass(1_099);
-        assert_eq!(p.end_pass(1_099, false), Step::Poll);
+        assert_eq!(p.end_pass(1_099, false, false), Step::Poll);
         p.begin_pass(1_100);
-        assert_eq!(p.end_pass(1_100, false), Step::EnableNotifications);
+        assert_eq!(p.end_pass(1_100, false, false), Step::EnableNotifications);
         assert_eq!(p.notifications_enabled(1_101, false), Step::Sleep);
         assert_eq!((p.mode(), p.counts().sleeps), (Mode::Sleeping, 1));
         // Woken: polls again, the idle time counted from the wake.
         p.begin_pass(5_000);
-        assert_eq!(p.end_pass(5_050, false), Step::Poll);
-        assert_eq!(p.counts(), PollCounts { passes: 5, busy_passes: 1, wakes: 2, sleeps: 1, late_chains: 0 });
+        assert_eq!(p.end_pass(5_050, false, false), Step::Poll);
+        assert_eq!(p.counts(), PollCounts { passes: 5, busy_passes: 1, wakes: 2, sleeps: 1, late_chains: 0, dozes: 0 });
     }
 
     #[test]
     fn a_chain_found_after_notifies_came_back_keeps_it_polling() {
         let mut p = PollLoop::new(10);
         p.begin_pass(0);
-        assert_eq!(p.end_pass(10, false), Step::EnableNotifications);
+        assert_eq!(p.end_pass(10, false, false), Step::EnableNotifications);
         // The driver made a chain available while it still saw the suppression: no notify
         // came, so the core must not sleep.
         assert_eq!(p.notifications_enabled(11, true), Step::Poll);
         assert_eq!((p.mode(), p.counts().late_chains), (Mode::Polling, 1));
         // And the idle time starts again from there.
         p.begin_pass(15);
-        assert_eq!(p.end_pass(15, false), Step::Poll);
+        assert_eq!(p.end_pass(15, false, false), Step::Poll);
         p.begin_pass(21);
-        assert_eq!(p.end_pass(21, false), Step::EnableNotifications);
+        assert_eq!(p.end_pass(21, false, false), Step::EnableNotifications);
+    }
+
+    #[test]
+    fn with_requests_in_flight_it_dozes_and_never_sleeps() {
+        let mut p = PollLoop::new(100);
+        p.set_times(100, 10);
+        p.begin_pass(0);
+        assert_eq!(p.end_pass(0, true, true), Step::Poll, "work: polls");
+        assert_eq!(p.end_pass(5, false, true), Step::Poll, "in flight, quiet for 5 ticks only");
+        assert_eq!(p.end_pass(10, false, true), Step::Doze);
+        // However long the requests take, it dozes: notifies stay off.
+        assert_eq!(p.end_pass(1_000, false, true), Step::Doze);
+        assert_eq!(p.mode(), Mode::Polling);
+        // They complete (the used ring moves: work), and the idle time counts from there.
+        assert_eq!(p.end_pass(1_000, true, false), Step::Poll);
+        assert_eq!(p.end_pass(1_050, false, false), Step::Poll);
+        assert_eq!(p.end_pass(1_100, false, false), Step::EnableNotifications);
+        assert_eq!(p.counts().dozes, 2);
     }
 
     #[test]
