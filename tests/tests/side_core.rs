@@ -95,6 +95,10 @@ fn a_side_core_serves_the_disk_and_nic_of_a_linux_vm_polling_under_load_and_slee
     let console = s.console();
     assert!(last_transition(&console, "idle -> polling") > wakes, "woken again: {console}");
     assert!(last_transition(&console, "polling -> idle") > sleeps, "asleep again: {console}");
+    // The side core's log, for the test's output (`--nocapture`).
+    for line in console.lines().filter(|l| l.contains(&format!("io cpu{IO_CPU}")) || l.contains("side core")) {
+        eprintln!("{line}");
+    }
     s.send_line("poweroff").unwrap();
     s.wait_for("hypervisor: vm0 linux ended: PoweredOff (clean)", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     let out = s.finish();
