@@ -32,9 +32,9 @@ use crate::arch::Arch;
 /// the gap between a completion and the guest's next request (a few microseconds on
 /// hardware, tens under QEMU's TCG), short beside a human's pause.
 pub const IDLE_AFTER_US: u64 = 2_000;
-/// How long a side core polls with nothing to do but requests in flight before it waits
-/// for an interrupt (their completion), in microseconds, and how long it waits at most
-/// then (a timer): a chain the guest makes available meanwhile waits that long at most.
+/// How long a side core polls without work before it waits for an interrupt between
+/// passes (a completion, a kick), in microseconds, and how long it waits at most then (a
+/// timer): a chain the guest makes available meanwhile waits that long at most.
 /// Spinning through a request's whole time would take the CPU from the board devices'
 /// own work (a host thread under an emulator; a shared core's power on hardware).
 pub const DOZE_AFTER_US: u64 = 50;
@@ -151,8 +151,8 @@ pub enum Turn {
     Woke(u64),
     /// It went to sleep: its CPU waits for an interrupt (the transition number).
     Slept(u64),
-    /// Requests in flight and nothing else to do: its CPU waits for an interrupt, at most
-    /// this many counter ticks (notifies stay off).
+    /// No work for a while: its CPU waits for an interrupt, at most this many counter ticks
+    /// (notifies stay off).
     Dozed(u64),
 }
 

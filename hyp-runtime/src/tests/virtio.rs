@@ -1000,6 +1000,7 @@ fn the_side_core_polls_while_requests_are_in_flight_and_sleeps_after_it_is_idle(
     finish_completions(disk, &[(3, &slot)]);
     assert_eq!(turn(core, 10 * IDLE + 1), Turn::Polled, "the used ring moved: activity");
     assert_eq!(turn(core, 10 * IDLE + 2), Turn::Polled, "idle for a tick only");
+    assert_eq!(turn(core, 10 * IDLE + 50), Turn::Dozed(5), "idle for a while: it waits between passes");
     assert_eq!(turn(core, 11 * IDLE + 1), Turn::Slept(1));
     assert!(!core.is_polling());
     assert_eq!(u16::from_le_bytes(ram.bytes(RAM_IPA + 0x10_0400, 2).try_into().unwrap()), 0, "notifies wanted again");

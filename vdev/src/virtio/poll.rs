@@ -21,9 +21,10 @@ pub enum Mode {
 pub enum Step {
     /// Pass again.
     Poll,
-    /// Nothing to do but requests in flight on the board's devices: wait for an interrupt
-    /// (their completion, or a timer a short while on), notifies still off. Spinning there
-    /// would only take the CPU (a host thread, under an emulator) from the devices' own work.
+    /// Nothing to do for a while, but requests in flight or work a short while ago: wait
+    /// for an interrupt (a completion, or a timer a short while on), notifies still off.
+    /// Spinning there would only take the CPU (a host thread, under an emulator) from the
+    /// devices' own work.
     Doze,
     /// Idle for long enough: ask for notifies again (then report with
     /// [`PollLoop::notifications_enabled`]).
@@ -102,9 +103,9 @@ impl PollLoop {
     }
 
     /// The pass found work (`work`: chains taken, used rings moved) or not, and whether
-    /// requests are still in flight. Work keeps it polling; requests in flight with no work
-    /// for `doze_after` make it doze (notifies stay off); nothing at all for `idle_after`
-    /// makes it ask for notifies again.
+    /// requests are still in flight. Work keeps it polling; no work for `doze_after` makes
+    /// it doze between passes (notifies stay off); with requests in flight it never goes
+    /// further; with none, `idle_after` without work makes it ask for notifies again.
     pub fn end_pass(&mut self, now: u64, work: bool, in_flight: bool) -> Step {
         if work {
             self.counts.busy_passes += 1;
@@ -122,6 +123,9 @@ impl PollLoop {
         }
         if quiet >= self.idle_after {
             Step::EnableNotifications
+        } else if quiet >= self.doze_after {
+            self.counts.dozes += 1;
+            Step::Doze
         } else {
             Step::Poll
         }
@@ -199,11 +203,14 @@ mod tests {
         // However long the requests take, it dozes: notifies stay off.
         assert_eq!(p.end_pass(1_000, false, true), Step::Doze);
         assert_eq!(p.mode(), Mode::Polling);
-        // They complete (the used ring moves: work), and the idle time counts from there.
+        // They complete (the used ring moves: work), and the idle time counts from there:
+        // it polls a little, dozes (notifies still off: the guest's next request, made on
+        // the completion, needs none), then asks for notifies again.
         assert_eq!(p.end_pass(1_000, true, false), Step::Poll);
-        assert_eq!(p.end_pass(1_050, false, false), Step::Poll);
+        assert_eq!(p.end_pass(1_005, false, false), Step::Poll);
+        assert_eq!(p.end_pass(1_050, false, false), Step::Doze);
         assert_eq!(p.end_pass(1_100, false, false), Step::EnableNotifications);
-        assert_eq!(p.counts().dozes, 2);
+        assert_eq!(p.counts().dozes, 3);
     }
 
     #[test]
