@@ -33,6 +33,12 @@ impl Arch for Aarch64 {
         sysreg!("cntfrq_el0")
     }
 
+    /// YIELD: QEMU with `-icount` goes on to its next CPU, so a side core's polling does not
+    /// spin through its whole turn of virtual time (docs/virtio.md, "The side core").
+    fn pause() {
+        crate::cpus::wait_a_little();
+    }
+
     /// This CPU's EL2 physical timer (CNTHP, ARM ARM D12.8).
     fn set_hyp_timer(deadline: Option<u64>) {
         match deadline {

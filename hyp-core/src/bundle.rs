@@ -190,6 +190,10 @@ pub struct VmDevices {
     /// A virtio NIC on the hypervisor's switch, with this MAC address (None: derived from
     /// the VM's index).
     pub network: Option<Option<[u8; 6]>>,
+    /// The physical CPU that serves its disk and NIC by polling their virtqueues (a side
+    /// core: docs/virtio.md, "The side core"); `None`: they are served on the exits of the
+    /// VM's own vCPUs, as a QueueNotify traps.
+    pub io_cpu: Option<u32>,
 }
 
 /// Bytes `[offset, offset + size)` of the board's disk; `size` 0 means to its end. Both are
@@ -448,7 +452,11 @@ fn vm_spec<'a>(node: Node<'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
         (Some(_), None) => Some(None),
         (Some(_), Some(mac)) => Some(Some(mac.value.try_into().map_err(|_| bad("mac", "must be 6 bytes"))?)),
     };
-    let devices = VmDevices { disk, network };
+    let io_cpu = match node.property("io-cpu") {
+        None => None,
+        Some(_) => Some(u32_prop(node, "io-cpu").ok_or(bad("io-cpu", "must be one 32-bit CPU number"))?),
+    };
+    let devices = VmDevices { disk, network, io_cpu };
     let cpus = match node.property("cpus") {
         None => None,
         Some(p) => Some(U32List::new(p.value).ok_or(bad("cpus", "must be a list of 32-bit CPU numbers"))?),

@@ -406,6 +406,23 @@ pub enum ManifestError<'a> {
         other: &'a str,
         other_policy: Policy,
     },
+    /// `io_cpu` is given but the VM has neither a disk nor a NIC for it to serve.
+    IoCpuWithoutDevices {
+        vm: &'a str,
+    },
+    /// `io_cpu` names a CPU the board does not have.
+    NoSuchIoCpu {
+        vm: &'a str,
+        cpu: u32,
+        board_cpus: usize,
+    },
+    /// `vm`'s `io_cpu` is a CPU that `other`'s `cpus` runs a vCPU on (maybe `vm` itself):
+    /// an I/O CPU polls, it runs no vCPU.
+    IoCpuRunsVcpu {
+        vm: &'a str,
+        cpu: u32,
+        other: &'a str,
+    },
     /// VMs without `cpus` pin each vCPU to a CPU no VM lists; too few are left.
     NotEnoughFreeCpus {
         vm: &'a str,
@@ -677,6 +694,26 @@ impl fmt::Display for ManifestError<'_> {
                 "VM {vm}: field `cpus`: CPU {cpu} is pinned to VM {other}, so shared vCPUs cannot run there; \
                  choose another CPU"
             ),
+            Self::IoCpuWithoutDevices { vm } => write!(
+                f,
+                "VM {vm}: field `io_cpu`: the VM has no `disk` and no `network` for an I/O CPU to serve; remove \
+                 `io_cpu`, or give the VM a disk or a NIC"
+            ),
+            Self::NoSuchIoCpu { vm, cpu, board_cpus } => write!(
+                f,
+                "VM {vm}: field `io_cpu`: CPU {cpu} does not exist (the board has {}); name one of those",
+                Cpus(board_cpus)
+            ),
+            Self::IoCpuRunsVcpu { vm, cpu, other } if vm == other => write!(
+                f,
+                "VM {vm}: field `io_cpu`: CPU {cpu} is also in its `cpus`, but an I/O CPU runs no vCPU (it polls \
+                 the virtqueues); choose a CPU no vCPU runs on"
+            ),
+            Self::IoCpuRunsVcpu { vm, cpu, other } => write!(
+                f,
+                "VM {vm}: field `io_cpu`: CPU {cpu} runs a vCPU of VM {other} (its `cpus`), but an I/O CPU runs no \
+                 vCPU (it polls the virtqueues); choose a CPU no vCPU runs on"
+            ),
             Self::NotEnoughFreeCpus { vm, wanted, free, board_cpus } => write!(
                 f,
                 "VM {vm}: field `vcpus`: without `cpus`, each of its {wanted} {} is pinned to a CPU no VM lists, \
@@ -826,6 +863,7 @@ where
     let mut free_taken = 0usize;
     for (i, vm) in vms.clone().enumerate() {
         check_alone(&vm)?;
+        check_io_cpu(&vm, vms.clone())?;
         for (j, earlier) in vms.clone().take(i).enumerate() {
             check_pair(&vm, &earlier)?;
             if let Some(mac) = vm.nic_mac(i).filter(|&m| earlier.nic_mac(j) == Some(m)) {
@@ -857,12 +895,28 @@ where
     Ok(())
 }
 
-/// How many of the board's CPUs some VM lists in its `cpus`.
+/// `vm`'s `io_cpu` against every VM's `cpus` (before and after it in the manifest): an
+/// I/O CPU runs no vCPU (docs/virtio.md, "The side core").
+fn check_io_cpu<'a, I>(vm: &VmSpec<'a>, vms: I) -> Result<(), ManifestError<'a>>
+where
+    I: Iterator<Item = VmSpec<'a>>,
+{
+    let Some(cpu) = vm.devices.io_cpu else { return Ok(()) };
+    for other in vms {
+        if other.placement.cpus.is_some_and(|cpus| cpus.contains(cpu)) {
+            return Err(ManifestError::IoCpuRunsVcpu { vm: vm.name, cpu, other: other.name });
+        }
+    }
+    Ok(())
+}
+
+/// How many of the board's CPUs some VM lists in its `cpus` or as its `io_cpu`: neither
+/// is free for the vCPUs of a VM without `cpus`.
 fn listed_cpus<'a, I>(vms: I, board_cpus: usize) -> usize
 where
     I: Iterator<Item = VmSpec<'a>> + Clone,
 {
-    let all = vms.flat_map(|vm| vm.placement.cpus.into_iter().flat_map(|c| c.iter()));
+    let all = vms.flat_map(|vm| vm.placement.cpus.into_iter().flat_map(|c| c.iter()).chain(vm.devices.io_cpu));
     (0..board_cpus).filter(|&c| all.clone().any(|listed| listed as usize == c)).count()
 }
 
@@ -886,6 +940,9 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
         if mac[0] & 1 != 0 || mac == [0; 6] {
             return Err(ManifestError::MacNotUnicast { vm: name });
         }
+    }
+    if vm.devices.io_cpu.is_some() && vm.devices.disk.is_none() && vm.devices.network.is_none() {
+        return Err(ManifestError::IoCpuWithoutDevices { vm: name });
     }
     let placement = vm.placement;
     match (placement.policy, placement.slice_us) {
@@ -994,6 +1051,9 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
     let name = vm.name;
     if let Some(cpu) = vm.placement.cpus.and_then(|cpus| cpus.iter().find(|&c| c as usize >= board.cpus)) {
         return Err(ManifestError::NoSuchCpu { vm: name, cpu, board_cpus: board.cpus });
+    }
+    if let Some(cpu) = vm.devices.io_cpu.filter(|&c| c as usize >= board.cpus) {
+        return Err(ManifestError::NoSuchIoCpu { vm: name, cpu, board_cpus: board.cpus });
     }
     if let Some(disk) = vm.devices.disk {
         let fits = board.disk.is_some_and(|size| disk.offset <= size && disk.size <= size - disk.offset);
@@ -1247,13 +1307,17 @@ mod tests {
 
     #[test]
     fn a_multicast_mac_is_refused() {
-        let web = VmSpec { devices: VmDevices { disk: None, network: Some(Some([1, 2, 3, 4, 5, 6])) }, ..vm("web") };
+        let web = VmSpec {
+            devices: VmDevices { disk: None, network: Some(Some([1, 2, 3, 4, 5, 6])), io_cpu: None },
+            ..vm("web")
+        };
         assert_eq!(error(&[web]), "VM web: field `mac` must be a unicast address (first byte even), not all zeros");
     }
 
     #[test]
     fn two_nics_with_one_mac_address_are_refused_whether_given_or_by_default() {
-        let nic = |name, mac| VmSpec { devices: VmDevices { disk: None, network: Some(mac) }, ..vm(name) };
+        let nic =
+            |name, mac| VmSpec { devices: VmDevices { disk: None, network: Some(mac), io_cpu: None }, ..vm(name) };
         let same = [0x52, 0x54, 0, 0xab, 0xcd, 0xef];
         assert_eq!(
             error(&[nic("a", Some(same)), nic("b", Some(same))]),
@@ -1373,6 +1437,59 @@ mod tests {
     fn vms_without_cpus_need_enough_free_cpus() {
         // CPUs 1 and 3 are listed, so two are left for the VMs without `cpus`.
         let vms = [pinned("a", &[1]), VmSpec { vcpus: 2, ..vm("b") }, vm("c"), shared("d", &[3])];
+        assert_eq!(
+            error(&vms),
+            "VM c: field `vcpus`: without `cpus`, each of its 1 vCPU is pinned to a CPU no VM lists, but only 0 of \
+             the board's 4 CPUs are left; give it `cpus`, or fewer vCPUs"
+        );
+        check(vms[..2].iter().copied(), &board()).unwrap();
+    }
+
+    fn with_io_cpu(vm: VmSpec<'static>, cpu: u32) -> VmSpec<'static> {
+        let devices = VmDevices { disk: Some(DiskSlice { offset: 0, size: 0 }), io_cpu: Some(cpu), ..vm.devices };
+        VmSpec { devices, ..vm }
+    }
+
+    #[test]
+    fn an_io_cpu_runs_no_vcpu_exists_and_has_a_device_to_serve() {
+        // Its own vCPU, or another VM's, before or after it in the manifest.
+        assert_eq!(
+            error(&[with_io_cpu(pinned("a", &[1]), 1)]),
+            "VM a: field `io_cpu`: CPU 1 is also in its `cpus`, but an I/O CPU runs no vCPU (it polls the \
+             virtqueues); choose a CPU no vCPU runs on"
+        );
+        for vms in [
+            [with_io_cpu(pinned("a", &[1]), 3), shared("b", &[3])],
+            [shared("b", &[3]), with_io_cpu(pinned("a", &[1]), 3)],
+        ] {
+            assert_eq!(
+                error(&vms),
+                "VM a: field `io_cpu`: CPU 3 runs a vCPU of VM b (its `cpus`), but an I/O CPU runs no vCPU (it \
+                 polls the virtqueues); choose a CPU no vCPU runs on"
+            );
+        }
+        assert_eq!(
+            error(&[with_io_cpu(pinned("a", &[1]), 4)]),
+            "VM a: field `io_cpu`: CPU 4 does not exist (the board has CPUs 0-3); name one of those"
+        );
+        let bare = VmSpec { devices: VmDevices { io_cpu: Some(3), ..VmDevices::default() }, ..vm("a") };
+        assert_eq!(
+            error(&[bare]),
+            "VM a: field `io_cpu`: the VM has no `disk` and no `network` for an I/O CPU to serve; remove `io_cpu`, \
+             or give the VM a disk or a NIC"
+        );
+        // Two VMs may share one I/O CPU; the rest of the board is theirs.
+        let b = VmSpec {
+            devices: VmDevices { network: Some(None), io_cpu: Some(3), ..VmDevices::default() },
+            ..pinned("b", &[2])
+        };
+        check([with_io_cpu(pinned("a", &[1]), 3), b].into_iter(), &board()).unwrap();
+    }
+
+    #[test]
+    fn an_io_cpu_is_not_free_for_vms_without_cpus() {
+        // CPUs 1 (listed) and 3 (an I/O CPU) are taken: two are left, and c wants a third.
+        let vms = [with_io_cpu(pinned("a", &[1]), 3), VmSpec { vcpus: 2, ..vm("b") }, vm("c")];
         assert_eq!(
             error(&vms),
             "VM c: field `vcpus`: without `cpus`, each of its 1 vCPU is pinned to a CPU no VM lists, but only 0 of \

@@ -24,6 +24,13 @@ pub trait Arch: 'static {
     /// The counter's ticks per second.
     fn counter_frequency() -> u64;
 
+    /// A pause in a polling loop (a side core's passes): a hint that this CPU only waits.
+    /// On AArch64, YIELD, on which an emulator running its CPUs in turn (QEMU with
+    /// `-icount`) goes on to the next one.
+    fn pause() {
+        core::hint::spin_loop();
+    }
+
     /// Programs this CPU's hypervisor timer to interrupt at counter value `deadline`, or
     /// stops it (`None`).
     fn set_hyp_timer(deadline: Option<u64>);

@@ -5,9 +5,10 @@
 //! - devices: a VM's virtio devices and their backends ([`virtio`]), the virtual switch
 //!   ([`network`]), passthrough devices and who owns their interrupts ([`passthrough`]);
 //! - CPUs: which are online and their boot-time work ([`cpus`]), where vCPUs run
-//!   ([`placement`]), the scheduler at run time ([`scheduling`]), a VM's virtual GIC as the
-//!   CPUs share it ([`shared_vgic`]), what each physical interrupt is for ([`interrupts`]),
-//!   when a CPU invalidates its TLB for a vCPU ([`tlb`]);
+//!   ([`placement`]), side cores that serve virtqueues by polling ([`io_core`]), the
+//!   scheduler at run time ([`scheduling`]), a VM's virtual GIC as the CPUs share it
+//!   ([`shared_vgic`]), what each physical interrupt is for ([`interrupts`]), when a CPU
+//!   invalidates its TLB for a vCPU ([`tlb`]);
 //! - the console: where input goes ([`focus`]) and the management console's commands
 //!   ([`management`]);
 //! - the hypervisor as a whole ([`hypervisor`]): the VMs created at boot, each CPU's turn at
@@ -31,6 +32,7 @@ pub mod focus;
 pub mod guest_log;
 pub mod hypervisor;
 pub mod interrupts;
+pub mod io_core;
 pub mod management;
 pub mod network;
 pub mod passthrough;

@@ -37,6 +37,10 @@ pub trait VmDirectory {
     fn focus(&self) -> usize;
     /// Bytes of the hypervisor's heap in use, and its size.
     fn heap(&self) -> (u64, u64);
+    /// One line per side core (crate::io_core): its state and counts.
+    fn io_lines(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a command changes, for the runtime to apply after printing the reply.
@@ -135,6 +139,7 @@ fn list(vms: &impl VmDirectory) -> Reply {
             }
         });
     }
+    lines.extend(vms.io_lines());
     let (in_use, size) = vms.heap();
     lines.push(heap_line(in_use, size));
     Reply { lines, effect: None }

@@ -1,7 +1,7 @@
 //! Where each vCPU runs, decided once at boot from the manifest (docs/manifest.md, `cpus`
 //! and `policy`; docs/scheduler.md): on the CPUs its VM's entry names, pinned or sharing
-//! them; a VM that names none has each vCPU pinned to a CPU no VM named, every such VM's
-//! vCPU 0 first and vm0's on the boot CPU.
+//! them; a VM that names none has each vCPU pinned to a CPU no VM named (nor as its
+//! `io_cpu`), every such VM's vCPU 0 first and vm0's on the boot CPU.
 
 use alloc::vec::Vec;
 use core::fmt;
@@ -69,9 +69,11 @@ pub fn place_vcpus(
             named.push(cpu);
         }
     }
+    // An I/O CPU (a VM's `io_cpu`) runs no vCPU: it polls virtqueues (crate::io_core).
+    let io_cpus: Vec<usize> = vms.iter().filter_map(|spec| spec.devices.io_cpu).map(|c| c as usize).collect();
     let mut free: Vec<usize> = Vec::new();
     for c in core::iter::once(boot_cpu).chain(0..cpus) {
-        if usable(c) && !named.contains(&c) && !free.contains(&c) {
+        if usable(c) && !named.contains(&c) && !io_cpus.contains(&c) && !free.contains(&c) {
             free.push(c);
         }
     }

@@ -12,6 +12,7 @@
 pub mod a64;
 pub mod chart;
 pub mod exits;
+pub mod io_cost;
 pub mod rpi4;
 pub mod trace;
 
@@ -433,7 +434,7 @@ struct Booted {
 /// creation, and the hypervisor prints the physical count then. Under `-icount shift=0`
 /// `offset_ticks + vm_ticks` at `hz` is the instructions since QEMU's start (1 per ns).
 fn boot(cmd: std::process::Command, hypervisor: bool) -> Result<Booted, XtaskError> {
-    let mut shell = GuestShell { s: qemu::Session::start(cmd, RUN_LIMIT, false)? };
+    let mut shell = GuestShell { s: qemu::Session::start(cmd, RUN_LIMIT, false)?, io_line: None };
     let mut after = |marker: &str, end: &str| -> Result<String, XtaskError> {
         shell.wait(marker)?;
         shell.wait(end)
@@ -456,6 +457,8 @@ fn boot(cmd: std::process::Command, hypervisor: bool) -> Result<Booted, XtaskErr
 /// console (Ctrl-], docs/management.md) on the same UART.
 struct GuestShell {
     s: qemu::Session,
+    /// The side core's line of the last `list` (`io cpuN: ...`), if the hypervisor has one.
+    io_line: Option<String>,
 }
 
 impl GuestShell {
@@ -488,6 +491,9 @@ impl GuestShell {
         let vm_line = format!("vm0 {LINUX_VM}: ");
         self.wait(&vm_line)?;
         let rest = self.wait("\n")?;
+        // The side cores' lines come after the VMs', before the heap's.
+        let tail = self.wait("heap: ")?;
+        self.io_line = tail.lines().find_map(|l| l.split_once("io cpu").map(|(_, rest)| format!("io cpu{rest}")));
         exits::parse_list(&format!("{vm_line}{rest}"), LINUX_VM)
     }
 
@@ -655,6 +661,9 @@ pub struct IoRun {
     pub under: IoFigures,
     pub native: IoFigures,
     pub exits: Vec<WorkloadExits>,
+    /// Under the hypervisor with a side core serving the VM's disk and NIC (one more CPU:
+    /// docs/virtio.md, "The side core"); its exits are in `exits` as "... (side core)".
+    pub side: Option<IoFigures>,
 }
 
 /// Bytes each disk run moves, and the runs of each of write and read in one boot. A run of
@@ -692,22 +701,40 @@ pub fn virtio_io() -> Result<IoRun, XtaskError> {
         &bootargs,
         VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), network: Some(None), ..Default::default() },
     );
-    let bundle_path = bundle::write_file("io-bench", &[vm], &BundleOptions::default())?;
+    let bundle_path = bundle::write_file("io-bench", std::slice::from_ref(&vm), &BundleOptions::default())?;
     let runs = format!(
         "{DISK_RUNS} x {} MiB dd write and read with O_DIRECT, {NET_RUNS} x {} MiB TCP from the host",
         DISK_RUN_BYTES >> 20,
         NET_RUN_BYTES >> 20
     );
     step(&format!("virtio throughput under the hypervisor ({runs}), with its exits"));
-    let (under, exits) = io_run(machine.command(&hyp, Some(&bundle_path)), port, true)?;
+    let (under, mut exits) = io_run(machine.command(&hyp, Some(&bundle_path)), port, true)?;
     step(&samples_text(&under));
+    step(&format!(
+        "virtio throughput under the hypervisor with a side core (CPU {SIDE_CORE_CPU} of 3 polls the VM's virtqueues; \
+         {runs}), with its exits"
+    ));
+    let side_bundle = bundle::write_file("io-bench-side-core", &[side_core_vm(&vm)], &BundleOptions::default())?;
+    let side_machine = Machine { smp: 3, ..machine.clone() };
+    let (side, side_exits) = io_run(side_machine.command(&hyp, Some(&side_bundle)), port, true)?;
+    step(&samples_text(&side));
+    exits
+        .extend(side_exits.into_iter().map(|w| WorkloadExits { workload: format!("{} (side core)", w.workload), ..w }));
     step(&format!("virtio throughput with QEMU's devices given straight to the guest ({runs})"));
     let mut cmd =
         Machine { virtualization: false, memory_mib: 512, ..machine }.command(&linux.kernel, Some(&linux.initrd));
     cmd.arg("-append").arg(&bootargs);
     let (native, _) = io_run(cmd, port, false)?;
     step(&samples_text(&native));
-    Ok(IoRun { under, native, exits })
+    Ok(IoRun { under, native, exits, side: Some(side) })
+}
+
+/// The CPU a benchmark's side core runs on: the VM's 2 vCPUs are pinned to CPUs 0 and 1.
+const SIDE_CORE_CPU: u32 = 2;
+
+/// `vm` with its disk and NIC served by a side core on `SIDE_CORE_CPU`.
+fn side_core_vm(vm: &VmEntry) -> VmEntry {
+    VmEntry { devices: VmDevices { io_cpu: Some(SIDE_CORE_CPU), ..vm.devices.clone() }, ..vm.clone() }
 }
 
 /// A new disk image of `size` bytes, every block written once. A sparse image makes the
@@ -866,13 +893,18 @@ pub fn io_report(io: &IoRun) -> Result<String, XtaskError> {
 /// Per figure the runs, each side's `median (min..max)` and the ratio of the medians.
 fn io_table(io: &IoRun) -> String {
     let mut table = format!(
-        "{:<24} {:>4} {:>22} {:>22} {:>6} {:>8} {:>5}\n",
-        "MB/s: median (min..max)", "runs", "hypervisor", "no hyp.", "ratio", "target", "met"
+        "{:<24} {:>4} {:>22} {:>22} {:>6} {:>8} {:>5} {:>22} {:>6}\n",
+        "MB/s: median (min..max)", "runs", "hypervisor", "no hyp.", "ratio", "target", "met", "side core", "ratio"
     );
-    for (name, u, n, _) in io_rows(io) {
+    let side = io.side.as_ref().map(|s| [&s.disk_write, &s.disk_read, &s.net_to_guest]);
+    for (i, (name, u, n, _)) in io_rows(io).into_iter().enumerate() {
         let ratio = u.median() / n.median();
+        let (side_text, side_ratio) = match side {
+            Some(side) => (side[i].spread_text(), format!("{:.2}", side[i].median() / n.median())),
+            None => ("-".into(), "-".into()),
+        };
         table.push_str(&format!(
-            "{name:<24} {:>4} {:>22} {:>22} {ratio:>6.2} {:>8} {:>5}\n",
+            "{name:<24} {:>4} {:>22} {:>22} {ratio:>6.2} {:>8} {:>5} {side_text:>22} {side_ratio:>6}\n",
             u.values().len(),
             u.spread_text(),
             n.spread_text(),
@@ -891,12 +923,15 @@ fn io_table(io: &IoRun) -> String {
 /// `io.json`: per figure the bytes per run, each side's median, min, max and every run in
 /// order, the ratio of the medians and the target.
 fn io_json(io: &IoRun) -> String {
+    let side = io.side.as_ref().map(|s| [&s.disk_write, &s.disk_read, &s.net_to_guest]);
     let rows: Vec<String> = io_rows(io)
         .into_iter()
-        .map(|(name, u, n, bytes)| {
+        .enumerate()
+        .map(|(i, (name, u, n, bytes))| {
+            let side = side.map_or_else(|| "null".to_string(), |s| s[i].json());
             format!(
                 "    {{\n      \"name\": \"{name}\",\n      \"bytes_per_run\": {bytes},\n      \"hypervisor\": {},\n      \
-                 \"native\": {},\n      \"ratio\": {:.3},\n      \"target\": \"{}\"\n    }}",
+                 \"native\": {},\n      \"ratio\": {:.3},\n      \"target\": \"{}\",\n      \"side_core\": {side}\n    }}",
                 u.json(),
                 n.json(),
                 u.median() / n.median(),
@@ -1134,6 +1169,7 @@ mod tests {
                 net_to_guest: samples(&[2.5, 2.0, 3.0]),
             },
             exits: Vec::new(),
+            side: None,
         }
     }
 
@@ -1144,8 +1180,12 @@ mod tests {
         assert!(lines[0].starts_with("MB/s: median (min..max)") && lines[0].contains("runs"), "{t}");
         let row = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>().join(" ");
         // 160 / 205 = 0.78; 4 / 2.5 = 1.60.
-        assert_eq!(row(1), "disk write (O_DIRECT) 5 160.0 (90.0..170.0) 205.0 (190.0..300.0) 0.78 >= 0.8 NO");
-        assert_eq!(row(3), "TCP host -> guest 3 4.0 (2.0..5.0) 2.5 (2.0..3.0) 1.60 >= 0.8 yes");
+        assert_eq!(
+            row(1),
+            "disk write (O_DIRECT) 5 160.0 (90.0..170.0) 205.0 (190.0..300.0) 0.78 >= 0.8 NO - -",
+            "no side-core run: dashes"
+        );
+        assert_eq!(row(3), "TCP host -> guest 3 4.0 (2.0..5.0) 2.5 (2.0..3.0) 1.60 >= 0.8 yes - -");
         assert!(lines[4].contains("128 MiB per run") && lines[4].contains("16 MiB per run"), "{t}");
     }
 

@@ -46,6 +46,9 @@ pub struct VmDevices {
     /// Its RAM is the physical memory from this address, at IPA = PA (for a passthrough
     /// device that does DMA: docs/capability-model.md, "Identity-mapped VMs").
     pub identity_mapped: Option<u64>,
+    /// The physical CPU that serves its disk and NIC by polling (a side core, bundle
+    /// property `io-cpu`); `None`: served on its vCPUs' exits.
+    pub io_cpu: Option<u32>,
 }
 
 /// Where a VM's vCPUs run (bundle properties `cpus`, `policy`, `slice-us`).
@@ -188,6 +191,9 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
         if let Some(base) = vm.devices.identity_mapped {
             fdt.property_u64("identity-mapped", base).map_err(fdt_error)?;
         }
+        if let Some(cpu) = vm.devices.io_cpu {
+            fdt.property_u32("io-cpu", cpu).map_err(fdt_error)?;
+        }
         for (j, device) in vm.devices.passthrough.iter().enumerate() {
             let node = fdt.begin_node(&format!("passthrough@{j}")).map_err(fdt_error)?;
             fdt.property_string("name", &device.name).map_err(fdt_error)?;
@@ -298,11 +304,14 @@ mod tests {
         let disk = DiskSlice { offset: 1 << 20, size: 8 << 20 };
         let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x10];
         let with = |devices| VmEntry { devices, ..vm(k.clone()) };
-        let devices = VmDevices { disk: Some(disk), network: Some(Some(mac)), ..Default::default() };
+        let devices = VmDevices { disk: Some(disk), network: Some(Some(mac)), io_cpu: Some(3), ..Default::default() };
         let blob = write(&[with(devices)], &BundleOptions::default()).unwrap();
         let bundle = BootBundle::parse(&blob).unwrap();
         let spec = bundle.vms().next().unwrap();
-        assert_eq!(spec.devices, hyp_core::bundle::VmDevices { disk: Some(disk), network: Some(Some(mac)) });
+        assert_eq!(
+            spec.devices,
+            hyp_core::bundle::VmDevices { disk: Some(disk), network: Some(Some(mac)), io_cpu: Some(3) }
+        );
         let blob = write(&[vm(k.clone())], &BundleOptions::default()).unwrap();
         let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
         assert_eq!(spec.devices, hyp_core::bundle::VmDevices::default());

@@ -94,6 +94,8 @@ Options of `bench`:
   --quick          the microbenchmarks and the Linux boot + sha256sum run only (about a
                    third of the time): the virtio throughput runs, their exits and their
                    bars in ratios.svg are skipped
+  --io             the virtio runs only: throughput with and without a side core, their
+                   exits by reason, the cost of a request under -icount (io-cost.json)
 
 Options of `deploy rpi4 DIR`: DIR must be empty, new, or a previous deploy
   --manifest FILE  the VMs (default manifests/rpi4-two-vms.toml), checked against the Pi 4
@@ -751,6 +753,13 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
+    if let [io] = args {
+        if io == "--io" {
+            setup::ensure_rust_targets()?;
+            setup::ensure_qemu()?;
+            return bench_io();
+        }
+    }
     let (armv7, raspi4b) = match args {
         [arch, value] if arch == "--arch" && value == "armv7" => (true, false),
         [arch, value] if arch == "--arch" && value == "aarch64" => (false, false),
@@ -758,7 +767,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, --arch aarch64|armv7, or --board raspi4b)"
+                    "unknown option `{a}` for bench (--quick, --io, --arch aarch64|armv7, or --board raspi4b)"
                 )));
             }
             (false, false)
@@ -795,6 +804,8 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         let io = bench::virtio_io()?;
         print!("{}", bench::io_report(&io)?);
         exits.extend(io.exits.iter().cloned());
+        let cost = bench::io_cost::io_cost()?;
+        print!("{}", bench::io_cost::table(&cost));
         Some(io)
     };
     print!("{}", bench::exits_report(&exits)?);
@@ -804,6 +815,18 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         if quick { "" } else { ", io.json" },
         chart.display()
     ));
+    Ok(())
+}
+
+/// `bench --io`: the virtio runs alone (throughput with and without a side core, their
+/// exits, and the cost of a request under `-icount`).
+fn bench_io() -> Result<(), XtaskError> {
+    let io = bench::virtio_io()?;
+    print!("{}", bench::io_report(&io)?);
+    print!("{}", bench::exits_report(&io.exits)?);
+    let cost = bench::io_cost::io_cost()?;
+    print!("{}", bench::io_cost::table(&cost));
+    step("figures written to target/bench/: io.json, exits.json, io-cost.json");
     Ok(())
 }
 

@@ -221,6 +221,7 @@ struct VmToml {
     #[serde(default)]
     passthrough: Vec<PassthroughToml>,
     identity_mapped: Option<IdentityToml>,
+    io_cpu: Option<u32>,
 }
 
 /// `identity_mapped = { base = 0x2000_0000 }`.
@@ -380,7 +381,7 @@ impl Manifest {
                 initrd,
                 bootargs,
                 device_tree: vm.device_tree.map(|t| dir.join(t)),
-                devices: VmDevices { disk, network, placement, passthrough, identity_mapped },
+                devices: VmDevices { disk, network, placement, passthrough, identity_mapped, io_cpu: vm.io_cpu },
             });
         }
         Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
@@ -517,6 +518,18 @@ mod tests {
             }
         }
         assert!(seen >= 2, "manifests/ has the examples");
+    }
+
+    #[test]
+    fn io_cpu_reaches_the_bundle_and_is_checked_against_the_board() {
+        let blob = build(&vm("a", "cpus = [0]\nio_cpu = 3\nnetwork = true")).unwrap();
+        let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();
+        assert_eq!(spec.devices.io_cpu, Some(3));
+        assert_eq!(
+            error(&vm("a", "cpus = [0]\nio_cpu = 5\nnetwork = true")),
+            "test.toml: VM a: field `io_cpu`: CPU 5 does not exist (the board has CPUs 0-3); name one of those"
+        );
+        assert!(error(&vm("a", "cpus = [3]\nio_cpu = 3\nnetwork = true")).contains("an I/O CPU runs no vCPU"));
     }
 
     #[test]

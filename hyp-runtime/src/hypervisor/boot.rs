@@ -62,6 +62,21 @@ impl<V: Virtualization> Hypervisor<V> {
         };
         bundle.check_board(&limits).map_err(|e| format!("boot bundle: {e}"))?;
         self.make_capabilities(bundle, board)?;
+        // The side cores, before the VMs whose devices they serve are created.
+        for spec in bundle.vms() {
+            if let Some(cpu) = spec.devices.io_cpu.map(|c| c as usize) {
+                if !(board.usable_cpu)(cpu) {
+                    return Err(format!(
+                        "VM {}: field `io_cpu`: cpu{cpu} is not online; name an online CPU",
+                        spec.name
+                    ));
+                }
+                if self.io.get(cpu).is_none() {
+                    say!(V, "hypervisor: cpu{cpu} is a side core: it serves virtqueues by polling and runs no vCPU");
+                }
+                self.io.set_on(cpu, V::counter_frequency());
+            }
+        }
 
         let mut vms = Vec::new();
         for (id, spec) in bundle.vms().enumerate() {
@@ -73,8 +88,11 @@ impl<V: Virtualization> Hypervisor<V> {
             .map_err(|e| format!("{e}"))?;
         vms.iter().for_each(V::load_vm);
         self.vms.fill(specs.iter().copied().zip(vms).collect());
-        self.start_network(specs.iter().enumerate().map(|(i, spec)| spec.nic_mac(i)), board.boot_cpu);
-        self.start_disk(board.boot_cpu);
+        // The board's disk and NIC interrupt the first side core if there is one: their
+        // completions and frames are then handled where no vCPU runs.
+        let device_cpu = self.io.first().unwrap_or(board.boot_cpu);
+        self.start_network(specs.iter().enumerate().map(|(i, spec)| spec.nic_mac(i)), device_cpu);
+        self.start_disk(device_cpu);
         match platform.uart_intid {
             Some(intid) => self.enable_console_input(intid, board.boot_cpu),
             None => say!(V, "hypervisor: the UART has no interrupt in the device tree: no console input"),

@@ -5,6 +5,8 @@
 //! interrupt is taken, on the boot CPU; a VM with running vCPUs ends when its last vCPU has
 //! stopped, on that vCPU's CPU.
 
+use alloc::string::String;
+use alloc::vec::Vec;
 use core::borrow::Borrow;
 
 use hyp_core::bundle::VmSpec;
@@ -110,5 +112,8 @@ impl<V: Virtualization> VmDirectory for Hypervisor<V> {
     }
     fn heap(&self) -> (u64, u64) {
         V::heap_usage()
+    }
+    fn io_lines(&self) -> Vec<String> {
+        (0..hyp_core::platform::MAX_CPUS).filter_map(|cpu| self.io.get(cpu).map(|core| core.line(cpu))).collect()
     }
 }

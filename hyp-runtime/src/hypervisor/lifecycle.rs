@@ -54,6 +54,17 @@ impl<V: Virtualization> Hypervisor<V> {
             V::configure_spi(spi.intid, spi.edge());
             self.routes.claim(spi.intid, id);
         }
+        // Its disk and NIC served by its side core, before any of its vCPUs runs.
+        if let Some(cpu) = spec.devices.io_cpu.map(|c| c as usize) {
+            match self.io.get(cpu) {
+                Some(io) => io.add(id, core.serve_from(io, cpu).into_iter()),
+                None => say!(
+                    V,
+                    "hypervisor: vm{id} {}: cpu{cpu} is not a side core: its devices are served on its exits",
+                    spec.name
+                ),
+            }
+        }
         Ok(vm)
     }
 
@@ -95,6 +106,9 @@ impl<V: Virtualization> Hypervisor<V> {
         // Nothing may reach its RAM once the memory goes back: not the switch, not console
         // input, not the board's disk (its requests in flight complete first; the VM stays
         // in the table until then, where their completions find it).
+        // The side core first: once it has let go of the VM's devices it never touches them
+        // (nor the VM's RAM) again (crate::io_core).
+        self.io.remove_vm(id);
         core.shut_down_devices();
         self.drain_disk(core);
         let _ = self.vms.take(id);

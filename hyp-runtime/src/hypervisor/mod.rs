@@ -33,6 +33,7 @@ use stage2::{IpaRange, PhysAddr, TableMemory, TlbMaintenance};
 use crate::arch::Arch;
 use crate::cpus::Cpus;
 use crate::interrupts::Routes;
+use crate::io_core::{IoCores, Turn};
 use crate::network::Network;
 use crate::passthrough::PassthroughDevice;
 use crate::scheduling::Scheduling;
@@ -144,6 +145,8 @@ pub struct Hypervisor<V: Virtualization> {
     console: Mutex<ConsoleMux>,
     /// The board's disk has no interrupt: its completions are polled (`run_next`).
     disk_polled: AtomicBool,
+    /// The CPUs that serve VMs' virtqueues by polling (docs/virtio.md, "The side core").
+    pub io: IoCores,
 }
 
 impl<V: Virtualization> Default for Hypervisor<V> {
@@ -164,6 +167,7 @@ impl<V: Virtualization> Hypervisor<V> {
             network: Network::new(),
             console: Mutex::new(ConsoleMux { line: None }),
             disk_polled: AtomicBool::new(false),
+            io: IoCores::new(),
         }
     }
 
@@ -193,6 +197,9 @@ impl<V: Virtualization> Hypervisor<V> {
     /// carries out how its VM ended if it did. Returns false if nothing could run (the CPU
     /// may wait for an interrupt).
     pub fn run_next(&'static self, cpu: usize) -> bool {
+        if self.io.get(cpu).is_some() {
+            return self.io_turn(cpu);
+        }
         if self.disk_polled() {
             if let Some(disk) = <BoardOf<V> as crate::board::Board>::disk() {
                 self.finish_disk_requests(crate::board::DiskQueue::new(disk));
@@ -214,6 +221,60 @@ impl<V: Virtualization> Hypervisor<V> {
             VcpuExit::VmEnded(end) => self.vm_ended(&vm, end),
         }
         true
+    }
+
+    /// A side core's turn: one pass over the virtqueues it serves, the board's interrupts
+    /// taken first (its disk's completions, frames from the uplink, kicks). False when it
+    /// went to sleep: the CPU waits for an interrupt (a notify's kick wakes it).
+    pub fn io_turn(&'static self, cpu: usize) -> bool {
+        let Some(core) = self.io.get(cpu) else { return false };
+        let turn = core.turn(V::now, || {
+            if self.disk_polled() {
+                if let Some(disk) = <BoardOf<V> as crate::board::Board>::disk() {
+                    self.finish_disk_requests(crate::board::DiskQueue::new(disk));
+                }
+            }
+            self.take_interrupts(None);
+        });
+        let logged = vdev::virtio::poll::logged_transition;
+        match turn {
+            Turn::Polled => {
+                V::pause();
+                true
+            }
+            // The board's interrupts (a completion) or the timer end the wait; this CPU runs
+            // no vCPU, so its hypervisor timer is free for it.
+            Turn::Dozed(ticks) => {
+                V::set_hyp_timer(Some(V::now().saturating_add(ticks)));
+                false
+            }
+            Turn::Woke(n) => {
+                if logged(n) {
+                    let c = core.counts();
+                    say!(
+                        V,
+                        "hypervisor: io cpu{cpu}: idle -> polling (wake {n}; {} passes, {} busy, {} late chains)",
+                        c.passes,
+                        c.busy_passes,
+                        c.late_chains
+                    );
+                }
+                true
+            }
+            Turn::Slept(n) => {
+                if logged(n) {
+                    let c = core.counts();
+                    say!(
+                        V,
+                        "hypervisor: io cpu{cpu}: polling -> idle (sleep {n}; {} passes, {} busy, {} late chains)",
+                        c.passes,
+                        c.busy_passes,
+                        c.late_chains
+                    );
+                }
+                false
+            }
+        }
     }
 
     /// A blocked vCPU whose virtual timer is due runs again.

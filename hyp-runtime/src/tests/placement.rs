@@ -77,3 +77,15 @@ fn no_cpu_is_given_twice_to_pinned_vcpus() {
         assert_eq!(cpus.len(), placed.len(), "mask {mask:#x}: {placed:?}");
     }
 }
+
+#[test]
+fn an_io_cpu_gets_no_vcpu_even_the_boot_cpu() {
+    // vm0 asks for the boot CPU (0) as its I/O CPU: its vCPUs go to CPUs 1 and 2.
+    let mut vm = spec("io", 2, None, false);
+    vm.devices.io_cpu = Some(0);
+    vm.devices.network = Some(None);
+    let placed = homes(&[vm], 0, 3).unwrap();
+    let cpus: Vec<usize> = placed.iter().map(|h| h.cpu).collect();
+    assert_eq!(cpus, vec![1, 2]);
+    assert_eq!(homes(&[vm], 0, 2).unwrap_err(), PlacementError::NotEnoughFreeCpus { vcpus: 2, free: 1 });
+}

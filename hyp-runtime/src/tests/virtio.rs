@@ -34,15 +34,23 @@ const SECTOR: usize = 512;
 /// A VM's RAM: `RAM_SIZE` bytes at an IPA (`RAM_IPA`, or `RAM_PA` for an identity-mapped
 /// VM), "physical" address `RAM_PA`.
 #[derive(Clone)]
-pub struct FakeRam(Arc<StdMutex<Vec<u8>>>, u64);
+pub struct FakeRam(Arc<StdMutex<Vec<u8>>>, u64, Arc<std::sync::atomic::AtomicBool>);
 
 impl FakeRam {
     fn new() -> FakeRam {
-        FakeRam(Arc::new(StdMutex::new(vec![0; RAM_SIZE])), RAM_IPA)
+        FakeRam(Arc::new(StdMutex::new(vec![0; RAM_SIZE])), RAM_IPA, Arc::default())
     }
     /// The same RAM seen at IPA `ipa`.
     fn at(self, ipa: u64) -> FakeRam {
-        FakeRam(self.0, ipa)
+        FakeRam(self.0, ipa, self.2)
+    }
+    /// The VM's capabilities are revoked: a device touching its RAM from now on is a bug,
+    /// and the test fails.
+    fn revoke(&self) {
+        self.2.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn touched(&self) {
+        assert!(!self.2.load(std::sync::atomic::Ordering::SeqCst), "a device touched the RAM of a destroyed VM");
     }
     fn offset(addr: u64, base: u64, len: u64) -> Result<usize, GuestMemoryError> {
         addr.checked_sub(base)
@@ -62,11 +70,13 @@ impl FakeRam {
 
 impl GuestMemory for FakeRam {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), GuestMemoryError> {
+        self.touched();
         let at = Self::offset(addr, self.1, buf.len() as u64)?;
         buf.copy_from_slice(&self.0.lock().unwrap()[at..at + buf.len()]);
         Ok(())
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), GuestMemoryError> {
+        self.touched();
         let at = Self::offset(addr, self.1, data.len() as u64)?;
         self.0.lock().unwrap()[at..at + data.len()].copy_from_slice(data);
         Ok(())
@@ -908,4 +918,171 @@ fn a_guest_flooding_the_log_is_held_to_its_vms_limit() {
         printed[0].starts_with("later (") && printed[0].contains("earlier line(s) of this VM left out"),
         "{printed:?}"
     );
+}
+
+// A side core (crate::io_core): the disk of VM 3 served by CPU 2's polling.
+
+use crate::fake::FakeArch;
+use crate::io_core::{IoCore, IoCores, Polled, Turn};
+
+/// A counter of 50 kHz: `IDLE_AFTER_US` is 100 ticks, `DOZE_AFTER_US` 2, `DOZE_FOR_US` 5.
+const HZ: u64 = 50_000;
+const IDLE: u64 = 100;
+
+fn side_core() -> &'static IoCore {
+    let cores: &'static IoCores = leak(IoCores::new());
+    cores.set_on(2, HZ);
+    cores.get(2).unwrap()
+}
+
+/// A guest whose register writes go through the device's window, as its exits do.
+fn guest_through_window(slot: &Arc<BlockSlot>, ram: &FakeRam, base: u64) -> BlkGuest {
+    let window = Window(Arc::clone(slot));
+    let reg = move |offset, value| window.write(0, offset, AccessWidth::Word, u64::from(value)).unwrap();
+    BlkGuest::new(Box::new(reg), ram.clone(), base)
+}
+
+/// A disk of VM 3 served by `core` on CPU 2.
+fn served_disk(core: &'static IoCore) -> (&'static Mutex<FakeDisk>, FakeRam, Arc<BlockSlot>) {
+    let (disk, ram) = disk();
+    let (slot, _) = block_slot_on(disk, &ram, 3, 1);
+    slot.serve_from(core, 2);
+    core.add(3, [Arc::clone(&slot) as Arc<dyn Polled>].into_iter());
+    (disk, ram, slot)
+}
+
+fn turn(core: &IoCore, now: u64) -> Turn {
+    core.turn(|| now, || {})
+}
+
+#[test]
+fn a_notify_of_a_side_cores_device_only_wakes_the_core_which_does_the_work() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (disk, ram, slot) = served_disk(core);
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    FakeArch::take_kicks();
+    let (head, _, status) = guest.request(false, 1, SECTOR);
+    guest.notify();
+    assert_eq!(disk.lock().in_flight(), 0, "the vCPU's exit queued nothing: no device work on it");
+    assert_eq!(FakeArch::take_kicks(), [2], "the sleeping side core is kicked");
+    assert_eq!(turn(core, 1_000), Turn::Woke(1));
+    assert!(core.is_polling());
+    assert_eq!(disk.lock().in_flight(), 1, "the side core queued the request");
+    // While it polls, requests need no notify: the guest is told not to (no EVENT_IDX
+    // here: VIRTQ_USED_F_NO_NOTIFY), and one that notifies anyway does not kick it.
+    assert_eq!(u16::from_le_bytes(ram.bytes(RAM_IPA + 0x10_0400, 2).try_into().unwrap()), 1, "NO_NOTIFY");
+    guest.request(false, 2, SECTOR);
+    guest.notify();
+    assert!(FakeArch::take_kicks().is_empty());
+    assert_eq!(turn(core, 1_010), Turn::Polled);
+    assert_eq!(disk.lock().in_flight(), 2);
+    // Completions (the board disk's interrupt, taken on the side core) finish them.
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(guest.used().first(), Some(&(u32::from(head), SECTOR as u32 + 1)));
+    assert_eq!(guest.byte(status), 0);
+    // The guest's handler reads InterruptStatus without waiting for a pass that holds the
+    // device's lock (here, the test holds it).
+    let held = slot.device.lock();
+    let isr = Window(Arc::clone(&slot)).read(0, vdev::virtio::transport::regs::INTERRUPT_STATUS, AccessWidth::Word);
+    drop(held);
+    assert_eq!(isr, Ok(1), "the used-buffer bit");
+}
+
+#[test]
+fn the_side_core_polls_while_requests_are_in_flight_and_sleeps_after_it_is_idle() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (disk, ram, slot) = served_disk(core);
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    guest.request(true, 1, SECTOR);
+    guest.notify();
+    assert_eq!(turn(core, 0), Turn::Woke(1));
+    // Long past the idle time, but a request is in flight: it dozes (waits for the
+    // completion's interrupt, or 5 ticks), notifies still off, and never sleeps.
+    assert_eq!(turn(core, 10 * IDLE), Turn::Dozed(5));
+    assert_eq!(turn(core, 10 * IDLE + 1), Turn::Dozed(5));
+    assert!(core.is_polling(), "a notify need not kick it");
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(turn(core, 10 * IDLE + 1), Turn::Polled, "the used ring moved: activity");
+    assert_eq!(turn(core, 10 * IDLE + 2), Turn::Polled, "idle for a tick only");
+    assert_eq!(turn(core, 10 * IDLE + 50), Turn::Dozed(5), "idle for a while: it waits between passes");
+    assert_eq!(turn(core, 11 * IDLE + 1), Turn::Slept(1));
+    assert!(!core.is_polling());
+    assert_eq!(u16::from_le_bytes(ram.bytes(RAM_IPA + 0x10_0400, 2).try_into().unwrap()), 0, "notifies wanted again");
+    // Asleep, a notify kicks it, and it polls again.
+    FakeArch::take_kicks();
+    guest.request(false, 3, SECTOR);
+    guest.notify();
+    assert_eq!(FakeArch::take_kicks(), [2]);
+    assert_eq!(turn(core, 20 * IDLE), Turn::Woke(2));
+    assert_eq!(disk.lock().in_flight(), 1);
+    let counts = core.counts();
+    assert_eq!((counts.wakes, counts.sleeps, counts.late_chains), (2, 1, 0));
+}
+
+#[test]
+fn a_request_made_as_the_side_core_goes_to_sleep_is_not_lost() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (disk, ram, slot) = served_disk(core);
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    guest.notify();
+    assert_eq!(turn(core, 0), Turn::Woke(1));
+    // The guest makes a request available and, seeing NO_NOTIFY, does not notify; the
+    // core's idle time runs out just then. Its last look after re-enabling notifies finds
+    // the request: it polls on, and the request is queued.
+    guest.request(false, 1, SECTOR);
+    slot.enable_notifications();
+    let turned = core.turn(|| IDLE, || {});
+    assert_eq!(turned, Turn::Polled);
+    assert_eq!(disk.lock().in_flight(), 1);
+}
+
+#[test]
+fn a_vm_destroyed_with_requests_in_flight_is_let_go_by_its_side_core_before_its_ram_goes() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (disk, ram, slot) = served_disk(core);
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    let (_, _, status) = guest.request(false, 1, SECTOR);
+    guest.notify();
+    assert_eq!(turn(core, 0), Turn::Woke(1));
+    assert_eq!(slot.in_flight(), 1);
+    // The side core polls on another CPU all the while, the guest's ring full of requests.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            FakeArch::become_cpu(2);
+            let mut now = 1;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                core.turn(|| now, || {});
+                now += 1;
+            }
+        })
+    };
+    for i in 2..4 {
+        guest.request(false, i, SECTOR);
+    }
+    // `Hypervisor::vm_ended`'s order: the side core lets go, the device is shut down, the
+    // requests in flight drain (completions free them without touching the RAM), then the
+    // capabilities are revoked.
+    core.remove_vm(3);
+    slot.shut_down();
+    let in_flight = disk.lock().in_flight();
+    assert!((1..=3).contains(&in_flight), "{in_flight}");
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(slot.in_flight(), 0);
+    ram.revoke();
+    guest.request(false, 5, SECTOR);
+    guest.notify();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    poller.join().expect("the side core touched no RAM of the destroyed VM");
+    assert_eq!(disk.lock().in_flight(), 0, "nothing new started");
+    assert_eq!(guest.byte(status), 0xff, "no status written after the shut-down");
 }

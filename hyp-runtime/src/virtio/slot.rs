@@ -6,19 +6,19 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use hyp_core::cap::{CapError, CapId};
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioError};
 use hyp_core::syndrome::AccessWidth;
-use spin::Mutex;
+use spin::{Mutex, Once};
 use vdev::pl011::{ConsoleOutput, InterruptLine};
 use vdev::virtio::block::VirtioBlock;
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::device::VirtioDevice;
 use vdev::virtio::net::VirtioNet;
-use vdev::virtio::transport::{RegisterError, VirtioMmio};
+use vdev::virtio::transport::{regs, RegisterError, VirtioMmio};
 
 use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;
@@ -28,6 +28,7 @@ use crate::arch::Arch;
 use crate::board::{Board, BoardDisk, DiskCompletion};
 use crate::first_touch::{Fill, FirstTouch};
 use crate::guest_log::guest_line;
+use crate::io_core::{Found, IoCore, Polled};
 use crate::shared_vgic::SharedVgic;
 use stage2::IpaRange;
 use vgic::IntId;
@@ -68,10 +69,17 @@ pub trait AfterAccess {
     }
     /// The VM is being destroyed: nothing of the device's touches its RAM from now on.
     fn shut_down(&mut self) {}
+    /// Whether it has requests in flight: a side core serving it keeps polling.
+    fn busy(&self) -> bool {
+        false
+    }
 }
 impl<K: BoardDisk, M: PhysicalRam> AfterAccess for VirtioBlock<DiskSliceBackend<K, M>> {
     fn waiting(&self) -> bool {
         VirtioBlock::waiting(self)
+    }
+    fn busy(&self) -> bool {
+        self.backend().in_flight() > 0 || VirtioBlock::waiting(self)
     }
     fn shut_down(&mut self) {
         self.backend_mut().stop();
@@ -111,6 +119,16 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     shut_down: AtomicBool,
     /// The switch port of a NIC.
     pub port: usize,
+    /// The side core that serves it, and that core's CPU (`serve_from`); none: its
+    /// notifies are served on the exit that makes them.
+    io: Once<(&'static IoCore, usize)>,
+    /// Queues notified since the side core's last pass (bit n: queue n), marked by the
+    /// notifying exit without the device's lock.
+    notified: AtomicU32,
+    /// InterruptStatus as the device's last access left it (stored under its lock, before
+    /// its line is raised), which a side core's guest reads without the lock: its
+    /// interrupt handler does not wait for a pass in progress.
+    interrupt_status: AtomicU32,
 }
 
 pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
@@ -169,7 +187,18 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             accesses: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             port,
+            io: Once::new(),
+            notified: AtomicU32::new(0),
+            interrupt_status: AtomicU32::new(0),
         }
+    }
+
+    /// From now on the side core `core` on CPU `cpu` serves the device: the guest's
+    /// notifies only mark their queue and wake the core, which does the device's work
+    /// (docs/virtio.md, "The side core"). Set before the VM's vCPUs start.
+    pub fn serve_from(&self, core: &'static IoCore, cpu: usize) {
+        self.io.call_once(|| (core, cpu));
+        self.device.lock().set_polled(true);
     }
 
     /// Runs `f` on the device, then does what it left: the interrupt line follows the
@@ -193,10 +222,12 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             self.waiting.store(device.device().waiting(), Ordering::Release);
             let pending = device.has_pending_work();
             self.pending.store(pending, Ordering::Release);
-            if pending {
+            // A side core's device goes on at the core's next pass, not at an exit.
+            if pending && !device.is_polled() {
                 self.work.store(true, Ordering::Release);
             }
             let frames = device.device_mut().take_frames();
+            self.interrupt_status.store(device.interrupt_status(), Ordering::Release);
             let access = self.accesses.fetch_add(1, Ordering::Relaxed) + 1;
             ((result, access), device.interrupt_level(), device.take_incidents(), frames)
         };
@@ -274,6 +305,30 @@ impl<K: BoardDisk, M: PhysicalRam, E: VmEnv> VirtioSlot<VirtioBlock<DiskSliceBac
     }
 }
 
+/// A side core's pass over the device, under its lock as any access (`access`: its
+/// interrupt line, incidents and frames handled after the lock is released).
+impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> Polled for VirtioSlot<D, E>
+where
+    E::Ram: Send + Sync,
+{
+    fn pass(&self) -> Found {
+        let notified = self.notified.swap(0, Ordering::AcqRel);
+        self.with_device(|device, ram| {
+            for queue in (0..32u16).filter(|q| notified & (1 << q) != 0) {
+                device.mark_notified(queue);
+            }
+            let work = device.poll(ram, true).active();
+            Found { work, in_flight: device.device().busy() }
+        })
+        .unwrap_or_default()
+    }
+
+    fn enable_notifications(&self) -> bool {
+        let pending = self.with_device(|device, ram| device.enable_notifications(ram)).unwrap_or(false);
+        pending || self.notified.load(Ordering::Acquire) != 0
+    }
+}
+
 /// The bus's error for a register error of an access of `width` (a data abort for the guest).
 fn mmio_error(e: RegisterError, width: AccessWidth) -> MmioError {
     match e {
@@ -292,6 +347,12 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
         self.0.name
     }
     fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        // A side core's device: InterruptStatus without the lock the core's pass may hold.
+        // It is stored before the line is raised, so the handler the interrupt runs sees
+        // the bits that raised it.
+        if self.0.io.get().is_some() && offset == regs::INTERRUPT_STATUS && width == AccessWidth::Word {
+            return Ok(u64::from(self.0.interrupt_status.load(Ordering::Acquire)));
+        }
         // Through `with_device`, as a write, so an incident a read causes (a legacy register)
         // is logged at once.
         self.0
@@ -300,6 +361,16 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
             .map_err(|e| mmio_error(e, width))
     }
     fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        // A side core's device: a notify of one of its queues marks the queue and wakes the
+        // core, taking no lock and running no device work (a bad queue index goes the
+        // usual way, to be logged).
+        if let Some(&(core, cpu)) = self.0.io.get() {
+            if offset == regs::QUEUE_NOTIFY && width == AccessWidth::Word && value < 32 {
+                self.0.notified.fetch_or(1 << value, Ordering::SeqCst);
+                core.wake::<E::Arch>(cpu);
+                return Ok(());
+            }
+        }
         // A shut-down device belongs to a VM whose vCPUs have stopped: no access reaches it.
         self.0
             .with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value))

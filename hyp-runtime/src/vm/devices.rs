@@ -3,6 +3,7 @@
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::sync::atomic::AtomicBool;
 
 use hyp_core::bundle::VmSpec;
@@ -24,6 +25,7 @@ use super::VmError;
 use crate::board::{Board, DiskCompletion, DiskQueue};
 use crate::first_touch::FirstTouch;
 use crate::focus::{ConsoleChoice, TrackedConsole};
+use crate::io_core::{IoCore, Polled};
 use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
 use crate::virtio::console_bridge::ConsoleBridge;
@@ -175,6 +177,22 @@ impl<E: VmEnv> VirtioDevices<E> {
     /// finishes nothing for the guest.
     pub fn reset_disk(&self) {
         self.disk.iter().for_each(|d| d.reset());
+    }
+
+    /// From now on the side core `core` on CPU `cpu` serves the disk and the NIC (the
+    /// console stays on the exits: its traffic is a person's typing); the devices to add to
+    /// the core's list.
+    pub fn serve_from(&self, core: &'static IoCore, cpu: usize) -> Vec<Arc<dyn Polled>> {
+        let mut served: Vec<Arc<dyn Polled>> = Vec::new();
+        if let Some(disk) = &self.disk {
+            disk.serve_from(core, cpu);
+            served.push(Arc::clone(disk) as Arc<dyn Polled>);
+        }
+        if let Some(nic) = &self.nic {
+            nic.serve_from(core, cpu);
+            served.push(Arc::clone(nic) as Arc<dyn Polled>);
+        }
+        served
     }
 
     pub fn shut_down(&self) {

@@ -399,6 +399,16 @@ impl<E: VmEnv> Vm<E> {
         self.virtio.shut_down();
     }
 
+    /// From now on the side core `core` on CPU `cpu` serves its disk and NIC
+    /// (`VirtioDevices::serve_from`): the devices to add to the core's list.
+    pub fn serve_from(
+        &self,
+        core: &'static crate::io_core::IoCore,
+        cpu: usize,
+    ) -> Vec<Arc<dyn crate::io_core::Polled>> {
+        self.virtio.serve_from(core, cpu)
+    }
+
     /// The board's disk finished a request of the VM's disk.
     pub fn disk_completed(&self, completion: crate::board::DiskCompletion) {
         self.virtio.disk_completed(completion);

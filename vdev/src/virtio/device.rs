@@ -63,6 +63,13 @@ pub trait VirtioDevice {
     }
     /// The driver notified `queue` (DRIVER_OK set, queue ready, device not broken).
     fn queue_notify(&mut self, queue: u16, queues: &mut QueueAccess<'_>) -> Result<(), NeedsReset>;
+    /// Whether the device needs the driver's notifies on `queue` to learn of new buffers. A
+    /// network device's receive queue does not: it takes a buffer only when a frame
+    /// arrives, so a side core keeps that queue's notifies off even while it sleeps.
+    fn notify_needed(&self, queue: u16) -> bool {
+        let _ = queue;
+        true
+    }
     /// Whether the device left work for later (it bounds what one notify does):
     /// `continue_work` should run soon, on the next exit of the VM.
     fn has_pending_work(&self) -> bool {

@@ -254,6 +254,10 @@ impl<N: NetBackend> VirtioDevice for VirtioNet<N> {
         self.send(q)
     }
 
+    fn notify_needed(&self, queue: u16) -> bool {
+        queue == TRANSMITQ
+    }
+
     fn has_pending_work(&self) -> bool {
         self.more_to_send
     }

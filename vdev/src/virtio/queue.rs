@@ -14,6 +14,9 @@ use crate::virtio::memory::{read_u16, write_u16, write_u32, GuestMemory, GuestMe
 
 /// VIRTQ_AVAIL_F_NO_INTERRUPT (2.7.6).
 const VIRTQ_AVAIL_F_NO_INTERRUPT: u16 = 1;
+/// VIRTQ_USED_F_NO_NOTIFY (2.7.8): the device asks the driver not to notify (without
+/// EVENT_IDX; with it, avail_event says the same, 2.7.10).
+pub const VIRTQ_USED_F_NO_NOTIFY: u16 = 1;
 
 /// 2.7.7.2 / 2.7.10: whether an event index in (old, new] was crossed, modulo 2^16.
 pub fn vring_need_event(event_idx: u16, new_idx: u16, old_idx: u16) -> bool {
@@ -34,6 +37,9 @@ pub struct Virtqueue {
     pub last_avail: u16,
     /// The device's used->idx.
     pub used_idx: u16,
+    /// The device told the driver not to notify (a side core polls this queue): `pop` on an
+    /// empty ring leaves avail_event alone instead of asking for the next notify.
+    pub suppressed: bool,
 }
 
 impl Virtqueue {
@@ -47,6 +53,7 @@ impl Virtqueue {
             device: 0,
             last_avail: 0,
             used_idx: 0,
+            suppressed: false,
         }
     }
 
@@ -120,7 +127,7 @@ impl Virtqueue {
         indirect: bool,
     ) -> Result<Option<Chain>, DeviceIncident> {
         let mut pending = self.pending(mem, queue)?;
-        if pending == 0 && event_idx {
+        if pending == 0 && event_idx && !self.suppressed {
             self.write_avail_event(mem, queue)?;
             // The store of avail_event before the load of avail->idx: the driver stores its
             // index, then loads avail_event (2.7.10). Without a full barrier between them,
@@ -145,10 +152,79 @@ impl Virtqueue {
         self.last_avail = self.last_avail.wrapping_sub(1);
     }
 
-    /// 2.7.10: the used ring's trailing avail_event field.
+    /// 2.7.10: the used ring's trailing avail_event field, the next index the device wants
+    /// a notify for.
     fn write_avail_event(&self, mem: &dyn GuestMemory, queue: u16) -> Result<(), DeviceIncident> {
+        self.write_avail_event_as(mem, queue, self.last_avail)
+    }
+
+    fn write_avail_event_as(&self, mem: &dyn GuestMemory, queue: u16, value: u16) -> Result<(), DeviceIncident> {
         let addr = self.at(queue, self.device, 4 + 8 * u64::from(self.size()))?;
-        write_u16(mem, addr, self.last_avail).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })
+        write_u16(mem, addr, value).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })
+    }
+
+    fn write_used_flags(&self, mem: &dyn GuestMemory, queue: u16, flags: u16) -> Result<(), DeviceIncident> {
+        write_u16(mem, self.device, flags).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })
+    }
+
+    /// Whether the driver has made chains available that the device has not taken.
+    pub fn has_available(&self, mem: &dyn GuestMemory, queue: u16) -> Result<bool, DeviceIncident> {
+        Ok(self.pending(mem, queue)? != 0)
+    }
+
+    /// Tells the driver not to notify this queue: the device polls it (a side core). With
+    /// EVENT_IDX, avail_event one behind the device's next index, which the driver's next
+    /// index cannot cross until it has made 65,535 more chains available (the driver
+    /// notifies only when its index crosses avail_event, 2.7.10); it is written again each
+    /// time (`refresh_suppression`), so it never gets that far behind. Without, the used
+    /// ring's VIRTQ_USED_F_NO_NOTIFY (2.7.8). Either is a hint the driver may ignore: a
+    /// notify that comes anyway does no harm.
+    pub fn suppress_notifications(
+        &mut self,
+        mem: &dyn GuestMemory,
+        queue: u16,
+        event_idx: bool,
+    ) -> Result<(), DeviceIncident> {
+        self.suppressed = true;
+        self.refresh_suppression(mem, queue, event_idx)
+    }
+
+    /// Keeps a suppressing avail_event one behind the device's index as it moves.
+    pub fn refresh_suppression(
+        &self,
+        mem: &dyn GuestMemory,
+        queue: u16,
+        event_idx: bool,
+    ) -> Result<(), DeviceIncident> {
+        if event_idx {
+            self.write_avail_event_as(mem, queue, self.last_avail.wrapping_sub(1))
+        } else {
+            self.write_used_flags(mem, queue, VIRTQ_USED_F_NO_NOTIFY)
+        }
+    }
+
+    /// Asks the driver to notify again (the side core goes to sleep), then looks at the
+    /// available index once more: a chain the driver made available while it still saw the
+    /// suppression was not notified, and would wait for ever (virtio 1.2 2.7.10, the race
+    /// `pop` handles the same way). Returns whether such a chain is there: the caller must
+    /// then keep polling.
+    pub fn enable_notifications(
+        &mut self,
+        mem: &dyn GuestMemory,
+        queue: u16,
+        event_idx: bool,
+    ) -> Result<bool, DeviceIncident> {
+        self.suppressed = false;
+        if event_idx {
+            self.write_avail_event(mem, queue)?;
+        } else {
+            self.write_used_flags(mem, queue, 0)?;
+        }
+        // The store that re-enables notifications before the load of avail->idx: the driver
+        // stores its index, then loads avail_event or the flags (2.7.10, 2.7.7.2). Without a
+        // full barrier each side could see the other's old value and neither act.
+        fence(Ordering::SeqCst);
+        self.has_available(mem, queue)
     }
 
     /// 2.7.8: writes the used element, then publishes it by bumping used->idx (the element

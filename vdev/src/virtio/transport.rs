@@ -136,6 +136,29 @@ pub struct VirtioMmio<D: VirtioDevice> {
     pub(crate) queues: Vec<Virtqueue>,
     pub(crate) interrupt_status: u32,
     pub(crate) incidents: IncidentLog,
+    /// A side core serves the queues (`poll`): a QueueNotify only marks the queue
+    /// (`notified`), and no guest register write runs the device model.
+    polled: bool,
+    /// Queues notified since the side core's last pass (bit n: queue n).
+    notified: u32,
+    /// The sum of the queues' used indices at the last pass: a change is device activity.
+    used_seen: u32,
+}
+
+/// What one side-core pass over a device found (`VirtioMmio::poll`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollPass {
+    /// Chains taken from an available ring, or work left from the last pass done.
+    pub took: bool,
+    /// Used rings moved since the last pass (completions, frames received).
+    pub completed: bool,
+}
+
+impl PollPass {
+    /// Anything at all: the side core keeps polling.
+    pub fn active(&self) -> bool {
+        self.took || self.completed
+    }
 }
 
 /// Queues a device may have (its own choice, not the guest's; ours have at most two).
@@ -156,7 +179,119 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             queues,
             interrupt_status: 0,
             incidents: IncidentLog::default(),
+            polled: false,
+            notified: 0,
+            used_seen: 0,
         }
+    }
+
+    /// A side core serves this device from now on (docs/virtio.md, "The side core"): the
+    /// guest's notifies only mark their queue, and `poll` does the device work.
+    pub fn set_polled(&mut self, polled: bool) {
+        self.polled = polled;
+    }
+
+    pub fn is_polled(&self) -> bool {
+        self.polled
+    }
+
+    /// One pass of the side core over the device: while it polls (`suppress`), every ready
+    /// queue is told not to notify; each queue with available chains (or notified since
+    /// the last pass) is processed as a notify would be, and work left from the last pass
+    /// goes on. Interrupt decisions and driver errors as for a notify (`run`).
+    pub fn poll(&mut self, mem: &dyn GuestMemory, suppress: bool) -> PollPass {
+        let mut pass = PollPass::default();
+        let notified = core::mem::take(&mut self.notified);
+        if !self.running() {
+            return pass;
+        }
+        let event_idx = self.negotiated_features() & VIRTIO_F_EVENT_IDX != 0;
+        let mut broken = false;
+        for (index, q) in self.queues.iter_mut().enumerate() {
+            if !q.ready {
+                continue;
+            }
+            // Queue counts come from the device (a u16).
+            let queue = index as u16;
+            let wanted = suppress || !self.device.notify_needed(queue);
+            if wanted && !q.suppressed {
+                if let Err(incident) = q.suppress_notifications(mem, queue, event_idx) {
+                    self.incidents.record(incident);
+                    broken = true;
+                }
+            }
+        }
+        if broken {
+            self.set_needs_reset();
+            return pass;
+        }
+        for queue in 0..self.queues.len() as u16 {
+            // A queue whose buffers the device takes on its own events (a NIC's receive
+            // queue) has nothing to serve on a pass.
+            if !self.device.notify_needed(queue) {
+                continue;
+            }
+            let Some(q) = self.queues.get(usize::from(queue)).filter(|q| q.ready) else { continue };
+            let available = match q.has_available(mem, queue) {
+                Ok(available) => available,
+                Err(incident) => {
+                    self.incidents.record(incident);
+                    self.set_needs_reset();
+                    return pass;
+                }
+            };
+            if !available && notified & (1 << queue) == 0 {
+                continue;
+            }
+            let before = q.last_avail;
+            self.process(mem, queue);
+            let Some(q) = self.queues.get(usize::from(queue)) else { continue };
+            pass.took |= q.last_avail != before;
+            // A suppressing avail_event follows the device's index (`refresh_suppression`).
+            if q.ready && q.suppressed && event_idx && self.running() {
+                if let Err(incident) = q.refresh_suppression(mem, queue, event_idx) {
+                    self.incidents.record(incident);
+                    self.set_needs_reset();
+                }
+            }
+        }
+        if self.has_pending_work() {
+            pass.took = true;
+            self.continue_work(mem);
+        }
+        let used = self.queues.iter().fold(0u32, |sum, q| sum.wrapping_add(u32::from(q.used_idx)));
+        pass.completed = used != core::mem::replace(&mut self.used_seen, used);
+        pass
+    }
+
+    /// The side core goes to sleep: the queues whose notifies the device needs are asked
+    /// for them again, and their available index read once more (virtio 1.2 2.7.10; see
+    /// `Virtqueue::enable_notifications`). True if a chain came while they were suppressed:
+    /// the side core must not sleep.
+    pub fn enable_notifications(&mut self, mem: &dyn GuestMemory) -> bool {
+        if !self.running() {
+            return false;
+        }
+        let event_idx = self.negotiated_features() & VIRTIO_F_EVENT_IDX != 0;
+        let mut pending = false;
+        let mut broken = false;
+        for (index, q) in self.queues.iter_mut().enumerate() {
+            let queue = index as u16;
+            if !q.ready || !q.suppressed || !self.device.notify_needed(queue) {
+                continue;
+            }
+            match q.enable_notifications(mem, queue, event_idx) {
+                Ok(available) => pending |= available,
+                Err(incident) => {
+                    self.incidents.record(incident);
+                    broken = true;
+                }
+            }
+        }
+        if broken {
+            self.set_needs_reset();
+        }
+        pending || self.notified != 0
     }
 
     pub fn device(&self) -> &D {
@@ -230,6 +365,8 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             *q = Virtqueue::new(q.max_size);
         }
         self.interrupt_status = 0;
+        self.notified = 0;
+        self.used_seen = 0;
     }
 
     /// Queues are processed only once DRIVER_OK is set and until the device needs a reset.
@@ -465,6 +602,11 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         self.status = new;
         if starting && new & status::DRIVER_OK != 0 {
             self.device.activate(self.driver_features);
+            if self.polled {
+                // The side core's next pass serves what is already available.
+                self.notified = u32::MAX >> (32 - MAX_QUEUES as u32);
+                return;
+            }
             // Buffers the driver made available (and notified) before DRIVER_OK are served now.
             for queue in 0..self.device.num_queues() {
                 if self.queue_ready(queue) {
@@ -484,8 +626,24 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             self.incidents.record(DeviceIncident::NoSuchQueue { queue: v });
             return;
         }
+        if self.polled {
+            // The side core's next pass takes it (the slot wakes it).
+            self.notified |= 1 << queue;
+            return;
+        }
         if self.running() && self.queue_ready(queue) {
             self.process(mem, queue);
+        }
+    }
+
+    /// Marks `queue` notified for the side core's next pass, without the device's model:
+    /// what a polled device's QueueNotify does (the slot calls it without the guest's
+    /// write reaching `write`, so an exit never runs device work).
+    pub fn mark_notified(&mut self, queue: u16) {
+        if usize::from(queue) < self.queues.len() {
+            self.notified |= 1 << queue;
+        } else {
+            self.incidents.record(DeviceIncident::NoSuchQueue { queue: u32::from(queue) });
         }
     }
 
