@@ -39,6 +39,9 @@ pub struct VectorCalls {
     /// The address of the vCPU's counter of HVC exits, which the vector increments
     /// (hyp_core::exit_stats::ExitCounts::class_counter).
     pub hvc_exits: AtomicPtr<AtomicU64>,
+    /// Non-zero while the vCPU holds list registers: the vector answers nothing then, so
+    /// that every exit reaches the run loop, which samples their level interrupts' lines.
+    pub list_registers_in_use: AtomicU64,
 }
 
 /// What the vector counts into while no vCPU is loaded: nothing reads it.
@@ -50,6 +53,12 @@ impl VectorCalls {
     pub fn load(&self, hvc_exits: &AtomicU64, last_unknown: Option<u32>) {
         self.unknown.store(hyp_core::smccc::vector_unknown_word(last_unknown), Ordering::Relaxed);
         self.hvc_exits.store(core::ptr::from_ref(hvc_exits).cast_mut(), Ordering::Relaxed);
+        self.list_registers_in_use(false);
+    }
+
+    /// Whether the vCPU now holds list registers (the run loop's plan before an entry).
+    pub fn list_registers_in_use(&self, in_use: bool) {
+        self.list_registers_in_use.store(u64::from(in_use), Ordering::Relaxed);
     }
 
     /// The vCPU on this CPU was just told `function` is unknown.
@@ -70,6 +79,7 @@ pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
         vector_calls: VectorCalls {
             unknown: AtomicU64::new(1 << 32),
             hvc_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            list_registers_in_use: AtomicU64::new(0),
         },
     }
 }; MAX_CPUS];
@@ -80,6 +90,8 @@ pub const VECTOR_CALLS_UNKNOWN: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, unknown);
 pub const VECTOR_CALLS_HVC_EXITS: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, hvc_exits);
+pub const VECTOR_CALLS_LISTS_IN_USE: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, list_registers_in_use);
 
 /// This CPU's index in the device tree's CPU list: from the per-CPU register's value `entry`
 /// once it is online (an address in `PER_CPU`), by its MPIDR affinity before.

@@ -129,7 +129,11 @@ enter_guest:
 
 hvc_in_vector:
     // The guest's x0 and x1 are on the stack: SMCCC_VERSION, or the function this vCPU
-    // was last told is unknown, are answered in x0; anything else is the run loop's.
+    // was last told is unknown, are answered in x0 while the vCPU holds no list register;
+    // anything else is the run loop's.
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{LISTS_IN_USE}]
+    cbnz    x0, 3f
     ldr     x0, [sp]
     mov     w1, #{SMCCC_VERSION}
     cmp     w0, w1
@@ -183,6 +187,7 @@ guest_exit:
     NOT_SUPPORTED = const -1i64,
     UNKNOWN = const hyp_arch_arm::cpus::VECTOR_CALLS_UNKNOWN,
     HVC_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_HVC_EXITS,
+    LISTS_IN_USE = const hyp_arch_arm::cpus::VECTOR_CALLS_LISTS_IN_USE,
 );
 const _: () = assert!(hyp_core::smccc::NOT_SUPPORTED == -1i64 as u64);
 

@@ -7,6 +7,7 @@ use core::arch::asm;
 use core::sync::atomic::AtomicU64;
 
 use aarch64_cpu::registers::*;
+use hyp_arch_arm::cpus::VectorCalls;
 use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
@@ -158,6 +159,8 @@ pub struct OnCpu {
     /// Whether `debug` is in the hardware now.
     debug_loaded: bool,
     geometry: DebugGeometry,
+    /// This CPU's state for the calls its vector answers.
+    vector_calls: &'static VectorCalls,
 }
 
 impl OnCpu {
@@ -192,6 +195,7 @@ impl VcpuCpu for OnCpu {
             debug: DebugRegisters::AT_RESET,
             debug_loaded: false,
             geometry: crate::debug_hw::geometry(),
+            vector_calls: &hyp_arch_arm::cpus::PER_CPU[crate::cpus::current_index()].vector_calls,
             set_way: resumed.map_or(SetWayState::default(), |r| r.set_way),
             state: vm.execution_state(),
             hcr: match vm.execution_state() {
@@ -256,7 +260,11 @@ impl VcpuCpu for OnCpu {
     }
 
     fn vector_calls(&mut self, hvc_exits: &AtomicU64, last_unknown: Option<u32>) {
-        hyp_arch_arm::cpus::PER_CPU[crate::cpus::current_index()].vector_calls.load(hvc_exits, last_unknown);
+        self.vector_calls.load(hvc_exits, last_unknown);
+    }
+
+    fn vector_list_registers_in_use(&mut self, in_use: bool) {
+        self.vector_calls.list_registers_in_use(in_use);
     }
 
     fn vector_unknown_call(function: u32) {

@@ -179,6 +179,10 @@ pub trait VcpuCpu: Sized {
     fn vector_calls(&mut self, _hvc_exits: &AtomicU64, _last_unknown: Option<u32>) {}
     /// The vCPU on this CPU was just told that `function` is unknown (`vector_calls`).
     fn vector_unknown_call(_function: u32) {}
+    /// Whether the vCPU on this CPU holds list registers: while it does, every exit goes to
+    /// the run loop, which samples the lines of the level interrupts in them (a guest that
+    /// turned its timer off and made a call expects its interrupt gone).
+    fn vector_list_registers_in_use(&mut self, _in_use: bool) {}
 }
 
 /// Runs vCPU `vcpu` of `vm` on this CPU (`cpu`) as the scheduler decided, from where it left
@@ -241,6 +245,7 @@ pub fn run_vcpu<C: VcpuCpu>(
             let mut vgic = core.vgic.vgic.lock();
             let _ = vgic.flush_to_hw(vcpu, here.list_registers());
             lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
+            here.vector_list_registers_in_use(lrs_in_use);
         }
         let exit_kind = here.run_guest(&mut registers);
         lrs_changed = lrs_in_use && take_back_list_registers::<C>(core, vcpu, cpu, &mut here);
