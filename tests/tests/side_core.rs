@@ -49,6 +49,20 @@ fn last_transition(console: &str, what: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The side core's wakes and sleeps so far, from the management console's `list` (its line
+/// `io cpuN: MODE; P passes, B busy, D dozes, W wakes, S sleeps, ...`).
+fn side_core_counts(s: &mut Session) -> (u64, u64) {
+    s.send_line("\x1dlist").unwrap_or_else(|e| panic!("{e}"));
+    s.wait_for(&format!("io cpu{IO_CPU}: "), COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let line = s.wait_for(" busy ticks", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let count = |what: &str| {
+        line.split(", ")
+            .find_map(|f| f.strip_suffix(what)?.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("`list` gives the side core's{what}: {line:?}"))
+    };
+    (count(" wakes"), count(" sleeps"))
+}
+
 /// Writes 16 MiB of random data to the disk with O_DIRECT, reads it back the same way and
 /// compares the digests.
 fn disk_round(s: &mut Session, seek_mib: u32) {
@@ -78,8 +92,13 @@ fn a_side_core_serves_the_disk_and_nic_of_a_linux_vm_polling_under_load_and_slee
     // The boot's I/O (the drivers' probes) woke it already; it sleeps when they are idle.
     disk_round(&mut s, 0);
     run(&mut s, "sleep 1");
-    let (wakes, sleeps) =
-        (last_transition(&s.console(), "idle -> polling"), last_transition(&s.console(), "polling -> idle"));
+    assert!(
+        last_transition(&s.console(), "idle -> polling") >= 1 && last_transition(&s.console(), "polling -> idle") >= 1,
+        "idle -> polling -> idle under the disk's load, logged: {}",
+        s.console()
+    );
+    // The log says only the first transitions and then every power of two; `list` counts all.
+    let (wakes, sleeps) = side_core_counts(&mut s);
     assert!(wakes >= 1 && sleeps >= 1, "idle -> polling -> idle under the disk's load: {}", s.console());
 
     // The network: the host fetches the guest's page, the guest pings QEMU's gateway.
@@ -92,9 +111,10 @@ fn a_side_core_serves_the_disk_and_nic_of_a_linux_vm_polling_under_load_and_slee
     run(&mut s, "sleep 1");
     disk_round(&mut s, 32);
     run(&mut s, "sleep 1");
+    let (wakes_now, sleeps_now) = side_core_counts(&mut s);
     let console = s.console();
-    assert!(last_transition(&console, "idle -> polling") > wakes, "woken again: {console}");
-    assert!(last_transition(&console, "polling -> idle") > sleeps, "asleep again: {console}");
+    assert!(wakes_now > wakes, "woken again ({wakes} then {wakes_now} wakes): {console}");
+    assert!(sleeps_now > sleeps, "asleep again ({sleeps} then {sleeps_now} sleeps): {console}");
     // The side core's log, for the test's output (`--nocapture`).
     for line in console.lines().filter(|l| l.contains(&format!("io cpu{IO_CPU}")) || l.contains("side core")) {
         eprintln!("{line}");
