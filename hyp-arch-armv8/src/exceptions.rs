@@ -8,8 +8,9 @@
 //!
 //! Before any of that, the vector of a synchronous exit from AArch64 answers the calls
 //! `hyp_core::smccc::answered_in_vector` names (an HVC #0 asking SMCCC_VERSION, or
-//! repeating the function the vCPU was last told is unknown) with x0 alone, counting the
-//! exit where the run loop would: nothing else of the guest's or the CPU's state changes,
+//! repeating the function the vCPU was last told is unknown) with x0 alone while the vCPU
+//! holds no list register, counting the exit where the run loop would: nothing else of the
+//! guest's or the CPU's state changes,
 //! and anything the run loop must see (a kick, the end of a slice) is an interrupt, which
 //! exits again right after the ERET (docs/hypercalls.md, "Answered in the vector").
 
