@@ -7,14 +7,6 @@ use common::*;
 use vdev::virtio::console::*;
 use vdev::virtio::DeviceIncident;
 
-#[derive(Default)]
-struct Screen(Vec<u8>);
-impl ConsoleBackend for Screen {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.extend_from_slice(bytes);
-    }
-}
-
 type Con = Driver<VirtioConsole<Screen>>;
 
 fn console() -> Con {

@@ -4,23 +4,9 @@
 mod common;
 
 use common::*;
-use vdev::virtio::console::{ConsoleBackend, VirtioConsole};
+use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::features::VIRTIO_F_EVENT_IDX;
-use vdev::virtio::net::{NetBackend, VirtioNet};
-
-#[derive(Default)]
-struct Screen(Vec<u8>);
-impl ConsoleBackend for Screen {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.extend_from_slice(bytes);
-    }
-}
-struct NoNet;
-impl NetBackend for NoNet {
-    fn transmit(&mut self, _frame: &[u8]) -> bool {
-        true
-    }
-}
+use vdev::virtio::net::VirtioNet;
 
 fn console() -> Driver<VirtioConsole<Screen>> {
     let d = Driver::new(VirtioConsole::new(Screen::default()), !0);

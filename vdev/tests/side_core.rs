@@ -6,25 +6,11 @@
 mod common;
 
 use common::*;
-use vdev::virtio::console::{ConsoleBackend, VirtioConsole};
+use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::features::VIRTIO_F_EVENT_IDX;
-use vdev::virtio::net::{NetBackend, VirtioNet};
+use vdev::virtio::net::VirtioNet;
 use vdev::virtio::poll::{PollLoop, Step};
 use vdev::virtio::queue::{vring_need_event, VIRTQ_USED_F_NO_NOTIFY};
-
-#[derive(Default)]
-struct Screen(Vec<u8>);
-impl ConsoleBackend for Screen {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.extend_from_slice(bytes);
-    }
-}
-struct NoNet;
-impl NetBackend for NoNet {
-    fn transmit(&mut self, _frame: &[u8]) -> bool {
-        true
-    }
-}
 
 const TX: usize = 1;
 

@@ -326,3 +326,20 @@ pub fn write_desc_at(mem: &VecMemory, at: u64, addr: u64, len: u32, flags: u16, 
 }
 
 pub const ALL_TRANSPORT: u64 = VIRTIO_F_VERSION_1 | VIRTIO_F_INDIRECT_DESC | VIRTIO_F_EVENT_IDX;
+
+/// A console backend that keeps what the device wrote.
+#[derive(Default)]
+pub struct Screen(pub Vec<u8>);
+impl vdev::virtio::console::ConsoleBackend for Screen {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+}
+
+/// A NIC backend that takes every frame and sends nothing.
+pub struct NoNet;
+impl vdev::virtio::net::NetBackend for NoNet {
+    fn transmit(&mut self, _frame: &[u8]) -> bool {
+        true
+    }
+}
