@@ -344,7 +344,7 @@ impl<'a> Iterator for Vms<'_, 'a> {
         let node = self.bundle.vm_nodes().nth(self.next)?;
         self.next += 1;
         // Every node was parsed by `BootBundle::parse`.
-        vm_spec(node).ok()
+        vm_spec(node, self.bundle.images()).ok()
     }
 }
 
@@ -375,6 +375,10 @@ impl<'a> BootBundle<'a> {
         Ok(bundle)
     }
 
+    fn images(&self) -> Option<Node<'a>> {
+        self.fdt.find_node("/images")
+    }
+
     fn vm_nodes(&self) -> impl Iterator<Item = Node<'a>> + 'a {
         self.fdt.find_node("/vms").into_iter().flat_map(|n| n.children())
     }
@@ -393,7 +397,7 @@ impl<'a> BootBundle<'a> {
     fn check(&self) -> Result<(), BundleError<'a>> {
         let mut count = 0;
         for node in self.vm_nodes() {
-            vm_spec(node)?;
+            vm_spec(node, self.images())?;
             count += 1;
         }
         if count == 0 {
@@ -421,18 +425,52 @@ fn u64_pair(bytes: &[u8]) -> Option<[u64; 2]> {
     (bytes.len() == 16).then(|| [u64::from_be_bytes(first), u64::from_be_bytes(second)])
 }
 
+/// A VM's image `field`: its bytes given in the VM's node, or the `data` of the
+/// `/images/image@N` its `reference` property names (xtask stores an image that several VMs
+/// boot once: docs/boot-bundle.md). `None` if the VM has neither.
+fn image<'a>(
+    node: Node<'a>,
+    images: Option<Node<'a>>,
+    field: &'static str,
+    reference: &'static str,
+) -> Result<Option<&'a [u8]>, BundleError<'a>> {
+    let name = node.property("name").and_then(|p| p.as_str()).unwrap_or(node.name);
+    let bad = |field, problem| BundleError::BadField { vm: name, field, problem };
+    match (node.property(field), node.property(reference)) {
+        (None, None) => Ok(None),
+        (Some(inline), None) => Ok(Some(inline.value)),
+        (Some(_), Some(_)) => Err(bad(reference, "is given with the image itself: give one or the other")),
+        (None, Some(_)) => {
+            let index = u32_prop(node, reference).ok_or(bad(reference, "must be one 32-bit image number"))?;
+            images
+                .into_iter()
+                .flat_map(|list| list.children())
+                .find(|child| image_index(child.name) == Some(index))
+                .and_then(|child| child.property("data"))
+                .map(|data| Some(data.value))
+                .ok_or(bad(reference, "names no `/images/image@N` node with `data`"))
+        }
+    }
+}
+
+/// N of a node named `image@N` (hexadecimal, as device-tree unit addresses are).
+fn image_index(node_name: &str) -> Option<u32> {
+    let (kind, unit) = node_name.split_once('@')?;
+    (kind == "image").then(|| u32::from_str_radix(unit, 16).ok()).flatten()
+}
+
 /// One VM node, read. Only the format is checked here (a property of the wrong size or
 /// kind); what the values may be is `manifest`'s.
-fn vm_spec<'a>(node: Node<'a>) -> Result<VmSpec<'a>, BundleError<'a>> {
+fn vm_spec<'a>(node: Node<'a>, images: Option<Node<'a>>) -> Result<VmSpec<'a>, BundleError<'a>> {
     let name = node.property("name").and_then(|p| p.as_str()).unwrap_or(node.name);
     let bad = |field, problem| BundleError::BadField { vm: name, field, problem };
     let vcpus = u32_prop(node, "vcpus").ok_or(bad("vcpus", "is missing"))?;
     let memory = u64_prop(node, "memory").ok_or(bad("memory", "is missing"))?;
-    let kernel = node.property("kernel").map(|p| p.value).ok_or(bad("kernel", "is missing"))?;
+    let kernel = image(node, images, "kernel", "kernel-image")?.ok_or(bad("kernel", "is missing"))?;
     if kernel.is_empty() {
         return Err(bad("kernel", "is empty"));
     }
-    let initrd = node.property("initrd").map(|p| p.value);
+    let initrd = image(node, images, "initrd", "initrd-image")?;
     let bootargs = match node.property("bootargs") {
         Some(p) => Some(p.as_str().ok_or(bad("bootargs", "is not a string"))?),
         None => None,
@@ -539,6 +577,95 @@ mod tests {
 
     fn error(extra: impl FnOnce(&mut FdtWriter)) -> String {
         BootBundle::parse(&bundle(extra)).err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    /// A bundle whose VMs "a" and "b" name images of `/images` (as xtask writes it): `a`
+    /// writes VM a's properties, `b` VM b's; the images are [1, 2, 3] and [4, 5].
+    fn shared_images(a: impl FnOnce(&mut FdtWriter), b: impl FnOnce(&mut FdtWriter)) -> Vec<u8> {
+        let mut fdt = FdtWriter::new().unwrap();
+        let root = fdt.begin_node("").unwrap();
+        fdt.property_string("compatible", COMPATIBLE).unwrap();
+        let vms = fdt.begin_node("vms").unwrap();
+        for (i, (name, props)) in
+            [("a", Box::new(a) as Box<dyn FnOnce(&mut FdtWriter)>), ("b", Box::new(b))].into_iter().enumerate()
+        {
+            let vm = fdt.begin_node(&format!("vm@{i}")).unwrap();
+            fdt.property_string("name", name).unwrap();
+            fdt.property_u32("vcpus", 1).unwrap();
+            fdt.property_u64("memory", 64 << 20).unwrap();
+            props(&mut fdt);
+            fdt.end_node(vm).unwrap();
+        }
+        fdt.end_node(vms).unwrap();
+        let images = fdt.begin_node("images").unwrap();
+        for (n, data) in [&[1u8, 2, 3][..], &[4, 5]].into_iter().enumerate() {
+            let image = fdt.begin_node(&format!("image@{n:x}")).unwrap();
+            fdt.property("data", data).unwrap();
+            fdt.end_node(image).unwrap();
+        }
+        fdt.end_node(images).unwrap();
+        fdt.end_node(root).unwrap();
+        fdt.finish().unwrap()
+    }
+
+    #[test]
+    fn vms_booting_the_same_images_share_one_copy_of_each() {
+        let both = |fdt: &mut FdtWriter| {
+            fdt.property_u32("kernel-image", 0).unwrap();
+            fdt.property_u32("initrd-image", 1).unwrap();
+        };
+        let blob = shared_images(both, both);
+        let parsed = BootBundle::parse(&blob).unwrap();
+        let vms: Vec<_> = parsed.vms().collect();
+        assert_eq!(vms.len(), 2);
+        for vm in &vms {
+            assert_eq!((vm.kernel, vm.initrd), (&[1u8, 2, 3][..], Some(&[4u8, 5][..])), "VM {}", vm.name);
+        }
+        assert!(core::ptr::eq(vms[0].kernel, vms[1].kernel), "one copy in the bundle, not one per VM");
+        // An image inline in one VM and by reference in the other.
+        let blob = shared_images(
+            |fdt| fdt.property("kernel", &[9]).unwrap(),
+            |fdt| fdt.property_u32("kernel-image", 1).unwrap(),
+        );
+        let kernels: Vec<_> = BootBundle::parse(&blob).unwrap().vms().map(|vm| vm.kernel).collect();
+        assert_eq!(kernels, [&[9u8][..], &[4, 5][..]]);
+    }
+
+    #[test]
+    fn an_image_reference_that_names_nothing_or_is_malformed_is_refused() {
+        let error = |a: &dyn Fn(&mut FdtWriter)| {
+            let blob = shared_images(a, |fdt| fdt.property_u32("kernel-image", 0).unwrap());
+            BootBundle::parse(&blob).err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        assert_eq!(
+            error(&|fdt| fdt.property_u32("kernel-image", 2).unwrap()),
+            "VM a: field `kernel-image` names no `/images/image@N` node with `data`"
+        );
+        assert_eq!(
+            error(&|fdt| {
+                fdt.property_u32("kernel-image", 0).unwrap();
+                fdt.property_u32("initrd-image", 0x10).unwrap();
+            }),
+            "VM a: field `initrd-image` names no `/images/image@N` node with `data`"
+        );
+        assert_eq!(
+            error(&|fdt| fdt.property_u64("kernel-image", 0).unwrap()),
+            "VM a: field `kernel-image` must be one 32-bit image number"
+        );
+        assert_eq!(
+            error(&|fdt| {
+                fdt.property("kernel", &[1]).unwrap();
+                fdt.property_u32("kernel-image", 0).unwrap();
+            }),
+            "VM a: field `kernel-image` is given with the image itself: give one or the other"
+        );
+        assert_eq!(error(&|_| {}), "VM a: field `kernel` is missing");
+        // Without an `/images` node, a reference names nothing.
+        let blob = bundle(|fdt| fdt.property_u32("initrd-image", 0).unwrap());
+        assert_eq!(
+            BootBundle::parse(&blob).err().map(|e| e.to_string()).unwrap_or_default(),
+            "VM web: field `initrd-image` names no `/images/image@N` node with `data`"
+        );
     }
 
     #[test]

@@ -17,11 +17,11 @@ use hyp_core::vcpu_power::EndReason;
 pub enum VmState {
     Running {
         exits: ExitCounts,
+        /// How long its vCPUs have run on their CPUs, together (`sched::Scheduler::run_time`).
+        cpu_time_us: u64,
     },
     /// Its vCPUs stop at their next exit.
-    Ending {
-        exits: ExitCounts,
-    },
+    Ending { exits: ExitCounts, cpu_time_us: u64 },
     /// Its capabilities are revoked; its manifest entry can create it again.
     Destroyed,
 }
@@ -128,11 +128,13 @@ fn list(vms: &impl VmDirectory) -> Reply {
         let focus = if vms.focus() == id { ", has the console" } else { "" };
         let (name, vcpus, mib) = (spec.name, spec.vcpus, spec.memory >> 20);
         lines.push(match vms.state(id) {
-            VmState::Running { exits } => {
-                format!("vm{id} {name}: running, {vcpus} vCPU(s) {placement}, {mib} MiB{focus}; {exits}")
+            VmState::Running { exits, cpu_time_us } => {
+                let time = cpu_time(cpu_time_us);
+                format!("vm{id} {name}: running, {vcpus} vCPU(s) {placement}, {mib} MiB{focus}; {time}; {exits}")
             }
-            VmState::Ending { exits } => {
-                format!("vm{id} {name}: ending, {vcpus} vCPU(s) {placement}, {mib} MiB{focus}; {exits}")
+            VmState::Ending { exits, cpu_time_us } => {
+                let time = cpu_time(cpu_time_us);
+                format!("vm{id} {name}: ending, {vcpus} vCPU(s) {placement}, {mib} MiB{focus}; {time}; {exits}")
             }
             VmState::Destroyed => {
                 format!("vm{id} {name}: destroyed, {vcpus} vCPU(s) {placement}, {mib} MiB{focus}")
@@ -143,4 +145,9 @@ fn list(vms: &impl VmDirectory) -> Reply {
     let (in_use, size) = vms.heap();
     lines.push(heap_line(in_use, size));
     Reply { lines, effect: None }
+}
+
+/// A VM's CPU time as `list` says it, to the millisecond.
+fn cpu_time(us: u64) -> String {
+    format!("CPU time {}.{:03} s", us / 1_000_000, us / 1000 % 1000)
 }

@@ -88,7 +88,15 @@ impl<A: Arch> Scheduling<A> {
 
     /// The vCPU stopped (PSCI CPU_OFF, the VM ending).
     pub fn stop(&self, v: VcpuRef) -> Result<(), SchedError> {
-        self.with(|s| s.stop(v)).map(|cpu| self.kick(cpu))
+        self.with(|s| s.stop(v, A::now())).map(|cpu| self.kick(cpu))
+    }
+
+    /// How long vCPU `v` has run on its CPU, in microseconds (0 if the scheduler does not
+    /// know it).
+    pub fn run_time_us(&self, v: VcpuRef) -> u64 {
+        let ticks = self.scheduler.get().and_then(|s| s.lock().run_time(v, A::now())).unwrap_or(0);
+        let us = u128::from(ticks) * 1_000_000 / u128::from(A::counter_frequency().max(1));
+        u64::try_from(us).unwrap_or(u64::MAX)
     }
 
     /// What CPU `cpu` runs now.

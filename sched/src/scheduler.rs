@@ -73,15 +73,15 @@ impl Scheduler {
         cpu.kind = kind;
         cpu.homed += 1;
         cpu.queue.reserve_total(cpu.homed);
-        self.vcpus.insert(v, Vcpu { home: home_cpu, policy, state: VcpuState::Stopped, budget: 0 });
+        self.vcpus.insert(v, Vcpu { home: home_cpu, policy, state: VcpuState::Stopped, budget: 0, ran: 0 });
         Ok(())
     }
 
     /// Removes vCPU `v` (its VM is destroyed), stopping it first. A CPU left with no vCPU is
     /// free again (it can be pinned). Returns the CPU to kick if it was running `v`: that CPU
     /// must leave the guest and [`Scheduler::pick`] again.
-    pub fn remove_vcpu(&mut self, v: VcpuRef) -> Result<Option<usize>, SchedError> {
-        let kick = self.stop(v)?;
+    pub fn remove_vcpu(&mut self, v: VcpuRef, now: u64) -> Result<Option<usize>, SchedError> {
+        let kick = self.stop(v, now)?;
         if let Some(gone) = self.vcpus.remove(&v) {
             let cpu = &mut self.cpus[gone.home];
             cpu.homed -= 1;
@@ -112,11 +112,12 @@ impl Scheduler {
     /// its turn. Stopping a stopped vCPU does nothing. Returns the CPU to kick if it was
     /// running `v` (possibly the caller's own CPU): until that CPU picks again it is still in
     /// the guest, but no decision will name `v` again.
-    pub fn stop(&mut self, v: VcpuRef) -> Result<Option<usize>, SchedError> {
+    pub fn stop(&mut self, v: VcpuRef, now: u64) -> Result<Option<usize>, SchedError> {
         let entry = self.vcpus.get_mut(&v).ok_or(SchedError::UnknownVcpu { vcpu: v })?;
         let cpu = &mut self.cpus[entry.home];
         let mut kick = None;
-        if cpu.running.is_some_and(|r| r.vcpu == v) {
+        if let Some(running) = cpu.running.filter(|r| r.vcpu == v) {
+            charge(entry, &running, now);
             cpu.running = None;
             kick = Some(entry.home);
         }
@@ -255,6 +256,19 @@ impl Scheduler {
         self.vcpus.get(&v).map(|e| e.state)
     }
 
+    /// How long `v` has run on its CPU up to `now`, in counter ticks: every stretch from a
+    /// decision naming it to the next decision, its stop, or `now` if it is running. A CPU
+    /// that runs a vCPU spends part of that time in the hypervisor on its behalf (its exits),
+    /// which is charged to it too. `None` if `v` does not exist.
+    pub fn run_time(&self, v: VcpuRef, now: u64) -> Option<u64> {
+        let e = self.vcpus.get(&v)?;
+        let current = match self.cpus[e.home].running {
+            Some(r) if r.vcpu == v => now.saturating_sub(r.since),
+            _ => 0,
+        };
+        Some(e.ran.saturating_add(current))
+    }
+
     /// The home CPU of `v`, or `None` if it does not exist.
     pub fn home(&self, v: VcpuRef) -> Option<usize> {
         self.vcpus.get(&v).map(|e| e.home)
@@ -346,10 +360,14 @@ impl Scheduler {
 
 /// Charges the time `cur` ran since the last decision to its turn, unless it ran tickless
 /// (alone, or pinned): only time during which someone else waited counts against a turn.
+/// Charges `cur` for running since the last decision: to its turn if it has a deadline, and
+/// always to the time it has run.
 fn charge(cur: &mut Vcpu, running: &Running, now: u64) {
+    let ran = now.saturating_sub(running.since);
     if running.until.is_some() {
-        cur.budget = cur.budget.saturating_sub(now.saturating_sub(running.since));
+        cur.budget = cur.budget.saturating_sub(ran);
     }
+    cur.ran = cur.ran.saturating_add(ran);
 }
 
 fn decision(v: VcpuRef, e: &Vcpu, until: Option<u64>) -> Decision {

@@ -38,6 +38,8 @@ pub(crate) struct Vcpu {
     /// time it is picked it starts a new turn of a full slice. Kept across a block, so that a
     /// vCPU woken in the middle of its turn finishes that turn first (see `queue.rs`).
     pub budget: u64,
+    /// Ticks it has run, up to the last decision of its CPU ([`crate::Scheduler::run_time`]).
+    pub ran: u64,
 }
 
 impl Vcpu {

@@ -72,9 +72,9 @@ fn a_zero_slice() {
 fn a_cpu_freed_by_removal_can_be_pinned_again() {
     let mut s = Scheduler::new(1);
     s.add_vcpu(v(0, 0), 0, SHARED).unwrap();
-    s.remove_vcpu(v(0, 0)).unwrap();
+    s.remove_vcpu(v(0, 0), 0).unwrap();
     s.add_vcpu(v(1, 0), 0, Policy::Pinned).unwrap();
-    s.remove_vcpu(v(1, 0)).unwrap();
+    s.remove_vcpu(v(1, 0), 0).unwrap();
     s.add_vcpu(v(1, 0), 0, SHARED).unwrap();
     s.check_invariants().unwrap();
 }
@@ -87,11 +87,11 @@ fn operations_on_a_vcpu_in_the_wrong_state_or_unknown() {
     s.add_vcpu(b, 0, SHARED).unwrap();
     let unknown = SchedError::UnknownVcpu { vcpu: ghost };
     assert_eq!(s.start(ghost), Err(unknown));
-    assert_eq!(s.stop(ghost), Err(unknown));
+    assert_eq!(s.stop(ghost, 0), Err(unknown));
     assert_eq!(s.wake(ghost), Err(unknown));
     assert_eq!(s.block(ghost, 0), Err(unknown));
     assert_eq!(s.yield_now(ghost, 0), Err(unknown));
-    assert_eq!(s.remove_vcpu(ghost), Err(unknown));
+    assert_eq!(s.remove_vcpu(ghost, 0), Err(unknown));
     assert_eq!(s.state(ghost), None);
     assert_eq!(unknown.to_string(), "vCPU 9 of VM 9 does not exist (never added, or its VM was destroyed)");
 

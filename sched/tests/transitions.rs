@@ -100,7 +100,7 @@ proptest! {
                     Some(i)
                 }
                 Op::Remove(i) => {
-                    refused = s.remove_vcpu(ids[i]).is_err();
+                    refused = s.remove_vcpu(ids[i], now).is_err();
                     dead.insert(ids[i]);
                     Some(i)
                 }
@@ -113,7 +113,7 @@ proptest! {
                     Some(i)
                 }
                 Op::Stop(i) => {
-                    refused = s.stop(ids[i]).is_err();
+                    refused = s.stop(ids[i], now).is_err();
                     dead.insert(ids[i]);
                     Some(i)
                 }

@@ -141,22 +141,24 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
         fdt.property_string("test-el2-fault", fault.name()).map_err(fdt_error)?;
     }
     fdt.end_node(opts).map_err(fdt_error)?;
+    let mut images = Images::default();
     let list = fdt.begin_node("vms").map_err(fdt_error)?;
     for (i, vm) in vms.iter().enumerate() {
-        let kernel = read(&vm.kernel, &vm.name, "kernel")?;
-        KernelImage::parse(&kernel)
+        let kernel = images.add(&vm.kernel, &vm.name, "kernel")?;
+        KernelImage::parse(images.bytes(kernel))
             .map_err(|e| XtaskError::Usage(format!("VM {}: kernel {}: {e}", vm.name, vm.kernel.display())))?;
-        let initrd = vm.initrd.as_ref().map(|path| read(path, &vm.name, "initrd")).transpose()?;
+        let initrd = vm.initrd.as_ref().map(|path| images.add(path, &vm.name, "initrd")).transpose()?;
         // The same placement the hypervisor makes: what does not fit fails here, before QEMU.
-        guest_layout::layout(vm.memory, &kernel, initrd.as_ref().map(|i| i.len() as u64), 0)
+        let initrd_size = initrd.map(|i| images.bytes(i).len() as u64);
+        guest_layout::layout(vm.memory, images.bytes(kernel), initrd_size, 0)
             .map_err(|e| XtaskError::Usage(format!("VM {}: {e}", vm.name)))?;
         let node = fdt.begin_node(&format!("vm@{i}")).map_err(fdt_error)?;
         fdt.property_string("name", &vm.name).map_err(fdt_error)?;
         fdt.property_u32("vcpus", vm.vcpus).map_err(fdt_error)?;
         fdt.property_u64("memory", vm.memory).map_err(fdt_error)?;
-        fdt.property("kernel", &kernel).map_err(fdt_error)?;
-        if let Some(initrd) = &initrd {
-            fdt.property("initrd", initrd).map_err(fdt_error)?;
+        fdt.property_u32("kernel-image", kernel).map_err(fdt_error)?;
+        if let Some(initrd) = initrd {
+            fdt.property_u32("initrd-image", initrd).map_err(fdt_error)?;
         }
         if let Some(args) = &vm.bootargs {
             fdt.property_string("bootargs", args).map_err(fdt_error)?;
@@ -207,8 +209,48 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
         fdt.end_node(node).map_err(fdt_error)?;
     }
     fdt.end_node(list).map_err(fdt_error)?;
+    let node = fdt.begin_node("images").map_err(fdt_error)?;
+    for (n, data) in images.distinct.iter().enumerate() {
+        let image = fdt.begin_node(&format!("image@{n:x}")).map_err(fdt_error)?;
+        fdt.property("data", data).map_err(fdt_error)?;
+        fdt.end_node(image).map_err(fdt_error)?;
+    }
+    fdt.end_node(node).map_err(fdt_error)?;
     fdt.end_node(root).map_err(fdt_error)?;
     fdt.finish().map_err(fdt_error)
+}
+
+/// The kernels and initrds of the bundle's VMs, each distinct one once (`/images`): 32 VMs
+/// booting the same Linux carry one copy of it, not 32.
+#[derive(Default)]
+struct Images {
+    distinct: Vec<Vec<u8>>,
+    by_path: std::collections::HashMap<PathBuf, u32>,
+}
+
+impl Images {
+    /// The number of the image in file `path` (read once), the same for every file with the
+    /// same bytes.
+    fn add(&mut self, path: &Path, vm: &str, what: &str) -> Result<u32, XtaskError> {
+        if let Some(&n) = self.by_path.get(path) {
+            return Ok(n);
+        }
+        let bytes = read(path, vm, what)?;
+        let n = match self.distinct.iter().position(|d| *d == bytes) {
+            Some(n) => n,
+            None => {
+                self.distinct.push(bytes);
+                self.distinct.len() - 1
+            }
+        };
+        let n = u32::try_from(n).map_err(|_| XtaskError::Usage("more than 2^32 distinct images".into()))?;
+        self.by_path.insert(path.to_path_buf(), n);
+        Ok(n)
+    }
+
+    fn bytes(&self, n: u32) -> &[u8] {
+        &self.distinct[n as usize]
+    }
 }
 
 #[cfg(test)]
@@ -327,6 +369,38 @@ mod tests {
             err(VmDevices { network: Some(Some([1, 2, 3, 4, 5, 6])), ..Default::default() }),
             "boot bundle: VM one: field `mac` must be a unicast address (first byte even), not all zeros"
         );
+    }
+
+    #[test]
+    fn vms_booting_the_same_files_carry_one_copy_of_each() {
+        let dir = tempdir("shared");
+        let k = kernel_file(&dir, 1 << 20);
+        let initrd = dir.join("initrd");
+        std::fs::write(&initrd, vec![7u8; 1 << 20]).unwrap();
+        let copy = dir.join("same-bytes.Image");
+        std::fs::copy(&k, &copy).unwrap();
+        let named = |name: &str, kernel: &PathBuf| VmEntry {
+            name: name.into(),
+            initrd: Some(initrd.clone()),
+            ..vm(kernel.clone())
+        };
+        let vms: Vec<VmEntry> =
+            (0..32).map(|i| named(&format!("vm{i}"), if i % 2 == 0 { &k } else { &copy })).collect();
+        let blob = write(&vms, &BundleOptions::default()).unwrap();
+        assert!(blob.len() < (1 << 20) + 4096 + 16 * 1024, "one kernel and one initrd: {} bytes", blob.len());
+        let bundle = BootBundle::parse(&blob).unwrap();
+        let specs: Vec<_> = bundle.vms().collect();
+        assert_eq!(specs.len(), 32);
+        for spec in &specs {
+            assert_eq!((spec.kernel.len(), spec.initrd.map(<[u8]>::len)), (4096, Some(1 << 20)), "{}", spec.name);
+            assert!(std::ptr::eq(spec.kernel, specs[0].kernel), "{}: the same file's bytes are stored once", spec.name);
+        }
+        // Different files stay different.
+        let other = kernel_file(&dir, 2 << 20);
+        let blob = write(&[named("a", &k), named("b", &other)], &BundleOptions::default()).unwrap();
+        let bundle = BootBundle::parse(&blob).unwrap();
+        let kernels: Vec<_> = bundle.vms().map(|v| v.kernel[16..24].to_vec()).collect();
+        assert_eq!(kernels, [(1u64 << 20).to_le_bytes().to_vec(), (2u64 << 20).to_le_bytes().to_vec()]);
     }
 
     #[test]

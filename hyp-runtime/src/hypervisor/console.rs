@@ -15,6 +15,7 @@ use hyp_core::management::{Action, Command};
 use super::{say, BoardOf, Hypervisor, Virtualization};
 use crate::board::Board;
 use crate::management::{decide, Effect, VmDirectory, VmState};
+use crate::scheduling::vcpu_ref;
 use crate::vm::Vm;
 
 /// At most this many typed bytes are taken at a time (the PL011's FIFO holds 32).
@@ -85,6 +86,14 @@ impl<V: Virtualization> Hypervisor<V> {
     }
 }
 
+impl<V: Virtualization> Hypervisor<V> {
+    /// How long VM `id`'s vCPUs have run, together, in microseconds.
+    fn cpu_time_us(&self, id: usize) -> u64 {
+        let vcpus = self.vms.spec(id).map_or(0, |s| s.vcpus as usize);
+        (0..vcpus).map(|i| self.scheduling.run_time_us(vcpu_ref(id, i))).sum()
+    }
+}
+
 /// The VM table as the commands see it.
 impl<V: Virtualization> VmDirectory for Hypervisor<V> {
     fn count(&self) -> usize {
@@ -98,10 +107,11 @@ impl<V: Virtualization> VmDirectory for Hypervisor<V> {
             Some(vm) => {
                 let vm: &Vm<V::Env> = (*vm).borrow();
                 let exits = vm.exit_counts();
+                let cpu_time_us = self.cpu_time_us(id);
                 if vm.is_ending() {
-                    VmState::Ending { exits }
+                    VmState::Ending { exits, cpu_time_us }
                 } else {
-                    VmState::Running { exits }
+                    VmState::Running { exits, cpu_time_us }
                 }
             }
             None => VmState::Destroyed,

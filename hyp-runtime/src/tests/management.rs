@@ -34,8 +34,8 @@ impl VmDirectory for Vms {
         let exits = ExitCounts::default();
         exits.record(ExitReason::Hypercall);
         match self.states.borrow().get(id) {
-            Some(State::Running) => VmState::Running { exits },
-            Some(State::Ending) => VmState::Ending { exits },
+            Some(State::Running) => VmState::Running { exits, cpu_time_us: 12_345_678 },
+            Some(State::Ending) => VmState::Ending { exits, cpu_time_us: 999 },
             _ => VmState::Destroyed,
         }
     }
@@ -117,9 +117,17 @@ fn list_gives_each_vm_its_state_and_ends_with_the_heap() {
     let reply = decide(&Command::List, &vms);
     assert_eq!(reply.effect, None);
     assert_eq!(reply.lines.len(), 4, "{reply:?}");
-    assert!(reply.lines[0].starts_with("vm0 web: running, 1 vCPU(s) pinned, 64 MiB; "), "{}", reply.lines[0]);
+    assert!(
+        reply.lines[0].starts_with("vm0 web: running, 1 vCPU(s) pinned, 64 MiB; CPU time 12.345 s; "),
+        "{}",
+        reply.lines[0]
+    );
     assert!(reply.lines[0].contains("hypercall"), "its exits: {}", reply.lines[0]);
-    assert!(reply.lines[1].starts_with("vm1 db: ending, 1 vCPU(s) shared on CPUs [1], 64 MiB; "), "{}", reply.lines[1]);
+    assert!(
+        reply.lines[1].starts_with("vm1 db: ending, 1 vCPU(s) shared on CPUs [1], 64 MiB; CPU time 0.000 s; "),
+        "{}",
+        reply.lines[1]
+    );
     assert_eq!(reply.lines[2], "vm2 batch: destroyed, 1 vCPU(s) pinned, 64 MiB, has the console");
     assert_eq!(reply.lines[3], "heap: 448 KiB of 32768 KiB in use");
 }

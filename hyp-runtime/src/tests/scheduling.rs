@@ -8,6 +8,7 @@ use std::thread;
 use sched::{Policy, VcpuState};
 
 use super::leak;
+use crate::arch::Arch;
 use crate::fake::FakeArch;
 use crate::scheduling::{vcpu_ref, Scheduling};
 
@@ -170,4 +171,28 @@ fn a_yielding_vcpu_gives_its_cpu_to_the_one_waiting() {
     assert!(s.take_reschedule(0));
     let next = s.tick(0).run.unwrap();
     assert_ne!(next, first);
+}
+
+#[test]
+fn a_vcpus_cpu_time_counts_its_stretches_on_its_cpu_and_nothing_while_it_waits() {
+    let s = scheduling(1);
+    FakeArch::become_cpu(0);
+    let hz = FakeArch::counter_frequency();
+    let (a, b) = (vcpu_ref(0, 0), vcpu_ref(1, 0));
+    for v in [a, b] {
+        s.add(v, 0, Policy::Shared { slice: hz / 100 }).unwrap();
+    }
+    FakeArch::set_now(0);
+    s.start(a).unwrap();
+    s.start(b).unwrap();
+    assert_eq!(s.pick(0).run, Some(a));
+    FakeArch::set_now(hz / 100);
+    assert_eq!(s.run_time_us(a), 10_000, "running: the stretch so far");
+    assert_eq!(s.pick(0).run, Some(b), "a's 10 ms slice is over");
+    FakeArch::set_now(hz / 100 + hz / 200);
+    assert_eq!((s.run_time_us(a), s.run_time_us(b)), (10_000, 5_000), "a waits, b runs");
+    s.stop(b).unwrap();
+    FakeArch::set_now(hz);
+    assert_eq!(s.run_time_us(b), 5_000, "stopped: its time is kept and grows no more");
+    assert_eq!(s.run_time_us(vcpu_ref(7, 0)), 0, "a vCPU the scheduler does not know has run for no time");
 }

@@ -323,7 +323,7 @@ impl Sim {
 
     /// Stops vCPU `i` now (PSCI CPU_OFF), handling the kick.
     pub fn stop(&mut self, i: usize) {
-        let kick = self.sched.stop(self.ids[i]).expect("a known vCPU");
+        let kick = self.sched.stop(self.ids[i], self.now).expect("a known vCPU");
         self.observe("stop", None);
         self.vcpus[i].wake_at = None;
         self.vcpus[i].in_guest_wfi = false;
@@ -350,6 +350,10 @@ impl Sim {
     /// Runs the checker and records the waits that started or ended. `woken` is the vCPU a
     /// `wake` was for.
     fn observe(&mut self, op: &str, woken: Option<usize>) {
+        for (i, v) in self.vcpus.iter().enumerate() {
+            // The scheduler's account of each vCPU's time is the time its CPU ran it.
+            assert_eq!(self.sched.run_time(self.ids[i], self.now), Some(v.cpu_time), "{} after {op}", self.ids[i]);
+        }
         let changed = self.checker.check(&self.sched, &self.ids, op);
         for (v, _before) in changed {
             let i = self.index(v);
