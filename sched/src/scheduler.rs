@@ -73,7 +73,7 @@ impl Scheduler {
         cpu.kind = kind;
         cpu.homed += 1;
         cpu.queue.reserve_total(cpu.homed);
-        self.vcpus.insert(v, Vcpu { home: home_cpu, policy, state: VcpuState::Stopped, budget: 0, ran: 0 });
+        self.vcpus.insert(v, Vcpu { home: home_cpu, policy, state: VcpuState::Stopped, budget: 0, ran: 0, overrun: 0 });
         Ok(())
     }
 
@@ -209,7 +209,7 @@ impl Scheduler {
                     // Alone: no tick. A turn used up while no one waited starts afresh, since
                     // it deprived no one.
                     if cur.budget == 0 {
-                        cur.budget = cur.slice();
+                        cur.new_turn();
                     }
                     Some(None)
                 } else if cur.budget > 0 {
@@ -232,7 +232,7 @@ impl Scheduler {
             };
             n.state = VcpuState::Running;
             if n.budget == 0 {
-                n.budget = n.slice();
+                n.new_turn();
             }
             let until = match n.policy {
                 Policy::Shared { .. } if !c.queue.is_empty() => Some(now.saturating_add(n.budget)),
@@ -360,11 +360,12 @@ impl Scheduler {
 
 /// Charges the time `cur` ran since the last decision to its turn, unless it ran tickless
 /// (alone, or pinned): only time during which someone else waited counts against a turn.
-/// Charges `cur` for running since the last decision: to its turn if it has a deadline, and
-/// always to the time it has run.
+/// Charges `cur` for running since the last decision: to its turn if it has a deadline (what
+/// it ran past the turn's end to its overrun), and always to the time it has run.
 fn charge(cur: &mut Vcpu, running: &Running, now: u64) {
     let ran = now.saturating_sub(running.since);
     if running.until.is_some() {
+        cur.overrun = cur.overrun.saturating_add(ran.saturating_sub(cur.budget));
         cur.budget = cur.budget.saturating_sub(ran);
     }
     cur.ran = cur.ran.saturating_add(ran);

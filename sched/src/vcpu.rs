@@ -40,9 +40,30 @@ pub(crate) struct Vcpu {
     pub budget: u64,
     /// Ticks it has run, up to the last decision of its CPU ([`crate::Scheduler::run_time`]).
     pub ran: u64,
+    /// Ticks it ran past the end of its turns (a slice timer taken late) and has not yet
+    /// given back: its next turns are shorter by as much, so that late ticks do not add up
+    /// to a larger share (docs/scheduler.md, "Overruns").
+    pub overrun: u64,
 }
 
+/// A turn shortened to give back an overrun is never shorter than 1/MIN_TURN_FRACTION of the
+/// slice, so a vCPU that overran still makes progress every round.
+const MIN_TURN_FRACTION: u64 = 16;
+/// An overrun beyond this many slices is forgiven: a stall that long (the timer interrupt
+/// held off, or the whole CPU stopped) is not the vCPU's doing, and making it pay would starve
+/// it for as long.
+const MAX_OVERRUN_SLICES: u64 = 4;
+
 impl Vcpu {
+    /// Starts a new turn: its slice, less what it still owes of earlier overruns.
+    pub fn new_turn(&mut self) {
+        let slice = self.slice();
+        let owed = self.overrun.min(slice.saturating_mul(MAX_OVERRUN_SLICES));
+        let given_back = owed.min(slice - slice / MIN_TURN_FRACTION);
+        self.overrun = owed - given_back;
+        self.budget = slice - given_back;
+    }
+
     /// Its slice, or 0 for a pinned vCPU (which has no turns).
     pub fn slice(&self) -> u64 {
         match self.policy {

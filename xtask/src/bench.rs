@@ -14,6 +14,7 @@ pub mod chart;
 pub mod exits;
 pub mod io_cost;
 pub mod rpi4;
+pub mod scale;
 pub mod trace;
 
 use std::collections::BTreeMap;

@@ -96,6 +96,9 @@ Options of `bench`:
                    bars in ratios.svg are skipped
   --io             the virtio runs only: throughput with and without a side core, their
                    exits by reason, the cost of a request under -icount (io-cost.json)
+  --scale          32 Linux VMs (1 vCPU, 128 MiB, 8 to a CPU) on a 4-CPU board with 8 GiB:
+                   each reaches its shell, answers a command and a ping; boot times against
+                   one VM alone, CPU shares under load, heap per VM, bundle size (scale.json)
 
 Options of `deploy rpi4 DIR`: DIR must be empty, new, or a previous deploy
   --manifest FILE  the VMs (default manifests/rpi4-two-vms.toml), checked against the Pi 4
@@ -753,11 +756,11 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
 }
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
-    if let [io] = args {
-        if io == "--io" {
+    if let [only] = args {
+        if only == "--io" || only == "--scale" {
             setup::ensure_rust_targets()?;
             setup::ensure_qemu()?;
-            return bench_io();
+            return if only == "--io" { bench_io() } else { bench_scale() };
         }
     }
     let (armv7, raspi4b) = match args {
@@ -767,7 +770,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, --io, --arch aarch64|armv7, or --board raspi4b)"
+                    "unknown option `{a}` for bench (--quick, --io, --scale, --arch aarch64|armv7, or --board raspi4b)"
                 )));
             }
             (false, false)
@@ -828,6 +831,19 @@ fn bench_io() -> Result<(), XtaskError> {
     print!("{}", bench::io_cost::table(&cost));
     step("figures written to target/bench/: io.json, exits.json, io-cost.json");
     Ok(())
+}
+
+fn bench_scale() -> Result<(), XtaskError> {
+    let run = bench::scale::run(&bench::scale::ScaleConfig::BENCH)?;
+    print!("{}", bench::scale::table(&run));
+    let path = bench::scale::write_json(&run)?;
+    step(&format!("figures written to {}", path.display()));
+    let failures = run.failures();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(XtaskError::Failed(format!("the scale run failed: {}", failures.join("; "))))
+    }
 }
 
 /// `deploy rpi4 DIR [--manifest FILE]`, parsed: the directory and the manifest.

@@ -160,6 +160,10 @@ pub struct Sim {
     pub decisions: usize,
     /// How many times a decision took a CPU from a pinned vCPU that was still Running.
     pub preempted_pinned: usize,
+    /// How late each slice timer fires after its deadline, in turn (empty: on time), as on
+    /// a loaded host where a vCPU's thread is descheduled past its deadline.
+    pub tick_lateness: Vec<u64>,
+    ticks_set: usize,
 }
 
 impl Sim {
@@ -195,6 +199,8 @@ impl Sim {
             waits: Vec::new(),
             decisions: 0,
             preempted_pinned: 0,
+            tick_lateness: Vec::new(),
+            ticks_set: 0,
         };
         sim.observe("add_vcpu", None);
         for i in 0..sim.vcpus.len() {
@@ -344,7 +350,15 @@ impl Sim {
                 self.preempted_pinned += 1;
             }
         }
-        self.cpus[cpu] = SimCpu { running: now_running, deadline: d.until, trap_wfi: d.trap_wfi };
+        let late = match (d.until, self.tick_lateness.len()) {
+            (Some(_), n) if n > 0 => {
+                self.ticks_set += 1;
+                self.tick_lateness[self.ticks_set % n]
+            }
+            _ => 0,
+        };
+        let deadline = d.until.map(|t| t + late);
+        self.cpus[cpu] = SimCpu { running: now_running, deadline, trap_wfi: d.trap_wfi };
     }
 
     /// Runs the checker and records the waits that started or ended. `woken` is the vCPU a
