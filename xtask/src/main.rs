@@ -834,8 +834,11 @@ fn bench_io() -> Result<(), XtaskError> {
 }
 
 fn bench_scale() -> Result<(), XtaskError> {
-    let run = bench::scale::run(&bench::scale::ScaleConfig::BENCH)?;
+    let mut run = bench::scale::run(&bench::scale::ScaleConfig::BENCH)?;
     print!("{}", bench::scale::table(&run));
+    let sharing = bench::scale::sharing_cost(4)?;
+    print!("{}", bench::scale::sharing_table(&sharing));
+    run.sharing = Some(sharing);
     let path = bench::scale::write_json(&run)?;
     step(&format!("figures written to {}", path.display()));
     let failures = run.failures();

@@ -78,6 +78,8 @@ pub struct ScaleRun {
     pub bundle_bytes: u64,
     pub bundle_bytes_copy_per_vm: u64,
     pub load_seconds: f64,
+    /// The counted cost of sharing a CPU, when it was measured too.
+    pub sharing: Option<SharingCost>,
 }
 
 impl ScaleRun {
@@ -192,7 +194,55 @@ pub fn run(config: &ScaleConfig) -> Result<ScaleRun, XtaskError> {
         bundle_bytes,
         bundle_bytes_copy_per_vm: bundle_bytes + per_vm_images * (config.vms as u64 - 1),
         load_seconds: config.load_seconds as f64,
+        sharing: None,
     })
+}
+
+/// The cost of sharing a CPU, counted: `vms` VMs booting on one CPU under `-icount
+/// shift=0,sleep=off`, against one alone. Virtual time is then an instruction count (and an
+/// idle CPU jumps to its next deadline), so the figures are the same on any host.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SharingCost {
+    pub vms: usize,
+    /// Virtual seconds (1 ns per instruction) from creation to the shell, one VM alone.
+    pub alone_seconds: f64,
+    /// The same, for the last of `vms` VMs sharing the CPU to reach its shell.
+    pub last_seconds: f64,
+}
+
+impl SharingCost {
+    /// The last shell's time over `vms` boots alone: 1 when sharing costs nothing.
+    pub fn ratio(&self) -> f64 {
+        self.last_seconds / (self.alone_seconds * self.vms as f64)
+    }
+}
+
+/// Boots `vms` VMs sharing one CPU, then one alone, under `-icount`.
+pub fn sharing_cost(vms: usize) -> Result<SharingCost, XtaskError> {
+    let hypervisor = images::build_hypervisor(Hypervisor::TestHooks)?;
+    let linux = linux_guest::debian_arm64()?;
+    let config = ScaleConfig { vms, cpus: 1, board_memory_mib: 1024, ..ScaleConfig::TEST };
+    let entries = vm_entries(&config, &linux);
+    let machine = Machine { smp: 1, memory_mib: config.board_memory_mib, icount: true, ..Machine::default() };
+    let boot = |name: &str, entries: &[VmEntry]| -> Result<f64, XtaskError> {
+        let path = bundle::write_file(name, entries, &BundleOptions::default())?;
+        let board = Board::boot(machine.command(&hypervisor, Some(&path)), entries.len())?;
+        Ok(board.boot_seconds.iter().copied().fold(0.0, f64::max))
+    };
+    step(&format!("booting {vms} Linux VMs sharing one CPU, then one alone, under -icount shift=0"));
+    let last_seconds = boot("scale-sharing", &entries)?;
+    let alone_seconds = boot("scale-sharing-alone", &entries[..1])?;
+    Ok(SharingCost { vms, alone_seconds, last_seconds })
+}
+
+/// The sharing cost's row.
+pub fn sharing_table(cost: &SharingCost) -> String {
+    let n = cost.vms;
+    let mut t = format!("\n| {n} VMs booting on one CPU (-icount shift=0) | instructions |\n|---|---:|\n");
+    t += &format!("| one VM alone, creation to shell | {:.1} M |\n", cost.alone_seconds * 1e3);
+    t += &format!("| the last of {n} sharing the CPU | {:.1} M |\n", cost.last_seconds * 1e3);
+    t += &format!("| ratio to {n} boots alone (1 = sharing costs nothing) | {:.4} |\n", cost.ratio());
+    t
 }
 
 /// The longest any one step may take (a boot of all VMs, a command, a ping).
@@ -461,7 +511,7 @@ pub fn json(run: &ScaleRun) -> String {
     format!(
         "{{\n  \"cpus\": {},\n  \"alone_boot_seconds\": {:.3},\n  \"load_seconds\": {},\n  \"heap_alone_kib\": {},\n  \
          \"heap_all_kib\": {},\n  \"heap_per_vm_kib\": {:.1},\n  \"stage2_frames\": {:?},\n  \"bundle_bytes\": {},\n  \
-         \"bundle_bytes_copy_per_vm\": {},\n  \"vms\": [\n{}\n  ]\n}}\n",
+         \"bundle_bytes_copy_per_vm\": {},\n  \"sharing\": {},\n  \"vms\": [\n{}\n  ]\n}}\n",
         run.cpus,
         run.alone_boot_seconds,
         run.load_seconds,
@@ -471,6 +521,13 @@ pub fn json(run: &ScaleRun) -> String {
         run.stage2_frames,
         run.bundle_bytes,
         run.bundle_bytes_copy_per_vm,
+        run.sharing.map_or("null".to_string(), |c| format!(
+            "{{\"vms\": {}, \"alone_seconds\": {:.6}, \"last_seconds\": {:.6}, \"ratio\": {:.4}}}",
+            c.vms,
+            c.alone_seconds,
+            c.last_seconds,
+            c.ratio()
+        )),
         vms.join(",\n")
     )
 }
@@ -526,6 +583,7 @@ heap: 1234 KiB of 32768 KiB in use";
             bundle_bytes: 37 << 20,
             bundle_bytes_copy_per_vm: 4 * (37 << 20),
             load_seconds: 20.0,
+            sharing: None,
         }
     }
 
@@ -546,6 +604,21 @@ heap: 1234 KiB of 32768 KiB in use";
         ));
         let json = json(&run);
         assert!(json.contains("{\"name\": \"d\", \"cpu\": 1, \"boot_seconds\": 10.000, \"answered\": true, \"pinged\": true, \"load_cpu_seconds\": 5.100, \"share_of_fair\": 1.0200}"), "{json}");
+    }
+
+    #[test]
+    fn sharing_costs_nothing_when_the_last_shell_comes_after_n_boots_alone() {
+        let cost = SharingCost { vms: 4, alone_seconds: 1.1378, last_seconds: 4.5632 };
+        assert!((cost.ratio() - 1.00264).abs() < 1e-4, "{}", cost.ratio());
+        let table = sharing_table(&cost);
+        assert!(table.contains("\n| one VM alone, creation to shell | 1137.8 M |\n"), "{table}");
+        assert!(table.ends_with("\n| ratio to 4 boots alone (1 = sharing costs nothing) | 1.0026 |\n"), "{table}");
+        let mut run = scale_run(vec![vm("a", 0, 1.0)]);
+        assert!(json(&run).contains("\"sharing\": null,"));
+        run.sharing = Some(cost);
+        assert!(json(&run).contains(
+            "\"sharing\": {\"vms\": 4, \"alone_seconds\": 1.137800, \"last_seconds\": 4.563200, \"ratio\": 1.0026},"
+        ));
     }
 
     #[test]
