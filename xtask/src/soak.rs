@@ -48,14 +48,15 @@ fn workload(network: &str) -> String {
     )
 }
 
-/// Each VM's exits in a `list` output: (name, exits), from lines `vmN NAME: ...; E exits, ...`.
+/// Each VM's exits in a `list` output: (name, exits), from lines `vmN NAME: ...; CPU time T
+/// s; E exits, ...` (the counts are the last part).
 pub fn exits(list: &str) -> Vec<(String, u64)> {
     list.lines()
         .filter_map(|l| {
             let rest = l.trim().strip_prefix("vm")?;
             let (_, rest) = rest.split_once(' ')?;
             let (name, rest) = rest.split_once(": ")?;
-            let (_, counts) = rest.split_once("; ")?;
+            let (_, counts) = rest.rsplit_once("; ")?;
             Some((name.to_string(), counts.split_once(" exits")?.0.parse().ok()?))
         })
         .collect()
@@ -248,8 +249,9 @@ mod tests {
     #[test]
     fn exits_are_read_per_vm_from_a_list() {
         let list =
-            "vm0 web: running, 1 vCPU(s) pinned on CPUs [0], 256 MiB, has the console; 1234 exits, data-abort 1000\n\
-                    vm1 db: running, 1 vCPU(s) shared on CPUs [2], 256 MiB; 77 exits\n\
+            "vm0 web: running, 1 vCPU(s) pinned on CPUs [0], 256 MiB, has the console; CPU time 1.000 s; 1234 exits, \
+             data-abort 1000\n\
+                    vm1 db: running, 1 vCPU(s) shared on CPUs [2], 256 MiB; CPU time 0.250 s; 77 exits\n\
                     vm2 batch: destroyed, 2 vCPU(s) shared on CPUs [2, 3], 256 MiB\n";
         assert_eq!(exits(list), [("web".to_string(), 1234), ("db".to_string(), 77)]);
     }
