@@ -35,7 +35,16 @@ pub const TRACED_ITERATIONS: u64 = 36;
 /// The guest's iterations before a window opens (guest_common::bench::TRACE_WARM_UP).
 const WARM_UP: u64 = 4;
 /// The microbenchmark paths the table reports, in its order.
-pub const PATHS: &[&str] = &["hvc-unknown", "hvc-smccc-version", "mmio-read", "gicd-read", "virtual-ipi", "vtimer"];
+pub const PATHS: &[&str] = &[
+    "hvc-unknown",
+    "hvc-smccc-version",
+    "mmio-read",
+    "gicd-read",
+    "virtual-ipi",
+    "virtual-ipi-round-trip",
+    "vtimer",
+    "vtimer-periodic",
+];
 
 /// What the hypervisor executed at EL2 in one window, or per operation.
 #[derive(Clone, Debug, Default, PartialEq)]
