@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use vgic::{
     Distributor, GicVersion, GichLr, IchLr, IntId, LineSampler, ListRegister, ListRegisters, LrState, Maintenance,
-    RetiredLines, SgiRegister, VgicConfig,
+    RetiredLines, SgiRegister, VcpuInterfaceState, VgicConfig,
 };
 
 /// List registers as the hardware keeps them, with a guest that takes and completes
@@ -87,17 +87,54 @@ impl LineSampler for Sampler {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Read { vcpu: u8, offset: u16, width: u8 },
-    Write { vcpu: u8, offset: u16, width: u8, value: u64 },
-    ReadRedistributor { offset: u32, width: u8 },
-    WriteRedistributor { offset: u32, width: u8, value: u64 },
-    Sgi { source: u8, register: u8, value: u64 },
-    Level { intid: u16, vcpu: u8, high: bool },
-    Edge { intid: u16, vcpu: u8 },
-    Hw { intid: u16, vcpu: u8, physical: Option<u16> },
+    Read {
+        vcpu: u8,
+        offset: u16,
+        width: u8,
+    },
+    Write {
+        vcpu: u8,
+        offset: u16,
+        width: u8,
+        value: u64,
+    },
+    ReadRedistributor {
+        offset: u32,
+        width: u8,
+    },
+    WriteRedistributor {
+        offset: u32,
+        width: u8,
+        value: u64,
+    },
+    Sgi {
+        source: u8,
+        register: u8,
+        value: u64,
+    },
+    Level {
+        intid: u16,
+        vcpu: u8,
+        high: bool,
+    },
+    Edge {
+        intid: u16,
+        vcpu: u8,
+    },
+    Hw {
+        intid: u16,
+        vcpu: u8,
+        physical: Option<u16>,
+    },
     /// Entry, the guest's turn on list register `lr`, exit (with the lines sampled so).
-    Run { vcpu: u8, lr: u8, line_high: bool },
-    Put { vcpu: u8 },
+    Run {
+        vcpu: u8,
+        lr: u8,
+        line_high: bool,
+    },
+    Put {
+        vcpu: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -120,6 +157,8 @@ fuzz_target!(|input: Input| {
     let mut lrs: Vec<Lrs> = (0..config.vcpus)
         .map(|_| Lrs { version, regs: [0; 16], count: usize::from(input.list_registers % 16) + 1 })
         .collect();
+    // Each vCPU's list-register state, which the hypervisor keeps under the vCPU's own lock.
+    let mut lists = vec![VcpuInterfaceState::EMPTY; config.vcpus];
     for op in input.ops.iter().take(1024) {
         match *op {
             Op::Read { vcpu, offset, width: w } => {
@@ -148,15 +187,19 @@ fuzz_target!(|input: Input| {
                 let _ = g.set_hw(IntId(u32::from(intid)), usize::from(vcpu), physical.map(|p| IntId(u32::from(p))));
             }
             Op::Run { vcpu, lr, line_high } => {
-                let Some(l) = lrs.get_mut(usize::from(vcpu)) else { continue };
-                let _ = g.flush_to_hw(usize::from(vcpu), l);
+                let (Some(l), Some(state)) = (lrs.get_mut(usize::from(vcpu)), lists.get_mut(usize::from(vcpu))) else {
+                    continue;
+                };
+                let _ = g.flush_to_hw(usize::from(vcpu), state, l);
                 l.guest(usize::from(lr));
                 let mut retired = RetiredLines::default();
-                let _ = g.sync_from_hw_sampling(usize::from(vcpu), l, &mut Sampler(line_high), &mut retired);
+                if !state.came_back_unchanged(l) {
+                    let _ = g.sync_from_hw_sampling(usize::from(vcpu), state, l, &mut Sampler(line_high), &mut retired);
+                }
             }
             Op::Put { vcpu } => {
-                if let Some(l) = lrs.get_mut(usize::from(vcpu)) {
-                    let _ = g.put(usize::from(vcpu), l);
+                if let (Some(l), Some(state)) = (lrs.get_mut(usize::from(vcpu)), lists.get_mut(usize::from(vcpu))) {
+                    let _ = g.put(usize::from(vcpu), state, l);
                 }
             }
         }
