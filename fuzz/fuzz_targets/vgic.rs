@@ -87,54 +87,17 @@ impl LineSampler for Sampler {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Read {
-        vcpu: u8,
-        offset: u16,
-        width: u8,
-    },
-    Write {
-        vcpu: u8,
-        offset: u16,
-        width: u8,
-        value: u64,
-    },
-    ReadRedistributor {
-        offset: u32,
-        width: u8,
-    },
-    WriteRedistributor {
-        offset: u32,
-        width: u8,
-        value: u64,
-    },
-    Sgi {
-        source: u8,
-        register: u8,
-        value: u64,
-    },
-    Level {
-        intid: u16,
-        vcpu: u8,
-        high: bool,
-    },
-    Edge {
-        intid: u16,
-        vcpu: u8,
-    },
-    Hw {
-        intid: u16,
-        vcpu: u8,
-        physical: Option<u16>,
-    },
+    Read { vcpu: u8, offset: u16, width: u8 },
+    Write { vcpu: u8, offset: u16, width: u8, value: u64 },
+    ReadRedistributor { offset: u32, width: u8 },
+    WriteRedistributor { offset: u32, width: u8, value: u64 },
+    Sgi { source: u8, register: u8, value: u64 },
+    Level { intid: u16, vcpu: u8, high: bool },
+    Edge { intid: u16, vcpu: u8 },
+    Hw { intid: u16, vcpu: u8, physical: Option<u16> },
     /// Entry, the guest's turn on list register `lr`, exit (with the lines sampled so).
-    Run {
-        vcpu: u8,
-        lr: u8,
-        line_high: bool,
-    },
-    Put {
-        vcpu: u8,
-    },
+    Run { vcpu: u8, lr: u8, line_high: bool },
+    Put { vcpu: u8 },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -187,19 +150,19 @@ fuzz_target!(|input: Input| {
                 let _ = g.set_hw(IntId(u32::from(intid)), usize::from(vcpu), physical.map(|p| IntId(u32::from(p))));
             }
             Op::Run { vcpu, lr, line_high } => {
-                let (Some(l), Some(state)) = (lrs.get_mut(usize::from(vcpu)), lists.get_mut(usize::from(vcpu))) else {
-                    continue;
-                };
-                let _ = g.flush_to_hw(usize::from(vcpu), state, l);
+                let v = usize::from(vcpu);
+                let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) else { continue };
+                let _ = g.flush_to_hw(v, state, l);
                 l.guest(usize::from(lr));
                 let mut retired = RetiredLines::default();
                 if !state.came_back_unchanged(l) {
-                    let _ = g.sync_from_hw_sampling(usize::from(vcpu), state, l, &mut Sampler(line_high), &mut retired);
+                    let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(line_high), &mut retired);
                 }
             }
             Op::Put { vcpu } => {
-                if let (Some(l), Some(state)) = (lrs.get_mut(usize::from(vcpu)), lists.get_mut(usize::from(vcpu))) {
-                    let _ = g.put(usize::from(vcpu), state, l);
+                let v = usize::from(vcpu);
+                if let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) {
+                    let _ = g.put(v, state, l);
                 }
             }
         }
