@@ -126,7 +126,7 @@ impl Distributor {
         // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4),
         // and no more wanted interrupts are kept than they could show.
         let count = lrs.count().min(MAX_LIST_REGISTERS);
-        if count <= 4 {
+        if count <= 4 && state.owned() >> 4 == 0 {
             self.flush_wanted::<4>(vcpu, state, lrs, count);
         } else {
             self.flush_wanted::<MAX_LIST_REGISTERS>(vcpu, state, lrs, count);
@@ -152,11 +152,16 @@ impl Distributor {
             self.fill_empty(vcpu, state, lrs, &wanted, count);
             return;
         }
-        let mut owned = [None; MAX_LIST_REGISTERS];
+        // The vCPU's list registers decoded, and the plan, for the first N only (4 on QEMU and
+        // the GIC-400): `flush_to_hw` takes N = 4 only when `count` and every list register
+        // the vCPU holds are below 4.
+        let mut owned = [None; N];
         for i in set_bits(owned_mask) {
-            owned[i] = Some(self.decode(state.lr[i]));
+            if let Some(o) = owned.get_mut(i) {
+                *o = Some(self.decode(state.lr[i]));
+            }
         }
-        let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize)];
+        let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize).min(N)];
         let snapshot = LrSnapshot {
             count,
             empty: lrs.empty_status(),
@@ -164,7 +169,7 @@ impl Distributor {
             wanted: wanted.as_slice(),
             more_waiting: wanted.more_waiting(),
         };
-        let mut plan = LrPlan::default();
+        let mut plan = LrPlan::<N>::default();
         ListRegisterPlanner::plan_into(&snapshot, &mut plan);
         for (i, old) in owned.iter().enumerate() {
             match plan.action(i) {
@@ -227,10 +232,14 @@ impl Distributor {
     /// After `vcpu` exits: takes back the state of the list registers it owns. An empty one
     /// means the guest deactivated the interrupt: a level line is sampled again at the next
     /// entry, the next source of a GICv2 SGI comes in. A hardware-mapped interrupt's
-    /// deactivation already reached the physical GIC. Returns whether any list register
-    /// changed: if not, and nothing new was raised, the next entry need not look again.
-    /// (Planning again only when something waits, or a completed interrupt is pending again,
-    /// was measured: the Linux boot took 30 M instructions more, docs/performance.md.)
+    /// deactivation already reached the physical GIC. Returns whether the next entry must
+    /// plan the list registers again: after any change but one, an interrupt the guest only
+    /// acknowledged (pending to active) while nothing else waited (no maintenance interrupt
+    /// asked for), for which the planner would keep every list register as it is (an active
+    /// interrupt is shown active, as its register now shows it). If nothing else changed,
+    /// and nothing new was raised (the hypervisor's hint), the next entry need not look
+    /// again. (Planning only when something waited, or a completed interrupt was pending
+    /// again, was measured: the Linux boot took 30 M instructions more, docs/performance.md.)
     pub fn sync_from_hw(
         &mut self,
         vcpu: usize,
@@ -288,16 +297,19 @@ impl Distributor {
             return Ok(false);
         }
         let done = lrs.empty_status() | lrs.eoi_status();
+        // Nothing was left waiting when they were last planned (no maintenance interrupt
+        // asked for): an acknowledgement alone then changes nothing the planner would write.
+        let nothing_waits = state.maintenance == Maintenance::NONE;
         let mut changed = false;
         for i in set_bits(owned) {
             let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
             if raw == state.lr[i] {
                 continue;
             }
-            changed = true;
             let old = self.decode(state.lr[i]);
             let now = self.decode(raw);
             let completed = now.state == LrState::Invalid;
+            changed |= !(nothing_waits && old.state == LrState::Pending && now.state == LrState::Active);
             if completed && old.eoi_maintenance {
                 // Clears the EOI status, or the maintenance interrupt would stay asserted.
                 lrs.write_lr(i, 0);
