@@ -1123,9 +1123,10 @@ fn micro_table(under: &Figures, native: &Figures, target: fn(&str) -> Option<f64
             met
         ));
         json.push(format!(
-            "    {{\"name\": \"{name}\", \"hypervisor\": {value:.1}, \"native\": {}, \"target\": {}}}",
+            "    {{\"name\": \"{name}\", \"hypervisor\": {value:.1}, \"native\": {}, \"target\": {}, \"met\": {}}}",
             reference.map_or("null".into(), |r| format!("{r:.1}")),
-            target.map_or("null".into(), |t| format!("{t:.0}"))
+            target.map_or("null".into(), |t| format!("{t:.0}")),
+            target.map_or("null", |t| if *value <= t { "true" } else { "false" })
         ));
     }
     let json = format!(
@@ -1282,7 +1283,9 @@ mod tests {
         assert_eq!(row("mmio-read"), "mmio-read 351 - <= 350 NO");
         assert_eq!(row("virtual-ipi-round-trip"), "virtual-ipi-round-trip 3000 - - -");
         assert!(
-            json.contains("{\"name\": \"hvc-unknown\", \"hypervisor\": 180.0, \"native\": 7.0, \"target\": 200}"),
+            json.contains(
+                "{\"name\": \"hvc-unknown\", \"hypervisor\": 180.0, \"native\": 7.0, \"target\": 200, \"met\": true}"
+            ),
             "{json}"
         );
         assert_eq!(
@@ -1321,6 +1324,13 @@ mod tests {
         assert_eq!(row("virtual-ipi-round-trip/gicv2"), "virtual-ipi-round-trip/gicv2 1300 200 <= 700 NO");
         assert_eq!(row("virtual-ipi-round-trip"), "virtual-ipi-round-trip 1500 - <= 900 NO");
         assert!(json.contains("\"name\": \"vtimer-periodic/gicv2\", \"hypervisor\": 800.0"), "{json}");
+        assert!(
+            json.contains("\"virtual-ipi-round-trip/gicv2\", \"hypervisor\": 1300.0, \"native\": 200.0, \"target\": 700, \"met\": false}"),
+            "{json}"
+        );
+        assert!(json.contains(
+            "\"vtimer-periodic/gicv2\", \"hypervisor\": 800.0, \"native\": null, \"target\": null, \"met\": null}"
+        ));
     }
 
     #[test]
