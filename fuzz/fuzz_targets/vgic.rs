@@ -10,7 +10,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use vgic::{
     Distributor, GicVersion, GichLr, IchLr, IntId, LineSampler, ListRegister, ListRegisters, LrState, Maintenance,
-    RetiredLines, SgiRegister, VgicConfig,
+    RetiredLines, SgiRegister, VcpuInterfaceState, VgicConfig,
 };
 
 /// List registers as the hardware keeps them, with a guest that takes and completes
@@ -120,6 +120,8 @@ fuzz_target!(|input: Input| {
     let mut lrs: Vec<Lrs> = (0..config.vcpus)
         .map(|_| Lrs { version, regs: [0; 16], count: usize::from(input.list_registers % 16) + 1 })
         .collect();
+    // Each vCPU's list-register state, which the hypervisor keeps under the vCPU's own lock.
+    let mut lists = vec![VcpuInterfaceState::EMPTY; config.vcpus];
     for op in input.ops.iter().take(1024) {
         match *op {
             Op::Read { vcpu, offset, width: w } => {
@@ -148,15 +150,19 @@ fuzz_target!(|input: Input| {
                 let _ = g.set_hw(IntId(u32::from(intid)), usize::from(vcpu), physical.map(|p| IntId(u32::from(p))));
             }
             Op::Run { vcpu, lr, line_high } => {
-                let Some(l) = lrs.get_mut(usize::from(vcpu)) else { continue };
-                let _ = g.flush_to_hw(usize::from(vcpu), l);
+                let v = usize::from(vcpu);
+                let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) else { continue };
+                let _ = g.flush_to_hw(v, state, l);
                 l.guest(usize::from(lr));
                 let mut retired = RetiredLines::default();
-                let _ = g.sync_from_hw_sampling(usize::from(vcpu), l, &mut Sampler(line_high), &mut retired);
+                if !state.came_back_unchanged(l) {
+                    let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(line_high), &mut retired);
+                }
             }
             Op::Put { vcpu } => {
-                if let Some(l) = lrs.get_mut(usize::from(vcpu)) {
-                    let _ = g.put(usize::from(vcpu), l);
+                let v = usize::from(vcpu);
+                if let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) {
+                    let _ = g.put(v, state, l);
                 }
             }
         }

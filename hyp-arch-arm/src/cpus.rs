@@ -94,14 +94,23 @@ pub const VECTOR_CALLS_LISTS_IN_USE: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, list_registers_in_use);
 
 /// This CPU's index in the device tree's CPU list: from the per-CPU register's value `entry`
-/// once it is online (an address in `PER_CPU`), by its MPIDR affinity before.
+/// once it is online (an address in `PER_CPU`: a subtraction and a division by a constant,
+/// no memory access), by its MPIDR affinity before (`by_mpidr`, out of line: an exit or a
+/// kick never searches the table).
 #[inline]
 pub fn index(entry: usize, mpidr: impl FnOnce() -> u64) -> usize {
     let first = PER_CPU.as_ptr() as usize;
     match entry.checked_sub(first).map(|offset| offset / core::mem::size_of::<PerCpu>()) {
         Some(index) if index < MAX_CPUS => index,
-        _ => position((mpidr() & MPIDR_AFFINITY_MASK) as usize).unwrap_or(0),
+        _ => by_mpidr(mpidr()),
     }
+}
+
+/// The CPU whose MPIDR affinity is `mpidr`'s (CPU 0 if none is): before this CPU is online.
+#[cold]
+#[inline(never)]
+fn by_mpidr(mpidr: u64) -> usize {
+    position((mpidr & MPIDR_AFFINITY_MASK) as usize).unwrap_or(0)
 }
 
 fn position(mpidr: usize) -> Option<usize> {

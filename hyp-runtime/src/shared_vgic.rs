@@ -1,6 +1,14 @@
 //! A VM's virtual GIC as the hypervisor shares it between CPUs: the VM's `vgic::Distributor`
-//! behind its lock, the per-vCPU hints and kicks that make vCPUs look at their interrupts,
-//! and the guest's trapped accesses to the distributor and redistributor windows.
+//! behind its lock, each vCPU's list-register state behind the vCPU's own lock, the per-vCPU
+//! hints and kicks that make vCPUs look at their interrupts, and the guest's trapped accesses
+//! to the distributor and redistributor windows.
+//!
+//! **Locks.** A vCPU's list-register state (`lists[vcpu]`, `vgic::VcpuInterfaceState`) is
+//! taken only by the CPU the vCPU runs on, on its exit and entry paths, and before the VM's
+//! lock (`vgic`) when both are held (docs/architecture.md, "Lock order"). An exit whose list
+//! registers came back as they went in takes the vCPU's lock alone; the VM's lock is taken to
+//! fold a change into the distributor, to plan the list registers, and by every access that
+//! changes an interrupt's state.
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -8,7 +16,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use hyp_core::mmio::MmioError;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
-use vgic::{AccessError, Distributor, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
+use vgic::{AccessError, Distributor, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
 
 use crate::arch::Arch;
 use crate::scheduling::{vcpu_ref, Scheduling};
@@ -17,6 +25,8 @@ use crate::scheduling::{vcpu_ref, Scheduling};
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
 pub struct VgicHandle<A: Arch> {
     pub vgic: Mutex<Distributor>,
+    /// Each vCPU's list-register state, under the vCPU's own lock: taken before `vgic`.
+    pub lists: [Mutex<VcpuInterfaceState>; MAX_VCPUS],
     /// The VM (its index), for the scheduler.
     vm: usize,
     /// The scheduler that wakes its vCPUs waiting for an interrupt.
@@ -32,6 +42,7 @@ impl<A: Arch> VgicHandle<A> {
     pub fn new(vm: usize, vgic: Distributor, scheduling: &'static Scheduling<A>) -> Self {
         VgicHandle {
             vgic: Mutex::new(vgic),
+            lists: [const { Mutex::new(VcpuInterfaceState::EMPTY) }; MAX_VCPUS],
             vm,
             scheduling,
             hints: [const { AtomicBool::new(false) }; MAX_VCPUS],

@@ -34,6 +34,10 @@ use crate::tlb::OnEntry;
 use crate::virtio::slot::VmEnv;
 use crate::vm::{CallEffect, Vm};
 
+/// The list-register state of a vCPU the VM does not have (the vGIC refuses it): never
+/// reached, since a VM runs only its own vCPUs.
+static NO_LISTS: Mutex<vgic::VcpuInterfaceState> = Mutex::new(vgic::VcpuInterfaceState::EMPTY);
+
 /// How the guest came out.
 pub enum GuestExit {
     /// A synchronous exception: the syndrome registers say which ([`VcpuCpu::read_trap`]).
@@ -242,13 +246,23 @@ pub fn run_vcpu<C: VcpuCpu>(
         }
         // The common case, nothing in flight and nothing new: one load, no lock.
         if lrs_changed || core.vgic.take_hint(vcpu) {
-            let mut vgic = core.vgic.vgic.lock();
-            let _ = vgic.flush_to_hw(vcpu, here.list_registers());
-            lrs_in_use = vgic.interface(vcpu).is_some_and(|i| i.in_use() > 0);
+            // The vCPU's own list-register state, then the VM's vGIC (shared_vgic, "Locks").
+            let mut lists = core.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
+            let _ = core.vgic.vgic.lock().flush_to_hw(vcpu, &mut lists, here.list_registers());
+            lrs_in_use = lists.in_use() > 0;
             here.vector_list_registers_in_use(lrs_in_use);
         }
         let exit_kind = here.run_guest(&mut registers);
-        lrs_changed = lrs_in_use && take_back_list_registers::<C>(core, vcpu, cpu, &mut here);
+        lrs_changed = false;
+        if lrs_in_use {
+            let in_use;
+            (lrs_changed, in_use) = take_back_list_registers::<C>(core, vcpu, cpu, &mut here);
+            if !in_use {
+                // The guest completed everything it held: the vector may answer calls again.
+                lrs_in_use = false;
+                here.vector_list_registers_in_use(false);
+            }
+        }
         match exit_kind {
             GuestExit::Sync => {
                 let trap = C::read_trap();
@@ -476,24 +490,34 @@ fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usi
 
 /// After an exit of a vCPU holding list registers: their state goes back into the vGIC,
 /// and a hardware-mapped level interrupt still pending there whose input went low is
-/// retired (its physical interrupt deactivated here). Returns whether anything changed.
+/// retired (its physical interrupt deactivated here). Returns whether the next entry must
+/// plan the list registers again, and whether the vCPU still holds any. List registers that
+/// came back as they went in take the vCPU's own lock only, not the VM's
+/// (`VcpuInterfaceState::came_back_unchanged`).
 fn take_back_list_registers<C: VcpuCpu>(
     vm: &Vm<<C::V as Virtualization>::Env>,
     vcpu: usize,
     cpu: usize,
     here: &mut C,
-) -> bool {
+) -> (bool, bool) {
+    let Some(lists) = vm.vgic.lists.get(vcpu) else { return (true, true) };
+    let mut lists = lists.lock();
+    if lists.came_back_unchanged(here.list_registers()) {
+        return (false, true);
+    }
     let mut retired = RetiredLines::default();
-    let changed = vm
+    let plan = vm
         .vgic
         .vgic
         .lock()
-        .sync_from_hw_sampling(vcpu, here.list_registers(), &mut HwLines::<C>(PhantomData), &mut retired)
+        .sync_from_hw_sampling(vcpu, &mut lists, here.list_registers(), &mut HwLines::<C>(PhantomData), &mut retired)
         .unwrap_or(true);
+    let in_use = lists.in_use() > 0;
+    drop(lists);
     for physical in retired.iter() {
         C::deactivate(physical, cpu);
     }
-    changed
+    (plan, in_use)
 }
 
 /// The inputs of a VM's hardware-mapped level interrupts, as the vGIC asks for them after an
@@ -607,7 +631,10 @@ fn vm_call<C: VcpuCpu>(
 /// is what the vCPU goes on from, if it does.
 fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &mut C, resume: Option<Box<Resume<C>>>) {
     let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
-    let _ = core.vgic.vgic.lock().put(vcpu, here.list_registers());
+    if let Some(lists) = core.vgic.lists.get(vcpu) {
+        let mut lists = lists.lock();
+        let _ = core.vgic.vgic.lock().put(vcpu, &mut lists, here.list_registers());
+    }
     here.leave();
     if let Some(slot) = C::resume_slots(vm).get(vcpu) {
         *slot.lock() = resume;

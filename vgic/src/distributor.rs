@@ -6,7 +6,6 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::gicr::Redistributor;
-use crate::interface::VcpuInterfaceState;
 use crate::mask::{set_bits, Cache};
 use crate::state::IrqState;
 use crate::{IntId, VcpuMask, VgicError, MAX_LIST_REGISTERS, MAX_SPIS, MAX_VCPUS, MAX_VCPUS_V2};
@@ -67,7 +66,6 @@ pub struct Distributor {
     /// The vCPU whose list register holds the SPI, so no other vCPU shows it too.
     pub(crate) spi_owner: Box<[u8]>,
     pub(crate) redistributors: Box<[Redistributor]>,
-    pub(crate) interfaces: Box<[VcpuInterfaceState]>,
     pub(crate) kicks: VcpuMask,
 }
 
@@ -144,7 +142,6 @@ impl Distributor {
             route: boxed(if config.version == GicVersion::V2 { 1 } else { 0 }, spis)?,
             spi_owner: boxed(NO_OWNER, spis)?,
             redistributors: boxed(Redistributor::new(private), config.vcpus)?,
-            interfaces: boxed(VcpuInterfaceState::default(), config.vcpus)?,
             kicks: VcpuMask::EMPTY,
         })
     }
@@ -168,9 +165,6 @@ impl Distributor {
 
     pub fn redistributor(&self, vcpu: usize) -> Option<&Redistributor> {
         self.redistributors.get(vcpu)
-    }
-    pub fn interface(&self, vcpu: usize) -> Option<&VcpuInterfaceState> {
-        self.interfaces.get(vcpu)
     }
 
     /// The vCPUs that may have something new to show since the last call: the hypervisor

@@ -3,6 +3,12 @@
 //! calls: `flush_to_hw` before entering the guest, `sync_from_hw` after it exits, `put`
 //! before the vCPU leaves its physical CPU.
 //!
+//! The vCPU's list-register state ([`VcpuInterfaceState`]) is not part of the
+//! [`Distributor`]: the hypervisor keeps it under the vCPU's own lock, which only the CPU the
+//! vCPU runs on takes, and hands it to these calls beside the distributor. An exit whose
+//! list registers came back as they went in ([`VcpuInterfaceState::came_back_unchanged`])
+//! needs that state only, not the VM-wide distributor (docs/vgic.md, "Locks").
+//!
 //! The software state is the truth while the vCPU is stopped: on exit each list register
 //! this vCPU owns is taken back (read only if the empty and EOI status registers do not
 //! already say it is empty), and on entry the planner decides what to write.
@@ -24,11 +30,18 @@ pub struct VcpuInterfaceState {
     /// every exit and entry asks, and a scan of the sixteen would cost more than the rest
     /// of a short exit.
     owned: u16,
+    /// Bit n set: `lr[n]` shows a hardware-mapped interrupt pending (its input is sampled
+    /// after each exit). Kept by `set_lr`.
+    hw_pending: u16,
     /// The maintenance interrupts last asked for.
     maintenance: Maintenance,
 }
 
 impl VcpuInterfaceState {
+    /// A vCPU that holds no list register (the `Default`).
+    pub const EMPTY: VcpuInterfaceState =
+        VcpuInterfaceState { lr: [0; MAX_LIST_REGISTERS], owned: 0, hw_pending: 0, maintenance: Maintenance::NONE };
+
     /// Bit n set: list register n holds one of this vCPU's interrupts.
     pub fn owned(&self) -> u64 {
         u64::from(self.owned)
@@ -39,15 +52,49 @@ impl VcpuInterfaceState {
     pub fn maintenance(&self) -> Maintenance {
         self.maintenance
     }
-    fn set_lr(&mut self, i: usize, raw: u64) {
-        if let Some(lr) = self.lr.get_mut(i) {
-            *lr = raw;
+    /// Records what list register `i` holds; `lr` is `raw` decoded.
+    fn set_lr(&mut self, i: usize, raw: u64, lr: &ListRegister) {
+        if let Some(slot) = self.lr.get_mut(i) {
+            *slot = raw;
+            let bit = 1 << i;
             if raw == 0 {
-                self.owned &= !(1 << i);
+                self.owned &= !bit;
             } else {
-                self.owned |= 1 << i;
+                self.owned |= bit;
+            }
+            if raw != 0 && lr.hw.is_some() && lr.state == LrState::Pending {
+                self.hw_pending |= bit;
+            } else {
+                self.hw_pending &= !bit;
             }
         }
+    }
+
+    /// After an exit: whether every list register this vCPU holds came back as it went in
+    /// (the guest took nothing, completed nothing) and none of them shows a hardware-mapped
+    /// interrupt still pending, whose input `sync_from_hw_sampling` would sample. Then
+    /// `sync_from_hw_sampling` would change nothing and return `false`, so the exit need not
+    /// call it, nor take the lock of the distributor it needs. Reads the list registers that
+    /// the empty and EOI status registers do not already say are empty.
+    pub fn came_back_unchanged(&self, lrs: &impl ListRegisters) -> bool {
+        let owned = self.owned();
+        if owned == 0 {
+            return true;
+        }
+        if self.hw_pending != 0 || (lrs.empty_status() | lrs.eoi_status()) & owned != 0 {
+            return false;
+        }
+        set_bits(owned).all(|i| lrs.read_lr(i) == self.lr[i])
+    }
+}
+
+/// What an empty list register decodes to (raw 0).
+const EMPTY: ListRegister = ListRegister::INVALID;
+
+fn set_maintenance(state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters, m: Maintenance) {
+    if state.maintenance != m {
+        state.maintenance = m;
+        lrs.set_maintenance(m);
     }
 }
 
@@ -68,37 +115,53 @@ impl Distributor {
     /// Before entering `vcpu`: puts its highest-priority interrupts in the list registers
     /// (writing only those that change) and asks for a maintenance interrupt when more wait.
     /// With nothing to show and nothing shown, it touches no list register.
-    pub fn flush_to_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+    pub fn flush_to_hw(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<(), VgicError> {
         self.check_vcpu(vcpu)?;
         self.forget_quiet(vcpu);
         // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4),
         // and no more wanted interrupts are kept than they could show.
         let count = lrs.count().min(MAX_LIST_REGISTERS);
-        if count <= 4 {
-            self.flush_wanted::<4>(vcpu, lrs, count);
+        if count <= 4 && state.owned() >> 4 == 0 {
+            self.flush_wanted::<4>(vcpu, state, lrs, count);
         } else {
-            self.flush_wanted::<MAX_LIST_REGISTERS>(vcpu, lrs, count);
+            self.flush_wanted::<MAX_LIST_REGISTERS>(vcpu, state, lrs, count);
         }
         Ok(())
     }
 
-    fn flush_wanted<const N: usize>(&mut self, vcpu: usize, lrs: &mut impl ListRegisters, count: usize) {
+    fn flush_wanted<const N: usize>(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+        count: usize,
+    ) {
         let mut wanted = WantedList::<N>::new();
         self.wanted(vcpu, &mut wanted);
-        let owned_mask = self.interfaces[vcpu].owned();
+        let owned_mask = state.owned();
         if wanted.is_empty() && owned_mask == 0 {
-            self.set_maintenance(vcpu, lrs, Maintenance::default());
+            set_maintenance(state, lrs, Maintenance::default());
             return;
         }
         if owned_mask == 0 {
-            self.fill_empty(vcpu, lrs, &wanted, count);
+            self.fill_empty(vcpu, state, lrs, &wanted, count);
             return;
         }
-        let mut owned = [None; MAX_LIST_REGISTERS];
+        // The vCPU's list registers decoded, and the plan, for the first N only (4 on QEMU and
+        // the GIC-400): `flush_to_hw` takes N = 4 only when `count` and every list register
+        // the vCPU holds are below 4.
+        let mut owned = [None; N];
         for i in set_bits(owned_mask) {
-            owned[i] = Some(self.decode(self.interfaces[vcpu].lr[i]));
+            if let Some(o) = owned.get_mut(i) {
+                *o = Some(self.decode(state.lr[i]));
+            }
         }
-        let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize)];
+        let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize).min(N)];
         let snapshot = LrSnapshot {
             count,
             empty: lrs.empty_status(),
@@ -106,7 +169,7 @@ impl Distributor {
             wanted: wanted.as_slice(),
             more_waiting: wanted.more_waiting(),
         };
-        let mut plan = LrPlan::default();
+        let mut plan = LrPlan::<N>::default();
         ListRegisterPlanner::plan_into(&snapshot, &mut plan);
         for (i, old) in owned.iter().enumerate() {
             match plan.action(i) {
@@ -121,19 +184,19 @@ impl Distributor {
                     }
                     self.placed(vcpu, &lr);
                     let raw = self.encode(&lr);
-                    self.interfaces[vcpu].set_lr(i, raw);
+                    state.set_lr(i, raw, &lr);
                     lrs.write_lr(i, raw);
                 }
                 LrAction::Spill => {
                     if let Some(old) = old {
                         self.released(vcpu, old);
                     }
-                    self.interfaces[vcpu].set_lr(i, 0);
+                    state.set_lr(i, 0, &EMPTY);
                     lrs.write_lr(i, 0);
                 }
             }
         }
-        self.set_maintenance(vcpu, lrs, plan.maintenance);
+        set_maintenance(state, lrs, plan.maintenance);
     }
 
     /// `flush_to_hw` when `vcpu` holds no list register (the common case of an interrupt
@@ -145,6 +208,7 @@ impl Distributor {
     fn fill_empty<const N: usize>(
         &mut self,
         vcpu: usize,
+        state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
         wanted: &WantedList<N>,
         count: usize,
@@ -156,22 +220,33 @@ impl Distributor {
             let Some(i) = free.next() else { break };
             self.placed(vcpu, &w.lr);
             let raw = self.encode(&w.lr);
-            self.interfaces[vcpu].set_lr(i, raw);
+            state.set_lr(i, raw, &w.lr);
             lrs.write_lr(i, raw);
             shown += 1;
             no_pending |= w.refill_on_ack && w.lr.state == LrState::Pending;
         }
         let overflow = wanted.as_slice().len() > shown || wanted.more_waiting();
-        self.set_maintenance(vcpu, lrs, Maintenance { underflow: overflow && count > 0, no_pending });
+        set_maintenance(state, lrs, Maintenance { underflow: overflow && count > 0, no_pending });
     }
 
     /// After `vcpu` exits: takes back the state of the list registers it owns. An empty one
     /// means the guest deactivated the interrupt: a level line is sampled again at the next
     /// entry, the next source of a GICv2 SGI comes in. A hardware-mapped interrupt's
-    /// deactivation already reached the physical GIC. Returns whether any list register
-    /// changed: if not, and nothing new was raised, the next entry need not look again.
-    pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
-        self.sync_from_hw_sampling(vcpu, lrs, &mut AssumeAsserted, &mut RetiredLines::default())
+    /// deactivation already reached the physical GIC. Returns whether the next entry must
+    /// plan the list registers again: after any change but one, an interrupt the guest only
+    /// acknowledged (pending to active) while nothing else waited (no maintenance interrupt
+    /// asked for), for which the planner would keep every list register as it is (an active
+    /// interrupt is shown active, as its register now shows it). If nothing else changed,
+    /// and nothing new was raised (the hypervisor's hint), the next entry need not look
+    /// again. (Planning only when something waited, or a completed interrupt was pending
+    /// again, was measured: the Linux boot took 30 M instructions more, docs/performance.md.)
+    pub fn sync_from_hw(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<bool, VgicError> {
+        self.sync_from_hw_sampling(vcpu, state, lrs, &mut AssumeAsserted, &mut RetiredLines::default())
     }
 
     /// `sync_from_hw`, and then the input of every hardware-mapped level-sensitive interrupt
@@ -184,13 +259,14 @@ impl Distributor {
     pub fn sync_from_hw_sampling(
         &mut self,
         vcpu: usize,
+        state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
         sampler: &mut impl LineSampler,
         retired: &mut RetiredLines,
     ) -> Result<bool, VgicError> {
-        let mut changed = self.take_back(vcpu, lrs)?;
-        for i in set_bits(self.interfaces[vcpu].owned()) {
-            let lr = self.decode(self.interfaces[vcpu].lr[i]);
+        let mut changed = self.take_back(vcpu, state, lrs)?;
+        for i in set_bits(state.owned() & u64::from(state.hw_pending)) {
+            let lr = self.decode(state.lr[i]);
             let (Some(physical), LrState::Pending) = (lr.hw, lr.state) else { continue };
             let Some(&s) = self.irq(vcpu, lr.vintid.0) else { continue };
             if s.edge() || s.latch() || sampler.is_asserted(lr.vintid, IntId(physical)) {
@@ -200,7 +276,7 @@ impl Distributor {
                 s.set_line(false);
             }
             self.release_owner(vcpu, lr.vintid.0);
-            self.interfaces[vcpu].set_lr(i, 0);
+            state.set_lr(i, 0, &EMPTY);
             lrs.write_lr(i, 0);
             retired.push(IntId(physical));
             changed = true;
@@ -209,29 +285,41 @@ impl Distributor {
     }
 
     /// The list-register part of `sync_from_hw`.
-    fn take_back(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
+    fn take_back(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
-        let owned = self.interfaces[vcpu].owned();
+        let owned = state.owned();
         if owned == 0 {
             return Ok(false);
         }
         let done = lrs.empty_status() | lrs.eoi_status();
+        // Nothing was left waiting when they were last planned (no maintenance interrupt
+        // asked for): an acknowledgement alone then changes nothing the planner would write.
+        let nothing_waits = state.maintenance == Maintenance::NONE;
         let mut changed = false;
         for i in set_bits(owned) {
             let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
-            if raw == self.interfaces[vcpu].lr[i] {
+            if raw == state.lr[i] {
                 continue;
             }
-            changed = true;
-            let old = self.decode(self.interfaces[vcpu].lr[i]);
-            let state = self.decode(raw).state;
-            let completed = state == LrState::Invalid;
+            let old = self.decode(state.lr[i]);
+            let now = self.decode(raw);
+            let completed = now.state == LrState::Invalid;
+            changed |= !(nothing_waits && old.state == LrState::Pending && now.state == LrState::Active);
             if completed && old.eoi_maintenance {
                 // Clears the EOI status, or the maintenance interrupt would stay asserted.
                 lrs.write_lr(i, 0);
             }
-            self.fold(vcpu, &old, state);
-            self.interfaces[vcpu].set_lr(i, if completed { 0 } else { raw });
+            self.fold(vcpu, &old, now.state);
+            if completed {
+                state.set_lr(i, 0, &EMPTY);
+            } else {
+                state.set_lr(i, raw, &now);
+            }
         }
         Ok(changed)
     }
@@ -240,24 +328,22 @@ impl Distributor {
     /// takes its state back and empties its list registers. The arch crate saves and
     /// restores the rest of the virtual CPU interface (ICH_VMCR_EL2 and ICH_AP*R / GICH_VMCR
     /// and GICH_APR) itself.
-    pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
-        self.sync_from_hw(vcpu, lrs)?;
-        let owned = self.interfaces[vcpu].owned();
+    pub fn put(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<(), VgicError> {
+        self.sync_from_hw(vcpu, state, lrs)?;
+        let owned = state.owned();
         for i in set_bits(owned) {
-            let old = self.decode(self.interfaces[vcpu].lr[i]);
+            let old = self.decode(state.lr[i]);
             self.released(vcpu, &old);
-            self.interfaces[vcpu].set_lr(i, 0);
+            state.set_lr(i, 0, &EMPTY);
             lrs.write_lr(i, 0);
         }
-        self.set_maintenance(vcpu, lrs, Maintenance::default());
+        set_maintenance(state, lrs, Maintenance::default());
         Ok(())
-    }
-
-    fn set_maintenance(&mut self, vcpu: usize, lrs: &mut impl ListRegisters, m: Maintenance) {
-        if self.interfaces[vcpu].maintenance != m {
-            self.interfaces[vcpu].maintenance = m;
-            lrs.set_maintenance(m);
-        }
     }
 
     fn set_owner(&mut self, intid: u32, owner: u8) {

@@ -153,6 +153,9 @@ pub struct Maintenance {
 }
 
 impl Maintenance {
+    /// None asked for (the `Default`).
+    pub const NONE: Maintenance = Maintenance { underflow: false, no_pending: false };
+
     /// The UIE [1] and NPIE [3] bits of ICH_HCR_EL2 and GICH_HCR.
     pub const fn hcr_bits(self) -> u32 {
         ((self.underflow as u32) << 1) | ((self.no_pending as u32) << 3)

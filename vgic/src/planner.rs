@@ -50,14 +50,23 @@ pub enum LrAction {
     Spill,
 }
 
-/// One action per list register, and the maintenance interrupts to enable.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-pub struct LrPlan {
-    actions: [LrAction; MAX_LIST_REGISTERS],
+/// One action per list register (the first `N`), and the maintenance interrupts to enable.
+/// `flush_to_hw` plans into one of 4 when the GIC has 4 list registers or fewer (QEMU, the
+/// GIC-400): made ready for 16, its 384 bytes cost a `memset` of about 60 instructions on
+/// every plan.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LrPlan<const N: usize = MAX_LIST_REGISTERS> {
+    actions: [LrAction; N],
     pub maintenance: Maintenance,
 }
 
-impl LrPlan {
+impl<const N: usize> Default for LrPlan<N> {
+    fn default() -> Self {
+        LrPlan { actions: [LrAction::Keep; N], maintenance: Maintenance::NONE }
+    }
+}
+
+impl<const N: usize> LrPlan<N> {
     pub fn action(&self, index: usize) -> LrAction {
         self.actions.get(index).copied().unwrap_or_default()
     }
@@ -77,9 +86,9 @@ impl ListRegisterPlanner {
     }
 
     /// `plan` into a plan the caller owns (`LrPlan::default()`), which saves copying it back
-    /// on the exit path.
-    pub fn plan_into(s: &LrSnapshot<'_>, plan: &mut LrPlan) {
-        let count = s.count.min(MAX_LIST_REGISTERS);
+    /// on the exit path; a plan of `N` looks at the first `N` list registers only.
+    pub fn plan_into<const N: usize>(s: &LrSnapshot<'_>, plan: &mut LrPlan<N>) {
+        let count = s.count.min(N);
         let owned = |i: usize| s.owned.get(i).copied().flatten();
         let empty = |i: usize| s.empty & (1 << i) != 0;
         let capacity = (0..count).filter(|&i| owned(i).is_some() || empty(i)).count();
@@ -102,7 +111,7 @@ impl ListRegisterPlanner {
 
         // Free list registers: this vCPU's that no chosen interrupt kept (written anyway, so
         // reusing them costs nothing extra), then empty ones.
-        let mut free = [0usize; MAX_LIST_REGISTERS];
+        let mut free = [0usize; N];
         let mut n_free = 0;
         let reusable = (0..count).filter(|&i| owned(i).is_some() && assigned & (1 << i) == 0);
         let empties = (0..count).filter(|&i| owned(i).is_none() && empty(i));

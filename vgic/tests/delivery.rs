@@ -329,7 +329,7 @@ fn a_disabled_interrupt_stays_pending_but_is_not_forwarded() {
 
 /// SPI `intid` of vCPU 0, disabled, then raised by `raise`: not forwarded, but pending;
 /// enabled again, it is delivered.
-fn waits_while_disabled(g: &mut Distributor, lrs: &mut FakeLrs, intid: u32, raise: impl FnOnce(&mut Distributor)) {
+fn waits_while_disabled(g: &mut Vgic, lrs: &mut FakeLrs, intid: u32, raise: impl FnOnce(&mut Vgic)) {
     let (word, mask) = bit(intid);
     g.write(0, ICENABLER + word, 4, mask).unwrap();
     raise(g);

@@ -41,7 +41,7 @@ fn timer(g: &mut Distributor) {
     g.set_hw(IntId(27), 0, Some(IntId(27))).unwrap();
 }
 
-fn sync(g: &mut Distributor, vcpu: usize, lrs: &mut FakeLrs, sampler: &mut Line) -> RetiredLines {
+fn sync(g: &mut Vgic, vcpu: usize, lrs: &mut FakeLrs, sampler: &mut Line) -> RetiredLines {
     let mut retired = RetiredLines::default();
     g.sync_from_hw_sampling(vcpu, lrs, sampler, &mut retired).unwrap();
     retired

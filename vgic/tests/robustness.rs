@@ -65,7 +65,14 @@ proptest! {
 #[derive(Clone, Debug)]
 enum Event {
     Spi(u32),
-    Sgi { source: usize, target: usize, sgi: u32 },
+    /// A level-sensitive SPI's line (44-46): not counted as raised, since a line that goes
+    /// low before the guest takes it withdraws it; it exercises the plans around it.
+    Line(u32, bool),
+    Sgi {
+        source: usize,
+        target: usize,
+        sgi: u32,
+    },
     Enter(usize),
     Exit(usize),
     Ack(usize),
@@ -76,6 +83,7 @@ enum Event {
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         (32u32..44).prop_map(Event::Spi),
+        (44u32..47, any::<bool>()).prop_map(|(intid, high)| Event::Line(intid, high)),
         (0usize..2, 0usize..2, 0u32..4).prop_map(|(source, target, sgi)| Event::Sgi { source, target, sgi }),
         (0usize..2).prop_map(Event::Enter),
         (0usize..2).prop_map(Event::Exit),
@@ -104,6 +112,10 @@ proptest! {
         for (k, intid) in (32..44).enumerate() {
             spi(&mut g, intid, priorities[k], routes[k]);
         }
+        for (k, intid) in (44..47).enumerate() {
+            spi(&mut g, intid, priorities[k], routes[k]);
+            set_trigger(&mut g, intid, Trigger::Level);
+        }
         for vcpu in 0..2 {
             for sgi in 0..4 {
                 private_irq(&mut g, vcpu, sgi, priorities[12 + sgi as usize]);
@@ -111,6 +123,10 @@ proptest! {
         }
         let mut lrs = [FakeLrs::new(version, list_registers), FakeLrs::new(version, list_registers)];
         let mut in_guest = [false; 2];
+        // The hypervisor's rule (hyp_runtime::vcpu_run): an entry plans the list registers
+        // only if the vCPU was hinted (the vGIC's kicks) or its last exit's take-back said so;
+        // an exit whose list registers came back unchanged takes nothing back.
+        let mut plan = [true; 2];
         // (vCPU, INTID, source) -> time last raised / last taken.
         let mut raised: HashMap<(usize, u32, u8), usize> = HashMap::new();
         let mut taken: HashMap<(usize, u32, u8), usize> = HashMap::new();
@@ -120,10 +136,14 @@ proptest! {
                     g.inject_edge(IntId(intid), 0).unwrap();
                     raised.insert((routes[intid as usize - 32], intid, 0), t);
                 }
+                Event::Line(intid, high) => g.set_level(IntId(intid), 0, high).unwrap(),
                 Event::Sgi { source, target, sgi } => {
                     match version {
                         GicVersion::V3 => {
-                            g.generate_sgi(source, SgiRegister::Sgi1r, (u64::from(sgi) << 24) | (1 << target)).unwrap();
+                            let targets = g
+                                .generate_sgi(source, SgiRegister::Sgi1r, (u64::from(sgi) << 24) | (1 << target))
+                                .unwrap();
+                            targets.iter().for_each(|v| plan[v] = true);
                         }
                         GicVersion::V2 => g.write(source, GICD_SGIR, 4, (1 << (16 + target)) | u64::from(sgi)).unwrap(),
                     }
@@ -131,11 +151,28 @@ proptest! {
                     raised.insert((target, sgi, src), t);
                 }
                 Event::Enter(v) if !in_guest[v] => {
-                    g.flush_to_hw(v, &mut lrs[v]).unwrap();
+                    if plan[v] {
+                        g.flush_to_hw(v, &mut lrs[v]).unwrap();
+                        plan[v] = false;
+                    } else {
+                        // Not planned: planning would have written nothing new.
+                        let (mut g2, mut l2) = (g.clone(), lrs[v].clone());
+                        g2.flush_to_hw(v, &mut l2).unwrap();
+                        prop_assert_eq!(&l2.regs[..list_registers], &lrs[v].regs[..list_registers], "an entry without a plan missed one at {}", t);
+                        prop_assert_eq!(l2.maintenance, lrs[v].maintenance);
+                    }
                     in_guest[v] = true;
                 }
                 Event::Exit(v) if in_guest[v] => {
-                    g.sync_from_hw(v, &mut lrs[v]).unwrap();
+                    if g.interface(v).unwrap().came_back_unchanged(&lrs[v]) {
+                        // Unchanged: taking back would change nothing, and ask for no plan.
+                        let (mut g2, mut l2) = (g.clone(), lrs[v].clone());
+                        prop_assert!(!g2.sync_from_hw(v, &mut l2).unwrap());
+                        prop_assert_eq!(&g2, &g, "an unchanged take-back changed the vGIC");
+                        prop_assert_eq!(l2.regs, lrs[v].regs);
+                    } else if g.sync_from_hw(v, &mut lrs[v]).unwrap() {
+                        plan[v] = true;
+                    }
                     in_guest[v] = false;
                 }
                 Event::Ack(v) if in_guest[v] => {
@@ -148,9 +185,15 @@ proptest! {
                         lrs[v].deactivate(intid);
                     }
                 }
-                Event::Put(v) if !in_guest[v] => g.put(v, &mut lrs[v]).unwrap(),
+                Event::Put(v) if !in_guest[v] => {
+                    g.put(v, &mut lrs[v]).unwrap();
+                    // Its list registers went back into the vGIC: planned again on its return.
+                    plan[v] = true;
+                }
                 _ => {}
             }
+            // Whoever raised something hints the vCPUs it is for.
+            g.take_kicks().iter().for_each(|v| plan[v] = true);
             for l in &lrs {
                 let mut ids: Vec<u32> = l.valid().iter().map(|v| v.0).collect();
                 let n = ids.len();
@@ -160,7 +203,10 @@ proptest! {
             }
             prop_assert!(g.live_masks_cover_every_busy_interrupt());
         }
-        // The guest finishes what it has, then takes everything left.
+        // The lines go low; the guest finishes what it has, then takes everything left.
+        for intid in 44..47 {
+            g.set_level(IntId(intid), 0, false).unwrap();
+        }
         let end = events.len();
         for v in 0..2 {
             if in_guest[v] {

@@ -36,6 +36,8 @@ struct Step {
     x0: Option<u64>,
     /// The virtual timer becomes this (`TIMER`) while the guest runs.
     timer: Option<(Option<u64>, bool)>,
+    /// The guest acknowledges the interrupt in list register 0 (pending becomes active).
+    ack: bool,
 }
 
 thread_local! {
@@ -51,12 +53,15 @@ thread_local! {
     static TIMER: Cell<(Option<u64>, bool)> = const { Cell::new((None, false)) };
     /// Each setting of the physical timer PPI's active state: (CPU, active).
     static TIMER_PPI: RefCell<Vec<(usize, bool)>> = RefCell::default();
+    /// At each list-register read, whether vCPU 0's list-register lock and VM 0's vGIC lock
+    /// were held.
+    static LR_READS: RefCell<Vec<(bool, bool)>> = RefCell::default();
 }
 
 fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
     let trap =
         trap.map(|(trap, ec)| (DecodedExit { trap, instruction_bytes: 4 }, Syndrome(u64::from(ec) << 26 | 1 << 25)));
-    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0, timer: None }));
+    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0, timer: None, ack: false }));
 }
 
 fn hvc(function: u32) {
@@ -76,6 +81,9 @@ impl ListRegisters for FakeLrs {
         4
     }
     fn read_lr(&self, index: usize) -> u64 {
+        if let Some(vm) = HYPERVISOR.with(Cell::get).and_then(|h| h.vm(0)) {
+            LR_READS.with(|r| r.borrow_mut().push((vm.vgic.lists[0].is_locked(), vm.vgic.vgic.is_locked())));
+        }
         self.0[index]
     }
     fn write_lr(&mut self, index: usize, value: u64) {
@@ -173,6 +181,11 @@ impl VcpuCpu for FakeCpu {
         }
         if let Some(timer) = step.timer {
             TIMER.with(|t| t.set(timer));
+        }
+        if step.ack {
+            // ICH_LR<n>_EL2.State [63:62], GICH_LR<n>.State [29:28]: pending (01) to active (10).
+            let lr = &mut self.lrs.0[0];
+            *lr = if *lr >> 62 != 0 { (*lr & !(3 << 62)) | 2 << 62 } else { (*lr & !(3 << 28)) | 2 << 28 };
         }
         TRAP.with(|t| t.set(step.trap));
         step.exit
@@ -292,6 +305,36 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
     let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
     assert!(timer.pending, "the virtual timer is pending for vCPU 0: {timer:?}");
     assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
+}
+
+/// An exit whose list registers came back as they went in takes vCPU 0's own list-register
+/// lock only, not the VM's vGIC lock (docs/architecture.md, "Lock order"); one that changed
+/// them folds the change into the vGIC under both.
+#[test]
+fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        // SPI 40 enabled, Group 1, routed to vCPU 0 (the reset route), and raised.
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write(0, 0x084, 4, 1 << 8).unwrap();
+        vgic.write(0, 0x104, 4, 1 << 8).unwrap();
+        vgic.inject_edge(IntId(40), 0).unwrap();
+    }
+    vm.vgic.hint(1);
+    hvc(SMCCC_VERSION);
+    hvc(SMCCC_VERSION);
+    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().ack = true);
+    hvc(PSCI_SYSTEM_OFF);
+    LR_READS.with(|r| r.borrow_mut().clear());
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let exits = LR_READS.with(|r| std::mem::take(&mut *r.borrow_mut()));
+    assert!(exits.iter().all(|&(own, _)| own), "every read under the vCPU's own lock: {exits:?}");
+    assert_eq!(exits.first(), Some(&(true, false)), "the first exit (nothing taken) reads without the VM's lock");
+    assert!(exits.contains(&(true, true)), "the acknowledgement is folded in under the VM's lock: {exits:?}");
+    let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
+    assert!(!spi.pending && spi.active, "acknowledged, not completed: active in the vGIC once it left: {spi:?}");
 }
 
 #[test]

@@ -310,6 +310,11 @@ impl<E: VmEnv> Vm<E> {
             let _ = map_passthrough_spis(&mut fresh, &self.passthrough_spis);
             *self.vgic.vgic.lock() = fresh;
         }
+        // Every vCPU put its list registers back when it left its CPU; nothing is left of
+        // the last boot's.
+        for lists in &self.vgic.lists {
+            *lists.lock() = vgic::VcpuInterfaceState::EMPTY;
+        }
         self.uart.reset();
         self.virtio.reset();
         let ram_ipa = self.spec.ram_ipa();

@@ -27,20 +27,82 @@ pub const SPENDSGIR: u64 = 0xf20;
 pub const IROUTER: u64 = 0x6000;
 pub const SGI_FRAME: u64 = 0x1_0000;
 
-pub fn gic(version: GicVersion, vcpus: usize) -> Distributor {
+/// A VM's vGIC as the hypervisor holds it: the distributor (the VM's lock) and each vCPU's
+/// list-register state (the vCPU's own lock), which the list-register calls take beside it.
+/// Everything else is the distributor's (`Deref`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vgic {
+    pub d: Distributor,
+    pub lists: Vec<VcpuInterfaceState>,
+}
+
+impl std::ops::Deref for Vgic {
+    type Target = Distributor;
+    fn deref(&self) -> &Distributor {
+        &self.d
+    }
+}
+
+impl std::ops::DerefMut for Vgic {
+    fn deref_mut(&mut self) -> &mut Distributor {
+        &mut self.d
+    }
+}
+
+impl Vgic {
+    pub fn new(d: Distributor) -> Vgic {
+        let lists = vec![VcpuInterfaceState::default(); d.vcpus()];
+        Vgic { d, lists }
+    }
+    /// `vcpu`'s list-register state, and a spare one for a vCPU the VM does not have (the
+    /// distributor refuses it).
+    fn list(&mut self, vcpu: usize) -> (&mut Distributor, &mut VcpuInterfaceState) {
+        if vcpu >= self.lists.len() {
+            self.lists.resize(vcpu + 1, VcpuInterfaceState::default());
+        }
+        (&mut self.d, &mut self.lists[vcpu])
+    }
+    pub fn flush_to_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.flush_to_hw(vcpu, state, lrs)
+    }
+    pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.sync_from_hw(vcpu, state, lrs)
+    }
+    pub fn sync_from_hw_sampling(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut impl ListRegisters,
+        sampler: &mut impl LineSampler,
+        retired: &mut RetiredLines,
+    ) -> Result<bool, VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.sync_from_hw_sampling(vcpu, state, lrs, sampler, retired)
+    }
+    pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.put(vcpu, state, lrs)
+    }
+    pub fn interface(&self, vcpu: usize) -> Option<&VcpuInterfaceState> {
+        self.lists.get(vcpu)
+    }
+}
+
+pub fn gic(version: GicVersion, vcpus: usize) -> Vgic {
     let mut g = Distributor::new(VgicConfig { version, vcpus, spis: 64 }).unwrap();
     g.write(0, GICD_CTLR, 4, 0b11).unwrap();
-    g
+    Vgic::new(g)
 }
-pub fn v3(vcpus: usize) -> Distributor {
+pub fn v3(vcpus: usize) -> Vgic {
     gic(GicVersion::V3, vcpus)
 }
-pub fn v2(vcpus: usize) -> Distributor {
+pub fn v2(vcpus: usize) -> Vgic {
     gic(GicVersion::V2, vcpus)
 }
 
 /// Runs `f` on a GICv3 and on a GICv2 vGIC with `vcpus` vCPUs.
-pub fn both(vcpus: usize, f: impl Fn(Distributor)) {
+pub fn both(vcpus: usize, f: impl Fn(Vgic)) {
     f(v3(vcpus));
     f(v2(vcpus));
 }
@@ -99,7 +161,7 @@ pub fn private_irq(g: &mut Distributor, vcpu: usize, intid: u32, priority: u8) {
 }
 
 /// A CPU's list registers, with the guest's side of the virtual CPU interface.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct FakeLrs {
     pub version: GicVersion,
     pub regs: [u64; 64],
@@ -245,7 +307,7 @@ impl ListRegisters for FakeLrs {
 }
 
 /// Entry, the guest's turn, exit.
-pub fn run(g: &mut Distributor, vcpu: usize, lrs: &mut FakeLrs, guest: impl FnOnce(&mut FakeLrs)) {
+pub fn run(g: &mut Vgic, vcpu: usize, lrs: &mut FakeLrs, guest: impl FnOnce(&mut FakeLrs)) {
     g.flush_to_hw(vcpu, lrs).unwrap();
     guest(lrs);
     g.sync_from_hw(vcpu, lrs).unwrap();
@@ -253,7 +315,7 @@ pub fn run(g: &mut Distributor, vcpu: usize, lrs: &mut FakeLrs, guest: impl FnOn
 
 /// Runs `vcpu` until it has nothing left to take, the guest completing everything each
 /// time; returns what it took, in order.
-pub fn deliver_all(g: &mut Distributor, vcpu: usize, lrs: &mut FakeLrs) -> Vec<(u32, u8)> {
+pub fn deliver_all(g: &mut Vgic, vcpu: usize, lrs: &mut FakeLrs) -> Vec<(u32, u8)> {
     let mut taken = vec![];
     for _ in 0..200 {
         run(g, vcpu, lrs, |l| taken.extend(l.take_all()));

@@ -35,7 +35,16 @@ pub const TRACED_ITERATIONS: u64 = 36;
 /// The guest's iterations before a window opens (guest_common::bench::TRACE_WARM_UP).
 const WARM_UP: u64 = 4;
 /// The microbenchmark paths the table reports, in its order.
-pub const PATHS: &[&str] = &["hvc-unknown", "hvc-smccc-version", "mmio-read", "gicd-read", "virtual-ipi", "vtimer"];
+pub const PATHS: &[&str] = &[
+    "hvc-unknown",
+    "hvc-smccc-version",
+    "mmio-read",
+    "gicd-read",
+    "virtual-ipi",
+    "virtual-ipi-round-trip",
+    "vtimer",
+    "vtimer-periodic",
+];
 
 /// What the hypervisor executed at EL2 in one window, or per operation.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -254,6 +263,9 @@ pub fn run() -> Result<BTreeMap<String, Counts>, XtaskError> {
         session.send_line("")?;
         session.wait_for("microbench: done", super::TIMEOUT)?;
         let out = session.finish();
+        if std::env::var_os("XTASK_KEEP_TRACE").is_some() {
+            let _ = std::fs::write(log.with_extension("console"), &out.console);
+        }
         if out.status != Some(0) {
             return Err(format!("the traced run ended with status {:?}:\n{}", out.status, out.console));
         }
@@ -263,7 +275,13 @@ pub fn run() -> Result<BTreeMap<String, Counts>, XtaskError> {
         Ok((out.console, windows))
     })();
     let _ = std::fs::remove_file(&socket);
-    let _ = std::fs::remove_file(&log);
+    // XTASK_KEEP_TRACE=1 keeps the log (about 30 MB) and the console beside it, to be read
+    // against the hypervisor's ELF (docs/performance.md, "Where the instructions go").
+    if std::env::var_os("XTASK_KEEP_TRACE").is_some() {
+        step(&format!("  the trace is kept: {} and its console beside it (.console)", log.display()));
+    } else {
+        let _ = std::fs::remove_file(&log);
+    }
     let (console, windows) = counted.map_err(|e| XtaskError::Failed(format!("the traced microbenchmarks: {e}")))?;
     per_operation(&console, &windows).map_err(XtaskError::Failed)
 }

@@ -11,6 +11,15 @@
 //! vCPU 1 waits in WFI for the virtual IPI (a sleeping target is what Linux's IPIs meet; a
 //! spinning one would keep QEMU's only vCPU thread until its time slice ends).
 //!
+//! Beside the one-way IPI, `virtual-ipi-round-trip`: vCPU 0's SGI to vCPU 1, whose handler
+//! sends one back, timed from vCPU 0's counter read before its SGI write to the counter read
+//! in its handler of the answer (vCPU 0 waits with YIELD, so it is running when the answer
+//! comes). And `vtimer-periodic`: vCPU 0's virtual timer re-armed every 10 ms by its handler
+//! (CNTV_CVAL += 10 ms) while vCPU 0 otherwise waits in WFI; per tick, the instructions from
+//! the tick's deadline until vCPU 0 is back from its handler, about to wait in WFI again.
+//! The guest counts its wake-ups from WFI too (`microbench: periodic ticks=N wakes=W`): a
+//! wake-up without a tick would be work the per-tick window does not see.
+//!
 //! With `trace=N` in its bootargs (`xtask::bench::trace`) each benchmark runs N times with
 //! its window marked (guest_common::bench), after the guest has waited for a byte at the
 //! console: xtask turns QEMU's instruction trace on first, so the boot is not traced.
@@ -19,7 +28,7 @@
 
 use core::arch::asm;
 use core::ptr::read_volatile;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use guest_common::bench::{self, Seen};
 use selftest_guest::gic::{self, VTIMER};
@@ -33,6 +42,10 @@ const GICD_TYPER: usize = gic::GICD + 0x4;
 const IPI: u32 = 2;
 /// vCPU 0 -> itself, for the EOI figure.
 const SELF_SGI: u32 = 3;
+/// vCPU 0 -> vCPU 1, which answers with ANSWER.
+const ASK: u32 = 4;
+/// vCPU 1 -> vCPU 0.
+const ANSWER: u32 = 5;
 
 /// CNTVCT_EL0 and CNTFRQ_EL0.
 struct Counter;
@@ -69,6 +82,13 @@ fn latency(name: &str, measure: impl FnMut(u64) -> u64) {
 }
 
 static IPI_SEEN: Seen = Seen::new();
+static ANSWER_SEEN: Seen = Seen::new();
+/// The periodic timer's ticks; `PERIOD` non-zero while it runs, `DEADLINE` the compare value
+/// of the tick to come, `LAST_DEADLINE` that of the tick last taken.
+static TICK_SEEN: Seen = Seen::new();
+static PERIOD: AtomicU64 = AtomicU64::new(0);
+static DEADLINE: AtomicU64 = AtomicU64::new(0);
+static LAST_DEADLINE: AtomicU64 = AtomicU64::new(0);
 static TIMER_SEEN: Seen = Seen::new();
 /// For the self-SGI: the ticks its EOI took.
 static EOI_SEEN: Seen = Seen::new();
@@ -79,6 +99,19 @@ extern "C" fn irq() {
     let iar = gic::acknowledge();
     match iar & 0x3ff {
         IPI => IPI_SEEN.record(entered),
+        ASK => gic::send_sgi(ANSWER, 0),
+        ANSWER => ANSWER_SEEN.record(entered),
+        VTIMER if PERIOD.load(Ordering::Relaxed) != 0 => {
+            // The next tick one period after this one's deadline: the compare value moves
+            // past the count, so the timer's level drops.
+            let deadline = DEADLINE.load(Ordering::Relaxed);
+            let next = deadline + PERIOD.load(Ordering::Relaxed);
+            // SAFETY: this vCPU's own virtual timer's compare value.
+            unsafe { asm!("msr cntv_cval_el0, {}", "isb", in(reg) next) };
+            DEADLINE.store(next, Ordering::Relaxed);
+            LAST_DEADLINE.store(deadline, Ordering::Relaxed);
+            TICK_SEEN.record(entered);
+        }
         VTIMER => {
             // SAFETY: disabling this vCPU's own virtual timer, so its level drops.
             unsafe { asm!("msr cntv_ctl_el0, xzr", "isb") };
@@ -96,12 +129,47 @@ extern "C" fn irq() {
 }
 
 extern "C" fn vcpu1(_: u64) {
-    gic::bring_up_cpu_interface(1, 1 << IPI);
+    gic::bring_up_cpu_interface(1, (1 << IPI) | (1 << ASK));
     VCPU1_READY.store(true, Ordering::SeqCst);
     loop {
         // SAFETY: waiting for an interrupt; the handler runs and WFI is entered again.
         unsafe { asm!("wfi") };
     }
+}
+
+/// The virtual timer every 10 ms, vCPU 0 waiting in WFI between ticks: per tick, from its
+/// deadline until vCPU 0 is back from the handler.
+fn periodic_timer() {
+    let period = frequency() / 100;
+    let (mut wakes, start_ticks) = (0u64, TICK_SEEN.count());
+    let first = counter() + period;
+    DEADLINE.store(first, Ordering::SeqCst);
+    PERIOD.store(period, Ordering::SeqCst);
+    // SAFETY: this vCPU's virtual timer: compare value, then enabled and unmasked.
+    unsafe { asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb", in(reg) first, in(reg) 1u64) };
+    latency("vtimer-periodic", |i| {
+        let n = start_ticks + i + 1;
+        loop {
+            // IRQs masked from the test to the WFI, so a tick cannot slip in between and
+            // leave the WFI waiting a whole period: a pending IRQ wakes a WFI masked or not,
+            // and is taken when unmasked.
+            // SAFETY: masking IRQs at EL1.
+            unsafe { asm!("msr daifset, #2") };
+            if TICK_SEEN.count() == n {
+                // SAFETY: unmasking IRQs at EL1; the handler is installed.
+                unsafe { asm!("msr daifclr, #2") };
+                break;
+            }
+            // SAFETY: waiting for an interrupt, then taking it.
+            unsafe { asm!("wfi", "msr daifclr, #2", "isb") };
+            wakes += 1;
+        }
+        counter() - LAST_DEADLINE.load(Ordering::SeqCst)
+    });
+    PERIOD.store(0, Ordering::SeqCst);
+    // SAFETY: this vCPU's virtual timer off.
+    unsafe { asm!("msr cntv_ctl_el0, xzr", "isb") };
+    println!("microbench: periodic ticks={} wakes={wakes}", TICK_SEEN.count() - start_ticks);
 }
 
 #[no_mangle]
@@ -136,7 +204,7 @@ extern "C" fn guest_main() -> ! {
 
     set_irq_handler(irq);
     gic::enable_distributor();
-    gic::bring_up_cpu_interface(0, (1 << VTIMER) | (1 << SELF_SGI));
+    gic::bring_up_cpu_interface(0, (1 << VTIMER) | (1 << SELF_SGI) | (1 << ANSWER));
     if start_vcpu(1, vcpu1, 0) != 0 {
         println!("microbench: vCPU 1 did not start");
         hvc(HYP_VM_EXIT, 1);
@@ -155,6 +223,11 @@ extern "C" fn guest_main() -> ! {
         gic::send_sgi(IPI, 1);
         IPI_SEEN.wait_for(i + 1) - sent
     });
+    latency("virtual-ipi-round-trip", |i| {
+        let sent = counter();
+        gic::send_sgi(ASK, 1);
+        ANSWER_SEEN.wait_for(i + 1) - sent
+    });
     latency("eoi", |i| {
         gic::send_sgi(SELF_SGI, 0);
         EOI_SEEN.wait_for(i + 1)
@@ -167,6 +240,7 @@ extern "C" fn guest_main() -> ! {
         unsafe { asm!("msr cntv_cval_el0, {}", "msr cntv_ctl_el0, {}", "isb", in(reg) deadline, in(reg) 1u64) };
         TIMER_SEEN.wait_for(i + 1) - deadline
     });
+    periodic_timer();
     println!("microbench: done");
     hvc(PSCI_SYSTEM_OFF, 0);
     loop {
