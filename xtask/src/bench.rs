@@ -13,6 +13,7 @@ pub mod a64;
 pub mod chart;
 pub mod exits;
 pub mod io_cost;
+pub mod io_trace;
 pub mod rpi4;
 pub mod trace;
 

@@ -96,6 +96,8 @@ Options of `bench`:
                    bars in ratios.svg are skipped
   --io             the virtio runs only: throughput with and without a side core, their
                    exits by reason, the cost of a request under -icount (io-cost.json)
+  --io-trace       the side core's disk path traced: EL2 instructions per 1 MiB request
+                   per CPU, the side core's by function (io-trace.txt; a few minutes)
 
 Options of `deploy rpi4 DIR`: DIR must be empty, new, or a previous deploy
   --manifest FILE  the VMs (default manifests/rpi4-two-vms.toml), checked against the Pi 4
@@ -759,6 +761,14 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
             setup::ensure_qemu()?;
             return bench_io();
         }
+        if io == "--io-trace" {
+            setup::ensure_rust_targets()?;
+            setup::ensure_qemu()?;
+            let windows = bench::io_trace::run()?;
+            print!("{}", bench::io_trace::report(&windows));
+            step("written to target/bench/io-trace.txt");
+            return Ok(());
+        }
     }
     let (armv7, raspi4b) = match args {
         [arch, value] if arch == "--arch" && value == "armv7" => (true, false),
@@ -767,7 +777,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, --io, --arch aarch64|armv7, or --board raspi4b)"
+                    "unknown option `{a}` for bench (--quick, --io, --io-trace, --arch aarch64|armv7, or --board raspi4b)"
                 )));
             }
             (false, false)
