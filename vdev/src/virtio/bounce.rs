@@ -49,7 +49,7 @@ pub fn route(segments: &[Segment]) -> Route {
 /// The route for `segments`, as [`route`] decides it, and for `Route::Direct` the runs the
 /// disk is handed: `runs` holds the segments with each run of adjacent ones merged, in
 /// order (as [`merge_adjacent`] gives them). Linear in the number of segments when the runs
-/// come in ascending order of address (as a driver's usually do), `n log n` otherwise; it
+/// come in ascending or descending order of address, `n log n` otherwise; it
 /// allocates nothing: `runs` and `scratch` are the caller's, their capacity reserved once
 /// (`SEG_MAX` for a block device), and never grown here. A request with more runs than
 /// that capacity goes through the bounce buffer. Whether two segments overlap is decided
@@ -57,8 +57,6 @@ pub fn route(segments: &[Segment]) -> Route {
 /// when their runs do.
 pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut Vec<Segment>) -> Route {
     runs.clear();
-    let end = |s: &Segment| s.addr.saturating_add(u64::from(s.len));
-    let mut ascending = true;
     for s in segments {
         if s.len == 0 || !u64::from(s.len).is_multiple_of(SECTOR_SIZE) {
             return Route::Bounce;
@@ -70,16 +68,17 @@ pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut Vec<Seg
                     continue;
                 }
             }
-            ascending &= s.addr >= end(last);
         }
         if runs.len() == runs.capacity() {
             return Route::Bounce;
         }
         runs.push(*s);
     }
-    if ascending {
-        // Each run starts at or after the end of the one before, whose end is past its own
-        // start: every run ends before the next begins, so no two share a byte.
+    let end = |s: &Segment| s.addr.saturating_add(u64::from(s.len));
+    // Each run starting at or after the end of the one before (whose end is past its own
+    // start), or each ending at or before the start of the one before: every run lies wholly
+    // on one side of all the runs before it, so no two share a byte.
+    if runs.windows(2).all(|w| w[1].addr >= end(&w[0])) || runs.windows(2).all(|w| end(&w[1]) <= w[0].addr) {
         return Route::Direct;
     }
     scratch.clear();
@@ -362,6 +361,11 @@ mod tests {
         down.reverse();
         let (r, runs) = plan_of(&down, 254);
         assert_eq!((r, runs.len()), (Route::Direct, 254), "descending pages are not adjacent");
+        // Descending, then a segment merged onto the last run that reaches into the first.
+        let (r, _) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 3072, 1024), seg(BASE + 4096, 512)], 4);
+        assert_eq!(r, Route::Bounce, "the merged run overlaps the first");
+        let (r, runs) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 2048, 1024), seg(BASE + 3072, 512)], 4);
+        assert_eq!((r, runs.len()), (Route::Direct, 2), "merged up to, not into, the first");
         let (r, _) = plan_of(&[seg(BASE + 8192, 512), seg(BASE, 8192 + 1)], 4);
         assert_eq!(r, Route::Bounce, "not whole sectors");
         let (r, _) = plan_of(&[seg(BASE + 8192, 1024), seg(BASE, 8192 + 512)], 4);
