@@ -836,7 +836,11 @@ fn bench_io() -> Result<(), XtaskError> {
     print!("{}", bench::exits_report(&io.exits)?);
     let cost = bench::io_cost::io_cost()?;
     print!("{}", bench::io_cost::table(&cost));
-    step("figures written to target/bench/: io.json, exits.json, io-cost.json");
+    let chart = bench::write_io_chart(&io)?;
+    step(&format!(
+        "figures written to target/bench/: io.json, exits.json, io-cost.json; the chart: {}",
+        chart.display()
+    ));
     Ok(())
 }
 
