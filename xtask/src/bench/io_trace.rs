@@ -37,7 +37,8 @@ pub struct Window {
     pub name: String,
     pub requests: usize,
     pub per_cpu: BTreeMap<u32, u64>,
-    pub side_functions: BTreeMap<String, u64>,
+    /// Per CPU, its instructions by function.
+    pub functions: BTreeMap<u32, BTreeMap<String, u64>>,
 }
 
 /// The function symbols of an ELF, by address: (start, end, name), sorted.
@@ -92,10 +93,8 @@ pub fn count(
             continue;
         }
         *window.per_cpu.entry(exec.cpu).or_default() += 1;
-        if exec.cpu == SIDE_CPU {
-            let name = function_at(functions, exec.pc - base);
-            *window.side_functions.entry(name.to_string()).or_default() += 1;
-        }
+        let name = function_at(functions, exec.pc - base);
+        *window.functions.entry(exec.cpu).or_default().entry(name.to_string()).or_default() += 1;
     }
     Ok(())
 }
@@ -177,7 +176,7 @@ fn write(path: &Path, text: &str) -> Result<PathBuf, XtaskError> {
 }
 
 /// Per window: each CPU's EL2 instructions per request (the empty command's as they are),
-/// and the side core's 25 costliest functions.
+/// the side core's 25 costliest functions and the vCPUs' CPUs' 8.
 pub fn report(windows: &[Window]) -> String {
     let mut s = String::new();
     for w in windows {
@@ -185,10 +184,13 @@ pub fn report(windows: &[Window]) -> String {
         let unit = if w.requests > 0 { " per 1 MiB request" } else { " in all" };
         let cpus: Vec<String> = w.per_cpu.iter().map(|(cpu, n)| format!("cpu{cpu} {:.0}", *n as f64 / per)).collect();
         s.push_str(&format!("{}: EL2 instructions{unit}: {}\n", w.name, cpus.join(", ")));
-        let mut f: Vec<(&String, &u64)> = w.side_functions.iter().collect();
-        f.sort_by(|a, b| b.1.cmp(a.1));
-        for (name, n) in f.into_iter().take(25) {
-            s.push_str(&format!("    {:>10.0}  {name}\n", *n as f64 / per));
+        for (cpu, functions) in &w.functions {
+            s.push_str(&format!("  cpu{cpu}{}:\n", if *cpu == SIDE_CPU { " (the side core)" } else { "" }));
+            let mut f: Vec<(&String, &u64)> = functions.iter().collect();
+            f.sort_by(|a, b| b.1.cmp(a.1));
+            for (name, n) in f.into_iter().take(if *cpu == SIDE_CPU { 25 } else { 8 }) {
+                s.push_str(&format!("    {:>10.0}  {name}\n", *n as f64 / per));
+            }
         }
     }
     s
