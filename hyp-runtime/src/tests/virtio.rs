@@ -1154,6 +1154,46 @@ fn a_notify_of_a_side_cores_device_only_wakes_the_core_which_does_the_work() {
 }
 
 #[test]
+fn a_side_cores_guest_acknowledges_its_interrupt_without_the_devices_lock_and_a_later_completion_stays_raised() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (disk, ram) = disk();
+    let (slot, levels) = block_slot_on(disk, &ram, 3, 1);
+    slot.serve_from(core, 2);
+    core.add(3, [Arc::clone(&slot) as Arc<dyn Polled>].into_iter());
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    guest.request(false, 1, SECTOR);
+    guest.request(false, 2, SECTOR);
+    guest.notify();
+    assert_eq!(turn(core, 1_000), Turn::Woke(1));
+    assert_eq!(disk.lock().in_flight(), 2);
+    let first = disk.lock().tags()[0];
+    disk.lock().complete(first);
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(levels.lock().unwrap().last(), Some(&true), "the first completion raised the line");
+    let window = Window(Arc::clone(&slot));
+    use vdev::virtio::transport::regs::{INTERRUPT_ACK, INTERRUPT_STATUS};
+    // The handler reads and acknowledges while a pass holds the device's lock (the test
+    // holds it): neither waits, the line goes low, the status reads 0.
+    let held = slot.device.lock();
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(1));
+    assert_eq!(window.write(0, INTERRUPT_ACK, AccessWidth::Word, 1), Ok(()));
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(0));
+    assert_eq!(levels.lock().unwrap().last(), Some(&false));
+    drop(held);
+    // The device's own view agrees (one word), and the second completion, after the
+    // acknowledgement, raises it again.
+    assert_eq!(slot.device.lock().interrupt_status(), 0);
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(1));
+    assert_eq!(levels.lock().unwrap().last(), Some(&true), "a completion after the acknowledgement is announced");
+    // Another width goes the usual way, through the lock (and is refused as before).
+    assert!(window.write(0, INTERRUPT_ACK, AccessWidth::Byte, 1).is_err());
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(1));
+}
+
+#[test]
 fn the_side_core_polls_while_requests_are_in_flight_and_sleeps_after_it_is_idle() {
     FakeArch::become_cpu(0);
     let core = side_core();
