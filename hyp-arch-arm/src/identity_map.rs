@@ -67,13 +67,20 @@ pub struct GuestRam {
     pub first_touch: Arc<FirstTouch>,
 }
 
-impl PhysicalRam for GuestRam {
-    fn physical(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
-        let pa = addr
-            .checked_sub(self.ipa)
+impl GuestRam {
+    /// The physical address of `[addr, addr + len)` if all of it is the VM's RAM (one
+    /// region, physically contiguous), without touching it.
+    fn within(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
+        addr.checked_sub(self.ipa)
             .filter(|offset| offset.checked_add(len).is_some_and(|end| end <= self.size))
             .map(|offset| self.pa + offset)
-            .ok_or(GuestMemoryError { addr, len })?;
+            .ok_or(GuestMemoryError { addr, len })
+    }
+}
+
+impl PhysicalRam for GuestRam {
+    fn physical(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
+        let pa = self.within(addr, len)?;
         self.first_touch.prepare(addr, len).map_err(|_| GuestMemoryError { addr, len })?;
         Ok(pa)
     }
@@ -100,8 +107,10 @@ impl GuestMemory for GuestRam {
         Ok(())
     }
 
+    /// Bounds only: a check touches nothing, so nothing needs zeroing first (every access
+    /// that follows goes through `physical`, which does).
     fn check(&self, addr: u64, len: u64) -> Result<(), GuestMemoryError> {
-        self.physical(addr, len).map(|_| ())
+        self.within(addr, len).map(|_| ())
     }
 }
 

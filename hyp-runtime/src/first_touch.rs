@@ -82,7 +82,19 @@ impl FirstTouch {
     /// Makes sure every block of `[ipa, ipa + len)` is zeroed and valid, zeroing those that
     /// are not (under the lock, each tested again there). Refused when the range does not
     /// lie in RAM.
+    #[inline]
     pub fn prepare(&self, ipa: u64, len: u64) -> Result<(), CapError> {
+        // The common case, a device's access (a ring entry, a run of a request) inside one
+        // block that is done: one load, inline, where the general walk cost a disk request
+        // about 20 instructions per run.
+        if let Some(offset) = ipa.checked_sub(self.ipa) {
+            let block = offset / FIRST_TOUCH_BLOCK;
+            let last =
+                offset.checked_add(len.max(1)).filter(|&end| end <= self.size).map(|end| (end - 1) / FIRST_TOUCH_BLOCK);
+            if last == Some(block) && self.is_done(block) {
+                return Ok(());
+            }
+        }
         self.prepare_with(ipa, len, false)
     }
 
@@ -93,6 +105,7 @@ impl FirstTouch {
         self.prepare_with(ipa, len, true)
     }
 
+    #[inline(never)]
     fn prepare_with(&self, ipa: u64, len: u64, overwritten: bool) -> Result<(), CapError> {
         let blocks = self.blocks(ipa, len).ok_or(CapError::NotPrivateRam { ipa })?;
         if blocks.clone().all(|b| self.is_done(b)) {
@@ -173,6 +186,24 @@ mod tests {
             OVERWRITTEN.lock().unwrap().iter().filter(|z| z.0 == 106).map(|z| (z.1, z.2)).collect();
         assert_eq!(overwritten, [(RAM + 2 * MIB2, MIB2), (RAM + 3 * MIB2, MIB2)]);
         assert_eq!(ram.done_blocks().count(), 4);
+    }
+
+    #[test]
+    fn a_range_in_one_done_block_is_ready_and_one_reaching_a_pending_block_zeroes_it() {
+        let ram = FirstTouch::new(CapId(119), RAM, 8 * MIB2, false, record);
+        ram.prepare(RAM + MIB2 + 16, 4096).unwrap();
+        assert_eq!(zeroed_by(119), [(RAM + MIB2, MIB2)]);
+        // Inside the done block, up to its last byte: nothing more.
+        ram.prepare(RAM + MIB2, MIB2).unwrap();
+        ram.prepare(RAM + 2 * MIB2 - 1, 1).unwrap();
+        ram.prepare(RAM + MIB2, 0).unwrap();
+        assert_eq!(zeroed_by(119).len(), 1);
+        // One byte further, into the next block, pending: zeroed.
+        ram.prepare(RAM + 2 * MIB2 - 1, 2).unwrap();
+        assert_eq!(zeroed_by(119), [(RAM + MIB2, MIB2), (RAM + 2 * MIB2, MIB2)]);
+        // The last block, done, and past the end of RAM: refused, as before.
+        ram.prepare(RAM + 8 * MIB2 - 8, 8).unwrap();
+        assert_eq!(ram.prepare(RAM + 8 * MIB2 - 8, 9), Err(CapError::NotPrivateRam { ipa: RAM + 8 * MIB2 - 8 }));
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod a64;
 pub mod chart;
 pub mod exits;
 pub mod io_cost;
+pub mod io_trace;
 pub mod rpi4;
 pub mod scale;
 pub mod trace;
@@ -243,6 +244,8 @@ const VIRTUAL_CLOCK: &str = "virtual (-icount shift=0: instructions / 1e9)";
 pub const BOOT_TARGET: Target = Target::AtMost(1.05);
 pub const SHA256_TARGET: Target = Target::AtMost(1.01);
 pub const IO_TARGET: Target = Target::AtLeast(0.8);
+/// The side-core issue's: throughput at least 0.95 of QEMU's devices given to the guest.
+pub const SIDE_CORE_TARGET: Target = Target::AtLeast(0.95);
 
 /// The CPU-bound workload: `sha256sum` of a file of SHA256_MIB MiB of zeros in the guest's
 /// tmpfs `/tmp` (RAM: no device is involved).
@@ -666,6 +669,14 @@ impl Samples {
         self.values.iter().copied().fold(f64::NEG_INFINITY, f64::max)
     }
 
+    /// The value below which `p` percent of the values lie (nearest rank: the
+    /// `ceil(p / 100 * n)`-th smallest), as for a round trip's 99th percentile.
+    pub fn percentile(&self, p: f64) -> f64 {
+        let sorted = self.sorted();
+        let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+        sorted[rank.clamp(1, sorted.len()) - 1]
+    }
+
     fn sorted(&self) -> Vec<f64> {
         let mut sorted = self.values.clone();
         sorted.sort_by(f64::total_cmp);
@@ -698,6 +709,8 @@ pub struct IoFigures {
     pub disk_write: Samples,
     pub disk_read: Samples,
     pub net_to_guest: Samples,
+    /// Round trips of 1 byte over TCP, host to the guest's echo and back, in microseconds.
+    pub round_trip: Samples,
 }
 
 /// The throughput runs: both sides' figures, and the hypervisor's exits during each
@@ -839,6 +852,14 @@ fn io_run(
         }
     }
     let mut net = Vec::new();
+    // The round trips first: the guest's echo (`nc -e cat`) on the forwarded port.
+    b.shell.run(&format!("(nc -l -p {NET_GUEST_PORT} -e cat > /dev/null 2>&1 &) ; sleep 1"))?;
+    let before = if hypervisor { Some(b.shell.exits(None)?) } else { None };
+    let (round_trips, seconds) = round_trips(port)?;
+    if let Some(before) = before {
+        let window = b.shell.exits(None)?.since(&before)?;
+        add_run_exits(&mut exits, "TCP round trip", NET_CLOCK, seconds, &window);
+    }
     for _ in 0..NET_RUNS {
         // A new `nc` for each run: it ends with its connection.
         b.shell.run(&format!("(nc -l -p {NET_GUEST_PORT} > /dev/null &) ; sleep 1"))?;
@@ -858,6 +879,7 @@ fn io_run(
         disk_write: samples(write, "disk write")?,
         disk_read: samples(read, "disk read")?,
         net_to_guest: samples(net, "TCP")?,
+        round_trip: samples(round_trips, "TCP round trip")?,
     };
     Ok((figures, exits))
 }
@@ -899,6 +921,44 @@ fn send_to_guest(port: u16, bytes: usize) -> Result<f64, XtaskError> {
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
     Ok(start.elapsed().as_secs_f64())
+}
+
+/// Round trips measured, after `ROUND_TRIP_WARM_UP` not counted.
+const ROUND_TRIPS: usize = 2000;
+const ROUND_TRIP_WARM_UP: usize = 100;
+
+/// 1-byte request/response round trips over TCP with the guest's echo through QEMU's
+/// hostfwd (127.0.0.1 only), one at a time, Nagle off: each one's microseconds, and the
+/// seconds they took together (for the exits per second).
+fn round_trips(port: u16) -> Result<(Vec<f64>, f64), XtaskError> {
+    use std::io::{Read, Write};
+    let failed =
+        |e: std::io::Error| XtaskError::Failed(format!("TCP round trips with the guest on 127.0.0.1:{port}: {e}"));
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
+    stream.set_nodelay(true).map_err(failed)?;
+    stream.set_read_timeout(Some(TIMEOUT)).map_err(failed)?;
+    stream.set_write_timeout(Some(TIMEOUT)).map_err(failed)?;
+    let mut times = Vec::with_capacity(ROUND_TRIPS);
+    let mut byte = [0u8; 1];
+    let mut start_all = std::time::Instant::now();
+    for i in 0..ROUND_TRIP_WARM_UP + ROUND_TRIPS {
+        if i == ROUND_TRIP_WARM_UP {
+            start_all = std::time::Instant::now();
+        }
+        let start = std::time::Instant::now();
+        stream.write_all(&[i as u8]).map_err(failed)?;
+        stream.read_exact(&mut byte).map_err(failed)?;
+        let micros = start.elapsed().as_secs_f64() * 1e6;
+        if byte[0] != i as u8 {
+            return Err(XtaskError::Failed(format!("the guest's echo sent {} for {}", byte[0], i as u8)));
+        }
+        if i >= ROUND_TRIP_WARM_UP {
+            times.push(micros);
+        }
+    }
+    let seconds = start_all.elapsed().as_secs_f64();
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    Ok((times, seconds))
 }
 
 /// `target/bench/`, created if needed.
@@ -963,7 +1023,39 @@ fn io_table(io: &IoRun) -> String {
         DISK_RUN_BYTES >> 20,
         NET_RUN_BYTES >> 20
     ));
+    table.push_str(&round_trip_table(io));
     table
+}
+
+/// The 1-byte TCP round trips: per configuration the median and the 99th percentile, and
+/// the side core's against the hypervisor's without it (the target: no worse).
+fn round_trip_table(io: &IoRun) -> String {
+    let cell = |s: &Samples| format!("{:.0} / {:.0}", s.median(), s.percentile(99.0));
+    let side = io.side.as_ref().map(|s| &s.round_trip);
+    let mut t = format!(
+        "{:<24} {:>16} {:>16} {:>16} {:>16}\n",
+        "TCP round trip, us", "hypervisor", "no hyp.", "side core", "side / hyp."
+    );
+    let ratio = |s: &Samples| {
+        format!(
+            "{:.2} / {:.2}",
+            s.median() / io.under.round_trip.median(),
+            s.percentile(99.0) / io.under.round_trip.percentile(99.0)
+        )
+    };
+    t.push_str(&format!(
+        "{:<24} {:>16} {:>16} {:>16} {:>16}\n",
+        "  median / p99",
+        cell(&io.under.round_trip),
+        cell(&io.native.round_trip),
+        side.map_or("-".into(), cell),
+        side.map_or("-".into(), ratio)
+    ));
+    t.push_str(&format!(
+        "  ({ROUND_TRIPS} round trips of 1 byte each, host to the guest's `nc -e cat` and back, after \
+         {ROUND_TRIP_WARM_UP} not counted)\n"
+    ));
+    t
 }
 
 /// `io.json`: per figure the bytes per run, each side's median, min, max and every run in
@@ -985,10 +1077,18 @@ fn io_json(io: &IoRun) -> String {
             )
         })
         .collect();
+    let rt = |s: &Samples| format!("{{\"median\": {:.1}, \"p99\": {:.1}}}", s.median(), s.percentile(99.0));
+    let round_trip = format!(
+        "{{\"unit\": \"microseconds (wall time), 1 byte each way over TCP\", \"round_trips\": {ROUND_TRIPS}, \
+         \"hypervisor\": {}, \"native\": {}, \"side_core\": {}}}",
+        rt(&io.under.round_trip),
+        rt(&io.native.round_trip),
+        io.side.as_ref().map_or("null".into(), |s| rt(&s.round_trip))
+    );
     format!(
         "{{\n  \"unit\": \"MB/s (wall time)\",\n  \"statistic\": \"per side the median of its runs in one boot, with \
          the min, the max and every run in order; ratio: hypervisor median / native median\",\n  \"io\": [\n{}\n  \
-         ]\n}}\n",
+         ],\n  \"round_trip\": {round_trip}\n}}\n",
         rows.join(",\n")
     )
 }
@@ -1079,13 +1179,45 @@ pub fn write_chart(m: &MacroFigures, io: Option<&IoRun>) -> Result<PathBuf, Xtas
         .map(|(name, _, pair, target)| Bar { label: name.into(), ratio: pair.ratio(), target: Some(target) })
         .collect();
     if let Some(io) = io {
-        bars.extend(io_rows(io).into_iter().map(|(name, u, n, _)| Bar {
-            label: name.replace(" (O_DIRECT)", "").replace("->", "→"),
-            ratio: u.median() / n.median(),
-            target: Some(IO_TARGET),
-        }));
+        bars.extend(io_bars(io));
     }
     write_bench_file("ratios.svg", &chart::svg("hypervisor / no hypervisor (cargo xtask bench)", &bars))
+}
+
+/// The virtio figures' bars: each throughput without and with the side core (its target
+/// that of the side-core issue), then the round trip's median without and with it, the side
+/// core's target being the round trip without it.
+fn io_bars(io: &IoRun) -> Vec<Bar> {
+    let label = |name: &str| name.replace(" (O_DIRECT)", "").replace("->", "→");
+    let mut bars: Vec<Bar> = io_rows(io)
+        .into_iter()
+        .map(|(name, u, n, _)| Bar { label: label(name), ratio: u.median() / n.median(), target: Some(IO_TARGET) })
+        .collect();
+    let rt = io.under.round_trip.median() / io.native.round_trip.median();
+    bars.push(Bar { label: "TCP round trip".into(), ratio: rt, target: None });
+    if let Some(side) = &io.side {
+        let side_rows = [&side.disk_write, &side.disk_read, &side.net_to_guest];
+        bars.extend(io_rows(io).into_iter().zip(side_rows).map(|((name, _, n, _), s)| Bar {
+            label: format!("{}, side core", label(name)),
+            ratio: s.median() / n.median(),
+            target: Some(SIDE_CORE_TARGET),
+        }));
+        bars.push(Bar {
+            label: "TCP round trip, side core".into(),
+            ratio: side.round_trip.median() / io.native.round_trip.median(),
+            target: Some(Target::AtMost(rt)),
+        });
+    }
+    bars
+}
+
+/// `bench --io`'s chart, `target/bench/ratios-io.svg`: the virtio bars alone (the full
+/// bench puts them beside the Linux figures in ratios.svg).
+pub fn write_io_chart(io: &IoRun) -> Result<PathBuf, XtaskError> {
+    write_bench_file(
+        "ratios-io.svg",
+        &chart::svg("virtio: hypervisor / no hypervisor (cargo xtask bench --io)", &io_bars(io)),
+    )
 }
 
 /// The microbenchmark figures as table rows, and `target/bench/micro.json`.
@@ -1209,11 +1341,13 @@ mod tests {
                 disk_write: samples(&[160.0, 170.0, 150.0, 165.0, 90.0]),
                 disk_read: samples(&[150.0, 160.0, 155.0, 150.0, 158.0]),
                 net_to_guest: samples(&[4.0, 2.0, 5.0]),
+                round_trip: samples(&[300.0, 320.0, 310.0, 900.0]),
             },
             native: IoFigures {
                 disk_write: samples(&[200.0, 210.0, 190.0, 205.0, 300.0]),
                 disk_read: samples(&[300.0, 310.0, 305.0, 290.0, 320.0]),
                 net_to_guest: samples(&[2.5, 2.0, 3.0]),
+                round_trip: samples(&[200.0, 210.0, 205.0, 400.0]),
             },
             exits: Vec::new(),
             side: None,
@@ -1234,6 +1368,43 @@ mod tests {
         );
         assert_eq!(row(3), "TCP host -> guest 3 4.0 (2.0..5.0) 2.5 (2.0..3.0) 1.60 >= 0.8 yes - -");
         assert!(lines[4].contains("128 MiB per run") && lines[4].contains("16 MiB per run"), "{t}");
+    }
+
+    #[test]
+    fn the_round_trips_give_median_and_99th_percentile_per_configuration_and_the_side_cores_ratio() {
+        let many = samples(&(1..=200).map(f64::from).collect::<Vec<_>>());
+        assert_eq!((many.median(), many.percentile(99.0), many.percentile(100.0)), (100.5, 198.0, 200.0));
+        assert_eq!(samples(&[7.0]).percentile(99.0), 7.0);
+        let mut io = io_run_for_tests();
+        let t = round_trip_table(&io);
+        // Medians 315 and 207.5; p99 the largest of four.
+        assert!(t.contains("315 / 900") && t.contains("208 / 400"), "{t}");
+        assert!(t.lines().nth(1).is_some_and(|l| l.trim_end().ends_with('-')), "no side core: a dash: {t}");
+        io.side = Some(IoFigures { round_trip: samples(&[630.0, 630.0, 630.0, 1800.0]), ..io.under.clone() });
+        assert!(round_trip_table(&io).contains("2.00 / 2.00"), "{}", round_trip_table(&io));
+        let j = io_json(&io);
+        assert!(
+            j.contains("\"round_trip\": {\"unit\"")
+                && j.contains("\"side_core\": {\"median\": 630.0, \"p99\": 1800.0}"),
+            "{j}"
+        );
+        assert_eq!(j.matches('{').count(), j.matches('}').count());
+    }
+
+    #[test]
+    fn the_chart_has_the_side_cores_bars_beside_the_hypervisors() {
+        let mut io = io_run_for_tests();
+        let labels = |bars: &[Bar]| bars.iter().map(|b| b.label.clone()).collect::<Vec<_>>();
+        assert_eq!(labels(&io_bars(&io)), ["disk write", "disk read", "TCP host → guest", "TCP round trip"]);
+        io.side = Some(IoFigures { round_trip: samples(&[310.0]), ..io.native.clone() });
+        let bars = io_bars(&io);
+        assert_eq!(bars.len(), 8);
+        assert_eq!(bars[4].label, "disk write, side core");
+        assert_eq!((bars[4].ratio, bars[4].target), (1.0, Some(SIDE_CORE_TARGET)));
+        // The side core's round trip against the hypervisor's without it: 310 / 207.5 over
+        // 315 / 207.5, met.
+        assert_eq!(bars[7].target, Some(Target::AtMost(315.0 / 207.5)));
+        assert!(bars[7].target.unwrap().met(bars[7].ratio));
     }
 
     #[test]

@@ -96,6 +96,8 @@ Options of `bench`:
                    bars in ratios.svg are skipped
   --io             the virtio runs only: throughput with and without a side core, their
                    exits by reason, the cost of a request under -icount (io-cost.json)
+  --io-trace       the side core's disk path traced: EL2 instructions per 1 MiB request
+                   per CPU, the side core's by function (io-trace.txt; a few minutes)
   --scale          32 Linux VMs (1 vCPU, 128 MiB, 8 to a CPU) on a 4-CPU board with 8 GiB:
                    each reaches its shell, answers a command and a ping; boot times against
                    one VM alone, CPU shares under load, heap per VM, bundle size (scale.json)
@@ -762,6 +764,14 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
             setup::ensure_qemu()?;
             return if only == "--io" { bench_io() } else { bench_scale() };
         }
+        if only == "--io-trace" {
+            setup::ensure_rust_targets()?;
+            setup::ensure_qemu()?;
+            let windows = bench::io_trace::run()?;
+            print!("{}", bench::io_trace::report(&windows));
+            step("written to target/bench/io-trace.txt");
+            return Ok(());
+        }
     }
     let (armv7, raspi4b) = match args {
         [arch, value] if arch == "--arch" && value == "armv7" => (true, false),
@@ -770,7 +780,8 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, --io, --scale, --arch aarch64|armv7, or --board raspi4b)"
+                    "unknown option `{a}` for bench (--quick, --io, --io-trace, --scale, --arch aarch64|armv7, or \
+                     --board raspi4b)"
                 )));
             }
             (false, false)
@@ -829,7 +840,11 @@ fn bench_io() -> Result<(), XtaskError> {
     print!("{}", bench::exits_report(&io.exits)?);
     let cost = bench::io_cost::io_cost()?;
     print!("{}", bench::io_cost::table(&cost));
-    step("figures written to target/bench/: io.json, exits.json, io-cost.json");
+    let chart = bench::write_io_chart(&io)?;
+    step(&format!(
+        "figures written to target/bench/: io.json, exits.json, io-cost.json; the chart: {}",
+        chart.display()
+    ));
     Ok(())
 }
 

@@ -424,6 +424,169 @@ fn a_buffer_outside_the_vms_ram_is_a_memory_error_and_no_request() {
     assert!(disk.lock().requests.is_empty(), "{:?}", disk.lock().requests);
 }
 
+/// A VM's RAM of `PAGES` pages of 4 KiB whose physical layout is not its IPA layout: page
+/// `p` of the IPA space is physical page `layout[p]` (`None`: a page the VM does not own, a
+/// hole), for the translation of a request's runs.
+struct PagedRam {
+    layout: Vec<Option<u64>>,
+    /// `contiguous` calls, to see that a run of RAM that is one region costs one.
+    calls: std::cell::Cell<usize>,
+}
+
+const PAGE: u64 = 4096;
+const PAGED_PA: u64 = 0x9000_0000;
+
+impl PagedRam {
+    fn new(layout: Vec<Option<u64>>) -> PagedRam {
+        PagedRam { layout, calls: Default::default() }
+    }
+    fn page_pa(&self, page: u64) -> Option<u64> {
+        self.layout.get(usize::try_from(page).ok()?).copied().flatten().map(|p| PAGED_PA + p * PAGE)
+    }
+    /// The IPA a physical address of this RAM is the view of.
+    fn ipa_of(&self, pa: u64) -> Option<u64> {
+        let page = (pa.checked_sub(PAGED_PA)?) / PAGE;
+        let i = self.layout.iter().position(|p| *p == Some(page))?;
+        Some(RAM_IPA + i as u64 * PAGE + pa % PAGE)
+    }
+}
+
+impl GuestMemory for PagedRam {
+    fn read(&self, addr: u64, _: &mut [u8]) -> Result<(), GuestMemoryError> {
+        Err(GuestMemoryError { addr, len: 0 })
+    }
+    fn write(&self, addr: u64, _: &[u8]) -> Result<(), GuestMemoryError> {
+        Err(GuestMemoryError { addr, len: 0 })
+    }
+    fn check(&self, addr: u64, len: u64) -> Result<(), GuestMemoryError> {
+        self.physical(addr, len).map(|_| ())
+    }
+}
+
+impl PhysicalRam for PagedRam {
+    fn physical(&self, addr: u64, len: u64) -> Result<u64, GuestMemoryError> {
+        match self.contiguous(addr, len) {
+            Ok((pa, n)) if n == len => Ok(pa),
+            _ => Err(GuestMemoryError { addr, len }),
+        }
+    }
+    fn contiguous(&self, addr: u64, len: u64) -> Result<(u64, u64), GuestMemoryError> {
+        self.calls.set(self.calls.get() + 1);
+        let err = GuestMemoryError { addr, len };
+        let offset = addr.checked_sub(RAM_IPA).ok_or(err)?;
+        let mut page = offset / PAGE;
+        let pa = self.page_pa(page).ok_or(err)? + offset % PAGE;
+        let mut n = PAGE - offset % PAGE;
+        while n < len && self.page_pa(page + 1) == Some(pa + n) {
+            page += 1;
+            n += PAGE;
+        }
+        Ok((pa, n.min(len)))
+    }
+}
+
+fn plan_on(
+    ram: &PagedRam,
+    segments: &[Segment],
+) -> (Result<vdev::virtio::bounce::Route, GuestMemoryError>, Vec<PhysicalRun>) {
+    let cap = vdev::virtio::block::SEG_MAX as usize;
+    let (mut runs, mut scratch, mut physical) =
+        (Vec::with_capacity(cap), Vec::with_capacity(cap), Vec::with_capacity(cap));
+    let route = crate::virtio::disk_slice::physical_runs(ram, segments, &mut runs, &mut scratch, &mut physical);
+    assert_eq!((runs.capacity(), scratch.capacity(), physical.capacity()), (cap, cap, cap), "nothing allocated");
+    (route, physical)
+}
+
+#[test]
+fn a_run_of_ram_that_is_one_region_is_translated_once_and_pages_apart_in_memory_stay_apart() {
+    use vdev::virtio::bounce::Route;
+    // Linear RAM: Linux's 1 MiB request of 254 segments, some adjacent, in 85 runs: one
+    // translation each, not one a page.
+    let linear = PagedRam::new((0..1024).map(Some).collect());
+    let pages: Vec<_> = (0..254u64).map(|i| seg(RAM_IPA + (i + i / 3) * PAGE, PAGE as usize)).collect();
+    let (route, physical) = plan_on(&linear, &pages);
+    assert_eq!((route, physical.len(), linear.calls.get()), (Ok(Route::Direct), 85, 85));
+    // A 64 KiB segment over pages swapped pairwise in physical memory: a run per page, the
+    // pages in the request's order.
+    let swapped = PagedRam::new((0..32).map(|p| Some(p ^ 1)).collect());
+    let (route, physical) = plan_on(&swapped, &[seg(RAM_IPA, 16 * PAGE as usize)]);
+    assert_eq!(route, Ok(Route::Direct));
+    assert_eq!(physical.len(), 16);
+    assert_eq!(physical[0], PhysicalRun { pa: PAGED_PA + PAGE, len: PAGE as u32 });
+    assert_eq!(physical[1], PhysicalRun { pa: PAGED_PA, len: PAGE as u32 });
+    // Two segments apart in the IPA space whose pages are adjacent physically: one run.
+    let (route, physical) = plan_on(&swapped, &[seg(RAM_IPA + PAGE, PAGE as usize), seg(RAM_IPA, 512)]);
+    assert_eq!((route, physical), (Ok(Route::Direct), vec![PhysicalRun { pa: PAGED_PA, len: PAGE as u32 + 512 }]));
+    // A segment across a page the VM does not own: refused, with the hole's address.
+    let holed = PagedRam::new((0..8).map(|p| (p != 3).then_some(p)).collect());
+    let (route, physical) = plan_on(&holed, &[seg(RAM_IPA + 2 * PAGE, 2 * PAGE as usize)]);
+    assert_eq!(route, Err(GuestMemoryError { addr: RAM_IPA + 3 * PAGE, len: PAGE }));
+    assert!(physical.iter().all(|r| r.pa + u64::from(r.len) <= PAGED_PA + 3 * PAGE), "nothing of the hole");
+    // A piece of a sector on each side of a physical break: not whole sectors, bounced.
+    let (route, physical) = plan_on(&swapped, &[seg(RAM_IPA + PAGE - 256, 512)]);
+    assert_eq!((route, physical.len()), (Ok(Route::Bounce), 0));
+}
+
+#[test]
+fn a_descriptor_over_memory_the_vm_does_not_own_fails_the_request_before_the_disk() {
+    let (disk, _) = disk();
+    let holed = PagedRam::new((0..8).map(|p| (p != 3).then_some(p)).collect());
+    let slice = DiskSlice { offset: 0, size: 0 };
+    let mut backend = DiskSliceBackend::new(DiskQueue::new(disk), slice, holed, 0, 1).unwrap();
+    let across = [seg(RAM_IPA, 512), seg(RAM_IPA + 3 * PAGE - 512, 1024)];
+    let ram = PagedRam::new(vec![]);
+    let started = backend.start(&ram, read(0, &across), Pending::new(1, RAM_IPA, 0));
+    assert_eq!(
+        started,
+        Started::Done(Err(BlockError::Memory(GuestMemoryError { addr: RAM_IPA + 3 * PAGE, len: 512 })))
+    );
+    assert!(disk.lock().requests.is_empty());
+    assert_eq!(backend.in_flight(), 0);
+}
+
+proptest::proptest! {
+    /// Whatever the segments and the RAM's physical layout (a permutation of its pages,
+    /// with holes): a direct request's physical runs are whole sectors, at most `SEG_MAX`,
+    /// and their bytes, in order, are the views of exactly the segments' bytes, in order
+    /// (so no run spans pages that are not physically adjacent, nor a page of no one's);
+    /// a refusal names a byte of a segment that is not the VM's.
+    #[test]
+    fn physical_runs_are_exactly_the_requests_bytes(
+        shuffled in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just((0u64..16).collect::<Vec<_>>())),
+        linear in proptest::bool::ANY,
+        holes in proptest::collection::vec(proptest::bool::weighted(0.1), 16),
+        raw in proptest::collection::vec((0u64..128, 1u64..20), 1..12),
+    ) {
+        let order = if linear { (0..16).collect() } else { shuffled };
+        let layout: Vec<Option<u64>> = order.iter().zip(&holes).map(|(&p, &h)| (!h).then_some(p)).collect();
+        let ram = PagedRam::new(layout);
+        let segments: Vec<Segment> = raw.iter().map(|&(at, n)| seg(RAM_IPA + at * 512, (n * 512) as usize)).collect();
+        let (route, physical) = plan_on(&ram, &segments);
+        match route {
+            Ok(vdev::virtio::bounce::Route::Direct) => {
+                let mut got = Vec::new();
+                for r in &physical {
+                    proptest::prop_assert_eq!(r.len % 512, 0);
+                    for s in 0..u64::from(r.len) / 512 {
+                        got.push(ram.ipa_of(r.pa + s * 512));
+                    }
+                }
+                let want: Vec<Option<u64>> =
+                    segments.iter().flat_map(|s| (0..u64::from(s.len) / 512).map(move |i| Some(s.addr + i * 512))).collect();
+                proptest::prop_assert_eq!(got, want);
+            }
+            Ok(vdev::virtio::bounce::Route::Bounce) => {
+                proptest::prop_assert_eq!(vdev::virtio::bounce::route(&segments), vdev::virtio::bounce::Route::Bounce);
+            }
+            Err(e) => {
+                let owned = |ipa: u64| ram.physical(ipa, 1).is_ok();
+                proptest::prop_assert!(!owned(e.addr), "{:#x} is the VM's", e.addr);
+                proptest::prop_assert!(segments.iter().any(|s| s.addr <= e.addr && e.addr < s.addr + u64::from(s.len)));
+            }
+        }
+    }
+}
+
 #[test]
 fn a_failing_disk_is_an_io_error_for_the_guest() {
     let (disk, ram) = disk();
@@ -988,6 +1151,46 @@ fn a_notify_of_a_side_cores_device_only_wakes_the_core_which_does_the_work() {
     let isr = Window(Arc::clone(&slot)).read(0, vdev::virtio::transport::regs::INTERRUPT_STATUS, AccessWidth::Word);
     drop(held);
     assert_eq!(isr, Ok(1), "the used-buffer bit");
+}
+
+#[test]
+fn a_side_cores_guest_acknowledges_its_interrupt_without_the_devices_lock_and_a_later_completion_stays_raised() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (disk, ram) = disk();
+    let (slot, levels) = block_slot_on(disk, &ram, 3, 1);
+    slot.serve_from(core, 2);
+    core.add(3, [Arc::clone(&slot) as Arc<dyn Polled>].into_iter());
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    guest.request(false, 1, SECTOR);
+    guest.request(false, 2, SECTOR);
+    guest.notify();
+    assert_eq!(turn(core, 1_000), Turn::Woke(1));
+    assert_eq!(disk.lock().in_flight(), 2);
+    let first = disk.lock().tags()[0];
+    disk.lock().complete(first);
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(levels.lock().unwrap().last(), Some(&true), "the first completion raised the line");
+    let window = Window(Arc::clone(&slot));
+    use vdev::virtio::transport::regs::{INTERRUPT_ACK, INTERRUPT_STATUS};
+    // The handler reads and acknowledges while a pass holds the device's lock (the test
+    // holds it): neither waits, the line goes low, the status reads 0.
+    let held = slot.device.lock();
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(1));
+    assert_eq!(window.write(0, INTERRUPT_ACK, AccessWidth::Word, 1), Ok(()));
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(0));
+    assert_eq!(levels.lock().unwrap().last(), Some(&false));
+    drop(held);
+    // The device's own view agrees (one word), and the second completion, after the
+    // acknowledgement, raises it again.
+    assert_eq!(slot.device.lock().interrupt_status(), 0);
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(1));
+    assert_eq!(levels.lock().unwrap().last(), Some(&true), "a completion after the acknowledgement is announced");
+    // Another width goes the usual way, through the lock (and is refused as before).
+    assert!(window.write(0, INTERRUPT_ACK, AccessWidth::Byte, 1).is_err());
+    assert_eq!(window.read(0, INTERRUPT_STATUS, AccessWidth::Word), Ok(1));
 }
 
 #[test]

@@ -9,9 +9,9 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use hyp_core::bundle::DiskSlice;
-use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started};
+use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, SEG_MAX};
 use vdev::virtio::bounce::{self, Route, BOUNCE_BYTES};
-use vdev::virtio::memory::{GuestMemory, Segment};
+use vdev::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 
 use super::PhysicalRam;
 use crate::board::{BoardDisk, DiskData, DiskError, DiskOp, DiskQueue, DiskRequest, PhysicalRun, Rejected};
@@ -42,6 +42,68 @@ pub struct DiskSliceBackend<K: 'static, M> {
     share: usize,
     /// The VM is being destroyed: completions touch its RAM no more, nothing new starts.
     stopped: bool,
+    /// A direct request's runs of adjacent buffers, a sorted copy of them (when they do not
+    /// come in ascending order) and their physical runs, each of capacity `SEG_MAX`,
+    /// reserved with the VM and reused by every request (`physical_runs`).
+    runs: Vec<Segment>,
+    scratch: Vec<Segment>,
+    physical: Vec<PhysicalRun>,
+}
+
+/// How many runs a direct request may have: the board's disk takes a request of at most
+/// a queue's worth of descriptors (QEMU's virtio-blk: seg_max 254, as ours), and the lists
+/// of `physical_runs` are reserved this long once.
+const MAX_RUNS: usize = SEG_MAX as usize;
+
+/// The runs of the VM's RAM a request of `segments` hands the board's disk, into
+/// `physical`: `Route::Direct` when each segment is whole sectors, no two overlap, and the
+/// request's bytes, in order, make at most `MAX_RUNS` physically contiguous runs, each of
+/// whole sectors; `Route::Bounce` otherwise. Adjacent segments are merged first
+/// (`bounce::plan`, into `runs`, with `scratch`), then each merged run is translated a
+/// physically contiguous piece at a time (`PhysicalRam::contiguous`: one call for a run of
+/// RAM that is one region), and a piece that continues the run before it physically is
+/// merged with it: so a run never spans two pieces of RAM that are not adjacent in
+/// physical memory, and never memory that is not the VM's (refused, with its address).
+/// The lists are the caller's, reserved once: nothing is allocated here.
+pub(crate) fn physical_runs<M: PhysicalRam>(
+    ram: &M,
+    segments: &[Segment],
+    runs: &mut Vec<Segment>,
+    scratch: &mut Vec<Segment>,
+    physical: &mut Vec<PhysicalRun>,
+) -> Result<Route, GuestMemoryError> {
+    physical.clear();
+    if bounce::plan(segments, runs, scratch) == Route::Bounce {
+        return Ok(Route::Bounce);
+    }
+    for run in runs.iter() {
+        let (mut addr, mut left) = (run.addr, u64::from(run.len));
+        while left > 0 {
+            let (pa, n) = ram.contiguous(addr, left)?;
+            let n = n.min(left);
+            let next = addr.checked_add(n).filter(|_| n > 0).ok_or(GuestMemoryError { addr, len: left })?;
+            // n <= left <= run.len, a u32.
+            let len = n as u32;
+            let full = physical.len() == physical.capacity();
+            match physical.last_mut() {
+                Some(last)
+                    if last.pa.checked_add(u64::from(last.len)) == Some(pa) && last.len.checked_add(len).is_some() =>
+                {
+                    last.len += len;
+                }
+                _ if full => return Ok(Route::Bounce),
+                _ => physical.push(PhysicalRun { pa, len }),
+            }
+            addr = next;
+            left -= n;
+        }
+    }
+    if physical.iter().all(|r| u64::from(r.len).is_multiple_of(SECTOR)) {
+        Ok(Route::Direct)
+    } else {
+        physical.clear();
+        Ok(Route::Bounce)
+    }
 }
 
 /// A request through the bounce buffer: each chunk's completion starts the next chunk.
@@ -117,6 +179,10 @@ impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
         let share = (disk.slots() / sharing.max(1)).max(1);
         let mut flights = Vec::new();
         flights.try_reserve_exact(share).map_err(|_| DiskSliceError::NoMemory)?;
+        let (mut runs, mut scratch, mut physical) = (Vec::new(), Vec::new(), Vec::new());
+        runs.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
+        scratch.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
+        physical.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
         Ok(DiskSliceBackend {
             disk,
             owner: vm,
@@ -129,6 +195,9 @@ impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
             flights,
             share,
             stopped: false,
+            runs,
+            scratch,
+            physical,
         })
     }
 
@@ -290,10 +359,11 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
     /// Queues the request on the board's disk: straight into the guest's buffers when each
     /// is whole sectors and no two overlap (adjacent ones merged into one run), through the
     /// bounce buffer a chunk at a time otherwise. The device model already bounded the
-    /// request (seg_max, size_max); nothing here allocates more than a list of its runs (or
-    /// a copy of its segments), and that fallibly: a failure is an I/O error for the guest,
-    /// never a panic. A VM at its share of the board's queue gets `Busy`: the chain waits
-    /// on its ring for one of its completions.
+    /// request (seg_max, size_max); a direct request allocates nothing (its lists of runs
+    /// are the backend's, reserved with the VM: `physical_runs`), a bounced one a copy of
+    /// its segments, fallibly: a failure is an I/O error for the guest, never a panic. A VM
+    /// at its share of the board's queue gets `Busy`: the chain waits on its ring for one
+    /// of its completions.
     fn start(&mut self, _: &dyn GuestMemory, request: BlockRequest<'_>, pending: Pending) -> Started {
         if self.stopped {
             return Started::Done(Err(BlockError::Io));
@@ -313,20 +383,15 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
             return Started::Done(Err(BlockError::OutOfRange { sector, sectors }));
         }
         let at = self.first + sector;
-        if bounce::route(segments) == Route::Bounce {
-            return self.start_bounced(op, at, segments, total, pending);
+        match physical_runs(&self.ram, segments, &mut self.runs, &mut self.scratch, &mut self.physical) {
+            Ok(Route::Direct) => {}
+            Ok(Route::Bounce) => return self.start_bounced(op, at, segments, total, pending),
+            Err(e) => return Started::Done(Err(BlockError::Memory(e))),
         }
-        let mut runs = Vec::new();
-        if runs.try_reserve_exact(segments.len()).is_err() {
-            return Started::Done(Err(BlockError::Io));
-        }
-        for run in bounce::merge_adjacent(segments) {
-            match self.ram.physical(run.addr, u64::from(run.len)) {
-                Ok(pa) => runs.push(PhysicalRun { pa, len: run.len }),
-                Err(e) => return Started::Done(Err(BlockError::Memory(e))),
-            }
-        }
-        self.submit(op, at, DiskData::Guest(&runs), pending)
+        let physical = core::mem::take(&mut self.physical);
+        let started = self.submit(op, at, DiskData::Guest(&physical), pending);
+        self.physical = physical;
+        started
     }
 
     /// The driver reset the device: a bounced request stops after its chunk in flight

@@ -6,7 +6,7 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use hyp_core::cap::{CapError, CapId};
 use hyp_core::log_limit::GuestLogLimit;
@@ -18,7 +18,7 @@ use vdev::virtio::block::VirtioBlock;
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::device::VirtioDevice;
 use vdev::virtio::net::VirtioNet;
-use vdev::virtio::transport::{regs, RegisterError, VirtioMmio};
+use vdev::virtio::transport::{regs, InterruptWord, RegisterError, VirtioMmio};
 
 use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;
@@ -112,8 +112,6 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     pub ram: E::Ram,
     /// The interrupt line and what it shows (`access`).
     line: Mutex<ShownLevel<E::Line>>,
-    /// The device's accesses, counted under its lock: the order of the levels they found.
-    accesses: AtomicU64,
     /// Set (under the device lock) when the VM is destroyed: the device touches its RAM no
     /// more, whoever still holds it.
     shut_down: AtomicBool,
@@ -125,21 +123,23 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     /// Queues notified since the side core's last pass (bit n: queue n), marked by the
     /// notifying exit without the device's lock.
     notified: AtomicU32,
-    /// InterruptStatus as the device's last access left it (stored under its lock, before
-    /// its line is raised), which a side core's guest reads without the lock: its
-    /// interrupt handler does not wait for a pass in progress.
-    interrupt_status: AtomicU32,
+    /// The device's InterruptStatus word (`VirtioMmio::interrupt_word`), which a side
+    /// core's guest reads and acknowledges without the device's lock: its interrupt handler
+    /// does not wait for a pass in progress. Its change count orders the levels shown on
+    /// the line.
+    interrupt: Arc<InterruptWord>,
 }
 
 pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
 
-/// A device's interrupt line, and the access whose level it shows. The level is found under
-/// the device's lock but set on the line after it is released (the line takes the vGIC's
-/// lock and may wake a vCPU: docs/architecture.md, "Lock order"), so two CPUs' accesses can
-/// reach the line in the other order than they found their levels: a frame delivered from
-/// one CPU (level high) while the guest reads the interrupt status on another (level low)
-/// could leave the line low with the frame unannounced, until the device's next access. The
-/// line shows the level of the latest access only.
+/// A device's interrupt line, and the change of the InterruptStatus word whose level it
+/// shows. The level is found under the device's lock (or by an acknowledgement without it)
+/// but set on the line after (the line takes the vGIC's lock and may wake a vCPU:
+/// docs/architecture.md, "Lock order"), so two CPUs can reach the line in the other order
+/// than they changed the word: a frame delivered from one CPU (level high) while the guest
+/// acknowledges on another (level low) could leave the line low with the frame
+/// unannounced, until the device's next access. The line shows the level of the latest
+/// change only.
 struct ShownLevel<L> {
     line: L,
     level: bool,
@@ -174,6 +174,8 @@ pub struct SlotSetup<E: VmEnv> {
 impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     pub fn new(setup: SlotSetup<E>, device: D, port: usize) -> Self {
         let SlotSetup { vm, name, ram, line, log, work } = setup;
+        let device = VirtioMmio::new(device);
+        let interrupt = device.interrupt_word();
         VirtioSlot {
             vm,
             name,
@@ -181,15 +183,14 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             pending: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
             work,
-            device: Mutex::new(VirtioMmio::new(device)),
+            device: Mutex::new(device),
             ram,
             line: Mutex::new(ShownLevel { line, level: false, access: 0 }),
-            accesses: AtomicU64::new(0),
             shut_down: AtomicBool::new(false),
             port,
             io: Once::new(),
             notified: AtomicU32::new(0),
-            interrupt_status: AtomicU32::new(0),
+            interrupt,
         }
     }
 
@@ -227,12 +228,11 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
                 self.work.store(true, Ordering::Release);
             }
             let frames = device.device_mut().take_frames();
-            self.interrupt_status.store(device.interrupt_status(), Ordering::Release);
-            let access = self.accesses.fetch_add(1, Ordering::Relaxed) + 1;
-            ((result, access), device.interrupt_level(), device.take_incidents(), frames)
+            let state = device.interrupt_state();
+            ((result, state.change), state.status != 0, device.take_incidents(), frames)
         };
-        let (result, access) = result;
-        self.line.lock().show(level, access);
+        let (result, change) = result;
+        self.line.lock().show(level, change);
         for incident in incidents {
             guest_line::<E::Arch, E::Board>(
                 &self.log,
@@ -348,10 +348,10 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
     }
     fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         // A side core's device: InterruptStatus without the lock the core's pass may hold.
-        // It is stored before the line is raised, so the handler the interrupt runs sees
-        // the bits that raised it.
+        // A bit is raised in the word before the line, so the handler the interrupt runs
+        // sees the bits that raised it.
         if self.0.io.get().is_some() && offset == regs::INTERRUPT_STATUS && width == AccessWidth::Word {
-            return Ok(u64::from(self.0.interrupt_status.load(Ordering::Acquire)));
+            return Ok(u64::from(self.0.interrupt.load().status));
         }
         // Through `with_device`, as a write, so an incident a read causes (a legacy register)
         // is logged at once.
@@ -368,6 +368,16 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
             if offset == regs::QUEUE_NOTIFY && width == AccessWidth::Word && value < 32 {
                 self.0.notified.fetch_or(1 << value, Ordering::SeqCst);
                 core.wake::<E::Arch>(cpu);
+                return Ok(());
+            }
+            // InterruptACK without the lock either: one change of the interrupt word, in
+            // its order with the bits the core's pass raises (`InterruptWord`), and the
+            // line shows its level unless a later change was shown already.
+            if offset == regs::INTERRUPT_ACK && width == AccessWidth::Word {
+                if !self.0.shut_down.load(Ordering::Acquire) {
+                    let state = self.0.interrupt.acknowledge(value as u32);
+                    self.0.line.lock().show(state.status != 0, state.change);
+                }
                 return Ok(());
             }
         }

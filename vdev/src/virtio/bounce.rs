@@ -5,6 +5,8 @@
 //! guest chooses, never decides an allocation (a 32 MiB request once made the hypervisor
 //! allocate 32 MiB from its heap and panic).
 
+use alloc::vec::Vec;
+
 use crate::virtio::block::{BlockError, SECTOR_SIZE};
 use crate::virtio::memory::{GuestMemory, Segment};
 
@@ -38,6 +40,56 @@ pub fn route(segments: &[Segment]) -> Route {
     let overlap =
         segments.iter().enumerate().any(|(i, a)| segments[i + 1..].iter().any(|b| a.addr < end(b) && b.addr < end(a)));
     if whole && !overlap {
+        Route::Direct
+    } else {
+        Route::Bounce
+    }
+}
+
+/// The route for `segments`, as [`route`] decides it, and for `Route::Direct` the runs the
+/// disk is handed: `runs` holds the segments with each run of adjacent ones merged, in
+/// order (as [`merge_adjacent`] gives them). Linear in the number of segments when the runs
+/// come in ascending or descending order of address, `n log n` otherwise; it
+/// allocates nothing: `runs` and `scratch` are the caller's, their capacity reserved once
+/// (`SEG_MAX` for a block device), and never grown here. A request with more runs than
+/// that capacity goes through the bounce buffer. Whether two segments overlap is decided
+/// on the runs: a run's segments follow each other, so two segments share a byte exactly
+/// when their runs do.
+pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut Vec<Segment>) -> Route {
+    runs.clear();
+    for s in segments {
+        if s.len == 0 || !u64::from(s.len).is_multiple_of(SECTOR_SIZE) {
+            return Route::Bounce;
+        }
+        if let Some(last) = runs.last_mut() {
+            if last.addr.checked_add(u64::from(last.len)) == Some(s.addr) {
+                if let Some(len) = last.len.checked_add(s.len) {
+                    last.len = len;
+                    continue;
+                }
+            }
+        }
+        if runs.len() == runs.capacity() {
+            return Route::Bounce;
+        }
+        runs.push(*s);
+    }
+    let end = |s: &Segment| s.addr.saturating_add(u64::from(s.len));
+    // Each run starting at or after the end of the one before (whose end is past its own
+    // start), or each ending at or before the start of the one before: every run lies wholly
+    // on one side of all the runs before it, so no two share a byte.
+    if runs.windows(2).all(|w| w[1].addr >= end(&w[0])) || runs.windows(2).all(|w| end(&w[1]) <= w[0].addr) {
+        return Route::Direct;
+    }
+    scratch.clear();
+    if runs.len() > scratch.capacity() {
+        return Route::Bounce;
+    }
+    scratch.extend_from_slice(runs);
+    scratch.sort_unstable_by_key(|s| s.addr);
+    // Sorted by start, with every length non-zero: disjoint pairwise exactly when each run
+    // starts at or after the end of the one before it.
+    if scratch.windows(2).all(|w| w[1].addr >= end(&w[0])) {
         Route::Direct
     } else {
         Route::Bounce
@@ -285,6 +337,69 @@ mod tests {
         // The largest request the device model lets through: 254 separate 64 KiB buffers.
         let largest: Vec<_> = (0..254).map(|i| seg(BASE + i * (128 << 10), 64 << 10)).collect();
         assert_eq!(route(&largest), Route::Direct);
+    }
+
+    fn plan_of(segments: &[Segment], capacity: usize) -> (Route, Vec<Segment>) {
+        let mut runs = Vec::with_capacity(capacity);
+        let mut scratch = Vec::with_capacity(capacity);
+        let route = plan(segments, &mut runs, &mut scratch);
+        assert!(runs.capacity() == capacity && scratch.capacity() == capacity, "nothing grown");
+        (route, runs)
+    }
+
+    #[test]
+    fn a_plan_merges_adjacent_buffers_and_routes_as_route_does() {
+        let seg = |addr: u64, len: u32| Segment { addr, len };
+        // Linux's 1 MiB request of scattered pages, some of them adjacent, in ascending order.
+        let pages: Vec<_> = (0..254u64).map(|i| seg(BASE + (i + i / 3) * 4096, 4096)).collect();
+        let (r, runs) = plan_of(&pages, 254);
+        assert_eq!(r, Route::Direct);
+        assert_eq!(runs, merge_adjacent(&pages).collect::<Vec<_>>());
+        assert_eq!(runs.len(), 85, "three adjacent pages a run");
+        // Descending: sorted in the scratch list, still direct, the runs in request order.
+        let mut down = pages.clone();
+        down.reverse();
+        let (r, runs) = plan_of(&down, 254);
+        assert_eq!((r, runs.len()), (Route::Direct, 254), "descending pages are not adjacent");
+        // Descending, then a segment merged onto the last run that reaches into the first.
+        let (r, _) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 3072, 1024), seg(BASE + 4096, 512)], 4);
+        assert_eq!(r, Route::Bounce, "the merged run overlaps the first");
+        let (r, runs) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 2048, 1024), seg(BASE + 3072, 512)], 4);
+        assert_eq!((r, runs.len()), (Route::Direct, 2), "merged up to, not into, the first");
+        let (r, _) = plan_of(&[seg(BASE + 8192, 512), seg(BASE, 8192 + 1)], 4);
+        assert_eq!(r, Route::Bounce, "not whole sectors");
+        let (r, _) = plan_of(&[seg(BASE + 8192, 1024), seg(BASE, 8192 + 512)], 4);
+        assert_eq!(r, Route::Bounce, "the second overlaps the first, out of order");
+        let (r, _) = plan_of(&[seg(BASE, 512), seg(BASE + 1024, 512), seg(BASE + 512, 512)], 2);
+        assert_eq!(r, Route::Bounce, "more runs than the capacity reserved");
+        let (r, runs) = plan_of(&[seg(BASE, 512), seg(BASE + 512, 512), seg(BASE + 1024, 512)], 1);
+        assert_eq!((r, runs), (Route::Direct, vec![seg(BASE, 1536)]), "one run fits a capacity of one");
+        let (r, runs) = plan_of(&[], 4);
+        assert_eq!((r, runs.len()), (Route::Direct, 0));
+    }
+
+    proptest::proptest! {
+        /// Whatever the segments (few distinct addresses, so that overlaps and adjacency are
+        /// common), `plan` decides as the pairwise `route` does, and its runs are
+        /// `merge_adjacent`'s: each covers exactly the bytes of the segments it merged, in
+        /// order.
+        #[test]
+        fn a_plan_agrees_with_the_pairwise_route(
+            raw in proptest::collection::vec((0u64..24, 0u32..5, 0u32..3), 0..40)
+        ) {
+            let segments: Vec<Segment> = raw
+                .iter()
+                .map(|&(page, sectors, odd)| Segment {
+                    addr: BASE + page * 1024 + u64::from(odd == 2) * 100,
+                    len: sectors * 512 + u32::from(odd == 1),
+                })
+                .collect();
+            let (r, runs) = plan_of(&segments, 64);
+            proptest::prop_assert_eq!(r, route(&segments));
+            if r == Route::Direct {
+                proptest::prop_assert_eq!(runs, merge_adjacent(&segments).collect::<Vec<_>>());
+            }
+        }
     }
 
     #[test]

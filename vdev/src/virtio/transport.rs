@@ -2,8 +2,10 @@
 //! guest sees, feature negotiation and device status (2.1, 2.2, 3.1.1), queue set-up, and the
 //! dispatch of queue notifications to the device model with interrupt decisions afterwards.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use crate::virtio::device::{ConfigError, NeedsReset, QueueAccess, VirtioDevice};
 use crate::virtio::features::{interrupt, status, TRANSPORT_FEATURES, VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1};
@@ -123,6 +125,67 @@ const READ_ONLY: [u64; 12] = [
     regs::CONFIG_GENERATION,
 ];
 
+/// InterruptStatus (4.2.2) as one atomic word: the status bits in its low byte (the
+/// transport defines bits 0 and 1), above them a count of the word's changes. The device
+/// raises bits under its owner's lock; the owner may let a guest acknowledge them without
+/// that lock (a side core's device: `hyp_runtime::virtio::slot`). Both are
+/// read-modify-writes of this word, so each takes effect in the word's one order: an
+/// acknowledgement clears only bits raised before it, and a bit raised after it (a
+/// completion during a side core's pass) stays raised. The count orders the levels that
+/// different CPUs show on the device's line: the one of the latest change wins.
+#[derive(Debug, Default)]
+pub struct InterruptWord(AtomicU64);
+
+/// The word's status bits and its change count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InterruptState {
+    pub status: u32,
+    /// How many times the word changed (56 bits: it never wraps).
+    pub change: u64,
+}
+
+impl InterruptWord {
+    const BITS: u64 = 0xff;
+
+    pub fn load(&self) -> InterruptState {
+        Self::state(self.0.load(Ordering::Acquire))
+    }
+
+    fn state(word: u64) -> InterruptState {
+        InterruptState { status: (word & Self::BITS) as u32, change: word >> 8 }
+    }
+
+    /// `f` applied to the status bits, as one change; the state after it. Release: what the
+    /// device wrote before (the used ring) is seen by whoever sees the change; acquire: the
+    /// acknowledging CPU's guest then sees it too.
+    fn update(&self, f: impl Fn(u32) -> u32) -> InterruptState {
+        let mut old = self.0.load(Ordering::Relaxed);
+        loop {
+            let status = u64::from(f((old & Self::BITS) as u32)) & Self::BITS;
+            let new = ((old >> 8).wrapping_add(1) << 8) | status;
+            match self.0.compare_exchange_weak(old, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return Self::state(new),
+                Err(now) => old = now,
+            }
+        }
+    }
+
+    /// The device raises `bits`.
+    pub fn raise(&self, bits: u32) -> InterruptState {
+        self.update(|s| s | bits)
+    }
+
+    /// The driver acknowledges `bits` (InterruptACK).
+    pub fn acknowledge(&self, bits: u32) -> InterruptState {
+        self.update(|s| s & !bits)
+    }
+
+    /// A reset: no bit raised.
+    pub fn clear(&self) -> InterruptState {
+        self.update(|_| 0)
+    }
+}
+
 /// One virtio-mmio device: transport state plus the device model.
 pub struct VirtioMmio<D: VirtioDevice> {
     pub(crate) device: D,
@@ -134,7 +197,8 @@ pub struct VirtioMmio<D: VirtioDevice> {
     driver_features_beyond: bool,
     queue_sel: u32,
     pub(crate) queues: Vec<Virtqueue>,
-    pub(crate) interrupt_status: u32,
+    /// InterruptStatus, shared with the device's owner (`interrupt_word`).
+    interrupt: Arc<InterruptWord>,
     pub(crate) incidents: IncidentLog,
     /// A side core serves the queues (`poll`): a QueueNotify only marks the queue
     /// (`notified`), and no guest register write runs the device model.
@@ -177,7 +241,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             driver_features_beyond: false,
             queue_sel: 0,
             queues,
-            interrupt_status: 0,
+            interrupt: Arc::new(InterruptWord::default()),
             incidents: IncidentLog::default(),
             polled: false,
             notified: 0,
@@ -327,12 +391,23 @@ impl<D: VirtioDevice> VirtioMmio<D> {
 
     /// The level of the device's interrupt line: InterruptStatus != 0 (level-triggered).
     pub fn interrupt_level(&self) -> bool {
-        self.interrupt_status != 0
+        self.interrupt.load().status != 0
     }
 
     /// InterruptStatus (bit 0 used buffer, bit 1 configuration change).
     pub fn interrupt_status(&self) -> u32 {
-        self.interrupt_status
+        self.interrupt.load().status
+    }
+
+    /// InterruptStatus with its change count.
+    pub fn interrupt_state(&self) -> InterruptState {
+        self.interrupt.load()
+    }
+
+    /// The word that holds InterruptStatus, for an owner that lets the driver acknowledge
+    /// without its lock (`InterruptWord`).
+    pub fn interrupt_word(&self) -> Arc<InterruptWord> {
+        Arc::clone(&self.interrupt)
     }
 
     /// Queue `index` as the device sees it (for logs and tests).
@@ -364,7 +439,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         for q in &mut self.queues {
             *q = Virtqueue::new(q.max_size);
         }
-        self.interrupt_status = 0;
+        self.interrupt.clear();
         self.notified = 0;
         self.used_seen = 0;
     }
@@ -383,7 +458,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
     pub(crate) fn set_needs_reset(&mut self) {
         self.status |= status::DEVICE_NEEDS_RESET;
         if self.status & status::DRIVER_OK != 0 {
-            self.interrupt_status |= interrupt::CONFIG_CHANGE;
+            self.interrupt.raise(interrupt::CONFIG_CHANGE);
         }
     }
 
@@ -416,7 +491,9 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             }
             // The queue count comes from the device (a u16), so the index fits.
             match q.needs_interrupt(mem, index as u16, old, event_idx) {
-                Ok(true) => self.interrupt_status |= interrupt::USED_BUFFER,
+                Ok(true) => {
+                    self.interrupt.raise(interrupt::USED_BUFFER);
+                }
                 Ok(false) => {}
                 Err(incident) => {
                     self.incidents.record(incident);
@@ -451,7 +528,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             },
             regs::QUEUE_NUM_MAX => self.selected().map_or(0, |q| u32::from(q.max_size)),
             regs::QUEUE_READY => self.selected().map_or(0, |q| u32::from(q.ready)),
-            regs::INTERRUPT_STATUS => self.interrupt_status,
+            regs::INTERRUPT_STATUS => self.interrupt.load().status,
             regs::STATUS => self.status,
             // No shared memory regions: a non-existent region reads as length -1 (4.2.2).
             regs::SHM_LEN_LOW | regs::SHM_LEN_HIGH | regs::SHM_BASE_LOW | regs::SHM_BASE_HIGH => u32::MAX,
@@ -492,7 +569,9 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             regs::QUEUE_NUM => self.with_idle_queue(offset, |q| q.num = v),
             regs::QUEUE_READY => self.write_queue_ready(mem, v),
             regs::QUEUE_NOTIFY => self.notify(mem, v),
-            regs::INTERRUPT_ACK => self.interrupt_status &= !v,
+            regs::INTERRUPT_ACK => {
+                self.interrupt.acknowledge(v);
+            }
             regs::STATUS => self.write_status(mem, v),
             regs::QUEUE_DESC_LOW => self.with_idle_queue(offset, |q| q.desc = set_low(q.desc, v)),
             regs::QUEUE_DESC_HIGH => self.with_idle_queue(offset, |q| q.desc = set_high(q.desc, v)),
@@ -680,4 +759,56 @@ fn set_low(old: u64, v: u32) -> u64 {
 
 fn set_high(old: u64, v: u32) -> u64 {
     (old & 0xffff_ffff) | (u64::from(v) << 32)
+}
+
+#[cfg(test)]
+mod interrupt_word_tests {
+    use super::InterruptWord;
+    use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    #[test]
+    fn each_change_is_counted_and_an_acknowledgement_clears_only_what_it_names() {
+        let w = InterruptWord::default();
+        assert_eq!((w.load().status, w.load().change), (0, 0));
+        assert_eq!(w.raise(1).status, 1);
+        assert_eq!(w.raise(2).status, 3);
+        let acked = w.acknowledge(1);
+        assert_eq!((acked.status, acked.change), (2, 3));
+        // A bit raised after an acknowledgement stays raised.
+        assert_eq!(w.raise(1).status, 3);
+        assert_eq!(w.acknowledge(0xffff_ff00).status, 3, "bits beyond the status byte name nothing");
+        assert_eq!(w.clear().status, 0);
+        assert_eq!(w.load().change, 6);
+    }
+
+    /// A device that pushes a used entry, then raises the bit, on one thread; a driver that
+    /// acknowledges, then reads the ring, on another: however they interleave, the driver
+    /// never ends with the bit clear and an entry unread.
+    #[test]
+    fn no_raise_is_lost_to_an_acknowledgement_made_at_the_same_time() {
+        const N: u64 = 20_000;
+        let word = InterruptWord::default();
+        let pushed = AtomicU64::new(0);
+        let done = AtomicBool::new(false);
+        let mut seen = 0;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=N {
+                    pushed.store(i, Ordering::Relaxed);
+                    word.raise(1);
+                }
+                done.store(true, Ordering::Release);
+            });
+            loop {
+                let finished = done.load(Ordering::Acquire);
+                if word.load().status & 1 != 0 {
+                    word.acknowledge(1);
+                    seen = pushed.load(Ordering::Relaxed);
+                } else if finished {
+                    break;
+                }
+            }
+        });
+        assert_eq!(seen, N, "the last entry was announced and read");
+    }
 }

@@ -291,7 +291,7 @@ fn read(path: &Path) -> Result<Vec<u8>, XtaskError> {
 }
 
 /// Gives QEMU's monitor (HMP, on `socket`) one command and waits for its next prompt.
-fn monitor(socket: &PathBuf, command: &str) -> Result<(), String> {
+pub(crate) fn monitor(socket: &PathBuf, command: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut stream = loop {
         match UnixStream::connect(socket) {
