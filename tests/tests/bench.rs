@@ -16,11 +16,26 @@ fn the_microbenchmarks_run_to_completion() {
     for name in ["loop", "hvc-unknown", "hvc-smccc-version", "mmio-read", "gicd-read"] {
         assert_line(&out, &format!("microbench | bench {name} iterations=10000 ns="));
     }
-    for name in ["counter", "virtual-ipi", "eoi", "vtimer"] {
+    for name in ["counter", "virtual-ipi", "virtual-ipi-round-trip", "eoi", "vtimer"] {
         assert_line(&out, &format!("microbench | latency {name} samples=10000 ns="));
     }
+    // 1,000 ticks of 10 ms: without -icount they are 10 s of real time.
+    assert_line(&out, "microbench | latency vtimer-periodic samples=1000 ns=");
     assert_line(&out, "microbench | microbench: done");
     let figures = xtask::bench::parse(&out.console);
     let names: Vec<&str> = figures.keys().map(String::as_str).collect();
-    assert_eq!(names, ["eoi", "gicd-read", "hvc-smccc-version", "hvc-unknown", "mmio-read", "virtual-ipi", "vtimer"]);
+    assert_eq!(
+        names,
+        [
+            "eoi",
+            "gicd-read",
+            "hvc-smccc-version",
+            "hvc-unknown",
+            "mmio-read",
+            "virtual-ipi",
+            "virtual-ipi-round-trip",
+            "vtimer",
+            "vtimer-periodic"
+        ]
+    );
 }

@@ -92,8 +92,15 @@ pub fn bench<C: Counter>(name: &str, mut body: impl FnMut()) {
 
 /// Sums ITERATIONS samples, `measure(i)` returning the counter ticks of sample `i`, and
 /// prints the `latency` line.
-pub fn latency<C: Counter>(name: &str, mut measure: impl FnMut(u64) -> u64) {
+pub fn latency<C: Counter>(name: &str, measure: impl FnMut(u64) -> u64) {
+    latency_at_most::<C>(name, u64::MAX, measure)
+}
+
+/// As [`latency`], with at most `most` samples: for a sample that waits for real time (a
+/// periodic timer's tick), which `-icount`'s `sleep=off` skips but a run without it waits.
+pub fn latency_at_most<C: Counter>(name: &str, most: u64, mut measure: impl FnMut(u64) -> u64) {
     let (iterations, traced) = iterations();
+    let iterations = iterations.min(most);
     let ticks: u64 = if traced {
         let ticks = (0..iterations)
             .map(|i| {
