@@ -89,6 +89,10 @@ impl LiveSpis {
             }
         }
     }
+    /// No SPI may be busy.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
     fn mark(&mut self, slot: usize) {
         if let Some(w) = self.0.get_mut(slot / 64) {
             *w |= 1 << (slot % 64);

@@ -123,6 +123,105 @@ impl Distributor {
     ) -> Result<(), VgicError> {
         self.check_vcpu(vcpu)?;
         self.forget_quiet(vcpu);
+        if self.flush_one(vcpu, state, lrs) {
+            return Ok(());
+        }
+        self.flush_general(vcpu, state, lrs);
+        Ok(())
+    }
+
+    /// `flush_to_hw` without its fast path (`flush_one`), for the tests that check the fast
+    /// path writes what the general one would.
+    #[doc(hidden)]
+    pub fn flush_to_hw_general(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<(), VgicError> {
+        self.check_vcpu(vcpu)?;
+        self.forget_quiet(vcpu);
+        self.flush_general(vcpu, state, lrs);
+        Ok(())
+    }
+
+    /// `flush_to_hw`'s fast path alone: `false` (and nothing written) where it would take
+    /// the general path. For the tests.
+    #[doc(hidden)]
+    pub fn flush_to_hw_fast(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<bool, VgicError> {
+        self.check_vcpu(vcpu)?;
+        self.forget_quiet(vcpu);
+        Ok(self.flush_one(vcpu, state, lrs))
+    }
+
+    /// The fast path of `flush_to_hw` (docs/vgic.md, "One interrupt in place"): when the
+    /// vCPU holds at most one list register, no SPI may be busy (`live_spis` empty, after
+    /// `forget_quiet`) and at most one of its private interrupts may be (its `live` mask),
+    /// what the planner would decide is known without building its inputs:
+    /// - nothing wanted and nothing held: no list register is touched, no maintenance;
+    /// - one wanted, none held: it goes into the first empty list register (`fill_empty`);
+    /// - one wanted, and the one held is the same INTID: that register is kept, or rewritten
+    ///   in place if its state changed (the planner's resident rule).
+    ///
+    /// Every other case (more wanted or held, a held register that shows another INTID or
+    /// is no longer wanted, no empty register) returns `false` and takes the general path.
+    /// Whatever it writes, the general path would have written the same registers with the
+    /// same contents and asked for the same maintenance interrupts (`tests/robustness.rs`,
+    /// `the_fast_path_writes_what_the_general_one_would`).
+    fn flush_one(&mut self, vcpu: usize, state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters) -> bool {
+        let owned = state.owned();
+        if owned & owned.wrapping_sub(1) != 0 || !self.live_spis.0.is_empty() {
+            return false;
+        }
+        let Some(live) = self.redistributors.get(vcpu).map(|rd| rd.live()) else { return false };
+        if live & live.wrapping_sub(1) != 0 {
+            return false;
+        }
+        let want = if live == 0 { None } else { self.want_private(vcpu, live.trailing_zeros()) };
+        let count = lrs.count().min(MAX_LIST_REGISTERS);
+        let (i, w) = match (owned, want) {
+            (0, None) => {
+                set_maintenance(state, lrs, Maintenance::NONE);
+                return true;
+            }
+            (_, None) => return false,
+            (0, Some(w)) => {
+                let empty = lrs.empty_status();
+                let Some(i) = (0..count).find(|&i| empty & (1 << i) != 0) else { return false };
+                (i, w)
+            }
+            (_, Some(w)) => {
+                let i = owned.trailing_zeros() as usize;
+                let old = self.decode(state.lr[i]);
+                if i >= count || old.vintid != w.lr.vintid {
+                    return false;
+                }
+                if old == w.lr {
+                    self.placed(vcpu, &old);
+                    let m =
+                        Maintenance { underflow: false, no_pending: w.refill_on_ack && w.lr.state == LrState::Pending };
+                    set_maintenance(state, lrs, m);
+                    return true;
+                }
+                (i, w)
+            }
+        };
+        self.placed(vcpu, &w.lr);
+        let raw = self.encode(&w.lr);
+        state.set_lr(i, raw, &w.lr);
+        lrs.write_lr(i, raw);
+        let m = Maintenance { underflow: false, no_pending: w.refill_on_ack && w.lr.state == LrState::Pending };
+        set_maintenance(state, lrs, m);
+        true
+    }
+
+    /// The general plan of `flush_to_hw`.
+    fn flush_general(&mut self, vcpu: usize, state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters) {
         // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4),
         // and no more wanted interrupts are kept than they could show.
         let count = lrs.count().min(MAX_LIST_REGISTERS);
@@ -131,7 +230,6 @@ impl Distributor {
         } else {
             self.flush_wanted::<MAX_LIST_REGISTERS>(vcpu, state, lrs, count);
         }
-        Ok(())
     }
 
     fn flush_wanted<const N: usize>(

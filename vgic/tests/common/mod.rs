@@ -66,6 +66,14 @@ impl Vgic {
         let (d, state) = self.list(vcpu);
         d.flush_to_hw(vcpu, state, lrs)
     }
+    pub fn flush_to_hw_general(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.flush_to_hw_general(vcpu, state, lrs)
+    }
+    pub fn flush_to_hw_fast(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.flush_to_hw_fast(vcpu, state, lrs)
+    }
     pub fn sync_from_hw(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
         let (d, state) = self.list(vcpu);
         d.sync_from_hw(vcpu, state, lrs)
