@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::Samples;
 use crate::bundle::{self, BundleOptions, Placement, Policy, VmDevices, VmEntry};
 use crate::images::{self, Hypervisor};
 use crate::linux_guest;
@@ -424,28 +425,21 @@ fn tail(message: &str) -> String {
     format!("{first}\n...\n{}", rest[rest.len().saturating_sub(60)..].join("\n"))
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// The report's table.
 pub fn table(run: &ScaleRun) -> String {
-    let boots: Vec<f64> = run.vms.iter().map(|v| v.boot_seconds).collect();
-    let shares: Vec<f64> = run.shares().into_iter().map(|(_, s)| s).collect();
-    let (boot_min, boot_max) = lo_hi(&boots);
-    let (share_min, share_max) = lo_hi(&shares);
+    let boots = Samples::new(run.vms.iter().map(|v| v.boot_seconds).collect());
+    let shares = Samples::new(run.shares().into_iter().map(|(_, s)| s).collect());
+    let (Some(boots), Some(shares)) = (boots, shares) else {
+        return "\nthe scale run has no VM\n".to_string();
+    };
+    let (boot_min, boot_median, boot_max) = (boots.min(), boots.median(), boots.max());
+    let (share_min, share_max) = (shares.min(), shares.max());
     let answered = run.vms.iter().filter(|v| v.answered).count();
     let pinged = run.vms.iter().filter(|v| v.pinged).count();
     let n = run.vms.len();
     let per_cpu = n.div_ceil(run.cpus as usize);
     let frames = run.stage2_frames.iter().sum::<u64>() as f64 / run.stage2_frames.len().max(1) as f64;
-    let fair = if shares.iter().all(|s| (s - 1.0).abs() <= FAIR_WITHIN) { "yes" } else { "NO" };
+    let fair = yes(shares.values().iter().all(|s| (s - 1.0).abs() <= FAIR_WITHIN));
     let mut t = format!("\n{n} Linux VMs, 1 vCPU each, {per_cpu} to a CPU on {} CPUs (wall time)\n\n", run.cpus);
     t += "| figure | value | target | met |\n|---|---:|---:|---|\n";
     t += &format!("| reached the shell and answered a command | {answered} of {n} | all | {} |\n", yes(answered == n));
@@ -453,9 +447,9 @@ pub fn table(run: &ScaleRun) -> String {
     t += &format!("| boot to the shell, one VM alone | {:.1} s | | |\n", run.alone_boot_seconds);
     t += &format!(
         "| boot to the shell, all at once: min / median / max | {boot_min:.1} / {:.1} / {boot_max:.1} s ({:.1} / {:.1} / {:.1} x alone) | | |\n",
-        median(&boots),
+        boot_median,
         boot_min / run.alone_boot_seconds,
-        median(&boots) / run.alone_boot_seconds,
+        boot_median / run.alone_boot_seconds,
         boot_max / run.alone_boot_seconds
     );
     t += &format!(
@@ -475,10 +469,6 @@ pub fn table(run: &ScaleRun) -> String {
         run.bundle_bytes_copy_per_vm as f64 / 1048576.0
     );
     t
-}
-
-fn lo_hi(v: &[f64]) -> (f64, f64) {
-    (v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max))
 }
 
 fn yes(met: bool) -> &'static str {
