@@ -121,12 +121,18 @@ impl Distributor {
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
     ) -> Result<(), VgicError> {
+        self.before_flush(vcpu)?;
+        if !self.flush_one(vcpu, state, lrs) {
+            self.flush_general(vcpu, state, lrs);
+        }
+        Ok(())
+    }
+
+    /// What every flush does first: the vCPU checked, its quiet interrupts forgotten.
+    #[inline]
+    fn before_flush(&mut self, vcpu: usize) -> Result<(), VgicError> {
         self.check_vcpu(vcpu)?;
         self.forget_quiet(vcpu);
-        if self.flush_one(vcpu, state, lrs) {
-            return Ok(());
-        }
-        self.flush_general(vcpu, state, lrs);
         Ok(())
     }
 
@@ -139,8 +145,7 @@ impl Distributor {
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
     ) -> Result<(), VgicError> {
-        self.check_vcpu(vcpu)?;
-        self.forget_quiet(vcpu);
+        self.before_flush(vcpu)?;
         self.flush_general(vcpu, state, lrs);
         Ok(())
     }
@@ -154,8 +159,7 @@ impl Distributor {
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
     ) -> Result<bool, VgicError> {
-        self.check_vcpu(vcpu)?;
-        self.forget_quiet(vcpu);
+        self.before_flush(vcpu)?;
         Ok(self.flush_one(vcpu, state, lrs))
     }
 
