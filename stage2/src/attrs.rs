@@ -29,6 +29,20 @@ pub struct MappingAttributes {
     pub permissions: Permissions,
 }
 
+impl MappingAttributes {
+    /// Device-nGnRE, read-only, never executable: the only attributes a hidden leaf
+    /// (`Stage2Table::map_range_hidden`: an emulated window's shadow page) may have. The
+    /// page is memory, but to the guest it stays a device's registers: Device keeps its
+    /// reads uncached and unmerged whatever its stage 1 says (stage 2 can only make the
+    /// combined type more restrictive, ARM ARM D8.6.5), read-only makes every write a
+    /// stage-2 Permission fault for the device model, and a device leaf never executes.
+    /// The hypervisor writes the page through its own cacheable mapping, so it must clean
+    /// what it wrote to the point of coherency before the guest's uncached read can see it
+    /// (ARM ARM B2, "Mismatched memory attributes").
+    pub const READ_ONLY_DEVICE: MappingAttributes =
+        MappingAttributes { memory: MemoryType::DeviceNGnRE, permissions: Permissions::RO };
+}
+
 /// Who owns the memory behind a mapping, kept in the descriptor's software bits so the
 /// tables and the ownership can never disagree (Hafnium's `mm.h`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

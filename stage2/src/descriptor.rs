@@ -12,7 +12,11 @@
 //! bits [58:55] software: the ownership state
 //! A leaf zeroed on first touch is the same descriptor with bit 0 clear: invalid to the
 //! hardware (a Translation fault for the guest; every other bit is IGNORED, ARM ARM D8.3.1),
-//! and told from an empty entry by AF, which every leaf has (`is_pending`).
+//! and told from an empty entry by AF, which every leaf has (`is_pending`). A hidden leaf
+//! (an emulated window's shadow page while the guest must not read it) is encoded the same
+//! way; the two are told apart by MemAttr: a leaf waiting for its first touch is Normal
+//! memory (`map_range_pending` refuses anything else), a hidden leaf read-only Device
+//! memory (`is_shadow`; `map_range_hidden` refuses anything else).
 //! bits [54:53] VMSAv8-64 XN: 0b10 = execute-never at EL1 and EL0 (with FEAT_XNX; without
 //!              it bit 53 is RES0 and bit 54 is XN); ARMv7 LPAE: XN is bit 54. Device
 //!              memory is always execute-never (a speculative instruction fetch from a
@@ -54,7 +58,13 @@ pub fn is_present(d: u64) -> bool {
     d != 0
 }
 
-/// Leaf `d` written invalid, to be made valid on first touch (`activated`).
+/// Whether leaf `d`, valid or not, has the attributes of a shadow page (Device-nGnRE,
+/// read-only, never executable): the only leaves `show_range` and `hide_range` change.
+pub fn is_shadow(d: u64) -> bool {
+    attributes(d) == MappingAttributes::READ_ONLY_DEVICE
+}
+
+/// Leaf `d` written invalid, to be made valid on first touch or when shown (`activated`).
 pub fn pending(d: u64) -> u64 {
     d & !VALID
 }

@@ -34,6 +34,9 @@ pub enum Stage2Error {
     },
     /// A permission the memory type cannot have (execute on device memory).
     InvalidPermissions,
+    /// A hidden leaf (an emulated window's shadow page, `map_range_hidden`) asked with other
+    /// attributes than Device-nGnRE, read-only, never executable.
+    HiddenNotReadOnlyDevice,
     /// VMIDs are 8 bits (VTCR_EL2.VS = 0, and the only size ARMv7 has).
     VmidTooLarge {
         vmid: u16,
@@ -54,6 +57,9 @@ impl fmt::Display for Stage2Error {
                 f, "a {ipa_bits}-bit IPA space with {pa_bits}-bit physical addresses is not supported (IPA 32 to 48 bits, not above the PA size; PA 32, 36, 40, 42, 44 or 48 bits)"
             ),
             Self::InvalidPermissions => write!(f, "device memory can never be executable: map or protect it without execute"),
+            Self::HiddenNotReadOnlyDevice => write!(
+                f, "a hidden (shadow) page must be Device-nGnRE, read-only and never executable: map it with MappingAttributes::READ_ONLY_DEVICE (nothing was changed)"
+            ),
             Self::VmidTooLarge { vmid } => write!(f, "VMID {vmid} does not fit in 8 bits: use 0 to 255"),
         }
     }

@@ -22,6 +22,18 @@
 //! and a map over it is refused. Making it valid needs no TLB invalidation: an entry that
 //! gives a Translation fault is never held in a TLB (ARM ARM D8, "Translation Lookaside
 //! Buffers"), so only the DSB that publishes the descriptor.
+//!
+//! An emulated window may have a *hidden* shadow page (`map_range_hidden`): leaves written
+//! the same way, but read-only Device memory and of one page each, which the hypervisor
+//! makes valid (`show_range`) while the guest may read the device model's copy of its
+//! registers without trapping, and invalid again (`hide_range`) when it must not. Hiding
+//! is the break of break-before-make without the make: the descriptor is made invalid,
+//! then its IPA is invalidated in the TLB of every CPU before `hide_range` returns (ARM ARM
+//! D8, "TLB maintenance requirements": a valid-to-invalid change is not seen by a CPU that
+//! holds the old entry until it is invalidated). A leaf that is not valid is either kind;
+//! the memory type tells them apart, and `activate_range` makes valid only Normal leaves,
+//! `show_range` only read-only Device ones, so a hidden page is never zeroed and no RAM is
+//! ever made valid unzeroed.
 
 use core::ops::ControlFlow;
 
@@ -51,8 +63,17 @@ pub struct Leaf {
     pub level: u8,
     pub attrs: MappingAttributes,
     pub owner: OwnershipState,
-    /// Invalid to the hardware until the guest first touches it and its memory is zeroed.
+    /// Invalid to the hardware: RAM waiting for the guest's first touch (Normal memory,
+    /// `activate_range`), or a hidden shadow page (read-only Device memory, `show_range`);
+    /// `is_hidden` tells which.
     pub pending: bool,
+}
+
+impl Leaf {
+    /// A shadow page hidden from the guest (`map_range_hidden`, `hide_range`).
+    pub fn is_hidden(&self) -> bool {
+        self.pending && self.attrs == MappingAttributes::READ_ONLY_DEVICE
+    }
 }
 
 /// The largest leaf `map_range_pending` writes: what one first touch zeroes. A 2 MiB block
@@ -65,6 +86,30 @@ pub struct Stage2Table {
     format: TableFormat,
     geometry: Geometry,
     vmid: u16,
+}
+
+/// How `map` writes its leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// Valid, in the largest blocks alignment allows.
+    Valid,
+    /// Invalid until the first touch zeroes them, of at most `FIRST_TOUCH_BLOCK`.
+    Pending,
+    /// Invalid until shown, one page each.
+    Hidden,
+}
+
+impl Written {
+    /// The largest leaf written.
+    fn max_span(self) -> u64 {
+        match self {
+            Written::Valid => u64::MAX,
+            Written::Pending => FIRST_TOUCH_BLOCK,
+            // A window is a page or a few: pages keep every show and hide to whole leaves
+            // of the window and every TLB invalidation to the page it concerns.
+            Written::Hidden => PAGE_SIZE,
+        }
+    }
 }
 
 /// VTTBR_EL2.VMID / VTTBR.VMID with 8-bit VMIDs (VTCR_EL2.VS = 0).
@@ -240,7 +285,7 @@ impl Stage2Table {
         attrs: MappingAttributes,
         owner: OwnershipState,
     ) -> Result<(), Stage2Error> {
-        self.map(mem, tlb, range, pa, attrs, owner, false)
+        self.map(mem, tlb, range, pa, attrs, owner, Written::Valid)
     }
 
     /// As `map_range`, but every leaf pending (of at most `FIRST_TOUCH_BLOCK`): the guest's
@@ -258,11 +303,77 @@ impl Stage2Table {
         if attrs.memory != MemoryType::NormalWriteBack {
             return Err(Stage2Error::InvalidPermissions);
         }
-        self.map(mem, tlb, range, pa, attrs, owner, true)
+        self.map(mem, tlb, range, pa, attrs, owner, Written::Pending)
     }
 
-    /// Makes every pending leaf that overlaps `range` valid, whole, after `zero` has been
-    /// given its memory (physical address and size); valid leaves are left alone. Returns
+    /// As `map_range`, but every leaf a hidden page: present in the tables (walked,
+    /// reported with `Leaf::pending` and `Leaf::is_hidden`, unmapped like any other), invalid
+    /// to the hardware, so every guest access to it is a stage-2 Translation fault until
+    /// `show_range` makes it valid. For an emulated window's shadow page only: `attrs` must
+    /// be `MappingAttributes::READ_ONLY_DEVICE` (else `HiddenNotReadOnlyDevice`); on any
+    /// error nothing changed.
+    pub fn map_range_hidden(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        range: IpaRange,
+        pa: PhysAddr,
+        attrs: MappingAttributes,
+        owner: OwnershipState,
+    ) -> Result<(), Stage2Error> {
+        if attrs != MappingAttributes::READ_ONLY_DEVICE {
+            return Err(Stage2Error::HiddenNotReadOnlyDevice);
+        }
+        self.map(mem, tlb, range, pa, attrs, owner, Written::Hidden)
+    }
+
+    /// Makes every hidden leaf (read-only Device, not valid) that overlaps `range` valid,
+    /// whole; anything else is left alone, a RAM leaf waiting for its first touch above all
+    /// (only `activate_range`, which zeroes it first, makes that valid). Returns the bytes
+    /// made valid. An invalid-to-valid change needs no TLB invalidation (a faulting entry is
+    /// in no TLB), only the DSB that publishes it. Allocates nothing and cannot fail.
+    pub fn show_range(&self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, range: IpaRange) -> u64 {
+        let (a, b) = self.clamp(range);
+        let bytes = rewrite_leaves(mem, self.geometry.levels(), self.root, 0, a, b, &mut |mem, slot| {
+            if !desc::is_pending(slot.d) || !desc::is_shadow(slot.d) {
+                return 0;
+            }
+            write(mem, slot.table, slot.index, desc::activated(slot.d));
+            slot.size
+        });
+        if bytes != 0 {
+            tlb.publish();
+        }
+        bytes
+    }
+
+    /// Makes every valid read-only Device leaf that overlaps `range` hidden again, whole:
+    /// invalid to the hardware, its output address, attributes and owner kept, so
+    /// `show_range` can make it valid again. Each leaf's IPA is invalidated in the TLBs of
+    /// the Inner Shareable domain right after its descriptor is made invalid, so when this
+    /// returns no CPU reads through it any more (ARM ARM D8, "TLB maintenance
+    /// requirements"). Returns the bytes hidden. Allocates nothing and cannot fail.
+    pub fn hide_range(&self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, range: IpaRange) -> u64 {
+        let (a, b) = self.clamp(range);
+        rewrite_leaves(mem, self.geometry.levels(), self.root, 0, a, b, &mut |mem, slot| {
+            if !desc::is_valid(slot.d) || !desc::is_shadow(slot.d) {
+                return 0;
+            }
+            write(mem, slot.table, slot.index, desc::pending(slot.d));
+            tlb.invalidate_ipa(self.vmid, Ipa(slot.ipa));
+            slot.size
+        })
+    }
+
+    /// `range` as `[a, b)` cut to the IPA space, so a walk never indexes past the root.
+    fn clamp(&self, range: IpaRange) -> (u64, u64) {
+        let limit = self.geometry.ipa_limit();
+        (range.start().0.min(limit), range.end().min(limit))
+    }
+
+    /// Makes every pending RAM leaf that overlaps `range` valid, whole, after `zero` has been
+    /// given its memory (physical address and size); valid leaves, and hidden device leaves
+    /// (`map_range_hidden`: a device's registers are never zeroed), are left alone. Returns
     /// the bytes made valid. Allocates nothing and cannot fail. The caller makes sure no two
     /// of these run at once on one VM, and that no other change of the range runs beside it
     /// (the hypervisor changes a running VM's RAM mapping only here).
@@ -273,7 +384,15 @@ impl Stage2Table {
         range: IpaRange,
         zero: &mut impl FnMut(PhysAddr, u64),
     ) -> u64 {
-        let bytes = activate_leaves(mem, self.geometry.levels(), self.root, 0, range.start().0, range.end(), zero);
+        let (a, b) = self.clamp(range);
+        let bytes = rewrite_leaves(mem, self.geometry.levels(), self.root, 0, a, b, &mut |mem, slot| {
+            if !desc::is_pending(slot.d) || desc::attributes(slot.d).memory != MemoryType::NormalWriteBack {
+                return 0;
+            }
+            zero(desc::output_address(slot.d), slot.size);
+            write(mem, slot.table, slot.index, desc::activated(slot.d));
+            slot.size
+        });
         if bytes != 0 {
             tlb.publish();
         }
@@ -289,7 +408,7 @@ impl Stage2Table {
         pa: PhysAddr,
         attrs: MappingAttributes,
         owner: OwnershipState,
-        pending: bool,
+        written: Written,
     ) -> Result<(), Stage2Error> {
         self.check_range(range)?;
         if !pa.0.is_multiple_of(PAGE_SIZE) {
@@ -309,16 +428,16 @@ impl Stage2Table {
         // The PA of IPA x is x + delta (mod 2^64).
         let delta = pa.0.wrapping_sub(a);
         let levels = self.geometry.levels();
-        let fit = Fit { delta, max_span: if pending { FIRST_TOUCH_BLOCK } else { u64::MAX } };
+        let fit = Fit { delta, max_span: written.max_span() };
         // Prepare.
         let mut pool = FramePool::allocate(mem, tables_needed(mem, levels, Some(self.root), 0, a, b, fit))?;
         // Commit.
         let leaf = |pa, level: &LevelDescription| {
             let d = desc::leaf(pa, level, attrs, owner);
-            if pending {
-                desc::pending(d)
-            } else {
+            if written == Written::Valid {
                 d
+            } else {
+                desc::pending(d)
             }
         };
         write_leaves(mem, &mut pool, levels, self.root, 0, a, b, fit, &leaf);
@@ -602,30 +721,38 @@ fn write_leaves(
     }
 }
 
-/// The commit of `activate_range`: each pending leaf overlapping `[a, b)` zeroed, then made
-/// valid; the bytes made valid.
-fn activate_leaves(
-    mem: &mut impl TableMemory,
+/// A leaf a walk found: where its descriptor is, and what it maps.
+struct LeafSlot {
+    table: PhysAddr,
+    index: usize,
+    d: u64,
+    ipa: u64,
+    size: u64,
+}
+
+/// Hands every leaf (valid or not) overlapping `[a, b)` to `f`, which may rewrite it in
+/// place (never into a table or an empty entry: the walk neither allocates nor frees);
+/// the sum of what `f` returns. The commit of `activate_range`, `show_range`, `hide_range`.
+fn rewrite_leaves<M: TableMemory>(
+    mem: &mut M,
     levels: &[LevelDescription],
     table: PhysAddr,
     base: u64,
     a: u64,
     b: u64,
-    zero: &mut impl FnMut(PhysAddr, u64),
+    f: &mut impl FnMut(&mut M, LeafSlot) -> u64,
 ) -> u64 {
     let Some((level, below)) = levels.split_first() else { return 0 };
-    let mut bytes = 0;
+    let mut sum = 0;
     for e in entries(level, base, a, b) {
         let d = read(mem, table, e.index);
         if is_table(d, level) {
-            bytes += activate_leaves(mem, below, desc::output_address(d), e.start, e.a, e.b, zero);
-        } else if desc::is_pending(d) {
-            zero(desc::output_address(d), level.span());
-            write(mem, table, e.index, desc::activated(d));
-            bytes += level.span();
+            sum += rewrite_leaves(mem, below, desc::output_address(d), e.start, e.a, e.b, f);
+        } else if desc::is_present(d) {
+            sum += f(mem, LeafSlot { table, index: e.index, d, ipa: e.start, size: level.span() });
         }
     }
-    bytes
+    sum
 }
 
 /// Blocks an unmap or protect of `[a, b)` must split, counting the splits of the new

@@ -85,6 +85,7 @@ fn every_error_says_what_to_do() {
         Stage2Error::OutOfFrames,
         Stage2Error::UnsupportedFormat { ipa_bits: 7, pa_bits: 8 },
         Stage2Error::InvalidPermissions,
+        Stage2Error::HiddenNotReadOnlyDevice,
         Stage2Error::VmidTooLarge { vmid: 300 },
     ];
     let messages: Vec<String> = errors.iter().map(|e| e.to_string()).collect();

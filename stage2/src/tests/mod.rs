@@ -7,6 +7,7 @@ mod exhaustion;
 mod first_touch;
 mod limits;
 mod model;
+mod shadow;
 
 use crate::testing::{Event, RecordingTlb, VecTableMemory};
 use crate::*;
