@@ -72,6 +72,10 @@ pub enum CapError {
     NotPrivateRam {
         ipa: u64,
     },
+    /// Showing or hiding a shadow where the VM has no shadowed emulated window.
+    NoShadowedWindow {
+        ipa: u64,
+    },
     Stage2(Stage2Error),
 }
 
@@ -113,6 +117,10 @@ impl fmt::Display for CapError {
             Self::NotPrivateRam { ipa } => {
                 write!(f, "IPA {ipa:#x} is not in the VM's private RAM, the only memory zeroed on first touch")
             }
+            Self::NoShadowedWindow { ipa } => write!(
+                f,
+                "IPA {ipa:#x} is in no shadowed emulated window of the VM: only a window made by add_shadowed_window has a shadow to show or hide"
+            ),
             Self::Stage2(e) => write!(f, "stage 2: {e}"),
         }
     }

@@ -5,7 +5,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use stage2::{MemoryType, TableMemory};
+use stage2::{MappingAttributes, MemoryType, TableMemory};
 
 use super::space::{CapKind, Object, ObjectId, RegionKind};
 use super::{CapSpace, Rights};
@@ -52,7 +52,7 @@ pub fn no_orphans(s: &CapSpace) -> Check {
         let named = match c.kind {
             CapKind::Object(o) => [Some(o), None],
             CapKind::Mapping { vm, region, .. } => [Some(vm), Some(region)],
-            CapKind::EmulatedWindow { vm, .. } => [Some(vm), None],
+            CapKind::EmulatedWindow { vm, shadow, .. } => [Some(vm), shadow],
             CapKind::InterruptGrant { vm, interrupt } => [Some(vm), Some(interrupt)],
         };
         if let Some(o) = named.into_iter().flatten().find(|o| !s.objects.contains_key(o)) {
@@ -127,20 +127,26 @@ pub fn private_ram_is_private(s: &CapSpace, mem: &impl TableMemory) -> Check {
     Ok(())
 }
 
-/// I5: each VM's real stage-2 tables map exactly its mapping capabilities.
+/// I5: each VM's real stage-2 tables map exactly its mapping capabilities, plus each of its
+/// shadowed windows' shadow (hidden or shown) at the window, read-only Device memory.
 pub fn tables_refine_capabilities(s: &CapSpace, mem: &impl TableMemory) -> Check {
     for (vm_id, o) in &s.objects {
         let Object::Vm { table, .. } = o else { continue };
         // Expected: (IPA start, IPA end, PA start, memory type, permissions), merged into runs.
         let mut expected = Vec::new();
         for c in s.caps.values() {
-            if let CapKind::Mapping { vm, region, ipa } = c.kind {
-                if vm != *vm_id {
-                    continue;
+            match c.kind {
+                CapKind::Mapping { vm, region, ipa } if vm == *vm_id => {
+                    let Some(Object::Region { range, kind, .. }) = s.objects.get(&region) else { continue };
+                    let memory = if kind.is_device() { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
+                    expected.push((ipa.start().0, ipa.end(), range.base, memory, c.rights.permissions()));
                 }
-                let Some(Object::Region { range, kind, .. }) = s.objects.get(&region) else { continue };
-                let memory = if kind.is_device() { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
-                expected.push((ipa.start().0, ipa.end(), range.base, memory, c.rights.permissions()));
+                CapKind::EmulatedWindow { vm, ipa, shadow: Some(shadow), .. } if vm == *vm_id => {
+                    let Some(Object::Region { range, .. }) = s.objects.get(&shadow) else { continue };
+                    let MappingAttributes { memory, permissions } = MappingAttributes::READ_ONLY_DEVICE;
+                    expected.push((ipa.start().0, ipa.end(), range.base, memory, permissions));
+                }
+                _ => {}
             }
         }
         let mut real = Vec::new();
@@ -291,15 +297,26 @@ pub fn identity_vms_map_memory_at_its_address(s: &CapSpace) -> Check {
     Ok(())
 }
 
-/// I13: a pending leaf (zeroed on first touch) lies in a `Ram` region mapped into a
-/// translated VM, so the only memory a VM reaches through a first-touch fault is its own
-/// private RAM, which the hypervisor zeroes then.
+/// I13: a leaf present but invalid to the hardware is either pending (zeroed on first
+/// touch), in a `Ram` region mapped into a translated VM, so the only memory a VM reaches
+/// through a first-touch fault is its own private RAM, which the hypervisor zeroes then; or
+/// a hidden shadow (read-only Device), in one of the VM's shadowed windows.
 pub fn only_private_ram_is_pending(s: &CapSpace, mem: &impl TableMemory) -> Check {
     for (vm_id, o) in &s.objects {
         let Object::Vm { table, identity, .. } = o else { continue };
         let mut stray = None;
         table.for_each_leaf(mem, |l| {
             if !l.pending || stray.is_some() {
+                return;
+            }
+            if l.is_hidden() {
+                let in_a_shadowed_window = s.caps.values().any(|c| {
+                    matches!(c.kind, CapKind::EmulatedWindow { vm, ipa, shadow: Some(_), .. }
+                        if vm == *vm_id && ipa.contains(l.ipa))
+                });
+                if !in_a_shadowed_window {
+                    stray = Some(l.ipa.0);
+                }
                 return;
             }
             let in_private_ram = !identity
@@ -316,8 +333,107 @@ pub fn only_private_ram_is_pending(s: &CapSpace, mem: &impl TableMemory) -> Chec
         if let Some(ipa) = stray {
             return fail(
                 "I13",
-                format!("VM {}: IPA {ipa:#x} is pending but not private RAM of a translated VM", vm_id.0),
+                format!(
+                    "VM {}: IPA {ipa:#x} is pending but neither private RAM of a translated VM nor a window's shadow",
+                    vm_id.0
+                ),
             );
+        }
+    }
+    Ok(())
+}
+
+/// I14: a `Shadow` region is mapped only at its own window, into that window's VM,
+/// read-only Device memory, never executable, and by nothing else; it goes with its window.
+pub fn shadows_stay_at_their_window(s: &CapSpace, mem: &impl TableMemory) -> Check {
+    // Every shadow: one window names it, of its size, and one capability it never shares.
+    let mut shadows = Vec::new();
+    for (id, o) in &s.objects {
+        let Object::Region { range, kind: RegionKind::Shadow, .. } = o else { continue };
+        let windows: Vec<(ObjectId, stage2::IpaRange)> = s
+            .caps
+            .values()
+            .filter_map(|c| match c.kind {
+                CapKind::EmulatedWindow { vm, ipa, shadow: Some(sh), .. } if sh == *id => Some((vm, ipa)),
+                _ => None,
+            })
+            .collect();
+        let [(vm, window)] = windows[..] else {
+            return fail("I14", format!("shadow region {} is the shadow of {} windows, not one", id.0, windows.len()));
+        };
+        if window.size() != range.size {
+            return fail(
+                "I14",
+                format!("shadow region {} has {:#x} bytes, its window {:#x}", id.0, range.size, window.size()),
+            );
+        }
+        let own = s.caps.values().filter(|c| c.kind == CapKind::Object(*id)).count();
+        if own != 1 {
+            return fail("I14", format!("shadow region {} has {own} capabilities, not one", id.0));
+        }
+        if s.caps.values().any(|c| matches!(c.kind, CapKind::Mapping { region, .. } if region == *id)) {
+            return fail("I14", format!("shadow region {} is mapped by a mapping capability", id.0));
+        }
+        shadows.push((*range, vm, window));
+    }
+    // Every window's shadow is a shadow region.
+    for (id, c) in &s.caps {
+        if let CapKind::EmulatedWindow { shadow: Some(sh), .. } = c.kind {
+            if !matches!(s.objects.get(&sh), Some(Object::Region { kind: RegionKind::Shadow, .. })) {
+                return fail(
+                    "I14",
+                    format!("window cap {} has object {} as its shadow, not a shadow region", id.0, sh.0),
+                );
+            }
+        }
+    }
+    if shadows.is_empty() {
+        return Ok(()); // no shadow memory for a table to map (and a walk less per state)
+    }
+    // In the tables: each leaf over a shadow's memory lies in its window, in its VM, at the
+    // window's offset, read-only Device, never executable; and the window is mapped whole.
+    for (vm_id, o) in &s.objects {
+        let Object::Vm { table, .. } = o else { continue };
+        let mut wrong = None;
+        let mut covered = alloc::vec![0u64; shadows.len()];
+        table.for_each_leaf(mem, |l| {
+            let (pa, end) = (l.pa.0, l.pa.0 + l.size);
+            for (i, (range, vm, window)) in shadows.iter().enumerate() {
+                if !(pa < range.end() && range.base < end) {
+                    continue;
+                }
+                let at_its_window = vm == vm_id
+                    && window.start().0 <= l.ipa.0
+                    && l.ipa.0 + l.size <= window.end()
+                    && pa.checked_sub(range.base) == Some(l.ipa.0 - window.start().0);
+                if !at_its_window || l.attrs != MappingAttributes::READ_ONLY_DEVICE {
+                    wrong.get_or_insert((l.ipa.0, pa, l.attrs));
+                } else {
+                    covered[i] += l.size;
+                }
+            }
+        });
+        if let Some((ipa, pa, attrs)) = wrong {
+            return fail(
+                "I14",
+                format!(
+                    "VM {} maps shadow memory {pa:#x} at IPA {ipa:#x} ({attrs:?}), not as its window's shadow",
+                    vm_id.0
+                ),
+            );
+        }
+        for ((range, vm, window), bytes) in shadows.iter().zip(covered) {
+            if vm == vm_id && bytes != range.size {
+                return fail(
+                    "I14",
+                    format!(
+                        "VM {}: window {:#x} maps {bytes:#x} of its shadow's {:#x} bytes",
+                        vm.0,
+                        window.start().0,
+                        range.size
+                    ),
+                );
+            }
         }
     }
     Ok(())
@@ -336,5 +452,6 @@ pub fn check_all(s: &CapSpace, mem: &impl TableMemory) -> Check {
     vmids_unique(s)?;
     vcpus_belong_to_live_vms(s)?;
     identity_vms_map_memory_at_its_address(s)?;
-    only_private_ram_is_pending(s, mem)
+    only_private_ram_is_pending(s, mem)?;
+    shadows_stay_at_their_window(s, mem)
 }

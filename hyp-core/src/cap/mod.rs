@@ -9,6 +9,6 @@ mod space;
 
 pub use error::CapError;
 pub use rights::Rights;
-pub use space::{CapId, CapSpace, CreateOp, IpaRangeInfo, MapOp, RangeKind, RegionKind, RemoveOp, VmId};
+pub use space::{CapId, CapSpace, CreateOp, IpaRangeInfo, MapOp, RangeKind, RegionKind, RemoveOp, ShadowOp, VmId};
 #[cfg(test)]
 mod tests;

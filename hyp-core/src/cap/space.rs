@@ -34,6 +34,11 @@ pub enum RegionKind {
     /// Device registers banked per CPU, which every VM may map: each CPU sees its own bank
     /// (the GICv2 virtual CPU interface, GICV).
     BankedDevice,
+    /// A device model's copy of its registers, which one VM reads at one emulated window
+    /// (`CapSpace::add_shadowed_window`; docs/capability-model.md, S1-S5 and I14). Memory
+    /// from untyped, mapped read-only Device at its window only, never by `map`; never
+    /// zeroed on first touch; not subject to the identity rule (I12).
+    Shadow,
 }
 
 impl RegionKind {
@@ -59,6 +64,9 @@ pub struct IpaRangeInfo {
     /// The physical address the IPA maps to (mapped ranges only).
     pub pa: Option<PhysAddr>,
     pub rights: Rights,
+    /// A shadowed emulated window's shadow (`add_shadowed_window`): where the device model
+    /// keeps the copy of its registers the VM may read while it is shown. None otherwise.
+    pub shadow: Option<PhysRange>,
 }
 
 pub(super) enum Object {
@@ -90,9 +98,23 @@ pub(super) enum Object {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum CapKind {
     Object(ObjectId),
-    Mapping { vm: ObjectId, region: ObjectId, ipa: IpaRange },
-    EmulatedWindow { vm: ObjectId, ipa: IpaRange, device: u32 },
-    InterruptGrant { vm: ObjectId, interrupt: ObjectId },
+    Mapping {
+        vm: ObjectId,
+        region: ObjectId,
+        ipa: IpaRange,
+    },
+    /// An IPA range trapped to device model `device`; `shadow`, a `Shadow` region mapped at
+    /// it, which goes with it (I14).
+    EmulatedWindow {
+        vm: ObjectId,
+        ipa: IpaRange,
+        device: u32,
+        shadow: Option<ObjectId>,
+    },
+    InterruptGrant {
+        vm: ObjectId,
+        interrupt: ObjectId,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -126,6 +148,18 @@ pub struct MapOp {
     /// registers are never zeroed, and an identity-mapped VM's device may DMA into memory
     /// its CPUs never touched.
     pending: bool,
+}
+
+/// A decoded `add_shadowed_window`: everything checked, the shadow's place in the untyped
+/// chosen.
+pub struct ShadowOp {
+    vm: ObjectId,
+    vm_cap: CapId,
+    untyped: ObjectId,
+    untyped_cap: CapId,
+    ipa: IpaRange,
+    device: u32,
+    shadow: PhysRange,
 }
 
 /// A decoded operation that adds one capability, and perhaps the object it names: retype,
@@ -258,17 +292,42 @@ impl CapSpace {
         size: u64,
         align: u64,
     ) -> Result<CreateOp, CapError> {
-        let (untyped, object, rights) = self.object_of(untyped_cap)?;
+        let (_, object, rights) = self.object_of(untyped_cap)?;
+        if !matches!(object, Object::Untyped { .. }) {
+            return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
+        }
+        Self::require(untyped_cap, rights, Rights::GRANT, "grant")?;
+        Self::retypable(untyped_cap, kind)?;
+        self.place(untyped_cap, size, align).map(|(untyped, range)| CreateOp {
+            what: NewCap::Region { untyped, range, kind },
+            rights,
+            parent: Some(untyped_cap),
+        })
+    }
+
+    /// Only RAM and shared memory are retyped by hand: device regions come from the board,
+    /// a shadow only with its window (`add_shadowed_window`).
+    fn retypable(untyped_cap: CapId, kind: RegionKind) -> Result<(), CapError> {
+        match kind {
+            RegionKind::Ram | RegionKind::Shared => Ok(()),
+            RegionKind::DeviceMmio | RegionKind::BankedDevice => Err(CapError::WrongType {
+                cap: untyped_cap,
+                expected: "device memory (untyped becomes RAM or shared memory only)",
+            }),
+            RegionKind::Shadow => Err(CapError::WrongType {
+                cap: untyped_cap,
+                expected: "a shadow page (retyped only with its window, by add_shadowed_window)",
+            }),
+        }
+    }
+
+    /// Where `size` bytes aligned to `align` fit in the untyped (first fit), with no side
+    /// effect.
+    fn place(&self, untyped_cap: CapId, size: u64, align: u64) -> Result<(ObjectId, PhysRange), CapError> {
+        let (untyped, object, _) = self.object_of(untyped_cap)?;
         let Object::Untyped { range, carved } = object else {
             return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
         };
-        Self::require(untyped_cap, rights, Rights::GRANT, "grant")?;
-        if kind.is_device() {
-            return Err(CapError::WrongType {
-                cap: untyped_cap,
-                expected: "device memory (untyped becomes RAM or shared memory only)",
-            });
-        }
         if size == 0 {
             return Err(CapError::ZeroSize);
         }
@@ -282,11 +341,7 @@ impl CapSpace {
         for gap_end in pieces.iter().map(|r| r.base).chain(core::iter::once(range.end())) {
             let base = cursor.next_multiple_of(align);
             if base.checked_add(size).is_some_and(|end| end <= gap_end) {
-                return Ok(CreateOp {
-                    what: NewCap::Region { untyped, range: PhysRange { base, size }, kind },
-                    rights,
-                    parent: Some(untyped_cap),
-                });
+                return Ok((untyped, PhysRange { base, size }));
             }
             if let Some(p) = pieces.iter().find(|p| p.base == gap_end) {
                 cursor = cursor.max(p.end());
@@ -325,12 +380,7 @@ impl CapSpace {
             return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
         };
         Self::require(untyped_cap, rights, Rights::GRANT, "grant")?;
-        if kind.is_device() {
-            return Err(CapError::WrongType {
-                cap: untyped_cap,
-                expected: "device memory (untyped becomes RAM or shared memory only)",
-            });
-        }
+        Self::retypable(untyped_cap, kind)?;
         if range.size == 0 {
             return Err(CapError::ZeroSize);
         }
@@ -440,6 +490,12 @@ impl CapSpace {
         let Object::Region { range, kind, .. } = *object else {
             return Err(CapError::WrongType { cap: region_cap, expected: "a memory region" });
         };
+        if kind == RegionKind::Shadow {
+            return Err(CapError::WrongType {
+                cap: region_cap,
+                expected: "a region that may be mapped (a shadow page is mapped only at its window)",
+            });
+        }
         if !region_rights.contains(rights.without(Rights::GRANT)) {
             return Err(CapError::RightsNotASubset { cap: region_cap });
         }
@@ -461,6 +517,8 @@ impl CapSpace {
             RegionKind::Ram | RegionKind::DeviceMmio => OwnershipState::Owned,
             RegionKind::Shared | RegionKind::BankedDevice if mapped_elsewhere => OwnershipState::Borrowed,
             RegionKind::Shared | RegionKind::BankedDevice => OwnershipState::Shared,
+            // Refused above; named so that a new kind must say how it is owned.
+            RegionKind::Shadow => return Err(CapError::WrongType { cap: region_cap, expected: "a mappable region" }),
         };
         let memory = if kind.is_device() { MemoryType::DeviceNGnRE } else { MemoryType::NormalWriteBack };
         let rights = rights.without(Rights::GRANT);
@@ -515,7 +573,7 @@ impl CapSpace {
         Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
         self.check_ipa(vm, ipa)?;
         Ok(CreateOp {
-            what: NewCap::Cap(CapKind::EmulatedWindow { vm, ipa, device }),
+            what: NewCap::Cap(CapKind::EmulatedWindow { vm, ipa, device, shadow: None }),
             rights: Rights::RW,
             parent: Some(vm_cap),
         })
@@ -526,6 +584,80 @@ impl CapSpace {
     pub fn add_emulated_window(&mut self, vm_cap: CapId, ipa: IpaRange, device: u32) -> Result<CapId, CapError> {
         let op = self.decode_emulated_window(vm_cap, ipa, device)?;
         Ok(self.invoke_create(op))
+    }
+
+    /// Checks an emulated window with a shadow page: the window as `decode_emulated_window`
+    /// checks it, and room for a page-aligned `Shadow` region of its size in the untyped,
+    /// whose capability must carry `grant` (to carve it) and `read` (the VM reads it). No
+    /// side effect.
+    pub fn decode_shadowed_window(
+        &self,
+        vm_cap: CapId,
+        untyped_cap: CapId,
+        ipa: IpaRange,
+        device: u32,
+    ) -> Result<ShadowOp, CapError> {
+        let (vm, rights) = self.vm_object(vm_cap)?;
+        Self::require(vm_cap, rights, Rights::GRANT, "grant")?;
+        self.check_ipa(vm, ipa)?;
+        let (_, object, untyped_rights) = self.object_of(untyped_cap)?;
+        if !matches!(object, Object::Untyped { .. }) {
+            return Err(CapError::WrongType { cap: untyped_cap, expected: "untyped memory" });
+        }
+        Self::require(untyped_cap, untyped_rights, Rights::GRANT, "grant")?;
+        Self::require(untyped_cap, untyped_rights, Rights::READ, "read")?;
+        let (untyped, shadow) = self.place(untyped_cap, ipa.size(), PAGE_SIZE)?;
+        Ok(ShadowOp { vm, vm_cap, untyped, untyped_cap, ipa, device, shadow })
+    }
+
+    /// Maps the decoded shadow hidden at its window, then records the `Shadow` region (a
+    /// child of the untyped capability, `READ` only) and the window (a child of the VM
+    /// capability) that names it; returns the window's capability. Fails only when stage 2
+    /// refuses the mapping (out of table frames, or a physical address beyond the VM's PA
+    /// size), and then nothing changed: nothing is recorded before stage 2 accepted it.
+    pub fn invoke_shadowed_window(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        op: ShadowOp,
+    ) -> Result<CapId, CapError> {
+        let Some(Object::Vm { table, .. }) = self.objects.get_mut(&op.vm) else {
+            return Err(CapError::WrongType { cap: op.vm_cap, expected: "a VM" });
+        };
+        table.map_range_hidden(
+            mem,
+            tlb,
+            op.ipa,
+            PhysAddr(op.shadow.base),
+            MappingAttributes::READ_ONLY_DEVICE,
+            OwnershipState::Owned,
+        )?;
+        let region =
+            self.new_object(Object::Region { range: op.shadow, kind: RegionKind::Shadow, untyped: Some(op.untyped) });
+        if let Some(Object::Untyped { carved, .. }) = self.objects.get_mut(&op.untyped) {
+            carved.push((op.shadow, region));
+        }
+        self.new_cap(CapKind::Object(region), Rights::READ, Some(op.untyped_cap));
+        let window = CapKind::EmulatedWindow { vm: op.vm, ipa: op.ipa, device: op.device, shadow: Some(region) };
+        Ok(self.new_cap(window, Rights::RW, Some(op.vm_cap)))
+    }
+
+    /// An emulated window of the VM at `ipa` for device model `device`, as
+    /// `add_emulated_window`, with a shadow page: a `Shadow` region of the window's size
+    /// retyped from the untyped, mapped hidden at the window (docs/capability-model.md,
+    /// S1). Faults on the window stay the device model's; `show_window_shadow` lets the VM
+    /// read the page. A refused call changes nothing, out of table frames included.
+    pub fn add_shadowed_window(
+        &mut self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        vm_cap: CapId,
+        untyped_cap: CapId,
+        ipa: IpaRange,
+        device: u32,
+    ) -> Result<CapId, CapError> {
+        let op = self.decode_shadowed_window(vm_cap, untyped_cap, ipa, device)?;
+        self.invoke_shadowed_window(mem, tlb, op)
     }
 
     pub fn decode_grant_interrupt(&self, vm_cap: CapId, interrupt_cap: CapId) -> Result<CreateOp, CapError> {
@@ -557,10 +689,16 @@ impl CapSpace {
     /// exactly what it did.
     pub fn decode_derive(&self, cap: CapId, rights: Rights) -> Result<CreateOp, CapError> {
         let c = self.cap(cap)?;
-        if !matches!(c.kind, CapKind::Object(_)) {
+        let CapKind::Object(object) = c.kind else {
             return Err(CapError::WrongType {
                 cap,
                 expected: "an object (mappings, windows and grants are not copied)",
+            });
+        };
+        if matches!(self.objects.get(&object), Some(Object::Region { kind: RegionKind::Shadow, .. })) {
+            return Err(CapError::WrongType {
+                cap,
+                expected: "an object that may be copied (a shadow page has one capability and goes with its window)",
             });
         }
         if !c.rights.contains(rights) {
@@ -589,6 +727,10 @@ impl CapSpace {
                 continue;
             }
             work.extend(self.children(cap));
+            if let CapKind::EmulatedWindow { shadow: Some(shadow), .. } = c.kind {
+                // A shadow goes with its window (I14).
+                work.extend(self.caps.iter().filter(|(_, c)| c.kind == CapKind::Object(shadow)).map(|(id, _)| *id));
+            }
             let CapKind::Object(object) = c.kind else { continue };
             let last = self.caps.iter().all(|(id, c)| c.kind != CapKind::Object(object) || op.caps.contains(id));
             if last && op.objects.insert(object) {
@@ -606,7 +748,7 @@ impl CapSpace {
     fn refers_to(&self, kind: CapKind, object: ObjectId) -> bool {
         match kind {
             CapKind::Mapping { vm, region, .. } => vm == object || region == object,
-            CapKind::EmulatedWindow { vm, .. } => vm == object,
+            CapKind::EmulatedWindow { vm, shadow, .. } => vm == object || shadow == Some(object),
             CapKind::InterruptGrant { vm, interrupt } => vm == object || interrupt == object,
             CapKind::Object(o) => matches!(self.objects.get(&o), Some(Object::Vcpu { vm, .. }) if *vm == object),
         }
@@ -625,7 +767,8 @@ impl CapSpace {
     }
 
     /// Destroying a VM deletes every capability to it and to the private RAM regions mapped
-    /// into it, so that memory returns to its untyped.
+    /// into it, so that memory returns to its untyped; its windows' shadows go with the
+    /// windows.
     pub fn decode_destroy_vm(&self, vm_cap: CapId) -> Result<RemoveOp, CapError> {
         let (vm, _) = self.vm_object(vm_cap)?;
         let private: Vec<ObjectId> = self
@@ -646,14 +789,20 @@ impl CapSpace {
     /// returns to their untyped, VMs' tables are freed and their TLB entries invalidated.
     pub fn invoke_remove(&mut self, mem: &mut impl TableMemory, tlb: &mut impl TlbMaintenance, op: RemoveOp) {
         for cap in &op.caps {
-            let Some(Cap { kind: CapKind::Mapping { vm, ipa, .. }, .. }) = self.caps.remove(cap) else { continue };
+            let (vm, ipa) = match self.caps.remove(cap) {
+                Some(Cap { kind: CapKind::Mapping { vm, ipa, .. }, .. }) => (vm, ipa),
+                Some(Cap { kind: CapKind::EmulatedWindow { vm, ipa, shadow: Some(_), .. }, .. }) => (vm, ipa),
+                _ => continue,
+            };
             if op.objects.contains(&vm) {
                 continue; // the whole table goes below
             }
             if let Some(Object::Vm { table, .. }) = self.objects.get_mut(&vm) {
                 // Cannot fail: the range passed the same checks when it was mapped, and it
-                // holds only the entries `map` made for it, so no block is split and no
-                // frame is needed. I5 (tables_refine_capabilities) would show it otherwise.
+                // holds only the entries `map` (or `map_range_hidden`, pages) made for it,
+                // so no block is split and no frame is needed. A valid leaf is invalidated
+                // in the TLB as it goes. I5 (tables_refine_capabilities) would show it
+                // otherwise.
                 let _ = table.unmap_range(mem, tlb, ipa);
             }
         }
@@ -749,6 +898,54 @@ impl CapSpace {
         Ok(table.activate_range(mem, tlb, range, zero))
     }
 
+    /// The shadow of the VM's shadowed window that contains `ipa`: where the hypervisor
+    /// writes the device model's copy of its registers (through its own mapping; cleaned to
+    /// the point of coherency before the VM reads it, docs/capability-model.md S4).
+    pub fn window_shadow(&self, vm: VmId, ipa: Ipa) -> Option<PhysRange> {
+        self.shadowed_window(ObjectId(vm.0), ipa).map(|(_, shadow)| shadow)
+    }
+
+    /// The VM's shadowed window containing `ipa`, and its shadow.
+    fn shadowed_window(&self, vm: ObjectId, ipa: Ipa) -> Option<(IpaRange, PhysRange)> {
+        self.caps.values().find_map(|c| match c.kind {
+            CapKind::EmulatedWindow { vm: v, ipa: r, shadow: Some(shadow), .. } if v == vm && r.contains(ipa) => {
+                match self.objects.get(&shadow) {
+                    Some(Object::Region { range, .. }) => Some((r, *range)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+    }
+
+    /// Shows (`visible`) or hides the whole shadow of the VM's shadowed window containing
+    /// `ipa`: shown, the VM's reads of the window are served by the page without trapping
+    /// (writes still trap); hidden, every access traps to the device model, and the TLBs of
+    /// every CPU hold nothing of it when this returns (`Stage2Table::hide_range`). Changes no
+    /// capability, so it needs only `&self`: the caller holds the space's lock. Allocates
+    /// nothing; fails only when `vm_cap` is not a VM or the VM has no shadowed window at
+    /// `ipa` (`NoShadowedWindow`), and then changes nothing.
+    pub fn show_window_shadow(
+        &self,
+        mem: &mut impl TableMemory,
+        tlb: &mut impl TlbMaintenance,
+        vm_cap: CapId,
+        ipa: Ipa,
+        visible: bool,
+    ) -> Result<(), CapError> {
+        let (vm, _) = self.vm_object(vm_cap)?;
+        let Some(Object::Vm { table, .. }) = self.objects.get(&vm) else {
+            return Err(CapError::WrongType { cap: vm_cap, expected: "a VM" });
+        };
+        let (window, _) = self.shadowed_window(vm, ipa).ok_or(CapError::NoShadowedWindow { ipa: ipa.0 })?;
+        if visible {
+            table.show_range(mem, tlb, window);
+        } else {
+            table.hide_range(mem, tlb, window);
+        }
+        Ok(())
+    }
+
     pub fn vm_table(&self, vm: VmId) -> Option<&Stage2Table> {
         match self.objects.get(&ObjectId(vm.0)) {
             Some(Object::Vm { table, .. }) => Some(table),
@@ -775,10 +972,21 @@ impl CapSpace {
                     kind: RangeKind::Region(*kind),
                     pa: Some(PhysAddr(range.base + (ipa.0 - r.start().0))),
                     rights: c.rights,
+                    shadow: None,
                 })
             }
-            CapKind::EmulatedWindow { vm: v, ipa: r, device } if v == vm && r.contains(ipa) => {
-                Some(IpaRangeInfo { range: r, kind: RangeKind::Emulated { device }, pa: None, rights: c.rights })
+            CapKind::EmulatedWindow { vm: v, ipa: r, device, shadow } if v == vm && r.contains(ipa) => {
+                let shadow = shadow.and_then(|o| match self.objects.get(&o) {
+                    Some(Object::Region { range, .. }) => Some(*range),
+                    _ => None,
+                });
+                Some(IpaRangeInfo {
+                    range: r,
+                    kind: RangeKind::Emulated { device },
+                    pa: None,
+                    rights: c.rights,
+                    shadow,
+                })
             }
             _ => None,
         })

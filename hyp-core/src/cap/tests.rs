@@ -7,14 +7,16 @@ use alloc::string::String;
 use alloc::vec::Vec;
 
 use proptest::prelude::*;
-use stage2::testing::{RecordingTlb, VecTableMemory};
+use stage2::testing::{Event, RecordingTlb, VecTableMemory};
 use stage2::{Ipa, IpaRange, MemoryType, Permissions, PhysAddr, TableFormat};
 
-use super::invariants::check_all;
+use super::invariants::{check_all, shadows_stay_at_their_window};
 use super::*;
 use crate::platform::PhysRange;
 
 const MIB2: u64 = 2 << 20;
+const UART: u64 = 0x0900_0000;
+const UART_DEVICE: u32 = 3;
 const FORMAT: TableFormat = TableFormat::Vmsav8_64 { ipa_bits: 40, pa_bits: 44 };
 
 struct World {
@@ -55,6 +57,34 @@ impl World {
     }
     fn map(&mut self, vm: CapId, region: CapId, ipa: u64, rights: Rights) -> Result<CapId, CapError> {
         self.space.map(&mut self.mem, &mut self.tlb, vm, region, Ipa(ipa), rights)
+    }
+    /// A shadowed window of one page at `ipa`, its shadow retyped from `untyped`.
+    fn shadow(&mut self, vm: CapId, untyped: CapId, ipa: u64) -> Result<CapId, CapError> {
+        let window = IpaRange::new(Ipa(ipa), 0x1000).unwrap();
+        self.space.add_shadowed_window(&mut self.mem, &mut self.tlb, vm, untyped, window, UART_DEVICE)
+    }
+    fn show(&mut self, vm: CapId, ipa: u64, visible: bool) -> Result<(), CapError> {
+        self.space.show_window_shadow(&mut self.mem, &mut self.tlb, vm, Ipa(ipa), visible)
+    }
+    /// The capability of the shadow region of window `window` (the space keeps it; only
+    /// the tests pick it).
+    fn shadow_cap(&self, window: CapId) -> CapId {
+        let Some(super::space::CapKind::EmulatedWindow { shadow: Some(shadow), .. }) =
+            self.space.caps.get(&window).map(|c| c.kind)
+        else {
+            panic!("cap {} is not a shadowed window", window.0)
+        };
+        let own = self.space.caps.iter().find(|(_, c)| c.kind == super::space::CapKind::Object(shadow));
+        *own.expect("a shadow has its capability").0
+    }
+    /// What the VM's tables translate `ipa` to.
+    fn at(&self, vm: CapId, ipa: u64) -> Option<stage2::Translation> {
+        self.space.vm_table(self.space.vm_id(vm).unwrap()).unwrap().translate(&self.mem, Ipa(ipa))
+    }
+    fn leaves(&self, vm: CapId) -> Vec<stage2::Leaf> {
+        let mut v = Vec::new();
+        self.space.vm_table(self.space.vm_id(vm).unwrap()).unwrap().for_each_leaf(&self.mem, |l| v.push(l));
+        v
     }
     /// The VM's first touch of the page at `ipa`: the blocks it had zeroed.
     fn touch(&mut self, vm: CapId, ipa: u64) -> Result<Vec<(PhysAddr, u64)>, CapError> {
@@ -417,6 +447,272 @@ fn an_identity_mapped_vm_maps_memory_only_at_its_own_address() {
     w.check();
 }
 
+#[test]
+fn a_shadowed_window_reads_through_its_page_only_when_shown() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let window = w.shadow(vm, w.untyped[1], UART).unwrap();
+    let id = w.space.vm_id(vm).unwrap();
+    let shadow = w.space.window_shadow(id, Ipa(UART + 0x18)).expect("the window has a shadow");
+    assert_eq!(shadow.size, 0x1000);
+    assert_eq!(w.space.region(w.shadow_cap(window)).unwrap(), (shadow, RegionKind::Shadow));
+    // Faults on it are still the device model's, and lookup says where the copy is.
+    let info = w.space.lookup(id, Ipa(UART + 0x18)).unwrap();
+    assert_eq!((info.kind, info.pa, info.shadow), (RangeKind::Emulated { device: UART_DEVICE }, None, Some(shadow)));
+    // Hidden at first: in the tables, invalid to the hardware.
+    let leaves = w.leaves(vm);
+    assert_eq!(leaves.len(), 1);
+    assert!(leaves[0].is_hidden() && leaves[0].ipa == Ipa(UART) && leaves[0].pa == PhysAddr(shadow.base));
+    assert_eq!(w.at(vm, UART + 0x18), None);
+    w.check();
+    w.show(vm, UART + 0x18, true).unwrap();
+    let t = w.at(vm, UART + 0x18).expect("shown: reads go through the page");
+    assert_eq!(t.pa, PhysAddr(shadow.base + 0x18));
+    assert_eq!(t.attrs, stage2::MappingAttributes::READ_ONLY_DEVICE, "read-only Device, never executable");
+    assert!(!t.attrs.permissions.write && !t.attrs.permissions.execute);
+    w.check();
+    w.show(vm, UART, false).unwrap();
+    assert_eq!(w.at(vm, UART + 0x18), None, "hidden again: every access traps");
+    assert!(w.leaves(vm)[0].is_hidden());
+    w.check();
+    // Never zeroed on first touch: it is not private RAM.
+    assert_eq!(w.touch(vm, UART), Err(CapError::NotPrivateRam { ipa: UART }));
+    w.check();
+}
+
+#[test]
+fn hiding_a_shadow_invalidates_the_tlb_for_its_ipa() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let vmid = w.space.vm_table(w.space.vm_id(vm).unwrap()).unwrap().vmid();
+    w.shadow(vm, w.untyped[0], UART).unwrap();
+    let invalidations =
+        |w: &World| w.tlb.events().into_iter().filter(|e| matches!(e, Event::InvalidateIpa { .. })).collect::<Vec<_>>();
+    w.show(vm, UART, true).unwrap();
+    assert!(invalidations(&w).is_empty(), "showing needs no TLB invalidation");
+    let before = w.tlb.events().len();
+    w.show(vm, UART + 0xffc, false).unwrap();
+    let events = w.tlb.events()[before..].to_vec();
+    assert!(
+        matches!(events[..], [Event::Write { old, new, .. }, Event::InvalidateIpa { vmid: v, ipa: Ipa(UART) }]
+            if old & 1 == 1 && new & 1 == 0 && v == vmid),
+        "the descriptor made invalid, then its IPA invalidated: {events:x?}"
+    );
+    // Hidden already: nothing to invalidate.
+    w.show(vm, UART, false).unwrap();
+    assert_eq!(invalidations(&w).len(), 1);
+    w.check();
+}
+
+#[test]
+fn a_shadow_goes_with_its_window() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let window = w.shadow(vm, w.untyped[1], UART).unwrap();
+    let shadow = w.space.window_shadow(w.space.vm_id(vm).unwrap(), Ipa(UART)).unwrap();
+    w.show(vm, UART, true).unwrap();
+    let before = w.tlb.events().len();
+    // Deleting the window unmaps the shown page (with its TLB invalidation) and returns
+    // the memory to the untyped; the VM stays.
+    w.space.delete(&mut w.mem, &mut w.tlb, window).unwrap();
+    assert!(w.leaves(vm).is_empty());
+    assert!(w.tlb.events()[before..].contains(&Event::InvalidateIpa { vmid: 1, ipa: Ipa(UART) }));
+    assert_eq!(w.space.window_shadow(w.space.vm_id(vm).unwrap(), Ipa(UART)), None);
+    let again = w.space.retype(w.untyped[1], RegionKind::Ram, 0x1000, 0x1000).unwrap();
+    assert_eq!(w.space.region(again).unwrap().0, shadow, "the shadow's memory is free again");
+    w.check();
+    // Revoking the untyped a shadow came from removes the shadow, and with it its window.
+    let window = w.shadow(vm, w.untyped[0], UART).unwrap();
+    w.space.revoke(&mut w.mem, &mut w.tlb, w.untyped[0]).unwrap();
+    assert_eq!(w.space.lookup(w.space.vm_id(vm).unwrap(), Ipa(UART)), None);
+    assert_eq!(w.space.derive(window, Rights::READ), Err(CapError::NoSuchCapability { cap: window }));
+    assert!(w.leaves(vm).is_empty());
+    w.check();
+    // Revoking the VM's capability removes the window it allowed, and its shadow.
+    let window = w.shadow(vm, w.untyped[0], UART).unwrap();
+    let shadow_cap = w.shadow_cap(window);
+    w.space.revoke(&mut w.mem, &mut w.tlb, vm).unwrap();
+    assert_eq!(w.space.region(shadow_cap), Err(CapError::NoSuchCapability { cap: shadow_cap }));
+    assert!(w.leaves(vm).is_empty());
+    w.check();
+}
+
+#[test]
+fn destroying_a_vm_returns_its_shadow_page_to_untyped() {
+    let mut w = World::new();
+    let vm = w.vm();
+    // The whole untyped: 8 MiB of RAM less the one page the shadow takes.
+    w.shadow(vm, w.untyped[0], UART).unwrap();
+    w.show(vm, UART, true).unwrap();
+    assert_eq!(
+        w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, 0x1000),
+        Err(CapError::OutOfUntyped { size: 8 * MIB2 })
+    );
+    w.space.destroy_vm(&mut w.mem, &mut w.tlb, w.vms[0]).unwrap();
+    assert_eq!(w.mem.frames_in_use(), 0);
+    let all = w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, MIB2).unwrap();
+    assert_eq!(w.space.region(all).unwrap().0, PhysRange { base: 0x4000_0000, size: 8 * MIB2 });
+    w.check();
+}
+
+#[test]
+fn a_refused_shadowed_window_changes_nothing() {
+    let mut w = World::new();
+    let vm = w.vm();
+    let ram = w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, MIB2).unwrap();
+    w.map(vm, ram, 0x4000_0000, Rights::RW).unwrap();
+    w.space.add_emulated_window(vm, IpaRange::new(Ipa(0x0a00_0000), 0x1000).unwrap(), 1).unwrap();
+    let no_grant = w.space.derive(vm, Rights::RW).unwrap();
+    let untyped_no_read = w.space.derive(w.untyped[1], Rights::GRANT).unwrap();
+    let before = w.fingerprint();
+    let page = |ipa| IpaRange::new(Ipa(ipa), 0x1000).unwrap();
+    let refused = |w: &mut World, vm, untyped, ipa: IpaRange, err: CapError| {
+        let r = w.space.add_shadowed_window(&mut w.mem, &mut w.tlb, vm, untyped, ipa, UART_DEVICE);
+        assert_eq!(r, Err(err), "{ipa:x?}");
+        assert_eq!(w.fingerprint(), before, "refused with {err:?}, yet something changed");
+        assert!(err.to_string().len() > 20, "{err:?} says what to do");
+    };
+    let (u0, u1) = (w.untyped[0], w.untyped[1]);
+    refused(&mut w, vm, u1, page(0x4010_0000), CapError::OverlappingIpa { ipa: 0x4010_0000 });
+    refused(&mut w, vm, u1, page(0x0a00_0000), CapError::OverlappingIpa { ipa: 0x0a00_0000 });
+    refused(
+        &mut w,
+        vm,
+        u1,
+        IpaRange::new(Ipa(UART + 8), 0x1000).unwrap(),
+        CapError::Unaligned { what: "IPA range", value: UART + 8 },
+    );
+    refused(&mut w, vm, u1, page(1 << 40), CapError::BeyondIpaSize { end: (1 << 40) + 0x1000 });
+    refused(&mut w, vm, u0, page(UART), CapError::OutOfUntyped { size: 0x1000 });
+    refused(&mut w, vm, ram, page(UART), CapError::WrongType { cap: ram, expected: "untyped memory" });
+    refused(&mut w, ram, u1, page(UART), CapError::WrongType { cap: ram, expected: "a VM" });
+    refused(&mut w, no_grant, u1, page(UART), CapError::MissingRight { cap: no_grant, right: "grant" });
+    refused(&mut w, vm, untyped_no_read, page(UART), CapError::MissingRight { cap: untyped_no_read, right: "read" });
+    // Out of table frames: stage 2 refuses before anything is recorded.
+    w.mem.set_budget(w.mem.frames_in_use());
+    let before = w.fingerprint();
+    let r = w.shadow(vm, u1, 0xff_ffe0_0000);
+    assert_eq!(r, Err(CapError::Stage2(stage2::Stage2Error::OutOfFrames)));
+    assert_eq!(w.fingerprint(), before, "out of frames, yet something changed");
+    w.check();
+}
+
+#[test]
+fn show_on_a_window_without_shadow_or_of_another_vm_is_a_typed_error() {
+    let mut w = World::new();
+    let (a, b) = (w.vm(), w.vm());
+    w.shadow(a, w.untyped[0], UART).unwrap();
+    w.space.add_emulated_window(b, IpaRange::new(Ipa(UART), 0x1000).unwrap(), UART_DEVICE).unwrap();
+    let before = w.fingerprint();
+    assert_eq!(w.show(b, UART, true), Err(CapError::NoShadowedWindow { ipa: UART }), "b's window has no shadow");
+    assert_eq!(w.show(b, 0x0a00_0000, false), Err(CapError::NoShadowedWindow { ipa: 0x0a00_0000 }));
+    assert_eq!(w.show(a, UART + 0x1000, true), Err(CapError::NoShadowedWindow { ipa: UART + 0x1000 }));
+    assert_eq!(w.show(w.device, UART, true), Err(CapError::WrongType { cap: w.device, expected: "a VM" }));
+    assert_eq!(w.fingerprint(), before);
+    assert!(CapError::NoShadowedWindow { ipa: UART }.to_string().contains("add_shadowed_window"));
+    // a's shadow is a's alone: showing it shows nothing in b.
+    w.show(a, UART, true).unwrap();
+    assert!(w.at(a, UART).is_some() && w.at(b, UART).is_none());
+    w.check();
+}
+
+#[test]
+fn a_shadow_is_never_mapped_copied_or_retyped_by_hand() {
+    let mut w = World::new();
+    let (vm, other) = (w.vm(), w.vm());
+    let window = w.shadow(vm, w.untyped[0], UART).unwrap();
+    let shadow = w.shadow_cap(window);
+    for (v, ipa) in [(vm, 0x5000_0000), (other, UART)] {
+        assert!(matches!(w.map(v, shadow, ipa, Rights::READ), Err(CapError::WrongType { .. })));
+    }
+    assert!(matches!(w.space.derive(shadow, Rights::READ), Err(CapError::WrongType { .. })));
+    assert!(matches!(w.space.derive(window, Rights::READ), Err(CapError::WrongType { .. })));
+    assert!(matches!(
+        w.space.retype(w.untyped[1], RegionKind::Shadow, 0x1000, 0x1000),
+        Err(CapError::WrongType { .. })
+    ));
+    assert!(matches!(
+        w.space.retype_at(w.untyped[1], RegionKind::Shadow, PhysRange { base: 0x8000_0000, size: 0x1000 }),
+        Err(CapError::WrongType { .. })
+    ));
+    assert!(w.space.add_device_region(PhysRange { base: 0x2000_0000, size: 0x1000 }, RegionKind::Shadow).is_err());
+    // An identity-mapped VM may have one: the shadow is not its RAM (I12 does not apply).
+    let identity = w.space.create_identity_vm(&mut w.mem).unwrap();
+    w.vms.push(identity);
+    w.shadow(identity, w.untyped[1], UART).unwrap();
+    w.check();
+    // Deleting the shadow's own capability takes the window with it.
+    w.space.delete(&mut w.mem, &mut w.tlb, shadow).unwrap();
+    assert_eq!(w.space.lookup(w.space.vm_id(vm).unwrap(), Ipa(UART)), None);
+    assert!(w.leaves(vm).is_empty());
+    w.check();
+}
+
+/// I14's predicate has teeth: each way of breaking a shadow is caught (the state is broken
+/// by hand, behind the operations' back).
+#[test]
+fn a_broken_shadow_fails_i14() {
+    let fails = |w: &World, what: &str| {
+        let v = shadows_stay_at_their_window(&w.space, &w.mem).expect_err(what);
+        assert_eq!(v.invariant, "I14", "{what}: {}", v.detail);
+    };
+    let ro_device = stage2::MappingAttributes::READ_ONLY_DEVICE;
+    // The shadow also mapped into another VM, as the right attributes.
+    let mut w = World::new();
+    let (a, b) = (w.vm(), w.vm());
+    w.shadow(a, w.untyped[0], UART).unwrap();
+    let shadow = w.space.window_shadow(w.space.vm_id(a).unwrap(), Ipa(UART)).unwrap();
+    let page = IpaRange::new(Ipa(UART), 0x1000).unwrap();
+    let id_b = vm_object(&w, b);
+    if let Some(super::space::Object::Vm { table, .. }) = w.space.objects.get_mut(&id_b) {
+        table
+            .map_range(&mut w.mem, &mut w.tlb, page, PhysAddr(shadow.base), ro_device, stage2::OwnershipState::Owned)
+            .unwrap();
+    }
+    fails(&w, "a shadow mapped into a second VM");
+    // The shadow mapped writable at its own window (instead of hidden read-only).
+    let mut w = World::new();
+    let a = w.vm();
+    w.shadow(a, w.untyped[0], UART).unwrap();
+    let shadow = w.space.window_shadow(w.space.vm_id(a).unwrap(), Ipa(UART)).unwrap();
+    let id_a = vm_object(&w, a);
+    if let Some(super::space::Object::Vm { table, .. }) = w.space.objects.get_mut(&id_a) {
+        table.unmap_range(&mut w.mem, &mut w.tlb, page).unwrap();
+        let rw = stage2::MappingAttributes { memory: MemoryType::DeviceNGnRE, permissions: Permissions::RW };
+        table
+            .map_range(&mut w.mem, &mut w.tlb, page, PhysAddr(shadow.base), rw, stage2::OwnershipState::Owned)
+            .unwrap();
+    }
+    fails(&w, "a shadow mapped writable");
+    // The window gone, its shadow left behind (and still mapped).
+    let mut w = World::new();
+    let a = w.vm();
+    let window = w.shadow(a, w.untyped[0], UART).unwrap();
+    w.space.caps.remove(&window);
+    fails(&w, "a shadow outliving its window");
+    // The shadow's capability copied.
+    let mut w = World::new();
+    let a = w.vm();
+    let window = w.shadow(a, w.untyped[0], UART).unwrap();
+    let own = w.space.caps[&w.shadow_cap(window)];
+    w.space.caps.insert(CapId(999), own);
+    fails(&w, "a shadow with two capabilities");
+    // The shadow's leaf unmapped while the window stays.
+    let mut w = World::new();
+    let a = w.vm();
+    w.shadow(a, w.untyped[0], UART).unwrap();
+    let id_a = vm_object(&w, a);
+    if let Some(super::space::Object::Vm { table, .. }) = w.space.objects.get_mut(&id_a) {
+        table.unmap_range(&mut w.mem, &mut w.tlb, page).unwrap();
+    }
+    fails(&w, "a window whose shadow is not mapped");
+}
+
+/// The object a VM capability names (the tests reach into the space to break it).
+fn vm_object(w: &World, vm: CapId) -> super::space::ObjectId {
+    super::space::ObjectId(w.space.vm_id(vm).unwrap().0)
+}
+
 /// One operation of the random and exhaustive searches; indices pick among what exists.
 #[derive(Clone, Copy, Debug)]
 enum Op {
@@ -465,6 +761,18 @@ enum Op {
     Touch {
         vm: usize,
         ipa: usize,
+    },
+    /// A shadowed window of one page at `IPAS[ipa]`, its shadow from an untyped.
+    ShadowWindow {
+        vm: usize,
+        untyped: usize,
+        ipa: usize,
+    },
+    /// Shows or hides the shadow of the window at `IPAS[ipa]`.
+    ShowShadow {
+        vm: usize,
+        ipa: usize,
+        visible: bool,
     },
 }
 
@@ -545,6 +853,20 @@ impl World {
                 Some(v) => self.touch(v, IPAS[ipa % IPAS.len()]).map(|_| None),
                 None => Ok(None),
             },
+            Op::ShadowWindow { vm, untyped, ipa } => match Self::pick(&vms, vm) {
+                Some(v) => self.shadow(v, self.untyped[untyped % 2], IPAS[ipa % IPAS.len()]).map(|window| {
+                    // The shadow's own capability too, so that later operations map, copy,
+                    // revoke and delete it.
+                    let shadow = self.shadow_cap(window);
+                    self.made.push(shadow);
+                    Some(window)
+                }),
+                None => Ok(None),
+            },
+            Op::ShowShadow { vm, ipa, visible } => match Self::pick(&vms, vm) {
+                Some(v) => self.show(v, IPAS[ipa % IPAS.len()], visible).map(|_| None),
+                None => Ok(None),
+            },
         };
         if let Ok(Some(c)) = result {
             self.made.push(c);
@@ -600,6 +922,8 @@ fn op() -> impl Strategy<Value = Op> {
         (0usize..4, 0usize..4).prop_map(|(vm, ipa)| Op::Window { vm, ipa }),
         (0usize..4).prop_map(|vm| Op::DestroyVm { vm }),
         (0usize..4, 0usize..4).prop_map(|(vm, ipa)| Op::Touch { vm, ipa }),
+        (0usize..4, 0usize..2, 0usize..4).prop_map(|(vm, untyped, ipa)| Op::ShadowWindow { vm, untyped, ipa }),
+        (0usize..4, 0usize..4, any::<bool>()).prop_map(|(vm, ipa, visible)| Op::ShowShadow { vm, ipa, visible }),
     ]
 }
 
@@ -644,8 +968,9 @@ proptest! {
 
 /// Every sequence of four operations drawn from a small universe: two untyped ranges, up
 /// to three VMs (the second or third identity-mapped when made by `CreateIdentityVm`), one
-/// region kind each, a few IPAs and a region's own address, and the operations on the
-/// first capabilities made.
+/// region kind each, a few IPAs and a region's own address, a shadowed window at the UART
+/// address shown and hidden, and the operations on the first capabilities made (a shadowed
+/// window made first is capability 5, its shadow 6).
 #[test]
 fn every_sequence_of_four_operations() {
     let alphabet = [
@@ -663,22 +988,34 @@ fn every_sequence_of_four_operations() {
         Op::DestroyVm { vm: 0 },
         Op::CreateIdentityVm,
         Op::Map { vm: 1, cap: 5, ipa: OWN_PA, rights: 3 },
+        Op::ShadowWindow { vm: 0, untyped: 0, ipa: 2 },
+        Op::ShowShadow { vm: 0, ipa: 2, visible: true },
+        Op::ShowShadow { vm: 0, ipa: 2, visible: false },
     ];
     let n = alphabet.len();
-    let mut sequences = 0;
-    for code in 0..n.pow(4) {
-        let mut w = World::new();
-        w.apply(Op::CreateVm);
-        let mut c = code;
-        for step in 0..4 {
-            let op = alphabet[c % n];
-            c /= n;
-            w.apply(op);
-            if let Err(v) = check_all(&w.space, &w.mem) {
-                panic!("{} violated at step {step} of sequence {code}: {}", v.invariant, v.detail);
+    // Split over the host's CPUs (each thread builds its own worlds: they are not `Send`).
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let run = |first: usize| {
+        let mut sequences = 0;
+        for code in (first..n.pow(4)).step_by(threads) {
+            let mut w = World::new();
+            w.apply(Op::CreateVm);
+            let mut c = code;
+            for step in 0..4 {
+                let op = alphabet[c % n];
+                c /= n;
+                w.apply(op);
+                if let Err(v) = check_all(&w.space, &w.mem) {
+                    panic!("{} violated at step {step} of sequence {code}: {}", v.invariant, v.detail);
+                }
             }
+            sequences += 1;
         }
-        sequences += 1;
-    }
-    assert_eq!(sequences, 38_416);
+        sequences
+    };
+    let sequences: usize = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads).map(|t| scope.spawn(move || run(t))).collect();
+        workers.into_iter().map(|w| w.join().expect("a sequence violated an invariant")).sum()
+    });
+    assert_eq!(sequences, 83_521);
 }
