@@ -70,7 +70,10 @@ pub struct Leaf {
 }
 
 impl Leaf {
-    /// A shadow page hidden from the guest (`map_range_hidden`, `hide_range`).
+    /// A shadow page hidden from the guest (`map_range_hidden`, `hide_range`): invalid,
+    /// read-only Device, what `show_range` makes valid. (An invalid Device leaf whose
+    /// permissions `protect_range` changed is neither hidden nor pending RAM: still mapped,
+    /// made valid by nothing until it is read-only again.)
     pub fn is_hidden(&self) -> bool {
         self.pending && self.attrs == MappingAttributes::READ_ONLY_DEVICE
     }

@@ -1,12 +1,14 @@
-//! The tables refine an abstract model: random map / unmap / protect sequences on every
-//! format, checked after every step against a map from IPA to (PA, attributes, owner).
+//! The tables refine an abstract model: random map / unmap / protect / hidden map / show /
+//! hide sequences on every format, checked after every step against a map from IPA to (PA,
+//! attributes, owner, hidden).
 
 use proptest::prelude::*;
 
 use super::*;
 
-/// One mapped interval `[start, end)` of the model: the PA of `start`, attributes, owner.
-type Interval = (u64, u64, u64, MappingAttributes, OwnershipState);
+/// One mapped interval `[start, end)` of the model: the PA of `start`, attributes, owner,
+/// and whether it is hidden (present, invalid to the hardware until shown).
+type Interval = (u64, u64, u64, MappingAttributes, OwnershipState, bool);
 
 /// The abstract model: disjoint intervals, equivalent to a map from each 4 KiB page's IPA to
 /// (PA, attributes, owner) but cheap for gigabyte mappings.
@@ -20,11 +22,11 @@ impl Model {
     /// Cuts every interval at `a` and `b`.
     fn cut(&mut self, a: u64, b: u64) {
         let mut out = Vec::new();
-        for &(s, e, pa, attrs, owner) in &self.0 {
+        for &(s, e, pa, attrs, owner, hidden) in &self.0 {
             let mut points = vec![s];
             points.extend([a, b].into_iter().filter(|p| s < *p && *p < e));
             points.push(e);
-            out.extend(points.windows(2).map(|w| (w[0], w[1], pa + (w[0] - s), attrs, owner)));
+            out.extend(points.windows(2).map(|w| (w[0], w[1], pa + (w[0] - s), attrs, owner, hidden)));
         }
         self.0 = out;
     }
@@ -38,11 +40,19 @@ impl Model {
             i.3.permissions = p;
         }
     }
+    /// Sets `hidden` over `[a, b)` where the attributes are those of a shadow page.
+    fn set_hidden(&mut self, a: u64, b: u64, hidden: bool) {
+        self.cut(a, b);
+        for i in self.0.iter_mut().filter(|i| a <= i.0 && i.1 <= b && i.3 == MappingAttributes::READ_ONLY_DEVICE) {
+            i.5 = hidden;
+        }
+    }
+    /// What the hardware reads: nothing where hidden.
     fn lookup(&self, ipa: u64) -> Option<(PhysAddr, MappingAttributes, OwnershipState)> {
         self.0
             .iter()
-            .find(|(s, e, ..)| *s <= ipa && ipa < *e)
-            .map(|&(s, _, pa, attrs, owner)| (PhysAddr(pa + ipa - s), attrs, owner))
+            .find(|(s, e, .., hidden)| *s <= ipa && ipa < *e && !hidden)
+            .map(|&(s, _, pa, attrs, owner, _)| (PhysAddr(pa + ipa - s), attrs, owner))
     }
     /// Maximal runs: adjacent intervals with contiguous PAs and equal attributes merged.
     fn runs(mut v: Vec<Interval>) -> Vec<Interval> {
@@ -50,7 +60,11 @@ impl Model {
         let mut out: Vec<Interval> = Vec::new();
         for i in v {
             match out.last_mut() {
-                Some(last) if last.1 == i.0 && last.2 + (last.1 - last.0) == i.2 && (last.3, last.4) == (i.3, i.4) => {
+                Some(last)
+                    if last.1 == i.0
+                        && last.2 + (last.1 - last.0) == i.2
+                        && (last.3, last.4, last.5) == (i.3, i.4, i.5) =>
+                {
                     last.1 = i.1
                 }
                 _ => out.push(i),
@@ -62,9 +76,36 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Map { ipa: u64, size: u64, pa: u64, device: bool, owner: OwnershipState },
-    Unmap { ipa: u64, size: u64 },
-    Protect { ipa: u64, size: u64, permissions: Permissions },
+    Map {
+        ipa: u64,
+        size: u64,
+        pa: u64,
+        device: bool,
+        owner: OwnershipState,
+    },
+    Unmap {
+        ipa: u64,
+        size: u64,
+    },
+    Protect {
+        ipa: u64,
+        size: u64,
+        permissions: Permissions,
+    },
+    /// A shadow page or a few, hidden.
+    MapHidden {
+        ipa: u64,
+        pages: u64,
+        pa: u64,
+    },
+    Show {
+        ipa: u64,
+        size: u64,
+    },
+    Hide {
+        ipa: u64,
+        size: u64,
+    },
 }
 
 /// The formats, each with a window of IPAs (the operations reach up to 8 GiB into it) of IPAs that crosses an interesting boundary: the
@@ -108,14 +149,24 @@ fn op() -> impl Strategy<Value = Op> {
             owner
         }),
         (ipa.clone(), size.clone()).prop_map(|(ipa, size)| Op::Unmap { ipa, size }),
-        (ipa, size, permissions).prop_map(|(ipa, size, permissions)| Op::Protect { ipa, size, permissions }),
+        (ipa.clone(), size.clone(), permissions).prop_map(|(ipa, size, permissions)| Op::Protect {
+            ipa,
+            size,
+            permissions
+        }),
+        (ipa.clone(), 1u64..4, 0u64..8).prop_map(|(ipa, pages, g)| Op::MapHidden { ipa, pages, pa: 4 * GIB + g * GIB }),
+        (ipa.clone(), size.clone()).prop_map(|(ipa, size)| Op::Show { ipa, size }),
+        (ipa, size).prop_map(|(ipa, size)| Op::Hide { ipa, size }),
     ]
 }
 
 /// The real tables against the model: the same leaves (as maximal runs), and translate
 /// agrees at every boundary of the model and at `probes`.
 fn check(f: &Fixture, model: &Model, probes: &[u64]) -> Result<(), TestCaseError> {
-    let real = f.leaves().iter().map(|l| (l.ipa.0, l.ipa.0 + l.size, l.pa.0, l.attrs, l.owner)).collect();
+    // Hidden in the model: present but invalid (this test maps no RAM pending, so only the
+    // hidden maps, and protect of what they mapped, give such leaves).
+    let real = f.leaves().iter().map(|l| (l.ipa.0, l.ipa.0 + l.size, l.pa.0, l.attrs, l.owner, l.pending)).collect();
+    prop_assert!(f.leaves().iter().all(|l| !l.pending || l.attrs.memory == MemoryType::DeviceNGnRE));
     prop_assert_eq!(Model::runs(real), Model::runs(model.0.clone()));
     let bounds = model.0.iter().flat_map(|&(s, e, ..)| [s.wrapping_sub(1), s, e - 1, e]);
     for ipa in bounds.chain(probes.iter().copied()) {
@@ -151,8 +202,52 @@ proptest! {
                         prop_assert_eq!(result, Err(Stage2Error::AlreadyMapped { ipa: s.max(ipa) }));
                     } else {
                         prop_assert_eq!(result, Ok(()));
-                        model.0.push((ipa, ipa + size, pa, attrs, owner));
+                        model.0.push((ipa, ipa + size, pa, attrs, owner, false));
                     }
+                }
+                Op::MapHidden { ipa, pages, pa } => {
+                    let (ipa, size, pa) = (window + ipa, pages * KIB4, pa + (ipa & (GIB - 1)));
+                    let shadow = MappingAttributes::READ_ONLY_DEVICE;
+                    let result = f.table.map_range_hidden(&mut f.mem, &mut f.tlb, range(ipa, size), PhysAddr(pa), shadow, OwnershipState::Owned);
+                    if ipa + size > limit {
+                        prop_assert_eq!(result, Err(Stage2Error::BeyondIpaSize { end: ipa + size, ipa_bits: f.table.geometry().ipa_bits }));
+                    } else if let Some(&(s, ..)) = model.overlapping(ipa, ipa + size).min_by_key(|i| i.0) {
+                        prop_assert_eq!(result, Err(Stage2Error::AlreadyMapped { ipa: s.max(ipa) }));
+                    } else {
+                        prop_assert_eq!(result, Ok(()));
+                        model.0.push((ipa, ipa + size, pa, shadow, OwnershipState::Owned, true));
+                    }
+                    prop_assert!(f.leaves().iter().filter(|l| l.is_hidden()).all(|l| l.size == KIB4 || l.level < 3));
+                }
+                Op::Show { ipa, size } | Op::Hide { ipa, size } => {
+                    // Whole leaves: those overlapping the range that change (hidden shadow
+                    // pages to show; valid read-only device leaves to hide).
+                    let (a, b) = (window + ipa, (window + ipa + size).min(limit));
+                    let show = matches!(op, Op::Show { .. });
+                    let changing: Vec<(u64, u64)> = f
+                        .leaves()
+                        .iter()
+                        .filter(|l| l.ipa.0 < b && a < l.ipa.0 + l.size && l.attrs == MappingAttributes::READ_ONLY_DEVICE && l.pending == show)
+                        .map(|l| (l.ipa.0, l.ipa.0 + l.size))
+                        .collect();
+                    let tlb_before = f.tlb.events().len();
+                    let whole = range(window + ipa, size);
+                    let bytes = if show {
+                        f.table.show_range(&mut f.mem, &mut f.tlb, whole)
+                    } else {
+                        f.table.hide_range(&mut f.mem, &mut f.tlb, whole)
+                    };
+                    prop_assert_eq!(bytes, changing.iter().map(|(s, e)| e - s).sum::<u64>());
+                    for &(s, e) in &changing {
+                        model.set_hidden(s, e, !show);
+                    }
+                    // Hiding invalidates each leaf it hid, once; showing invalidates nothing.
+                    let invalidated: Vec<u64> = f.tlb.events()[tlb_before..]
+                        .iter()
+                        .filter_map(|e| if let Event::InvalidateIpa { ipa, .. } = e { Some(ipa.0) } else { None })
+                        .collect();
+                    let expected: Vec<u64> = if show { vec![] } else { changing.iter().map(|(s, _)| *s).collect() };
+                    prop_assert_eq!(invalidated, expected);
                 }
                 Op::Unmap { ipa, size } => {
                     let ipa = window + ipa;
