@@ -541,15 +541,18 @@ fn a_shadow_goes_with_its_window() {
 fn destroying_a_vm_returns_its_shadow_page_to_untyped() {
     let mut w = World::new();
     let vm = w.vm();
-    // The whole untyped: 8 MiB of RAM less the one page the shadow takes.
-    w.shadow(vm, w.untyped[0], UART).unwrap();
+    // While the shadow holds a page of it, the whole untyped (16 MiB) cannot be retyped.
+    let window = w.shadow(vm, w.untyped[0], UART).unwrap();
+    let shadow = w.shadow_cap(window);
     w.show(vm, UART, true).unwrap();
     assert_eq!(
         w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, 0x1000),
         Err(CapError::OutOfUntyped { size: 8 * MIB2 })
     );
-    w.space.destroy_vm(&mut w.mem, &mut w.tlb, w.vms[0]).unwrap();
+    w.space.destroy_vm(&mut w.mem, &mut w.tlb, vm).unwrap();
     assert_eq!(w.mem.frames_in_use(), 0);
+    assert_eq!(w.space.region(shadow), Err(CapError::NoSuchCapability { cap: shadow }), "the shadow went with the VM");
+    assert_eq!(w.space.capability_count(), 4, "the untyped, device and interrupt capabilities only");
     let all = w.space.retype(w.untyped[0], RegionKind::Ram, 8 * MIB2, MIB2).unwrap();
     assert_eq!(w.space.region(all).unwrap().0, PhysRange { base: 0x4000_0000, size: 8 * MIB2 });
     w.check();
