@@ -388,6 +388,7 @@ fn decoding_changes_nothing_and_invoking_does_what_was_decoded() {
     let _ = (
         w.space.decode_retype(w.untyped[0], RegionKind::Ram, MIB2, MIB2).unwrap(),
         w.space.decode_derive(vm, Rights::READ).unwrap(),
+        w.space.decode_shadowed_window(vm, w.untyped[1], IpaRange::new(Ipa(UART), 0x1000).unwrap(), 3).unwrap(),
     );
     assert_eq!(w.fingerprint(), before, "decoding left a trace");
     drop(ops);
