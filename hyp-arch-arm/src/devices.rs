@@ -2,14 +2,18 @@
 //! through the identity map (`identity_map::GuestRam`), the interrupt line into its vGIC,
 //! the switch of the image's hypervisor.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::marker::PhantomData;
 
 use hyp_core::cap::{CapError, CapId};
+use hyp_core::guest_map::UART_IPA;
+use hyp_core::platform::PhysRange;
 use hyp_runtime::first_touch::{Fill, FirstTouch};
 use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
 use hyp_runtime::virtio::slot::VmEnv;
-use stage2::{IpaRange, PhysAddr};
+use hyp_runtime::vm::ShadowPage;
+use stage2::{Ipa, IpaRange, PhysAddr};
 use vgic::IntId;
 
 use crate::identity_map::{GuestRam, HeapTableMemory};
@@ -47,5 +51,42 @@ impl<I: ArmImage> VmEnv for Devices<I> {
     }
     fn forward_frame(from: usize, frame: &[u8]) {
         I::hypervisor().forward_frame(from, frame);
+    }
+    fn uart_shadow(vm: CapId) -> Option<Box<dyn ShadowPage>> {
+        let page = I::hypervisor().window_shadow(vm, Ipa(UART_IPA))?;
+        // Nothing of the memory's last owner reaches the VM: zeros where the UART has no
+        // register, before the page is first shown.
+        I::zero_for_guest(page.base, page.size);
+        Some(Box::new(UartShadow::<I> { vm, page, image: PhantomData }))
+    }
+}
+
+/// The page a VM reads its console UART's window from (`hyp_runtime::vm::ShadowPage`):
+/// memory the capability space retyped for the window, which the hypervisor writes through
+/// its identity map and the VM reads through a read-only Device stage-2 leaf.
+struct UartShadow<I> {
+    vm: CapId,
+    page: PhysRange,
+    image: PhantomData<fn() -> I>,
+}
+
+impl<I: ArmImage> ShadowPage for UartShadow<I> {
+    fn write(&mut self, offset: usize, words: &[u32]) {
+        let len = (words.len() * 4) as u64;
+        if offset as u64 + len > self.page.size {
+            return;
+        }
+        let at = self.page.base + offset as u64;
+        for (i, &word) in words.iter().enumerate() {
+            // SAFETY: `at + 4 * i` lies in the page (checked above), memory the capability
+            // space gave this window alone and the hypervisor maps as Normal memory at its
+            // physical address; a word store, aligned (offset and base are).
+            unsafe { core::ptr::write_volatile((at + 4 * i as u64) as *mut u32, word) };
+        }
+        // The VM reads the page as Device memory, which no cache holds for it.
+        I::clean_for_guest(at, len);
+    }
+    fn show(&mut self, visible: bool) -> Result<(), CapError> {
+        I::hypervisor().show_window_shadow(&mut HeapTableMemory, I::stage2_tlb, self.vm, Ipa(UART_IPA), visible)
     }
 }

@@ -83,6 +83,9 @@ pub trait ArmImage: Virtualization {
     /// Cleans `[pa, pa + len)` to the point of coherency and invalidates the instruction
     /// cache: a guest starting with its MMU off reads memory, not the caches.
     fn make_visible_to_guest(pa: u64, len: u64);
+    /// Cleans `[pa, pa + len)` to the point of coherency: a guest reading it as Device (or
+    /// Non-cacheable) memory reads memory, not the caches the hypervisor wrote through.
+    fn clean_for_guest(pa: u64, len: u64);
 }
 
 /// The PPIs the hypervisor takes: the GIC maintenance interrupt, the virtual timer

@@ -84,6 +84,10 @@ impl hyp_arch_arm::image::ArmImage for Armv7 {
         crate::memory::make_visible_to_guest(pa, len);
     }
 
+    fn clean_for_guest(pa: u64, len: u64) {
+        crate::mmu::dcache_range(pa, pa + len, crate::mmu::DcOp::Clean);
+    }
+
     fn probe_board(platform: &Platform<'_>) -> Option<u64> {
         hyp_board_qemu_virt::virtio::probe_and_report(platform)
     }

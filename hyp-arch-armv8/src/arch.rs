@@ -158,4 +158,8 @@ impl hyp_arch_arm::image::ArmImage for Aarch64 {
     fn make_visible_to_guest(pa: u64, len: u64) {
         crate::memory::make_visible_to_guest(pa, len);
     }
+
+    fn clean_for_guest(pa: u64, len: u64) {
+        crate::mmu::clean_dcache_range(pa, pa + len);
+    }
 }

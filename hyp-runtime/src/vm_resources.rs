@@ -32,6 +32,9 @@ pub struct VmRequest<'a> {
     /// Identity-mapped: its RAM is exactly the physical memory from here, at the same IPA
     /// (docs/capability-model.md, D4); `None`: anywhere, at the guest's `RAM_IPA`.
     pub ram_at: Option<u64>,
+    /// Where its UART's shadow page comes from (any untyped with a free page); with none,
+    /// every access to its UART traps.
+    pub shadow_from: &'a [CapId],
 }
 
 /// What a VM was given.
@@ -83,7 +86,7 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     vm_cap: CapId,
     request: &VmRequest<'_>,
 ) -> Result<VmResources, CapError> {
-    let VmRequest { memory, vcpus, gicv, passthrough, ram_at } = *request;
+    let VmRequest { memory, vcpus, gicv, passthrough, ram_at, shadow_from } = *request;
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
     }
@@ -106,7 +109,14 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     let mut tlb = tlb(caps.vm_table(vm).map_or(0, |t| t.vttbr()));
     caps.map(mem, &mut tlb, vm_cap, region, Ipa(ipa), Rights::RWX)?;
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
-    caps.add_emulated_window(vm_cap, window(UART_IPA, UART_SIZE)?, DEVICE_PL011)?;
+    // The UART's window is read from a page while nothing is received (docs/devices.md,
+    // "The PL011's shadow page"); without a free page its every access traps.
+    let uart = window(UART_IPA, UART_SIZE)?;
+    let shadowed =
+        shadow_from.iter().any(|u| caps.add_shadowed_window(mem, &mut tlb, vm_cap, *u, uart, DEVICE_PL011).is_ok());
+    if !shadowed {
+        caps.add_emulated_window(vm_cap, uart, DEVICE_PL011)?;
+    }
     caps.add_emulated_window(vm_cap, window(GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
     caps.add_emulated_window(vm_cap, window(VIRTIO_IPA, VIRTIO_PAGE)?, DEVICE_VIRTIO)?;
     match gicv {

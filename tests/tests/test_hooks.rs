@@ -77,7 +77,7 @@ fn the_deployed_image_boots_a_bundle_without_test_options() {
     )
     .unwrap_or_else(|e| panic!("running QEMU: {e}"));
     assert!(!out.timed_out, "QEMU did not finish; console:\n{}", out.console);
-    assert_line(&out, "selftest | selftest: all 28 checks passed; powering off with PSCI SYSTEM_OFF");
+    assert_line(&out, "selftest | selftest: all 29 checks passed; powering off with PSCI SYSTEM_OFF");
     assert_line(&out, "hypervisor: all 1 VM(s) ended: 1 clean, 0 failed");
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
 }

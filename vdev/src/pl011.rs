@@ -7,7 +7,13 @@
 //! FIFO (section 2.4.3), fed from a backlog so that input typed or pasted faster than the
 //! guest reads is not lost. The combined interrupt UARTINTR (section 3.4) is a level the
 //! model drives on an `InterruptLine` whenever it changes.
-
+//!
+//! Reads see the 4 KiB window as a register file (`Pl011::shadow`): every word is a
+//! register or reads as zero (reserved offsets, and UARTICR, which is write-only), and a
+//! read of any aligned width returns those bytes of it. Only a read that covers UARTDR has
+//! a side effect (it takes a received byte), so while nothing is received the whole page
+//! can be read from a copy in memory without a trap (docs/devices.md, "The PL011's shadow
+//! page"); the trapped path reads exactly what that copy holds.
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use heapless::Deque;
@@ -51,6 +57,12 @@ const ID_REGISTERS: [(u64, u32); 8] = [
     (0xffc, 0xb1),
 ];
 
+/// The registers whose value can change lie below this offset (UARTDR to UARTDMACR); the
+/// rest of the page is the constant identification registers and zeros.
+pub const SHADOW_SPAN: usize = DMACR as usize + 4;
+/// `Pl011::shadow`: the words of `[0, SHADOW_SPAN)`.
+pub const SHADOW_WORDS: usize = SHADOW_SPAN / 4;
+
 /// UARTFR bits.
 const FR_RXFE: u32 = 1 << 4;
 const FR_TXFF: u32 = 1 << 5;
@@ -67,6 +79,8 @@ const CR_RESET: u32 = 0x300;
 const CR_LBE: u32 = 1 << 7;
 
 const RX_FIFO_DEPTH: usize = 32;
+/// The UART's window: one 4 KiB page (section 3.2).
+const WINDOW: u64 = 0x1000;
 
 /// Stands in for the output and line while a UART is rebuilt.
 struct NoOutput;
@@ -178,8 +192,11 @@ impl Pl011 {
         fr & !FR_TXFF
     }
 
-    fn read_data(&mut self) -> u32 {
-        let byte = self.rx.pop_front().unwrap_or(0);
+    /// A read of UARTDR takes the oldest received byte.
+    fn read_data(&mut self) {
+        if self.rx.pop_front().is_none() {
+            return;
+        }
         if let Some(next) = self.backlog.pop_front() {
             // The FIFO had no room for it: there is now.
             let _ = self.rx.push_back(next);
@@ -187,7 +204,6 @@ impl Pl011 {
         if self.rx.is_empty() {
             self.raw_interrupts &= !(INT_RX | INT_RT);
         }
-        u32::from(byte)
     }
 }
 
@@ -210,13 +226,10 @@ impl MmioDevice for Pl011 {
 }
 
 impl Pl011 {
-    fn read_register(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        if width == AccessWidth::Doubleword {
-            return Err(MmioError::BadWidth { offset, width });
-        }
-        let value = match offset {
-            DR => self.read_data(),
-            RSR_ECR => 0,
+    /// What the word at `offset` (a multiple of 4) reads as, without a read's side effect.
+    fn word(&self, offset: u64) -> u32 {
+        match offset {
+            DR => self.rx.front().map_or(0, |&b| u32::from(b)),
             FR => self.flags(),
             ILPR => self.ilpr,
             IBRD => self.ibrd,
@@ -227,14 +240,41 @@ impl Pl011 {
             IMSC => self.imsc,
             RIS => self.raw_interrupts,
             MIS => self.raw_interrupts & self.imsc,
-            ICR => return Err(MmioError::WriteOnly { offset }),
             DMACR => self.dmacr,
-            _ => match ID_REGISTERS.iter().find(|(o, _)| *o == offset) {
-                Some((_, id)) => *id,
-                None => return Err(MmioError::NoRegister { offset }),
-            },
-        };
-        Ok(u64::from(value))
+            // UARTRSR/UARTECR (no receive errors), UARTICR (write-only) and reserved
+            // offsets read as zero, as the PrimeCell's unused locations do.
+            _ => ID_REGISTERS.iter().find(|(o, _)| *o == offset).map_or(0, |&(_, id)| id),
+        }
+    }
+
+    /// The words of `[0, SHADOW_SPAN)` as a read sees them, while no read has a side effect
+    /// (nothing waits in the receive FIFO, so a read of UARTDR takes nothing); `None` while
+    /// one would. With `ID_REGISTERS` and zeros elsewhere, this is the whole page.
+    pub fn shadow(&self) -> Option<[u32; SHADOW_WORDS]> {
+        if !self.rx.is_empty() {
+            return None;
+        }
+        Some(core::array::from_fn(|i| self.word(i as u64 * 4)))
+    }
+
+    /// The identification registers (offset, value): constant, so written to a shadow page
+    /// once.
+    pub const fn id_registers() -> &'static [(u64, u32)] {
+        &ID_REGISTERS
+    }
+
+    fn read_register(&mut self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        let bytes = width.bytes();
+        if !offset.is_multiple_of(bytes) || offset + bytes > WINDOW {
+            return Err(MmioError::BadWidth { offset, width });
+        }
+        let value = (offset..offset + bytes)
+            .rev()
+            .fold(0u64, |v, at| (v << 8) | u64::from((self.word(at & !3) >> (8 * (at & 3))) as u8));
+        if offset < DR + 4 {
+            self.read_data();
+        }
+        Ok(value)
     }
 
     fn write_register(&mut self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
@@ -440,17 +480,122 @@ mod tests {
     #[test]
     fn bad_accesses_are_errors_not_panics() {
         let (mut u, _) = uart();
-        assert_eq!(u.read(0x100, AccessWidth::Word), Err(MmioError::NoRegister { offset: 0x100 }));
         assert_eq!(
-            u.read(DR, AccessWidth::Doubleword),
+            u.read(0x19, AccessWidth::Halfword),
+            Err(MmioError::BadWidth { offset: 0x19, width: AccessWidth::Halfword })
+        );
+        assert_eq!(
+            u.read(0xffc, AccessWidth::Doubleword),
+            Err(MmioError::BadWidth { offset: 0xffc, width: AccessWidth::Doubleword })
+        );
+        assert_eq!(
+            u.read(0x1000, AccessWidth::Byte),
+            Err(MmioError::BadWidth { offset: 0x1000, width: AccessWidth::Byte })
+        );
+        assert_eq!(
+            u.write(DR, AccessWidth::Doubleword, 0),
             Err(MmioError::BadWidth { offset: DR, width: AccessWidth::Doubleword })
         );
         assert_eq!(u.write(FR, AccessWidth::Word, 0), Err(MmioError::ReadOnly { offset: FR }));
         assert_eq!(u.write(0xfe0, AccessWidth::Word, 0), Err(MmioError::ReadOnly { offset: 0xfe0 }));
-        assert_eq!(u.read(ICR, AccessWidth::Word), Err(MmioError::WriteOnly { offset: ICR }));
+        assert_eq!(u.write(0x100, AccessWidth::Word, 0), Err(MmioError::NoRegister { offset: 0x100 }));
         for offset in (0..0x1000).step_by(1) {
             let _ = u.read(offset, AccessWidth::Byte);
             let _ = u.write(offset, AccessWidth::Byte, 0xff);
+        }
+    }
+
+    #[test]
+    fn reads_see_the_page_as_a_register_file() {
+        let (mut u, _) = uart();
+        u.write(IBRD, AccessWidth::Word, 0x1234).unwrap();
+        assert_eq!(u.read(0x100, AccessWidth::Word), Ok(0), "reserved: zero");
+        assert_eq!(u.read(ICR, AccessWidth::Word), Ok(0), "write-only: zero");
+        assert_eq!(u.read(RSR_ECR, AccessWidth::Word), Ok(0));
+        let fr = u64::from(FR_TXFE | FR_RXFE);
+        assert_eq!(u.read(FR, AccessWidth::Byte), Ok(fr));
+        assert_eq!(u.read(IBRD + 1, AccessWidth::Byte), Ok(0x12), "a byte of a register");
+        assert_eq!(u.read(IBRD, AccessWidth::Halfword), Ok(0x1234));
+        assert_eq!(u.read(0x020, AccessWidth::Doubleword), Ok(0x1234 << 32), "ILPR, then IBRD");
+        assert_eq!(u.read(0xfe0, AccessWidth::Doubleword), Ok(0x10 << 32 | 0x11), "UARTPeriphID0 and 1");
+        assert!(u.receive(b'q'));
+        assert_eq!(u.read(DR, AccessWidth::Doubleword), Ok(u64::from(b'q')), "UARTDR, then UARTRSR");
+        assert_eq!(u.read(DR, AccessWidth::Word), Ok(0), "the 8-byte read took the byte");
+    }
+
+    /// Drives a UART through `ops` (register writes, input, reads, a reset) and checks after
+    /// each that while `shadow` is `Some`, every aligned read of every width returns that
+    /// copy's bytes (with the identification registers and zeros around it) and changes
+    /// nothing: what lets a guest read the page from memory without a trap.
+    fn shadow_matches_reads(ops: &[(u8, u16, u32)]) {
+        let (mut u, _, line) = uart_with_line();
+        let writable = [DR, RSR_ECR, ILPR, IBRD, FBRD, LCR_H, CR, IFLS, IMSC, ICR, DMACR];
+        for &(kind, at, value) in ops {
+            match kind % 8 {
+                0..=3 => {
+                    let offset = writable[usize::from(at) % writable.len()];
+                    let _ = u.write(offset, AccessWidth::Word, u64::from(value));
+                }
+                4 => {
+                    u.receive(value as u8);
+                }
+                5 => {
+                    let _ = u.read(u64::from(at % 0x1000) & !3, AccessWidth::Word);
+                }
+                6 => {
+                    let _ = u.read(DR, AccessWidth::Byte);
+                }
+                _ => u.reset(),
+            }
+            let Some(words) = u.shadow() else {
+                assert_eq!(
+                    u.read(FR, AccessWidth::Word).unwrap() as u32 & FR_RXFE,
+                    0,
+                    "no copy only while input waits"
+                );
+                continue;
+            };
+            let mut page = [0u8; 0x1000];
+            for (i, w) in words.iter().enumerate() {
+                page[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            for &(offset, id) in Pl011::id_registers() {
+                page[offset as usize..offset as usize + 4].copy_from_slice(&id.to_le_bytes());
+            }
+            let levels = line.levels().len();
+            for width in [AccessWidth::Byte, AccessWidth::Halfword, AccessWidth::Word, AccessWidth::Doubleword] {
+                for offset in (0..0x1000).step_by(width.bytes() as usize) {
+                    let mut bytes = [0u8; 8];
+                    bytes[..width.bytes() as usize].copy_from_slice(&page[offset..offset + width.bytes() as usize]);
+                    let read = u.read(offset as u64, width);
+                    assert_eq!(read, Ok(u64::from_le_bytes(bytes)), "{width:?} read at {offset:#x}");
+                }
+            }
+            assert_eq!(u.shadow(), Some(words), "reading the page changed it");
+            assert_eq!(line.levels().len(), levels, "reading the page moved the interrupt line");
+        }
+    }
+
+    #[test]
+    fn the_shadow_is_what_every_read_returns_and_reads_change_nothing() {
+        shadow_matches_reads(&[(0, 8, INT_TX), (0, 0, u32::from(b'x')), (4, 0, 7), (6, 0, 0), (1, 6, 0xffff_ffff)]);
+        // Loopback: a write fills the receive FIFO, so the copy goes until it is read.
+        let mut u = uart().0;
+        u.write(CR, AccessWidth::Word, u64::from(CR_RESET | CR_LBE | 1)).unwrap();
+        assert!(u.shadow().is_some());
+        u.write(DR, AccessWidth::Word, u64::from(b'l')).unwrap();
+        assert_eq!(u.shadow(), None);
+        assert_eq!(u.read(DR, AccessWidth::Word), Ok(u64::from(b'l')));
+        assert!(u.shadow().is_some());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn the_shadow_is_what_every_read_returns_whatever_the_guest_and_the_user_did(
+            ops in proptest::collection::vec((0u8..8, 0u16..0x1000, proptest::prelude::any::<u32>()), 0..24)
+        ) {
+            shadow_matches_reads(&ops);
         }
     }
 }

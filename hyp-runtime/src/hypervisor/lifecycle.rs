@@ -28,6 +28,7 @@ impl<V: Virtualization> Hypervisor<V> {
             gicv: factory.gicv,
             passthrough: devices,
             ram_at: spec.identity_mapped,
+            shadow_from: factory.untyped.as_slice(),
         };
         // An identity-mapped VM's RAM comes from the untyped made of exactly its range
         // (docs/capability-model.md, D4); every other VM's from the rest.

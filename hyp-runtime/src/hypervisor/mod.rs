@@ -25,10 +25,11 @@ use core::sync::atomic::AtomicBool;
 use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::entropy::{GuestSeeds, SeedSource};
 use hyp_core::management::ConsoleMux;
+use hyp_core::platform::PhysRange;
 use hyp_core::vcpu_power::EndReason;
 use sched::{Decision, VcpuRef};
 use spin::{Mutex, Once};
-use stage2::{IpaRange, PhysAddr, TableMemory, TlbMaintenance};
+use stage2::{Ipa, IpaRange, PhysAddr, TableMemory, TlbMaintenance};
 
 use crate::arch::Arch;
 use crate::cpus::Cpus;
@@ -191,6 +192,28 @@ impl<V: Virtualization> Hypervisor<V> {
         let caps = self.caps.get().ok_or(CapError::NoSuchCapability { cap: vm })?.lock();
         let vttbr = caps.vm_id(vm).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
         caps.zero_on_first_touch(mem, &mut tlb(vttbr), vm, range, zero)
+    }
+
+    /// The page VM `vm` may read its window at `ipa` from (`CapSpace::window_shadow`).
+    pub fn window_shadow(&self, vm: CapId, ipa: Ipa) -> Option<PhysRange> {
+        let caps = self.caps.get()?.lock();
+        caps.window_shadow(caps.vm_id(vm).ok()?, ipa)
+    }
+
+    /// Shows VM `vm`'s shadow page at its window at `ipa`, or hides it
+    /// (`CapSpace::show_window_shadow`), under the capability space's lock; `tlb` as for
+    /// `zero_on_first_touch`.
+    pub fn show_window_shadow<M: TableMemory, T: TlbMaintenance>(
+        &self,
+        mem: &mut M,
+        tlb: impl FnOnce(u64) -> T,
+        vm: CapId,
+        ipa: Ipa,
+        visible: bool,
+    ) -> Result<(), CapError> {
+        let caps = self.caps.get().ok_or(CapError::NoSuchCapability { cap: vm })?.lock();
+        let vttbr = caps.vm_id(vm).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
+        caps.show_window_shadow(mem, &mut tlb(vttbr), vm, ipa, visible)
     }
 
     /// One turn of CPU `cpu`: runs the vCPU the scheduler picks until it leaves the CPU, and

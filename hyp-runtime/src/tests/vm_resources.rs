@@ -2,7 +2,7 @@
 //! revoked and its memory returned; a failure halfway leaves nothing behind.
 
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind};
-use hyp_core::guest_map::RAM_IPA;
+use hyp_core::guest_map::{RAM_IPA, UART_IPA, UART_SIZE};
 use hyp_core::platform::PhysRange;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -45,7 +45,8 @@ impl World {
 
     fn grant(&mut self, memory: u64, passthrough: bool) -> Result<VmResources, CapError> {
         let devices = if passthrough { std::slice::from_ref(&self.device) } else { &[] };
-        let request = VmRequest { memory, vcpus: 2, gicv: None, passthrough: devices, ram_at: None };
+        let request =
+            VmRequest { memory, vcpus: 2, gicv: None, passthrough: devices, ram_at: None, shadow_from: &self.untyped };
         grant_resources(&mut self.caps, &mut self.mem, |_| Tlb::default(), &self.untyped, &request)
     }
 
@@ -105,6 +106,15 @@ fn a_vm_gets_its_ram_at_the_guest_address_and_gives_everything_back() {
     let device = table.translate(&world.mem, Ipa(DEVICE.base)).map(|t| t.pa);
     assert_eq!(device, Some(PhysAddr(DEVICE.base)), "IPA = PA");
     let vmid = table.vmid();
+    // The UART's window has its shadow page (docs/devices.md), hidden until the UART shows it.
+    let id = world.caps.vm_id(vm.vm_cap).unwrap();
+    let shadow = world.caps.window_shadow(id, Ipa(UART_IPA)).expect("the UART's window has a shadow page");
+    assert_eq!(shadow.size, UART_SIZE);
+    assert!(shadow.base + shadow.size <= vm.ram.base || shadow.base >= vm.ram.base + vm.ram.size, "not in its RAM");
+    assert_eq!(table.translate(&world.mem, Ipa(UART_IPA)), None, "hidden: every access traps");
+    world.caps.show_window_shadow(&mut world.mem, &mut Tlb::default(), vm.vm_cap, Ipa(UART_IPA), true).unwrap();
+    let table = world.caps.vm_table(id).unwrap();
+    assert_eq!(table.translate(&world.mem, Ipa(UART_IPA + 0x18)).map(|t| t.pa), Some(PhysAddr(shadow.base + 0x18)));
 
     let events = world.revoke(&vm);
     assert!(events.contains(&Maintenance::Vmid(vmid)), "its TLB entries go: {events:?}");
@@ -161,7 +171,14 @@ fn an_identity_mapped_vm_gets_exactly_its_range_at_ipa_equal_pa_each_time() {
     let base = UNTYPED.base + 16 * MIB;
     let identity = |world: &mut World| {
         let devices = std::slice::from_ref(&world.device);
-        let request = VmRequest { memory: 8 * MIB, vcpus: 1, gicv: None, passthrough: devices, ram_at: Some(base) };
+        let request = VmRequest {
+            memory: 8 * MIB,
+            vcpus: 1,
+            gicv: None,
+            passthrough: devices,
+            ram_at: Some(base),
+            shadow_from: &world.untyped,
+        };
         grant_resources(&mut world.caps, &mut world.mem, |_| Tlb::default(), &world.untyped, &request)
     };
     for round in 0..3 {

@@ -4,6 +4,7 @@
 //! interrupt line follows its level, its incidents are logged within the VM's limit, the
 //! frames it sent go to the switch.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -55,6 +56,12 @@ pub trait VmEnv: 'static {
     fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
     /// A frame the NIC on switch port `from` sent, for the switch.
     fn forward_frame(from: usize, frame: &[u8]);
+    /// The page VM `vm` reads its console UART's window from while it can
+    /// (`crate::vm::ShadowPage`), if the capability space gave the window one;
+    /// without it, every access to the UART traps.
+    fn uart_shadow(_vm: CapId) -> Option<Box<dyn crate::vm::ShadowPage>> {
+        None
+    }
 }
 
 /// Work a device leaves for after its lock is released.

@@ -15,7 +15,7 @@ use hyp_core::platform::PhysRange;
 use hyp_core::syndrome::AccessWidth;
 use spin::Mutex;
 use stage2::{Ipa, IpaRange};
-use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011, SHADOW_WORDS};
 use vdev::virtio::block::VirtioBlock;
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::net::VirtioNet;
@@ -34,25 +34,114 @@ use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window};
 use crate::virtio::switch_port::SwitchPort;
 
 /// A VM's console UART, shared by its MMIO window and the console input path. Lock order:
-/// the UART, then the vGIC.
+/// the UART, then the vGIC; the UART, then the capability space (showing or hiding its
+/// shadow page).
 #[derive(Clone)]
-pub struct SharedUart(Arc<Mutex<Pl011>>);
+pub struct SharedUart(Arc<Mutex<UartState>>);
+
+/// A page of memory the VM reads its UART window from, without a trap, while no read of
+/// the UART has a side effect (docs/devices.md, "The PL011's shadow page"); writes always
+/// trap. The capability space gives the window its page (`CapSpace::add_shadowed_window`).
+pub trait ShadowPage: Send {
+    /// Writes `words` at byte `offset` of the page, where the VM's reads see them: the VM
+    /// reads the page as Device memory, past the caches the hypervisor writes through.
+    fn write(&mut self, offset: usize, words: &[u32]);
+    /// Lets the VM read the window from the page (`true`), or makes every access trap
+    /// again (`false`); hiding returns once no CPU can still read the page for the VM.
+    fn show(&mut self, visible: bool) -> Result<(), CapError>;
+}
+
+struct UartState {
+    model: Pl011,
+    shadow: Option<Shadow>,
+}
+
+struct Shadow {
+    page: Box<dyn ShadowPage>,
+    shown: bool,
+    /// What the page holds of `[0, SHADOW_SPAN)`.
+    copy: [u32; SHADOW_WORDS],
+}
+
+impl UartState {
+    /// Brings the page in line with the model after anything changed it: the changed
+    /// words written, then the page shown while no read has a side effect, hidden while
+    /// one would (input waits in the receive FIFO).
+    fn sync_shadow(&mut self) {
+        let Some(shadow) = &mut self.shadow else { return };
+        let Some(words) = self.model.shadow() else {
+            self.hide_shadow();
+            return;
+        };
+        let changed = |i: &usize| words[*i] != shadow.copy[*i];
+        if let (Some(first), Some(last)) = ((0..SHADOW_WORDS).find(changed), (0..SHADOW_WORDS).rfind(changed)) {
+            shadow.page.write(first * 4, &words[first..=last]);
+            shadow.copy = words;
+        }
+        if !shadow.shown {
+            match shadow.page.show(true) {
+                Ok(()) => shadow.shown = true,
+                // The window has no page after all: every access traps, as without one.
+                Err(_) => self.shadow = None,
+            }
+        }
+    }
+
+    fn hide_shadow(&mut self) {
+        if let Some(shadow) = self.shadow.as_mut().filter(|s| s.shown) {
+            match shadow.page.show(false) {
+                Ok(()) => shadow.shown = false,
+                // Only a VM whose capabilities are going has no window to hide: none of
+                // its vCPUs runs again.
+                Err(_) => self.shadow = None,
+            }
+        }
+    }
+}
 
 impl SharedUart {
-    pub fn new(out: Box<dyn ConsoleOutput + Send>, line: Box<dyn InterruptLine + Send>) -> Self {
-        SharedUart(Arc::new(Mutex::new(Pl011::new(out, line))))
+    /// The UART, read through `shadow` while it can be (`None`: every access traps).
+    pub fn new(
+        out: Box<dyn ConsoleOutput + Send>,
+        line: Box<dyn InterruptLine + Send>,
+        shadow: Option<Box<dyn ShadowPage>>,
+    ) -> Self {
+        let shadow = shadow.map(|mut page| {
+            for &(offset, id) in Pl011::id_registers() {
+                page.write(offset as usize, &[id]);
+            }
+            // Differs from every state's first word (UARTDR reads a byte), so the first
+            // sync writes the whole copy.
+            Shadow { page, shown: false, copy: [u32::MAX; SHADOW_WORDS] }
+        });
+        let mut state = UartState { model: Pl011::new(out, line), shadow };
+        state.sync_shadow();
+        SharedUart(Arc::new(Mutex::new(state)))
     }
     /// Bytes typed for the guest; returns how many were dropped (its receive FIFO full).
     pub fn receive(&self, bytes: &[u8]) -> u64 {
         let mut uart = self.0.lock();
-        let before = uart.dropped();
+        // Hidden before the input can raise the UART's interrupt: a guest that takes it
+        // reads UARTFR and UARTDR through the trap, never an empty FIFO from the page.
+        uart.hide_shadow();
+        let before = uart.model.dropped();
         for &b in bytes {
-            uart.receive(b);
+            uart.model.receive(b);
         }
-        uart.dropped() - before
+        uart.sync_shadow();
+        uart.model.dropped() - before
     }
     pub fn reset(&self) {
-        self.0.lock().reset();
+        let mut uart = self.0.lock();
+        uart.model.reset();
+        uart.sync_shadow();
+    }
+    /// The VM is ending: its shadow page goes back with its memory, so nothing writes it
+    /// from now on (its vCPUs do not run again; console input still reaches the model).
+    pub fn forget_shadow(&self) {
+        let mut uart = self.0.lock();
+        uart.hide_shadow();
+        uart.shadow = None;
     }
 }
 
@@ -61,10 +150,16 @@ impl BusDevice for SharedUart {
         "pl011"
     }
     fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.0.lock().read(offset, width)
+        let mut uart = self.0.lock();
+        let value = uart.model.read(offset, width);
+        uart.sync_shadow();
+        value
     }
     fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
-        self.0.lock().write(offset, width, value)
+        let mut uart = self.0.lock();
+        let result = uart.model.write(offset, width, value);
+        uart.sync_shadow();
+        result
     }
 }
 
@@ -199,5 +294,107 @@ impl<E: VmEnv> VirtioDevices<E> {
         self.console.shut_down();
         self.disk.iter().for_each(|d| d.shut_down());
         self.nic.iter().for_each(|n| n.shut_down());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::format;
+    use alloc::string::String;
+    use std::sync::Mutex as StdMutex;
+
+    /// What happened to the page and the UART's line, in order.
+    #[derive(Clone, Default)]
+    struct Events(Arc<StdMutex<Vec<String>>>);
+    impl Events {
+        fn push(&self, e: String) {
+            self.0.lock().unwrap().push(e);
+        }
+        fn take(&self) -> Vec<String> {
+            core::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+    struct Page {
+        events: Events,
+        refuse: bool,
+    }
+    impl ShadowPage for Page {
+        fn write(&mut self, offset: usize, words: &[u32]) {
+            self.events.push(format!("write {offset:#x} {words:x?}"));
+        }
+        fn show(&mut self, visible: bool) -> Result<(), CapError> {
+            self.events.push(format!("show {visible}"));
+            if self.refuse {
+                return Err(CapError::NoShadowedWindow { ipa: 0x0900_0000 });
+            }
+            Ok(())
+        }
+    }
+    struct Line(Events);
+    impl InterruptLine for Line {
+        fn set_level(&mut self, high: bool) {
+            self.0.push(format!("line {high}"));
+        }
+    }
+    struct Quiet;
+    impl ConsoleOutput for Quiet {
+        fn put(&mut self, _: u8) {}
+    }
+
+    fn shadowed_uart(refuse: bool) -> (SharedUart, Events) {
+        let events = Events::default();
+        let page = Page { events: events.clone(), refuse };
+        (SharedUart::new(Box::new(Quiet), Box::new(Line(events.clone())), Some(Box::new(page))), events)
+    }
+
+    const FR: u64 = 0x18;
+    const IBRD: u64 = 0x24;
+    const IMSC: u64 = 0x38;
+    /// UARTFR at reset: transmit and receive FIFOs empty.
+    const FR_EMPTY: u32 = 0x90;
+
+    #[test]
+    fn the_page_gets_every_register_then_is_shown() {
+        let (_uart, events) = shadowed_uart(false);
+        let events = events.take();
+        let ids: Vec<String> = Pl011::id_registers().iter().map(|(o, v)| format!("write {o:#x} [{v:x}]")).collect();
+        assert_eq!(events[..ids.len()], ids[..]);
+        let mut words = [0u32; SHADOW_WORDS];
+        words[FR as usize / 4] = FR_EMPTY;
+        words[0x30 / 4] = 0x300;
+        words[0x34 / 4] = 0x12;
+        assert_eq!(events[ids.len()..], [format!("write 0x0 {words:x?}"), "show true".into()]);
+    }
+
+    #[test]
+    fn input_hides_the_page_before_it_raises_the_line_and_reading_it_all_shows_it_again() {
+        let (uart, events) = shadowed_uart(false);
+        uart.write(0, IMSC, AccessWidth::Word, 1 << 4).unwrap();
+        assert_eq!(events.take().last().map(String::as_str), Some("write 0x38 [10]"), "only the changed word");
+        assert_eq!(uart.receive(b"ab"), 0);
+        assert_eq!(events.take(), ["show false", "line true"]);
+        assert_eq!(uart.read(0, 0, AccessWidth::Word), Ok(u64::from(b'a')));
+        uart.write(0, IBRD, AccessWidth::Word, 0x1234).unwrap();
+        assert!(events.take().is_empty(), "input still waits: the page stays hidden, unwritten");
+        assert_eq!(uart.read(0, 0, AccessWidth::Word), Ok(u64::from(b'b')));
+        assert_eq!(events.take(), ["line false", "write 0x24 [1234]", "show true"], "written, then shown");
+    }
+
+    #[test]
+    fn a_window_without_its_page_traps_as_before_and_a_forgotten_page_is_never_written() {
+        let (uart, events) = shadowed_uart(true);
+        assert_eq!(events.take().last().map(String::as_str), Some("show true"));
+        uart.write(0, IMSC, AccessWidth::Word, 1 << 4).unwrap();
+        assert_eq!(uart.receive(b"a"), 0);
+        assert_eq!(events.take(), ["line true"], "refused once: the page is not asked again");
+        assert_eq!(uart.read(0, FR, AccessWidth::Word), Ok(0x80));
+
+        let (uart, events) = shadowed_uart(false);
+        uart.forget_shadow();
+        assert_eq!(events.take().last().map(String::as_str), Some("show false"));
+        uart.write(0, IMSC, AccessWidth::Word, 1 << 5).unwrap();
+        uart.reset();
+        assert!(events.take().is_empty(), "nothing reaches the page once the VM ends");
     }
 }

@@ -5,6 +5,7 @@
 //! it keeps this beside what it saves of each vCPU.
 
 mod devices;
+pub use devices::ShadowPage;
 mod mmio;
 
 use alloc::boxed::Box;
@@ -200,7 +201,7 @@ impl<E: VmEnv> Vm<E> {
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(E::Board::vm_console(id, spec.name), &console_choice, false);
         let uart_line = E::interrupt_line(&vgic, IntId(32 + hyp_core::guest_map::UART_SPI));
-        let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line));
+        let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line), E::uart_shadow(granted.vm_cap));
         let guest_log = Arc::new(GuestLogLimit::new());
         let device_work = Arc::new(AtomicBool::new(false));
         // An identity-mapped VM's RAM is mapped whole and zeroed before it starts: its
@@ -402,6 +403,7 @@ impl<E: VmEnv> Vm<E> {
     /// after its disk's requests in flight have completed: `Hypervisor::drain_disk`).
     pub fn shut_down_devices(&self) {
         self.virtio.shut_down();
+        self.uart.forget_shadow();
     }
 
     /// From now on the side core `core` on CPU `cpu` serves its disk and NIC

@@ -39,6 +39,7 @@ pub const PATHS: &[&str] = &[
     "hvc-unknown",
     "hvc-smccc-version",
     "mmio-read",
+    "virtio-read",
     "gicd-read",
     "virtual-ipi",
     "virtual-ipi-round-trip",

@@ -37,6 +37,9 @@ use selftest_guest::*;
 /// A function id no one implements (owner 2, "SiP service", function 0): NOT_SUPPORTED.
 const UNKNOWN_FUNCTION: u64 = 0xc200_0000;
 const UARTFR: usize = guest_common::console::UARTFR;
+/// MagicValue of the virtio-mmio transport at 0x0a00_0400: the VM's virtio console (slot 2),
+/// one of QEMU virt's transports natively.
+const VIRTIO_MAGIC: usize = 0x0a00_0400;
 const GICD_TYPER: usize = gic::GICD + 0x4;
 /// vCPU 0 -> vCPU 1.
 const IPI: u32 = 2;
@@ -198,8 +201,14 @@ extern "C" fn guest_main() -> ! {
         core::hint::black_box(hvc(SMCCC_VERSION, 0));
     });
     bench("mmio-read", || {
-        // SAFETY: UARTFR of the VM's PL011, emulated by the hypervisor (or QEMU natively).
+        // SAFETY: UARTFR of the VM's PL011: under the hypervisor, from its shadow page while
+        // nothing is received (docs/devices.md); QEMU's PL011 natively.
         core::hint::black_box(unsafe { read_volatile(UARTFR as *const u32) });
+    });
+    bench("virtio-read", || {
+        // SAFETY: MagicValue of the VM's virtio console transport, emulated by the hypervisor
+        // (a trapped device register read); QEMU's virtio-mmio transport there natively.
+        core::hint::black_box(unsafe { read_volatile(VIRTIO_MAGIC as *const u32) });
     });
     bench("gicd-read", || {
         // SAFETY: GICD_TYPER of the VM's GIC distributor (the vGIC, or QEMU's GIC natively).

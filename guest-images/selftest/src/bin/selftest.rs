@@ -10,6 +10,9 @@ use core::ptr::{read_volatile, write_volatile};
 
 use selftest_guest::*;
 
+/// Reads of UARTFR in a row, more than every other data abort of the test together.
+const UARTFR_READS: usize = 20_000;
+
 /// An IPA where the VM has neither RAM nor a device.
 const UNMAPPED_IPA: usize = 0x1000_0000;
 
@@ -73,25 +76,37 @@ extern "C" fn guest_main() -> ! {
         ),
     );
 
+    // The UART's page reads as a register file (reserved offsets as zero), from memory
+    // while nothing is received; writes always trap to the hypervisor's model.
+    // The system test checks from the VM's exit counts that the UARTFR reads did not trap.
+    // SAFETY: a write of UARTIBRD, then reads of the VM's emulated PL011 (MMIO).
+    let (ibrd, reserved) = unsafe {
+        write_volatile((UART + 0x24) as *mut u32, 0x1234);
+        for _ in 0..UARTFR_READS {
+            read_volatile((UART + 0x18) as *const u32);
+        }
+        (read_volatile((UART + 0x24) as *const u32), read_volatile((UART + 0x800) as *const u32))
+    };
+    c.check(
+        ibrd == 0x1234 && reserved == 0,
+        format_args!("uart: UARTIBRD reads back what was written (got {ibrd:#x}), a reserved offset reads as zero (got {reserved:#x})"),
+    );
+
     // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
-    let caught = expect_exception(|| unsafe {
-        let _ = read_volatile((UART + 0x800) as *const u32);
-    });
+    let caught = expect_exception(|| unsafe { write_volatile((UART + 0x800) as *mut u32, 0x5a) });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UART + 0x800),
         format_args!(
-            "mmio: a read of a missing UART register gives an external abort (ESR_EL1 {:#x})",
+            "mmio: a write of a missing UART register gives an external abort (ESR_EL1 {:#x})",
             caught.map_or(0, |c| c.0)
         ),
     );
 
     // SAFETY: an access the hypervisor must refuse; `expect_exception` catches the exception it injects.
-    let caught = expect_exception(|| unsafe {
-        let _ = read_volatile(UART as *const u64);
-    });
+    let caught = expect_exception(|| unsafe { write_volatile(UART as *mut u64, u64::from(b'!')) });
     c.check(
         is_external_abort(caught, EC_DATA_ABORT_SAME_EL, UART),
-        format_args!("mmio: a 64-bit UART access gives an external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
+        format_args!("mmio: a 64-bit UART write gives an external abort (ESR_EL1 {:#x})", caught.map_or(0, |c| c.0)),
     );
 
     // The vGIC's windows are decoded before the other devices': their refusals too.
