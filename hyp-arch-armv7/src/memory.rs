@@ -8,8 +8,7 @@ use stage2::{Ipa, TlbMaintenance};
 use crate::sysregs::Vttbr;
 
 /// Stage-2 TLB maintenance for one VMID (ARM ARM B4.2.2, "TLB maintenance operations"):
-/// TLBIIPAS2IS and TLBIALLIS reach the VMID in VTTBR, so the VM's VTTBR is loaded around
-/// the operation.
+/// TLBIALLIS reaches the VMID in VTTBR, so the VM's VTTBR is loaded around the operation.
 pub struct Stage2Tlb {
     pub vttbr: u64,
 }
@@ -38,24 +37,11 @@ impl Drop for InVmid {
 }
 
 impl TlbMaintenance for Stage2Tlb {
-    fn invalidate_ipa(&mut self, _vmid: u16, ipa: Ipa) {
-        let _in_vmid = InVmid::enter(self.vttbr);
-        // SAFETY: TLB maintenance has no effect on memory; the DSBs order it after the
-        // descriptor store and before the next one (break-before-make). TLBIIPAS2IS takes
-        // IPA[39:12] in bits [27:0]; TLBIALLIS then drops the combined stage 1 and 2
-        // entries of the VMID, which by-IPA invalidation does not reach.
-        unsafe {
-            asm!(
-                "dsb ishst",
-                "mcr p15, 4, {ipa}, c8, c0, 1",
-                "dsb ish",
-                "mcr p15, 0, {ipa}, c8, c3, 0",
-                "dsb ish",
-                "isb",
-                ipa = in(reg) (ipa.0 >> 12) as u32,
-                options(nostack)
-            )
-        }
+    fn invalidate_ipa(&mut self, vmid: u16, _ipa: Ipa) {
+        // ARMv7 has no stage-2 invalidation by IPA (TLBIIPAS2IS came with ARMv8's AArch32
+        // and is an undefined instruction on a Cortex-A15): TLBIALLIS for the VMID drops
+        // its stage-2 and combined entries alike, the IPA's among them.
+        self.invalidate_vmid(vmid);
     }
 
     fn invalidate_vmid(&mut self, _vmid: u16) {
