@@ -267,7 +267,7 @@ fn the_selftest_guest_passes_on_raspi4b() {
     for line in BOARD_LINES {
         assert_line(&out, line.trim_start());
     }
-    assert_line(&out, "selftest | ok 15 - psci: CPU_ON starts vCPU 1 with its context id in x0");
+    assert_line(&out, "selftest | ok 16 - psci: CPU_ON starts vCPU 1 with its context id in x0");
     assert_line(&out, "selftest | selftest: all 29 checks passed; powering off with PSCI SYSTEM_OFF");
     assert_line(&out, HALT_LINE);
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
