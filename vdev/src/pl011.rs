@@ -242,7 +242,8 @@ impl Pl011 {
             MIS => self.raw_interrupts & self.imsc,
             DMACR => self.dmacr,
             // UARTRSR/UARTECR (no receive errors), UARTICR (write-only) and reserved
-            // offsets read as zero, as the PrimeCell's unused locations do.
+            // offsets read as zero: the TRM leaves reserved reads undefined, and zero is
+            // what a copy of the page in memory can give without a trap.
             _ => ID_REGISTERS.iter().find(|(o, _)| *o == offset).map_or(0, |&(_, id)| id),
         }
     }

@@ -252,6 +252,27 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
         result
     }
 
+    /// A register read by the guest. A read changes nothing of the device but its incident
+    /// log (a legacy register, logged at once), so none of an access's after-work (work left,
+    /// frames, the interrupt line) follows it. A shut-down device reads as zero.
+    fn read_register(&self, offset: u64, width: AccessWidth) -> Result<u64, RegisterError> {
+        let (value, incidents) = {
+            let mut device = self.device.lock();
+            if self.shut_down.load(Ordering::Acquire) {
+                return Ok(0);
+            }
+            let value = device.read(offset, width.bytes() as u8);
+            (value, device.take_incidents())
+        };
+        for incident in incidents {
+            guest_line::<E::Arch, E::Board>(
+                &self.log,
+                format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name),
+            );
+        }
+        value
+    }
+
     /// Goes on with work the device left for later (a bounded notify), if it did.
     pub fn continue_work(&self) {
         if self.pending.load(Ordering::Acquire) {
@@ -360,12 +381,7 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
         if self.0.io.get().is_some() && offset == regs::INTERRUPT_STATUS && width == AccessWidth::Word {
             return Ok(u64::from(self.0.interrupt.load().status));
         }
-        // Through `with_device`, as a write, so an incident a read causes (a legacy register)
-        // is logged at once.
-        self.0
-            .with_device(|d, _| d.read(offset, width.bytes() as u8))
-            .unwrap_or(Ok(0))
-            .map_err(|e| mmio_error(e, width))
+        self.0.read_register(offset, width).map_err(|e| mmio_error(e, width))
     }
     fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         // A side core's device: a notify of one of its queues marks the queue and wakes the

@@ -174,6 +174,10 @@ impl IncidentLog {
     /// heap for the list, the incidents are counted as dropped instead (a log, not a panic).
     pub fn take(&mut self) -> Vec<DeviceIncident> {
         let mut out = Vec::new();
+        // The usual case, after every register access: nothing to take, nothing allocated.
+        if self.is_empty() {
+            return out;
+        }
         if out.try_reserve_exact(self.entries.len() + 1).is_err() {
             self.dropped = self.dropped.saturating_add(self.entries.len() as u64);
             self.entries.clear();

@@ -515,15 +515,14 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         if width != 4 || !offset.is_multiple_of(4) {
             return Err(RegisterError::BadWidth { offset, width });
         }
-        let features = self.offered_features();
         let value: u32 = match offset {
             regs::MAGIC_VALUE => MAGIC,
             regs::VERSION => VERSION,
             regs::DEVICE_ID => self.device.device_id(),
             regs::VENDOR_ID => VENDOR_ID,
             regs::DEVICE_FEATURES => match self.device_features_sel {
-                0 => features as u32,
-                1 => (features >> 32) as u32,
+                0 => self.offered_features() as u32,
+                1 => (self.offered_features() >> 32) as u32,
                 _ => 0,
             },
             regs::QUEUE_NUM_MAX => self.selected().map_or(0, |q| u32::from(q.max_size)),
