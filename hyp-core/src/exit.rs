@@ -79,7 +79,7 @@ pub enum Outcome {
     /// Re-enter the guest (registers and PC already updated).
     Resume,
     /// A synchronous external abort for the guest at its own EL1 vector.
-    InjectAbort { instruction: bool, far: u64 },
+    InjectAbort { instruction: bool, far: u64, write: bool },
     /// An undefined-instruction exception for the guest.
     InjectUndefined,
     /// A PSCI or VM call the VM layer carries out: the guest's registers still hold it
@@ -244,7 +244,7 @@ pub fn handle(
         Trap::InstructionAbort { ipa, .. } if mmio.first_touch(ipa) => Outcome::Resume,
         Trap::InstructionAbort { ipa, va } => {
             env.incident(Incident::InstructionFetchOutsideMemory { ipa });
-            Outcome::InjectAbort { instruction: true, far: va }
+            Outcome::InjectAbort { instruction: true, far: va, write: false }
         }
         Trap::Wait { interrupt } => {
             regs.advance_pc(len);
@@ -362,7 +362,8 @@ fn data_abort(
     mmio: &mut impl MmioDispatch,
     log: &mut impl IncidentLog,
 ) -> Outcome {
-    let inject = Outcome::InjectAbort { instruction: false, far: va };
+    // WnR as the abort reported it (ISS WnR is valid for every stage-2 data abort).
+    let inject = Outcome::InjectAbort { instruction: false, far: va, write };
     let Some(access) = access else {
         log.incident(match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
@@ -410,9 +411,11 @@ pub struct El1Exception {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InjectedException {
-    /// Synchronous external abort on a data access (DFSC 0b010000).
+    /// Synchronous external abort on a data access (DFSC 0b010000), by a write or a read
+    /// (ISS WnR; DFSR.WnR for an AArch32 EL1).
     DataAbort {
         far: u64,
+        write: bool,
     },
     /// Synchronous external abort on an instruction fetch (IFSC 0b010000).
     InstructionAbort {
@@ -424,6 +427,10 @@ pub enum InjectedException {
 /// PSTATE on exception entry to EL1: EL1h with D, A, I and F masked.
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
 const FSC_SYNC_EXTERNAL_ABORT: u64 = 0x10;
+/// ISS.WnR of a data abort (ARM ARM D24.2.40): the access was a write.
+const ISS_WNR: u64 = 6;
+/// DFSR.WnR (ARM ARM G8, DFSR, both formats): the access was a write.
+const DFSR_WNR: u32 = 1 << 11;
 
 /// Computes the entry into the guest's EL1 synchronous vector for `exception`, taken from the
 /// guest state in `ctx` (vector offsets: ARM ARM D1.10.2, table D1-7).
@@ -437,8 +444,8 @@ pub fn exception_to_el1(ctx: &GuestContext, vbar_el1: u64, exception: InjectedEx
         _ => 0x400,                  // EL0t: lower EL using AArch64
     };
     let (class, iss, far) = match exception {
-        InjectedException::DataAbort { far } => {
-            (if from_el1 { 0x25 } else { 0x24 }, FSC_SYNC_EXTERNAL_ABORT, Some(far))
+        InjectedException::DataAbort { far, write } => {
+            (if from_el1 { 0x25 } else { 0x24 }, FSC_SYNC_EXTERNAL_ABORT | u64::from(write) << ISS_WNR, Some(far))
         }
         InjectedException::InstructionAbort { far } => {
             (if from_el1 { 0x21 } else { 0x20 }, FSC_SYNC_EXTERNAL_ABORT, Some(far))
@@ -520,7 +527,8 @@ pub fn exception_to_aarch32(
         InjectedException::InstructionAbort { far } => {
             (mode::ABT, 0x0c, 4, true, Some(Aarch32Fault { instruction: true, status, address: far as u32 }))
         }
-        InjectedException::DataAbort { far } => {
+        InjectedException::DataAbort { far, write } => {
+            let status = status | if write { DFSR_WNR } else { 0 };
             (mode::ABT, 0x10, 8, true, Some(Aarch32Fault { instruction: false, status, address: far as u32 }))
         }
     };
@@ -709,9 +717,19 @@ mod tests {
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
         let exit = abort(0x2000_0000, 1, false, true);
         let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &mut Env::default());
-        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000 });
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x2000_0000, write: false });
         assert_eq!(incident, Some(Incident::NoMemoryOrDevice { ipa: Ipa(0x2000_0000), va: 0x2000_0000, write: false }));
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
+    }
+
+    #[test]
+    fn a_refused_store_gets_an_abort_that_says_it_was_a_write() {
+        let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+        for (ipa, isv) in [(0x2000_0008, true), (0x0900_0800, true), (0x0900_0000, false)] {
+            let (outcome, _) =
+                handle_sync(&mut ctx, 0, &abort(ipa, 1, true, isv), &mut bus_with_uart(), &mut Env::default());
+            assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: ipa, write: true }, "at {ipa:#x}");
+        }
     }
 
     /// The UART's bus, with RAM from 0x4000_0000 (32 MiB) zeroed on first touch: the
@@ -759,9 +777,9 @@ mod tests {
         }
         // Beyond RAM, or a device's register: as before.
         let (outcome, _) = handle_sync(&mut ctx, 0, &abort(0x4200_0000, 1, false, true), &mut ram, &mut Env::default());
-        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x4200_0000 });
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x4200_0000, write: false });
         let (outcome, _) = handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut ram, &mut Env::default());
-        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800, write: false });
         assert!(ram.1.is_empty(), "nothing outside RAM is taken for a first touch");
     }
 
@@ -770,7 +788,7 @@ mod tests {
         let mut ctx = GuestContext::default();
         let (outcome, incident) =
             handle_sync(&mut ctx, 0, &abort(0x0900_0800, 1, false, true), &mut bus_with_uart(), &mut Env::default());
-        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800 });
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0800, write: false });
         assert_eq!(
             incident,
             Some(Incident::DeviceRefused { ipa: Ipa(0x0900_0800), error: MmioError::NoRegister { offset: 0x800 } })
@@ -782,7 +800,7 @@ mod tests {
         let mut ctx = GuestContext::default();
         let (outcome, incident) =
             handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, false, false), &mut bus_with_uart(), &mut Env::default());
-        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000 });
+        assert_eq!(outcome, Outcome::InjectAbort { instruction: false, far: 0x0900_0000, write: false });
         assert_eq!(incident, Some(Incident::NotEmulatable { ipa: Ipa(0x0900_0000) }));
     }
 
@@ -934,8 +952,15 @@ mod tests {
     #[test]
     fn an_abort_from_el1h_enters_the_current_el_spx_vector() {
         let ctx = GuestContext { pc: 0x4000_2000, pstate: 0x3c5, ..Default::default() };
-        let e = exception_to_el1(&ctx, 0x4000_0800, InjectedException::DataAbort { far: 0x2000_0000 }, true);
+        let e =
+            exception_to_el1(&ctx, 0x4000_0800, InjectedException::DataAbort { far: 0x2000_0000, write: false }, true);
         assert_eq!(e.esr_el1, (0x25 << 26) | (1 << 25) | 0x10);
+        let store = InjectedException::DataAbort { far: 0x2000_0000, write: true };
+        assert_eq!(
+            exception_to_el1(&ctx, 0x4000_0800, store, true).esr_el1,
+            (0x25 << 26) | (1 << 25) | (1 << 6) | 0x10,
+            "WnR"
+        );
         assert_eq!(e.far_el1, Some(0x2000_0000));
         assert_eq!((e.elr_el1, e.spsr_el1), (0x4000_2000, 0x3c5));
         assert_eq!((e.pc, e.pstate), (0x4000_0a00, 0x3c5));
@@ -1040,11 +1065,15 @@ mod tests {
             1 << 13,
             0,
             true,
-            InjectedException::DataAbort { far: 0x0a00_0000 },
+            InjectedException::DataAbort { far: 0x0a00_0000, write: false },
         );
         assert_eq!((dabt.mode, dabt.lr, dabt.pc), (mode::ABT, 0x8000_1008, 0xffff_0010));
         assert_eq!(dabt.cpsr & 0x1ff, (1 << 8) | (1 << 7) | mode::ABT);
         assert_eq!(dabt.fault, Some(Aarch32Fault { instruction: false, status: 0x210, address: 0x0a00_0000 }));
+        // A store's abort, short descriptors: DFSR.WnR set.
+        let store = InjectedException::DataAbort { far: 0x0a00_0000, write: true };
+        let dabt_store = exception_to_aarch32(cpsr, 0x8000_1000, 0, 0, false, store);
+        assert_eq!(dabt_store.fault.map(|f| f.status), Some((1 << 11) | 0x08));
         // A prefetch abort, short descriptors: IFSR's synchronous external abort.
         let pabt = exception_to_aarch32(cpsr, 0x4000, 0, 0, false, InjectedException::InstructionAbort { far: 0x4000 });
         assert_eq!((pabt.lr, pabt.pc), (0x4004, 0x0c));

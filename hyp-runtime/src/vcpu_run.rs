@@ -441,10 +441,10 @@ fn answer<C: VcpuCpu>(
         }
         Outcome::DebugStateChanged => here.follow_debug(),
         Outcome::GenerateSgi { register, value } => generate_sgi(core, vcpu, register, value),
-        Outcome::InjectAbort { instruction: false, far } => {
-            here.inject(registers, InjectedException::DataAbort { far }, bytes)
+        Outcome::InjectAbort { instruction: false, far, write } => {
+            here.inject(registers, InjectedException::DataAbort { far, write }, bytes)
         }
-        Outcome::InjectAbort { instruction: true, far } => {
+        Outcome::InjectAbort { instruction: true, far, .. } => {
             here.inject(registers, InjectedException::InstructionAbort { far }, bytes)
         }
         Outcome::InjectUndefined => here.inject(registers, InjectedException::Undefined, bytes),

@@ -12,11 +12,11 @@ const SELFTEST_CHECKS: &[&str] = &[
     "ok 4 - smccc: an unknown function returns NOT_SUPPORTED (got -1)",
     "ok 5 - smccc: HVC with a non-zero immediate returns NOT_SUPPORTED (got -1)",
     "ok 6 - memory: a load from unmapped IPA 0x10000000 gives a synchronous external abort (ESR_EL1 0x96000010)",
-    "ok 7 - memory: a store to an unmapped IPA gives a synchronous external abort (ESR_EL1 0x96000010)",
+    "ok 7 - memory: a store to an unmapped IPA gives a synchronous external abort (ESR_EL1 0x96000050)",
     "ok 8 - memory: a jump to an unmapped IPA gives an instruction abort (ESR_EL1 0x86000010)",
     "ok 9 - uart: UARTIBRD reads back what was written (got 0x1234), a reserved offset reads as zero (got 0x0)",
-    "ok 10 - mmio: a write of a missing UART register gives an external abort (ESR_EL1 0x96000010)",
-    "ok 11 - mmio: a 64-bit UART write gives an external abort (ESR_EL1 0x96000010)",
+    "ok 10 - mmio: a write of a missing UART register gives an external abort (ESR_EL1 0x96000050)",
+    "ok 11 - mmio: a 64-bit UART write gives an external abort (ESR_EL1 0x96000050)",
     "ok 12 - mmio: a 64-bit GIC distributor access gives an external abort (ESR_EL1 0x96000010)",
     "ok 13 - mmio: a byte read of GICR_TYPER gives an external abort (ESR_EL1 0x96000010)",
     "ok 14 - sysreg: a PMU register the hypervisor does not offer is an undefined instruction (ESR_EL1 0x2000000)",
@@ -115,7 +115,7 @@ fn a_guest_whose_check_fails_makes_qemu_exit_non_zero() {
     // an abort it did not expect, reports it and exits with a failure status.
     let out = boot("failing", Machine::default(), &[selftest_vm(8 << 20)]);
     assert_eq!(out.status, Some(1), "QEMU exit status; console:\n{}", out.console);
-    assert_line(&out, "selftest | not ok - unexpected exception kind 0: ESR_EL1 0x96000010 FAR_EL1 0x41000000");
+    assert_line(&out, "selftest | not ok - unexpected exception kind 0: ESR_EL1 0x96000050 FAR_EL1 0x41000000");
     assert_line(&out, "hypervisor: vm0 selftest vcpu0: HYP_VM_EXIT with status 2");
     assert_line(&out, "hypervisor: all 1 VM(s) ended: 0 clean, 1 failed");
 }

@@ -39,6 +39,7 @@ const CHECKS: &[&str] = &[
      instruction + 4 (vector 0x4, mode 0x1b, LR - instruction 4)",
     "abort: a load from IPA 0x30000000 takes the Data Abort vector in ABT mode, LR = the instruction + 8, DFSR = \
      synchronous external abort (vector 0x10, mode 0x17, LR - instruction 8, DFSR 0x8, DFAR 0x30000000)",
+    "abort: a store's Data Abort says it was a write (DFSR.WnR; vector 0x10, DFSR 0x808, DFAR 0x30000000)",
     SPSR_CHECK,
     "mmio: LDRNE from UARTFR with Z set leaves its register alone (got 0x5a5a5a5a; UARTFR reads 0x90)",
     "mmio: STRNE to UARTDR with Z set prints nothing (the brackets on the line above are empty)",
@@ -129,7 +130,7 @@ const ARMV7_DEFECTS: &[QemuDefect] = &[
 /// what the guest's handler reads in that mode: it reads the SPSR of the mode it was in
 /// when it trapped (SPSR_svc, zero here).
 const AARCH64_DEFECTS: &[QemuDefect] = &[QemuDefect {
-    line: "not ok 21 - exceptions: each SPSR is the CPSR the exception was taken from (SPSR_und 0x0 and 0x0, \
+    line: "not ok 22 - exceptions: each SPSR is the CPSR the exception was taken from (SPSR_und 0x0 and 0x0, \
            SPSR_abt 0x0; CPSR 0x1d3)",
     why: "QEMU does not load the SPSR_und/SPSR_abt an AArch64 EL2 wrote when it returns to that AArch32 mode",
 }];

@@ -24,6 +24,8 @@ const UNMAPPED_IPA: u32 = 0x3000_0000;
 /// DFSR of a synchronous external abort, short-descriptor format (ARM ARM B4.1.52, FS
 /// 0b01000): the MMU is off, so TTBCR.EAE is clear.
 const DFSR_SYNC_EXTERNAL_ABORT: u32 = 0x08;
+/// DFSR.WnR [11]: the abort was on a write.
+const DFSR_WNR: u32 = 1 << 11;
 /// What a register holds before an instruction that must not write it.
 const UNTOUCHED: u32 = 0x5a5a_5a5a;
 /// vCPU 0 -> vCPU 1.
@@ -194,6 +196,25 @@ fn exception_checks(c: &mut Checks) {
             k.vector * 4,
             k.mode,
             k.lr.wrapping_sub(at) as i32,
+            k.fsr,
+            k.far
+        ),
+    );
+
+    let store = expect_exception(|| {
+        // SAFETY: a store to an IPA with nothing there: as the load above.
+        unsafe {
+            asm!("adr {at}, 1f", "1: str {v}, [{a}]", at = out(reg) at, v = in(reg) 0x5a, a = in(reg) UNMAPPED_IPA, options(nostack))
+        };
+    });
+    let ok = matches!(store, Some(k) if k.vector == vector::DATA_ABORT && k.fsr == DFSR_SYNC_EXTERNAL_ABORT | DFSR_WNR
+        && k.far == UNMAPPED_IPA);
+    let k = store.unwrap_or_default();
+    c.check(
+        ok,
+        format_args!(
+            "abort: a store's Data Abort says it was a write (DFSR.WnR; vector {:#x}, DFSR {:#x}, DFAR {:#x})",
+            k.vector * 4,
             k.fsr,
             k.far
         ),
