@@ -43,6 +43,13 @@ fn check(gic_version: u8) {
         out.console.find("bystander | bystander: all ").unwrap_or_else(|| panic!("bystander failed:\n{}", out.console));
     assert!(hostile_done < bystander_done, "the bystander ran for the whole attack:\n{}", out.console);
     assert!(!out.console.contains("not ok"), "a check failed:\n{}", out.console);
+    assert!(
+        out.console.contains(
+            "uart: every offset at widths 1/2/4/8: 7680 reads served, 0 aborted; 2000 bytes looped back, 0 not seen at once"
+        ),
+        "the UART attack:\n{}",
+        out.console
+    );
     assert!(!out.console.contains("panic"), "the hypervisor or a guest panicked:\n{}", out.console);
     assert_line(&out, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed");
 
