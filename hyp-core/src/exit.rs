@@ -130,6 +130,12 @@ pub enum Incident {
     InstructionFetchOutsideMemory {
         ipa: Ipa,
     },
+    /// A stage-2 abort whose IPA the hardware does not give (its fault status code).
+    AbortWithoutIpa {
+        va: u64,
+        status: u8,
+        instruction: bool,
+    },
     /// MSR/MRS to a system register the hypervisor does not emulate (ISS of EC 0x18).
     SystemRegister {
         iss: u32,
@@ -161,6 +167,11 @@ impl fmt::Display for Incident {
             Self::DeviceRefused { ipa, error } => write!(f, "device access at IPA {:#x} refused ({error}): external abort injected", ipa.0),
             Self::NotEmulatable { ipa } => write!(f, "device access at IPA {:#x} with no instruction syndrome (pair, writeback or SIMD access): external abort injected", ipa.0),
             Self::InstructionFetchOutsideMemory { ipa } => write!(f, "instruction fetch from IPA {:#x}, outside the VM's memory: external abort injected", ipa.0),
+            Self::AbortWithoutIpa { va, status, instruction } => write!(
+                f,
+                "{} at VA {va:#x} faulted at stage 2 with status {status:#x} (no IPA given for it: not a translation, access flag or permission fault): external abort injected",
+                if *instruction { "instruction fetch" } else { "data access" }
+            ),
             Self::SystemRegister { iss } => {
                 let (op0, op1, crn, crm, op2) = (iss >> 20 & 3, iss >> 14 & 7, iss >> 10 & 0xf, iss >> 1 & 0xf, iss >> 17 & 7);
                 let dir = if iss & 1 != 0 { "read" } else { "write" };
@@ -241,6 +252,10 @@ pub fn handle(
             }
         }
         Trap::DataAbort { ipa, va, access, write } => data_abort(regs, len, vcpu, ipa, va, access, write, mmio, env),
+        Trap::AbortWithoutIpa { va, status, write, instruction } => {
+            env.incident(Incident::AbortWithoutIpa { va, status, instruction });
+            Outcome::InjectAbort { instruction, far: va, write }
+        }
         Trap::InstructionAbort { ipa, .. } if mmio.first_touch(ipa) => Outcome::Resume,
         Trap::InstructionAbort { ipa, va } => {
             env.incident(Incident::InstructionFetchOutsideMemory { ipa });
@@ -722,6 +737,37 @@ mod tests {
         assert_eq!(ctx.pc, 0x4000_0000, "the faulting instruction is not skipped");
     }
 
+    /// HPFAR is UNKNOWN for a stage-2 fault that is not a translation, access flag or
+    /// permission fault (an alignment fault a Device mapping causes, here with ISV set and
+    /// HPFAR still naming the UART): nothing is emulated at whatever HPFAR holds.
+    #[test]
+    fn an_abort_whose_ipa_the_hardware_does_not_give_reaches_no_device() {
+        for (class, instruction, status) in [(0x24, false, 0x21), (0x24, false, 0x30), (0x20, false, 0x10)] {
+            let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+            ctx.x[1] = u64::from(b'!');
+            let iss = (1 << 24) | (2 << 22) | (1 << 16) | (1 << 6) | status;
+            let exit = SyncExit {
+                syndrome: Syndrome((class << 26) | (1 << 25) | iss),
+                far: 0x7000_0003,
+                hpfar: 0x0900_0000 >> 8,
+            };
+            let write = class == 0x24;
+            let (outcome, incident) = handle_sync(&mut ctx, 0, &exit, &mut bus_with_uart(), &mut Env::default());
+            let instruction = instruction || class == 0x20;
+            assert_eq!(outcome, Outcome::InjectAbort { instruction, far: 0x7000_0003, write }, "status {status:#x}");
+            assert_eq!(
+                incident,
+                Some(Incident::AbortWithoutIpa { va: 0x7000_0003, status: status as u8, instruction })
+            );
+            assert_eq!(ctx.pc, 0x4000_0000, "not stepped: nothing was emulated");
+        }
+        // A translation fault with the same syndrome is the UART's store.
+        let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
+        let (outcome, _) =
+            handle_sync(&mut ctx, 0, &abort(0x0900_0000, 1, true, true), &mut bus_with_uart(), &mut Env::default());
+        assert_eq!((outcome, ctx.pc), (Outcome::Resume, 0x4000_0004));
+    }
+
     #[test]
     fn a_refused_store_gets_an_abort_that_says_it_was_a_write() {
         let mut ctx = GuestContext { pc: 0x4000_0000, ..Default::default() };
@@ -993,7 +1039,8 @@ mod tests {
         assert_eq!(regs.pc, 0x8000, "an HVC's return address is past it already");
         // A word store of r2 to the UART's data register, through the emulated PL011.
         regs.r[2] = u32::from(b'x');
-        let iss = (1 << 24) | (2 << 22) | (2 << 16) | (1 << 6);
+        // ISV, word, r2, a write; a translation fault at level 3.
+        let iss = (1 << 24) | (2 << 22) | (2 << 16) | (1 << 6) | 0x07;
         let store = decode(&HypExit {
             hsr: (0x24 << 26) | (1 << 25) | iss,
             far: 0x0900_0000,

@@ -200,6 +200,14 @@ impl DataAbort {
     pub fn is_permission_fault(self) -> bool {
         self.status_code() & 0x3c == 0x0c
     }
+    /// HPFAR holds the faulting IPA: a translation, access flag or permission fault (DFSC
+    /// 0b0001LL to 0b0011LL; ARM ARM D24.2.59, HPFAR_EL2, and B4.1.71 HPFAR on ARMv7, which
+    /// use the same codes in HSR). For any other fault (an alignment fault a stage-2 Device
+    /// mapping causes, a TLB conflict, an external abort) HPFAR is UNKNOWN. The same test
+    /// holds for an instruction abort's IFSC.
+    pub fn ipa_is_known(self) -> bool {
+        (0x04..=0x0f).contains(&self.status_code())
+    }
 
     /// The access to emulate, or None when the hardware gave no instruction syndrome (load or
     /// store pair, writeback addressing, SIMD registers...): such an access cannot be emulated

@@ -206,6 +206,19 @@ pub fn decode(exit: &HypExit) -> DecodedExit {
         ExceptionClass::HVC32 => Trap::Call { immediate: s.call_immediate(), smc: false },
         // A trapped SMC's ISS has no immediate (B3.13.6): the call is identified by r0.
         ExceptionClass::SMC32 => Trap::Call { immediate: 0, smc: true },
+        ExceptionClass::DATA_ABORT_LOWER | ExceptionClass::INSTRUCTION_ABORT_LOWER
+            if !s.data_abort().ipa_is_known() =>
+        {
+            let abort = s.data_abort();
+            let instruction = s.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
+            Trap::AbortWithoutIpa {
+                va: sync.far,
+                status: abort.status_code(),
+                // WnR is RES0 in an instruction abort's ISS.
+                write: !instruction && abort.is_write(),
+                instruction,
+            }
+        }
         ExceptionClass::DATA_ABORT_LOWER => {
             let abort = s.data_abort();
             // SF is RES0 in an HSR: every access is to a 32-bit register.
@@ -294,6 +307,17 @@ mod tests {
         // No instruction syndrome (an LDM, say): nothing to emulate.
         let trap = decode_hsr(hsr(0x24, true, 0x05));
         assert!(matches!(trap, Trap::DataAbort { access: None, write: false, .. }), "{trap:?}");
+        // An alignment fault (a stage-2 Device mapping) with the same syndrome: HPFAR is
+        // UNKNOWN for it, so no IPA is taken from it.
+        let trap = decode(&HypExit {
+            hsr: hsr(0x24, true, (iss & !0x3f) | 0x21),
+            far: 0x0900_0019,
+            hpfar: 0x0900_0000 >> 8,
+            cpsr: mode::SVC,
+            aarch64_view: false,
+        })
+        .trap;
+        assert_eq!(trap, Trap::AbortWithoutIpa { va: 0x0900_0019, status: 0x21, write: true, instruction: false });
     }
 
     #[test]

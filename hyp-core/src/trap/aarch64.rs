@@ -14,6 +14,19 @@ pub fn decode(exit: &SyncExit) -> DecodedExit {
     let trap = match s.class() {
         ExceptionClass::HVC64 => Trap::Call { immediate: s.call_immediate(), smc: false },
         ExceptionClass::SMC64 => Trap::Call { immediate: s.call_immediate(), smc: true },
+        ExceptionClass::DATA_ABORT_LOWER | ExceptionClass::INSTRUCTION_ABORT_LOWER
+            if !s.data_abort().ipa_is_known() =>
+        {
+            let abort = s.data_abort();
+            let instruction = s.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
+            Trap::AbortWithoutIpa {
+                va: exit.far,
+                status: abort.status_code(),
+                // WnR is RES0 in an instruction abort's ISS.
+                write: !instruction && abort.is_write(),
+                instruction,
+            }
+        }
         ExceptionClass::DATA_ABORT_LOWER => {
             let abort = s.data_abort();
             Trap::DataAbort {

@@ -23,6 +23,10 @@ pub enum Trap {
     DataAbort { ipa: Ipa, va: u64, access: Option<MmioAccess>, write: bool },
     /// An instruction fetch from `ipa`, outside the VM's memory.
     InstructionAbort { ipa: Ipa, va: u64 },
+    /// A stage-2 abort whose IPA the hardware does not give (HPFAR is UNKNOWN for its fault
+    /// status `status`, e.g. an alignment fault a Device mapping causes): nothing is
+    /// emulated or mapped for it, whatever HPFAR holds.
+    AbortWithoutIpa { va: u64, status: u8, write: bool, instruction: bool },
     /// WFI (`interrupt`) or WFE.
     Wait { interrupt: bool },
     /// An AArch64 MSR, MRS or SYS (EC 0x18); `iss` for the log line.
