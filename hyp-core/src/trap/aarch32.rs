@@ -206,25 +206,14 @@ pub fn decode(exit: &HypExit) -> DecodedExit {
         ExceptionClass::HVC32 => Trap::Call { immediate: s.call_immediate(), smc: false },
         // A trapped SMC's ISS has no immediate (B3.13.6): the call is identified by r0.
         ExceptionClass::SMC32 => Trap::Call { immediate: 0, smc: true },
-        ExceptionClass::DATA_ABORT_LOWER | ExceptionClass::INSTRUCTION_ABORT_LOWER
-            if !s.data_abort().ipa_is_known() =>
-        {
-            let abort = s.data_abort();
-            let instruction = s.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
-            Trap::AbortWithoutIpa {
-                va: sync.far,
-                status: abort.status_code(),
-                // WnR is RES0 in an instruction abort's ISS.
-                write: !instruction && abort.is_write(),
-                instruction,
-            }
-        }
+        ExceptionClass::DATA_ABORT_LOWER if !s.data_abort().ipa_is_known() => super::without_ipa(s, sync.far),
         ExceptionClass::DATA_ABORT_LOWER => {
             let abort = s.data_abort();
             // SF is RES0 in an HSR: every access is to a 32-bit register.
             let access = abort.mmio_access().map(|a| crate::syndrome::MmioAccess { register_is_64bit: false, ..a });
             Trap::DataAbort { ipa: sync.fault_ipa(), va: sync.far, access, write: abort.is_write() }
         }
+        ExceptionClass::INSTRUCTION_ABORT_LOWER if !s.data_abort().ipa_is_known() => super::without_ipa(s, sync.far),
         ExceptionClass::INSTRUCTION_ABORT_LOWER => Trap::InstructionAbort { ipa: sync.fault_ipa(), va: sync.far },
         _ if !executes(s, exit.cpsr) => Trap::ConditionFailed,
         ExceptionClass::WFX => Trap::Wait { interrupt: iss & 1 == 0 },

@@ -14,28 +14,20 @@ pub fn decode(exit: &SyncExit) -> DecodedExit {
     let trap = match s.class() {
         ExceptionClass::HVC64 => Trap::Call { immediate: s.call_immediate(), smc: false },
         ExceptionClass::SMC64 => Trap::Call { immediate: s.call_immediate(), smc: true },
-        ExceptionClass::DATA_ABORT_LOWER | ExceptionClass::INSTRUCTION_ABORT_LOWER
-            if !s.data_abort().ipa_is_known() =>
-        {
-            let abort = s.data_abort();
-            let instruction = s.class() == ExceptionClass::INSTRUCTION_ABORT_LOWER;
-            Trap::AbortWithoutIpa {
-                va: exit.far,
-                status: abort.status_code(),
-                // WnR is RES0 in an instruction abort's ISS.
-                write: !instruction && abort.is_write(),
-                instruction,
-            }
-        }
         ExceptionClass::DATA_ABORT_LOWER => {
             let abort = s.data_abort();
-            Trap::DataAbort {
-                ipa: exit.fault_ipa(),
-                va: exit.far,
-                access: abort.mmio_access(),
-                write: abort.is_write(),
+            if abort.ipa_is_known() {
+                Trap::DataAbort {
+                    ipa: exit.fault_ipa(),
+                    va: exit.far,
+                    access: abort.mmio_access(),
+                    write: abort.is_write(),
+                }
+            } else {
+                super::without_ipa(s, exit.far)
             }
         }
+        ExceptionClass::INSTRUCTION_ABORT_LOWER if !s.data_abort().ipa_is_known() => super::without_ipa(s, exit.far),
         ExceptionClass::INSTRUCTION_ABORT_LOWER => Trap::InstructionAbort { ipa: exit.fault_ipa(), va: exit.far },
         // ISS.TI[1:0]: 0 is WFI; WFE (and WFIT, WFET) only yield.
         ExceptionClass::WFX => Trap::Wait { interrupt: s.iss() & 0b11 == 0 },

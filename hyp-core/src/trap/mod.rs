@@ -131,6 +131,17 @@ impl<R: GuestRegisters> GuestRegisters for &mut R {
     }
 }
 
+/// A stage-2 abort whose fault status gives no IPA (`DataAbort::ipa_is_known`), out of the
+/// exit path's line: rare, and only its log line and the guest's abort follow.
+#[cold]
+#[inline(never)]
+fn without_ipa(s: crate::syndrome::Syndrome, far: u64) -> Trap {
+    let abort = s.data_abort();
+    let instruction = s.class() == crate::syndrome::ExceptionClass::INSTRUCTION_ABORT_LOWER;
+    // WnR is RES0 in an instruction abort's ISS.
+    Trap::AbortWithoutIpa { va: far, status: abort.status_code(), write: !instruction && abort.is_write(), instruction }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
