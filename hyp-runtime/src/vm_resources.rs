@@ -72,8 +72,7 @@ pub fn grant_resources<M: TableMemory, T: TlbMaintenance>(
     };
     let granted = grant_to(caps, mem, &tlb, untyped, vm_cap, request);
     if granted.is_err() {
-        let vttbr = caps.vm_id(vm_cap).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
-        let _ = caps.destroy_vm(mem, &mut tlb(vttbr), vm_cap);
+        let _ = caps.destroy_vm(mem, &mut tlb(vttbr_of(caps, vm_cap)), vm_cap);
     }
     granted
 }
@@ -106,7 +105,7 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
         }
     };
     let vm = caps.vm_id(vm_cap)?;
-    let mut tlb = tlb(caps.vm_table(vm).map_or(0, |t| t.vttbr()));
+    let mut tlb = tlb(vttbr_of(caps, vm_cap));
     caps.map(mem, &mut tlb, vm_cap, region, Ipa(ipa), Rights::RWX)?;
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
     // The UART's window is read from a page while nothing is received (docs/devices.md,
@@ -142,6 +141,12 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
         ipa_bits: table.geometry().ipa_bits,
         table_frames: table.table_frame_count(mem),
     })
+}
+
+/// The stage-2 root (VTTBR) of the VM `vm_cap` names, for its TLB maintenance; 0 when it
+/// names no VM.
+pub(crate) fn vttbr_of(caps: &CapSpace, vm_cap: CapId) -> u64 {
+    caps.vm_id(vm_cap).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr())
 }
 
 /// Destroys an ended VM through its capability: every mapping and window revoked, its RAM

@@ -40,7 +40,7 @@ use crate::passthrough::PassthroughDevice;
 use crate::scheduling::Scheduling;
 use crate::virtio::slot::VmEnv;
 use crate::vm::{Vm, VmBuild, VmError};
-use crate::vm_resources::{VmRequest, VmResources};
+use crate::vm_resources::{vttbr_of, VmRequest, VmResources};
 use crate::vm_table::VmTable;
 
 /// What the runtime asks of the architecture's virtualization: a VM's stage-2 tables and
@@ -190,8 +190,7 @@ impl<V: Virtualization> Hypervisor<V> {
         zero: &mut impl FnMut(PhysAddr, u64),
     ) -> Result<u64, CapError> {
         let caps = self.caps.get().ok_or(CapError::NoSuchCapability { cap: vm })?.lock();
-        let vttbr = caps.vm_id(vm).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
-        caps.zero_on_first_touch(mem, &mut tlb(vttbr), vm, range, zero)
+        caps.zero_on_first_touch(mem, &mut tlb(vttbr_of(&caps, vm)), vm, range, zero)
     }
 
     /// The page VM `vm` may read its window at `ipa` from (`CapSpace::window_shadow`).
@@ -212,8 +211,7 @@ impl<V: Virtualization> Hypervisor<V> {
         visible: bool,
     ) -> Result<(), CapError> {
         let caps = self.caps.get().ok_or(CapError::NoSuchCapability { cap: vm })?.lock();
-        let vttbr = caps.vm_id(vm).ok().and_then(|id| caps.vm_table(id)).map_or(0, |t| t.vttbr());
-        caps.show_window_shadow(mem, &mut tlb(vttbr), vm, ipa, visible)
+        caps.show_window_shadow(mem, &mut tlb(vttbr_of(&caps, vm)), vm, ipa, visible)
     }
 
     /// One turn of CPU `cpu`: runs the vCPU the scheduler picks until it leaves the CPU, and

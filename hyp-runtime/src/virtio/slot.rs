@@ -240,12 +240,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
         };
         let (result, change) = result;
         self.line.lock().show(level, change);
-        for incident in incidents {
-            guest_line::<E::Arch, E::Board>(
-                &self.log,
-                format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name),
-            );
-        }
+        self.log_incidents(incidents);
         for frame in frames {
             E::forward_frame(self.port, &frame);
         }
@@ -264,13 +259,19 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             let value = device.read(offset, width.bytes() as u8);
             (value, device.take_incidents())
         };
+        self.log_incidents(incidents);
+        value
+    }
+
+    /// What the guest did wrong on the device, each a line under the VM's limit; logged
+    /// after the device's lock is released.
+    fn log_incidents(&self, incidents: impl IntoIterator<Item = impl core::fmt::Display>) {
         for incident in incidents {
             guest_line::<E::Arch, E::Board>(
                 &self.log,
                 format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name),
             );
         }
-        value
     }
 
     /// Goes on with work the device left for later (a bounded notify), if it did.
