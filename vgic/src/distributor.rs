@@ -70,32 +70,52 @@ pub struct Distributor {
 }
 
 /// A bit per SPI, set whenever its state may have changed (every change goes through
-/// `Distributor::irq_mut`) and cleared when it is found quiet.
+/// `Distributor::irq_mut`) and cleared when it is found quiet; and a bit per word of those
+/// that may be non-zero (`words`), so that asking whether any SPI may be busy, which every
+/// entry that plans does, is one test, and forgetting the quiet ones visits only the words
+/// that hold a bit (a VM of 988 SPIs has 16 words, all of them zero most of the time).
 #[derive(Clone, Debug)]
-pub(crate) struct LiveSpis(pub(crate) Box<[u64]>);
+pub(crate) struct LiveSpis {
+    bits: Box<[u64]>,
+    /// Bit w set: `bits[w]` may be non-zero (16 words at most: `MAX_SPIS` is 988).
+    words: u32,
+}
+
+const _: () = assert!(MAX_SPIS.div_ceil(64) <= 32);
 
 impl LiveSpis {
+    fn new(spis: usize) -> Result<LiveSpis, VgicError> {
+        Ok(LiveSpis { bits: boxed(0, spis.div_ceil(64))?, words: 0 })
+    }
     /// The set slots, in ascending order.
     pub(crate) fn slots(&self) -> impl Iterator<Item = usize> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, &bits)| set_bits(bits).map(move |b| w * 64 + b))
+        set_bits(u64::from(self.words))
+            .filter_map(|w| Some((w, *self.bits.get(w)?)))
+            .flat_map(|(w, bits)| set_bits(bits).map(move |b| w * 64 + b))
     }
     /// Clears the bits of the slots `quiet` says are quiet.
     fn forget(&mut self, quiet: impl Fn(usize) -> bool) {
-        for (w, word) in self.0.iter_mut().enumerate() {
+        for w in set_bits(u64::from(self.words)) {
+            let Some(word) = self.bits.get_mut(w) else { continue };
             for b in set_bits(*word) {
                 if quiet(w * 64 + b) {
                     *word &= !(1 << b);
                 }
             }
+            if *word == 0 {
+                self.words &= !(1 << w);
+            }
         }
     }
     /// No SPI may be busy.
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.iter().all(|&w| w == 0)
+        self.words == 0
     }
     fn mark(&mut self, slot: usize) {
-        if let Some(w) = self.0.get_mut(slot / 64) {
-            *w |= 1 << (slot % 64);
+        let w = slot / 64;
+        if let Some(word) = self.bits.get_mut(w) {
+            *word |= 1 << (slot % 64);
+            self.words |= 1 << w;
         }
     }
 }
@@ -140,7 +160,7 @@ impl Distributor {
             enable_grp0: false,
             enable_grp1: false,
             spi: boxed(IrqState::default(), spis)?,
-            live_spis: Cache(LiveSpis(boxed(0, spis.div_ceil(64))?)),
+            live_spis: Cache(LiveSpis::new(spis)?),
             // GICv2: CPU 0; GICv3: affinity 0.0.0.0, that is vCPU 0 (reset values are
             // UNKNOWN; these make a guest that never routes its SPIs still work).
             route: boxed(if config.version == GicVersion::V2 { 1 } else { 0 }, spis)?,

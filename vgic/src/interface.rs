@@ -111,6 +111,13 @@ impl Distributor {
             GicVersion::V2 => u64::from(GichLr::encode(lr).0),
         }
     }
+    /// The virtual INTID an encoded list register shows, without decoding the rest.
+    fn vintid_of(&self, raw: u64) -> u32 {
+        match self.version {
+            GicVersion::V3 => IchLr(raw).vintid(),
+            GicVersion::V2 => GichLr(raw as u32).vintid(),
+        }
+    }
 
     /// Before entering `vcpu`: puts its highest-priority interrupts in the list registers
     /// (writing only those that change) and asks for a maintenance interrupt when more wait.
@@ -187,39 +194,39 @@ impl Distributor {
             return false;
         }
         let want = if live == 0 { None } else { self.want_private(vcpu, live.trailing_zeros()) };
+        let Some(w) = want else {
+            if owned != 0 {
+                return false;
+            }
+            set_maintenance(state, lrs, Maintenance::NONE);
+            return true;
+        };
+        // Compared and written encoded: the list registers hold what `encode` wrote, with
+        // only their state changed by the guest, and a wanted interrupt encodes and decodes
+        // back to itself, so equal encodings are equal registers (`old == w.lr` of the
+        // planner's resident rule) without decoding the old one.
+        let raw = self.encode(&w.lr);
+        let m = Maintenance { underflow: false, no_pending: w.refill_on_ack && w.lr.state == LrState::Pending };
         let count = lrs.count().min(MAX_LIST_REGISTERS);
-        let (i, w) = match (owned, want) {
-            (0, None) => {
-                set_maintenance(state, lrs, Maintenance::NONE);
-                return true;
+        let i = if owned == 0 {
+            // `count` is at most 16.
+            let free = lrs.empty_status() & ((1 << count) - 1);
+            if free == 0 {
+                return false;
             }
-            (_, None) => return false,
-            (0, Some(w)) => {
-                let empty = lrs.empty_status();
-                let Some(i) = (0..count).find(|&i| empty & (1 << i) != 0) else { return false };
-                (i, w)
+            free.trailing_zeros() as usize
+        } else {
+            let i = owned.trailing_zeros() as usize;
+            if i >= count || self.vintid_of(state.lr[i]) != w.lr.vintid.0 {
+                return false;
             }
-            (_, Some(w)) => {
-                let i = owned.trailing_zeros() as usize;
-                let old = self.decode(state.lr[i]);
-                if i >= count || old.vintid != w.lr.vintid {
-                    return false;
-                }
-                if old == w.lr {
-                    self.placed(vcpu, &old);
-                    let m =
-                        Maintenance { underflow: false, no_pending: w.refill_on_ack && w.lr.state == LrState::Pending };
-                    set_maintenance(state, lrs, m);
-                    return true;
-                }
-                (i, w)
-            }
+            i
         };
         self.placed(vcpu, &w.lr);
-        let raw = self.encode(&w.lr);
-        state.set_lr(i, raw, &w.lr);
-        lrs.write_lr(i, raw);
-        let m = Maintenance { underflow: false, no_pending: w.refill_on_ack && w.lr.state == LrState::Pending };
+        if state.lr[i] != raw {
+            state.set_lr(i, raw, &w.lr);
+            lrs.write_lr(i, raw);
+        }
         set_maintenance(state, lrs, m);
         true
     }

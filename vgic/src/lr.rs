@@ -89,6 +89,10 @@ impl IchLr {
         }
         IchLr(v)
     }
+    /// vINTID alone.
+    pub fn vintid(self) -> u32 {
+        self.0 as u32
+    }
     pub fn decode(self) -> ListRegister {
         let v = self.0;
         let hw = v & (1 << 61) != 0;
@@ -126,6 +130,10 @@ impl GichLr {
             }
         }
         GichLr(v)
+    }
+    /// VirtualID alone.
+    pub fn vintid(self) -> u32 {
+        self.0 & 0x3ff
     }
     pub fn decode(self) -> ListRegister {
         let v = self.0;
