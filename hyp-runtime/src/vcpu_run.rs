@@ -237,6 +237,9 @@ pub fn run_vcpu<C: VcpuCpu>(
     // Whether this vCPU holds list registers (then they are taken back on every exit),
     // and whether what came back changed (then they are planned again before entry).
     let (mut lrs_in_use, mut lrs_changed) = (false, false);
+    // Whether its virtual timer fired at the last exit: the line goes into the vGIC with
+    // the next plan, after the take-back of the deactivation that dropped it.
+    let mut timer_fired = false;
     loop {
         if core.is_ending() {
             return stop(vm, vcpu, &mut here);
@@ -244,11 +247,20 @@ pub fn run_vcpu<C: VcpuCpu>(
         if core.device_work.load(Ordering::Relaxed) && core.device_work.swap(false, Ordering::AcqRel) {
             core.continue_device_work();
         }
-        // The common case, nothing in flight and nothing new: one load, no lock.
-        if lrs_changed || core.vgic.take_hint(vcpu) {
+        // The common case, nothing in flight and nothing new: one load, no lock. The hint
+        // is taken whatever else asks for a plan, or the next entry would plan again.
+        let hinted = core.vgic.take_hint(vcpu);
+        if lrs_changed || timer_fired || hinted {
             // The vCPU's own list-register state, then the VM's vGIC (shared_vgic, "Locks").
             let mut lists = core.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
-            let _ = core.vgic.vgic.lock().flush_to_hw(vcpu, &mut lists, here.list_registers());
+            let mut vgic = core.vgic.vgic.lock();
+            if core::mem::take(&mut timer_fired) {
+                let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, true);
+                // The kick it asks for is this vCPU's, which is planning now.
+                let _ = vgic.take_kicks();
+            }
+            let _ = vgic.flush_to_hw(vcpu, &mut lists, here.list_registers());
+            drop(vgic);
             lrs_in_use = lists.in_use() > 0;
             here.vector_list_registers_in_use(lrs_in_use);
         }
@@ -315,7 +327,7 @@ pub fn run_vcpu<C: VcpuCpu>(
                 }
             }
             // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
-            GuestExit::Interrupt => hypervisor.take_interrupts(Some((vm, vcpu))),
+            GuestExit::Interrupt => timer_fired |= hypervisor.take_interrupts(Some((vm, vcpu))),
             GuestExit::SError => {
                 let syndrome = C::syndrome(&C::read_trap()).0;
                 core.count_exit(vcpu, ExitReason::SError);
@@ -480,6 +492,8 @@ fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usi
     let active = {
         let mut vgic = vm.vgic.vgic.lock();
         let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
+        // The kick it asks for is this vCPU's, which is hinted below if it needs to look.
+        let _ = vgic.take_kicks();
         vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active)
     };
     C::set_timer_ppi_active(cpu, active || line);
@@ -598,7 +612,13 @@ fn generate_sgi<E: VmEnv>(vm: &Vm<E>, vcpu: usize, register: SgiGenerationRegist
         SgiGenerationRegister::Asgi1r => SgiRegister::Asgi1r,
         SgiGenerationRegister::Sgi0r => SgiRegister::Sgi0r,
     };
-    let targets = vm.vgic.vgic.lock().generate_sgi(vcpu, register, value).map_or(0, |m| m.0 as u32);
+    let targets = {
+        let mut vgic = vm.vgic.vgic.lock();
+        let _ = vgic.generate_sgi(vcpu, register, value);
+        // Its targets, taken from the kick set: left there, a later change's kick (a
+        // device's interrupt for another vCPU) would kick them again for nothing.
+        vgic.take_kicks().0 as u32
+    };
     vm.vgic.hint(targets);
     vm.vgic.kick(targets & !(1 << vcpu));
 }

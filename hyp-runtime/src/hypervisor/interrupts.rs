@@ -5,8 +5,6 @@
 use core::borrow::Borrow;
 
 use hyp_core::exit_stats::ExitReason;
-use hyp_core::guest_map::VTIMER_PPI;
-use vgic::IntId;
 
 use super::{Hypervisor, Virtualization};
 use crate::interrupts::{Route, KICK_SGI};
@@ -15,13 +13,17 @@ use crate::vm::Vm;
 impl<V: Virtualization> Hypervisor<V> {
     /// Takes every pending physical interrupt of this CPU. `running` is the vCPU that was in
     /// the guest when they came (its exits are counted by reason, and it looks at its vGIC
-    /// again before entering the guest); none on an idle CPU.
+    /// again before entering the guest); none on an idle CPU. Returns whether the running
+    /// vCPU's virtual timer fired: the caller raises its line in the vGIC under the lock it
+    /// plans the list registers with (`vcpu_run`), before that plan.
     #[inline(never)]
-    pub fn take_interrupts(&'static self, running: Option<(&V::Vm, usize)>) {
+    pub fn take_interrupts(&'static self, running: Option<(&V::Vm, usize)>) -> bool {
         let running: Option<(&Vm<V::Env>, usize)> = running.map(|(vm, vcpu)| (vm.borrow(), vcpu));
+        let mut timer = false;
         while let Some((iar, intid)) = V::acknowledge_interrupt() {
-            self.take_interrupt(iar, intid, running);
+            timer |= self.take_interrupt(iar, intid, running);
         }
+        timer
     }
 
     /// One acknowledged interrupt. The two the exit path takes most, a kick and the running
@@ -29,8 +31,9 @@ impl<V: Virtualization> Hypervisor<V> {
     /// frame; every other one is handed on to `take_routed`. With every route in the loop
     /// above, the loop saved twelve registers and loaded the routes' constants before the
     /// first interrupt: 23 instructions a kick or a timer interrupt paid (docs/performance.md).
+    /// Returns whether it was the running vCPU's virtual timer.
     #[inline(never)]
-    fn take_interrupt(&'static self, iar: u32, intid: u32, running: Option<(&Vm<V::Env>, usize)>) {
+    fn take_interrupt(&'static self, iar: u32, intid: u32, running: Option<(&Vm<V::Env>, usize)>) -> bool {
         // The most frequent first, before the table: another CPU made this one look (an
         // IPI, an I/O completion).
         let route = if intid == KICK_SGI { Route::Kick } else { self.routes.of(intid) };
@@ -42,14 +45,16 @@ impl<V: Virtualization> Hypervisor<V> {
                 vm.vgic.hint_vcpu(vcpu);
             }
             // Hardware-mapped: the running vCPU's, left active until its guest deactivates it.
+            // Its line goes into the vGIC with the vCPU's next plan, under the lock that
+            // takes: here it was a lock of its own (docs/vgic.md, "The virtual timer's tick").
             (Route::VirtualTimer, Some((vm, vcpu))) => {
                 vm.count_exit(vcpu, ExitReason::TimerInterrupt);
                 V::drop_interrupt_priority(iar);
-                let _ = vm.vgic.vgic.lock().set_level(IntId(VTIMER_PPI), vcpu, true);
-                vm.vgic.hint_vcpu(vcpu);
+                return true;
             }
             _ => self.take_routed(iar, intid, route, running),
         }
+        false
     }
 
     /// Any interrupt but a kick or the running vCPU's virtual timer, by its route.

@@ -12,13 +12,13 @@ use hyp_core::exit::{GuestContext, InjectedException};
 use hyp_core::image::ExecutionState;
 use hyp_core::smccc::{PSCI_SYSTEM_OFF, SMCCC_VERSION};
 use hyp_core::syndrome::Syndrome;
-use hyp_core::sysreg::{Encoding, IdRegisters};
+use hyp_core::sysreg::{Encoding, IdRegisters, SysRegAccess};
 use hyp_core::trap::{DecodedExit, Trap};
 use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::{Decision, VcpuState};
 use vgic::{IntId, ListRegisters, Maintenance};
 
-use super::hypervisor::{booted, event, take_events};
+use super::hypervisor::{booted, event, pend, take_events};
 use super::leak;
 use super::virtio::{FakeEnv, LINES};
 use crate::fake::FakeArch;
@@ -53,6 +53,8 @@ thread_local! {
     static TIMER: Cell<(Option<u64>, bool)> = const { Cell::new((None, false)) };
     /// Each setting of the physical timer PPI's active state: (CPU, active).
     static TIMER_PPI: RefCell<Vec<(usize, bool)>> = RefCell::default();
+    /// List register 0 at each entry into the guest.
+    static LR0_AT_ENTRY: RefCell<Vec<u64>> = RefCell::default();
     /// At each list-register read, whether vCPU 0's list-register lock and VM 0's vGIC lock
     /// were held.
     static LR_READS: RefCell<Vec<(bool, bool)>> = RefCell::default();
@@ -175,6 +177,7 @@ impl VcpuCpu for FakeCpu {
     }
     fn run_guest(&mut self, registers: &mut GuestContext) -> GuestExit {
         ENTRIES.with(|e| e.borrow_mut().push((registers.pc, registers.x[0])));
+        LR0_AT_ENTRY.with(|e| e.borrow_mut().push(self.lrs.0[0]));
         let step = STEPS.with(|s| s.borrow_mut().pop_front()).expect("the test says what the guest does");
         if let Some(x0) = step.x0 {
             registers.x[0] = x0;
@@ -335,6 +338,42 @@ fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
     assert!(exits.contains(&(true, true)), "the acknowledgement is folded in under the VM's lock: {exits:?}");
     let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
     assert!(!spi.pending && spi.active, "acknowledged, not completed: active in the vGIC once it left: {spi:?}");
+}
+
+/// The virtual timer's interrupt at an exit (a PPI the hypervisor takes and leaves active):
+/// at the next entry the vCPU's list register shows the virtual timer pending and
+/// hardware-mapped, its line raised under the lock of that plan. An SGI the vCPU sends
+/// kicks its target once: no change leaves a kick in the vGIC for a later one to send again
+/// (a device's interrupt for vCPU 0 used to kick every vCPU that had taken an SGI or a
+/// timer tick since).
+#[test]
+fn a_timer_interrupt_is_shown_at_the_next_entry_and_no_kick_is_left_behind() {
+    let hypervisor = hypervisor();
+    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        // Group 1 enabled; PPI 27 of vCPU 0 in Group 1 and enabled (its SGI frame).
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write_redistributor(0x1_0080, 4, 1 << 27).unwrap();
+        vgic.write_redistributor(0x1_0100, 4, 1 << 27).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    // ICC_SGI1R_EL1 = x0: SGI 1 to vCPU 1 (TargetList bit 1).
+    let sgi1r = SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt: 0, is_read: false };
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
+    step(GuestExit::Interrupt, None, None);
+    pend(&[27]);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    let shown = vgic::IchLr(lr0[2]).decode();
+    assert_eq!((shown.vintid, shown.state, shown.hw), (IntId(27), vgic::LrState::Pending, Some(27)), "{lr0:x?}");
+    let sgi = vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap();
+    assert!(sgi.pending, "vCPU 1 has its SGI");
+    assert!(vm.vgic.take_hint(1), "and looks at it");
+    assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "every kick asked for was taken");
 }
 
 #[test]
