@@ -96,6 +96,9 @@ Options of `bench`:
                    bars in ratios.svg are skipped
   --io             the virtio runs only: throughput with and without a side core, their
                    exits by reason, the cost of a request under -icount (io-cost.json)
+  --io-cost        the cost of a virtio request alone, under -icount: exits per 1 MiB disk
+                   request and per packet received, with and without a side core
+                   (io-cost.json; the deterministic part of --io, without its throughput runs)
   --io-trace       the side core's disk path traced: EL2 instructions per 1 MiB request
                    per CPU, the side core's by function (io-trace.txt; a few minutes)
   --scale          32 Linux VMs (1 vCPU, 128 MiB, 8 to a CPU) on a 4-CPU board with 8 GiB:
@@ -764,6 +767,14 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
             setup::ensure_qemu()?;
             return if only == "--io" { bench_io() } else { bench_scale() };
         }
+        if only == "--io-cost" {
+            setup::ensure_rust_targets()?;
+            setup::ensure_qemu()?;
+            let cost = bench::io_cost::io_cost()?;
+            print!("{}", bench::io_cost::table(&cost));
+            step("written to target/bench/io-cost.json");
+            return Ok(());
+        }
         if only == "--io-trace" {
             setup::ensure_rust_targets()?;
             setup::ensure_qemu()?;
@@ -780,7 +791,7 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
         _ => {
             if let Some(a) = args.iter().find(|a| *a != "--quick") {
                 return Err(XtaskError::Usage(format!(
-                    "unknown option `{a}` for bench (--quick, --io, --io-trace, --scale, --arch aarch64|armv7, or \
+                    "unknown option `{a}` for bench (--quick, --io, --io-cost, --io-trace, --scale, --arch aarch64|armv7, or \
                      --board raspi4b)"
                 )));
             }
