@@ -389,10 +389,10 @@ fn data_abort(
         });
         return inject;
     };
-    let result = if access.is_write {
-        mmio.write(vcpu, ipa, access.width, regs.reg(access.register))
+    let result = if access.is_write() {
+        mmio.write(vcpu, ipa, access.width(), regs.reg(access.register()))
     } else {
-        mmio.read(vcpu, ipa, access.width).map(|value| regs.set_reg(access.register, access.load_result(value)))
+        mmio.read(vcpu, ipa, access.width()).map(|value| regs.set_reg(access.register(), access.load_result(value)))
     };
     match result {
         Ok(()) => {
@@ -401,7 +401,7 @@ fn data_abort(
         }
         Err(MmioError::Unmapped { .. }) if mmio.first_touch(ipa) => Outcome::Resume,
         Err(MmioError::Unmapped { .. }) => {
-            log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write });
+            log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write() });
             inject
         }
         Err(error) => {
