@@ -145,12 +145,15 @@ impl MmioBus {
     }
 
     /// A read by vCPU `vcpu` of the device at `ipa` (the load narrows the value to its width).
+    /// Out of line, as the vGIC's: the exit path that calls it is inlined into the run loop.
+    #[inline(never)]
     pub fn read(&self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
         let (offset, device) = self.find(ipa, width)?;
         device.read(vcpu, offset, width)
     }
 
     /// A write by vCPU `vcpu` of the device at `ipa`.
+    #[inline(never)]
     pub fn write(&self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let (offset, device) = self.find(ipa, width)?;
         device.write(vcpu, offset, width, value & width.mask())
