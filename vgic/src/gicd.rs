@@ -113,6 +113,20 @@ impl Distributor {
             DistReg::Iidr => IIDR,
             DistReg::Pidr2 if self.version == GicVersion::V3 => PIDR2_V3,
             DistReg::Pidr2 => PIDR2_V2,
+            DistReg::Sgir | DistReg::RazWi => 0,
+            DistReg::Targets(_) | DistReg::SgiPending { .. } | DistReg::Router { .. } => {
+                self.read_per_interrupt(vcpu, reg, width)
+            }
+        })
+    }
+
+    /// The registers of `read` that hold a field per interrupt (GICv2's ITARGETSR and SGI
+    /// pending registers, GICv3's IROUTER). Out of line: inlined, their loops made `read`
+    /// save and restore every register it could use, for GICD_CTLR and GICD_TYPER too
+    /// (docs/performance.md, "Trapped MMIO accesses").
+    #[inline(never)]
+    fn read_per_interrupt(&self, vcpu: usize, reg: DistReg, width: usize) -> u64 {
+        match reg {
             DistReg::Targets(first) => {
                 (0..width as u32).fold(0, |v, i| v | (self.targets_byte(vcpu, first + i) << (8 * i)))
             }
@@ -125,8 +139,8 @@ impl Distributor {
                 Some(r) if !high => u64::from(self.route[r]),
                 _ => 0,
             },
-            DistReg::Sgir | DistReg::RazWi => 0,
-        })
+            DistReg::Ctlr | DistReg::Typer | DistReg::Iidr | DistReg::Pidr2 | DistReg::Sgir | DistReg::RazWi => 0,
+        }
     }
 
     /// A guest write of the distributor. vCPUs that may have a new interrupt to show are
