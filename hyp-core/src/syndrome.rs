@@ -301,7 +301,10 @@ impl MmioAccess {
             // A W register, or an AArch32 guest's: in 32-bit arithmetic, which a 32-bit CPU
             // does in one instruction a step where the 64-bit mask and shifts took it about 20
             // (docs/performance.md, "ARMv7"). A word or doubleword load leaves the low word.
-            let shift = 32u32.saturating_sub(8 << width as u32);
+            // 32 less the access's bits, none for a word or doubleword: 24, 16, 0, 0 by SAS,
+            // one byte each of a constant (a shift and a mask; the subtraction saturated
+            // took five).
+            let shift = (0x0000_1018u32 >> (8 * width as u32)) & 0xff;
             let shifted = (value as u32) << shift;
             let extended = if self.sign_extend() { ((shifted as i32) >> shift) as u32 } else { shifted >> shift };
             return u64::from(extended);
