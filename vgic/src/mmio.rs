@@ -88,10 +88,7 @@ impl Distributor {
         }
     }
 
-    /// An access in the interrupt block: `None` if `offset` is not in it. Out of line, as
-    /// `read_per_interrupt` (gicd.rs): its loops would make every register read save and
-    /// restore every register.
-    #[inline(never)]
+    /// An access in the interrupt block: `None` if `offset` is not in it.
     pub(crate) fn read_block(&self, frame: Frame, offset: u32, width: usize) -> Option<Result<u64, AccessError>> {
         let (reg, allowed) = block_reg(offset)?;
         Some(check(u64::from(offset), width, allowed).map(|()| match reg {
