@@ -377,8 +377,9 @@ fn data_abort(
     mmio: &mut impl MmioDispatch,
     log: &mut impl IncidentLog,
 ) -> Outcome {
-    // WnR as the abort reported it (ISS WnR is valid for every stage-2 data abort).
-    let inject = Outcome::InjectAbort { instruction: false, far: va, write };
+    // WnR as the abort reported it (ISS WnR is valid for every stage-2 data abort). Built
+    // where it is answered: built ahead, every emulated access stored it on the stack.
+    let inject = || Outcome::InjectAbort { instruction: false, far: va, write };
     let Some(access) = access else {
         log.incident(match mmio.device_name(ipa) {
             Some(_) => Incident::NotEmulatable { ipa },
@@ -387,12 +388,12 @@ fn data_abort(
             None if mmio.first_touch(ipa) => return Outcome::Resume,
             None => Incident::NoMemoryOrDevice { ipa, va, write },
         });
-        return inject;
+        return inject();
     };
-    let result = if access.is_write {
-        mmio.write(vcpu, ipa, access.width, regs.reg(access.register))
+    let result = if access.is_write() {
+        mmio.write(vcpu, ipa, access.width(), regs.reg(access.register()))
     } else {
-        mmio.read(vcpu, ipa, access.width).map(|value| regs.set_reg(access.register, access.load_result(value)))
+        mmio.read(vcpu, ipa, access.width()).map(|value| regs.set_reg(access.register(), access.load_result(value)))
     };
     match result {
         Ok(()) => {
@@ -401,12 +402,12 @@ fn data_abort(
         }
         Err(MmioError::Unmapped { .. }) if mmio.first_touch(ipa) => Outcome::Resume,
         Err(MmioError::Unmapped { .. }) => {
-            log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write });
-            inject
+            log.incident(Incident::NoMemoryOrDevice { ipa, va, write: access.is_write() });
+            inject()
         }
         Err(error) => {
             log.incident(Incident::DeviceRefused { ipa, error });
-            inject
+            inject()
         }
     }
 }

@@ -3,6 +3,7 @@
 //! B3.13.6 (HSR).
 
 use core::fmt;
+use core::num::NonZeroU32;
 
 /// The exception class, ESR_ELx.EC (bits [31:26]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -155,17 +156,86 @@ impl AccessWidth {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct DataAbort(pub u32);
 
-/// One emulatable load or store, decoded from a data abort with a valid instruction syndrome.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct MmioAccess {
-    pub width: AccessWidth,
-    pub is_write: bool,
+/// One emulatable load or store, decoded from a data abort with a valid instruction
+/// syndrome: the ISS bits that describe it (SAS, SSE, SRT, SF, WnR; ARM ARM D24.2.40), kept
+/// as the syndrome holds them. Each field is read where it is used, one bitfield extract:
+/// unpacked into a struct at the decode and packed again to cross the handler, the fields
+/// cost every trapped MMIO access 12 instructions (docs/performance.md, "Trapped MMIO
+/// accesses"). ISV is kept too: always set, it makes the value non-zero, so an
+/// `Option<MmioAccess>` is one word (with a separate tag, the compiler no longer fused the decoder with the
+/// handler's match: 14 instructions more).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct MmioAccess(NonZeroU32);
+
+/// ISS.ISV [24], SAS [23:22], SSE [21], SRT [20:16], SF [15], WnR [6].
+const ISV: u32 = 1 << 24;
+const ACCESS_BITS: u32 = ISV | (0b11 << 22) | (1 << 21) | (0x1f << 16) | (1 << 15) | (1 << 6);
+const SF: u32 = 1 << 15;
+
+impl MmioAccess {
+    /// The access as a syndrome would describe it.
+    pub const fn new(
+        width: AccessWidth,
+        is_write: bool,
+        register: u8,
+        sign_extend: bool,
+        register_is_64bit: bool,
+    ) -> Self {
+        let bits = ISV
+            | ((width as u32) << 22)
+            | ((sign_extend as u32) << 21)
+            | (((register & 0x1f) as u32) << 16)
+            | ((register_is_64bit as u32) << 15)
+            | ((is_write as u32) << 6);
+        // `bits` has ISV set, so 1 + (bits - 1) is `bits`, never saturated.
+        MmioAccess(NonZeroU32::MIN.saturating_add(bits - 1))
+    }
+    const fn bits(self) -> u32 {
+        self.0.get()
+    }
+    pub const fn width(self) -> AccessWidth {
+        match (self.bits() >> 22) & 0b11 {
+            0 => AccessWidth::Byte,
+            1 => AccessWidth::Halfword,
+            2 => AccessWidth::Word,
+            _ => AccessWidth::Doubleword,
+        }
+    }
+    pub const fn is_write(self) -> bool {
+        self.bits() & (1 << 6) != 0
+    }
     /// The transfer register, 0..=30; 31 is the zero register (XZR/WZR).
-    pub register: u8,
+    pub const fn register(self) -> u8 {
+        ((self.bits() >> 16) & 0x1f) as u8
+    }
     /// SSE: a load sign-extends to the register width.
-    pub sign_extend: bool,
+    pub const fn sign_extend(self) -> bool {
+        self.bits() & (1 << 21) != 0
+    }
     /// SF: the register is 64 bits wide (X), not 32 (W).
-    pub register_is_64bit: bool,
+    pub const fn register_is_64bit(self) -> bool {
+        self.bits() & SF != 0
+    }
+    /// The same access to a 32-bit register (an AArch32 guest's: SF is RES0 in an HSR).
+    pub const fn to_32bit_register(self) -> Self {
+        // ISV stays set: never zero.
+        match NonZeroU32::new(self.bits() & !SF) {
+            Some(bits) => MmioAccess(bits),
+            None => self,
+        }
+    }
+}
+
+impl fmt::Debug for MmioAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MmioAccess")
+            .field("width", &self.width())
+            .field("is_write", &self.is_write())
+            .field("register", &self.register())
+            .field("sign_extend", &self.sign_extend())
+            .field("register_is_64bit", &self.register_is_64bit())
+            .finish()
+    }
 }
 
 impl DataAbort {
@@ -216,19 +286,8 @@ impl DataAbort {
         if !self.syndrome_valid() || self.on_stage1_walk() || self.cache_maintenance() {
             return None;
         }
-        let width = match (self.0 >> 22) & 0b11 {
-            0 => AccessWidth::Byte,
-            1 => AccessWidth::Halfword,
-            2 => AccessWidth::Word,
-            _ => AccessWidth::Doubleword,
-        };
-        Some(MmioAccess {
-            width,
-            is_write: self.is_write(),
-            register: ((self.0 >> 16) & 0x1f) as u8,
-            sign_extend: self.0 & (1 << 21) != 0,
-            register_is_64bit: self.0 & (1 << 15) != 0,
-        })
+        // ISV is set (tested above): never None here.
+        NonZeroU32::new(self.0 & ACCESS_BITS).map(MmioAccess)
     }
 }
 
@@ -237,18 +296,22 @@ impl MmioAccess {
     /// width, sign-extended when SSE says so, then limited to the register's width
     /// (a W register write zeroes the upper 32 bits).
     pub fn load_result(&self, value: u64) -> u64 {
-        if !self.register_is_64bit {
+        let width = self.width();
+        if !self.register_is_64bit() {
             // A W register, or an AArch32 guest's: in 32-bit arithmetic, which a 32-bit CPU
             // does in one instruction a step where the 64-bit mask and shifts took it about 20
             // (docs/performance.md, "ARMv7"). A word or doubleword load leaves the low word.
-            let shift = 32u32.saturating_sub(8 << self.width as u32);
+            // 32 less the access's bits, none for a word or doubleword: 24, 16, 0, 0 by SAS,
+            // one byte each of a constant (a shift and a mask; the subtraction saturated
+            // took five).
+            let shift = (0x0000_1018u32 >> (8 * width as u32)) & 0xff;
             let shifted = (value as u32) << shift;
-            let extended = if self.sign_extend { ((shifted as i32) >> shift) as u32 } else { shifted >> shift };
+            let extended = if self.sign_extend() { ((shifted as i32) >> shift) as u32 } else { shifted >> shift };
             return u64::from(extended);
         }
-        let bits = 8 * self.width.bytes() as u32;
-        let narrowed = value & self.width.mask();
-        if self.sign_extend && bits < 64 {
+        let bits = 8 * width.bytes() as u32;
+        let narrowed = value & width.mask();
+        if self.sign_extend() && bits < 64 {
             let shift = 64 - bits;
             (((narrowed << shift) as i64) >> shift) as u64
         } else {
@@ -274,16 +337,21 @@ mod tests {
         assert!(abort.is_translation_fault());
         assert!(!abort.is_permission_fault());
         let access = abort.mmio_access().unwrap();
+        assert_eq!(access, MmioAccess::new(AccessWidth::Word, false, 1, false, false));
         assert_eq!(
-            access,
-            MmioAccess {
-                width: AccessWidth::Word,
-                is_write: false,
-                register: 1,
-                sign_extend: false,
-                register_is_64bit: false
-            }
+            (access.width(), access.is_write(), access.register(), access.sign_extend(), access.register_is_64bit()),
+            (AccessWidth::Word, false, 1, false, false)
         );
+    }
+
+    #[test]
+    fn an_access_and_its_absence_fit_in_one_word() {
+        assert_eq!(core::mem::size_of::<Option<MmioAccess>>(), 4);
+        let all = MmioAccess::new(AccessWidth::Doubleword, true, 31, true, true);
+        assert_eq!(Syndrome(u64::from(u32::MAX)).data_abort().mmio_access(), None, "S1PTW and CM set");
+        let every_field = (0x24 << 26) | (1 << 25) | 0x1ff_fe7f & !(1 << 7) & !(1 << 8);
+        assert_eq!(Syndrome(every_field).data_abort().mmio_access(), Some(all));
+        assert_eq!(all.to_32bit_register(), MmioAccess::new(AccessWidth::Doubleword, true, 31, true, false));
     }
 
     #[test]
@@ -302,40 +370,35 @@ mod tests {
     fn a_store_of_xzr_decodes_register_31() {
         let strb_xzr = (0x24 << 26) | (1 << 25) | (1 << 24) | (31 << 16) | (1 << 6) | 0x06;
         let access = Syndrome(strb_xzr).data_abort().mmio_access().unwrap();
-        assert_eq!(access.width, AccessWidth::Byte);
-        assert!(access.is_write);
-        assert_eq!(access.register, 31);
+        assert_eq!(access.width(), AccessWidth::Byte);
+        assert!(access.is_write());
+        assert_eq!(access.register(), 31);
     }
 
     #[test]
     fn loads_sign_extend_and_narrow_as_the_syndrome_says() {
-        let ldrsb_x = MmioAccess {
-            width: AccessWidth::Byte,
-            is_write: false,
-            register: 0,
-            sign_extend: true,
-            register_is_64bit: true,
-        };
+        let ldrsb_x = MmioAccess::new(AccessWidth::Byte, false, 0, true, true);
         assert_eq!(ldrsb_x.load_result(0x1_80), 0xffff_ffff_ffff_ff80);
-        let ldrsb_w = MmioAccess { register_is_64bit: false, ..ldrsb_x };
+        let ldrsb_w = ldrsb_x.to_32bit_register();
+        assert_eq!(ldrsb_w, MmioAccess::new(AccessWidth::Byte, false, 0, true, false));
         assert_eq!(ldrsb_w.load_result(0x80), 0xffff_ff80);
-        let ldrh = MmioAccess { width: AccessWidth::Halfword, sign_extend: false, ..ldrsb_x };
+        let ldrh = MmioAccess::new(AccessWidth::Halfword, false, 0, false, true);
         assert_eq!(ldrh.load_result(0xdead_beef), 0xbeef);
-        let ldr_x = MmioAccess { width: AccessWidth::Doubleword, sign_extend: false, ..ldrsb_x };
+        let ldr_x = MmioAccess::new(AccessWidth::Doubleword, false, 0, false, true);
         assert_eq!(ldr_x.load_result(u64::MAX), u64::MAX);
     }
 
     /// `load_result` as the architecture states it: narrow, sign-extend to 64 bits, keep the
     /// register's width.
     fn load_result_reference(access: &MmioAccess, value: u64) -> u64 {
-        let bits = 8 * access.width.bytes() as u32;
-        let narrowed = value & access.width.mask();
-        let extended = if access.sign_extend && bits < 64 {
+        let bits = 8 * access.width().bytes() as u32;
+        let narrowed = value & access.width().mask();
+        let extended = if access.sign_extend() && bits < 64 {
             (((narrowed << (64 - bits)) as i64) >> (64 - bits)) as u64
         } else {
             narrowed
         };
-        if access.register_is_64bit {
+        if access.register_is_64bit() {
             extended
         } else {
             extended & 0xffff_ffff
@@ -346,7 +409,7 @@ mod tests {
         #[test]
         fn every_load_leaves_what_the_architecture_says(value: u64, width in 0u8..4, sign_extend: bool, wide: bool) {
             let width = [AccessWidth::Byte, AccessWidth::Halfword, AccessWidth::Word, AccessWidth::Doubleword][usize::from(width)];
-            let access = MmioAccess { width, is_write: false, register: 1, sign_extend, register_is_64bit: wide };
+            let access = MmioAccess::new(width, false, 1, sign_extend, wide);
             proptest::prop_assert_eq!(access.load_result(value), load_result_reference(&access, value));
         }
     }

@@ -102,12 +102,16 @@ fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
 
 /// The guest's accesses to its vGIC's windows, which the VM's data-abort path sends here
 /// directly (the VM's `GuestMmio`): GICD, banked per accessing vCPU where the GIC version
-/// banks registers, and GICR, one RD and one SGI frame per vCPU in vCPU order.
+/// banks registers, and GICR, one RD and one SGI frame per vCPU in vCPU order. Each out of
+/// line: the exit path that calls them is inlined into the run loop, which should not carry
+/// the registers the vGIC's decoders use.
 impl<A: Arch> VgicHandle<A> {
+    #[inline(never)]
     pub fn read_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.vgic.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
 
+    #[inline(never)]
     pub fn write_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
             let mut vgic = self.vgic.lock();
@@ -120,10 +124,12 @@ impl<A: Arch> VgicHandle<A> {
         Ok(())
     }
 
+    #[inline(never)]
     pub fn read_redistributor(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.vgic.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
 
+    #[inline(never)]
     pub fn write_redistributor(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
             let mut vgic = self.vgic.lock();

@@ -91,8 +91,10 @@ pub trait VcpuCpu: Sized {
     type ListRegisters: ListRegisters;
     /// The ID registers of this CPU, which a VM sees sanitised (hyp_core::sysreg).
     type IdRegisters: IdRegisters + Default;
-    /// A synchronous exit as the syndrome registers describe it.
-    type Trap;
+    /// A synchronous exit as the syndrome registers describe it: a few words, passed by
+    /// value to the out-of-line AArch32 path (by reference, the exit path stored them on
+    /// the stack on every exit).
+    type Trap: Copy;
 
     /// The state every CPU shares.
     fn hypervisor() -> &'static Hypervisor<Self::V>;
@@ -318,7 +320,7 @@ pub fn run_vcpu<C: VcpuCpu>(
                     }
                 } else {
                     let exiting = Exiting { vm, vcpu, cpu, shared };
-                    answer_aarch32(&exiting, &trap, &mut here, &mut registers, &mut last_unknown)
+                    answer_aarch32(&exiting, trap, &mut here, &mut registers, &mut last_unknown)
                 };
                 match leave {
                     None => {}
@@ -390,13 +392,13 @@ fn instruction_bytes(syndrome: Syndrome) -> u8 {
 #[inline(never)]
 fn answer_aarch32<C: VcpuCpu>(
     exiting: &Exiting<'_, C>,
-    trap: &C::Trap,
+    trap: C::Trap,
     here: &mut C,
     registers: &mut C::Registers,
     last_unknown: &mut Option<u32>,
 ) -> Option<Leave> {
     let core: &Vm<<C::V as Virtualization>::Env> = exiting.vm.borrow();
-    let exit = C::decode_aarch32(trap, registers);
+    let exit = C::decode_aarch32(&trap, registers);
     let outcome = {
         let mut env = VcpuEnv::<C::IdRegisters, _, _>::new(
             core,

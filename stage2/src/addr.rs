@@ -40,8 +40,11 @@ impl IpaRange {
     pub fn end(&self) -> u64 {
         self.start.0 + self.size
     }
+    /// One subtraction and one comparison: below `start` the difference wraps to more than
+    /// any size (a range never wraps), so it tests both ends at once (the MMIO bus asks on
+    /// every trapped access).
     pub fn contains(&self, ipa: Ipa) -> bool {
-        self.start.0 <= ipa.0 && ipa.0 < self.end()
+        ipa.0.wrapping_sub(self.start.0) < self.size
     }
     pub fn overlaps(&self, other: &IpaRange) -> bool {
         self.start.0 < other.end() && other.start.0 < self.end()
@@ -58,6 +61,9 @@ mod tests {
         assert_eq!(IpaRange::new(Ipa(u64::MAX), 2), Err(Stage2Error::Overflow { start: u64::MAX, size: 2 }));
         let r = IpaRange::new(Ipa(0x1000), 0x2000).unwrap();
         assert!(r.contains(Ipa(0x2fff)) && !r.contains(Ipa(0x3000)) && !r.contains(Ipa(0xfff)));
+        assert!(r.contains(Ipa(0x1000)) && !r.contains(Ipa(0)) && !r.contains(Ipa(u64::MAX)));
+        let top = IpaRange::new(Ipa(u64::MAX - 0xfff), 0xfff).unwrap();
+        assert!(top.contains(Ipa(u64::MAX - 1)) && !top.contains(Ipa(u64::MAX)) && !top.contains(Ipa(0)));
         assert!(r.overlaps(&IpaRange::new(Ipa(0x2000), 0x4000).unwrap()));
         assert!(!r.overlaps(&IpaRange::new(Ipa(0x3000), 0x1000).unwrap()));
     }

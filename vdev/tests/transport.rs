@@ -209,12 +209,17 @@ fn legacy_only_registers_read_as_zero_and_ignore_writes_with_an_incident() {
     // in the legacy layout only; an old driver probing them must not get an external abort.
     let mut d = Driver::bare(disk());
     d.mmio.take_incidents();
+    assert!(!d.mmio.has_incidents());
+    assert_eq!(d.mmio.read(regs::MAGIC_VALUE, 4), Ok(u64::from(MAGIC)));
+    assert!(!d.mmio.has_incidents(), "a good read logs nothing");
     for offset in [regs::LEGACY_GUEST_PAGE_SIZE, regs::LEGACY_QUEUE_ALIGN, regs::LEGACY_QUEUE_PFN] {
         assert_eq!(d.mmio.read(offset, 4), Ok(0), "{offset:#x}");
+        assert!(d.mmio.has_incidents(), "{offset:#x}: the runtime takes and logs it (has_incidents)");
         assert_eq!(d.mmio.write(&d.mem, offset, 4, 0x1000), Ok(()), "{offset:#x}");
         assert_eq!(d.mmio.read(offset, 4), Ok(0), "{offset:#x}: the write kept nothing");
     }
     let incidents = d.mmio.take_incidents();
+    assert!(!d.mmio.has_incidents(), "taken");
     assert_eq!(incidents.len(), 9);
     assert_eq!(incidents[1], DeviceIncident::LegacyRegister { offset: 0x28, write: true });
     assert!(incidents[0].to_string().contains("read of legacy register 0x28 on a version 2 device: reads as zero"));

@@ -95,12 +95,29 @@ impl Distributor {
     pub fn read(&self, vcpu: usize, offset: u64, width: usize) -> Result<u64, AccessError> {
         let offset = self.check_dist(vcpu, offset)?;
         // Tested here, not only inside: GICD_CTLR and GICD_TYPER, the most read, are below
-        // the block and should not pay for the call.
+        // the block and should not pay for the call. The call is the read's last step, so
+        // nothing of this function is kept in a register across it.
         if INTERRUPT_BLOCK.contains(&offset) {
-            if let Some(r) = self.read_block(Frame::Distributor { accessor: vcpu }, offset, width) {
-                return r;
-            }
+            return self.read_in_block(vcpu, offset, width);
         }
+        self.read_register(vcpu, offset, width)
+    }
+
+    /// A read at an offset of the interrupt block's range: one of its registers, or one of
+    /// those the range holds besides (GICv2's ITARGETSR). Out of line, with the loops of
+    /// the block's registers: inlined, they made every distributor read save and restore
+    /// every register it could use (docs/performance.md, "Trapped MMIO accesses").
+    #[inline(never)]
+    fn read_in_block(&self, vcpu: usize, offset: u32, width: usize) -> Result<u64, AccessError> {
+        match self.read_block(Frame::Distributor { accessor: vcpu }, offset, width) {
+            Some(r) => r,
+            None => self.read_register(vcpu, offset, width),
+        }
+    }
+
+    /// A read of the register at `offset` (within the frame), not in the interrupt block.
+    #[inline(always)]
+    fn read_register(&self, vcpu: usize, offset: u32, width: usize) -> Result<u64, AccessError> {
         let (reg, allowed) = self.dist_reg(offset);
         check(u64::from(offset), width, allowed)?;
         Ok(match reg {
@@ -113,6 +130,20 @@ impl Distributor {
             DistReg::Iidr => IIDR,
             DistReg::Pidr2 if self.version == GicVersion::V3 => PIDR2_V3,
             DistReg::Pidr2 => PIDR2_V2,
+            DistReg::Sgir | DistReg::RazWi => 0,
+            DistReg::Targets(_) | DistReg::SgiPending { .. } | DistReg::Router { .. } => {
+                self.read_per_interrupt(vcpu, reg, width)
+            }
+        })
+    }
+
+    /// The registers of `read` that hold a field per interrupt (GICv2's ITARGETSR and SGI
+    /// pending registers, GICv3's IROUTER). Out of line: inlined, their loops made `read`
+    /// save and restore every register it could use, for GICD_CTLR and GICD_TYPER too
+    /// (docs/performance.md, "Trapped MMIO accesses").
+    #[inline(never)]
+    fn read_per_interrupt(&self, vcpu: usize, reg: DistReg, width: usize) -> u64 {
+        match reg {
             DistReg::Targets(first) => {
                 (0..width as u32).fold(0, |v, i| v | (self.targets_byte(vcpu, first + i) << (8 * i)))
             }
@@ -125,8 +156,8 @@ impl Distributor {
                 Some(r) if !high => u64::from(self.route[r]),
                 _ => 0,
             },
-            DistReg::Sgir | DistReg::RazWi => 0,
-        })
+            DistReg::Ctlr | DistReg::Typer | DistReg::Iidr | DistReg::Pidr2 | DistReg::Sgir | DistReg::RazWi => 0,
+        }
     }
 
     /// A guest write of the distributor. vCPUs that may have a new interrupt to show are

@@ -210,7 +210,7 @@ pub fn decode(exit: &HypExit) -> DecodedExit {
         ExceptionClass::DATA_ABORT_LOWER => {
             let abort = s.data_abort();
             // SF is RES0 in an HSR: every access is to a 32-bit register.
-            let access = abort.mmio_access().map(|a| crate::syndrome::MmioAccess { register_is_64bit: false, ..a });
+            let access = abort.mmio_access().map(|a| a.to_32bit_register());
             Trap::DataAbort { ipa: sync.fault_ipa(), va: sync.far, access, write: abort.is_write() }
         }
         ExceptionClass::INSTRUCTION_ABORT_LOWER if !s.data_abort().ipa_is_known() => super::without_ipa(s, sync.far),
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(ipa, Ipa(0x0900_0018));
         assert_eq!(va, 0x0900_0018);
         assert_eq!(
-            (access.width, access.register, access.is_write, access.register_is_64bit),
+            (access.width(), access.register(), access.is_write(), access.register_is_64bit()),
             (AccessWidth::Word, 3, true, false)
         );
         // No instruction syndrome (an LDM, say): nothing to emulate.

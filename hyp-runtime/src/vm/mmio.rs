@@ -30,6 +30,7 @@ impl<'a, E: VmEnv> GuestMmio<'a, E> {
     }
 
     /// The offset of `ipa` in the distributor window, or in the redistributors' (GICv3).
+    #[inline(always)]
     fn vgic_window(&self, ipa: Ipa) -> Option<(VgicWindow, u64)> {
         // One test for every other device (they all lie above: the UART first).
         if !(GICD_IPA..UART_IPA).contains(&ipa.0) {
@@ -44,7 +45,12 @@ impl<'a, E: VmEnv> GuestMmio<'a, E> {
     }
 }
 
+/// `read` and `write` are inlined into the exit path, each a test of the vGIC's windows and
+/// a call of the vGIC or the bus: out of line, the function saved and restored every
+/// register the vGIC's inlined decoder used, on the bus's path too, and returned its answer
+/// through memory (docs/performance.md, "Trapped MMIO accesses").
 impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
+    #[inline(always)]
     fn read(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth) -> Result<u64, MmioError> {
         match self.vgic_window(ipa) {
             Some((VgicWindow::Distributor, offset)) => self.0.vgic.read_distributor(vcpu, offset, width),
@@ -52,6 +58,7 @@ impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
             None => self.0.bus.read(vcpu, ipa, width),
         }
     }
+    #[inline(always)]
     fn write(&mut self, vcpu: usize, ipa: Ipa, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let value = value & width.mask();
         match self.vgic_window(ipa) {

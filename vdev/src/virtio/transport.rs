@@ -421,6 +421,12 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         self.incidents.take()
     }
 
+    /// Whether the driver made an error since the last `take_incidents`: a plain test, so
+    /// an access that made none (nearly all) takes and logs nothing.
+    pub fn has_incidents(&self) -> bool {
+        !self.incidents.is_empty()
+    }
+
     /// Reset as at power-on (VM reboot).
     pub fn reset(&mut self) {
         self.reset_transport();
