@@ -762,26 +762,22 @@ fn cmd_soak(args: &[String]) -> Result<(), XtaskError> {
 
 fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     if let [only] = args {
-        if only == "--io" || only == "--scale" {
+        // The runs that stand alone, each with what it needs installed first.
+        let run: Option<fn() -> Result<(), XtaskError>> = match only.as_str() {
+            "--io" => Some(bench_io),
+            "--io-cost" => Some(|| {
+                bench_io_cost()?;
+                step("written to target/bench/io-cost.json");
+                Ok(())
+            }),
+            "--io-trace" => Some(bench_io_trace),
+            "--scale" => Some(bench_scale),
+            _ => None,
+        };
+        if let Some(run) = run {
             setup::ensure_rust_targets()?;
             setup::ensure_qemu()?;
-            return if only == "--io" { bench_io() } else { bench_scale() };
-        }
-        if only == "--io-cost" {
-            setup::ensure_rust_targets()?;
-            setup::ensure_qemu()?;
-            let cost = bench::io_cost::io_cost()?;
-            print!("{}", bench::io_cost::table(&cost));
-            step("written to target/bench/io-cost.json");
-            return Ok(());
-        }
-        if only == "--io-trace" {
-            setup::ensure_rust_targets()?;
-            setup::ensure_qemu()?;
-            let windows = bench::io_trace::run()?;
-            print!("{}", bench::io_trace::report(&windows));
-            step("written to target/bench/io-trace.txt");
-            return Ok(());
+            return run();
         }
     }
     let (armv7, raspi4b) = match args {
@@ -849,13 +845,26 @@ fn bench_io() -> Result<(), XtaskError> {
     let io = bench::virtio_io()?;
     print!("{}", bench::io_report(&io)?);
     print!("{}", bench::exits_report(&io.exits)?);
-    let cost = bench::io_cost::io_cost()?;
-    print!("{}", bench::io_cost::table(&cost));
+    bench_io_cost()?;
     let chart = bench::write_io_chart(&io)?;
     step(&format!(
         "figures written to target/bench/: io.json, exits.json, io-cost.json; the chart: {}",
         chart.display()
     ));
+    Ok(())
+}
+
+/// The cost of a virtio request under -icount, printed (`bench --io` and `--io-cost`).
+fn bench_io_cost() -> Result<(), XtaskError> {
+    let cost = bench::io_cost::io_cost()?;
+    print!("{}", bench::io_cost::table(&cost));
+    Ok(())
+}
+
+fn bench_io_trace() -> Result<(), XtaskError> {
+    let windows = bench::io_trace::run()?;
+    print!("{}", bench::io_trace::report(&windows));
+    step("written to target/bench/io-trace.txt");
     Ok(())
 }
 
