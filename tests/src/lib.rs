@@ -223,11 +223,17 @@ pub fn check_virtio_console(s: &mut Session) {
     let shown = s.console();
     assert!(shown.contains("hvc-42"), "what the guest wrote to hvc0 is on the console:\n{shown}");
     // The guest writes to hvc0 last, then reads it: typed input goes there, not to the shell.
-    s.send_line("exec 3</dev/hvc0; echo hvc-open-$((2*3)) > /dev/hvc0; read -r line <&3; echo \"from hvc0: [$line]\"")
-        .unwrap_or_else(|e| panic!("{e}"));
+    // What it read is written back to hvc0, after hvc0's own echo of the typed line: on the
+    // PL011 the two writers would interleave character by character on the one console.
+    s.send_line(
+        "exec 3</dev/hvc0; echo hvc-open-$((2*3)) > /dev/hvc0; read -r line <&3; echo \"from hvc0: [$line]\" > /dev/hvc0",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     s.wait_for("hvc-open-6", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     s.send_line("typed-into-hvc0").unwrap_or_else(|e| panic!("{e}"));
     s.wait_for("from hvc0: [typed-into-hvc0]", COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    // Typing goes back to the shell only once it has written its prompt to the PL011.
+    s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
     // The shell writes its prompt to the PL011 again, and typing goes back to it.
     let back = run(s, "echo pl011-$((50+5))");
     assert!(back.contains("pl011-55"), "input reaches the shell on the PL011 again: {back}");
