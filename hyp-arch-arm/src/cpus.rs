@@ -42,6 +42,10 @@ pub struct VectorCalls {
     /// Non-zero while the vCPU holds list registers: the vector answers nothing then, so
     /// that every exit reaches the run loop, which samples their level interrupts' lines.
     pub list_registers_in_use: AtomicU64,
+    /// The run loop's `hyp_runtime::vcpu_run::InVector` for the guest running on this CPU,
+    /// through which the vector answers its exits: the AArch64 image's `enter_guest` stores
+    /// it at each entry, valid until the guest exits to the run loop.
+    pub in_vector: AtomicPtr<()>,
 }
 
 /// What the vector counts into while no vCPU is loaded: nothing reads it.
@@ -80,6 +84,7 @@ pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
             unknown: AtomicU64::new(1 << 32),
             hvc_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
             list_registers_in_use: AtomicU64::new(0),
+            in_vector: AtomicPtr::new(core::ptr::null_mut()),
         },
     }
 }; MAX_CPUS];
@@ -92,6 +97,8 @@ pub const VECTOR_CALLS_HVC_EXITS: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, hvc_exits);
 pub const VECTOR_CALLS_LISTS_IN_USE: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, list_registers_in_use);
+pub const VECTOR_CALLS_IN_VECTOR: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, in_vector);
 
 /// This CPU's index in the device tree's CPU list: from the per-CPU register's value `entry`
 /// once it is online (an address in `PER_CPU`: a subtraction and a division by a constant,

@@ -17,7 +17,7 @@ use hyp_core::trap::aarch32::HypExit;
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::VcpuStart;
 use hyp_runtime::tlb::OnEntry;
-use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
+use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu};
 use hyp_runtime::Hypervisor;
 use vgic::{Distributor, IntId};
 
@@ -203,8 +203,14 @@ impl VcpuCpu for OnCpu {
         hyp_arch_arm::image::deactivate::<Armv7>(physical, cpu);
     }
 
+    /// The ARMv7 vector answers nothing itself: an exit to the run loop costs less here
+    /// (the registers saved and restored by STM and LDM, the hypervisor's in one PUSH and
+    /// one POP), and the answer in the vector, tried, was no cheaper (docs/performance.md,
+    /// "Answered in the vector").
+    const ANSWERS_IN_VECTOR: bool = false;
+
     #[inline(always)]
-    fn run_guest(&mut self, regs: &mut Registers) -> GuestExit {
+    fn run_guest(&mut self, regs: &mut Registers, _: &InVector<'_, Self>) -> GuestExit {
         match run_guest(regs) {
             EXIT_SYNC => GuestExit::Sync,
             EXIT_IRQ | EXIT_FIQ => GuestExit::Interrupt,

@@ -13,6 +13,12 @@
 //! guest's or the CPU's state changes,
 //! and anything the run loop must see (a kick, the end of a slice) is an interrupt, which
 //! exits again right after the ERET (docs/hypercalls.md, "Answered in the vector").
+//!
+//! A data abort (while the vCPU holds no list register) or a trapped system register
+//! access is offered to the run loop's answer in the vector (`vm::answer_in_vector`,
+//! hyp_runtime::vcpu_run::in_vector), called on the run loop's stack with the guest's
+//! registers saved as an exit saves them: the guest goes on from there when it says so,
+//! without the return into the run loop and the entry from it.
 
 use core::arch::global_asm;
 
@@ -27,6 +33,10 @@ pub const EXIT_SYNC: u64 = 0;
 pub const EXIT_IRQ: u64 = 1;
 pub const EXIT_FIQ: u64 = 2;
 pub const EXIT_SERROR: u64 = 3;
+/// A synchronous exit the vector answered (`answer_in_vector`), sent on to the run loop.
+pub const EXIT_ANSWERED: u64 = 4;
+/// `answer_in_vector`'s word for "the guest goes on from its saved registers".
+pub const RESUME_GUEST: u64 = 5;
 
 global_asm!(
     r#"
@@ -66,7 +76,9 @@ global_asm!(
 .endm
 
 // A synchronous exit from AArch64: an HVC #0 (its whole ESR_EL2, ARM ARM D17.2.37) goes to
-// the calls answered here, anything else to the run loop.
+// the calls answered here, a data abort from a lower EL (EC 0x24) or a trapped system
+// register access (EC 0x18) to the run loop's answer in the vector, anything else to the
+// run loop.
 .macro GUEST_SYNC_AARCH64
     .balign 0x80
     stp     x0, x1, [sp, #-16]!
@@ -74,6 +86,11 @@ global_asm!(
     mov     w0, #{ESR_HVC64_IMM0}
     cmp     x1, x0
     b.eq    hvc_in_vector
+    lsr     x1, x1, #26
+    cmp     x1, #{EC_DATA_ABORT_LOWER}
+    b.eq    sync_in_vector
+    cmp     x1, #{EC_SYSREG64}
+    b.eq    sysreg_in_vector
     mov     x0, #{EXIT_SYNC}
     b       guest_exit
 .endm
@@ -106,7 +123,8 @@ hyp_trap_common:
 1:  wfe
     b       1b
 
-    // u64 enter_guest(GuestContext *ctx): runs the guest until it exits; returns EXIT_*.
+    // u64 enter_guest(GuestContext *ctx, const InVector *in_vector): runs the guest until
+    // it exits to the run loop; returns EXIT_*.
     .section .text, "ax"
     .global enter_guest
 enter_guest:
@@ -117,8 +135,11 @@ enter_guest:
     stp     x25, x26, [sp, #48]
     stp     x27, x28, [sp, #64]
     stp     x29, x30, [sp, #80]
-    mrs     x1, tpidr_el2       // this CPU's PerCpu: its first field is the guest's context
-    str     x0, [x1]
+    mrs     x2, tpidr_el2       // this CPU's PerCpu: its first field is the guest's context
+    str     x0, [x2]
+    str     x1, [x2, #{IN_VECTOR}]
+load_guest:
+    // x0: the guest's context, which this CPU's PerCpu names.
     ldp     x2, x3, [x0, #248]
     msr     elr_el2, x2
     msr     spsr_el2, x3
@@ -161,6 +182,34 @@ hvc_in_vector:
 3:  mov     x0, #{EXIT_SYNC}
     b       guest_exit
 
+sync_in_vector:
+    // The guest's x0 and x1 are on the stack. A data abort while the vCPU holds no list
+    // register, or a system register access (only an SGI's is answered, which concerns
+    // no list register of the sender's): the guest's registers are saved as `guest_exit`
+    // saves them and `answer_in_vector` is called with the run loop's InVector, on the run
+    // loop's stack (which the frame of `enter_guest` tops): it says whether the guest goes
+    // on, or the run loop takes the exit.
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{LISTS_IN_USE}]
+    cbnz    x0, 3b
+    b       4f
+sysreg_in_vector:
+    mrs     x1, tpidr_el2
+4:  ldr     x0, [x1, #{IN_VECTOR}]
+    ldr     x1, [x1]
+    X2_TO_X30 stp, str, x1
+    ldp     x2, x3, [sp], #16
+    stp     x2, x3, [x1, #0]
+    mrs     x2, elr_el2
+    mrs     x3, spsr_el2
+    stp     x2, x3, [x1, #248]
+    bl      answer_in_vector
+    cmp     x0, #{RESUME_GUEST}
+    b.ne    return_to_run_loop
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1]
+    b       load_guest
+
 guest_exit:
     // The guest's x0 and x1 are on the stack, x0 holds the reason.
     mrs     x1, tpidr_el2
@@ -171,6 +220,8 @@ guest_exit:
     mrs     x2, elr_el2
     mrs     x3, spsr_el2
     stp     x2, x3, [x1, #248]
+return_to_run_loop:
+    // x0: the reason; the guest's registers are saved.
     ldp     x19, x20, [sp, #0]
     ldp     x21, x22, [sp, #16]
     ldp     x23, x24, [sp, #32]
@@ -189,21 +240,28 @@ guest_exit:
     UNKNOWN = const hyp_arch_arm::cpus::VECTOR_CALLS_UNKNOWN,
     HVC_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_HVC_EXITS,
     LISTS_IN_USE = const hyp_arch_arm::cpus::VECTOR_CALLS_LISTS_IN_USE,
+    IN_VECTOR = const hyp_arch_arm::cpus::VECTOR_CALLS_IN_VECTOR,
+    RESUME_GUEST = const RESUME_GUEST,
+    EC_DATA_ABORT_LOWER = const hyp_core::syndrome::ExceptionClass::DATA_ABORT_LOWER.0,
+    EC_SYSREG64 = const hyp_core::syndrome::ExceptionClass::SYSREG64.0,
 );
 const _: () = assert!(hyp_core::smccc::NOT_SUPPORTED == -1i64 as u64);
 
 extern "C" {
-    fn enter_guest(ctx: *mut GuestContext) -> u64;
+    fn enter_guest(ctx: *mut GuestContext, in_vector: *const ()) -> u64;
 }
 
-/// Runs the guest whose context this is until it exits.
-pub fn run_guest(ctx: &mut GuestContext) -> u64 {
+/// Runs the guest whose context this is until it exits; `in_vector` is the run loop's
+/// `InVector`, which the vector gives `vm::answer_in_vector` for an exit it offers.
+pub fn run_guest(ctx: &mut GuestContext, in_vector: *const ()) -> u64 {
     // SAFETY: `ctx` is a valid, exclusively borrowed GuestContext (the asm relies on its
     // repr(C) layout: x0..x30 at 0, pc at 248, pstate at 256); the stage-2 tables, HCR_EL2
     // and the EL1 state of this guest were loaded by the caller, so the guest can reach
     // nothing but what its VM's capabilities map; TPIDR_EL2 points at this CPU's
-    // `hyp_arch_arm::cpus::PerCpu` (set when it came online), whose first field the asm uses.
-    unsafe { enter_guest(ctx) }
+    // `hyp_arch_arm::cpus::PerCpu` (set when it came online), whose first field and
+    // `vector_calls.in_vector` the asm uses; `in_vector` comes from a reference the caller
+    // holds across this call (`OnCpu::run_guest`).
+    unsafe { enter_guest(ctx, in_vector) }
 }
 
 const _: () = assert!(core::mem::offset_of!(GuestContext, pc) == 248);

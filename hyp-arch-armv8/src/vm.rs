@@ -20,11 +20,11 @@ use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::VcpuStart;
 
 use crate::arch::{Aarch64, HYPERVISOR};
-use crate::exceptions::{run_guest, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC};
+use crate::exceptions::{run_guest, EXIT_ANSWERED, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC, RESUME_GUEST};
 use crate::ich::ListRegisterFile;
 use crate::vcpu_state::{self, SavedVcpu};
 use hyp_runtime::tlb::OnEntry;
-use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
+use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
 use hyp_runtime::Hypervisor;
 use vgic::{Distributor, IntId};
 
@@ -275,12 +275,15 @@ impl VcpuCpu for OnCpu {
         &mut self.lrs
     }
 
+    const ANSWERS_IN_VECTOR: bool = true;
+
     #[inline(always)]
-    fn run_guest(&mut self, ctx: &mut GuestContext) -> GuestExit {
-        match run_guest(ctx) {
+    fn run_guest(&mut self, ctx: &mut GuestContext, here: &InVector<'_, Self>) -> GuestExit {
+        match run_guest(ctx, core::ptr::from_ref(here).cast()) {
             EXIT_SYNC => GuestExit::Sync,
             EXIT_IRQ | EXIT_FIQ => GuestExit::Interrupt,
             EXIT_SERROR => GuestExit::SError,
+            EXIT_ANSWERED => GuestExit::Answered,
             other => GuestExit::Unknown(other),
         }
     }
@@ -395,6 +398,24 @@ impl VcpuCpu for OnCpu {
 
     fn deactivate(physical: IntId, cpu: usize) {
         hyp_arch_arm::image::deactivate::<Aarch64>(physical, cpu);
+    }
+}
+
+/// A synchronous exit the vector offers (exceptions.rs), the guest's registers saved in
+/// `registers`, to the run loop's `InVector` (`here`) for the vCPU on this CPU: what the
+/// vector does next (hyp_runtime::vcpu_run::in_vector).
+#[no_mangle]
+extern "C" fn answer_in_vector(here: *const InVector<'static, OnCpu>, registers: *mut GuestContext) -> u64 {
+    // SAFETY: `here` and `registers` are what `OnCpu::run_guest` gave `enter_guest` for the
+    // guest whose exit this is, and the vector calls this only before it returns from that
+    // `enter_guest`: `here` is a shared reference the run loop holds for the whole call (its
+    // lifetime is not 'static, but nothing here outlives this call), `registers` an
+    // exclusive one, which nothing else touches while the guest is out.
+    let (here, registers) = unsafe { (&*here, &mut *registers) };
+    match hyp_runtime::vcpu_run::in_vector::answer(here, registers) {
+        VectorAnswer::NotHere => EXIT_SYNC,
+        VectorAnswer::Answered => EXIT_ANSWERED,
+        VectorAnswer::Resume => RESUME_GUEST,
     }
 }
 

@@ -364,9 +364,14 @@ fn system_register(
     }
 }
 
+/// A stage-2 data abort of vCPU `vcpu` at `ipa` (virtual address `va`) by an instruction of
+/// `len` bytes, `access` as its syndrome gave it: the emulated access carried out over the
+/// registers, RAM touched for the first time made, or the guest's abort; what the guest did
+/// wrong goes to `log`. `handle`'s answer to a `Trap::DataAbort`, and the whole of an exit
+/// the image's vector answers (hyp_runtime::vcpu_run::in_vector).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn data_abort(
+pub fn data_abort(
     regs: &mut impl GuestRegisters,
     len: u8,
     vcpu: usize,

@@ -232,13 +232,8 @@ pub fn emulate(access: &SysRegAccess, value: u64, env: &mut impl SysRegEnv) -> S
     let vm = env.features();
     // An SMP guest's most frequent trapped access (every IPI it sends), tested first: behind
     // the tests below, a virtual IPI's sender paid for each of them.
-    if !access.is_read && vm.gic_v3 {
-        match encoding {
-            ICC_SGI1R_EL1 => return SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi1r),
-            ICC_ASGI1R_EL1 => return SysRegAction::GenerateSgi(SgiGenerationRegister::Asgi1r),
-            ICC_SGI0R_EL1 => return SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r),
-            _ => {}
-        }
+    if let Some(register) = sgi_generation(access, vm.gic_v3) {
+        return SysRegAction::GenerateSgi(register);
     }
     if DebugRegisters::is_debug_register(access) {
         let geometry = DebugGeometry::from_id_aa64dfr0(env.id_registers().read(ID_AA64DFR0_EL1));
@@ -264,6 +259,22 @@ pub fn emulate(access: &SysRegAccess, value: u64, env: &mut impl SysRegEnv) -> S
             VmControlRegister::from_encoding(encoding).map_or(SysRegAction::Undefined, SysRegAction::ControlWrite)
         }
         _ => SysRegAction::Undefined,
+    }
+}
+
+/// The SGI generation register a trapped access writes, if it is one: ICC_SGI1R_EL1,
+/// ICC_ASGI1R_EL1 or ICC_SGI0R_EL1 (IHI 0069 12.2, the GICv3 CPU interface; a VM on a
+/// GICv2 has none of them).
+#[inline(always)]
+pub fn sgi_generation(access: &SysRegAccess, gic_v3: bool) -> Option<SgiGenerationRegister> {
+    if access.is_read || !gic_v3 {
+        return None;
+    }
+    match access.encoding() {
+        ICC_SGI1R_EL1 => Some(SgiGenerationRegister::Sgi1r),
+        ICC_ASGI1R_EL1 => Some(SgiGenerationRegister::Asgi1r),
+        ICC_SGI0R_EL1 => Some(SgiGenerationRegister::Sgi0r),
+        _ => None,
     }
 }
 

@@ -77,6 +77,10 @@ impl<A: Arch> VgicHandle<A> {
             h.store(true, Ordering::Release);
         }
     }
+    /// Whether vCPU `vcpu` has a hint to take (it stays there).
+    pub fn is_hinted(&self, vcpu: usize) -> bool {
+        self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed))
+    }
     pub fn take_hint(&self, vcpu: usize) -> bool {
         // A plain load first: the common case (no hint) costs no atomic read-modify-write.
         self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) && h.swap(false, Ordering::AcqRel))

@@ -8,14 +8,19 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
 use hyp_core::debug_registers::DebugRegisters;
+use std::sync::atomic::Ordering;
+
 use hyp_core::exit::{GuestContext, InjectedException};
+use hyp_core::guest_map::GICD_IPA;
 use hyp_core::image::ExecutionState;
 use hyp_core::smccc::{PSCI_SYSTEM_OFF, SMCCC_VERSION};
 use hyp_core::syndrome::Syndrome;
+use hyp_core::syndrome::{AccessWidth, ExceptionClass, MmioAccess};
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegAccess};
 use hyp_core::trap::{DecodedExit, Trap};
 use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::{Decision, VcpuState};
+use stage2::Ipa;
 use vgic::{IntId, ListRegisters, Maintenance};
 
 use super::hypervisor::{booted, event, pend, take_events};
@@ -25,7 +30,7 @@ use crate::fake::FakeArch;
 use crate::hypervisor::{Hypervisor, VcpuExit};
 use crate::scheduling::vcpu_ref;
 use crate::tlb::OnEntry;
-use crate::vcpu_run::{run_vcpu, CacheMaintenance, GuestExit, ResumeSlots, VcpuCpu};
+use crate::vcpu_run::{in_vector, run_vcpu, CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
 use crate::vm::Vm;
 
 /// What the guest does in one stay in the guest.
@@ -38,6 +43,9 @@ struct Step {
     timer: Option<(Option<u64>, bool)>,
     /// The guest acknowledges the interrupt in list register 0 (pending becomes active).
     ack: bool,
+    /// The image's vector offers this synchronous exit to the run loop's `InVector` first
+    /// (as the AArch64 vector does a data abort while the vCPU holds no list register).
+    offered: bool,
 }
 
 thread_local! {
@@ -58,12 +66,14 @@ thread_local! {
     /// At each list-register read, whether vCPU 0's list-register lock and VM 0's vGIC lock
     /// were held.
     static LR_READS: RefCell<Vec<(bool, bool)>> = RefCell::default();
+    /// The vector's answer to each exit it offered.
+    static OFFERED: RefCell<Vec<VectorAnswer>> = RefCell::default();
 }
 
 fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
     let trap =
         trap.map(|(trap, ec)| (DecodedExit { trap, instruction_bytes: 4 }, Syndrome(u64::from(ec) << 26 | 1 << 25)));
-    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0, timer: None, ack: false }));
+    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0, timer: None, ack: false, offered: false }));
 }
 
 fn hvc(function: u32) {
@@ -175,23 +185,36 @@ impl VcpuCpu for FakeCpu {
     fn list_registers(&mut self) -> &mut FakeLrs {
         &mut self.lrs
     }
-    fn run_guest(&mut self, registers: &mut GuestContext) -> GuestExit {
+    const ANSWERS_IN_VECTOR: bool = true;
+    fn run_guest(&mut self, registers: &mut GuestContext, here: &InVector<'_, FakeCpu>) -> GuestExit {
         ENTRIES.with(|e| e.borrow_mut().push((registers.pc, registers.x[0])));
         LR0_AT_ENTRY.with(|e| e.borrow_mut().push(self.lrs.0[0]));
-        let step = STEPS.with(|s| s.borrow_mut().pop_front()).expect("the test says what the guest does");
-        if let Some(x0) = step.x0 {
-            registers.x[0] = x0;
+        loop {
+            let step = STEPS.with(|s| s.borrow_mut().pop_front()).expect("the test says what the guest does");
+            if let Some(x0) = step.x0 {
+                registers.x[0] = x0;
+            }
+            if let Some(timer) = step.timer {
+                TIMER.with(|t| t.set(timer));
+            }
+            if step.ack {
+                // ICH_LR<n>_EL2.State [63:62], GICH_LR<n>.State [29:28]: pending (01) to active (10).
+                let lr = &mut self.lrs.0[0];
+                *lr = if *lr >> 62 != 0 { (*lr & !(3 << 62)) | 2 << 62 } else { (*lr & !(3 << 28)) | 2 << 28 };
+            }
+            TRAP.with(|t| t.set(step.trap));
+            if !step.offered {
+                return step.exit;
+            }
+            let answer = in_vector::answer(here, registers);
+            OFFERED.with(|o| o.borrow_mut().push(answer));
+            match answer {
+                // The guest goes on: its next step, without the run loop.
+                VectorAnswer::Resume => {}
+                VectorAnswer::Answered => return GuestExit::Answered,
+                VectorAnswer::NotHere => return step.exit,
+            }
         }
-        if let Some(timer) = step.timer {
-            TIMER.with(|t| t.set(timer));
-        }
-        if step.ack {
-            // ICH_LR<n>_EL2.State [63:62], GICH_LR<n>.State [29:28]: pending (01) to active (10).
-            let lr = &mut self.lrs.0[0];
-            *lr = if *lr >> 62 != 0 { (*lr & !(3 << 62)) | 2 << 62 } else { (*lr & !(3 << 28)) | 2 << 28 };
-        }
-        TRAP.with(|t| t.set(step.trap));
-        step.exit
     }
     fn read_trap() -> (DecodedExit, Syndrome) {
         TRAP.with(Cell::get)
@@ -436,4 +459,165 @@ fn a_guest_repeating_an_unknown_call_is_logged_once_and_answered_each_time() {
     assert_eq!(lines.iter().filter(|l| l.contains("unknown SMCCC function 0xc2000000")).count(), 1, "{lines:?}");
     let e = entries();
     assert_eq!((e[1].1, e[2].1), (hyp_core::smccc::NOT_SUPPORTED, hyp_core::smccc::NOT_SUPPORTED));
+}
+
+/// The step the test added last is offered to the vector first.
+fn offer_last() {
+    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().offered = true);
+}
+
+/// A data abort at `ipa` by a word access of register `rt` (a store if `write`), offered to
+/// the vector first; `x0` is set first.
+fn offered_access(ipa: u64, rt: u8, write: bool, x0: Option<u64>) {
+    let access = Some(MmioAccess::new(AccessWidth::Word, write, rt, false, false));
+    step(GuestExit::Sync, Some((Trap::DataAbort { ipa: Ipa(ipa), va: 0xdead_0000, access, write }, 0x24)), x0);
+    offer_last();
+}
+
+fn offered() -> Vec<VectorAnswer> {
+    OFFERED.with(|o| std::mem::take(&mut *o.borrow_mut()))
+}
+
+/// A distributor register read answered in the vector: the guest goes on from the next
+/// instruction with the register's value, the run loop is not returned to, and the exit is
+/// counted as the run loop counts it. A call offered to the vector is left to the run loop,
+/// with nothing changed.
+#[test]
+fn an_mmio_read_answered_in_the_vector_goes_on_without_the_run_loop_and_is_counted() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    let typer = vm.vgic.vgic.lock().read(0, 0x004, 4).unwrap();
+    let aborts = || vm.exits[0].class_counter(ExceptionClass::DATA_ABORT_LOWER).load(Ordering::Relaxed);
+    let before = aborts();
+    offered_access(GICD_IPA + 0x004, 0, false, None);
+    wfi();
+    hvc(SMCCC_VERSION);
+    offer_last();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(offered(), [VectorAnswer::Resume, VectorAnswer::NotHere]);
+    let e = entries();
+    assert_eq!(e.len(), 3, "the read and the WFI in one entry, the call (answered by the run loop), the power-off");
+    assert_eq!(e[1], (e[0].0 + 8, typer), "past the load and the WFI, with GICD_TYPER in x0");
+    // An HVC's preferred return is already past it.
+    assert_eq!(e[2], (e[1].0, hyp_core::smccc::SMCCC_VERSION_1_1), "the call answered by the run loop");
+    assert_eq!(aborts() - before, 1, "the read is counted");
+}
+
+/// An access the vector answers with the guest's abort (no device, no memory there) goes to
+/// the run loop, which injects it, and the guest's error is logged with its VM and vCPU.
+#[test]
+fn an_access_to_nothing_answered_in_the_vector_has_the_run_loop_inject_the_abort() {
+    let hypervisor = hypervisor();
+    LINES.with(|l| l.borrow_mut().clear());
+    offered_access(0x0700_0000, 3, false, None);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(offered(), [VectorAnswer::Answered]);
+    let events = take_events();
+    assert!(
+        events.contains(&"inject DataAbort { far: 3735879680, write: false }".to_string()),
+        "the run loop injects the abort: {events:?}"
+    );
+    let lines = LINES.with(|l| std::mem::take(&mut *l.borrow_mut()));
+    assert!(lines.iter().any(|l| l.contains("vm0 guest vcpu0") && l.contains("0x7000000")), "{lines:?}");
+}
+
+/// An access that changes the vCPU's own interrupts (a pending SPI routed to it) goes to the
+/// run loop before the guest goes on, which plans the list registers: the guest's next
+/// entry shows the interrupt.
+#[test]
+fn an_access_that_pends_an_interrupt_for_its_own_vcpu_reaches_the_run_loop_before_the_guest_goes_on() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        // SPI 40 enabled, Group 1, routed to vCPU 0 (the reset route).
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write(0, 0x084, 4, 1 << 8).unwrap();
+        vgic.write(0, 0x104, 4, 1 << 8).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    let _ = vm.vgic.take_hint(0);
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    // GICD_ISPENDR1 = x0: SPI 40 pending.
+    offered_access(GICD_IPA + 0x204, 0, true, Some(1 << 8));
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(offered(), [VectorAnswer::Answered]);
+    let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    assert_eq!(vgic::IchLr(lr0[1]).decode().vintid, IntId(40), "planned before the next entry: {lr0:x?}");
+}
+
+/// An SGI sent through ICC_SGI1R_EL1 is answered in the vector: its target has it pending
+/// and looks at it, and the guest goes on. One the vCPU sends itself reaches the run loop
+/// before the guest goes on, and the next entry shows it. Other system registers are left to
+/// the run loop.
+#[test]
+fn an_sgi_sent_through_the_cpu_interface_is_answered_in_the_vector() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        // Group 1 enabled; SGIs 1 and 2 of both vCPUs in Group 1 and enabled (their SGI frames).
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        for frame in [0, 0x2_0000] {
+            vgic.write_redistributor(frame + 0x1_0080, 4, 0b110).unwrap();
+            vgic.write_redistributor(frame + 0x1_0100, 4, 0b110).unwrap();
+        }
+        let _ = vgic.take_kicks();
+    }
+    let _ = (vm.vgic.take_hint(0), vm.vgic.take_hint(1));
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    let sgi1r = |rt| SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt, is_read: false };
+    // ICC_SGI1R_EL1 = x0: SGI 1 to vCPU 1 (TargetList bit 1), then SGI 2 to vCPU 0 itself.
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r(0), iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
+    offer_last();
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r(0), iss: 0 }, 0x18)), Some(2 << 24 | 0b01));
+    offer_last();
+    // MIDR_EL1 read into x3.
+    let midr = SysRegAccess { op0: 3, op1: 0, crn: 0, crm: 0, op2: 0, rt: 3, is_read: true };
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: midr, iss: 0 }, 0x18)), None);
+    offer_last();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(offered(), [VectorAnswer::Resume, VectorAnswer::Answered, VectorAnswer::NotHere]);
+    assert!(vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
+    assert!(vm.vgic.take_hint(1), "and looks at it");
+    let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    assert_eq!(vgic::IchLr(lr0[1]).decode().vintid, IntId(2), "the SGI to itself, shown at the next entry: {lr0:x?}");
+    let e = entries();
+    assert_eq!(e[1].0, e[0].0 + 8, "past both writes");
+}
+
+/// An SGI answered in the vector while the sender holds a list register loses nothing of
+/// it: what the guest did to that interrupt (it acknowledged it) is taken back at its next
+/// exit to the run loop.
+#[test]
+fn an_sgi_answered_in_the_vector_while_the_sender_holds_a_list_register_loses_nothing_of_it() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        // SPI 40 enabled, Group 1, routed to vCPU 0 and raised; SGI 1 of vCPU 1 enabled.
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write(0, 0x084, 4, 1 << 8).unwrap();
+        vgic.write(0, 0x104, 4, 1 << 8).unwrap();
+        vgic.write_redistributor(0x2_0000 + 0x1_0080, 4, 0b10).unwrap();
+        vgic.write_redistributor(0x2_0000 + 0x1_0100, 4, 0b10).unwrap();
+        vgic.inject_edge(IntId(40), 0).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    vm.vgic.hint(1);
+    let sgi1r = SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt: 0, is_read: false };
+    // The guest acknowledges SPI 40, then sends SGI 1 to vCPU 1.
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
+    offer_last();
+    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().ack = true);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(offered(), [VectorAnswer::Resume]);
+    let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
+    assert!(!spi.pending && spi.active, "the acknowledgement was taken back: {spi:?}");
+    assert!(vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
 }
