@@ -39,8 +39,9 @@ pub struct VectorCalls {
     /// The address of the vCPU's counter of HVC exits, which the vector increments
     /// (hyp_core::exit_stats::ExitCounts::class_counter).
     pub hvc_exits: AtomicPtr<AtomicU64>,
-    /// Non-zero while the vCPU holds list registers: the vector answers nothing then, so
-    /// that every exit reaches the run loop, which samples their level interrupts' lines.
+    /// Non-zero while the vCPU holds list registers: the vector answers no call and offers
+    /// no data abort then, so that those exits reach the run loop, which samples their level
+    /// interrupts' lines (an SGI it still offers: hyp_runtime::vcpu_run::in_vector).
     pub list_registers_in_use: AtomicU64,
     /// The run loop's `hyp_runtime::vcpu_run::InVector` for the guest running on this CPU,
     /// through which the vector answers its exits: the AArch64 image's `enter_guest` stores

@@ -68,6 +68,17 @@ global_asm!(
     \one    x30, [\base, #240]
 .endm
 
+// The guest's x2..x30, x0 and x1 (on the stack, popped), ELR_EL2 and SPSR_EL2 into its
+// context at x1 (the GuestContext layout: x[n] at 8n, pc at 248, pstate at 256).
+.macro SAVE_GUEST
+    X2_TO_X30 stp, str, x1
+    ldp     x2, x3, [sp], #16
+    stp     x2, x3, [x1, #0]
+    mrs     x2, elr_el2
+    mrs     x3, spsr_el2
+    stp     x2, x3, [x1, #248]
+.endm
+
 .macro GUEST_EXIT reason
     .balign 0x80
     stp     x0, x1, [sp, #-16]!
@@ -197,12 +208,7 @@ sysreg_in_vector:
     mrs     x1, tpidr_el2
 4:  ldr     x0, [x1, #{IN_VECTOR}]
     ldr     x1, [x1]
-    X2_TO_X30 stp, str, x1
-    ldp     x2, x3, [sp], #16
-    stp     x2, x3, [x1, #0]
-    mrs     x2, elr_el2
-    mrs     x3, spsr_el2
-    stp     x2, x3, [x1, #248]
+    SAVE_GUEST
     bl      answer_in_vector
     cmp     x0, #{RESUME_GUEST}
     b.ne    return_to_run_loop
@@ -214,12 +220,7 @@ guest_exit:
     // The guest's x0 and x1 are on the stack, x0 holds the reason.
     mrs     x1, tpidr_el2
     ldr     x1, [x1]
-    X2_TO_X30 stp, str, x1
-    ldp     x2, x3, [sp], #16
-    stp     x2, x3, [x1, #0]
-    mrs     x2, elr_el2
-    mrs     x3, spsr_el2
-    stp     x2, x3, [x1, #248]
+    SAVE_GUEST
 return_to_run_loop:
     // x0: the reason; the guest's registers are saved.
     ldp     x19, x20, [sp, #0]

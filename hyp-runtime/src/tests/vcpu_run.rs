@@ -333,6 +333,16 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
     assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
 }
 
+/// VM 0's vGIC, locked, with its distributor's groups enabled and SPI 40 enabled, in Group 1,
+/// routed to vCPU 0 (the reset route).
+fn spi_40_for_vcpu_0(vm: &Vm<FakeEnv>) -> spin::MutexGuard<'_, vgic::Distributor> {
+    let mut vgic = vm.vgic.vgic.lock();
+    vgic.write(0, 0x000, 4, 0b11).unwrap();
+    vgic.write(0, 0x084, 4, 1 << 8).unwrap();
+    vgic.write(0, 0x104, 4, 1 << 8).unwrap();
+    vgic
+}
+
 /// An exit whose list registers came back as they went in takes vCPU 0's own list-register
 /// lock only, not the VM's vGIC lock (docs/architecture.md, "Lock order"); one that changed
 /// them folds the change into the vGIC under both.
@@ -340,14 +350,7 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
 fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
-    {
-        // SPI 40 enabled, Group 1, routed to vCPU 0 (the reset route), and raised.
-        let mut vgic = vm.vgic.vgic.lock();
-        vgic.write(0, 0x000, 4, 0b11).unwrap();
-        vgic.write(0, 0x084, 4, 1 << 8).unwrap();
-        vgic.write(0, 0x104, 4, 1 << 8).unwrap();
-        vgic.inject_edge(IntId(40), 0).unwrap();
-    }
+    spi_40_for_vcpu_0(&vm).inject_edge(IntId(40), 0).unwrap();
     vm.vgic.hint(1);
     hvc(SMCCC_VERSION);
     hvc(SMCCC_VERSION);
@@ -530,14 +533,7 @@ fn an_access_to_nothing_answered_in_the_vector_has_the_run_loop_inject_the_abort
 fn an_access_that_pends_an_interrupt_for_its_own_vcpu_reaches_the_run_loop_before_the_guest_goes_on() {
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
-    {
-        // SPI 40 enabled, Group 1, routed to vCPU 0 (the reset route).
-        let mut vgic = vm.vgic.vgic.lock();
-        vgic.write(0, 0x000, 4, 0b11).unwrap();
-        vgic.write(0, 0x084, 4, 1 << 8).unwrap();
-        vgic.write(0, 0x104, 4, 1 << 8).unwrap();
-        let _ = vgic.take_kicks();
-    }
+    let _ = spi_40_for_vcpu_0(&vm).take_kicks();
     let _ = vm.vgic.take_hint(0);
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     // GICD_ISPENDR1 = x0: SPI 40 pending.
@@ -598,11 +594,8 @@ fn an_sgi_answered_in_the_vector_while_the_sender_holds_a_list_register_loses_no
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
     {
-        // SPI 40 enabled, Group 1, routed to vCPU 0 and raised; SGI 1 of vCPU 1 enabled.
-        let mut vgic = vm.vgic.vgic.lock();
-        vgic.write(0, 0x000, 4, 0b11).unwrap();
-        vgic.write(0, 0x084, 4, 1 << 8).unwrap();
-        vgic.write(0, 0x104, 4, 1 << 8).unwrap();
+        // SPI 40 raised; SGI 1 of vCPU 1 in Group 1 and enabled.
+        let mut vgic = spi_40_for_vcpu_0(&vm);
         vgic.write_redistributor(0x2_0000 + 0x1_0080, 4, 0b10).unwrap();
         vgic.write_redistributor(0x2_0000 + 0x1_0100, 4, 0b10).unwrap();
         vgic.inject_edge(IntId(40), 0).unwrap();
