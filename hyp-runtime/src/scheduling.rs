@@ -71,6 +71,11 @@ impl<A: Arch> Scheduling<A> {
         self.scheduler.get().and_then(|s| s.lock().state(v))
     }
 
+    /// Whether CPU `cpu` must ask the scheduler again (it stays asked).
+    pub fn reschedule_requested(&self, cpu: usize) -> bool {
+        self.reschedule.get(cpu).is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+
     /// Whether CPU `cpu` must ask the scheduler again (and forgets it: it asks now).
     pub fn take_reschedule(&self, cpu: usize) -> bool {
         self.reschedule.get(cpu).is_some_and(|f| f.load(Ordering::Relaxed) && f.swap(false, Ordering::AcqRel))

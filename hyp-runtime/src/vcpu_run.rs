@@ -248,7 +248,7 @@ pub fn run_vcpu<C: VcpuCpu>(
     here.vector_calls(exits.class_counter(ExceptionClass::HVC64), last_unknown);
     // The guest's virtual timer PPI is backed by the physical one, deactivated by the guest.
     let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
-    let in_vector = InVector::<C> { vm, vcpu, exits, outcome: core::cell::Cell::new(None) };
+    let in_vector = InVector::<C> { vm, vcpu, cpu, shared, exits, outcome: core::cell::Cell::new(None) };
     load_timer_line::<C>(core, vcpu, cpu);
     // Whether this vCPU holds list registers (then they are taken back on every exit),
     // and whether what came back changed (then they are planned again before entry).

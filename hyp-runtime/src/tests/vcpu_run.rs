@@ -46,6 +46,9 @@ struct Step {
     /// The image's vector offers this synchronous exit to the run loop's `InVector` first
     /// (as the AArch64 vector does a data abort while the vCPU holds no list register).
     offered: bool,
+    /// While the guest runs, something of this CPU asks its scheduler again without a kick
+    /// (a vCPU of this CPU woken by the exit's answer, as `Scheduling::wake` asks it).
+    reschedule: bool,
 }
 
 thread_local! {
@@ -73,7 +76,9 @@ thread_local! {
 fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
     let trap =
         trap.map(|(trap, ec)| (DecodedExit { trap, instruction_bytes: 4 }, Syndrome(u64::from(ec) << 26 | 1 << 25)));
-    STEPS.with(|s| s.borrow_mut().push_back(Step { exit, trap, x0, timer: None, ack: false, offered: false }));
+    STEPS.with(|s| {
+        s.borrow_mut().push_back(Step { exit, trap, x0, timer: None, ack: false, offered: false, reschedule: false })
+    });
 }
 
 fn hvc(function: u32) {
@@ -201,6 +206,9 @@ impl VcpuCpu for FakeCpu {
                 // ICH_LR<n>_EL2.State [63:62], GICH_LR<n>.State [29:28]: pending (01) to active (10).
                 let lr = &mut self.lrs.0[0];
                 *lr = if *lr >> 62 != 0 { (*lr & !(3 << 62)) | 2 << 62 } else { (*lr & !(3 << 28)) | 2 << 28 };
+            }
+            if step.reschedule {
+                FakeCpu::hypervisor().scheduling.request_reschedule(1);
             }
             TRAP.with(|t| t.set(step.trap));
             if !step.offered {
@@ -613,4 +621,24 @@ fn an_sgi_answered_in_the_vector_while_the_sender_holds_a_list_register_loses_no
     let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
     assert!(!spi.pending && spi.active, "the acknowledgement was taken back: {spi:?}");
     assert!(vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
+}
+
+/// An exit answered in the vector after which this CPU's scheduler is to be asked again (a
+/// vCPU of this CPU woken, which asks it without a kick) goes on to the run loop when the
+/// vCPU shares its CPU, which asks the scheduler; a pinned vCPU's goes on in the guest.
+#[test]
+fn a_shared_vcpu_s_exit_that_asks_its_scheduler_again_reaches_the_run_loop() {
+    for pinned in [false, true] {
+        let hypervisor = hypervisor();
+        offered_access(GICD_IPA + 0x004, 0, false, None);
+        STEPS.with(|s| s.borrow_mut().back_mut().unwrap().reschedule = true);
+        offered_access(GICD_IPA + 0x004, 0, false, None);
+        hvc(PSCI_SYSTEM_OFF);
+        assert_eq!(run(hypervisor, pinned), VcpuExit::VmEnded(EndReason::PoweredOff));
+        // The second read resumes: the run loop took the request (left there, it would
+        // send every later exit to the run loop); a pinned vCPU's never asks.
+        let first = if pinned { VectorAnswer::Resume } else { VectorAnswer::Answered };
+        assert_eq!(offered(), [first, VectorAnswer::Resume], "pinned {pinned}");
+        let _ = hypervisor.scheduling.take_reschedule(1);
+    }
 }

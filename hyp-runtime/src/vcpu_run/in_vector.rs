@@ -1,18 +1,20 @@
 //! Synchronous exits answered from the image's exception vector, on the run loop's stack
 //! but without returning into it (docs/performance.md, "Answered in the vector"): an
-//! emulated MMIO access, or an SGI sent through the GICv3 CPU interface, of a vCPU that
-//! holds no list register.
+//! emulated MMIO access of a vCPU that holds no list register, or an SGI sent through the
+//! GICv3 CPU interface.
 //!
-//! The run loop publishes an [`InVector`] for the vCPU it runs (`VcpuCpu::answer_in_vector`)
-//! and the vector offers it a data abort with the guest's registers saved. [`answer`] says
-//! what the vector does next. Nothing the run loop does between two entries is skipped
-//! where it could matter:
+//! The run loop gives each entry into the guest its [`InVector`] (`VcpuCpu::run_guest`),
+//! and the vector offers it a data abort or a system register access with the guest's
+//! registers saved. [`answer`] says what the vector does next. Nothing the run loop does
+//! between two entries is skipped where it could matter:
 //! - the exit is counted by reason as the run loop counts it;
 //! - what another CPU asks of this vCPU (a kick, the end of a VM, the end of a shared
 //!   vCPU's slice) comes as an interrupt, which the guest takes to EL2 as soon as the ERET
 //!   unmasks it;
 //! - what the exit itself asks of this vCPU (its own hint, the VM's end, device work left
-//!   for later) sends the exit on to the run loop, answered ([`VectorAnswer::Answered`]);
+//!   for later, and for a vCPU sharing its CPU a vCPU of this CPU woken, which asks this
+//!   CPU's scheduler again without a kick) sends the exit on to the run loop, answered
+//!   ([`VectorAnswer::Answered`]);
 //! - an answer that is not "resume" (the guest's abort) is carried out by the run loop;
 //! - the vector offers no data abort while the vCPU holds list registers: their take-back
 //!   after every exit samples the lines of the level interrupts in them (docs/vgic.md), and
@@ -36,11 +38,13 @@ use crate::hypervisor::Virtualization;
 use crate::virtio::slot::VmEnv;
 use crate::vm::Vm;
 
-/// What the vector needs of the vCPU the run loop runs: published while the vCPU is on this
-/// CPU, on the run loop's stack.
+/// What the vector needs of the vCPU the run loop runs, on the run loop's stack.
 pub struct InVector<'a, C: VcpuCpu> {
     pub(super) vm: &'a <C::V as Virtualization>::Vm,
     pub(super) vcpu: usize,
+    /// This CPU, and whether the vCPU shares it (its scheduler may want it back).
+    pub(super) cpu: usize,
+    pub(super) shared: bool,
     pub(super) exits: &'a ExitCounts,
     /// An exit answered here whose outcome the run loop carries out, with the length of
     /// the trapped instruction.
@@ -61,7 +65,7 @@ pub enum VectorAnswer {
 /// Answers the synchronous exit the vector offers, if it is a stage-2 data abort with its
 /// IPA known or a write of an SGI generation register; `registers` are the guest's, saved
 /// by the vector (an image offers only exits whose registers are `C::Registers` as they
-/// are: the AArch64 image's from AArch64, the ARMv7 image's).
+/// are: the AArch64 image's from AArch64).
 #[inline(always)]
 pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) -> VectorAnswer {
     let trap = C::read_trap();
@@ -90,8 +94,10 @@ pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) 
     }
     // What the run loop looks at before each entry: the VM's end, device work left for
     // later, this vCPU's hint (a change of its interrupts the access made, or another
-    // CPU's; another CPU also kicks it).
-    if core.is_ending() || core.device_work.load(Ordering::Relaxed) || core.vgic.is_hinted(vcpu) {
+    // CPU's; another CPU also kicks it), and after a shared vCPU's exit its scheduler's
+    // request (a vCPU of this CPU the exit woke asks it without a kick).
+    let rescheduling = here.shared && C::hypervisor().scheduling.reschedule_requested(here.cpu);
+    if core.is_ending() || core.device_work.load(Ordering::Relaxed) || core.vgic.is_hinted(vcpu) || rescheduling {
         return VectorAnswer::Answered;
     }
     VectorAnswer::Resume
