@@ -328,7 +328,7 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
     // The timer fires while the guest runs (its deadline 0 is past), and the guest waits;
     // no physical PPI reaches the hypervisor.
     wfi();
-    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().timer = Some((Some(0), true)));
+    last_step(|s| s.timer = Some((Some(0), true)));
     hvc(PSCI_SYSTEM_OFF);
     let end = run(hypervisor, false);
     TIMER.with(|t| t.set((None, false)));
@@ -362,7 +362,7 @@ fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
     vm.vgic.hint(1);
     hvc(SMCCC_VERSION);
     hvc(SMCCC_VERSION);
-    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().ack = true);
+    last_step(|s| s.ack = true);
     hvc(PSCI_SYSTEM_OFF);
     LR_READS.with(|r| r.borrow_mut().clear());
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
@@ -472,9 +472,14 @@ fn a_guest_repeating_an_unknown_call_is_logged_once_and_answered_each_time() {
     assert_eq!((e[1].1, e[2].1), (hyp_core::smccc::NOT_SUPPORTED, hyp_core::smccc::NOT_SUPPORTED));
 }
 
+/// The step the test added last, changed.
+fn last_step(change: impl FnOnce(&mut Step)) {
+    STEPS.with(|s| change(s.borrow_mut().back_mut().expect("a step to change")));
+}
+
 /// The step the test added last is offered to the vector first.
 fn offer_last() {
-    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().offered = true);
+    last_step(|s| s.offered = true);
 }
 
 /// A data abort at `ipa` by a word access of register `rt` (a store if `write`), offered to
@@ -614,7 +619,7 @@ fn an_sgi_answered_in_the_vector_while_the_sender_holds_a_list_register_loses_no
     // The guest acknowledges SPI 40, then sends SGI 1 to vCPU 1.
     step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
     offer_last();
-    STEPS.with(|s| s.borrow_mut().back_mut().unwrap().ack = true);
+    last_step(|s| s.ack = true);
     hvc(PSCI_SYSTEM_OFF);
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert_eq!(offered(), [VectorAnswer::Resume]);
@@ -631,7 +636,7 @@ fn a_shared_vcpu_s_exit_that_asks_its_scheduler_again_reaches_the_run_loop() {
     for pinned in [false, true] {
         let hypervisor = hypervisor();
         offered_access(GICD_IPA + 0x004, 0, false, None);
-        STEPS.with(|s| s.borrow_mut().back_mut().unwrap().reschedule = true);
+        last_step(|s| s.reschedule = true);
         offered_access(GICD_IPA + 0x004, 0, false, None);
         hvc(PSCI_SYSTEM_OFF);
         assert_eq!(run(hypervisor, pinned), VcpuExit::VmEnded(EndReason::PoweredOff));

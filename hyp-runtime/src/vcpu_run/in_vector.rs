@@ -74,13 +74,11 @@ pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) 
     let bytes = exit.instruction_bytes;
     let outcome = match exit.trap {
         Trap::DataAbort { ipa, va, access, write } => {
-            here.exits.record_sync(C::syndrome(&trap));
             let mut log = Incidents { vm: core, vcpu };
             exit::data_abort(registers, bytes, vcpu, ipa, va, access, write, &mut core.mmio(), &mut log)
         }
         Trap::SystemRegister { access, .. } => {
             let Some(register) = sysreg::sgi_generation(&access, core.gic_v3) else { return VectorAnswer::NotHere };
-            here.exits.record_sync(C::syndrome(&trap));
             let value = registers.reg(access.rt);
             registers.advance_pc(bytes);
             super::generate_sgi(core, vcpu, register, value);
@@ -88,6 +86,7 @@ pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) 
         }
         _ => return VectorAnswer::NotHere,
     };
+    here.exits.record_sync(C::syndrome(&trap));
     if outcome != Outcome::Resume {
         here.outcome.set(Some((outcome, bytes)));
         return VectorAnswer::Answered;
