@@ -253,8 +253,9 @@ pub fn run_vcpu<C: VcpuCpu>(
     // Whether this vCPU holds list registers (then they are taken back on every exit),
     // and whether what came back changed (then they are planned again before entry).
     let (mut lrs_in_use, mut lrs_changed) = (false, false);
-    // Whether its virtual timer fired at the last exit: the line goes into the vGIC with
-    // the next plan, after the take-back of the deactivation that dropped it.
+    // Whether its virtual timer fired at the last exit and the tick was not shown in one
+    // step: the line goes into the vGIC with the next plan, after the take-back of the
+    // deactivation that dropped it.
     let mut timer_fired = false;
     loop {
         if core.is_ending() {
@@ -282,14 +283,27 @@ pub fn run_vcpu<C: VcpuCpu>(
         }
         let exit_kind = here.run_guest(&mut registers, &in_vector);
         lrs_changed = false;
-        if lrs_in_use {
-            let in_use;
-            (lrs_changed, in_use) = take_back_list_registers::<C>(core, vcpu, cpu, &mut here);
-            if !in_use {
-                // The guest completed everything it held: the vector may answer calls again.
-                lrs_in_use = false;
-                here.vector_list_registers_in_use(false);
+        // Whether the list registers are still to be taken back. An interrupt exit's
+        // interrupts (kick SGIs, the maintenance and timer interrupts, console input,
+        // passthrough SPIs) come first: any but a kick or the virtual timer takes them back
+        // before it is handled, and the timer's tick takes them back in the same step as it
+        // is shown where it can (`tick_in_one_step`).
+        let mut owed = lrs_in_use;
+        if matches!(exit_kind, GuestExit::Interrupt)
+            && hypervisor.take_exit_interrupts(Some((vm, vcpu)), || {
+                if core::mem::take(&mut owed) {
+                    take_back_before_interrupt::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+                }
+            })
+        {
+            match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
+                Some(in_use) => (lrs_in_use, owed) = (in_use, false),
+                // The line goes into the vGIC with the next plan, after the take-back.
+                None => timer_fired = true,
             }
+        }
+        if owed {
+            take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
         }
         match exit_kind {
             GuestExit::Sync => {
@@ -353,7 +367,8 @@ pub fn run_vcpu<C: VcpuCpu>(
             // Never returned where the vector answers nothing.
             GuestExit::Answered => {}
             // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
-            GuestExit::Interrupt => timer_fired |= hypervisor.take_interrupts(Some((vm, vcpu))),
+            // Taken above.
+            GuestExit::Interrupt => {}
             GuestExit::SError => {
                 let syndrome = C::syndrome(&C::read_trap()).0;
                 core.count_exit(vcpu, ExitReason::SError);
@@ -541,6 +556,63 @@ fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usi
     if line {
         vm.vgic.hint(1 << vcpu);
     }
+}
+
+/// After an exit of a vCPU holding list registers (`lrs_in_use`): they are taken back,
+/// `lrs_changed` says whether the next entry plans them again, and once the guest completed
+/// everything it held the vector may answer calls again.
+#[inline(always)]
+fn take_back_after_exit<C: VcpuCpu>(
+    vm: &Vm<<C::V as Virtualization>::Env>,
+    vcpu: usize,
+    cpu: usize,
+    here: &mut C,
+    lrs_changed: &mut bool,
+    lrs_in_use: &mut bool,
+) {
+    let in_use;
+    (*lrs_changed, in_use) = take_back_list_registers::<C>(vm, vcpu, cpu, here);
+    if !in_use {
+        *lrs_in_use = false;
+        here.vector_list_registers_in_use(false);
+    }
+}
+
+/// `take_back_after_exit` before an exit's interrupt other than a kick or the timer: out of
+/// line, so that the interrupts' dispatch stays as small as it was without it.
+#[cold]
+#[inline(never)]
+fn take_back_before_interrupt<C: VcpuCpu>(
+    vm: &Vm<<C::V as Virtualization>::Env>,
+    vcpu: usize,
+    cpu: usize,
+    here: &mut C,
+    lrs_changed: &mut bool,
+    lrs_in_use: &mut bool,
+) {
+    take_back_after_exit::<C>(vm, vcpu, cpu, here, lrs_changed, lrs_in_use);
+}
+
+/// The running vCPU's virtual timer fired: where the vGIC can (`vgic::Distributor::
+/// hw_level_fired`), the list registers of its exit taken back (unless `taken_back`
+/// already), the tick's line raised and the list registers planned, in one step under the
+/// vCPU's and the VM's locks (docs/vgic.md, "The virtual timer's tick"). Returns whether the
+/// vCPU then holds list registers, or `None` with nothing changed: the run loop takes those
+/// steps itself.
+fn tick_in_one_step<C: VcpuCpu>(
+    vm: &Vm<<C::V as Virtualization>::Env>,
+    vcpu: usize,
+    here: &mut C,
+    taken_back: bool,
+) -> Option<bool> {
+    let mut lists = vm.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
+    if !vm.vgic.vgic.lock().hw_level_fired(vcpu, IntId(VTIMER_PPI), taken_back, &mut lists, here.list_registers()) {
+        return None;
+    }
+    let in_use = lists.in_use() > 0;
+    drop(lists);
+    here.vector_list_registers_in_use(in_use);
+    Some(in_use)
 }
 
 /// After an exit of a vCPU holding list registers: their state goes back into the vGIC,

@@ -25,7 +25,7 @@ use crate::{Distributor, GicVersion, IntId, VgicError, MAX_LIST_REGISTERS};
 pub struct VcpuInterfaceState {
     /// What the list registers this vCPU holds contain (raw, as last written or read back);
     /// 0: not this vCPU's.
-    lr: [u64; MAX_LIST_REGISTERS],
+    pub(crate) lr: [u64; MAX_LIST_REGISTERS],
     /// Bit n set: `lr[n]` is not 0. Kept with `lr` (by `set_lr`, its only writer) because
     /// every exit and entry asks, and a scan of the sixteen would cost more than the rest
     /// of a short exit.
@@ -53,7 +53,7 @@ impl VcpuInterfaceState {
         self.maintenance
     }
     /// Records what list register `i` holds; `lr` is `raw` decoded.
-    fn set_lr(&mut self, i: usize, raw: u64, lr: &ListRegister) {
+    pub(crate) fn set_lr(&mut self, i: usize, raw: u64, lr: &ListRegister) {
         if let Some(slot) = self.lr.get_mut(i) {
             *slot = raw;
             let bit = 1 << i;
@@ -91,7 +91,7 @@ impl VcpuInterfaceState {
 /// What an empty list register decodes to (raw 0).
 const EMPTY: ListRegister = ListRegister::INVALID;
 
-fn set_maintenance(state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters, m: Maintenance) {
+pub(crate) fn set_maintenance(state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters, m: Maintenance) {
     if state.maintenance != m {
         state.maintenance = m;
         lrs.set_maintenance(m);
@@ -105,17 +105,24 @@ impl Distributor {
             GicVersion::V2 => GichLr(raw as u32).decode(),
         }
     }
-    fn encode(&self, lr: &ListRegister) -> u64 {
+    pub(crate) fn encode(&self, lr: &ListRegister) -> u64 {
         match self.version {
             GicVersion::V3 => IchLr::encode(lr).0,
             GicVersion::V2 => u64::from(GichLr::encode(lr).0),
         }
     }
     /// The virtual INTID an encoded list register shows, without decoding the rest.
-    fn vintid_of(&self, raw: u64) -> u32 {
+    pub(crate) fn vintid_of(&self, raw: u64) -> u32 {
         match self.version {
             GicVersion::V3 => IchLr(raw).vintid(),
             GicVersion::V2 => GichLr(raw as u32).vintid(),
+        }
+    }
+    /// Whether an encoded list register has HW = 1, without decoding the rest.
+    pub(crate) fn is_hw(&self, raw: u64) -> bool {
+        match self.version {
+            GicVersion::V3 => IchLr(raw).hw(),
+            GicVersion::V2 => GichLr(raw as u32).hw(),
         }
     }
 

@@ -32,6 +32,7 @@ mod mmio;
 mod planner;
 mod sgi;
 mod state;
+mod tick;
 mod wanted;
 
 pub use distributor::{Distributor, GicVersion, InterruptState, Trigger, VgicConfig};

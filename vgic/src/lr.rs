@@ -93,6 +93,10 @@ impl IchLr {
     pub fn vintid(self) -> u32 {
         self.0 as u32
     }
+    /// HW alone.
+    pub fn hw(self) -> bool {
+        self.0 & (1 << 61) != 0
+    }
     pub fn decode(self) -> ListRegister {
         let v = self.0;
         let hw = v & (1 << 61) != 0;
@@ -134,6 +138,10 @@ impl GichLr {
     /// VirtualID alone.
     pub fn vintid(self) -> u32 {
         self.0 & 0x3ff
+    }
+    /// HW alone.
+    pub fn hw(self) -> bool {
+        self.0 & (1 << 31) != 0
     }
     pub fn decode(self) -> ListRegister {
         let v = self.0;

@@ -97,7 +97,7 @@ impl Distributor {
     /// The pending state is forwarded only if the interrupt is enabled, its group is enabled
     /// in GICD_CTLR (IHI 0069H 12.9.4, IHI 0048B 4.3.1) and it targets this vCPU; an active
     /// one is shown regardless, so the guest can deactivate it.
-    fn want(&self, s: IrqState, intid: u32, on_target: bool) -> Option<Wanted> {
+    pub(crate) fn want(&self, s: IrqState, intid: u32, on_target: bool) -> Option<Wanted> {
         let pending = on_target && s.enabled() && self.group_enabled(s) && s.wants_pending();
         if !pending && !s.active() {
             return None;

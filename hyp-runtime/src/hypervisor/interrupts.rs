@@ -14,14 +14,23 @@ impl<V: Virtualization> Hypervisor<V> {
     /// Takes every pending physical interrupt of this CPU. `running` is the vCPU that was in
     /// the guest when they came (its exits are counted by reason, and it looks at its vGIC
     /// again before entering the guest); none on an idle CPU. Returns whether the running
-    /// vCPU's virtual timer fired: the caller raises its line in the vGIC under the lock it
-    /// plans the list registers with (`vcpu_run`), before that plan.
-    #[inline(never)]
+    /// vCPU's virtual timer fired.
     pub fn take_interrupts(&'static self, running: Option<(&V::Vm, usize)>) -> bool {
+        self.take_exit_interrupts(running, || {})
+    }
+
+    /// `take_interrupts` on a guest's exit: `take_back` (the running vCPU's list registers
+    /// taken back) runs before any interrupt but a kick or the running vCPU's virtual timer
+    /// is taken, since those may change its vGIC (a passthrough SPI's line) and the vGIC's
+    /// view of its list registers must be current first. The timer's line goes into the
+    /// vGIC with the take-back and the plan in one step, by the caller (`vcpu_run`, docs/vgic.md,
+    /// "The virtual timer's tick").
+    #[inline(never)]
+    pub fn take_exit_interrupts(&'static self, running: Option<(&V::Vm, usize)>, mut take_back: impl FnMut()) -> bool {
         let running: Option<(&Vm<V::Env>, usize)> = running.map(|(vm, vcpu)| (vm.borrow(), vcpu));
         let mut timer = false;
         while let Some((iar, intid)) = V::acknowledge_interrupt() {
-            timer |= self.take_interrupt(iar, intid, running);
+            timer |= self.take_interrupt(iar, intid, running, &mut take_back);
         }
         timer
     }
@@ -33,7 +42,13 @@ impl<V: Virtualization> Hypervisor<V> {
     /// first interrupt: 23 instructions a kick or a timer interrupt paid (docs/performance.md).
     /// Returns whether it was the running vCPU's virtual timer.
     #[inline(never)]
-    fn take_interrupt(&'static self, iar: u32, intid: u32, running: Option<(&Vm<V::Env>, usize)>) -> bool {
+    fn take_interrupt(
+        &'static self,
+        iar: u32,
+        intid: u32,
+        running: Option<(&Vm<V::Env>, usize)>,
+        take_back: &mut impl FnMut(),
+    ) -> bool {
         // The most frequent first, before the table: another CPU made this one look (an
         // IPI, an I/O completion).
         let route = if intid == KICK_SGI { Route::Kick } else { self.routes.of(intid) };
@@ -45,21 +60,31 @@ impl<V: Virtualization> Hypervisor<V> {
                 vm.vgic.hint_vcpu(vcpu);
             }
             // Hardware-mapped: the running vCPU's, left active until its guest deactivates it.
-            // Its line goes into the vGIC with the vCPU's next plan, under the lock that
-            // takes: here it was a lock of its own (docs/vgic.md, "The virtual timer's tick").
+            // Its line goes into the vGIC with the vCPU's next plan, in the same step as the
+            // take-back of the deactivation that let it fire (docs/vgic.md, "The virtual
+            // timer's tick").
             (Route::VirtualTimer, Some((vm, vcpu))) => {
                 vm.count_exit(vcpu, ExitReason::TimerInterrupt);
                 V::drop_interrupt_priority(iar);
                 return true;
             }
-            _ => self.take_routed(iar, intid, route, running),
+            _ => self.take_routed(iar, intid, route, running, take_back),
         }
         false
     }
 
     /// Any interrupt but a kick or the running vCPU's virtual timer, by its route.
+    /// `take_back` first, as `take_exit_interrupts` says.
     #[inline(never)]
-    fn take_routed(&'static self, iar: u32, intid: u32, route: Route, running: Option<(&Vm<V::Env>, usize)>) {
+    fn take_routed(
+        &'static self,
+        iar: u32,
+        intid: u32,
+        route: Route,
+        running: Option<(&Vm<V::Env>, usize)>,
+        take_back: &mut impl FnMut(),
+    ) {
+        take_back();
         let count = |reason| {
             if let Some((vm, vcpu)) = running {
                 vm.count_exit(vcpu, reason);

@@ -43,6 +43,10 @@ struct Step {
     timer: Option<(Option<u64>, bool)>,
     /// The guest acknowledges the interrupt in list register 0 (pending becomes active).
     ack: bool,
+    /// Then deactivates it: a hardware-mapped one leaves the list register empty.
+    deactivate: bool,
+    /// This physical interrupt comes while the guest runs (the exit's, if it is one).
+    interrupt: Option<u32>,
     /// The image's vector offers this synchronous exit to the run loop's `InVector` first
     /// (as the AArch64 vector does a data abort while the vCPU holds no list register).
     offered: bool,
@@ -77,7 +81,17 @@ fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
     let trap =
         trap.map(|(trap, ec)| (DecodedExit { trap, instruction_bytes: 4 }, Syndrome(u64::from(ec) << 26 | 1 << 25)));
     STEPS.with(|s| {
-        s.borrow_mut().push_back(Step { exit, trap, x0, timer: None, ack: false, offered: false, reschedule: false })
+        s.borrow_mut().push_back(Step {
+            exit,
+            trap,
+            x0,
+            timer: None,
+            ack: false,
+            deactivate: false,
+            interrupt: None,
+            offered: false,
+            reschedule: false,
+        })
     });
 }
 
@@ -206,6 +220,12 @@ impl VcpuCpu for FakeCpu {
                 // ICH_LR<n>_EL2.State [63:62], GICH_LR<n>.State [29:28]: pending (01) to active (10).
                 let lr = &mut self.lrs.0[0];
                 *lr = if *lr >> 62 != 0 { (*lr & !(3 << 62)) | 2 << 62 } else { (*lr & !(3 << 28)) | 2 << 28 };
+            }
+            if step.deactivate {
+                self.lrs.0[0] = 0;
+            }
+            if let Some(intid) = step.interrupt {
+                pend(&[intid]);
             }
             if step.reschedule {
                 FakeCpu::hypervisor().scheduling.request_reschedule(1);
@@ -408,6 +428,44 @@ fn a_timer_interrupt_is_shown_at_the_next_entry_and_no_kick_is_left_behind() {
     assert!(sgi.pending, "vCPU 1 has its SGI");
     assert!(vm.vgic.take_hint(1), "and looks at it");
     assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "every kick asked for was taken");
+}
+
+/// A periodic tick: each time the guest took the last one and deactivated it, the next
+/// one's exit takes that list register back and shows the new tick in one step. Were the
+/// take-back skipped, the vGIC would think the register still shows the last tick and write
+/// nothing; were it done after the tick's line was raised, its fold would drop the line.
+#[test]
+fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
+    let hypervisor = hypervisor();
+    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write_redistributor(0x1_0080, 4, 1 << 27).unwrap();
+        vgic.write_redistributor(0x1_0100, 4, 1 << 27).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    for _ in 0..4 {
+        step(GuestExit::Interrupt, None, None);
+        last_step(|s| (s.ack, s.deactivate, s.interrupt) = (true, true, Some(27)));
+    }
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    assert_eq!(lr0.len(), 5);
+    for (entry, &raw) in lr0.iter().enumerate().skip(1) {
+        let shown = vgic::IchLr(raw).decode();
+        assert_eq!(
+            (shown.vintid, shown.state, shown.hw),
+            (IntId(27), vgic::LrState::Pending, Some(27)),
+            "entry {entry}: {lr0:x?}"
+        );
+    }
+    let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+    assert!(!timer.active, "each tick's deactivation was taken back: {timer:?}");
+    assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "no kick left for the vCPU that planned");
 }
 
 #[test]

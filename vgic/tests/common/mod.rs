@@ -88,6 +88,16 @@ impl Vgic {
         let (d, state) = self.list(vcpu);
         d.sync_from_hw_sampling(vcpu, state, lrs, sampler, retired)
     }
+    pub fn hw_level_fired(
+        &mut self,
+        vcpu: usize,
+        intid: IntId,
+        taken_back: bool,
+        lrs: &mut impl ListRegisters,
+    ) -> bool {
+        let (d, state) = self.list(vcpu);
+        d.hw_level_fired(vcpu, intid, taken_back, state, lrs)
+    }
     pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         let (d, state) = self.list(vcpu);
         d.put(vcpu, state, lrs)
