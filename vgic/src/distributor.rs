@@ -307,10 +307,18 @@ impl Distributor {
     /// hardware-mapped interrupt, high means the physical interrupt fired (the hypervisor
     /// holds it active until the guest deactivates the virtual one), low that its input was
     /// found low before the guest took it (`sync_from_hw_sampling`).
+    ///
+    /// A hardware-mapped SPI held in a list register fires again only once the guest
+    /// deactivated it there (the physical one with it); raised on another CPU before the
+    /// holder's exit takes that deactivation back, the rise is kept through it (`refired`).
     pub fn set_level(&mut self, intid: IntId, vcpu: usize, level: bool) -> Result<(), VgicError> {
+        let held = intid.is_spi() && self.spi_owner.get(intid.0 as usize - 32).is_some_and(|&o| o != NO_OWNER);
         let irq = self.line_irq(intid, vcpu)?;
         if level && irq.edge() && !irq.line() {
             irq.set_latch(true);
+        }
+        if level && held && irq.line() && !irq.edge() && irq.hw().is_some() {
+            irq.set_refired(true);
         }
         irq.set_line(level);
         self.kick_target(vcpu, intid.0);

@@ -527,8 +527,10 @@ impl Distributor {
             }
             if state == LrState::Invalid && s.hw().is_some() {
                 // Deactivated, and with it the physical interrupt (HW = 1): if its input is
-                // still asserted it fires again, and comes back as a new `set_level`.
-                s.set_line(false);
+                // still asserted it fires again, and comes back as a new `set_level`, unless
+                // it already did, on another CPU, before this take-back (`refired`).
+                s.set_line(s.refired());
+                s.set_refired(false);
             }
         }
         if state == LrState::Invalid {

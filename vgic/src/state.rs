@@ -13,7 +13,10 @@
 //! virtual timer, a level passthrough SPI) is pending while its `line` is high, and the
 //! line is the physical input as the hypervisor last saw it (`line`: high when the
 //! physical interrupt fired, low when the guest deactivated it or when the input was
-//! sampled low before the guest took it).
+//! sampled low before the guest took it). `refired` says that a hardware-mapped SPI's
+//! physical interrupt fired again, on another CPU, while a list register still held the
+//! last one: the guest's deactivation of that one let it fire, and the take-back that folds
+//! the deactivation keeps the line high instead of dropping it.
 
 const ENABLED: u8 = 1 << 0;
 const LATCH: u8 = 1 << 1;
@@ -22,6 +25,7 @@ const ACTIVE: u8 = 1 << 3;
 const GROUP1: u8 = 1 << 4;
 const EDGE: u8 = 1 << 5;
 const LR_PENDING: u8 = 1 << 6;
+const REFIRED: u8 = 1 << 7;
 
 /// Priority bits implemented: 5, as in GICH_LR<n>.Priority and in typical ICH_VTR_EL2.PRIbits;
 /// the low three bits of IPRIORITYR are RAZ/WI (IHI 0069H 12.9, GICD_IPRIORITYR<n>; IHI 0048B 4.3.11).
@@ -58,6 +62,7 @@ impl IrqState {
     flag!(group1, set_group1, GROUP1);
     flag!(edge, set_edge, EDGE);
     flag!(lr_pending, set_lr_pending, LR_PENDING);
+    flag!(refired, set_refired, REFIRED);
 
     /// Neither pending in any form nor active: nothing a list register could show.
     pub(crate) const fn quiet(self) -> bool {

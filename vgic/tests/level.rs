@@ -164,3 +164,38 @@ fn an_edge_triggered_interrupt_is_pending_once_per_rising_edge_of_its_input() {
         assert!(!g.interrupt(0, IntId(41)).unwrap().pending);
     });
 }
+
+/// A passthrough level SPI whose guest routed it to vCPU 1 while its physical interrupt is
+/// taken on vCPU 0's CPU: the guest deactivates it (the physical one with it), the device
+/// still asserts its line, the physical interrupt fires again on the other CPU and is raised
+/// there (`set_level`) before vCPU 1's next exit takes its list register back. The take-back
+/// folds the deactivation of the last one; the new one stays pending (its physical
+/// interrupt is active, held for the guest's next deactivation: lost, nobody would ever
+/// deactivate it and the device would be silent for good).
+#[test]
+fn a_passthrough_spi_that_fires_again_before_its_deactivation_is_taken_back_stays_pending() {
+    both(2, |mut g| {
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        hw_level_spi(&mut g, 40, 1);
+        g.set_level(IntId(40), 0, true).unwrap();
+        g.flush_to_hw(1, &mut lrs).unwrap();
+        assert_eq!(lrs.valid(), [(40, LrState::Pending, 0)]);
+        assert_eq!(lrs.ack(), Some((40, 0)));
+        lrs.deactivate(40);
+        assert_eq!(lrs.physical_deactivations, [40]);
+        // The line is still high: the physical interrupt fires again on vCPU 0's CPU.
+        g.set_level(IntId(40), 0, true).unwrap();
+        assert!(sync(&mut g, 1, &mut lrs, &mut line(true)).is_empty());
+        assert!(g.interrupt(1, IntId(40)).unwrap().pending, "the second firing is still pending");
+        g.flush_to_hw(1, &mut lrs).unwrap();
+        assert_eq!(lrs.valid(), [(40, LrState::Pending, 0)], "and shown to vCPU 1 again");
+        assert_eq!(lrs.ack(), Some((40, 0)));
+        lrs.deactivate(40);
+        assert_eq!(lrs.physical_deactivations, [40, 40]);
+        // This time the device dropped its line: the deactivation's take-back lowers it.
+        sync(&mut g, 1, &mut lrs, &mut line(false));
+        assert!(!g.interrupt(1, IntId(40)).unwrap().pending);
+        g.flush_to_hw(1, &mut lrs).unwrap();
+        assert!(lrs.valid().is_empty());
+    });
+}
