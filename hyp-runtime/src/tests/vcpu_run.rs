@@ -47,6 +47,8 @@ struct Step {
     deactivate: bool,
     /// This physical interrupt comes while the guest runs (the exit's, if it is one).
     interrupt: Option<u32>,
+    /// Another CPU raises this edge SPI of VM 0 for vCPU 0 while the guest runs.
+    raise: Option<u32>,
     /// The image's vector offers this synchronous exit to the run loop's `InVector` first
     /// (as the AArch64 vector does a data abort while the vCPU holds no list register).
     offered: bool,
@@ -89,6 +91,7 @@ fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
             ack: false,
             deactivate: false,
             interrupt: None,
+            raise: None,
             offered: false,
             reschedule: false,
         })
@@ -226,6 +229,12 @@ impl VcpuCpu for FakeCpu {
             }
             if let Some(intid) = step.interrupt {
                 pend(&[intid]);
+            }
+            if let Some(intid) = step.raise {
+                let vm = FakeCpu::hypervisor().vm(0).expect("VM 0");
+                let mut vgic = vm.vgic.vgic.lock();
+                vgic.inject_edge(IntId(intid), 0).unwrap();
+                vm.vgic.hint(vgic.take_kicks().0 as u32);
             }
             if step.reschedule {
                 FakeCpu::hypervisor().scheduling.request_reschedule(1);
@@ -466,6 +475,38 @@ fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
     let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
     assert!(!timer.active, "each tick's deactivation was taken back: {timer:?}");
     assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "no kick left for the vCPU that planned");
+}
+
+/// A kick's exit (its take-back comes after the exit's interrupts are taken): the guest
+/// completed SPI 40 and another CPU raised it again, with a kick; the completion is folded
+/// before the next plan shows the new edge. Were the take-back skipped, the vGIC would think
+/// the register still shows the first and write nothing; the second edge would wait.
+#[test]
+fn a_kick_s_exit_folds_what_the_guest_completed_before_it_plans_what_the_kick_announced() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        let mut vgic = spi_40_for_vcpu_0(&vm);
+        // Edge-triggered (GICD_ICFGR2, INTID 40's field).
+        vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
+        vgic.inject_edge(IntId(40), 0).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    vm.vgic.hint(1);
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    step(GuestExit::Interrupt, None, None);
+    last_step(|s| {
+        (s.ack, s.deactivate, s.raise, s.interrupt) = (true, true, Some(40), Some(crate::interrupts::KICK_SGI))
+    });
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    assert_eq!(lr0.len(), 2);
+    for (entry, &raw) in lr0.iter().enumerate() {
+        let shown = vgic::IchLr(raw).decode();
+        assert_eq!((shown.vintid, shown.state), (IntId(40), vgic::LrState::Pending), "entry {entry}: {lr0:x?}");
+    }
+    assert!(vm.exit_counts().to_string().contains("kick 1"));
 }
 
 #[test]
