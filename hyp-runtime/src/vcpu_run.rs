@@ -283,26 +283,8 @@ pub fn run_vcpu<C: VcpuCpu>(
         }
         let exit_kind = here.run_guest(&mut registers, &in_vector);
         lrs_changed = false;
-        // Whether the list registers are still to be taken back. An interrupt exit's
-        // interrupts (kick SGIs, the maintenance and timer interrupts, console input,
-        // passthrough SPIs) come first: any but a kick or the virtual timer takes them back
-        // before it is handled, and the timer's tick takes them back in the same step as it
-        // is shown where it can (`tick_in_one_step`).
-        let mut owed = lrs_in_use;
-        if matches!(exit_kind, GuestExit::Interrupt)
-            && hypervisor.take_exit_interrupts(Some((vm, vcpu)), || {
-                if core::mem::take(&mut owed) {
-                    take_back_before_interrupt::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
-                }
-            })
-        {
-            match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
-                Some(in_use) => (lrs_in_use, owed) = (in_use, false),
-                // The line goes into the vGIC with the next plan, after the take-back.
-                None => timer_fired = true,
-            }
-        }
-        if owed {
+        // An interrupt exit takes its list registers back in its arm below.
+        if lrs_in_use && !matches!(exit_kind, GuestExit::Interrupt) {
             take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
         }
         match exit_kind {
@@ -366,9 +348,27 @@ pub fn run_vcpu<C: VcpuCpu>(
             }
             // Never returned where the vector answers nothing.
             GuestExit::Answered => {}
-            // Kick SGIs, the maintenance and timer interrupts, console input, passthrough SPIs.
-            // Taken above.
-            GuestExit::Interrupt => {}
+            // Its interrupt (a kick SGI, the maintenance or timer interrupt, console input, a
+            // passthrough SPI) comes first: any but a kick or the virtual timer takes the list
+            // registers back before it is handled, and the timer's tick takes them back in the
+            // same step as it is shown where it can (`tick_in_one_step`).
+            GuestExit::Interrupt => {
+                let mut owed = lrs_in_use;
+                if hypervisor.take_exit_interrupt((vm, vcpu), || {
+                    if core::mem::take(&mut owed) {
+                        take_back_before_interrupt::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+                    }
+                }) {
+                    match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
+                        Some(in_use) => (lrs_in_use, owed) = (in_use, false),
+                        // The line goes into the vGIC with the next plan, after the take-back.
+                        None => timer_fired = true,
+                    }
+                }
+                if owed {
+                    take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+                }
+            }
             GuestExit::SError => {
                 let syndrome = C::syndrome(&C::read_trap()).0;
                 core.count_exit(vcpu, ExitReason::SError);

@@ -16,23 +16,30 @@ impl<V: Virtualization> Hypervisor<V> {
     /// again before entering the guest); none on an idle CPU. Returns whether the running
     /// vCPU's virtual timer fired.
     pub fn take_interrupts(&'static self, running: Option<(&V::Vm, usize)>) -> bool {
-        self.take_exit_interrupts(running, || {})
-    }
-
-    /// `take_interrupts` on a guest's exit: `take_back` (the running vCPU's list registers
-    /// taken back) runs before any interrupt but a kick or the running vCPU's virtual timer
-    /// is taken, since those may change its vGIC (a passthrough SPI's line) and the vGIC's
-    /// view of its list registers must be current first. The timer's line goes into the
-    /// vGIC with the take-back and the plan in one step, by the caller (`vcpu_run`, docs/vgic.md,
-    /// "The virtual timer's tick").
-    #[inline(never)]
-    pub fn take_exit_interrupts(&'static self, running: Option<(&V::Vm, usize)>, mut take_back: impl FnMut()) -> bool {
         let running: Option<(&Vm<V::Env>, usize)> = running.map(|(vm, vcpu)| (vm.borrow(), vcpu));
         let mut timer = false;
         while let Some((iar, intid)) = V::acknowledge_interrupt() {
-            timer |= self.take_interrupt(iar, intid, running, &mut take_back);
+            timer |= self.take_interrupt(iar, intid, running, &mut || {});
         }
         timer
+    }
+
+    /// The interrupt a guest's exit came for: one acknowledgement per exception, as each
+    /// exception is taken for one interrupt. Another one pending is taken as soon as the
+    /// guest is entered again (HCR_EL2.IMO / HCR.IMO route it here whatever the guest's
+    /// mask): a second read of the acknowledge register on every interrupt exit, which
+    /// finds nothing but the spurious INTID almost always, is saved. `take_back` (the running
+    /// vCPU's list registers taken back) runs before any interrupt but a kick or the running
+    /// vCPU's virtual timer is handled, since those may change its vGIC (a passthrough SPI's
+    /// line) and the vGIC's view of its list registers must be current first. Returns
+    /// whether it was the running vCPU's virtual timer, whose line goes into the vGIC with
+    /// the take-back and the plan in one step, by the caller (`vcpu_run`, docs/vgic.md, "The
+    /// virtual timer's tick").
+    #[inline(never)]
+    pub fn take_exit_interrupt(&'static self, running: (&V::Vm, usize), mut take_back: impl FnMut()) -> bool {
+        let Some((iar, intid)) = V::acknowledge_interrupt() else { return false };
+        let (vm, vcpu) = running;
+        self.take_interrupt(iar, intid, Some((vm.borrow(), vcpu)), &mut take_back)
     }
 
     /// One acknowledged interrupt. The two the exit path takes most, a kick and the running
@@ -74,7 +81,7 @@ impl<V: Virtualization> Hypervisor<V> {
     }
 
     /// Any interrupt but a kick or the running vCPU's virtual timer, by its route.
-    /// `take_back` first, as `take_exit_interrupts` says.
+    /// `take_back` first, as `take_exit_interrupt` says.
     #[inline(never)]
     fn take_routed(
         &'static self,

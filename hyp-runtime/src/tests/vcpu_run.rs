@@ -477,7 +477,7 @@ fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
     assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "no kick left for the vCPU that planned");
 }
 
-/// A kick's exit (its take-back comes after the exit's interrupts are taken): the guest
+/// A kick's exit (its take-back comes after the exit's interrupt is taken): the guest
 /// completed SPI 40 and another CPU raised it again, with a kick; the completion is folded
 /// before the next plan shows the new edge. Were the take-back skipped, the vGIC would think
 /// the register still shows the first and write nothing; the second edge would wait.
