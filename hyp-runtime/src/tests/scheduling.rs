@@ -67,7 +67,9 @@ fn a_vcpu_with_an_interrupt_pending_does_not_block() {
 /// The race of docs/scheduler.md: a vCPU blocks in WFI on CPU 0 while CPU 1 makes an
 /// interrupt pending for it and wakes it. Whatever the interleaving, the vCPU ends either
 /// not blocked (it saw the interrupt) or woken (runnable again): never blocked with its
-/// interrupt pending.
+/// interrupt pending. Half the rounds race freely; a quarter make the interrupt pending
+/// before the WFI's check and a quarter after the vCPU blocked, so both orders are taken
+/// whatever the host's scheduler does with the two threads.
 #[test]
 fn no_wake_up_is_lost_when_an_interrupt_races_with_wfi() {
     let s = scheduling(2);
@@ -76,6 +78,17 @@ fn no_wake_up_is_lost_when_an_interrupt_races_with_wfi() {
     FakeArch::become_cpu(0);
     s.start(v).unwrap();
     const ROUNDS: usize = 20_000;
+    #[derive(PartialEq)]
+    enum Order {
+        PendingFirst,
+        BlockedFirst,
+        Race,
+    }
+    let order = |round: usize| match round % 4 {
+        0 => Order::PendingFirst,
+        1 => Order::BlockedFirst,
+        _ => Order::Race,
+    };
     let pending = Arc::new(AtomicBool::new(false));
     let waiting = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(2));
@@ -83,9 +96,19 @@ fn no_wake_up_is_lost_when_an_interrupt_races_with_wfi() {
         let (pending, waiting, barrier) = (Arc::clone(&pending), Arc::clone(&waiting), Arc::clone(&barrier));
         thread::spawn(move || {
             FakeArch::become_cpu(1);
-            for _ in 0..ROUNDS {
+            for round in 0..ROUNDS {
                 barrier.wait();
-                pending.store(true, Ordering::SeqCst);
+                match order(round) {
+                    Order::PendingFirst => {
+                        pending.store(true, Ordering::SeqCst);
+                        barrier.wait();
+                    }
+                    Order::BlockedFirst => {
+                        barrier.wait();
+                        pending.store(true, Ordering::SeqCst);
+                    }
+                    Order::Race => pending.store(true, Ordering::SeqCst),
+                }
                 s.wake(v, &waiting);
                 barrier.wait();
             }
@@ -95,6 +118,9 @@ fn no_wake_up_is_lost_when_an_interrupt_races_with_wfi() {
     for round in 0..ROUNDS {
         assert_eq!(s.pick(0).run, Some(v), "round {round}: the vCPU runs");
         barrier.wait();
+        if order(round) == Order::PendingFirst {
+            barrier.wait();
+        }
         // The interrupt's check is slow (the vGIC's lock, in the hypervisor): a waker that
         // comes while it runs must still be seen.
         let pending_now = || {
@@ -102,9 +128,16 @@ fn no_wake_up_is_lost_when_an_interrupt_races_with_wfi() {
             (0..round % 64 * 16).for_each(|_| std::hint::spin_loop());
             seen
         };
-        if s.block(v, &waiting, pending_now) {
-            blocked_rounds += 1;
+        let blocked = s.block(v, &waiting, pending_now);
+        match order(round) {
+            Order::PendingFirst => assert!(!blocked, "round {round}: blocked with its interrupt pending"),
+            Order::BlockedFirst => {
+                assert!(blocked, "round {round}: nothing was pending, yet it did not block");
+                barrier.wait();
+            }
+            Order::Race => {}
         }
+        blocked_rounds += usize::from(blocked);
         barrier.wait();
         let state = s.state(v);
         assert!(
@@ -115,8 +148,7 @@ fn no_wake_up_is_lost_when_an_interrupt_races_with_wfi() {
         pending.store(false, Ordering::SeqCst);
     }
     waker.join().unwrap();
-    // Both orders happened, or the test proved nothing about the race.
-    assert!(blocked_rounds > 0 && blocked_rounds < ROUNDS, "blocked in {blocked_rounds} of {ROUNDS} rounds");
+    assert!((ROUNDS / 4..=ROUNDS * 3 / 4).contains(&blocked_rounds), "blocked in {blocked_rounds} of {ROUNDS} rounds");
 }
 
 #[test]
