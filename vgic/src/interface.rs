@@ -385,7 +385,7 @@ impl Distributor {
             let lr = self.decode(state.lr[i]);
             let (Some(physical), LrState::Pending) = (lr.hw, lr.state) else { continue };
             let Some(&s) = self.irq(vcpu, lr.vintid.0) else { continue };
-            if s.edge() || s.latch() || sampler.is_asserted(lr.vintid, IntId(physical)) {
+            if s.edge() || s.latch() || s.lr_pending() || sampler.is_asserted(lr.vintid, IntId(physical)) {
                 continue;
             }
             if let Some(s) = self.irq_mut(vcpu, lr.vintid.0) {
@@ -469,8 +469,9 @@ impl Distributor {
     }
 
     /// `lr` is (still) in one of `vcpu`'s list registers: a pending state it shows moves
-    /// out of the software latch (so an edge arriving later is a new one); one it no longer
-    /// shows goes back to the latch.
+    /// out of the software latch (so an edge, or a GICD_ISPENDR write, arriving later is a
+    /// new one); one it no longer shows goes back to the latch. A level interrupt's line is
+    /// not a latch: its pending state stays the line's.
     fn placed(&mut self, vcpu: usize, lr: &ListRegister) {
         let intid = lr.vintid.0;
         self.set_owner(intid, vcpu as u8);
@@ -478,7 +479,7 @@ impl Distributor {
             self.return_pending(vcpu, intid);
         } else if self.is_v2_sgi(intid) {
             self.redistributors[vcpu].sgi_to_lr(intid, lr.source);
-        } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.edge()) {
+        } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.edge() || s.latch()) {
             s.set_latch(false);
             s.set_lr_pending(true);
         }
@@ -506,9 +507,7 @@ impl Distributor {
             self.redistributors[vcpu].sgi_from_lr(intid);
         } else if let Some(s) = self.irq_mut(vcpu, intid).filter(|s| s.lr_pending()) {
             s.set_lr_pending(false);
-            if s.edge() {
-                s.set_latch(true);
-            }
+            s.set_latch(true);
         }
     }
 
@@ -517,14 +516,11 @@ impl Distributor {
         let intid = old.vintid.0;
         if let Some(s) = self.irq_mut(vcpu, intid) {
             s.set_active(state.active());
-            // Only an edge's pending state moves into a list register (`placed`); a level
-            // interrupt (or one reconfigured as level since) holds none there.
-            s.set_lr_pending(state.pending() && s.edge());
-            if !s.edge() && !state.pending() {
-                // Acknowledged: a pending state set through ISPENDR is consumed; the line
-                // is what remains (IHI 0069H 4.1, "Interrupt lifecycle", level-sensitive interrupts).
-                s.set_latch(false);
-            }
+            // A latched pending state the register took (`placed`) is still there, or was
+            // consumed by the guest's acknowledgement; a level interrupt's line is what
+            // remains, and a latch set since (an edge, a GICD_ISPENDR write while the guest
+            // had it active) is a new pending state (IHI 0069H 4.1, "Interrupt lifecycle").
+            s.set_lr_pending(state.pending() && s.lr_pending());
             if state == LrState::Invalid && s.hw().is_some() {
                 // Deactivated, and with it the physical interrupt (HW = 1): if its input is
                 // still asserted it fires again, and comes back as a new `set_level`, unless

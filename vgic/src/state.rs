@@ -5,9 +5,10 @@
 //! Pending is split in three so that no edge is lost while the interrupt sits in a list
 //! register of a running vCPU: `latch` holds edges (and ISPENDR writes) that are not in a
 //! list register yet, `lr_pending` says a list register holds the pending state, and `line`
-//! is the input of a level-sensitive interrupt. Placing a pending edge-triggered interrupt
-//! in a list register moves `latch` into `lr_pending`; taking the list register back on
-//! exit sets `lr_pending` from it, so an edge that arrived meanwhile stays in `latch`.
+//! is the input of a level-sensitive interrupt. Placing a pending interrupt in a list
+//! register moves `latch` into `lr_pending` (a level interrupt's line stays its own);
+//! taking the list register back on exit keeps `lr_pending` only while the register still
+//! shows it pending, so an edge or an ISPENDR write that arrived meanwhile stays in `latch`.
 //!
 //! A hardware-mapped interrupt keeps its trigger's semantics: a level-sensitive one (the
 //! virtual timer, a level passthrough SPI) is pending while its `line` is high, and the
@@ -92,7 +93,7 @@ impl IrqState {
         if self.edge() {
             self.latch() || self.lr_pending()
         } else {
-            self.latch() || (self.line() && !self.active())
+            self.latch() || self.lr_pending() || (self.line() && !self.active())
         }
     }
 }

@@ -199,3 +199,34 @@ fn a_passthrough_spi_that_fires_again_before_its_deactivation_is_taken_back_stay
         assert!(lrs.valid().is_empty());
     });
 }
+
+/// GICD_ISPENDR written for a level-sensitive interrupt that the guest has acknowledged
+/// and not yet deactivated: it is active and pending (IHI 0069H 4.1), and stays pending after
+/// the exit that takes the acknowledgement back (which used to consume this pending state
+/// with the one the acknowledgement took).
+#[test]
+fn a_level_interrupt_set_pending_while_active_is_pending_after_the_take_back() {
+    both(1, |mut g| {
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        spi(&mut g, 40, 0x80, 0);
+        set_trigger(&mut g, 40, Trigger::Level);
+        let (word, bit) = bit(40);
+        g.write(0, ISPENDR + word, 4, bit).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert_eq!(lrs.ack(), Some((40, 0)));
+        // Active in the guest; the guest (or another vCPU) sets it pending again.
+        g.write(0, ISPENDR + word, 4, bit).unwrap();
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        let state = g.interrupt(0, IntId(40)).unwrap();
+        assert!(state.pending && state.active, "active and pending: {state:?}");
+        // Shown so; the guest deactivates the first and takes the second.
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert_eq!(lrs.valid(), [(40, LrState::PendingActive, 0)]);
+        lrs.deactivate(40);
+        assert_eq!(lrs.ack(), Some((40, 0)));
+        lrs.deactivate(40);
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert!(lrs.valid().is_empty() && !g.has_pending(0), "taken once, nothing left");
+    });
+}

@@ -68,6 +68,9 @@ enum Event {
     /// A level-sensitive SPI's line (44-46): not counted as raised, since a line that goes
     /// low before the guest takes it withdraws it; it exercises the plans around it.
     Line(u32, bool),
+    /// A GICD_ISPENDR write to a level-sensitive SPI (44-46): pending until the guest takes
+    /// it, whatever its line, even while the guest has it active.
+    Pend(u32),
     Sgi {
         source: usize,
         target: usize,
@@ -91,6 +94,7 @@ fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         1 => (32u32..44).prop_map(Event::Spi),
         1 => (44u32..47, any::<bool>()).prop_map(|(intid, high)| Event::Line(intid, high)),
+        1 => (44u32..47).prop_map(Event::Pend),
         // Weighted up: an SGI sent again while the last one is active is the fast path's
         // rewrite in place (the round trip of issue 21).
         3 => (0usize..2, 0usize..2, 0u32..4).prop_map(|(source, target, sgi)| Event::Sgi { source, target, sgi }),
@@ -150,12 +154,17 @@ proptest! {
         let mut taken: HashMap<(usize, u32, u8), usize> = HashMap::new();
         for (t, e) in events.iter().enumerate() {
             match *e {
-                Event::Spi(..) | Event::Line(..) if !with_spis => {}
+                Event::Spi(..) | Event::Line(..) | Event::Pend(..) if !with_spis => {}
                 Event::Spi(intid) => {
                     g.inject_edge(IntId(intid), 0).unwrap();
                     raised.insert((routes[intid as usize - 32], intid, 0), t);
                 }
                 Event::Line(intid, high) => g.set_level(IntId(intid), 0, high).unwrap(),
+                Event::Pend(intid) => {
+                    g.write(0, ISPENDR + u64::from(intid / 32) * 4, 4, 1 << (intid % 32)).unwrap();
+                    // Routed as the set-up routed it (SPIs 44-46 by the first routes).
+                    raised.insert((routes[intid as usize - 44], intid, 0), t);
+                }
                 Event::Timer(v, high) => g.set_level(IntId(27), v, high).unwrap(),
                 Event::Sgi { source, target, sgi } => {
                     match version {
