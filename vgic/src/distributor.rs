@@ -347,9 +347,10 @@ impl Distributor {
     }
 
     /// The vCPU an SPI is delivered to now, as the guest routed it (GICD_IROUTER or
-    /// GICD_ITARGETSR): the hypervisor routes a hardware-mapped SPI's physical interrupt to
-    /// that vCPU's CPU. `None` for a private interrupt, an SPI the VM lacks, or a route that
-    /// reaches no vCPU.
+    /// GICD_ITARGETSR). `None` for a private interrupt, an SPI the VM lacks, or a route that
+    /// reaches no vCPU. (The hypervisor does not route a passthrough SPI's physical
+    /// interrupt by it: that stays on the CPU its VM started on, and is forwarded from
+    /// there; docs/vgic.md, "Hardware-mapped level interrupts follow their line".)
     pub fn spi_target(&self, intid: IntId) -> Option<usize> {
         if !intid.is_spi() {
             return None;
