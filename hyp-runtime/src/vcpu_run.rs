@@ -366,7 +366,12 @@ pub fn run_vcpu<C: VcpuCpu>(
                     }
                 }
                 if owed {
-                    take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+                    match take_back_with_plan::<C>(core, vcpu, &mut here) {
+                        Some(in_use) => lrs_in_use = in_use,
+                        None => {
+                            take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use)
+                        }
+                    }
                 }
             }
             GuestExit::SError => {
@@ -609,6 +614,35 @@ fn tick_in_one_step<C: VcpuCpu>(
     if !vm.vgic.vgic.lock().hw_level_fired(vcpu, IntId(VTIMER_PPI), taken_back, &mut lists, here.list_registers()) {
         return None;
     }
+    let in_use = lists.in_use() > 0;
+    drop(lists);
+    here.vector_list_registers_in_use(in_use);
+    Some(in_use)
+}
+
+/// An interrupt exit that asks the vCPU to plan again (a kick: its hint is set) while it
+/// holds at most one list register, which the guest completed: the take-back is the fold of
+/// that register, done with the plan under the same two locks
+/// (`vgic::Distributor::take_back_one_and_plan`), the hint taken. Returns whether the vCPU
+/// then holds list registers, or `None` with nothing changed (the hint left set): the run
+/// loop takes them back and plans as usual.
+fn take_back_with_plan<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, here: &mut C) -> Option<bool> {
+    if !vm.vgic.is_hinted(vcpu) {
+        return None;
+    }
+    let mut lists = vm.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
+    if !lists.holds_at_most_one_emptied(here.list_registers()) {
+        return None;
+    }
+    // Taken before the plan reads the vGIC: a change made after it hints the vCPU again.
+    let _ = vm.vgic.take_hint(vcpu);
+    let mut vgic = vm.vgic.vgic.lock();
+    if !vgic.take_back_one_and_plan(vcpu, &mut lists, here.list_registers()).unwrap_or(false) {
+        drop(vgic);
+        vm.vgic.hint_vcpu(vcpu);
+        return None;
+    }
+    drop(vgic);
     let in_use = lists.in_use() > 0;
     drop(lists);
     here.vector_list_registers_in_use(in_use);

@@ -70,6 +70,14 @@ impl VcpuInterfaceState {
         }
     }
 
+    /// After an exit: whether this vCPU holds at most one list register and that one (if
+    /// any) came back empty, the case of `Distributor::take_back_one_and_plan`; asked before
+    /// the distributor's lock is taken.
+    pub fn holds_at_most_one_emptied(&self, lrs: &impl ListRegisters) -> bool {
+        let owned = self.owned();
+        owned & owned.wrapping_sub(1) == 0 && lrs.empty_status() & owned == owned
+    }
+
     /// After an exit: whether every list register this vCPU holds came back as it went in
     /// (the guest took nothing, completed nothing) and none of them shows a hardware-mapped
     /// interrupt still pending, whose input `sync_from_hw_sampling` would sample. Then
@@ -99,7 +107,7 @@ pub(crate) fn set_maintenance(state: &mut VcpuInterfaceState, lrs: &mut impl Lis
 }
 
 impl Distributor {
-    fn decode(&self, raw: u64) -> ListRegister {
+    pub(crate) fn decode(&self, raw: u64) -> ListRegister {
         match self.version {
             GicVersion::V3 => IchLr(raw).decode(),
             GicVersion::V2 => GichLr(raw as u32).decode(),
@@ -116,6 +124,14 @@ impl Distributor {
         match self.version {
             GicVersion::V3 => IchLr(raw).vintid(),
             GicVersion::V2 => GichLr(raw as u32).vintid(),
+        }
+    }
+    /// Whether an encoded list register asks for the EOI maintenance interrupt (HW = 0, EOI
+    /// = 1), without decoding the rest.
+    pub(crate) fn asks_eoi_maintenance(&self, raw: u64) -> bool {
+        match self.version {
+            GicVersion::V3 => !IchLr(raw).hw() && raw & (1 << 41) != 0,
+            GicVersion::V2 => !GichLr(raw as u32).hw() && raw & (1 << 19) != 0,
         }
     }
     /// Whether an encoded list register has HW = 1, without decoding the rest.
@@ -512,7 +528,7 @@ impl Distributor {
     }
 
     /// The state a list register came back with.
-    fn fold(&mut self, vcpu: usize, old: &ListRegister, state: LrState) {
+    pub(crate) fn fold(&mut self, vcpu: usize, old: &ListRegister, state: LrState) {
         let intid = old.vintid.0;
         if let Some(s) = self.irq_mut(vcpu, intid) {
             s.set_active(state.active());

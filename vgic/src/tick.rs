@@ -15,7 +15,7 @@
 
 use crate::interface::set_maintenance;
 use crate::lr::{ListRegister, ListRegisters, LrState, Maintenance};
-use crate::{Distributor, IntId, VcpuInterfaceState, MAX_LIST_REGISTERS};
+use crate::{Distributor, IntId, VcpuInterfaceState, VgicError, MAX_LIST_REGISTERS};
 
 impl Distributor {
     /// After an exit on which `vcpu`'s hardware-mapped level interrupt `intid` (a PPI) fired
@@ -93,5 +93,40 @@ impl Distributor {
         lrs.write_lr(j, raw);
         set_maintenance(state, lrs, Maintenance::NONE);
         true
+    }
+}
+
+impl Distributor {
+    /// After an exit of `vcpu` that asks for a plan (a kick: another CPU changed its
+    /// interrupts) where the vCPU holds at most one list register and that one came back
+    /// empty without asking for EOI maintenance (the guest completed it): the take-back
+    /// (`sync_from_hw_sampling`) is then only the fold of that register, done here, and the
+    /// plan (`flush_to_hw`) follows under the same locks. Returns `false`, with nothing
+    /// changed, in any other case: the caller takes the list registers back itself.
+    pub fn take_back_one_and_plan(
+        &mut self,
+        vcpu: usize,
+        state: &mut VcpuInterfaceState,
+        lrs: &mut impl ListRegisters,
+    ) -> Result<bool, VgicError> {
+        self.check_vcpu(vcpu)?;
+        let owned = state.owned();
+        if owned & owned.wrapping_sub(1) != 0 {
+            return Ok(false);
+        }
+        if owned != 0 {
+            let i = owned.trailing_zeros() as usize;
+            let raw = state.lr[i];
+            // Empty, and no EOI status to clear: what `take_back` finds of a register whose
+            // interrupt the guest completed, with nothing to write back.
+            if lrs.empty_status() & (1 << i) == 0 || self.asks_eoi_maintenance(raw) {
+                return Ok(false);
+            }
+            let old = self.decode(raw);
+            self.fold(vcpu, &old, LrState::Invalid);
+            state.set_lr(i, 0, &ListRegister::INVALID);
+        }
+        self.flush_to_hw(vcpu, state, lrs)?;
+        Ok(true)
     }
 }

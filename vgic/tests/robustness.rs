@@ -83,6 +83,10 @@ enum Event {
     /// the tick in one step (`hw_level_fired`), its list registers already taken back
     /// (`true`: another interrupt of the exit needed them first) or not.
     TimerFires(usize, bool),
+    /// vCPU n exits on a kick (something changed for it elsewhere): its list registers are
+    /// taken back and planned again, in one step where it holds at most one that the
+    /// guest completed (`take_back_one_and_plan`).
+    KickExit(usize),
     Enter(usize),
     Exit(usize),
     Ack(usize),
@@ -102,6 +106,7 @@ fn event() -> impl Strategy<Value = Event> {
         // Weighted up: the guest's acknowledgement and deactivation of the last tick, then
         // the next one, is the tick's fast path.
         2 => (0usize..2, any::<bool>()).prop_map(|(v, taken_back)| Event::TimerFires(v, taken_back)),
+        2 => (0usize..2).prop_map(Event::KickExit),
         1 => (0usize..2).prop_map(Event::Enter),
         1 => (0usize..2).prop_map(Event::Exit),
         1 => (0usize..2).prop_map(Event::Ack),
@@ -250,6 +255,27 @@ proptest! {
                         (g, lrs[v]) = (general, l_general);
                     }
                     // Planned: the guest goes on with everything the vGIC has for it.
+                    plan[v] = false;
+                }
+                Event::KickExit(v) if in_guest[v] => {
+                    // The take-back, then the plan (the hypervisor's steps where the one-step
+                    // case does not hold) ...
+                    let (mut general, mut l_general) = (g.clone(), lrs[v].clone());
+                    general.sync_from_hw(v, &mut l_general).unwrap();
+                    general.flush_to_hw(v, &mut l_general).unwrap();
+                    // ... and in one step: the same registers written with the same contents,
+                    // the same maintenance, the same vGIC after; or nothing changed at all.
+                    let (before, l_before) = (g.clone(), lrs[v].clone());
+                    if g.take_back_one_and_plan(v, &mut lrs[v]).unwrap() {
+                        prop_assert_eq!(&lrs[v].writes, &l_general.writes, "the kick's step wrote other list registers at {}", t);
+                        prop_assert_eq!(&lrs[v].regs[..list_registers], &l_general.regs[..list_registers], "at {}", t);
+                        prop_assert_eq!(lrs[v].maintenance, l_general.maintenance, "at {}", t);
+                        prop_assert_eq!(&g, &general, "the kick's step left another vGIC at {}", t);
+                    } else {
+                        prop_assert_eq!(&g, &before, "a declined kick's step changed the vGIC at {}", t);
+                        prop_assert_eq!(&lrs[v].writes, &l_before.writes, "a declined kick's step wrote at {}", t);
+                        (g, lrs[v]) = (general, l_general);
+                    }
                     plan[v] = false;
                 }
                 Event::Ack(v) if in_guest[v] => {

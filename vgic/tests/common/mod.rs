@@ -98,6 +98,10 @@ impl Vgic {
         let (d, state) = self.list(vcpu);
         d.hw_level_fired(vcpu, intid, taken_back, state, lrs)
     }
+    pub fn take_back_one_and_plan(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<bool, VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.take_back_one_and_plan(vcpu, state, lrs)
+    }
     pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         let (d, state) = self.list(vcpu);
         d.put(vcpu, state, lrs)
