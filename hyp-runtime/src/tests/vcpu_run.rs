@@ -403,6 +403,21 @@ fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
     assert!(!spi.pending && spi.active, "acknowledged, not completed: active in the vGIC once it left: {spi:?}");
 }
 
+/// VM 0 with its virtual timer's PPI routed as the hypervisor's, Group 1 enabled, and PPI
+/// 27 of vCPU 0 in Group 1 and enabled (its SGI frame); no kick left from the set-up.
+fn timer_for_vcpu_0(hypervisor: &'static Hypervisor<FakeArch>) -> std::sync::Arc<Vm<FakeEnv>> {
+    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        let mut vgic = vm.vgic.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write_redistributor(0x1_0080, 4, 1 << 27).unwrap();
+        vgic.write_redistributor(0x1_0100, 4, 1 << 27).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    vm
+}
+
 /// The virtual timer's interrupt at an exit (a PPI the hypervisor takes and leaves active):
 /// at the next entry the vCPU's list register shows the virtual timer pending and
 /// hardware-mapped, its line raised under the lock of that plan. An SGI the vCPU sends
@@ -412,16 +427,7 @@ fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
 #[test]
 fn a_timer_interrupt_is_shown_at_the_next_entry_and_no_kick_is_left_behind() {
     let hypervisor = hypervisor();
-    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
-    let vm = hypervisor.vm(0).unwrap();
-    {
-        // Group 1 enabled; PPI 27 of vCPU 0 in Group 1 and enabled (its SGI frame).
-        let mut vgic = vm.vgic.vgic.lock();
-        vgic.write(0, 0x000, 4, 0b11).unwrap();
-        vgic.write_redistributor(0x1_0080, 4, 1 << 27).unwrap();
-        vgic.write_redistributor(0x1_0100, 4, 1 << 27).unwrap();
-        let _ = vgic.take_kicks();
-    }
+    let vm = timer_for_vcpu_0(hypervisor);
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     // ICC_SGI1R_EL1 = x0: SGI 1 to vCPU 1 (TargetList bit 1).
     let sgi1r = SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt: 0, is_read: false };
@@ -446,15 +452,7 @@ fn a_timer_interrupt_is_shown_at_the_next_entry_and_no_kick_is_left_behind() {
 #[test]
 fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
     let hypervisor = hypervisor();
-    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
-    let vm = hypervisor.vm(0).unwrap();
-    {
-        let mut vgic = vm.vgic.vgic.lock();
-        vgic.write(0, 0x000, 4, 0b11).unwrap();
-        vgic.write_redistributor(0x1_0080, 4, 1 << 27).unwrap();
-        vgic.write_redistributor(0x1_0100, 4, 1 << 27).unwrap();
-        let _ = vgic.take_kicks();
-    }
+    let vm = timer_for_vcpu_0(hypervisor);
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     for _ in 0..4 {
         step(GuestExit::Interrupt, None, None);
