@@ -132,9 +132,10 @@ pub enum AccessWidth {
 }
 
 impl AccessWidth {
-    /// A shift, not a match: every MMIO exit asks more than once.
+    /// A shift, not a match: every MMIO exit asks more than once. In 32 bits, then widened:
+    /// a 64-bit shift is five instructions on a 32-bit CPU.
     pub const fn bytes(self) -> u64 {
-        1 << self as u8
+        (1u32 << self as u32) as u64
     }
     pub const fn from_bytes(bytes: u64) -> Option<Self> {
         match bytes {

@@ -9,6 +9,7 @@
 //! no test hooks) instead: the 32-bit guest's microbenchmarks (`micro-armv7.json`) and its
 //! Linux boot; `--board raspi4b` the Linux boot on QEMU's Raspberry Pi 4B (`rpi4`).
 
+pub mod a32;
 pub mod a64;
 pub mod chart;
 pub mod exits;
@@ -204,7 +205,7 @@ pub fn micro_armv7() -> Result<(Figures, Figures), XtaskError> {
 
 /// QEMU `virt` with `smp` Cortex-A15s and a GICv2, below 4 GiB (`qemu-system-arm`),
 /// counting instructions: the board of the ARMv7 benchmarks.
-fn armv7_board(smp: u32) -> Machine {
+pub(crate) fn armv7_board(smp: u32) -> Machine {
     Machine {
         arch: qemu::Arch::Armv7,
         cpu: "cortex-a15".into(),

@@ -215,6 +215,12 @@ pub fn build_hypervisor_armv7() -> Result<PathBuf, XtaskError> {
     write_zimage(&read_elf(&elf_path)?, "hypervisor-armv7")
 }
 
+/// The ELF file the last `build_hypervisor_armv7` built (its symbols name the code the
+/// instruction trace counts).
+pub fn hypervisor_armv7_elf() -> PathBuf {
+    workspace_root().join("target").join("hyp-armv7").join(ARMV7_TARGET).join("release").join("hypervisor")
+}
+
 /// `target/images/<name>.zImage`: the flat image of a 32-bit ELF file that starts with a
 /// zImage header (`elf::to_zimage`).
 fn write_zimage(bytes: &[u8], name: &str) -> Result<PathBuf, XtaskError> {
@@ -248,6 +254,12 @@ pub fn build_test_guest32(bin: &str) -> Result<PathBuf, XtaskError> {
     step(&format!("building the 32-bit test guest `{bin}` (guest-images/selftest32, {ARMV7_TARGET})"));
     let elf = cargo_build("selftest32-guest", bin, &[], ARMV7_TARGET, "guest32", "")?;
     write_zimage(&read_elf(&elf)?, bin)
+}
+
+/// The ELF file the last `build_test_guest32(bin)` built (linked where it runs: it copies
+/// itself there with its MMU off).
+pub fn test_guest32_elf(bin: &str) -> PathBuf {
+    workspace_root().join("target").join("guest32").join(ARMV7_TARGET).join("release").join(bin)
 }
 
 /// Size of a disk image `create_disk` makes (sparse: it takes no room until written).

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use xtask::bench::trace::Isa;
 use xtask::bundle::{self, BundleOptions, DiskSlice, VmDevices, VmEntry};
 use xtask::deploy::{self, Rpi4Deploy, Vms};
 use xtask::images::Hypervisor;
@@ -806,15 +807,16 @@ fn cmd_bench(args: &[String]) -> Result<(), XtaskError> {
     if armv7 {
         let (under, native) = bench::micro_armv7()?;
         let micro = bench::report_armv7(&under, &native)?;
+        let el2 = bench::trace::report(Isa::A32, &bench::trace::run(Isa::A32)?)?;
         let boot = bench::linux_boot_armv7()?;
-        print!("{micro}{}", bench::armv7_report(&boot));
-        step("figures written to target/bench/micro-armv7.json");
+        print!("{micro}{el2}{}", bench::armv7_report(&boot));
+        step("figures written to target/bench/: micro-armv7.json, el2-micro-armv7.json");
         return Ok(());
     }
     let (under, native) = bench::micro()?;
     print!("{}", bench::report(&under, &native)?);
-    let el2 = bench::trace::run()?;
-    print!("{}", bench::trace::report(&el2)?);
+    let el2 = bench::trace::run(Isa::A64)?;
+    print!("{}", bench::trace::report(Isa::A64, &el2)?);
     let linux = bench::linux_macro()?;
     print!("{}", bench::macro_report(&linux)?);
     let mut exits = linux.exits.clone();

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use object::{Object, ObjectSymbol};
 
-use super::a64::{self, Class};
-use super::microbench_vm;
+use super::a64::Class;
+use super::{a32, a64, microbench_vm};
 use crate::bundle::{self, BundleOptions};
 use crate::images::{self, Hypervisor};
 use crate::qemu::{Machine, Session};
@@ -47,6 +47,31 @@ pub const PATHS: &[&str] = &[
     "vtimer-periodic",
 ];
 
+/// The instruction set of a traced image's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// The AArch64 image.
+    A64,
+    /// The ARMv7 image (A32, HYP mode).
+    A32,
+}
+
+impl Isa {
+    fn classify(self, word: u32) -> Class {
+        match self {
+            Isa::A64 => a64::classify(word),
+            Isa::A32 => a32::classify(word),
+        }
+    }
+
+    fn describe(self, word: u32) -> String {
+        match self {
+            Isa::A64 => a64::describe(word),
+            Isa::A32 => a32::describe(word),
+        }
+    }
+}
+
 /// What the hypervisor executed at EL2 in one window, or per operation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counts {
@@ -57,12 +82,12 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn add(&mut self, word: u32) {
+    fn add(&mut self, isa: Isa, word: u32) {
         self.instructions += 1.0;
-        let class = a64::classify(word);
+        let class = isa.classify(word);
         if class != Class::Other {
             *self.by_class.entry(class).or_default() += 1.0;
-            *self.by_name.entry(a64::describe(word)).or_default() += 1.0;
+            *self.by_name.entry(isa.describe(word)).or_default() += 1.0;
         }
     }
 
@@ -167,7 +192,7 @@ pub struct Marks {
 /// The EL2 instructions of each window of the log, every CPU's, in the order the windows
 /// opened. An EL2 PC outside the hypervisor's code is an error (the trace is not what it
 /// seems).
-pub fn windows(log: impl BufRead, code: &Code, marks: Marks) -> Result<Vec<Counts>, String> {
+pub fn windows(log: impl BufRead, code: &Code, isa: Isa, marks: Marks) -> Result<Vec<Counts>, String> {
     let mut windows: Vec<Counts> = Vec::new();
     let mut open = false;
     for line in log.lines() {
@@ -184,7 +209,7 @@ pub fn windows(log: impl BufRead, code: &Code, marks: Marks) -> Result<Vec<Count
                     .word(exec.pc)
                     .ok_or_else(|| format!("an EL2 instruction outside the hypervisor's code: {line}"))?;
                 if let Some(w) = windows.last_mut() {
-                    w.add(word);
+                    w.add(isa, word);
                 }
             }
             _ => {}
@@ -226,30 +251,52 @@ pub fn per_operation(console: &str, windows: &[Counts]) -> Result<BTreeMap<Strin
         .collect())
 }
 
-/// Runs the microbenchmark guest under the hypervisor traced, and counts.
-pub fn run() -> Result<BTreeMap<String, Counts>, XtaskError> {
-    let hyp = images::build_hypervisor(Hypervisor::TestHooks)?;
-    let guest = images::build_test_guest("microbench")?;
-    let hyp_elf = read(&images::hypervisor_elf(Hypervisor::TestHooks))?;
-    let guest_elf = read(&images::test_guest_elf("microbench"))?;
+/// Runs the microbenchmark guest under the hypervisor traced, and counts: `microbench` under
+/// the AArch64 image (`Isa::A64`), or `microbench32` under the ARMv7 image (`Isa::A32`).
+pub fn run(isa: Isa) -> Result<BTreeMap<String, Counts>, XtaskError> {
+    let (guest_name, hyp, guest, hyp_elf, guest_elf) = match isa {
+        Isa::A64 => (
+            "microbench",
+            images::build_hypervisor(Hypervisor::TestHooks)?,
+            images::build_test_guest("microbench")?,
+            images::hypervisor_elf(Hypervisor::TestHooks),
+            images::test_guest_elf("microbench"),
+        ),
+        Isa::A32 => (
+            "microbench32",
+            images::build_hypervisor_armv7()?,
+            images::build_test_guest32("microbench32")?,
+            images::hypervisor_armv7_elf(),
+            images::test_guest32_elf("microbench32"),
+        ),
+    };
+    let (hyp_elf, guest_elf) = (read(&hyp_elf)?, read(&guest_elf)?);
     let mark = |name: &str| {
-        symbol(&guest_elf, name).ok_or_else(|| XtaskError::Build(format!("the microbench guest has no `{name}`")))
+        symbol(&guest_elf, name).ok_or_else(|| XtaskError::Build(format!("the {guest_name} guest has no `{name}`")))
     };
     let marks = Marks { open: mark("bench_window_open")?, close: mark("bench_window_close")? };
-    let mut vm = microbench_vm("microbench", &guest);
+    let mut vm = microbench_vm(guest_name, &guest);
     vm.bootargs = Some(format!("trace={TRACED_ITERATIONS}"));
-    let bundle_path =
-        bundle::write_file("microbench-trace", &[vm], &BundleOptions { semihosting_exit: true, test_el2_fault: None })?;
+    // The AArch64 run ends through the test hooks' semihosting exit; the ARMv7 image has no
+    // test hooks, and its guest's PSCI SYSTEM_OFF ends the run with status 0.
+    let options = BundleOptions { semihosting_exit: isa == Isa::A64, test_el2_fault: None };
+    let bundle_path = bundle::write_file(&format!("{guest_name}-trace"), &[vm], &options)?;
     let dir = images::workspace_root().join("target").join("bench");
     std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
-    let log = dir.join("el2-trace.log");
+    let log = dir.join(match isa {
+        Isa::A64 => "el2-trace.log",
+        Isa::A32 => "el2-trace-armv7.log",
+    });
     let socket = std::env::temp_dir().join(format!("xtask-monitor-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&socket);
     step(&format!(
         "tracing the microbenchmarks under the hypervisor ({TRACED_ITERATIONS} iterations each; \
          -icount shift=0, one instruction per block, -d exec)"
     ));
-    let machine = Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() };
+    let machine = match isa {
+        Isa::A64 => Machine { smp: 2, icount: true, semihosting: true, ..Machine::default() },
+        Isa::A32 => super::armv7_board(2),
+    };
     let mut cmd = machine.command(&hyp, Some(&bundle_path));
     // One line per instruction: one instruction per block, and no block chained to the next
     // (a chained block's execution is not logged). `exec` is turned on later.
@@ -262,7 +309,7 @@ pub fn run() -> Result<BTreeMap<String, Counts>, XtaskError> {
         let base = image_base(&before).ok_or("the hypervisor did not print its image's address")?;
         monitor(&socket, "log exec,nochain")?;
         session.send_line("")?;
-        session.wait_for("microbench: done", super::TIMEOUT)?;
+        session.wait_for(&format!("{guest_name}: done"), super::TIMEOUT)?;
         let out = session.finish();
         if std::env::var_os("XTASK_KEEP_TRACE").is_some() {
             let _ = std::fs::write(log.with_extension("console"), &out.console);
@@ -272,7 +319,7 @@ pub fn run() -> Result<BTreeMap<String, Counts>, XtaskError> {
         }
         let code = Code::new(&hyp_elf, base)?;
         let file = std::fs::File::open(&log).map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-        let windows = windows(BufReader::with_capacity(1 << 20, file), &code, marks)?;
+        let windows = windows(BufReader::with_capacity(1 << 20, file), &code, isa, marks)?;
         Ok((out.console, windows))
     })();
     let _ = std::fs::remove_file(&socket);
@@ -381,10 +428,17 @@ pub fn table(counts: &BTreeMap<String, Counts>) -> (String, String) {
     (t, json)
 }
 
-/// The table and each path's system instructions, and `target/bench/el2-micro.json`.
-pub fn report(counts: &BTreeMap<String, Counts>) -> Result<String, XtaskError> {
+/// The table and each path's system instructions, and `target/bench/el2-micro.json`
+/// (`el2-micro-armv7.json` for the ARMv7 image).
+pub fn report(isa: Isa, counts: &BTreeMap<String, Counts>) -> Result<String, XtaskError> {
     let (t, json) = table(counts);
-    super::write_bench_file("el2-micro.json", &json)?;
+    super::write_bench_file(
+        match isa {
+            Isa::A64 => "el2-micro.json",
+            Isa::A32 => "el2-micro-armv7.json",
+        },
+        &json,
+    )?;
     Ok(format!("{t}{}", details(counts)))
 }
 
@@ -457,7 +511,7 @@ mod tests {
         log += &line(1, 0x100c, 0x61); // tlbi
         log += "Stopped execution of TB chain before 0x7f1fc8718e00 [000000004021b6e8]\n";
         log += &line(0, MARKS.close, 0x21);
-        let w = windows(log.as_bytes(), &code(), MARKS).unwrap();
+        let w = windows(log.as_bytes(), &code(), Isa::A64, MARKS).unwrap();
         assert_eq!(w.len(), 2);
         assert_eq!(w[0].instructions, 4.0);
         assert_eq!((w[0].class(Class::Isb), w[0].class(Class::Dsb), w[0].class(Class::Mrs)), (1.0, 1.0, 1.0));
@@ -469,7 +523,7 @@ mod tests {
     #[test]
     fn an_el2_pc_outside_the_code_is_an_error() {
         let log = line(0, MARKS.open, 0x21) + &line(0, 0x5000, 0x61);
-        assert!(windows(log.as_bytes(), &code(), MARKS).unwrap_err().contains("outside"));
+        assert!(windows(log.as_bytes(), &code(), Isa::A64, MARKS).unwrap_err().contains("outside"));
     }
 
     #[test]
@@ -483,7 +537,7 @@ mod tests {
         );
         let mut hvc = Counts::default();
         for _ in 0..64 {
-            hvc.add(0xd503_3fdf);
+            hvc.add(Isa::A64, 0xd503_3fdf);
         }
         let w = [Counts::default(), hvc, Counts::default()];
         let per = per_operation(console, &w).unwrap();
@@ -495,10 +549,10 @@ mod tests {
     #[test]
     fn the_table_says_whether_a_path_has_tlb_or_cache_maintenance() {
         let mut clean = Counts::default();
-        clean.add(0xd53c_5200);
-        clean.add(0xd503_3fdf);
+        clean.add(Isa::A64, 0xd53c_5200);
+        clean.add(Isa::A64, 0xd503_3fdf);
         let mut dirty = clean.clone();
-        dirty.add(0xd508_871f);
+        dirty.add(Isa::A64, 0xd508_871f);
         let counts: BTreeMap<String, Counts> =
             [("hvc-unknown".to_string(), clean), ("vtimer".to_string(), dirty)].into_iter().collect();
         let (t, json) = table(&counts);

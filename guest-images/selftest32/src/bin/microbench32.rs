@@ -6,7 +6,9 @@
 //!
 //! Prints the lines of `guest_common::bench`, then `microbench32: done` and powers off. Beside
 //! the AArch64 guest's figures, `virtual-ipi-round-trip`: vCPU 0 sends an SGI to vCPU 1,
-//! whose handler sends one back, timed to vCPU 0's handler.
+//! whose handler sends one back, timed to vCPU 0's handler. With `trace=N` in its bootargs
+//! (`xtask::bench::trace`), each benchmark runs N times with its window marked, once a key
+//! is typed.
 //!
 //! vCPU 1 waits in WFI for the virtual IPI (a sleeping target is what Linux's IPIs meet).
 #![no_std]
@@ -82,6 +84,16 @@ extern "C" fn vcpu1(_: u32, _: u32) {
 #[no_mangle]
 extern "C" fn guest_main() -> ! {
     println!("microbench32: AArch32, mode {:#x}, counter at {} Hz", boot_state().cpsr & mode::MASK, frequency());
+    // SAFETY: the device tree the hypervisor (or QEMU) gave this vCPU in r2, which nothing
+    // writes.
+    let bootargs = unsafe { guest_common::fdt::Fdt::at(boot_state().r2 as usize) }
+        .ok()
+        .and_then(|fdt| fdt.root_child_string("chosen", "bootargs"));
+    if let Some(n) = bootargs.and_then(bench::traced_iterations) {
+        bench::trace(n);
+        println!("microbench32: traced, {n} iterations a benchmark; waiting for a key");
+        guest_common::console::read_byte();
+    }
     // The loop and counter overhead, subtracted from every figure.
     bench("loop", || core::hint::black_box(()));
     bench("hvc-unknown", || {
