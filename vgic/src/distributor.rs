@@ -320,6 +320,12 @@ impl Distributor {
         if level && held && irq.line() && !irq.edge() && irq.hw().is_some() {
             irq.set_refired(true);
         }
+        if !level {
+            // The input seen low since it fired again: the take-back's fold must not raise
+            // the line for a firing that is over (IHI 0069H 4.1: a level interrupt is pending
+            // while its input is asserted).
+            irq.set_refired(false);
+        }
         irq.set_line(level);
         self.kick_target(vcpu, intid.0);
         Ok(())

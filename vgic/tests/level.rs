@@ -200,6 +200,26 @@ fn a_passthrough_spi_that_fires_again_before_its_deactivation_is_taken_back_stay
     });
 }
 
+/// The same second firing, then the device's line seen low (`set_level(false)`) before the
+/// take-back of the deactivation: the firing is over, and the fold leaves the line low.
+#[test]
+fn a_passthrough_spi_that_fired_again_then_dropped_its_line_is_not_pending_after_the_take_back() {
+    both(2, |mut g| {
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        hw_level_spi(&mut g, 40, 1);
+        g.set_level(IntId(40), 0, true).unwrap();
+        g.flush_to_hw(1, &mut lrs).unwrap();
+        assert_eq!(lrs.ack(), Some((40, 0)));
+        lrs.deactivate(40);
+        g.set_level(IntId(40), 0, true).unwrap();
+        g.set_level(IntId(40), 0, false).unwrap();
+        sync(&mut g, 1, &mut lrs, &mut line(false));
+        assert!(!g.interrupt(1, IntId(40)).unwrap().pending, "no pending state for a line that dropped");
+        g.flush_to_hw(1, &mut lrs).unwrap();
+        assert!(lrs.valid().is_empty(), "nothing shown to the guest");
+    });
+}
+
 /// GICD_ISPENDR written for a level-sensitive interrupt that the guest has acknowledged
 /// and not yet deactivated: it is active and pending (IHI 0069H 4.1), and stays pending after
 /// the exit that takes the acknowledgement back (which used to consume this pending state
