@@ -59,16 +59,17 @@ impl ListRegisters for Lrs {
         assert!(n < self.count, "write of LR {n} beyond {}", self.count);
         self.regs[n] = value;
     }
-    fn empty_status(&self) -> u64 {
-        (0..self.count)
+    /// ICH_ELRSR_EL2 or GICH_ELRSR0: list registers 0 to 31 only.
+    fn empty_status(&self) -> u32 {
+        (0..self.count.min(32))
             .filter(|&i| {
                 let lr = self.decode(i);
                 lr.state == LrState::Invalid && (lr.hw.is_some() || !lr.eoi_maintenance)
             })
             .fold(0, |m, i| m | 1 << i)
     }
-    fn eoi_status(&self) -> u64 {
-        (0..self.count)
+    fn eoi_status(&self) -> u32 {
+        (0..self.count.min(32))
             .filter(|&i| {
                 let lr = self.decode(i);
                 lr.state == LrState::Invalid && lr.hw.is_none() && lr.eoi_maintenance

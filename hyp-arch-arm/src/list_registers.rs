@@ -21,10 +21,11 @@ pub trait ListRegisterAccess {
     /// ICH_LR<n>_EL2, n < 16.
     fn read_lr(n: usize) -> u64;
     fn write_lr(n: usize, value: u64);
-    /// ICH_ELRSR_EL2: bit n set = list register n is empty.
-    fn empty_status() -> u64;
-    /// ICH_EISR_EL2: bit n set = list register n raised an EOI maintenance interrupt.
-    fn eoi_status() -> u64;
+    /// ICH_ELRSR_EL2 (32 bits, 16 used): bit n set = list register n is empty.
+    fn empty_status() -> u32;
+    /// ICH_EISR_EL2 (32 bits, 16 used): bit n set = list register n raised an EOI
+    /// maintenance interrupt.
+    fn eoi_status() -> u32;
     /// ICH_HCR_EL2, synchronised before it returns.
     fn write_hcr(value: u64);
     /// ICH_VMCR_EL2 and the first active-priority register of each group (ICH_AP0R0_EL2,
@@ -70,14 +71,16 @@ impl Gich {
         self.0.write32(GICH_LR0 + 4 * (n % GICH_LRS), value)
     }
 
-    /// GICH_ELRSR0 | GICH_ELRSR1 << 32.
-    pub fn empty_status(self) -> u64 {
-        u64::from(self.0.read32(GICH_ELRSR0)) | u64::from(self.0.read32(GICH_ELRSR1)) << 32
+    /// GICH_ELRSR0: list registers 0 to 31. No more than `vgic::MAX_LIST_REGISTERS` (16)
+    /// are used, so GICH_ELRSR1 (32 to 63) is not read: one device access fewer on every
+    /// exit that asks (the GIC-400 has 4).
+    pub fn empty_status(self) -> u32 {
+        self.0.read32(GICH_ELRSR0)
     }
 
-    /// GICH_EISR0 | GICH_EISR1 << 32.
-    pub fn eoi_status(self) -> u64 {
-        u64::from(self.0.read32(GICH_EISR0)) | u64::from(self.0.read32(GICH_EISR1)) << 32
+    /// GICH_EISR0, as `empty_status`.
+    pub fn eoi_status(self) -> u32 {
+        self.0.read32(GICH_EISR0)
     }
 
     pub fn write_hcr(self, value: u32) {
@@ -187,14 +190,14 @@ impl<S: ListRegisterAccess> ListRegisters for ListRegisterFile<S> {
         }
     }
 
-    fn empty_status(&self) -> u64 {
+    fn empty_status(&self) -> u32 {
         match self.gich {
             None => S::empty_status(),
             Some(gich) => gich.empty_status(),
         }
     }
 
-    fn eoi_status(&self) -> u64 {
+    fn eoi_status(&self) -> u32 {
         match self.gich {
             None => S::eoi_status(),
             Some(gich) => gich.eoi_status(),

@@ -43,10 +43,10 @@ impl ListRegisterAccess for NoGicV3 {
         0
     }
     fn write_lr(_n: usize, _value: u64) {}
-    fn empty_status() -> u64 {
+    fn empty_status() -> u32 {
         0
     }
-    fn eoi_status() -> u64 {
+    fn eoi_status() -> u32 {
         0
     }
     fn write_hcr(_value: u64) {}

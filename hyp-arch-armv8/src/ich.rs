@@ -48,20 +48,21 @@ impl ListRegisterAccess for Ich {
         ICH_VTR_EL2.read(ICH_VTR_EL2::ListRegs) as usize + 1
     }
 
-    /// ICH_ELRSR_EL2: bit n set = list register n is empty.
-    fn empty_status() -> u64 {
+    /// ICH_ELRSR_EL2: bit n set = list register n is empty (bits [63:16] RES0).
+    fn empty_status() -> u32 {
         let v: u64;
         // SAFETY: ICH_ELRSR_EL2 is read-only.
         unsafe { asm!("mrs {}, S3_4_C12_C11_5", out(reg) v, options(nomem, nostack)) };
-        v
+        v as u32
     }
 
-    /// ICH_EISR_EL2: bit n set = list register n raised an EOI maintenance interrupt.
-    fn eoi_status() -> u64 {
+    /// ICH_EISR_EL2: bit n set = list register n raised an EOI maintenance interrupt (bits
+    /// [63:16] RES0).
+    fn eoi_status() -> u32 {
         let v: u64;
         // SAFETY: ICH_EISR_EL2 is read-only.
         unsafe { asm!("mrs {}, S3_4_C12_C11_3", out(reg) v, options(nomem, nostack)) };
-        v
+        v as u32
     }
 
     fn write_hcr(v: u64) {

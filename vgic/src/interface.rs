@@ -16,7 +16,7 @@
 use crate::distributor::NO_OWNER;
 use crate::line::{AssumeAsserted, LineSampler, RetiredLines};
 use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
-use crate::mask::set_bits;
+use crate::mask::set_bits32;
 use crate::planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot};
 use crate::wanted::WantedList;
 use crate::{Distributor, GicVersion, IntId, VgicError, MAX_LIST_REGISTERS};
@@ -43,8 +43,8 @@ impl VcpuInterfaceState {
         VcpuInterfaceState { lr: [0; MAX_LIST_REGISTERS], owned: 0, hw_pending: 0, maintenance: Maintenance::NONE };
 
     /// Bit n set: list register n holds one of this vCPU's interrupts.
-    pub fn owned(&self) -> u64 {
-        u64::from(self.owned)
+    pub fn owned(&self) -> u32 {
+        u32::from(self.owned)
     }
     pub fn in_use(&self) -> usize {
         self.owned.count_ones() as usize
@@ -70,6 +70,16 @@ impl VcpuInterfaceState {
         }
     }
 
+    /// List register `i` holds nothing of this vCPU's any more (`set_lr` with 0, without
+    /// looking at a decoded register).
+    pub(crate) fn clear_lr(&mut self, i: usize) {
+        if let Some(slot) = self.lr.get_mut(i) {
+            *slot = 0;
+            self.owned &= !(1 << i);
+            self.hw_pending &= !(1 << i);
+        }
+    }
+
     /// After an exit: whether this vCPU holds at most one list register and that one (if
     /// any) came back empty, the case of `Distributor::take_back_one_and_plan`; asked before
     /// the distributor's lock is taken.
@@ -92,12 +102,9 @@ impl VcpuInterfaceState {
         if self.hw_pending != 0 || (lrs.empty_status() | lrs.eoi_status()) & owned != 0 {
             return false;
         }
-        set_bits(owned).all(|i| lrs.read_lr(i) == self.lr[i])
+        set_bits32(owned).all(|i| lrs.read_lr(i) == self.lr[i])
     }
 }
-
-/// What an empty list register decodes to (raw 0).
-const EMPTY: ListRegister = ListRegister::INVALID;
 
 pub(crate) fn set_maintenance(state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters, m: Maintenance) {
     if state.maintenance != m {
@@ -288,12 +295,12 @@ impl Distributor {
         // the GIC-400): `flush_to_hw` takes N = 4 only when `count` and every list register
         // the vCPU holds are below 4.
         let mut owned = [None; N];
-        for i in set_bits(owned_mask) {
+        for i in set_bits32(owned_mask) {
             if let Some(o) = owned.get_mut(i) {
                 *o = Some(self.decode(state.lr[i]));
             }
         }
-        let owned = &owned[..count.max(64 - owned_mask.leading_zeros() as usize).min(N)];
+        let owned = &owned[..count.max(32 - owned_mask.leading_zeros() as usize).min(N)];
         let snapshot = LrSnapshot {
             count,
             empty: lrs.empty_status(),
@@ -323,7 +330,7 @@ impl Distributor {
                     if let Some(old) = old {
                         self.released(vcpu, old);
                     }
-                    state.set_lr(i, 0, &EMPTY);
+                    state.clear_lr(i);
                     lrs.write_lr(i, 0);
                 }
             }
@@ -397,7 +404,7 @@ impl Distributor {
         retired: &mut RetiredLines,
     ) -> Result<bool, VgicError> {
         let mut changed = self.take_back(vcpu, state, lrs)?;
-        for i in set_bits(state.owned() & u64::from(state.hw_pending)) {
+        for i in set_bits32(state.owned() & u32::from(state.hw_pending)) {
             let lr = self.decode(state.lr[i]);
             let (Some(physical), LrState::Pending) = (lr.hw, lr.state) else { continue };
             let Some(&s) = self.irq(vcpu, lr.vintid.0) else { continue };
@@ -408,7 +415,7 @@ impl Distributor {
                 s.set_line(false);
             }
             self.release_owner(vcpu, lr.vintid.0);
-            state.set_lr(i, 0, &EMPTY);
+            state.clear_lr(i);
             lrs.write_lr(i, 0);
             retired.push(IntId(physical));
             changed = true;
@@ -433,7 +440,7 @@ impl Distributor {
         // asked for): an acknowledgement alone then changes nothing the planner would write.
         let nothing_waits = state.maintenance == Maintenance::NONE;
         let mut changed = false;
-        for i in set_bits(owned) {
+        for i in set_bits32(owned) {
             let raw = if done & (1 << i) != 0 { 0 } else { lrs.read_lr(i) };
             if raw == state.lr[i] {
                 continue;
@@ -446,9 +453,9 @@ impl Distributor {
                 // Clears the EOI status, or the maintenance interrupt would stay asserted.
                 lrs.write_lr(i, 0);
             }
-            self.fold(vcpu, &old, now.state);
+            self.fold(vcpu, old.vintid.0, now.state);
             if completed {
-                state.set_lr(i, 0, &EMPTY);
+                state.clear_lr(i);
             } else {
                 state.set_lr(i, raw, &now);
             }
@@ -468,10 +475,10 @@ impl Distributor {
     ) -> Result<(), VgicError> {
         self.sync_from_hw(vcpu, state, lrs)?;
         let owned = state.owned();
-        for i in set_bits(owned) {
+        for i in set_bits32(owned) {
             let old = self.decode(state.lr[i]);
             self.released(vcpu, &old);
-            state.set_lr(i, 0, &EMPTY);
+            state.clear_lr(i);
             lrs.write_lr(i, 0);
         }
         set_maintenance(state, lrs, Maintenance::default());
@@ -527,9 +534,8 @@ impl Distributor {
         }
     }
 
-    /// The state a list register came back with.
-    pub(crate) fn fold(&mut self, vcpu: usize, old: &ListRegister, state: LrState) {
-        let intid = old.vintid.0;
+    /// The state a list register that showed `intid` came back with.
+    pub(crate) fn fold(&mut self, vcpu: usize, intid: u32, state: LrState) {
         if let Some(s) = self.irq_mut(vcpu, intid) {
             s.set_active(state.active());
             // A latched pending state the register took (`placed`) is still there, or was

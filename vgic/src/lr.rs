@@ -187,12 +187,14 @@ pub trait ListRegisters {
     fn count(&self) -> usize;
     fn read_lr(&self, index: usize) -> u64;
     fn write_lr(&mut self, index: usize, value: u64);
-    /// ICH_ELRSR_EL2, or GICH_ELRSR0 | GICH_ELRSR1 << 32: bit n set = LR n holds no valid
-    /// interrupt and no pending EOI maintenance.
-    fn empty_status(&self) -> u64;
-    /// ICH_EISR_EL2, or GICH_EISR0 | GICH_EISR1 << 32: bit n set = the guest deactivated the
-    /// interrupt of LR n, which asked for an EOI maintenance interrupt.
-    fn eoi_status(&self) -> u64;
+    /// ICH_ELRSR_EL2, or GICH_ELRSR0: bit n set = LR n holds no valid interrupt and no
+    /// pending EOI maintenance. 32 bits: no more than `MAX_LIST_REGISTERS` (16) list
+    /// registers are used, so GICH_ELRSR1 (LRs 32 to 63) is never read, and a 32-bit CPU
+    /// handles the mask in one register.
+    fn empty_status(&self) -> u32;
+    /// ICH_EISR_EL2, or GICH_EISR0: bit n set = the guest deactivated the interrupt of LR n,
+    /// which asked for an EOI maintenance interrupt.
+    fn eoi_status(&self) -> u32;
     /// Sets UIE and NPIE in ICH_HCR_EL2 / GICH_HCR (En stays the arch crate's business).
     fn set_maintenance(&mut self, maintenance: Maintenance);
 }

@@ -40,16 +40,28 @@ impl BitOr for VcpuMask {
     }
 }
 
-/// The indices of the set bits of `mask`, lowest first: one step per set bit, not per bit.
-pub(crate) fn set_bits(mut mask: u64) -> impl Iterator<Item = usize> {
-    core::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            i
-        })
-    })
+/// The indices of the set bits of a mask, lowest first: one step per set bit, not per bit.
+macro_rules! set_bits {
+    ($(#[$doc:meta])* $name:ident, $mask:ty) => {
+        $(#[$doc])*
+        pub(crate) fn $name(mut mask: $mask) -> impl Iterator<Item = usize> {
+            core::iter::from_fn(move || {
+                (mask != 0).then(|| {
+                    let i = mask.trailing_zeros() as usize;
+                    mask &= mask - 1;
+                    i
+                })
+            })
+        }
+    };
 }
+
+set_bits!(set_bits, u64);
+set_bits!(
+    /// The list registers' masks, in 32 bits: a 32-bit CPU handles them in one register.
+    set_bits32,
+    u32
+);
 
 /// A value kept beside the GIC state to find things faster (the live masks), not part of
 /// it: two vGICs with the same interrupt states compare equal whatever their caches hold.

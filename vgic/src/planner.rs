@@ -27,7 +27,7 @@ pub struct LrSnapshot<'a> {
     /// Implemented list registers (at most `MAX_LIST_REGISTERS` are used).
     pub count: usize,
     /// ICH_ELRSR_EL2 / GICH_ELRSR: bit n set = LR n is empty.
-    pub empty: u64,
+    pub empty: u32,
     /// LR n holds `Some(contents)` of this vCPU (as last written or read back), `None` if it
     /// is not this vCPU's.
     pub owned: &'a [Option<ListRegister>],

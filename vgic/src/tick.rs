@@ -14,7 +14,7 @@
 //! line, so it must come before the new tick's rise, or the tick is lost.
 
 use crate::interface::set_maintenance;
-use crate::lr::{ListRegister, ListRegisters, LrState, Maintenance};
+use crate::lr::{ListRegisters, LrState, Maintenance};
 use crate::{Distributor, IntId, VcpuInterfaceState, VgicError, MAX_LIST_REGISTERS};
 
 impl Distributor {
@@ -86,7 +86,7 @@ impl Distributor {
             *irq = after;
         }
         if let Some(i) = held {
-            state.set_lr(i, 0, &ListRegister::INVALID);
+            state.clear_lr(i);
         }
         let raw = self.encode(&w.lr);
         state.set_lr(j, raw, &w.lr);
@@ -122,9 +122,8 @@ impl Distributor {
             if lrs.empty_status() & (1 << i) == 0 || self.asks_eoi_maintenance(raw) {
                 return Ok(false);
             }
-            let old = self.decode(raw);
-            self.fold(vcpu, &old, LrState::Invalid);
-            state.set_lr(i, 0, &ListRegister::INVALID);
+            self.fold(vcpu, self.vintid_of(raw), LrState::Invalid);
+            state.clear_lr(i);
         }
         self.flush_to_hw(vcpu, state, lrs)?;
         Ok(true)

@@ -60,10 +60,10 @@ fn state() -> impl Strategy<Value = LrState> {
 
 /// A random snapshot: up to 20 list registers (more than the 16 used), some owned, some
 /// foreign, some empty; wanted interrupts with unique INTIDs, some already resident.
-fn snapshot() -> impl Strategy<Value = (usize, u64, Vec<Option<ListRegister>>, Vec<Wanted>, bool)> {
+fn snapshot() -> impl Strategy<Value = (usize, u32, Vec<Option<ListRegister>>, Vec<Wanted>, bool)> {
     (
         0usize..20,
-        any::<u64>(),
+        any::<u32>(),
         prop::collection::vec((any::<bool>(), state(), any::<u8>()), 20),
         prop::collection::vec((any::<bool>(), state(), any::<u8>()), 0..40),
         any::<bool>(),
@@ -141,7 +141,7 @@ proptest! {
     #[test]
     fn with_nothing_owned_the_best_go_into_the_empty_registers_in_order(
         count in 0usize..6,
-        empty in any::<u64>(),
+        empty in any::<u32>(),
         n in 0usize..8,
         more_waiting in any::<bool>(),
         refill in any::<bool>(),

@@ -123,10 +123,10 @@ impl ListRegisters for FakeLrs {
     fn write_lr(&mut self, index: usize, value: u64) {
         self.0[index] = value;
     }
-    fn empty_status(&self) -> u64 {
+    fn empty_status(&self) -> u32 {
         (0..4).filter(|&i| self.0[i] == 0).fold(0, |m, i| m | 1 << i)
     }
-    fn eoi_status(&self) -> u64 {
+    fn eoi_status(&self) -> u32 {
         0
     }
     fn set_maintenance(&mut self, _: Maintenance) {}

@@ -312,11 +312,12 @@ impl ListRegisters for FakeLrs {
         self.writes.push(index);
         self.regs[index] = value;
     }
-    fn empty_status(&self) -> u64 {
-        (0..self.count).filter(|&i| self.empty(i)).fold(0, |m, i| m | 1 << i)
+    /// ICH_ELRSR_EL2 or GICH_ELRSR0: list registers 0 to 31 only.
+    fn empty_status(&self) -> u32 {
+        (0..self.count.min(32)).filter(|&i| self.empty(i)).fold(0, |m, i| m | 1 << i)
     }
-    fn eoi_status(&self) -> u64 {
-        (0..self.count)
+    fn eoi_status(&self) -> u32 {
+        (0..self.count.min(32))
             .filter(|&i| {
                 let lr = self.lr(i);
                 lr.state == LrState::Invalid && lr.hw.is_none() && lr.eoi_maintenance
