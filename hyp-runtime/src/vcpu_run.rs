@@ -234,7 +234,8 @@ pub fn run_vcpu<C: VcpuCpu>(
             };
             if vcpu == 0 {
                 let (entry, state) = (start.entry, core.execution_state());
-                crate::vm_log!(<C::V as Virtualization>::Env, core, vcpu, "starting at IPA {entry:#x} ({state:?})");
+                // Within the VM's limit: after SYSTEM_RESET the guest asked for it.
+                core.log_caused(vcpu, format_args!("starting at IPA {entry:#x} ({state:?})"));
                 route_passthrough::<C>(core, vcpu, cpu);
             }
             here.restore_at_reset();
@@ -533,13 +534,13 @@ fn answer<C: VcpuCpu>(
 fn route_passthrough<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) {
     for spi in &vm.passthrough_spis {
         C::V::enable_interrupt(spi.intid, cpu);
-        crate::vm_log!(
-            <C::V as Virtualization>::Env,
-            vm,
+        vm.log_caused(
             vcpu,
-            "passthrough SPI INTID {} ({}) routed to cpu{cpu} and enabled",
-            spi.intid,
-            if spi.edge() { "edge" } else { "level" }
+            format_args!(
+                "passthrough SPI INTID {} ({}) routed to cpu{cpu} and enabled",
+                spi.intid,
+                if spi.edge() { "edge" } else { "level" }
+            ),
         );
     }
 }

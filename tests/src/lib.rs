@@ -34,6 +34,7 @@ pub struct Images {
     pub bystander: PathBuf,
     pub disk_faults: PathBuf,
     pub disk_writer: PathBuf,
+    pub rebooter: PathBuf,
 }
 
 /// Builds the hypervisor and the test guests (once per test binary).
@@ -62,6 +63,7 @@ pub fn images() -> &'static Images {
             bystander: guest("bystander"),
             disk_faults: guest("disk-faults"),
             disk_writer: guest("disk-writer"),
+            rebooter: guest("rebooter"),
         }
     })
 }

@@ -85,3 +85,38 @@ fn a_hostile_guest_gets_the_architected_answer_everywhere_and_a_bystander_is_unt
 fn a_hostile_guest_gets_the_architected_answer_everywhere_and_a_bystander_is_untouched_on_gicv2() {
     check(2);
 }
+
+/// A guest that reboots in a loop (PSCI SYSTEM_RESET at once on every boot, for 2 s of its
+/// time) beside a bystander: each reboot's lines go through the VM's limit (16, then one a
+/// second), so the console that every VM's output shares is not flooded, and the bystander
+/// finishes as if it ran alone.
+#[test]
+fn a_guest_that_reboots_in_a_loop_does_not_flood_the_console() {
+    let _alone = one_linux_at_a_time();
+    let i = images();
+    let rebooter = test_vm("rebooter", &i.rebooter, 64 << 20);
+    let bystander = test_vm("ticker", &i.ticker, 64 << 20);
+    let out = boot("rebooter", Machine { smp: 2, ..Machine::default() }, &[rebooter, bystander]);
+    std::fs::write(scratch_file("rebooter.console"), &out.console).expect("write the console");
+    assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
+    assert!(!out.console.contains("panic"), "the hypervisor or a guest panicked:\n{}", out.console);
+    assert_line(&out, "rebooter | rebooter: 2000 ms of reboots over, powering off");
+    assert!(out.console.contains("ticker | ok 1 - ticker: "), "the bystander's ticks:\n{}", out.console);
+    assert_line(&out, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed");
+    // Each reboot asks for two lines (the reset, vCPU 0 starting again); 16 print, then one
+    // a second of the storm's 2 (the VM's counter and the limit's run at the same rate).
+    let boots = out.console.lines().filter(|l| l.starts_with("rebooter | rebooter: boot at ")).count();
+    let printed = out
+        .console
+        .lines()
+        .filter(|l| l.starts_with("hypervisor: vm0 rebooter vcpu0: ") && !l.contains("SYSTEM_OFF"))
+        .count();
+    assert!(boots > 100, "a storm of reboots ({boots}):\n{}", out.console);
+    assert!(printed <= 16 + 3, "{printed} hypervisor lines for {boots} reboots:\n{}", out.console);
+    assert!(
+        out.console.contains("hypervisor: vm0 rebooter: ")
+            && out.console.contains(" more line(s) the guest caused were left out"),
+        "the lines left out are counted:\n{}",
+        out.console
+    );
+}

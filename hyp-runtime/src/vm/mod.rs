@@ -299,11 +299,11 @@ impl<E: VmEnv> Vm<E> {
     pub fn reset(&self, seeds: Option<GuestSeeds>) {
         if let Some(seeds) = seeds {
             if let Err(e) = guest_fdt::reseed(&mut self.device_tree.lock(), seeds) {
-                crate::vm_log!(
-                    E,
-                    self,
+                self.log_caused(
                     0,
-                    "SYSTEM_RESET: the random seeds cannot be replaced ({e}); it boots with the last ones"
+                    format_args!(
+                        "SYSTEM_RESET: the random seeds cannot be replaced ({e}); it boots with the last ones"
+                    ),
                 );
             }
         }
@@ -322,7 +322,7 @@ impl<E: VmEnv> Vm<E> {
         self.power.lock().reset(ram_ipa + self.layout.kernel, ram_ipa + self.layout.dtb);
         self.stage1.forget();
         self.ending.store(false, Ordering::Release);
-        crate::vm_log!(E, self, 0, "SYSTEM_RESET: the VM reboots");
+        self.log_caused(0, format_args!("SYSTEM_RESET: the VM reboots"));
     }
 
     pub fn count_exit(&self, vcpu: usize, reason: ExitReason) {
@@ -476,7 +476,7 @@ impl<E: VmEnv> Vm<E> {
                         Ok(()) => psci_status::SUCCESS,
                         Err(e) => {
                             self.power.lock().stopped(start.vcpu);
-                            crate::vm_log!(E, self, vcpu, "PSCI CPU_ON of vCPU {}: {e}", start.vcpu);
+                            self.log_caused(vcpu, format_args!("PSCI CPU_ON of vCPU {}: {e}", start.vcpu));
                             psci_status::INTERNAL_FAILURE
                         }
                     },
@@ -492,9 +492,17 @@ impl<E: VmEnv> Vm<E> {
 
     /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit).
     pub fn log_incident(&self, vcpu: usize, incident: Incident) {
+        self.log_caused(vcpu, format_args!("{incident}"));
+    }
+
+    /// Logs what the guest's own request caused (a reboot, vCPU 0 started again by it, a
+    /// CPU_ON that failed), within its VM's limit as its mistakes are: a guest that reboots
+    /// in a loop must not flood the console every VM's output shares
+    /// (docs/hostile-guests.md).
+    pub fn log_caused(&self, vcpu: usize, line: core::fmt::Arguments<'_>) {
         crate::guest_log::guest_line::<E::Arch, E::Board>(
             &self.guest_log,
-            format_args!("hypervisor: vm{} {} vcpu{}: {incident}", self.id, self.spec.name, vcpu),
+            format_args!("hypervisor: vm{} {} vcpu{}: {line}", self.id, self.spec.name, vcpu),
         );
     }
 
