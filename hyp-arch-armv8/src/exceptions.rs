@@ -14,8 +14,9 @@
 //! and anything the run loop must see (a kick, the end of a slice) is an interrupt, which
 //! exits again right after the ERET (docs/hypercalls.md, "Answered in the vector").
 //!
-//! A data abort (while the vCPU holds no list register) or a trapped system register
-//! access is offered to the run loop's answer in the vector (`vm::answer_in_vector`,
+//! A data abort (while the vCPU holds no list register, or at GICv2's GICD_SGIR whatever
+//! it holds) or a trapped system register access is offered to the run loop's answer in
+//! the vector (`vm::answer_in_vector`,
 //! hyp_runtime::vcpu_run::in_vector), called on the run loop's stack with the guest's
 //! registers saved as an exit saves them: the guest goes on from there when it says so,
 //! without the return into the run loop and the entry from it.
@@ -195,14 +196,26 @@ hvc_in_vector:
 
 sync_in_vector:
     // The guest's x0 and x1 are on the stack. A data abort while the vCPU holds no list
-    // register, or a system register access (only an SGI's is answered, which concerns
-    // no list register of the sender's): the guest's registers are saved as `guest_exit`
-    // saves them and `answer_in_vector` is called with the run loop's InVector, on the run
-    // loop's stack (which the frame of `enter_guest` tops): it says whether the guest goes
-    // on, or the run loop takes the exit.
+    // register, or at GICD_SGIR's IPA whatever it holds (a GICv2 guest's SGI, as a GICv3
+    // guest's system register write), or a system register access (only an SGI's is
+    // answered, which concerns no list register of the sender's): the guest's registers
+    // are saved as `guest_exit` saves them and `answer_in_vector` is called with the run
+    // loop's InVector, on the run loop's stack (which the frame of `enter_guest` tops): it
+    // says whether the guest goes on, or the run loop takes the exit.
     mrs     x1, tpidr_el2
     ldr     x0, [x1, #{LISTS_IN_USE}]
-    cbnz    x0, 3b
+    cbz     x0, 4f
+    // HPFAR_EL2 names the IPA's page (FIPA, bits [43:4]), FAR_EL2 its offset (the same
+    // low 12 bits in the VA and the IPA, whatever the guest's granule).
+    mrs     x0, hpfar_el2
+    mov     x1, #{SGIR_HPFAR}
+    cmp     x0, x1
+    b.ne    3b
+    mrs     x0, far_el2
+    and     x0, x0, #0xfff
+    cmp     x0, #{SGIR_OFFSET}
+    b.ne    3b
+    mrs     x1, tpidr_el2
     b       4f
 sysreg_in_vector:
     mrs     x1, tpidr_el2
@@ -245,6 +258,8 @@ return_to_run_loop:
     RESUME_GUEST = const RESUME_GUEST,
     EC_DATA_ABORT_LOWER = const hyp_core::syndrome::ExceptionClass::DATA_ABORT_LOWER.0,
     EC_SYSREG64 = const hyp_core::syndrome::ExceptionClass::SYSREG64.0,
+    SGIR_HPFAR = const (hyp_core::guest_map::GICD_IPA + vgic::GICD_SGIR) >> 12 << 4,
+    SGIR_OFFSET = const vgic::GICD_SGIR & 0xfff,
 );
 const _: () = assert!(hyp_core::smccc::NOT_SUPPORTED == -1i64 as u64);
 

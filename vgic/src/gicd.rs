@@ -7,6 +7,13 @@ use crate::distributor::IRM;
 use crate::mmio::{check, Frame, BYTE_OR_WORD, INTERRUPT_BLOCK, WORD, WORD_OR_DOUBLE};
 use crate::{AccessError, Distributor, GicVersion, VcpuMask};
 
+/// GICv2's GICD_SGIR, in the distributor's frame (IHI 0048B 4.3.15): an SGI's generation,
+/// which the AArch64 vector answers even while the sender holds list registers, as it does
+/// a write of ICC_SGI1R_EL1 (hyp_runtime::vcpu_run::in_vector).
+pub const GICD_SGIR: u64 = 0xf00;
+/// `GICD_SGIR` as the decoder's 32-bit frame offsets write it.
+const SGIR: u32 = GICD_SGIR as u32;
+
 /// GICD_IIDR / GICR_IIDR: implementer Arm (JEP106 0x43b), product 0x48.
 pub(crate) const IIDR: u64 = 0x4800_043b;
 /// GICD_PIDR2 / GICR_PIDR2: ArchRev [7:4] = 3 (GICv3), JEDEC-assigned [3].
@@ -65,7 +72,7 @@ impl Distributor {
             // ITARGETSR: RES0 under affinity routing, yet byte-accessible (IHI 0069H 12.9, GICD_ITARGETSR<n>).
             0x800..0xc00 if v2 => (DistReg::Targets(offset - 0x800), BYTE_OR_WORD),
             0x800..0xc00 => (DistReg::RazWi, BYTE_OR_WORD),
-            0xf00 if v2 => (DistReg::Sgir, WORD),
+            SGIR if v2 => (DistReg::Sgir, WORD),
             0xf10..0xf20 if v2 => (DistReg::SgiPending { set: false, first: offset - 0xf10 }, BYTE_OR_WORD),
             0xf20..0xf30 if v2 => (DistReg::SgiPending { set: true, first: offset - 0xf20 }, BYTE_OR_WORD),
             0xf10..0xf30 => (DistReg::RazWi, BYTE_OR_WORD),

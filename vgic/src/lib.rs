@@ -37,6 +37,7 @@ mod wanted;
 
 pub use distributor::{Distributor, GicVersion, InterruptState, Trigger, VgicConfig};
 pub use error::{AccessError, VgicError};
+pub use gicd::GICD_SGIR;
 pub use gicr::{Redistributor, GICR_FRAME_SIZE};
 pub use interface::VcpuInterfaceState;
 pub use intid::IntId;

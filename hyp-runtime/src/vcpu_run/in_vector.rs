@@ -1,7 +1,7 @@
 //! Synchronous exits answered from the image's exception vector, on the run loop's stack
 //! but without returning into it (docs/performance.md, "Answered in the vector"): an
 //! emulated MMIO access of a vCPU that holds no list register, or an SGI sent through the
-//! GICv3 CPU interface.
+//! GICv3 CPU interface or GICv2's GICD_SGIR.
 //!
 //! The run loop gives each entry into the guest its [`InVector`] (`VcpuCpu::run_guest`),
 //! and the vector offers it a data abort or a system register access with the guest's
@@ -19,10 +19,13 @@
 //! - the vector offers no data abort while the vCPU holds list registers: their take-back
 //!   after every exit samples the lines of the level interrupts in them (docs/vgic.md), and
 //!   a read of the distributor's pending and active state needs what the guest did to them.
-//!   An SGI is answered whatever the sender holds: the vGIC takes an SGI for a vCPU whose
-//!   list registers are live in its CPU (another CPU's SGI to a running vCPU is the same
-//!   case), and the list registers are taken back at the vCPU's next exit to the run loop,
-//!   as if this exit had not been.
+//!   An SGI is answered whatever the sender holds (a write of ICC_SGI1R_EL1, or a data
+//!   abort at GICD_SGIR's IPA, which the vector offers even then): the vGIC takes an SGI for
+//!   a vCPU whose list registers are live in its CPU (another CPU's SGI to a running vCPU
+//!   is the same case), and the list registers are taken back at the vCPU's next exit to
+//!   the run loop, as if this exit had not been. Nothing at that IPA reads interrupt state
+//!   (GICD_SGIR is write-only on GICv2, the offset reserved on GICv3), so whatever is
+//!   offered there is answered as the run loop would.
 
 use core::borrow::Borrow;
 use core::cell::Cell;

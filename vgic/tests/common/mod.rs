@@ -21,7 +21,6 @@ pub const IPRIORITYR: u64 = 0x400;
 pub const ITARGETSR: u64 = 0x800;
 pub const ICFGR: u64 = 0xc00;
 pub const IGRPMODR: u64 = 0xd00;
-pub const GICD_SGIR: u64 = 0xf00;
 pub const CPENDSGIR: u64 = 0xf10;
 pub const SPENDSGIR: u64 = 0xf20;
 pub const IROUTER: u64 = 0x6000;
