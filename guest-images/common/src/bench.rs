@@ -26,6 +26,17 @@ pub fn trace(iterations: u64) {
     TRACED_ITERATIONS.store(iterations.max(TRACE_WARM_UP + 1), Ordering::SeqCst);
 }
 
+/// With `trace=N` in `bootargs` (the `guest`'s device tree's): every benchmark from here on
+/// runs N times with its window marked, once a key is typed (the tracer turns its log on
+/// while the guest waits: xtask::bench::trace).
+pub fn trace_if_asked(guest: &str, bootargs: Option<&str>) {
+    if let Some(n) = bootargs.and_then(traced_iterations) {
+        trace(n);
+        crate::println!("{guest}: traced, {n} iterations a benchmark; waiting for a key");
+        crate::console::read_byte();
+    }
+}
+
 /// The `trace=N` of a command line: N iterations per benchmark, traced.
 pub fn traced_iterations(bootargs: &str) -> Option<u64> {
     bootargs.split_whitespace().find_map(|w| w.strip_prefix("trace=")?.parse().ok())

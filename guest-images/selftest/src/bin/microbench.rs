@@ -187,11 +187,7 @@ extern "C" fn guest_main() -> ! {
     let bootargs = unsafe { guest_common::fdt::Fdt::at(boot_x0() as usize) }
         .ok()
         .and_then(|fdt| fdt.root_child_string("chosen", "bootargs"));
-    if let Some(n) = bootargs.and_then(bench::traced_iterations) {
-        bench::trace(n);
-        println!("microbench: traced, {n} iterations a benchmark; waiting for a key");
-        guest_common::console::read_byte();
-    }
+    bench::trace_if_asked("microbench", bootargs);
     // The loop and counter overhead, subtracted from every figure.
     bench("loop", || core::hint::black_box(()));
     bench("hvc-unknown", || {

@@ -89,11 +89,7 @@ extern "C" fn guest_main() -> ! {
     let bootargs = unsafe { guest_common::fdt::Fdt::at(boot_state().r2 as usize) }
         .ok()
         .and_then(|fdt| fdt.root_child_string("chosen", "bootargs"));
-    if let Some(n) = bootargs.and_then(bench::traced_iterations) {
-        bench::trace(n);
-        println!("microbench32: traced, {n} iterations a benchmark; waiting for a key");
-        guest_common::console::read_byte();
-    }
+    bench::trace_if_asked("microbench32", bootargs);
     // The loop and counter overhead, subtracted from every figure.
     bench("loop", || core::hint::black_box(()));
     bench("hvc-unknown", || {
