@@ -46,14 +46,17 @@ fn coprocessor64(word: u32) -> Option<(bool, u32, u32, u32)> {
 }
 
 /// MRS or MSR (register or banked): `cond 0001 0R(0)0 ...  0000` and `cond 0001 0R10 ...
-/// 0000`; MSR (immediate): `cond 0011 0R10`.
+/// 0000`; MSR (immediate): `cond 0011 0R10 mask`, whose mask 0 with R 0 is the hints' space
+/// instead (NOP, YIELD, WFE, WFI, SEV: A5.2.11).
 fn status_register(word: u32) -> Option<Class> {
     if word >> 28 == 0xf {
         return None;
     }
+    let hint = word >> 22 & 1 == 0 && word >> 16 & 0xf == 0;
     match (word >> 23 & 0x1f, word >> 20 & 0b11, word >> 4 & 0xf) {
         (0b00010, 0b00, 0) => Some(Class::Mrs),
-        (0b00010, 0b10, 0) | (0b00110, 0b10, _) => Some(Class::Msr),
+        (0b00010, 0b10, 0) => Some(Class::Msr),
+        (0b00110, 0b10, _) if !hint => Some(Class::Msr),
         _ => None,
     }
 }
@@ -207,6 +210,8 @@ mod tests {
         assert_eq!((classify(0xe10e0300), describe(0xe10e0300).as_str()), (Class::Mrs, "mrs (banked)"));
         assert_eq!((classify(0xe16ff000), describe(0xe16ff000).as_str()), (Class::Msr, "msr SPSR"));
         assert_eq!(classify(0xe10f0000), Class::Mrs);
+        // msr APSR_nzcvq, #0xf0000000: an immediate to a status register, not a hint.
+        assert_eq!(classify(0xe328f20f), Class::Msr);
     }
 
     #[test]
@@ -220,6 +225,9 @@ mod tests {
             0xe1a00000,    // nop (mov r0, r0)
             0xee000a10,    // vmov s0, r0 (coprocessor 10: VFP, not a system register)
             0xf57ff01f,    // clrex
+            0xe320f003,    // wfi
+            0xe320f002,    // wfe
+            0xe320f000,    // nop
         ] {
             assert_eq!(classify(word), Class::Other, "{word:#010x}");
         }
