@@ -490,9 +490,14 @@ impl<E: VmEnv> Vm<E> {
         }
     }
 
-    /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit).
+    /// Logs a mistake of the guest, within its VM's limit (hyp_core::log_limit). Written out
+    /// rather than through `log_caused`: the exit paths inline it, and through the other
+    /// their code moved (ARMv7's `virtio-read` 343 -> 351, docs/performance.md, "ARMv7").
     pub fn log_incident(&self, vcpu: usize, incident: Incident) {
-        self.log_caused(vcpu, format_args!("{incident}"));
+        crate::guest_log::guest_line::<E::Arch, E::Board>(
+            &self.guest_log,
+            format_args!("hypervisor: vm{} {} vcpu{}: {incident}", self.id, self.spec.name, vcpu),
+        );
     }
 
     /// Logs what the guest's own request caused (a reboot, vCPU 0 started again by it, a
