@@ -47,8 +47,9 @@ pub(crate) struct Vcpu {
 }
 
 /// A turn shortened to give back an overrun is never shorter than 1/MIN_TURN_FRACTION of the
-/// slice, so a vCPU that overran still makes progress every round.
-const MIN_TURN_FRACTION: u64 = 16;
+/// slice, nor than one tick, so a vCPU that overran still makes progress every round (and its
+/// deadline lies ahead of the decision that sets it, however short the slice).
+const MIN_TURN_FRACTION: u64 = 32;
 /// An overrun beyond this many slices is forgiven: a stall that long (the timer interrupt
 /// held off, or the whole CPU stopped) is not the vCPU's doing, and making it pay would starve
 /// it for as long.
@@ -59,7 +60,8 @@ impl Vcpu {
     pub fn new_turn(&mut self) {
         let slice = self.slice();
         let owed = self.overrun.min(slice.saturating_mul(MAX_OVERRUN_SLICES));
-        let given_back = owed.min(slice - slice / MIN_TURN_FRACTION);
+        let shortest = (slice / MIN_TURN_FRACTION).max(1).min(slice);
+        let given_back = owed.min(slice - shortest);
         self.overrun = owed - given_back;
         self.budget = slice - given_back;
     }

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use sched::Policy;
+use sched::{Policy, Scheduler, VcpuRef};
 
 /// Runs `specs` (all Busy, shared) for `rounds` rounds of the longest CPU's slices and
 /// compares each vCPU's CPU time with its share.
@@ -50,6 +50,27 @@ fn a_vcpu_alone_gets_its_whole_cpu_without_a_tick() {
     assert_eq!(sim.vcpus[0].cpu_time, 1_000_000);
     // Boot, the start kick: no slice timer ever fired.
     assert!(sim.decisions <= 3, "{} decisions for a lone vCPU", sim.decisions);
+}
+
+/// A slice of one tick, overrun by a tick (the timer taken late): the turn that gives the
+/// overrun back is still a tick long, so its deadline lies ahead of the decision (it was the
+/// decision's own time: a turn of 0, found by the transitions' property test).
+#[test]
+fn a_turn_that_gives_an_overrun_back_never_ends_where_it_starts() {
+    let (a, b) = (VcpuRef::new(2, 0), VcpuRef::new(2, 1));
+    let mut s = Scheduler::new(1);
+    for v in [a, b] {
+        s.add_vcpu(v, 0, Policy::Shared { slice: 1 }).unwrap();
+        s.start(v).unwrap();
+    }
+    let first = s.pick(0, 0);
+    assert_eq!(first.until, Some(1));
+    let second = s.pick(0, 2);
+    assert_ne!(second.run, first.run, "the first ran its turn and a tick more");
+    assert_eq!(second.until, Some(3));
+    let third = s.pick(0, 3);
+    assert_eq!(third.run, first.run);
+    assert_eq!(third.until, Some(4), "a turn of at least one tick, whatever it gives back");
 }
 
 /// A loaded host takes slice timers late; each late tick lengthens the turn of whichever
