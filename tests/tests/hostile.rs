@@ -111,7 +111,9 @@ fn a_guest_that_reboots_in_a_loop_does_not_flood_the_console() {
         .lines()
         .filter(|l| l.starts_with("hypervisor: vm0 rebooter vcpu0: ") && !l.contains("SYSTEM_OFF"))
         .count();
-    assert!(boots > 100, "a storm of reboots ({boots}):\n{}", out.console);
+    // At least 40 reboots (about 250 on an idle 2-core host): 80 lines asked for, against
+    // the 19 the limit may let through in the storm's 2 s.
+    assert!(boots >= 40, "a storm of reboots ({boots}):\n{}", out.console);
     assert!(printed <= 16 + 3, "{printed} hypervisor lines for {boots} reboots:\n{}", out.console);
     assert!(
         out.console.contains("hypervisor: vm0 rebooter: ")
