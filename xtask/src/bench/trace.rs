@@ -70,6 +70,15 @@ impl Isa {
             Isa::A32 => a32::describe(word),
         }
     }
+
+    /// What the names of the files of this image's trace carry after their stem
+    /// (`el2-trace.log`, `el2-micro-armv7.json`, ...).
+    fn file_suffix(self) -> &'static str {
+        match self {
+            Isa::A64 => "",
+            Isa::A32 => "-armv7",
+        }
+    }
 }
 
 /// What the hypervisor executed at EL2 in one window, or per operation.
@@ -125,10 +134,10 @@ pub fn parse_exec(line: &str) -> Option<Exec> {
     })
 }
 
-/// The exception level of an AArch64 translation block, from its flags' MMU index (QEMU 10,
-/// target/arm/cpu.h: TBFLAG_ANY.MMUIDX in bits [7:4], the core index of `ARMMMUIdx`): 0 and
-/// 1 EL0 (E10_0, E20_0), 2 and 4 EL1 (E10_1, its PAN form), 3, 5 and 6 EL2 (E20_2, its PAN
-/// form, E2), 7 EL3. None for anything else.
+/// The exception level of a translation block (AArch64, or AArch32 where HYP mode is EL2),
+/// from its flags' MMU index (QEMU 10, target/arm/cpu.h: TBFLAG_ANY.MMUIDX in bits [7:4],
+/// the core index of `ARMMMUIdx`): 0 and 1 EL0 (E10_0, E20_0), 2 and 4 EL1 (E10_1, its PAN
+/// form), 3, 5 and 6 EL2 (E20_2, its PAN form, E2), 7 EL3. None for anything else.
 pub fn exception_level(flags: u32) -> Option<u8> {
     match flags >> 4 & 0xf {
         0 | 1 => Some(0),
@@ -283,10 +292,7 @@ pub fn run(isa: Isa) -> Result<BTreeMap<String, Counts>, XtaskError> {
     let bundle_path = bundle::write_file(&format!("{guest_name}-trace"), &[vm], &options)?;
     let dir = images::workspace_root().join("target").join("bench");
     std::fs::create_dir_all(&dir).map_err(|e| XtaskError::Build(format!("cannot create {}: {e}", dir.display())))?;
-    let log = dir.join(match isa {
-        Isa::A64 => "el2-trace.log",
-        Isa::A32 => "el2-trace-armv7.log",
-    });
+    let log = dir.join(format!("el2-trace{}.log", isa.file_suffix()));
     let socket = std::env::temp_dir().join(format!("xtask-monitor-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&socket);
     step(&format!(
@@ -432,13 +438,7 @@ pub fn table(counts: &BTreeMap<String, Counts>) -> (String, String) {
 /// (`el2-micro-armv7.json` for the ARMv7 image).
 pub fn report(isa: Isa, counts: &BTreeMap<String, Counts>) -> Result<String, XtaskError> {
     let (t, json) = table(counts);
-    super::write_bench_file(
-        match isa {
-            Isa::A64 => "el2-micro.json",
-            Isa::A32 => "el2-micro-armv7.json",
-        },
-        &json,
-    )?;
+    super::write_bench_file(&format!("el2-micro{}.json", isa.file_suffix()), &json)?;
     Ok(format!("{t}{}", details(counts)))
 }
 
