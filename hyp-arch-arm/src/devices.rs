@@ -2,12 +2,10 @@
 //! through the identity map (`identity_map::GuestRam`), the interrupt line into its vGIC,
 //! the switch of the image's hypervisor.
 
-use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::marker::PhantomData;
 
 use hyp_core::cap::{CapError, CapId};
-use hyp_core::guest_map::UART_IPA;
 use hyp_core::platform::PhysRange;
 use hyp_runtime::first_touch::{Fill, FirstTouch};
 use hyp_runtime::shared_vgic::{SharedVgic, VgicLine};
@@ -52,26 +50,28 @@ impl<I: ArmImage> VmEnv for Devices<I> {
     fn forward_frame(from: usize, frame: &[u8]) {
         I::hypervisor().forward_frame(from, frame);
     }
-    fn uart_shadow(vm: CapId) -> Option<Box<dyn ShadowPage>> {
-        let page = I::hypervisor().window_shadow(vm, Ipa(UART_IPA))?;
-        // Nothing of the memory's last owner reaches the VM: zeros where the UART has no
+    fn window_shadow(vm: CapId, ipa: u64) -> Option<Arc<dyn ShadowPage>> {
+        let page = I::hypervisor().window_shadow(vm, Ipa(ipa))?;
+        // Nothing of the memory's last owner reaches the VM: zeros where the device has no
         // register, before the page is first shown.
         I::zero_for_guest(page.base, page.size);
-        Some(Box::new(UartShadow::<I> { vm, page, image: PhantomData }))
+        Some(Arc::new(WindowShadow::<I> { vm, ipa, page, image: PhantomData }))
     }
 }
 
-/// The page a VM reads its console UART's window from (`hyp_runtime::vm::ShadowPage`):
-/// memory the capability space retyped for the window, which the hypervisor writes through
-/// its identity map and the VM reads through a read-only Device stage-2 leaf.
-struct UartShadow<I> {
+/// The page a VM reads an emulated window from (`hyp_runtime::vm::ShadowPage`): memory the
+/// capability space retyped for the window, which the hypervisor writes through its identity
+/// map and the VM reads through a read-only Device stage-2 leaf.
+struct WindowShadow<I> {
     vm: CapId,
+    /// The window's IPA.
+    ipa: u64,
     page: PhysRange,
     image: PhantomData<fn() -> I>,
 }
 
-impl<I: ArmImage> ShadowPage for UartShadow<I> {
-    fn write(&mut self, offset: usize, words: &[u32]) {
+impl<I: ArmImage> ShadowPage for WindowShadow<I> {
+    fn write(&self, offset: usize, words: &[u32]) {
         let len = (words.len() * 4) as u64;
         if offset as u64 + len > self.page.size {
             return;
@@ -86,7 +86,16 @@ impl<I: ArmImage> ShadowPage for UartShadow<I> {
         // The VM reads the page as Device memory, which no cache holds for it.
         I::clean_for_guest(at, len);
     }
-    fn show(&mut self, visible: bool) -> Result<(), CapError> {
-        I::hypervisor().show_window_shadow(&mut HeapTableMemory, I::stage2_tlb, self.vm, Ipa(UART_IPA), visible)
+    fn read(&self, offset: usize) -> u32 {
+        if offset as u64 + 4 > self.page.size {
+            return 0;
+        }
+        // SAFETY: the word lies in the page (checked above), memory the capability space
+        // gave this window alone and the hypervisor maps as Normal memory at its physical
+        // address; an aligned word load (offset and base are aligned).
+        unsafe { core::ptr::read_volatile((self.page.base + offset as u64) as *const u32) }
+    }
+    fn show(&self, visible: bool) -> Result<(), CapError> {
+        I::hypervisor().show_window_shadow(&mut HeapTableMemory, I::stage2_tlb, self.vm, Ipa(self.ipa), visible)
     }
 }

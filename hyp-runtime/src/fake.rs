@@ -52,3 +52,39 @@ impl Arch for FakeArch {
         TIMER.with(|t| t.set(deadline));
     }
 }
+
+/// A shadow page in host memory (`crate::vm::ShadowPage`): its words, and a record of what
+/// happened to it (each write's offset and first word, each show), in order, for the tests
+/// that check what comes before what.
+#[derive(Default)]
+pub struct FakePage {
+    pub words: std::sync::Mutex<Vec<u32>>,
+    pub events: std::sync::Mutex<Vec<std::string::String>>,
+}
+
+impl FakePage {
+    pub fn new() -> std::sync::Arc<FakePage> {
+        std::sync::Arc::new(FakePage { words: std::sync::Mutex::new(vec![0; 1024]), events: Default::default() })
+    }
+    pub fn word(&self, offset: usize) -> u32 {
+        self.words.lock().unwrap()[offset / 4]
+    }
+    pub fn take_events(&self) -> Vec<std::string::String> {
+        core::mem::take(&mut *self.events.lock().unwrap())
+    }
+}
+
+impl crate::vm::ShadowPage for FakePage {
+    fn write(&self, offset: usize, words: &[u32]) {
+        let mut page = self.words.lock().unwrap();
+        page[offset / 4..offset / 4 + words.len()].copy_from_slice(words);
+        self.events.lock().unwrap().push(std::format!("write {offset:#x} {:x}", words[0]));
+    }
+    fn read(&self, offset: usize) -> u32 {
+        self.word(offset)
+    }
+    fn show(&self, visible: bool) -> Result<(), hyp_core::cap::CapError> {
+        self.events.lock().unwrap().push(std::format!("show {visible}"));
+        Ok(())
+    }
+}

@@ -109,15 +109,17 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     caps.map(mem, &mut tlb, vm_cap, region, Ipa(ipa), Rights::RWX)?;
     let window = |base, size| IpaRange::new(Ipa(base), size).map_err(CapError::Stage2);
     // The UART's window is read from a page while nothing is received (docs/devices.md,
-    // "The PL011's shadow page"); without a free page its every access traps.
-    let uart = window(UART_IPA, UART_SIZE)?;
-    let shadowed =
-        shadow_from.iter().any(|u| caps.add_shadowed_window(mem, &mut tlb, vm_cap, *u, uart, DEVICE_PL011).is_ok());
-    if !shadowed {
-        caps.add_emulated_window(vm_cap, uart, DEVICE_PL011)?;
+    // "The PL011's shadow page"), the virtio transports' always (docs/virtio.md, "The
+    // transports' shadow page"); without a free page every access to the window traps.
+    for (ipa, size, device) in [(UART_IPA, UART_SIZE, DEVICE_PL011), (VIRTIO_IPA, VIRTIO_PAGE, DEVICE_VIRTIO)] {
+        let range = window(ipa, size)?;
+        let shadowed =
+            shadow_from.iter().any(|u| caps.add_shadowed_window(mem, &mut tlb, vm_cap, *u, range, device).is_ok());
+        if !shadowed {
+            caps.add_emulated_window(vm_cap, range, device)?;
+        }
     }
     caps.add_emulated_window(vm_cap, window(GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
-    caps.add_emulated_window(vm_cap, window(VIRTIO_IPA, VIRTIO_PAGE)?, DEVICE_VIRTIO)?;
     match gicv {
         None => {
             caps.add_emulated_window(vm_cap, window(GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;

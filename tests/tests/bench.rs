@@ -13,7 +13,7 @@ fn the_microbenchmarks_run_to_completion() {
         &[VmEntry { vcpus: 2, ..test_vm("microbench", &images().microbench, 64 << 20) }],
     );
     assert_eq!(out.status, Some(0), "QEMU exit status; console:\n{}", out.console);
-    for name in ["loop", "hvc-unknown", "hvc-smccc-version", "mmio-read", "virtio-read", "gicd-read"] {
+    for name in ["loop", "hvc-unknown", "hvc-smccc-version", "mmio-read", "virtio-read", "virtio-write", "gicd-read"] {
         assert_line(&out, &format!("microbench | bench {name} iterations=10000 ns="));
     }
     for name in ["counter", "virtual-ipi", "virtual-ipi-round-trip", "eoi", "vtimer"] {
@@ -33,6 +33,7 @@ fn the_microbenchmarks_run_to_completion() {
             "hvc-unknown",
             "mmio-read",
             "virtio-read",
+            "virtio-write",
             "virtual-ipi",
             "virtual-ipi-round-trip",
             "vtimer",

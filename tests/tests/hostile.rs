@@ -50,6 +50,13 @@ fn check(gic_version: u8) {
         "the UART attack:\n{}",
         out.console
     );
+    assert!(
+        out.console.contains(
+            "virtio page: every offset at widths 1/2/4/8: 7680 reads served, 0 aborted, the absent NIC's window zeros: true"
+        ),
+        "the virtio page attack:\n{}",
+        out.console
+    );
     assert!(!out.console.contains("panic"), "the hypervisor or a guest panicked:\n{}", out.console);
     assert_line(&out, "hypervisor: all 2 VM(s) ended: 2 clean, 0 failed");
 

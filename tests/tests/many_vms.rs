@@ -62,7 +62,7 @@ fn three_linux_vms_and_a_probe_run_together_and_one_is_restarted_while_the_other
     // Everyone boots; the probe finds nothing of the others (it and the secret then end).
     s.wait_for_all(
         &[
-            "probe | ok 2 - isolation: all 3036 IPAs outside this VM's RAM aborted (0 returned data, 0 the secret)",
+            "probe | ok 2 - isolation: all 3035 IPAs outside this VM's RAM aborted (0 returned data, 0 the secret)",
             "probe | ok 3 - isolation: no trace of the other VM's secret in this VM's 64 MiB",
             "secret | ok 2 - isolation: the secret is intact after the probe ran",
             "db | guest: eth0 is 10.0.2.16",

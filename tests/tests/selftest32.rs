@@ -206,7 +206,7 @@ fn selftest32_passes_as_an_aarch32_vm_on_the_aarch64_image_with_gicv2() {
 #[test]
 fn microbench32_runs_to_completion_on_the_armv7_image() {
     let out = boot_armv7("microbench32-armv7", &[vm("microbench32")]);
-    for name in ["loop", "hvc-unknown", "hvc-smccc-version", "mmio-read", "virtio-read", "gicd-read"] {
+    for name in ["loop", "hvc-unknown", "hvc-smccc-version", "mmio-read", "virtio-read", "virtio-write", "gicd-read"] {
         assert_line(&out, &format!("microbench32 | bench {name} iterations=10000 ns="));
     }
     for name in ["counter", "virtual-ipi", "virtual-ipi-round-trip", "eoi", "vtimer"] {
@@ -225,6 +225,7 @@ fn microbench32_runs_to_completion_on_the_armv7_image() {
             "hvc-unknown",
             "mmio-read",
             "virtio-read",
+            "virtio-write",
             "virtual-ipi",
             "virtual-ipi-round-trip",
             "vtimer"

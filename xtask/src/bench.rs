@@ -70,7 +70,7 @@ pub fn parse(console: &str) -> Figures {
 fn target(name: &str) -> Option<f64> {
     match name {
         "hvc-unknown" | "hvc-smccc-version" => Some(60.0),
-        "mmio-read" | "virtio-read" | "gicd-read" => Some(150.0),
+        "mmio-read" | "virtio-read" | "virtio-write" | "gicd-read" => Some(150.0),
         "virtual-ipi" => Some(600.0),
         "virtual-ipi-round-trip" => Some(900.0),
         "virtual-ipi-round-trip/gicv2" => Some(700.0),
@@ -111,7 +111,7 @@ pub fn periodic_wakes(console: &str) -> Option<(u64, u64)> {
 fn target_armv7(name: &str) -> Option<f64> {
     match name {
         "hvc-unknown" | "hvc-smccc-version" => Some(200.0),
-        "mmio-read" | "virtio-read" | "gicd-read" => Some(350.0),
+        "mmio-read" | "virtio-read" | "virtio-write" | "gicd-read" => Some(350.0),
         _ => None,
     }
 }

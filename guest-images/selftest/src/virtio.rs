@@ -97,7 +97,8 @@ pub struct Queue {
 impl Device {
     /// The first transport whose device has `id` (2: block, 1: network, 3: console).
     pub fn find(id: u32) -> Option<Device> {
-        // Slots without a device abort (the hypervisor maps only the VM's devices).
+        // A slot without a device reads as zeros (from the transports' shadow page,
+        // docs/virtio.md) or aborts (without the page; beyond it).
         (0..32).map(|i| Device { base: TRANSPORTS + i * WINDOW }).find(|d| {
             let mut magic = 0;
             let present = crate::expect_exception(|| magic = mmio_read32(d.base + MAGIC_VALUE)).is_none();

@@ -21,8 +21,9 @@ use super::leak;
 use crate::board::{
     BoardDisk, DiskCompletion, DiskData, DiskError, DiskOp, DiskQueue, DiskRequest, PhysicalRun, Rejected,
 };
+use crate::fake::FakePage;
 use crate::virtio::disk_slice::{DiskSliceBackend, DiskSliceError};
-use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window};
+use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
 use crate::virtio::switch_port::{SwitchPort, OUTBOX_BYTES};
 use crate::virtio::PhysicalRam;
 
@@ -649,12 +650,17 @@ thread_local! {
 
 pub struct FakeEnv;
 
+/// A device's line: its levels, and with a shadow page, each level among the page's events
+/// (what the guest could read when the line changed).
 #[derive(Default)]
-pub struct Level(Arc<StdMutex<Vec<bool>>>);
+pub struct Level(Arc<StdMutex<Vec<bool>>>, Option<Arc<FakePage>>);
 
 impl InterruptLine for Level {
     fn set_level(&mut self, high: bool) {
         self.0.lock().unwrap().push(high);
+        if let Some(page) = &self.1 {
+            page.events.lock().unwrap().push(format!("line {high}"));
+        }
     }
 }
 
@@ -798,7 +804,18 @@ fn block_slot_on(
     vm: usize,
     sharing: usize,
 ) -> (Arc<BlockSlot>, Arc<StdMutex<Vec<bool>>>) {
-    let line = Level::default();
+    block_slot_with(disk, ram, vm, sharing, None)
+}
+
+/// As `block_slot_on`, its window at `shadow` in a shadow page if given.
+fn block_slot_with(
+    disk: &'static Mutex<FakeDisk>,
+    ram: &FakeRam,
+    vm: usize,
+    sharing: usize,
+    shadow: Option<(Arc<FakePage>, usize)>,
+) -> (Arc<BlockSlot>, Arc<StdMutex<Vec<bool>>>) {
+    let line = Level(Arc::default(), shadow.as_ref().map(|(page, _)| Arc::clone(page)));
     let levels = Arc::clone(&line.0);
     let setup = SlotSetup {
         vm,
@@ -807,6 +824,7 @@ fn block_slot_on(
         line,
         log: Arc::new(GuestLogLimit::new()),
         work: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        shadow: shadow.map(|(page, offset)| WindowPage { page, offset }),
     };
     let slice = DiskSlice { offset: 16 * SECTOR as u64, size: 32 * SECTOR as u64 };
     let backend = DiskSliceBackend::new(DiskQueue::new(disk), slice, ram.clone(), vm, sharing).unwrap();
@@ -1288,4 +1306,55 @@ fn a_vm_destroyed_with_requests_in_flight_is_let_go_by_its_side_core_before_its_
     poller.join().expect("the side core touched no RAM of the destroyed VM");
     assert_eq!(disk.lock().in_flight(), 0, "nothing new started");
     assert_eq!(guest.byte(status), 0xff, "no status written after the shut-down");
+}
+
+/// Every word of the window the model answers a trapped 32-bit read of, as the page holds it
+/// at `offset`.
+fn page_answers_every_read(
+    page: &FakePage,
+    window: &Window<VirtioBlock<DiskSliceBackend<FakeDisk, FakeRam>>, FakeEnv>,
+    offset: usize,
+) {
+    for register in (0..0x200u64).step_by(4) {
+        if let Ok(value) = window.read(0, register, AccessWidth::Word) {
+            assert_eq!(u64::from(page.word(offset + register as usize)), value, "the word at {register:#x}");
+        }
+    }
+}
+
+#[test]
+fn the_page_holds_what_every_read_returns_and_the_status_before_the_line_shows_it() {
+    use vdev::virtio::transport::regs::{INTERRUPT_ACK, MAGIC_VALUE, STATUS};
+    let (disk, ram) = disk();
+    let page = FakePage::new();
+    let (slot, _) = block_slot_with(disk, &ram, 3, 1, Some((Arc::clone(&page), 0x200)));
+    let window = Window(Arc::clone(&slot));
+    assert_eq!(page.word(0x200 + MAGIC_VALUE as usize), vdev::virtio::transport::MAGIC);
+    page_answers_every_read(&page, &window, 0x200);
+    let mut guest = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    assert_eq!(page.word(0x200 + STATUS as usize), 15, "the driver's status, written as it set it");
+    page_answers_every_read(&page, &window, 0x200);
+    page.take_events();
+
+    let (head, _, _) = guest.request(false, 1, SECTOR);
+    guest.notify();
+    disk.lock().complete_all();
+    finish_completions(disk, &[(3, &slot)]);
+    assert_eq!(guest.used().first().map(|u| u.0), Some(u32::from(head)));
+    assert_eq!(page.take_events(), ["write 0x260 1", "line true"], "InterruptStatus written before the line rose");
+    window.write(0, INTERRUPT_ACK, AccessWidth::Word, 1).unwrap();
+    assert_eq!(page.take_events(), ["write 0x260 0", "line false"]);
+    page_answers_every_read(&page, &window, 0x200);
+
+    // A VM reset: the page as the model after it.
+    slot.reset();
+    page_answers_every_read(&page, &window, 0x200);
+    // The VM ends: nothing writes its page once its devices are shut down.
+    let _ = guest_through_window(&slot, &ram, RAM_IPA + 0x10_0000);
+    page.take_events();
+    slot.shut_down();
+    slot.reset();
+    let _ = window.write(0, STATUS, AccessWidth::Word, 0);
+    let _ = window.write(0, INTERRUPT_ACK, AccessWidth::Word, 1);
+    assert!(page.take_events().is_empty(), "written after the VM's end");
 }

@@ -2,12 +2,12 @@
 //! shared by its MMIO window ([`Window`]) and whatever feeds it from outside (the switch,
 //! console input); after each access, what the device left is done outside its lock: its
 //! interrupt line follows its level, its incidents are logged within the VM's limit, the
-//! frames it sent go to the switch.
+//! frames it sent go to the switch; and what the guest reads of its window is kept in the
+//! VM's virtio shadow page (`WindowPage`), so those reads do not trap.
 
-use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 
 use hyp_core::cap::{CapError, CapId};
 use hyp_core::log_limit::GuestLogLimit;
@@ -19,7 +19,8 @@ use vdev::virtio::block::VirtioBlock;
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::device::VirtioDevice;
 use vdev::virtio::net::VirtioNet;
-use vdev::virtio::transport::{regs, InterruptWord, RegisterError, VirtioMmio};
+use vdev::virtio::shadow::CHANGING;
+use vdev::virtio::transport::{regs, InterruptState, InterruptWord, RegisterError, VirtioMmio};
 
 use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;
@@ -31,6 +32,7 @@ use crate::first_touch::{Fill, FirstTouch};
 use crate::guest_log::guest_line;
 use crate::io_core::{Found, IoCore, Polled};
 use crate::shared_vgic::SharedVgic;
+use crate::vm::ShadowPage;
 use stage2::IpaRange;
 use vgic::IntId;
 
@@ -56,10 +58,10 @@ pub trait VmEnv: 'static {
     fn interrupt_line(vgic: &SharedVgic<Self::Arch>, intid: IntId) -> Self::Line;
     /// A frame the NIC on switch port `from` sent, for the switch.
     fn forward_frame(from: usize, frame: &[u8]);
-    /// The page VM `vm` reads its console UART's window from while it can
-    /// (`crate::vm::ShadowPage`), if the capability space gave the window one;
-    /// without it, every access to the UART traps.
-    fn uart_shadow(_vm: CapId) -> Option<Box<dyn crate::vm::ShadowPage>> {
+    /// The page VM `vm` reads its emulated window at `ipa` from (its console UART's, its
+    /// virtio transports'), zeroed, if the capability space gave the window one
+    /// (`ShadowPage`); without it, every access to the window traps.
+    fn window_shadow(_vm: CapId, _ipa: u64) -> Option<Arc<dyn ShadowPage>> {
         None
     }
 }
@@ -135,9 +137,68 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     /// does not wait for a pass in progress. Its change count orders the levels shown on
     /// the line.
     interrupt: Arc<InterruptWord>,
+    /// Its window in the VM's virtio shadow page, if the VM has the page.
+    shadow: Option<WindowShadow>,
 }
 
 pub type Shared<D, E> = Arc<VirtioSlot<D, E>>;
+
+/// A transport's window in its VM's virtio shadow page (docs/virtio.md, "The transports'
+/// shadow page"): the page the VM reads the transports' windows from, shown from the VM's
+/// creation (no read of a window has a side effect), `offset` the window's place in it.
+#[derive(Clone)]
+pub struct WindowPage {
+    pub page: Arc<dyn ShadowPage>,
+    pub offset: usize,
+}
+
+/// What a slot keeps of its window in the page.
+struct WindowShadow {
+    at: WindowPage,
+    /// What the page holds of the `CHANGING` words (the page starts zeroed); written under
+    /// the device's lock only.
+    changing: [AtomicU32; 4],
+}
+
+impl WindowShadow {
+    /// Writes the `CHANGING` words that differ from what the page holds. Under the
+    /// device's lock, so two writers never race on them.
+    fn sync_changing(&self, words: [u32; 4]) {
+        for ((held, word), offset) in self.changing.iter().zip(words).zip(CHANGING) {
+            if held.load(Ordering::Relaxed) != word {
+                self.at.page.write(self.at.offset + offset as usize, &[word]);
+                held.store(word, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes InterruptStatus as `state` has it, after the word took that change and before
+    /// the line shows its level: a guest that takes the interrupt reads the bits that raised
+    /// it. Two CPUs may change the word at once (the side core's pass raises a bit while a
+    /// vCPU acknowledges without the device's lock) and reach the page in the other order,
+    /// so each writes, then looks at the word again and writes once more if it changed since
+    /// (its change may be the older one): whoever writes last, the page ends with the
+    /// latest change's bits. The page's own word is the test of whether to write (a copy
+    /// beside it could be stale against the page).
+    fn publish_status(&self, word: &InterruptWord, mut state: InterruptState) {
+        let offset = self.at.offset + regs::INTERRUPT_STATUS as usize;
+        loop {
+            if self.at.page.read(offset) != state.status {
+                self.at.page.write(offset, &[state.status]);
+            }
+            // This CPU's store (or the load that found it done) before its next load of the
+            // word: of two CPUs that each changed the word and then got here, at least one
+            // sees the other's change, and that one writes the later change's bits after
+            // the other's store.
+            fence(Ordering::SeqCst);
+            let now = word.load();
+            if now.change == state.change {
+                return;
+            }
+            state = now;
+        }
+    }
+}
 
 /// A device's interrupt line, and the change of the InterruptStatus word whose level it
 /// shows. The level is found under the device's lock (or by an acknowledgement without it)
@@ -176,13 +237,24 @@ pub struct SlotSetup<E: VmEnv> {
     pub log: Arc<GuestLogLimit>,
     /// Set when one of the VM's devices left work for later (the VM's next exit does it).
     pub work: Arc<AtomicBool>,
+    /// Its window in the VM's virtio shadow page, if the VM has one.
+    pub shadow: Option<WindowPage>,
 }
 
 impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     pub fn new(setup: SlotSetup<E>, device: D, port: usize) -> Self {
-        let SlotSetup { vm, name, ram, line, log, work } = setup;
+        let SlotSetup { vm, name, ram, line, log, work, shadow } = setup;
         let device = VirtioMmio::new(device);
         let interrupt = device.interrupt_word();
+        let shadow = shadow.map(|at| {
+            for (offset, word) in device.fixed_words() {
+                at.page.write(at.offset + offset as usize, &[word]);
+            }
+            let shadow = WindowShadow { at, changing: Default::default() };
+            shadow.sync_changing(device.changing_words());
+            shadow.publish_status(&interrupt, interrupt.load());
+            shadow
+        });
         VirtioSlot {
             vm,
             name,
@@ -198,6 +270,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             io: Once::new(),
             notified: AtomicU32::new(0),
             interrupt,
+            shadow,
         }
     }
 
@@ -221,7 +294,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     /// the board's disk freeing its request); on a shut-down device it must not touch the
     /// VM's RAM, and nothing is done after it.
     fn access<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &E::Ram, bool) -> R) -> R {
-        let (result, level, incidents, frames) = {
+        let (result, state, incidents, frames) = {
             let mut device = self.device.lock();
             if self.shut_down.load(Ordering::Acquire) {
                 return f(&mut device, &self.ram, false);
@@ -237,10 +310,15 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             let frames = device.device_mut().take_frames();
             let state = device.interrupt_state();
             let incidents = device.has_incidents().then(|| device.take_incidents());
-            ((result, state.change), state.status != 0, incidents, frames)
+            // Under the device's lock, which a VM's destruction takes before its page goes
+            // (`shut_down`): nothing writes the page after that.
+            if let Some(shadow) = &self.shadow {
+                shadow.sync_changing(device.changing_words());
+                shadow.publish_status(&self.interrupt, state);
+            }
+            (result, state, incidents, frames)
         };
-        let (result, change) = result;
-        self.line.lock().show(level, change);
+        self.line.lock().show(state.status != 0, state.change);
         if let Some(incidents) = incidents {
             self.log_incidents(incidents);
         }
@@ -407,8 +485,12 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
             // its order with the bits the core's pass raises (`InterruptWord`), and the
             // line shows its level unless a later change was shown already.
             if offset == regs::INTERRUPT_ACK && width == AccessWidth::Word {
+                // A vCPU's: the VM's vCPUs have stopped before its page goes.
                 if !self.0.shut_down.load(Ordering::Acquire) {
                     let state = self.0.interrupt.acknowledge(value as u32);
+                    if let Some(shadow) = &self.0.shadow {
+                        shadow.publish_status(&self.0.interrupt, state);
+                    }
                     self.0.line.lock().show(state.status != 0, state.change);
                 }
                 return Ok(());
@@ -424,8 +506,51 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
 
 #[cfg(test)]
 mod tests {
-    use super::ShownLevel;
+    use super::{ShownLevel, WindowPage, WindowShadow};
+    use crate::fake::FakePage;
+    use alloc::sync::Arc;
     use vdev::pl011::InterruptLine;
+    use vdev::virtio::features::interrupt::USED_BUFFER;
+    use vdev::virtio::transport::{regs::INTERRUPT_STATUS, InterruptWord};
+
+    fn window(page: &Arc<FakePage>) -> WindowShadow {
+        WindowShadow { at: WindowPage { page: page.clone(), offset: 0x400 }, changing: Default::default() }
+    }
+    const STATUS_AT: usize = 0x400 + INTERRUPT_STATUS as usize;
+
+    #[test]
+    fn a_stale_change_that_reaches_the_page_last_does_not_stay_there() {
+        let (page, word) = (FakePage::new(), InterruptWord::default());
+        let shadow = window(&page);
+        // The side core's pass raises the bit; before it writes the page, the guest
+        // acknowledges on a vCPU and publishes first: the pass's write comes last, and is
+        // stale.
+        let raised = word.raise(USED_BUFFER);
+        let acknowledged = word.acknowledge(USED_BUFFER);
+        shadow.publish_status(&word, acknowledged);
+        assert_eq!(page.word(STATUS_AT), 0);
+        shadow.publish_status(&word, raised);
+        assert_eq!(page.word(STATUS_AT), 0, "the page ends with the latest change's bits");
+        assert_eq!(page.take_events(), ["write 0x460 1", "write 0x460 0"], "written stale, then again");
+        // A change the page holds already is not written again.
+        let again = word.acknowledge(USED_BUFFER);
+        shadow.publish_status(&word, again);
+        assert!(page.take_events().is_empty());
+    }
+
+    #[test]
+    fn a_stale_acknowledgement_that_reaches_the_page_last_does_not_hide_a_completion() {
+        let (page, word) = (FakePage::new(), InterruptWord::default());
+        let shadow = window(&page);
+        shadow.publish_status(&word, word.raise(USED_BUFFER));
+        // The guest acknowledges; before it writes the page, the side core's pass raises the
+        // bit for the next completion and publishes first.
+        let acknowledged = word.acknowledge(USED_BUFFER);
+        let raised = word.raise(USED_BUFFER);
+        shadow.publish_status(&word, raised);
+        shadow.publish_status(&word, acknowledged);
+        assert_eq!(page.word(STATUS_AT), USED_BUFFER, "the completion's bit is what the guest reads");
+    }
 
     #[derive(Default)]
     struct Levels(alloc::vec::Vec<bool>);

@@ -8,7 +8,7 @@ use core::sync::atomic::AtomicBool;
 
 use hyp_core::bundle::VmSpec;
 use hyp_core::cap::CapError;
-use hyp_core::guest_map::{VirtioSlot as Slot, VIRTIO_WINDOW};
+use hyp_core::guest_map::{VirtioSlot as Slot, VIRTIO_IPA, VIRTIO_WINDOW};
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
 use hyp_core::platform::PhysRange;
@@ -30,7 +30,7 @@ use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
 use crate::virtio::console_bridge::ConsoleBridge;
 use crate::virtio::disk_slice::DiskSliceBackend;
-use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window};
+use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
 use crate::virtio::switch_port::SwitchPort;
 
 /// A VM's console UART, shared by its MMIO window and the console input path. Lock order:
@@ -39,16 +39,22 @@ use crate::virtio::switch_port::SwitchPort;
 #[derive(Clone)]
 pub struct SharedUart(Arc<Mutex<UartState>>);
 
-/// A page of memory the VM reads its UART window from, without a trap, while no read of
-/// the UART has a side effect (docs/devices.md, "The PL011's shadow page"); writes always
+/// A page of memory the VM reads an emulated window from without a trap: its UART's while
+/// no read of the UART has a side effect (docs/devices.md, "The PL011's shadow page"), its
+/// virtio transports' always (docs/virtio.md, "The transports' shadow page"); writes always
 /// trap. The capability space gives the window its page (`CapSpace::add_shadowed_window`).
-pub trait ShadowPage: Send {
+/// Shared: the virtio page's transports write their own words of it from whichever CPU
+/// holds each transport.
+pub trait ShadowPage: Send + Sync {
     /// Writes `words` at byte `offset` of the page, where the VM's reads see them: the VM
     /// reads the page as Device memory, past the caches the hypervisor writes through.
-    fn write(&mut self, offset: usize, words: &[u32]);
+    /// Returns once a read by the VM would see them.
+    fn write(&self, offset: usize, words: &[u32]);
+    /// The word at byte `offset` of the page, as the last `write` left it.
+    fn read(&self, offset: usize) -> u32;
     /// Lets the VM read the window from the page (`true`), or makes every access trap
     /// again (`false`); hiding returns once no CPU can still read the page for the VM.
-    fn show(&mut self, visible: bool) -> Result<(), CapError>;
+    fn show(&self, visible: bool) -> Result<(), CapError>;
 }
 
 struct UartState {
@@ -57,7 +63,7 @@ struct UartState {
 }
 
 struct Shadow {
-    page: Box<dyn ShadowPage>,
+    page: Arc<dyn ShadowPage>,
     shown: bool,
     /// What the page holds of `[0, SHADOW_SPAN)`.
     copy: [u32; SHADOW_WORDS],
@@ -104,9 +110,9 @@ impl SharedUart {
     pub fn new(
         out: Box<dyn ConsoleOutput + Send>,
         line: Box<dyn InterruptLine + Send>,
-        shadow: Option<Box<dyn ShadowPage>>,
+        shadow: Option<Arc<dyn ShadowPage>>,
     ) -> Self {
-        let shadow = shadow.map(|mut page| {
+        let shadow = shadow.map(|page| {
             for &(offset, id) in Pl011::id_registers() {
                 page.write(offset as usize, &[id]);
             }
@@ -187,13 +193,16 @@ pub struct Setup<'a, E: VmEnv> {
     pub first_touch: &'a Arc<FirstTouch>,
     /// How many VMs share the board's disk (its queue is split between them).
     pub disk_vms: usize,
+    /// The page the VM reads its transports' windows from, if the capability space gave
+    /// their page one (docs/virtio.md, "The transports' shadow page").
+    pub shadow: Option<Arc<dyn ShadowPage>>,
 }
 
 impl<E: VmEnv> VirtioDevices<E> {
     /// The devices the manifest entry asks for, over the VM's RAM; `log` and `work` are
     /// the VM's line limit and its flag for work left for later.
     pub fn create(setup: Setup<'_, E>, (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>)) -> Result<Self, VmError> {
-        let Setup { id, spec, ram, vgic, console_choice, first_touch, disk_vms } = setup;
+        let Setup { id, spec, ram, vgic, console_choice, first_touch, disk_vms, shadow } = setup;
         let slot = |name, slot: Slot| SlotSetup::<E> {
             vm: id,
             name,
@@ -201,6 +210,9 @@ impl<E: VmEnv> VirtioDevices<E> {
             line: E::interrupt_line(vgic, IntId(32 + slot.spi())),
             log: Arc::clone(log),
             work: Arc::clone(work),
+            shadow: shadow
+                .as_ref()
+                .map(|page| WindowPage { page: Arc::clone(page), offset: (slot.ipa() - VIRTIO_IPA) as usize }),
         };
         let console = ConsoleBridge(TrackedConsole::new(E::Board::vm_console(id, spec.name), console_choice, true));
         let console = Arc::new(VirtioSlot::new(slot("console", Slot::Console), VirtioConsole::new(console), 0));
@@ -218,6 +230,12 @@ impl<E: VmEnv> VirtioDevices<E> {
             let device = VirtioNet::new(mac, SwitchPort::default());
             Arc::new(VirtioSlot::new(slot("net", Slot::Nic), device, port_of_vm(id)))
         });
+        // Every window present is written: the VM reads them from the page from now on (a
+        // transport the VM does not have reads as zeros, its writes still refused). Refused,
+        // every access traps as without the page.
+        if let Some(page) = shadow {
+            let _ = page.show(true);
+        }
         Ok(VirtioDevices { disk, nic, console })
     }
 
@@ -320,10 +338,15 @@ mod tests {
         refuse: bool,
     }
     impl ShadowPage for Page {
-        fn write(&mut self, offset: usize, words: &[u32]) {
+        fn write(&self, offset: usize, words: &[u32]) {
             self.events.push(format!("write {offset:#x} {words:x?}"));
         }
-        fn show(&mut self, visible: bool) -> Result<(), CapError> {
+        /// The UART never reads its page back: a read would show among the events.
+        fn read(&self, offset: usize) -> u32 {
+            self.events.push(format!("read {offset:#x}"));
+            0
+        }
+        fn show(&self, visible: bool) -> Result<(), CapError> {
             self.events.push(format!("show {visible}"));
             if self.refuse {
                 return Err(CapError::NoShadowedWindow { ipa: 0x0900_0000 });
@@ -345,7 +368,7 @@ mod tests {
     fn shadowed_uart(refuse: bool) -> (SharedUart, Events) {
         let events = Events::default();
         let page = Page { events: events.clone(), refuse };
-        (SharedUart::new(Box::new(Quiet), Box::new(Line(events.clone())), Some(Box::new(page))), events)
+        (SharedUart::new(Box::new(Quiet), Box::new(Line(events.clone())), Some(Arc::new(page))), events)
     }
 
     const FR: u64 = 0x18;

@@ -21,7 +21,7 @@ use hyp_core::exit::Incident;
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
-use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, SPIS, UART_IPA, UART_SIZE};
+use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, SPIS, UART_IPA, UART_SIZE, VIRTIO_IPA};
 use hyp_core::image::ExecutionState;
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::MmioBus;
@@ -201,7 +201,7 @@ impl<E: VmEnv> Vm<E> {
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(E::Board::vm_console(id, spec.name), &console_choice, false);
         let uart_line = E::interrupt_line(&vgic, IntId(32 + hyp_core::guest_map::UART_SPI));
-        let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line), E::uart_shadow(granted.vm_cap));
+        let uart = SharedUart::new(Box::new(uart_out), Box::new(uart_line), E::window_shadow(granted.vm_cap, UART_IPA));
         let guest_log = Arc::new(GuestLogLimit::new());
         let device_work = Arc::new(AtomicBool::new(false));
         // An identity-mapped VM's RAM is mapped whole and zeroed before it starts: its
@@ -217,6 +217,7 @@ impl<E: VmEnv> Vm<E> {
             console_choice: &console_choice,
             first_touch: &first_touch,
             disk_vms,
+            shadow: E::window_shadow(granted.vm_cap, VIRTIO_IPA),
         };
         let virtio = VirtioDevices::create(setup, (&guest_log, &device_work))?;
         let mut bus = MmioBus::new();

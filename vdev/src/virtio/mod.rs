@@ -13,6 +13,7 @@ pub mod memory;
 pub mod net;
 pub mod poll;
 pub mod queue;
+pub mod shadow;
 pub mod switch;
 pub mod transport;
 

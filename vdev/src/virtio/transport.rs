@@ -190,12 +190,12 @@ impl InterruptWord {
 pub struct VirtioMmio<D: VirtioDevice> {
     pub(crate) device: D,
     pub(crate) status: u32,
-    device_features_sel: u32,
+    pub(crate) device_features_sel: u32,
     driver_features: u64,
     driver_features_sel: u32,
     /// The driver set a bit in a DriverFeatures word beyond the second (no feature lives there).
     driver_features_beyond: bool,
-    queue_sel: u32,
+    pub(crate) queue_sel: u32,
     pub(crate) queues: Vec<Virtqueue>,
     /// InterruptStatus, shared with the device's owner (`interrupt_word`).
     interrupt: Arc<InterruptWord>,

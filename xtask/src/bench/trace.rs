@@ -40,6 +40,7 @@ pub const PATHS: &[&str] = &[
     "hvc-smccc-version",
     "mmio-read",
     "virtio-read",
+    "virtio-write",
     "gicd-read",
     "virtual-ipi",
     "virtual-ipi-round-trip",

@@ -11,7 +11,9 @@
 //! - PSCI: bad targets and entry points, and two vCPUs racing to start a third;
 //! - virtqueues: descriptors out of RAM, into MMIO, looping, overflowing, a request over the
 //!   size limit, indirect tables of bad sizes, sectors beyond the disk, and descriptors
-//!   changed by a second vCPU while the device reads them.
+//!   changed by a second vCPU while the device reads them;
+//! - the virtio page: every offset at every width read (from its shadow page), then written
+//!   with all ones.
 #![no_std]
 #![no_main]
 
@@ -787,12 +789,43 @@ fn attack_uart(c: &mut Checks) {
     );
 }
 
+/// MagicValue, "virt" (virtio 1.2, 4.2.2).
+const VIRT: u32 = 0x7472_6976;
+
+fn page_word(addr: usize) -> u32 {
+    // SAFETY: a word of this VM's virtio page (its shadow page, or a trap).
+    unsafe { read_volatile(addr as *const u32) }
+}
+
+/// The virtio page (three transports' windows; this VM has the disk, slot 0, and the
+/// console, slot 2) read at every offset and width: from its shadow page (docs/virtio.md),
+/// so nothing aborts and the NIC's window, which it does not have, reads as zeros; then
+/// every offset written with all ones, each write served or aborted by the model, never
+/// changing what the page says of a read-only register. Last: it leaves the devices in
+/// whatever state all ones put them.
+fn attack_virtio_page(c: &mut Checks) {
+    let mut other = 0;
+    let (read, read_aborted) = sweep(TRANSPORTS, 0x1000, false, &mut other);
+    let nic_window = (0x200..0x400).step_by(4).all(|o| page_word(TRANSPORTS + o) == 0);
+    let (written, write_aborted) = sweep(TRANSPORTS, 0x1000, true, &mut other);
+    let magic = [0, 0x400].map(|slot| page_word(TRANSPORTS + slot));
+    let (again, again_aborted) = sweep(TRANSPORTS, 0x1000, false, &mut other);
+    c.check(
+        other == 0 && read_aborted == 0 && again_aborted == 0 && nic_window && magic == [VIRT; 2] && written > 0,
+        format_args!(
+            "virtio page: every offset at widths 1/2/4/8: {read} reads served, {read_aborted} aborted, the absent \
+             NIC's window zeros: {nic_window}; all ones written {written} times, {write_aborted} aborted; then \
+             MagicValue {magic:x?}, {again} reads served, {again_aborted} aborted; no other exception"
+        ),
+    );
+}
+
 #[no_mangle]
 extern "C" fn guest_main() -> ! {
     let mut c = Checks::default();
     println!("hostile: attacking");
     type Attack = (&'static str, fn(&mut Checks));
-    let attacks: [Attack; 6] = [
+    let attacks: [Attack; 7] = [
         // The UART first: its loopback must not meet the other vCPUs' output (psci starts them).
         ("uart", attack_uart),
         ("gic", attack_gic),
@@ -800,6 +833,7 @@ extern "C" fn guest_main() -> ! {
         ("sysreg", attack_system_registers),
         ("psci", attack_psci),
         ("virtio", attack_virtqueues),
+        ("virtio-page", attack_virtio_page),
     ];
     for (name, attack) in attacks {
         let start = counter_ms();

@@ -14,7 +14,7 @@
 #![no_std]
 #![no_main]
 
-use core::ptr::read_volatile;
+use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use guest_common::bench::{self, Seen};
@@ -23,6 +23,8 @@ use guest_common::console::UARTFR;
 /// MagicValue of the virtio-mmio transport at 0x0a00_0400: the VM's virtio console (slot 2),
 /// one of QEMU virt's transports natively.
 const VIRTIO_MAGIC: usize = 0x0a00_0400;
+/// InterruptACK of the same transport: acknowledging nothing changes nothing.
+const VIRTIO_INTERRUPT_ACK: usize = 0x0a00_0464;
 use selftest32_guest::gic::{self, GICD_TYPER, VTIMER};
 use selftest32_guest::*;
 
@@ -104,9 +106,14 @@ extern "C" fn guest_main() -> ! {
         core::hint::black_box(unsafe { read_volatile(UARTFR as *const u32) });
     });
     bench("virtio-read", || {
-        // SAFETY: MagicValue of the VM's virtio console transport, emulated by the hypervisor
-        // (a trapped device register read); QEMU's virtio-mmio transport there natively.
+        // SAFETY: MagicValue of the VM's virtio console transport: under the hypervisor, from
+        // the transports' shadow page (docs/virtio.md); QEMU's virtio-mmio transport natively.
         core::hint::black_box(unsafe { read_volatile(VIRTIO_MAGIC as *const u32) });
+    });
+    bench("virtio-write", || {
+        // SAFETY: InterruptACK of the same transport, 0 (no bit acknowledged): a trapped
+        // device register write under the hypervisor, the emulated device's exit path.
+        unsafe { write_volatile(VIRTIO_INTERRUPT_ACK as *mut u32, 0) };
     });
     bench("gicd-read", || {
         // SAFETY: GICD_TYPER of the VM's GIC distributor (the vGIC, or QEMU's GIC natively).
