@@ -472,6 +472,22 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
         self.0.read_register(offset, width).map_err(|e| mmio_error(e, width))
     }
     fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        // InterruptACK without the device's lock, whoever serves the device: one change of
+        // the interrupt word, in its order with the bits the device raises (`InterruptWord`:
+        // under the lock, on an exit or a side core's pass), written to the page and shown
+        // on the line unless a later change was shown already. An acknowledgement changes
+        // nothing else an access's after-work looks at (work left, frames, incidents).
+        if offset == regs::INTERRUPT_ACK && width == AccessWidth::Word {
+            // A vCPU's: the VM's vCPUs have stopped before its page goes.
+            if !self.0.shut_down.load(Ordering::Acquire) {
+                let state = self.0.interrupt.acknowledge(value as u32);
+                if let Some(shadow) = &self.0.shadow {
+                    shadow.publish_status(&self.0.interrupt, state);
+                }
+                self.0.line.lock().show(state.status != 0, state.change);
+            }
+            return Ok(());
+        }
         // A side core's device: a notify of one of its queues marks the queue and wakes the
         // core, taking no lock and running no device work (a bad queue index goes the
         // usual way, to be logged).
@@ -479,20 +495,6 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
             if offset == regs::QUEUE_NOTIFY && width == AccessWidth::Word && value < 32 {
                 self.0.notified.fetch_or(1 << value, Ordering::SeqCst);
                 core.wake::<E::Arch>(cpu);
-                return Ok(());
-            }
-            // InterruptACK without the lock either: one change of the interrupt word, in
-            // its order with the bits the core's pass raises (`InterruptWord`), and the
-            // line shows its level unless a later change was shown already.
-            if offset == regs::INTERRUPT_ACK && width == AccessWidth::Word {
-                // A vCPU's: the VM's vCPUs have stopped before its page goes.
-                if !self.0.shut_down.load(Ordering::Acquire) {
-                    let state = self.0.interrupt.acknowledge(value as u32);
-                    if let Some(shadow) = &self.0.shadow {
-                        shadow.publish_status(&self.0.interrupt, state);
-                    }
-                    self.0.line.lock().show(state.status != 0, state.change);
-                }
                 return Ok(());
             }
         }
