@@ -111,8 +111,12 @@ impl Distributor {
             priority: s.priority,
             group1: s.group1(),
             hw: s.hw(),
-            // A software level interrupt is sampled again when the guest deactivates it.
-            eoi_maintenance: s.hw().is_none() && !s.edge(),
+            // A software level interrupt is sampled again when the guest deactivates it, if
+            // its input is still high; one whose input dropped (a virtio driver's
+            // InterruptACK before its EOI) has nothing to sample, and a later rise kicks
+            // its vCPU and plans it afresh (`Distributor::set_level`), so its list register
+            // asks for no maintenance interrupt.
+            eoi_maintenance: s.hw().is_none() && !s.edge() && s.line(),
             source: 0,
         };
         Some(Wanted { lr, refill_on_ack: false })

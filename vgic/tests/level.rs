@@ -250,3 +250,65 @@ fn a_level_interrupt_set_pending_while_active_is_pending_after_the_take_back() {
         assert!(lrs.valid().is_empty() && !g.has_pending(0), "taken once, nothing left");
     });
 }
+
+/// The list register holding `intid`.
+fn lr_of(lrs: &FakeLrs, intid: u32) -> ListRegister {
+    (0..4)
+        .map(|i| lrs.lr(i))
+        .find(|lr| lr.vintid.0 == intid && lr.state != LrState::Invalid)
+        .expect("in a list register")
+}
+
+#[test]
+fn a_software_level_interrupt_asks_for_the_eoi_maintenance_interrupt_only_while_its_input_is_high() {
+    both(1, |mut g| {
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        spi(&mut g, 48, 0x80, 0);
+        set_trigger(&mut g, 48, Trigger::Level);
+        // A virtio device raises its line; the guest takes the interrupt, then acknowledges
+        // the device (its input drops, at a trapped write) before it deactivates.
+        g.set_level(IntId(48), 0, true).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert!(lr_of(&lrs, 48).eoi_maintenance, "high: sampled again at deactivation");
+        assert_eq!(lrs.ack(), Some((48, 0)));
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        g.set_level(IntId(48), 0, false).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        let lr = lr_of(&lrs, 48);
+        assert_eq!((lr.state, lr.eoi_maintenance), (LrState::Active, false), "low: nothing to sample");
+        lrs.deactivate(48);
+        assert!(!lrs.maintenance_asserted(), "no maintenance interrupt at the deactivation");
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        let state = g.interrupt(0, IntId(48)).unwrap();
+        assert!(!state.pending && !state.active, "{state:?}");
+
+        // Its input still high when the guest deactivates: sampled again, pending again.
+        g.set_level(IntId(48), 0, true).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert_eq!(lrs.ack(), Some((48, 0)));
+        lrs.deactivate(48);
+        assert!(lrs.maintenance_asserted(), "the EOI maintenance interrupt");
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        assert!(g.interrupt(0, IntId(48)).unwrap().pending, "the input is still high");
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert_eq!(lrs.ack(), Some((48, 0)));
+
+        // Its input drops, then rises again while the guest still has it active (a completion
+        // after the acknowledgement): planned afresh, its list register asks for the
+        // maintenance interrupt again, and the deactivation finds the input high.
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        g.set_level(IntId(48), 0, false).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert!(!lr_of(&lrs, 48).eoi_maintenance);
+        g.set_level(IntId(48), 0, true).unwrap();
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        let lr = lr_of(&lrs, 48);
+        assert_eq!((lr.state, lr.eoi_maintenance), (LrState::Active, true));
+        lrs.deactivate(48);
+        assert!(lrs.maintenance_asserted());
+        g.sync_from_hw(0, &mut lrs).unwrap();
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        assert_eq!(lrs.ack(), Some((48, 0)), "taken again: the completion is not lost");
+    });
+}

@@ -157,6 +157,8 @@ proptest! {
         // (vCPU, INTID, source) -> time last raised / last taken.
         let mut raised: HashMap<(usize, u32, u8), usize> = HashMap::new();
         let mut taken: HashMap<(usize, u32, u8), usize> = HashMap::new();
+        // The level SPIs' inputs (44-46).
+        let mut high = [false; 3];
         for (t, e) in events.iter().enumerate() {
             match *e {
                 Event::Spi(..) | Event::Line(..) | Event::Pend(..) if !with_spis => {}
@@ -164,7 +166,10 @@ proptest! {
                     g.inject_edge(IntId(intid), 0).unwrap();
                     raised.insert((routes[intid as usize - 32], intid, 0), t);
                 }
-                Event::Line(intid, high) => g.set_level(IntId(intid), 0, high).unwrap(),
+                Event::Line(intid, level) => {
+                    g.set_level(IntId(intid), 0, level).unwrap();
+                    high[intid as usize - 44] = level;
+                }
                 Event::Pend(intid) => {
                     g.write(0, ISPENDR + u64::from(intid / 32) * 4, 4, 1 << (intid % 32)).unwrap();
                     // Routed as the set-up routed it (SPIs 44-46 by the first routes).
@@ -305,6 +310,33 @@ proptest! {
                 prop_assert_eq!(ids.len(), n, "an INTID in two list registers: {:?}", l.valid());
             }
             prop_assert!(g.live_masks_cover_every_busy_interrupt());
+        }
+        // A level interrupt the guest deactivates while its input is high is sampled again:
+        // the vCPU, running on, exits for it (the EOI maintenance interrupt its list register
+        // asked for, or a kick since its last plan), and it is pending after that exit.
+        for v in 0..2 {
+            if !in_guest[v] {
+                g.flush_to_hw(v, &mut lrs[v]).unwrap();
+                (in_guest[v], plan[v]) = (true, false);
+            }
+            let active: Vec<u32> = lrs[v].valid().into_iter().filter(|l| l.1.active()).map(|l| l.0).collect();
+            active.iter().for_each(|&intid| lrs[v].deactivate(intid));
+            let exits = lrs[v].maintenance_asserted() || plan[v];
+            if exits {
+                g.sync_from_hw(v, &mut lrs[v]).unwrap();
+            }
+            for &intid in active.iter().filter(|&&i| with_spis && (44..47).contains(&i) && high[i as usize - 44]) {
+                // Pending and active in its list register: pending there still.
+                if lrs[v].valid().iter().any(|l| l.0 == intid && l.1.pending()) {
+                    continue;
+                }
+                prop_assert!(exits, "SPI {} deactivated with its input high, and vCPU {} has no exit for it", intid, v);
+                prop_assert!(g.interrupt(v, IntId(intid)).unwrap().pending, "SPI {} not pending again", intid);
+            }
+            if exits {
+                g.flush_to_hw(v, &mut lrs[v]).unwrap();
+                plan[v] = false;
+            }
         }
         // The lines go low; the guest finishes what it has, then takes everything left.
         for intid in 44..47 {
