@@ -26,7 +26,7 @@ impl<I: ArmImage> VmEnv for Devices<I> {
     type Ram = GuestRam;
     type Line = VgicLine<I>;
     fn guest_ram(ipa: u64, pa: u64, size: u64, first_touch: Arc<FirstTouch>) -> GuestRam {
-        GuestRam { ipa, pa, size, first_touch }
+        GuestRam { ipa, pa, size, first_touch, copy: I::copy_to_guest }
     }
     fn zero_on_first_touch(vm: CapId, range: IpaRange, fill: Fill) -> Result<u64, CapError> {
         let mut zero = |pa: PhysAddr, len| {

@@ -868,9 +868,9 @@ fn io_run(
     }
     for _ in 0..NET_RUNS {
         // A new `nc` for each run: it ends with its connection.
-        b.shell.run(&format!("(nc -l -p {NET_GUEST_PORT} > /dev/null &) ; sleep 1"))?;
+        listen_in_guest(&mut b.shell)?;
         let before = if hypervisor { Some(b.shell.exits(None)?) } else { None };
-        let seconds = send_to_guest(port, NET_RUN_BYTES)?;
+        let seconds = send_to_guest(&mut b.shell, port, NET_RUN_BYTES)?;
         net.push(NET_RUN_BYTES as f64 / seconds / 1e6);
         if let Some(before) = before {
             let window = b.shell.exits(None)?.since(&before)?;
@@ -910,9 +910,22 @@ fn add_run_exits(
     }
 }
 
-/// Sends `bytes` to the guest's `nc -l` through QEMU's hostfwd and waits until the guest
-/// closes the connection (it has read everything): the seconds that took.
-fn send_to_guest(port: u16, bytes: usize) -> Result<f64, XtaskError> {
+/// What the guest's listener says on its console once it has read a whole connection
+/// (`listen_in_guest`): typed as `$((6*7))`, so the command's echo does not match it.
+const RECEIVED: &str = "@@tcp-received42";
+
+/// Starts the guest's `nc -l` for one connection on `NET_GUEST_PORT`; it prints `RECEIVED`
+/// once it has read the connection to its end. Its input is empty, so it ends its own
+/// sending half at once: the host's end sees the connection closed as soon as its data is
+/// in the buffers between them (the host's socket, QEMU's user network), before the guest
+/// has read it, so that close says nothing of the guest's progress.
+fn listen_in_guest(shell: &mut GuestShell) -> Result<(), XtaskError> {
+    shell.run(&format!("(nc -l -p {NET_GUEST_PORT} > /dev/null; echo @@tcp-received$((6*7))) & sleep 1")).map(|_| ())
+}
+
+/// Sends `bytes` to the guest's listener (`listen_in_guest`) through QEMU's hostfwd and
+/// waits until the guest says it has read them all: the seconds that took.
+fn send_to_guest(shell: &mut GuestShell, port: u16, bytes: usize) -> Result<f64, XtaskError> {
     use std::io::{Read, Write};
     let failed = |e: std::io::Error| XtaskError::Failed(format!("TCP to the guest on 127.0.0.1:{port}: {e}"));
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
@@ -926,6 +939,7 @@ fn send_to_guest(port: u16, bytes: usize) -> Result<f64, XtaskError> {
     stream.shutdown(std::net::Shutdown::Write).map_err(failed)?;
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
+    shell.wait(RECEIVED)?;
     Ok(start.elapsed().as_secs_f64())
 }
 

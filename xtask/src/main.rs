@@ -100,8 +100,9 @@ Options of `bench`:
   --io-cost        the cost of a virtio request alone, under -icount: exits per 1 MiB disk
                    request and per packet received, with and without a side core
                    (io-cost.json; the deterministic part of --io, without its throughput runs)
-  --io-trace       the side core's disk path traced: EL2 instructions per 1 MiB request
-                   per CPU, the side core's by function (io-trace.txt; a few minutes)
+  --io-trace       the virtio paths traced, with and without a side core: EL2
+                   instructions per 1 MiB disk request and per TCP packet received, per
+                   CPU and by function (io-trace.txt; several minutes)
   --scale          32 Linux VMs (1 vCPU, 128 MiB, 8 to a CPU) on a 4-CPU board with 8 GiB:
                    each reaches its shell, answers a command and a ping; boot times against
                    one VM alone, CPU shares under load, heap per VM, bundle size (scale.json)

@@ -138,7 +138,7 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
             side_ticks,
         });
     }
-    b.shell.run(&format!("(nc -l -p {NET_GUEST_PORT} > /dev/null &) ; sleep 1"))?;
+    super::listen_in_guest(&mut b.shell)?;
     let packets = |shell: &mut super::GuestShell| -> Result<(u64, u64), XtaskError> {
         let out =
             shell.run("cat /sys/class/net/eth0/statistics/rx_packets /sys/class/net/eth0/statistics/tx_packets")?;
@@ -151,7 +151,7 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
     let (rx0, tx0) = packets(&mut b.shell)?;
     let before = b.shell.exits(None)?;
     let ticks_before = busy_ticks(b.shell.io_line.as_deref());
-    super::send_to_guest(port, NET_BYTES)?;
+    super::send_to_guest(&mut b.shell, port, NET_BYTES)?;
     let exits = b.shell.exits(None)?.since(&before)?;
     let ticks_after = busy_ticks(b.shell.io_line.as_deref());
     let (rx1, tx1) = packets(&mut b.shell)?;

@@ -1,14 +1,17 @@
-//! `cargo xtask bench --io-trace`: the hypervisor's instructions per 1 MiB disk request,
-//! counted exactly, CPU by CPU and on the side core function by function (docs/performance.md,
-//! "The side core"). The side core's `busy ticks` (`io_cost`) are an upper bound only: under
-//! `-icount` the counter also runs while QEMU runs the other CPUs in their turns.
+//! `cargo xtask bench --io-trace`: the hypervisor's instructions per 1 MiB disk request and
+//! per TCP packet received, counted exactly, CPU by CPU and function by function, with and
+//! without a side core (docs/performance.md, "The side core"). The side core's `busy ticks`
+//! (`io_cost`) are an upper bound only: under `-icount` the counter also runs while QEMU
+//! runs the other CPUs in their turns.
 //!
-//! The run: the VM with a side core (CPU 2 of 3) under `-icount shift=0`, booted at QEMU's
-//! usual speed; then, through QEMU's monitor, one instruction per translation block and the
-//! `exec` log (filtered to the hypervisor's image with `-dfilter`) are turned on around each
-//! window: an empty command (what measuring costs), `REQUESTS` O_DIRECT writes of 1 MiB, as
-//! many reads. Each log line is one instruction; those at EL2 are counted per CPU, and on
-//! the side core's CPU attributed to the function symbol that holds their address (with
+//! The run, for each configuration (the VM alone on 2 CPUs; with a side core, CPU 2 of 3):
+//! the VM under `-icount shift=0`, booted at QEMU's usual speed; then, through QEMU's
+//! monitor, one instruction per translation block and the `exec` log (filtered to the
+//! hypervisor's image with `-dfilter`) are turned on around each window: an empty command
+//! typed as long as the disk's (what measuring costs: the shell, the typed characters'
+//! echo on the emulated UART), `REQUESTS` O_DIRECT writes of 1 MiB, as many reads, and
+//! `NET_BYTES` the host sends over TCP. Each log line is one instruction; those at EL2 are
+//! counted per CPU and attributed to the function symbol that holds their address (with
 //! LTO, the outermost function a hot path is inlined into).
 
 use std::collections::BTreeMap;
@@ -18,12 +21,17 @@ use std::path::{Path, PathBuf};
 use object::{Object, ObjectSymbol};
 
 use super::trace::{exception_level, image_base, parse_exec, Code};
-use super::{boot, bundle, images, linux_guest, linux_vm, side_core_vm, BundleOptions, Hypervisor, Machine, VmDevices};
+use super::{
+    boot, bundle, images, linux_guest, linux_vm, side_core_vm, BundleOptions, Hypervisor, Machine, VmDevices,
+    NET_GUEST_PORT,
+};
 use crate::util::step;
 use crate::XtaskError;
 
 /// 1 MiB requests of each traced disk window.
 const REQUESTS: usize = 8;
+/// Bytes the host sends the guest in the traced TCP window.
+const NET_BYTES: usize = 4 << 20;
 /// Where QEMU `virt` loads the hypervisor with 1 GiB of RAM (checked against its banner):
 /// the `-dfilter` range, given when QEMU starts.
 const IMAGE_BASE: u64 = 0x4020_0000;
@@ -31,14 +39,22 @@ const IMAGE_SPAN: u64 = 0x40_0000;
 /// The side core's CPU (`super::SIDE_CORE_CPU`).
 const SIDE_CPU: u32 = 2;
 
-/// One traced window: EL2 instructions per CPU, and the side core's by function.
+/// One traced window: EL2 instructions per CPU, and each CPU's by function.
 #[derive(Clone, Debug, Default)]
 pub struct Window {
+    /// The configuration ("hypervisor", "side core").
+    pub config: &'static str,
     pub name: String,
+    /// Its units: 1 MiB requests, or packets the guest received (0: the empty command).
     pub requests: usize,
+    /// What a unit is.
+    pub unit: &'static str,
     pub per_cpu: BTreeMap<u32, u64>,
     /// Per CPU, its instructions by function.
     pub functions: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// Per CPU, its instructions by address (offset in the image): a CPU that spins on a
+    /// lock shows as a few addresses that hold most of its count.
+    pub addresses: BTreeMap<u32, BTreeMap<u64, u64>>,
 }
 
 /// The function symbols of an ELF, by address: (start, end, name), sorted.
@@ -93,38 +109,64 @@ pub fn count(
             continue;
         }
         *window.per_cpu.entry(exec.cpu).or_default() += 1;
+        *window.addresses.entry(exec.cpu).or_default().entry(exec.pc - base).or_default() += 1;
         let name = function_at(functions, exec.pc - base);
         *window.functions.entry(exec.cpu).or_default().entry(name.to_string()).or_default() += 1;
     }
     Ok(())
 }
 
-/// Boots the side core's configuration and traces the windows.
+/// Traces both configurations' windows, each in a boot of its own.
 pub fn run() -> Result<Vec<Window>, XtaskError> {
     let hyp = images::build_hypervisor(Hypervisor::TestHooks)?;
     let hyp_elf = std::fs::read(images::hypervisor_elf(Hypervisor::TestHooks))
         .map_err(|e| XtaskError::Build(format!("cannot read the hypervisor's ELF: {e}")))?;
+    let functions = functions(&hyp_elf).map_err(XtaskError::Failed)?;
     let linux = linux_guest::debian_arm64()?;
     let disk = super::bench_dir()?.join("io-trace-disk.img");
     super::allocated_disk(&disk, REQUESTS << 20)?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| XtaskError::Tool(format!("no free port on 127.0.0.1: {e}")))?;
     let vm = linux_vm(
         &linux,
-        linux_guest::BOOTARGS,
-        VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), ..Default::default() },
+        &format!("{} {}", linux_guest::BOOTARGS, linux_guest::NETWORK_BOOTARGS),
+        VmDevices { disk: Some(bundle::DiskSlice { offset: 0, size: 0 }), network: Some(None), ..Default::default() },
     );
-    let bundle_path = bundle::write_file("io-trace", &[side_core_vm(&vm)], &BundleOptions::default())?;
-    let dir = super::bench_dir()?;
+    let mut out = Vec::new();
+    for (config, vm, smp) in [("hypervisor", vm.clone(), 2), ("side core", side_core_vm(&vm), 3)] {
+        step(&format!(
+            "tracing the virtio paths, {config}: {REQUESTS} x 1 MiB O_DIRECT write and read, {} MiB TCP from the \
+             host, every EL2 instruction (-icount shift=0, one instruction per block while traced)",
+            NET_BYTES >> 20
+        ));
+        let bundle_path = bundle::write_file(&format!("io-trace-{smp}"), &[vm], &BundleOptions::default())?;
+        let machine = Machine {
+            smp,
+            icount: true,
+            disk: Some(disk.clone()),
+            network: Some(vec![(port, NET_GUEST_PORT)]),
+            ..Machine::default()
+        };
+        out.extend(trace_config(machine.command(&hyp, Some(&bundle_path)), config, port, &hyp_elf, &functions)?);
+    }
+    write(&super::bench_dir()?.join("io-trace.txt"), &report(&out))?;
+    Ok(out)
+}
+
+/// One configuration's boot and windows.
+fn trace_config(
+    mut cmd: std::process::Command,
+    config: &'static str,
+    port: u16,
+    hyp_elf: &[u8],
+    functions: &[(u64, u64, String)],
+) -> Result<Vec<Window>, XtaskError> {
     let socket = std::env::temp_dir().join(format!("xtask-io-monitor-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&socket);
-    let mut cmd =
-        Machine { smp: 3, icount: true, disk: Some(disk), ..Machine::default() }.command(&hyp, Some(&bundle_path));
     cmd.args(["-dfilter", &format!("{IMAGE_BASE:#x}+{IMAGE_SPAN:#x}"), "-monitor"]);
     cmd.arg(format!("unix:{},server=on,wait=off", socket.display()));
-    step(&format!(
-        "tracing the side core's disk path: {REQUESTS} x 1 MiB O_DIRECT write and read, every EL2 instruction \
-         (-icount shift=0, one instruction per block while traced)"
-    ));
-    let functions = functions(&hyp_elf).map_err(XtaskError::Failed)?;
     let mut b = boot(cmd, true)?;
     let banner = b.shell.s.console();
     let base = image_base(&banner).unwrap_or(IMAGE_BASE);
@@ -133,40 +175,63 @@ pub fn run() -> Result<Vec<Window>, XtaskError> {
             "the hypervisor loaded at {base:#x}, not {IMAGE_BASE:#x}: -dfilter missed"
         )));
     }
-    let code = Code::new(&hyp_elf, base).map_err(XtaskError::Failed)?;
-    // Warm up (the first requests allocate the guest's page cache and the disk's blocks).
-    b.shell.run("dd if=/dev/zero of=/dev/vda bs=1M count=2 oflag=direct 2>/dev/null")?;
-    let windows = [
-        ("empty command", ":".to_string(), 0),
-        (
-            "disk write",
-            format!("dd if=/dev/zero of=/dev/vda bs=1M count={REQUESTS} oflag=direct 2>/dev/null"),
-            REQUESTS,
-        ),
-        ("disk read", format!("dd if=/dev/vda of=/dev/null bs=1M count={REQUESTS} iflag=direct 2>/dev/null"), REQUESTS),
-    ];
-    let mut out = Vec::new();
-    for (name, command, requests) in windows {
+    let code = Code::new(hyp_elf, base).map_err(XtaskError::Failed)?;
+    let dir = super::bench_dir()?;
+    // Traced around `what`, a window of `units` units.
+    let traced = |name: &str, unit: &'static str, what: &mut dyn FnMut() -> Result<usize, XtaskError>| {
         let log = dir.join("io-trace.log");
         let _ = std::fs::remove_file(&log);
-        let traced = (|| -> Result<Window, String> {
+        let result = (|| -> Result<Window, String> {
             super::trace::monitor(&socket, &format!("logfile {}", log.display()))?;
             super::trace::monitor(&socket, "one-insn-per-tb on")?;
             super::trace::monitor(&socket, "log exec,nochain")?;
-            b.shell.run(&command).map_err(|e| e.to_string())?;
+            let units = what().map_err(|e| e.to_string())?;
             super::trace::monitor(&socket, "log none")?;
             super::trace::monitor(&socket, "one-insn-per-tb off")?;
             let file = std::fs::File::open(&log).map_err(|e| format!("cannot open {}: {e}", log.display()))?;
-            let mut w = Window { name: name.into(), requests, ..Window::default() };
-            count(BufReader::with_capacity(1 << 20, file), &code, base, &functions, &mut w)?;
+            let mut w = Window { config, name: name.into(), requests: units, unit, ..Window::default() };
+            count(BufReader::with_capacity(1 << 20, file), &code, base, functions, &mut w)?;
             Ok(w)
         })();
+        // XTASK_KEEP_TRACE=1 keeps each window's log (1 to 3 GB), to be read by hand.
+        if std::env::var_os("XTASK_KEEP_TRACE").is_some() {
+            let kept = dir.join(format!("io-trace-{}-{}.log", config.replace(' ', "-"), name.replace(' ', "-")));
+            let _ = std::fs::rename(&log, kept);
+        }
         let _ = std::fs::remove_file(&log);
-        out.push(traced.map_err(|e| XtaskError::Failed(format!("tracing `{name}`: {e}")))?);
+        result.map_err(|e| XtaskError::Failed(format!("tracing `{name}` ({config}): {e}")))
+    };
+    // Warm up (the first requests allocate the guest's page cache and the disk's blocks).
+    b.shell.run("dd if=/dev/zero of=/dev/vda bs=1M count=2 oflag=direct 2>/dev/null")?;
+    let write_dd = format!("dd if=/dev/zero of=/dev/vda bs=1M count={REQUESTS} oflag=direct 2>/dev/null");
+    let read_dd = format!("dd if=/dev/vda of=/dev/null bs=1M count={REQUESTS} iflag=direct 2>/dev/null");
+    let mut out = Vec::new();
+    // The empty command is the write's, behind `:` (which runs nothing): the same
+    // characters typed and echoed, so that the windows less it are the requests' alone.
+    for (name, command, units) in [
+        ("empty command", format!(": {write_dd}"), 0),
+        ("disk write", write_dd.clone(), REQUESTS),
+        ("disk read", read_dd, REQUESTS),
+    ] {
+        let shell = &mut b.shell;
+        out.push(traced(name, "1 MiB request", &mut || shell.run(&command).map(|_| units))?);
     }
+    super::listen_in_guest(&mut b.shell)?;
+    let rx = |shell: &mut super::GuestShell| -> Result<usize, XtaskError> {
+        let out = shell.run("cat /sys/class/net/eth0/statistics/rx_packets")?;
+        out.lines()
+            .filter_map(|l| super::strip_vm_name(l).trim().parse().ok())
+            .next_back()
+            .ok_or_else(|| XtaskError::Failed(format!("no packet count in: {out}")))
+    };
+    let before = rx(&mut b.shell)?;
+    let shell = &mut b.shell;
+    let mut tcp =
+        traced("TCP receive", "packet received", &mut || super::send_to_guest(shell, port, NET_BYTES).map(|_| 0))?;
+    tcp.requests = rx(&mut b.shell)?.saturating_sub(before).max(1);
+    out.push(tcp);
     let _ = std::fs::remove_file(&socket);
     b.shell.power_off();
-    write(&dir.join("io-trace.txt"), &report(&out))?;
     Ok(out)
 }
 
@@ -175,21 +240,39 @@ fn write(path: &Path, text: &str) -> Result<PathBuf, XtaskError> {
     Ok(path.to_path_buf())
 }
 
-/// Per window: each CPU's EL2 instructions per request (the empty command's as they are),
-/// the side core's 25 costliest functions and the vCPUs' CPUs' 8.
+/// Per configuration and window: each CPU's EL2 instructions per unit (the empty command's
+/// in all), a disk window's less the empty command's, and each CPU's costliest functions
+/// (25 on the side core, 8 on the others).
 pub fn report(windows: &[Window]) -> String {
     let mut s = String::new();
     for w in windows {
         let per = w.requests.max(1) as f64;
-        let unit = if w.requests > 0 { " per 1 MiB request" } else { " in all" };
+        let unit = if w.requests > 0 { format!(" per {} ({})", w.unit, w.requests) } else { " in all".to_string() };
         let cpus: Vec<String> = w.per_cpu.iter().map(|(cpu, n)| format!("cpu{cpu} {:.0}", *n as f64 / per)).collect();
-        s.push_str(&format!("{}: EL2 instructions{unit}: {}\n", w.name, cpus.join(", ")));
+        s.push_str(&format!("{}, {}: EL2 instructions{unit}: {}\n", w.config, w.name, cpus.join(", ")));
+        let empty = windows.iter().find(|e| e.config == w.config && e.requests == 0);
+        if let Some(empty) = empty.filter(|_| w.requests > 0 && w.unit == "1 MiB request") {
+            let less = |n: u64, cpu: &u32| n.saturating_sub(empty.per_cpu.get(cpu).copied().unwrap_or(0)) as f64 / per;
+            let cpus: Vec<String> = w.per_cpu.iter().map(|(cpu, n)| format!("cpu{cpu} {:.0}", less(*n, cpu))).collect();
+            let all: f64 = w.per_cpu.iter().map(|(cpu, n)| less(*n, cpu)).sum();
+            s.push_str(&format!("  less the empty command: {} (all {all:.0})\n", cpus.join(", ")));
+        }
         for (cpu, functions) in &w.functions {
-            s.push_str(&format!("  cpu{cpu}{}:\n", if *cpu == SIDE_CPU { " (the side core)" } else { "" }));
+            let side = w.config == "side core" && *cpu == SIDE_CPU;
+            s.push_str(&format!("  cpu{cpu}{}:\n", if side { " (the side core)" } else { "" }));
             let mut f: Vec<(&String, &u64)> = functions.iter().collect();
             f.sort_by(|a, b| b.1.cmp(a.1));
-            for (name, n) in f.into_iter().take(if *cpu == SIDE_CPU { 25 } else { 8 }) {
+            for (name, n) in f.into_iter().take(if side { 25 } else { 8 }) {
                 s.push_str(&format!("    {:>10.0}  {name}\n", *n as f64 / per));
+            }
+            // The hottest addresses, when one holds a tenth of the CPU's count (a spin).
+            let total = w.per_cpu.get(cpu).copied().unwrap_or(0);
+            let mut hot: Vec<(&u64, &u64)> = w.addresses.get(cpu).map(|a| a.iter().collect()).unwrap_or_default();
+            hot.sort_by(|a, b| b.1.cmp(a.1));
+            if hot.first().is_some_and(|(_, n)| **n * 10 >= total && total > 0) {
+                let hot: Vec<String> =
+                    hot.iter().take(4).map(|(a, n)| format!("{a:#x} {:.0}", **n as f64 / per)).collect();
+                s.push_str(&format!("    hottest image offsets: {}\n", hot.join(", ")));
             }
         }
     }
@@ -208,6 +291,39 @@ mod tests {
             "vdev::virtio::chain::read_chain"
         );
         assert_eq!(demangle("memcpy"), "memcpy");
+    }
+
+    #[test]
+    fn a_disk_window_is_reported_per_request_and_less_the_empty_command_of_its_configuration() {
+        let window = |config, name: &str, requests, unit, cpus: &[(u32, u64)]| Window {
+            config,
+            name: name.into(),
+            requests,
+            unit,
+            per_cpu: cpus.iter().copied().collect(),
+            ..Window::default()
+        };
+        let windows = [
+            window("hypervisor", "empty command", 0, "1 MiB request", &[(0, 800), (1, 80)]),
+            window("hypervisor", "disk write", 8, "1 MiB request", &[(0, 8_800), (1, 160)]),
+            window("side core", "empty command", 0, "1 MiB request", &[(0, 400), (2, 1_600)]),
+            window("side core", "disk write", 8, "1 MiB request", &[(0, 4_400), (2, 9_600)]),
+            window("side core", "TCP receive", 100, "packet received", &[(0, 1_000), (2, 5_000)]),
+        ];
+        let report = report(&windows);
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "hypervisor, empty command: EL2 instructions in all: cpu0 800, cpu1 80",
+                "hypervisor, disk write: EL2 instructions per 1 MiB request (8): cpu0 1100, cpu1 20",
+                "  less the empty command: cpu0 1000, cpu1 10 (all 1010)",
+                "side core, empty command: EL2 instructions in all: cpu0 400, cpu2 1600",
+                "side core, disk write: EL2 instructions per 1 MiB request (8): cpu0 550, cpu2 1200",
+                "  less the empty command: cpu0 500, cpu2 1000 (all 1500)",
+                "side core, TCP receive: EL2 instructions per packet received (100): cpu0 10, cpu2 50",
+            ]
+        );
     }
 
     #[test]
