@@ -56,7 +56,6 @@ impl Arch for FakeArch {
 /// A shadow page in host memory (`crate::vm::ShadowPage`): its words, and a record of what
 /// happened to it (each write's offset and first word, each show), in order, for the tests
 /// that check what comes before what.
-#[derive(Default)]
 pub struct FakePage {
     pub words: std::sync::Mutex<Vec<u32>>,
     pub events: std::sync::Mutex<Vec<std::string::String>>,

@@ -152,22 +152,19 @@ pub struct WindowPage {
     pub offset: usize,
 }
 
-/// What a slot keeps of its window in the page.
+/// A slot's window in the page.
 struct WindowShadow {
     at: WindowPage,
-    /// What the page holds of the `CHANGING` words (the page starts zeroed); written under
-    /// the device's lock only.
-    changing: [AtomicU32; 4],
 }
 
 impl WindowShadow {
     /// Writes the `CHANGING` words that differ from what the page holds. Under the
     /// device's lock, so two writers never race on them.
     fn sync_changing(&self, words: [u32; 4]) {
-        for ((held, word), offset) in self.changing.iter().zip(words).zip(CHANGING) {
-            if held.load(Ordering::Relaxed) != word {
-                self.at.page.write(self.at.offset + offset as usize, &[word]);
-                held.store(word, Ordering::Relaxed);
+        for (word, offset) in words.into_iter().zip(CHANGING) {
+            let at = self.at.offset + offset as usize;
+            if self.at.page.read(at) != word {
+                self.at.page.write(at, &[word]);
             }
         }
     }
@@ -250,7 +247,7 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             for (offset, word) in device.fixed_words() {
                 at.page.write(at.offset + offset as usize, &[word]);
             }
-            let shadow = WindowShadow { at, changing: Default::default() };
+            let shadow = WindowShadow { at };
             shadow.sync_changing(device.changing_words());
             shadow.publish_status(&interrupt, interrupt.load());
             shadow
@@ -516,7 +513,7 @@ mod tests {
     use vdev::virtio::transport::{regs::INTERRUPT_STATUS, InterruptWord};
 
     fn window(page: &Arc<FakePage>) -> WindowShadow {
-        WindowShadow { at: WindowPage { page: page.clone(), offset: 0x400 }, changing: Default::default() }
+        WindowShadow { at: WindowPage { page: page.clone(), offset: 0x400 } }
     }
     const STATUS_AT: usize = 0x400 + INTERRUPT_STATUS as usize;
 

@@ -19,42 +19,33 @@ pub const CHANGING: [u64; 4] = [regs::DEVICE_FEATURES, regs::QUEUE_NUM_MAX, regs
 /// Words of one window (0x200 bytes).
 pub const WINDOW_WORDS: usize = (regs::WINDOW_SIZE / 4) as usize;
 
+/// The registers whose value never changes once the device exists: identification, the
+/// shared-memory registers, ConfigGeneration (no device here changes its configuration).
+const FIXED: [u64; 9] = [
+    regs::MAGIC_VALUE,
+    regs::VERSION,
+    regs::DEVICE_ID,
+    regs::VENDOR_ID,
+    regs::SHM_LEN_LOW,
+    regs::SHM_LEN_HIGH,
+    regs::SHM_BASE_LOW,
+    regs::SHM_BASE_HIGH,
+    regs::CONFIG_GENERATION,
+];
+
 impl<D: VirtioDevice> VirtioMmio<D> {
-    /// The window's words that never change once the device exists, as (offset, value); every
-    /// other word but `CHANGING` and InterruptStatus reads as zero (a write-only or reserved
-    /// offset, or a legacy register).
+    /// The window's words that never change once the device exists, as (offset, value): the
+    /// `FIXED` registers and the configuration space. Every other word but `CHANGING` and
+    /// InterruptStatus reads as zero (a write-only or reserved offset, or a legacy register).
     pub fn fixed_words(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        let registers = [
-            (regs::MAGIC_VALUE, crate::virtio::transport::MAGIC),
-            (regs::VERSION, crate::virtio::transport::VERSION),
-            (regs::DEVICE_ID, self.device.device_id()),
-            (regs::VENDOR_ID, crate::virtio::transport::VENDOR_ID),
-            // No shared memory regions: a region that does not exist reads as -1 (4.2.2).
-            (regs::SHM_LEN_LOW, u32::MAX),
-            (regs::SHM_LEN_HIGH, u32::MAX),
-            (regs::SHM_BASE_LOW, u32::MAX),
-            (regs::SHM_BASE_HIGH, u32::MAX),
-            (regs::CONFIG_GENERATION, 0),
-        ];
+        let registers = FIXED.into_iter().map(|offset| (offset, self.register(offset).unwrap_or(0)));
         let config = (regs::CONFIG..regs::WINDOW_SIZE).step_by(4).map(|offset| (offset, self.config_word(offset)));
-        registers.into_iter().chain(config)
+        registers.chain(config)
     }
 
     /// The `CHANGING` words now.
     pub fn changing_words(&self) -> [u32; 4] {
-        let features = self.offered_features();
-        let device_features = match self.device_features_sel {
-            0 => features as u32,
-            1 => (features >> 32) as u32,
-            _ => 0,
-        };
-        let selected = usize::try_from(self.queue_sel).ok().and_then(|i| self.queues.get(i));
-        [
-            device_features,
-            selected.map_or(0, |q| u32::from(q.max_size)),
-            selected.map_or(0, |q| u32::from(q.ready)),
-            self.status,
-        ]
+        CHANGING.map(|offset| self.register(offset).unwrap_or(0))
     }
 
     /// The configuration space's word at window offset `offset`, a byte at a time: a field

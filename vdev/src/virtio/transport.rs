@@ -190,12 +190,12 @@ impl InterruptWord {
 pub struct VirtioMmio<D: VirtioDevice> {
     pub(crate) device: D,
     pub(crate) status: u32,
-    pub(crate) device_features_sel: u32,
+    device_features_sel: u32,
     driver_features: u64,
     driver_features_sel: u32,
     /// The driver set a bit in a DriverFeatures word beyond the second (no feature lives there).
     driver_features_beyond: bool,
-    pub(crate) queue_sel: u32,
+    queue_sel: u32,
     pub(crate) queues: Vec<Virtqueue>,
     /// InterruptStatus, shared with the device's owner (`interrupt_word`).
     interrupt: Arc<InterruptWord>,
@@ -521,7 +521,25 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         if width != 4 || !offset.is_multiple_of(4) {
             return Err(RegisterError::BadWidth { offset, width });
         }
-        let value: u32 = match offset {
+        if let Some(value) = self.register(offset) {
+            return Ok(u64::from(value));
+        }
+        match offset {
+            o if LEGACY_ONLY.contains(&o) => {
+                self.incidents.record(DeviceIncident::LegacyRegister { offset, write: false });
+                Ok(0)
+            }
+            o if WRITE_ONLY.contains(&o) => Err(RegisterError::WriteOnly { offset }),
+            _ => Err(RegisterError::NoRegister { offset }),
+        }
+    }
+
+    /// The value of the readable control register at `offset` (a multiple of 4 below the
+    /// configuration space), `None` where no register reads: what a 32-bit read returns,
+    /// with nothing changed (the transports' shadow page is rendered from it too,
+    /// `crate::virtio::shadow`).
+    pub(crate) fn register(&self, offset: u64) -> Option<u32> {
+        Some(match offset {
             regs::MAGIC_VALUE => MAGIC,
             regs::VERSION => VERSION,
             regs::DEVICE_ID => self.device.device_id(),
@@ -539,14 +557,8 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             regs::SHM_LEN_LOW | regs::SHM_LEN_HIGH | regs::SHM_BASE_LOW | regs::SHM_BASE_HIGH => u32::MAX,
             // The configuration never changes under the driver's feet.
             regs::CONFIG_GENERATION => 0,
-            o if LEGACY_ONLY.contains(&o) => {
-                self.incidents.record(DeviceIncident::LegacyRegister { offset, write: false });
-                0
-            }
-            o if WRITE_ONLY.contains(&o) => return Err(RegisterError::WriteOnly { offset }),
-            _ => return Err(RegisterError::NoRegister { offset }),
-        };
-        Ok(u64::from(value))
+            _ => return None,
+        })
     }
 
     fn read_config(&self, offset: u64, width: u8) -> Result<u64, RegisterError> {
