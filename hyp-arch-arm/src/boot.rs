@@ -44,6 +44,8 @@ pub unsafe fn boot<I: ArmImage>(
     image: PhysRange,
 ) -> usize {
     // No heap yet: nothing here may allocate until it is started.
+    // Every lock's waiter gives way from now on (hyp_core::sync): no other CPU runs yet.
+    hyp_core::sync::set_wait_hint(I::wait_a_little);
     crate::power::init(platform);
     say!(I, "\nhypervisor {} ({}) on {}", env!("CARGO_PKG_VERSION"), I::MODE, platform.model);
     say!(I, "  image       {:#x}..{:#x}", image.base, image.end());

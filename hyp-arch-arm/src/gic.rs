@@ -179,7 +179,7 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         let enable = private_enables(ppis);
         if self.is_v3() {
             while self.bringing_up.swap(true, Ordering::Acquire) {
-                core::hint::spin_loop();
+                hyp_core::sync::wait_step();
             }
             let found = self.find_redistributor(mpidr).and_then(|rd| NonNull::new(rd as *mut GicrSgi));
             if let Some(frames) = found {

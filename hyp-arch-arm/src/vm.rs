@@ -12,13 +12,13 @@ use hyp_core::coprocessor::RegisterPart;
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::image::ExecutionState;
 use hyp_core::set_way::{CacheStep, CacheTrap, SetWayState};
+use hyp_core::sync::Mutex;
 use hyp_core::sysreg::VmControlRegister;
 use hyp_runtime::scheduling::Scheduling;
 use hyp_runtime::vcpu_run::{CacheMaintenance, ResumeSlots, VcpuCpu};
 use hyp_runtime::vm::{Vm, VmBuild, VmError};
 use hyp_runtime::vm_resources::{self, revoke_all, VmRequest, VmResources};
 use hyp_runtime::{Board, Virtualization};
-use spin::Mutex;
 
 use crate::identity_map::HeapTableMemory;
 use crate::image::ArmImage;

@@ -27,6 +27,7 @@ pub mod mmio;
 pub mod platform;
 pub mod set_way;
 pub mod smccc;
+pub mod sync;
 pub mod syndrome;
 pub mod sysreg;
 pub mod trap;

@@ -77,14 +77,14 @@ pub trait BusDevice: Send + Sync {
 }
 
 /// A device model behind a lock, as a bus device.
-pub struct Locked<T>(spin::Mutex<T>);
+pub struct Locked<T>(crate::sync::Mutex<T>);
 
 impl<T> Locked<T> {
     pub fn new(device: T) -> Self {
-        Locked(spin::Mutex::new(device))
+        Locked(crate::sync::Mutex::new(device))
     }
     /// The model, locked.
-    pub fn lock(&self) -> spin::MutexGuard<'_, T> {
+    pub fn lock(&self) -> crate::sync::MutexGuard<'_, T> {
         self.0.lock()
     }
 }

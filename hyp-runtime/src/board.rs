@@ -8,7 +8,7 @@
 use alloc::boxed::Box;
 use core::fmt;
 
-use spin::Mutex;
+use hyp_core::sync::Mutex;
 use vdev::pl011::ConsoleOutput;
 
 use crate::focus::Focus;

@@ -17,7 +17,7 @@ use alloc::boxed::Box;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use hyp_core::cap::{CapError, CapId};
-use spin::Mutex;
+use hyp_core::sync::Mutex;
 use stage2::{Ipa, IpaRange, FIRST_TOUCH_BLOCK};
 
 /// How a VM's pending RAM in a range is zeroed (or not: `Fill`) and made valid: the

@@ -22,7 +22,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 
 use hyp_core::platform::MAX_CPUS;
-use spin::Mutex;
+use hyp_core::sync::Mutex;
 use vdev::virtio::poll::{PollCounts, PollLoop};
 
 use crate::arch::Arch;

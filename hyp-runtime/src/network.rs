@@ -38,8 +38,9 @@ pub trait BoardNic: Send {
     fn acknowledge_interrupt(&mut self);
     /// Takes back the buffers of the frames it has sent.
     fn take_back_sent(&mut self);
-    /// The next frame it received, into `frame`; false if there is none.
-    fn receive(&mut self, frame: &mut alloc::vec::Vec<u8>) -> bool;
+    /// The next frame it received, copied into `into` at the offset it answers (bytes
+    /// before it are the NIC's own); none if there is none.
+    fn receive(&mut self, into: &mut alloc::vec::Vec<u8>) -> Option<usize>;
     /// Its interrupt, if it has one (none: it sends but never receives).
     fn interrupt(&self) -> Option<u32>;
 }

@@ -8,8 +8,9 @@ use core::marker::PhantomData;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use hyp_core::platform::MAX_CPUS;
+use hyp_core::sync::Mutex;
 use sched::{Decision, Policy, SchedError, Scheduler, VcpuRef, VcpuState};
-use spin::{Mutex, Once};
+use spin::Once;
 
 use crate::arch::Arch;
 

@@ -14,8 +14,8 @@ use alloc::sync::Arc;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use hyp_core::mmio::MmioError;
+use hyp_core::sync::Mutex;
 use hyp_core::syndrome::AccessWidth;
-use spin::Mutex;
 use vgic::{AccessError, Distributor, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
 
 use crate::arch::Arch;

@@ -19,12 +19,12 @@ use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_map::VTIMER_PPI;
 use hyp_core::image::ExecutionState;
 use hyp_core::smccc;
+use hyp_core::sync::Mutex;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{IdRegisters, SgiGenerationRegister, VmControlRegister, VmFeatures};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::Decision;
-use spin::Mutex;
 use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
 
 use crate::arch::Arch;

@@ -8,7 +8,8 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::bundle::VmSpec;
-use spin::{Mutex, Once};
+use hyp_core::sync::Mutex;
+use spin::Once;
 
 struct Slot<V> {
     spec: VmSpec<'static>,

@@ -943,6 +943,35 @@ fn send_to_guest(shell: &mut GuestShell, port: u16, bytes: usize) -> Result<f64,
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Starts the guest's `nc -l` for one connection on `NET_GUEST_PORT`, fed `bytes` zeros to
+/// send (`receive_from_guest`).
+fn serve_from_guest(shell: &mut GuestShell, bytes: usize) -> Result<(), XtaskError> {
+    shell.run(&format!("(head -c {bytes} /dev/zero | nc -l -p {NET_GUEST_PORT} > /dev/null) & sleep 1")).map(|_| ())
+}
+
+/// Connects to the guest's `serve_from_guest` through QEMU's hostfwd (127.0.0.1 only) and
+/// reads until all its `bytes` have come (its nc may end before its kernel has sent them):
+/// the seconds from the connection to the last byte.
+fn receive_from_guest(port: u16, bytes: usize) -> Result<f64, XtaskError> {
+    use std::io::Read;
+    let failed = |e: std::io::Error| XtaskError::Failed(format!("TCP from the guest on 127.0.0.1:{port}: {e}"));
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(failed)?;
+    stream.set_read_timeout(Some(TIMEOUT)).map_err(failed)?;
+    let mut buffer = vec![0u8; 1 << 16];
+    let (start, mut received) = (std::time::Instant::now(), 0);
+    while received < bytes {
+        match stream.read(&mut buffer).map_err(failed)? {
+            0 => break,
+            n => received += n,
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    if received != bytes {
+        return Err(XtaskError::Failed(format!("the guest sent {received} bytes over TCP where it was given {bytes}")));
+    }
+    Ok(seconds)
+}
+
 /// Round trips measured, after `ROUND_TRIP_WARM_UP` not counted.
 const ROUND_TRIPS: usize = 2000;
 const ROUND_TRIP_WARM_UP: usize = 100;

@@ -98,11 +98,11 @@ Options of `bench`:
   --io             the virtio runs only: throughput with and without a side core, their
                    exits by reason, the cost of a request under -icount (io-cost.json)
   --io-cost        the cost of a virtio request alone, under -icount: exits per 1 MiB disk
-                   request and per packet received, with and without a side core
+                   request and per packet received and sent, with and without a side core
                    (io-cost.json; the deterministic part of --io, without its throughput runs)
   --io-trace       the virtio paths traced, with and without a side core: EL2
-                   instructions per 1 MiB disk request and per TCP packet received, per
-                   CPU and by function (io-trace.txt; several minutes)
+                   instructions per 1 MiB disk request and per TCP packet received and
+                   sent, per CPU and by function (io-trace.txt; several minutes)
   --scale          32 Linux VMs (1 vCPU, 128 MiB, 8 to a CPU) on a 4-CPU board with 8 GiB:
                    each reaches its shell, answers a command and a ping; boot times against
                    one VM alone, CPU shares under load, heap per VM, bundle size (scale.json)

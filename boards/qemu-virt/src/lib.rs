@@ -13,9 +13,9 @@ pub mod virtio;
 
 use core::fmt;
 
+use hyp_core::sync::Mutex;
 use hyp_runtime::focus::Focus;
 use hyp_runtime::Board;
-use spin::Mutex;
 
 use uart::{VmConsole, FOCUS};
 use virtio::{HostDisk, Uplink};

@@ -8,8 +8,8 @@ use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use hyp_core::console_lines::{HostConsole, Transmit, VmConsoleLines};
+use hyp_core::sync::Mutex;
 use hyp_runtime::focus::Focus;
-use spin::Mutex;
 use vdev::pl011::ConsoleOutput;
 
 /// PL011 registers used to transmit and receive (ARM DDI 0183G 3.3.1, 3.3.3, 3.3.10, 3.3.14).
@@ -112,7 +112,7 @@ pub fn print_unlocked(args: fmt::Arguments<'_>) {
             }
             break;
         }
-        core::hint::spin_loop();
+        hyp_core::sync::wait_step();
     }
     let base = UART_BASE.load(Ordering::Acquire);
     if base != 0 {

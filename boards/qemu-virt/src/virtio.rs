@@ -16,8 +16,9 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::alloc::Layout;
 use hyp_core::platform::Platform;
+use hyp_core::sync::Mutex;
 use hyp_runtime::board::{BoardDisk, DiskCompletion, DiskData, DiskError, DiskOp, DiskRequest, Rejected};
-use spin::{Mutex, Once};
+use spin::Once;
 use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::device::net::VirtIONetRaw;
 use virtio_drivers::queue::VirtQueue;
@@ -317,6 +318,11 @@ impl BoardDisk for HostDisk {
 /// the board's NIC would not carry it either.
 const UPLINK_QUEUE: usize = 64;
 const UPLINK_BUFFER: usize = 2048;
+/// Where a frame to send starts in its buffer, its device header just before it: a frame
+/// that starts aligned (a VM's, copied out of its transmit queue) is copied to an aligned
+/// place, where the library's copy moves 16 bytes a step; after a 12-byte header at the
+/// buffer's start it moves a byte a step (the image's targets are strict-align).
+const SEND_FRAME_AT: usize = 16;
 
 /// The board's NIC: the switch's way out. Frames are sent without waiting for the device:
 /// a guest's transmit exit would otherwise wait for QEMU's main loop to take each frame (a
@@ -326,8 +332,11 @@ pub struct Uplink {
     net: VirtIONetRaw<IdentityHal, Transport0, UPLINK_QUEUE>,
     /// The receive buffers the device holds, by token (the head descriptor's index).
     receiving: [Option<Box<[u8]>>; UPLINK_QUEUE],
-    /// The frames the device is sending, by token: the buffer and the bytes handed over.
+    /// The frames the device is sending, by token: the buffer and where the bytes handed
+    /// over end (they start at `send_header_at`).
     sending: [Option<(Box<[u8]>, usize)>; UPLINK_QUEUE],
+    /// Where a frame's header starts in a transmit buffer: its length before `SEND_FRAME_AT`.
+    send_header_at: usize,
     /// Transmit buffers the device gave back, for the next frames.
     spare: Vec<Box<[u8]>>,
     /// Its interrupt, which says frames arrived or were sent.
@@ -336,8 +345,11 @@ pub struct Uplink {
 
 impl Uplink {
     fn new(transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
+        let net = VirtIONetRaw::new(transport)?;
+        let header = net.fill_buffer_header(&mut [0u8; SEND_FRAME_AT])?;
         let mut uplink = Uplink {
-            net: VirtIONetRaw::new(transport)?,
+            send_header_at: SEND_FRAME_AT - header,
+            net,
             receiving: [const { None }; UPLINK_QUEUE],
             sending: [const { None }; UPLINK_QUEUE],
             spare: Vec::new(),
@@ -368,22 +380,23 @@ impl Uplink {
         self.take_back_sent();
         while !self.net.can_send() && self.sending.iter().any(Option::is_some) {
             // Every descriptor is out: wait for the device to finish the oldest frames.
-            core::hint::spin_loop();
+            hyp_core::sync::wait_step();
             self.take_back_sent();
         }
         let mut buffer = self.spare.pop().unwrap_or_else(|| alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice());
-        let header = self.net.fill_buffer_header(&mut buffer).ok();
-        let Some(len) = header.map(|h| h + frame.len()).filter(|&len| len <= buffer.len()) else {
+        let (start, end) = (self.send_header_at, SEND_FRAME_AT + frame.len());
+        let header = buffer.get_mut(start..).map(|b| self.net.fill_buffer_header(b));
+        if end > buffer.len() || !matches!(header, Some(Ok(_))) {
             self.spare.push(buffer);
             return false;
-        };
-        buffer[len - frame.len()..len].copy_from_slice(frame);
+        }
+        buffer[SEND_FRAME_AT..end].copy_from_slice(frame);
         // SAFETY: the buffer is kept in `sending` under its token, untouched, until the
         // device has used it (`take_back_sent`); its heap memory does not move with the Box.
-        match unsafe { self.net.transmit_begin(&buffer[..len]) } {
+        match unsafe { self.net.transmit_begin(&buffer[start..end]) } {
             Ok(token) => match self.sending.get_mut(usize::from(token)) {
                 Some(slot) => {
-                    *slot = Some((buffer, len));
+                    *slot = Some((buffer, end));
                     true
                 }
                 // A token beyond the queue cannot come from the driver; the buffer is leaked
@@ -403,22 +416,27 @@ impl Uplink {
     /// Takes back the buffers of the frames the device has sent.
     pub fn take_back_sent(&mut self) {
         while let Some(token) = self.net.poll_transmit() {
-            let Some((buffer, len)) = self.sending.get_mut(usize::from(token)).and_then(Option::take) else { break };
-            // SAFETY: the same buffer and length `transmit_begin` was given for this token.
-            let _ = unsafe { self.net.transmit_complete(token, &buffer[..len]) };
+            let Some((buffer, end)) = self.sending.get_mut(usize::from(token)).and_then(Option::take) else { break };
+            // SAFETY: the same bytes of the same buffer `transmit_begin` was given for this
+            // token.
+            let _ = unsafe { self.net.transmit_complete(token, &buffer[self.send_header_at..end]) };
             self.spare.push(buffer);
         }
     }
 
-    /// The next received frame, copied out (its buffer goes straight back to the device).
-    pub fn receive(&mut self, frame: &mut Vec<u8>) -> bool {
-        let Some(token) = self.net.poll_receive() else { return false };
-        let Some(mut buffer) = self.receiving.get_mut(usize::from(token)).and_then(Option::take) else { return false };
+    /// The next received frame, copied out with the device's header before it (its buffer
+    /// goes straight back to the device): the frame's offset in `into`.
+    pub fn receive(&mut self, into: &mut Vec<u8>) -> Option<usize> {
+        let token = self.net.poll_receive()?;
+        let mut buffer = self.receiving.get_mut(usize::from(token)).and_then(Option::take)?;
         // SAFETY: the same buffer `receive_begin` was given for this token.
-        let Ok((header, len)) = (unsafe { self.net.receive_complete(token, &mut buffer) }) else { return false };
-        frame.clear();
-        frame.extend_from_slice(buffer.get(header..header + len).unwrap_or(&[]));
-        self.give_receive_buffer(buffer).is_ok()
+        let (header, len) = unsafe { self.net.receive_complete(token, &mut buffer) }.ok()?;
+        // From the buffer's start, header and all: both copies start aligned, where the
+        // frame alone starts 12 bytes in, and the library's copy (the image's targets are
+        // strict-align) moves a misaligned pair a byte at a time.
+        into.clear();
+        into.extend_from_slice(buffer.get(..header + len).unwrap_or(&[]));
+        self.give_receive_buffer(buffer).is_ok().then_some(header)
     }
 
     pub fn acknowledge_interrupt(&mut self) {
@@ -485,8 +503,8 @@ impl hyp_runtime::network::BoardNic for Uplink {
     fn take_back_sent(&mut self) {
         Uplink::take_back_sent(self);
     }
-    fn receive(&mut self, frame: &mut Vec<u8>) -> bool {
-        Uplink::receive(self, frame)
+    fn receive(&mut self, into: &mut Vec<u8>) -> Option<usize> {
+        Uplink::receive(self, into)
     }
     fn interrupt(&self) -> Option<u32> {
         self.intid

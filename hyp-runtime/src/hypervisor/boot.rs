@@ -14,7 +14,7 @@ use hyp_core::entropy::SeedSource;
 use hyp_core::manifest::{BoardLimits, DeviceTreeDevices, HeldMemory};
 use hyp_core::memory_map::SetApartError;
 use hyp_core::platform::{GicVersion, PhysRange, Platform};
-use spin::Mutex;
+use hyp_core::sync::Mutex;
 use stage2::TableFormat;
 
 use super::{say, Hypervisor, Virtualization, VmFactory};

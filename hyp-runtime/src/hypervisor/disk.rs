@@ -76,7 +76,7 @@ impl<V: Virtualization> Hypervisor<V> {
         let Some(disk) = BoardOf::<V>::disk().map(DiskQueue::new) else { return };
         while vm.disk_in_flight() > 0 {
             self.finish_disk_requests(disk);
-            core::hint::spin_loop();
+            hyp_core::sync::wait_step();
         }
     }
 }

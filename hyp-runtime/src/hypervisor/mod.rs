@@ -26,9 +26,10 @@ use hyp_core::cap::{CapError, CapId, CapSpace};
 use hyp_core::entropy::{GuestSeeds, SeedSource};
 use hyp_core::management::ConsoleMux;
 use hyp_core::platform::PhysRange;
+use hyp_core::sync::Mutex;
 use hyp_core::vcpu_power::EndReason;
 use sched::{Decision, VcpuRef};
-use spin::{Mutex, Once};
+use spin::Once;
 use stage2::{Ipa, IpaRange, PhysAddr, TableMemory, TlbMaintenance};
 
 use crate::arch::Arch;

@@ -9,8 +9,8 @@ use crate::board::Board;
 use crate::interrupts::Route;
 use crate::network::{BoardNic, UPLINK_PORT};
 
-/// The largest frame the uplink hands the switch, with room to spare (an Ethernet frame
-/// with a VLAN tag is 1,522 bytes).
+/// The largest frame the uplink hands the switch with its NIC's header, with room to spare
+/// (an Ethernet frame with a VLAN tag is 1,522 bytes).
 const FRAME_BUFFER: usize = 2048;
 
 impl<V: Virtualization> Hypervisor<V> {
@@ -45,8 +45,8 @@ impl<V: Virtualization> Hypervisor<V> {
         if frame.try_reserve_exact(FRAME_BUFFER).is_err() {
             return say!(V, "hypervisor: no heap for the uplink's frames: they wait in the NIC");
         }
-        while uplink.lock().receive(&mut frame) {
-            self.forward_frame(UPLINK_PORT, &frame);
+        while let Some(offset) = uplink.lock().receive(&mut frame) {
+            self.forward_frame(UPLINK_PORT, frame.get(offset..).unwrap_or(&[]));
         }
     }
 }

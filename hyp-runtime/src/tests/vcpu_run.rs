@@ -165,7 +165,7 @@ impl VcpuCpu for FakeCpu {
         SLOTS.with(|s| {
             *s.borrow_mut()
                 .entry(vm.id)
-                .or_insert_with(|| leak((0..vm.spec.vcpus).map(|_| spin::Mutex::new(None)).collect()))
+                .or_insert_with(|| leak((0..vm.spec.vcpus).map(|_| hyp_core::sync::Mutex::new(None)).collect()))
         })
     }
     fn enter(_: &Vm<FakeEnv>, vcpu: usize, shares: bool, resumed: Option<&FakeSaved>, tlb: OnEntry) -> FakeCpu {
@@ -372,7 +372,7 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
 
 /// VM 0's vGIC, locked, with its distributor's groups enabled and SPI 40 enabled, in Group 1,
 /// routed to vCPU 0 (the reset route).
-fn spi_40_for_vcpu_0(vm: &Vm<FakeEnv>) -> spin::MutexGuard<'_, vgic::Distributor> {
+fn spi_40_for_vcpu_0(vm: &Vm<FakeEnv>) -> hyp_core::sync::MutexGuard<'_, vgic::Distributor> {
     let mut vgic = vm.vgic.vgic.lock();
     vgic.write(0, 0x000, 4, 0b11).unwrap();
     vgic.write(0, 0x084, 4, 1 << 8).unwrap();

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use hyp_core::bundle::DiskSlice;
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::BusDevice;
+use hyp_core::sync::Mutex;
 use hyp_core::syndrome::AccessWidth;
-use spin::Mutex;
 use vdev::pl011::InterruptLine;
 use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, VirtioBlock};
 use vdev::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
@@ -714,8 +714,8 @@ impl crate::network::BoardNic for FakeNic {
     }
     fn acknowledge_interrupt(&mut self) {}
     fn take_back_sent(&mut self) {}
-    fn receive(&mut self, _: &mut Vec<u8>) -> bool {
-        false
+    fn receive(&mut self, _: &mut Vec<u8>) -> Option<usize> {
+        None
     }
     fn interrupt(&self) -> Option<u32> {
         None

@@ -1,7 +1,7 @@
 //! The deterministic cost of a virtio request under `-icount shift=0`, with and without a
 //! side core (docs/performance.md, "What a request costs"): the exits of the guest's vCPUs
 //! per 1 MiB disk request (O_DIRECT `dd`, one request per block) and per TCP packet the
-//! guest receives, by reason, and the side core's own work per request (the counter ticks
+//! guest receives and sends, by reason, and the side core's own work per request (the counter ticks
 //! of its passes that found something: at 62.5 MHz and one instruction per nanosecond a
 //! tick is 16 instructions). Wall time plays no part: the exit counts do not depend on the
 //! machine's load, and the side core's idle polling is not counted. The disk workloads'
@@ -19,7 +19,7 @@ use crate::util::step;
 
 /// Requests of each disk workload: 32 blocks of 1 MiB.
 const DISK_REQUESTS: usize = 32;
-/// Bytes the host sends the guest over TCP.
+/// Bytes the host sends the guest over TCP, and the guest the host.
 const NET_BYTES: usize = 4 << 20;
 
 /// One workload of one configuration.
@@ -27,11 +27,11 @@ const NET_BYTES: usize = 4 << 20;
 pub struct Cost {
     pub config: &'static str,
     pub workload: &'static str,
-    /// Disk requests, or packets the guest received.
+    /// Disk requests, or packets the guest received or sent.
     pub units: u64,
     pub unit: &'static str,
-    /// Packets the guest sent meanwhile (its TCP acknowledgements), for TCP.
-    pub sent: Option<u64>,
+    /// For TCP, the packets that went the other way meanwhile (the acknowledgements).
+    pub acknowledgements: Option<u64>,
     pub exits: ExitSnapshot,
     /// The side core's busy ticks over the workload, and the counter's rate.
     pub side_ticks: Option<(u64, f64)>,
@@ -81,7 +81,7 @@ pub fn io_cost() -> Result<Vec<Cost>, XtaskError> {
     for (config, vm, smp) in [("hypervisor", vm.clone(), 2), ("side core", side_core_vm(&vm), 3)] {
         step(&format!(
             "the cost of a request under -icount shift=0, {config}: {DISK_REQUESTS} x 1 MiB dd write and read \
-             (O_DIRECT), {} MiB TCP from the host",
+             (O_DIRECT), {} MiB TCP from the host and to it",
             NET_BYTES >> 20
         ));
         let bundle_path = bundle::write_file(&format!("io-cost-{}", smp), &[vm], &BundleOptions::default())?;
@@ -133,12 +133,11 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
             workload,
             units: DISK_REQUESTS as u64,
             unit: "1 MiB request",
-            sent: None,
+            acknowledgements: None,
             exits,
             side_ticks,
         });
     }
-    super::listen_in_guest(&mut b.shell)?;
     let packets = |shell: &mut super::GuestShell| -> Result<(u64, u64), XtaskError> {
         let out =
             shell.run("cat /sys/class/net/eth0/statistics/rx_packets /sys/class/net/eth0/statistics/tx_packets")?;
@@ -148,22 +147,38 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
             _ => Err(XtaskError::Failed(format!("no packet counts in: {out}"))),
         }
     };
-    let (rx0, tx0) = packets(&mut b.shell)?;
-    let before = b.shell.exits(None)?;
-    let ticks_before = busy_ticks(b.shell.io_line.as_deref());
-    super::send_to_guest(&mut b.shell, port, NET_BYTES)?;
-    let exits = b.shell.exits(None)?.since(&before)?;
-    let ticks_after = busy_ticks(b.shell.io_line.as_deref());
-    let (rx1, tx1) = packets(&mut b.shell)?;
-    costs.push(Cost {
-        config,
-        workload: "TCP receive",
-        units: rx1.saturating_sub(rx0).max(1),
-        unit: "packet received",
-        sent: Some(tx1.saturating_sub(tx0)),
-        exits,
-        side_ticks: ticks_before.zip(ticks_after).map(|(a, z)| (z.saturating_sub(a), b.hz)),
-    });
+    for receive in [true, false] {
+        if receive {
+            super::listen_in_guest(&mut b.shell)?;
+        } else {
+            super::serve_from_guest(&mut b.shell, NET_BYTES)?;
+        }
+        let (rx0, tx0) = packets(&mut b.shell)?;
+        let before = b.shell.exits(None)?;
+        let ticks_before = busy_ticks(b.shell.io_line.as_deref());
+        if receive {
+            super::send_to_guest(&mut b.shell, port, NET_BYTES)?;
+        } else {
+            super::receive_from_guest(port, NET_BYTES)?;
+        }
+        let exits = b.shell.exits(None)?.since(&before)?;
+        let ticks_after = busy_ticks(b.shell.io_line.as_deref());
+        let (rx1, tx1) = packets(&mut b.shell)?;
+        let (received, sent) = (rx1.saturating_sub(rx0), tx1.saturating_sub(tx0));
+        let (workload, units, unit, other) = match receive {
+            true => ("TCP receive", received, "packet received", sent),
+            false => ("TCP send", sent, "packet sent", received),
+        };
+        costs.push(Cost {
+            config,
+            workload,
+            units: units.max(1),
+            unit,
+            acknowledgements: Some(other),
+            exits,
+            side_ticks: ticks_before.zip(ticks_after).map(|(a, z)| (z.saturating_sub(a), b.hz)),
+        });
+    }
     b.shell.power_off();
     Ok(costs)
 }
@@ -190,11 +205,13 @@ pub fn table(costs: &[Cost]) -> String {
             reasons.join(", ")
         ));
     }
+    let acknowledgements: Vec<String> =
+        costs.iter().filter_map(|c| c.acknowledgements.map(|a| format!("{} {} {a}", c.config, c.workload))).collect();
     table.push_str(&format!(
-        "  (units: {DISK_REQUESTS} requests of 1 MiB per disk workload; TCP: packets the guest received of {} MiB, \
-         its acknowledgements sent: {})\n",
+        "  (units: {DISK_REQUESTS} requests of 1 MiB per disk workload; TCP: the packets of {} MiB, each way; \
+         the acknowledgements the other way: {})\n",
         NET_BYTES >> 20,
-        costs.iter().filter_map(|c| c.sent.map(|s| format!("{} {s}", c.config))).collect::<Vec<_>>().join(", ")
+        acknowledgements.join(", ")
     ));
     table
 }
@@ -206,14 +223,14 @@ fn json(costs: &[Cost]) -> String {
             let reasons: BTreeMap<&str, u64> = c.exits.by_reason.iter().map(|(r, n)| (r.as_str(), *n)).collect();
             let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("\"{r}\": {n}")).collect();
             format!(
-                "    {{ \"config\": \"{}\", \"workload\": \"{}\", \"units\": {}, \"unit\": \"{}\", \"sent\": {}, \
+                "    {{ \"config\": \"{}\", \"workload\": \"{}\", \"units\": {}, \"unit\": \"{}\", \"acknowledgements\": {}, \
                  \"exits\": {}, \"exits_per_unit\": {:.3}, \"by_reason\": {{ {} }}, \
                  \"side_core_instructions_per_unit\": {} }}",
                 c.config,
                 c.workload,
                 c.units,
                 c.unit,
-                c.sent.map_or("null".into(), |s| s.to_string()),
+                c.acknowledgements.map_or("null".into(), |s| s.to_string()),
                 c.exits.total,
                 c.exits_per_unit(),
                 reasons.join(", "),

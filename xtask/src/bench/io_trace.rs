@@ -1,18 +1,19 @@
 //! `cargo xtask bench --io-trace`: the hypervisor's instructions per 1 MiB disk request and
-//! per TCP packet received, counted exactly, CPU by CPU and function by function, with and
-//! without a side core (docs/performance.md, "The side core"). The side core's `busy ticks`
-//! (`io_cost`) are an upper bound only: under `-icount` the counter also runs while QEMU
-//! runs the other CPUs in their turns.
+//! per TCP packet received and sent, counted exactly, CPU by CPU and function by function,
+//! with and without a side core (docs/performance.md, "The side core"). The side core's
+//! `busy ticks` (`io_cost`) are an upper bound only: under `-icount` the counter also runs
+//! while QEMU runs the other CPUs in their turns.
 //!
 //! The run, for each configuration (the VM alone on 2 CPUs; with a side core, CPU 2 of 3):
 //! the VM under `-icount shift=0`, booted at QEMU's usual speed; then, through QEMU's
 //! monitor, one instruction per translation block and the `exec` log (filtered to the
 //! hypervisor's image with `-dfilter`) are turned on around each window: an empty command
 //! typed as long as the disk's (what measuring costs: the shell, the typed characters'
-//! echo on the emulated UART), `REQUESTS` O_DIRECT writes of 1 MiB, as many reads, and
-//! `NET_BYTES` the host sends over TCP. Each log line is one instruction; those at EL2 are
-//! counted per CPU and attributed to the function symbol that holds their address (with
-//! LTO, the outermost function a hot path is inlined into).
+//! echo on the emulated UART), `REQUESTS` O_DIRECT writes of 1 MiB, as many reads,
+//! `NET_BYTES` the host sends over TCP and as many the guest sends the host. Each log line
+//! is one instruction; those at EL2 are counted per CPU and attributed to the function
+//! symbol that holds their address (with LTO, the outermost function a hot path is inlined
+//! into).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -30,7 +31,7 @@ use crate::XtaskError;
 
 /// 1 MiB requests of each traced disk window.
 const REQUESTS: usize = 8;
-/// Bytes the host sends the guest in the traced TCP window.
+/// Bytes of each traced TCP window, the host's to the guest and the guest's to the host.
 const NET_BYTES: usize = 4 << 20;
 /// Where QEMU `virt` loads the hypervisor with 1 GiB of RAM (checked against its banner):
 /// the `-dfilter` range, given when QEMU starts.
@@ -45,7 +46,8 @@ pub struct Window {
     /// The configuration ("hypervisor", "side core").
     pub config: &'static str,
     pub name: String,
-    /// Its units: 1 MiB requests, or packets the guest received (0: the empty command).
+    /// Its units: 1 MiB requests, or packets the guest received or sent (0: the empty
+    /// command).
     pub requests: usize,
     /// What a unit is.
     pub unit: &'static str,
@@ -138,7 +140,7 @@ pub fn run() -> Result<Vec<Window>, XtaskError> {
     for (config, vm, smp) in [("hypervisor", vm.clone(), 2), ("side core", side_core_vm(&vm), 3)] {
         step(&format!(
             "tracing the virtio paths, {config}: {REQUESTS} x 1 MiB O_DIRECT write and read, {} MiB TCP from the \
-             host, every EL2 instruction (-icount shift=0, one instruction per block while traced)",
+             host and to it, every EL2 instruction (-icount shift=0, one instruction per block while traced)",
             NET_BYTES >> 20
         ));
         let bundle_path = bundle::write_file(&format!("io-trace-{smp}"), &[vm], &BundleOptions::default())?;
@@ -216,19 +218,24 @@ fn trace_config(
         let shell = &mut b.shell;
         out.push(traced(name, "1 MiB request", &mut || shell.run(&command).map(|_| units))?);
     }
-    super::listen_in_guest(&mut b.shell)?;
-    let rx = |shell: &mut super::GuestShell| -> Result<usize, XtaskError> {
-        let out = shell.run("cat /sys/class/net/eth0/statistics/rx_packets")?;
+    let packets = |shell: &mut super::GuestShell, counter: &str| -> Result<usize, XtaskError> {
+        let out = shell.run(&format!("cat /sys/class/net/eth0/statistics/{counter}"))?;
         out.lines()
             .filter_map(|l| super::strip_vm_name(l).trim().parse().ok())
             .next_back()
             .ok_or_else(|| XtaskError::Failed(format!("no packet count in: {out}")))
     };
-    let before = rx(&mut b.shell)?;
+    super::listen_in_guest(&mut b.shell)?;
+    let before = packets(&mut b.shell, "rx_packets")?;
     let shell = &mut b.shell;
     let mut tcp =
         traced("TCP receive", "packet received", &mut || super::send_to_guest(shell, port, NET_BYTES).map(|_| 0))?;
-    tcp.requests = rx(&mut b.shell)?.saturating_sub(before).max(1);
+    tcp.requests = packets(&mut b.shell, "rx_packets")?.saturating_sub(before).max(1);
+    out.push(tcp);
+    super::serve_from_guest(&mut b.shell, NET_BYTES)?;
+    let before = packets(&mut b.shell, "tx_packets")?;
+    let mut tcp = traced("TCP send", "packet sent", &mut || super::receive_from_guest(port, NET_BYTES).map(|_| 0))?;
+    tcp.requests = packets(&mut b.shell, "tx_packets")?.saturating_sub(before).max(1);
     out.push(tcp);
     let _ = std::fs::remove_file(&socket);
     b.shell.power_off();
