@@ -38,11 +38,28 @@ pub trait BoardNic: Send {
     fn acknowledge_interrupt(&mut self);
     /// Takes back the buffers of the frames it has sent.
     fn take_back_sent(&mut self);
-    /// The next frame it received, copied into `into` at the offset it answers (bytes
-    /// before it are the NIC's own); none if there is none.
-    fn receive(&mut self, into: &mut alloc::vec::Vec<u8>) -> Option<usize>;
+    /// The next frame it received, in its own buffer; none if there is none.
+    fn receive(&mut self) -> Option<ReceivedFrame>;
+    /// A received frame's buffer back to the NIC, for the frames to come; false if the NIC
+    /// could not take it (it is freed, and the NIC has one buffer fewer).
+    fn give_back(&mut self, received: ReceivedFrame) -> bool;
     /// Its interrupt, if it has one (none: it sends but never receives).
     fn interrupt(&self) -> Option<u32>;
+}
+
+/// A frame the board's NIC received, in the NIC's buffer: out of the NIC, which cannot
+/// receive into it, until it is given back (`BoardNic::give_back`).
+pub struct ReceivedFrame {
+    pub buffer: alloc::boxed::Box<[u8]>,
+    /// Where the frame lies in the buffer (after the NIC's header).
+    pub frame: core::ops::Range<usize>,
+}
+
+impl ReceivedFrame {
+    /// The frame; empty if the NIC said it lies outside its buffer.
+    pub fn frame(&self) -> &[u8] {
+        self.buffer.get(self.frame.clone()).unwrap_or(&[])
+    }
 }
 
 pub struct Network {

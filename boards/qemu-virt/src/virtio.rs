@@ -18,6 +18,7 @@ use core::alloc::Layout;
 use hyp_core::platform::Platform;
 use hyp_core::sync::Mutex;
 use hyp_runtime::board::{BoardDisk, DiskCompletion, DiskData, DiskError, DiskOp, DiskRequest, Rejected};
+use hyp_runtime::network::ReceivedFrame;
 use spin::Once;
 use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::device::net::VirtIONetRaw;
@@ -424,19 +425,18 @@ impl Uplink {
         }
     }
 
-    /// The next received frame, copied out with the device's header before it (its buffer
-    /// goes straight back to the device): the frame's offset in `into`.
-    pub fn receive(&mut self, into: &mut Vec<u8>) -> Option<usize> {
+    /// The next received frame, in its buffer, which the device no longer holds.
+    pub fn receive(&mut self) -> Option<ReceivedFrame> {
         let token = self.net.poll_receive()?;
         let mut buffer = self.receiving.get_mut(usize::from(token)).and_then(Option::take)?;
         // SAFETY: the same buffer `receive_begin` was given for this token.
         let (header, len) = unsafe { self.net.receive_complete(token, &mut buffer) }.ok()?;
-        // From the buffer's start, header and all: both copies start aligned, where the
-        // frame alone starts 12 bytes in, and the library's copy (the image's targets are
-        // strict-align) moves a misaligned pair a byte at a time.
-        into.clear();
-        into.extend_from_slice(buffer.get(..header + len).unwrap_or(&[]));
-        self.give_receive_buffer(buffer).is_ok().then_some(header)
+        Some(ReceivedFrame { buffer, frame: header..header + len })
+    }
+
+    /// A received frame's buffer, back to the device for the next frame.
+    pub fn give_back(&mut self, received: ReceivedFrame) -> bool {
+        self.give_receive_buffer(received.buffer).is_ok()
     }
 
     pub fn acknowledge_interrupt(&mut self) {
@@ -503,8 +503,11 @@ impl hyp_runtime::network::BoardNic for Uplink {
     fn take_back_sent(&mut self) {
         Uplink::take_back_sent(self);
     }
-    fn receive(&mut self, into: &mut Vec<u8>) -> Option<usize> {
-        Uplink::receive(self, into)
+    fn receive(&mut self) -> Option<ReceivedFrame> {
+        Uplink::receive(self)
+    }
+    fn give_back(&mut self, received: ReceivedFrame) -> bool {
+        Uplink::give_back(self, received)
     }
     fn interrupt(&self) -> Option<u32> {
         self.intid

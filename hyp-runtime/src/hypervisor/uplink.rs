@@ -2,16 +2,10 @@
 //! uplink: a VM's frames are forwarded on the CPU of its transmit exit, the uplink's on the
 //! CPU that takes its receive interrupt (the boot CPU).
 
-use alloc::vec::Vec;
-
 use super::{say, BoardOf, Hypervisor, Virtualization};
 use crate::board::Board;
 use crate::interrupts::Route;
 use crate::network::{BoardNic, UPLINK_PORT};
-
-/// The largest frame the uplink hands the switch with its NIC's header, with room to spare
-/// (an Ethernet frame with a VLAN tag is 1,522 bytes).
-const FRAME_BUFFER: usize = 2048;
 
 impl<V: Virtualization> Hypervisor<V> {
     /// The switch for the uplink and the VMs whose NICs have these addresses (by VM index;
@@ -41,12 +35,16 @@ impl<V: Virtualization> Hypervisor<V> {
             uplink.acknowledge_interrupt();
             uplink.take_back_sent();
         }
-        let mut frame = Vec::new();
-        if frame.try_reserve_exact(FRAME_BUFFER).is_err() {
-            return say!(V, "hypervisor: no heap for the uplink's frames: they wait in the NIC");
-        }
-        while let Some(offset) = uplink.lock().receive(&mut frame) {
-            self.forward_frame(UPLINK_PORT, frame.get(offset..).unwrap_or(&[]));
+        // Each frame is forwarded from the NIC's own buffer with the NIC's lock released
+        // (the switch takes the receiving VMs' devices' locks, and other CPUs send through
+        // the NIC meanwhile), then its buffer goes back to the NIC.
+        loop {
+            let received = uplink.lock().receive();
+            let Some(received) = received else { break };
+            self.forward_frame(UPLINK_PORT, received.frame());
+            if !uplink.lock().give_back(received) {
+                return say!(V, "hypervisor: the uplink did not take a receive buffer back: it has one fewer");
+            }
         }
     }
 }

@@ -714,8 +714,11 @@ impl crate::network::BoardNic for FakeNic {
     }
     fn acknowledge_interrupt(&mut self) {}
     fn take_back_sent(&mut self) {}
-    fn receive(&mut self, _: &mut Vec<u8>) -> Option<usize> {
+    fn receive(&mut self) -> Option<crate::network::ReceivedFrame> {
         None
+    }
+    fn give_back(&mut self, _: crate::network::ReceivedFrame) -> bool {
+        true
     }
     fn interrupt(&self) -> Option<u32> {
         None
