@@ -1,12 +1,12 @@
 //! The deterministic cost of a virtio request under `-icount shift=0`, with and without a
 //! side core (docs/performance.md, "What a request costs"): the exits of the guest's vCPUs
 //! per 1 MiB disk request (O_DIRECT `dd`, one request per block) and per TCP packet the
-//! guest receives and sends, by reason, and the side core's own work per request (the counter ticks
-//! of its passes that found something: at 62.5 MHz and one instruction per nanosecond a
-//! tick is 16 instructions). Wall time plays no part: the exit counts do not depend on the
-//! machine's load, and the side core's idle polling is not counted. The disk workloads'
-//! exits are less those of the same measuring around an empty command (the shell and its
-//! output on the emulated UART).
+//! guest receives and sends, by reason, and the side core's own work per request (the
+//! counter ticks of its passes that found something: at 62.5 MHz and one instruction per
+//! nanosecond a tick is 16 instructions). Wall time plays no part: the exit counts do not
+//! depend on the machine's load, and the side core's idle polling is not counted. The disk
+//! workloads' exits are less those of the same measuring around an empty command (the shell
+//! and its output on the emulated UART).
 
 use std::collections::BTreeMap;
 
