@@ -943,6 +943,16 @@ fn send_to_guest(shell: &mut GuestShell, port: u16, bytes: usize) -> Result<f64,
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// The packets the guest's eth0 has received and sent: its `rx_packets` and `tx_packets`.
+fn packet_counts(shell: &mut GuestShell) -> Result<(u64, u64), XtaskError> {
+    let out = shell.run("cat /sys/class/net/eth0/statistics/rx_packets /sys/class/net/eth0/statistics/tx_packets")?;
+    let numbers: Vec<u64> = out.lines().map(strip_vm_name).filter_map(|l| l.trim().parse().ok()).collect();
+    match numbers[..] {
+        [.., rx, tx] => Ok((rx, tx)),
+        _ => Err(XtaskError::Failed(format!("no packet counts in: {out}"))),
+    }
+}
+
 /// Starts the guest's `nc -l` for one connection on `NET_GUEST_PORT`, fed `bytes` zeros to
 /// send (`receive_from_guest`).
 fn serve_from_guest(shell: &mut GuestShell, bytes: usize) -> Result<(), XtaskError> {

@@ -138,22 +138,13 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
             side_ticks,
         });
     }
-    let packets = |shell: &mut super::GuestShell| -> Result<(u64, u64), XtaskError> {
-        let out =
-            shell.run("cat /sys/class/net/eth0/statistics/rx_packets /sys/class/net/eth0/statistics/tx_packets")?;
-        let numbers: Vec<u64> = out.lines().map(super::strip_vm_name).filter_map(|l| l.trim().parse().ok()).collect();
-        match numbers[..] {
-            [.., rx, tx] => Ok((rx, tx)),
-            _ => Err(XtaskError::Failed(format!("no packet counts in: {out}"))),
-        }
-    };
     for receive in [true, false] {
         if receive {
             super::listen_in_guest(&mut b.shell)?;
         } else {
             super::serve_from_guest(&mut b.shell, NET_BYTES)?;
         }
-        let (rx0, tx0) = packets(&mut b.shell)?;
+        let (rx0, tx0) = super::packet_counts(&mut b.shell)?;
         let before = b.shell.exits(None)?;
         let ticks_before = busy_ticks(b.shell.io_line.as_deref());
         if receive {
@@ -163,7 +154,7 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
         }
         let exits = b.shell.exits(None)?.since(&before)?;
         let ticks_after = busy_ticks(b.shell.io_line.as_deref());
-        let (rx1, tx1) = packets(&mut b.shell)?;
+        let (rx1, tx1) = super::packet_counts(&mut b.shell)?;
         let (received, sent) = (rx1.saturating_sub(rx0), tx1.saturating_sub(tx0));
         let (workload, units, unit, other) = match receive {
             true => ("TCP receive", received, "packet received", sent),

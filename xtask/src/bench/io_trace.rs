@@ -218,24 +218,17 @@ fn trace_config(
         let shell = &mut b.shell;
         out.push(traced(name, "1 MiB request", &mut || shell.run(&command).map(|_| units))?);
     }
-    let packets = |shell: &mut super::GuestShell, counter: &str| -> Result<usize, XtaskError> {
-        let out = shell.run(&format!("cat /sys/class/net/eth0/statistics/{counter}"))?;
-        out.lines()
-            .filter_map(|l| super::strip_vm_name(l).trim().parse().ok())
-            .next_back()
-            .ok_or_else(|| XtaskError::Failed(format!("no packet count in: {out}")))
-    };
     super::listen_in_guest(&mut b.shell)?;
-    let before = packets(&mut b.shell, "rx_packets")?;
+    let before = super::packet_counts(&mut b.shell)?.0;
     let shell = &mut b.shell;
     let mut tcp =
         traced("TCP receive", "packet received", &mut || super::send_to_guest(shell, port, NET_BYTES).map(|_| 0))?;
-    tcp.requests = packets(&mut b.shell, "rx_packets")?.saturating_sub(before).max(1);
+    tcp.requests = (super::packet_counts(&mut b.shell)?.0.saturating_sub(before) as usize).max(1);
     out.push(tcp);
     super::serve_from_guest(&mut b.shell, NET_BYTES)?;
-    let before = packets(&mut b.shell, "tx_packets")?;
+    let before = super::packet_counts(&mut b.shell)?.1;
     let mut tcp = traced("TCP send", "packet sent", &mut || super::receive_from_guest(port, NET_BYTES).map(|_| 0))?;
-    tcp.requests = packets(&mut b.shell, "tx_packets")?.saturating_sub(before).max(1);
+    tcp.requests = (super::packet_counts(&mut b.shell)?.1.saturating_sub(before) as usize).max(1);
     out.push(tcp);
     let _ = std::fs::remove_file(&socket);
     b.shell.power_off();
