@@ -491,8 +491,8 @@ fn plan_on(
     segments: &[Segment],
 ) -> (Result<vdev::virtio::bounce::Route, GuestMemoryError>, Vec<PhysicalRun>) {
     let cap = vdev::virtio::block::SEG_MAX as usize;
-    let (mut runs, mut scratch, mut physical) =
-        (Vec::with_capacity(cap), Vec::with_capacity(cap), Vec::with_capacity(cap));
+    let (mut runs, mut physical) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
+    let mut scratch = vdev::virtio::bounce::PlanScratch::new(cap).unwrap();
     let route = crate::virtio::disk_slice::physical_runs(ram, segments, &mut runs, &mut scratch, &mut physical);
     assert_eq!((runs.capacity(), scratch.capacity(), physical.capacity()), (cap, cap, cap), "nothing allocated");
     (route, physical)

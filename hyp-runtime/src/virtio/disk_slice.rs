@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use hyp_core::bundle::DiskSlice;
 use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, SEG_MAX};
-use vdev::virtio::bounce::{self, Route, BOUNCE_BYTES};
+use vdev::virtio::bounce::{self, PlanScratch, Route, BOUNCE_BYTES};
 use vdev::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 
 use super::PhysicalRam;
@@ -46,7 +46,7 @@ pub struct DiskSliceBackend<K: 'static, M> {
     /// come in ascending order) and their physical runs, each of capacity `SEG_MAX`,
     /// reserved with the VM and reused by every request (`physical_runs`).
     runs: Vec<Segment>,
-    scratch: Vec<Segment>,
+    scratch: PlanScratch,
     physical: Vec<PhysicalRun>,
 }
 
@@ -69,7 +69,7 @@ pub(crate) fn physical_runs<M: PhysicalRam>(
     ram: &M,
     segments: &[Segment],
     runs: &mut Vec<Segment>,
-    scratch: &mut Vec<Segment>,
+    scratch: &mut PlanScratch,
     physical: &mut Vec<PhysicalRun>,
 ) -> Result<Route, GuestMemoryError> {
     physical.clear();
@@ -179,9 +179,9 @@ impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
         let share = (disk.slots() / sharing.max(1)).max(1);
         let mut flights = Vec::new();
         flights.try_reserve_exact(share).map_err(|_| DiskSliceError::NoMemory)?;
-        let (mut runs, mut scratch, mut physical) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut runs, mut physical) = (Vec::new(), Vec::new());
         runs.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
-        scratch.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
+        let scratch = PlanScratch::new(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
         physical.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
         Ok(DiskSliceBackend {
             disk,

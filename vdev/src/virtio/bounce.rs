@@ -5,10 +5,12 @@
 //! guest chooses, never decides an allocation (a 32 MiB request once made the hypervisor
 //! allocate 32 MiB from its heap and panic).
 
+use alloc::collections::TryReserveError;
 use alloc::vec::Vec;
 
 use crate::virtio::block::{BlockError, SECTOR_SIZE};
 use crate::virtio::memory::{GuestMemory, Segment};
+use crate::virtio::pages::PageSet;
 
 /// Size of a backend's bounce buffer: one `size_max` segment, a whole number of sectors.
 pub const BOUNCE_BYTES: usize = crate::virtio::block::SIZE_MAX as usize;
@@ -46,16 +48,37 @@ pub fn route(segments: &[Segment]) -> Route {
     }
 }
 
+/// What [`plan`] decides in, reserved once with a device and never grown: the pages a
+/// request's runs claim, and a list to sort them in when that does not settle it.
+pub struct PlanScratch {
+    pages: PageSet,
+    sorted: Vec<Segment>,
+}
+
+impl PlanScratch {
+    /// For requests of up to `runs` runs.
+    pub fn new(runs: usize) -> Result<Self, TryReserveError> {
+        let mut sorted = Vec::new();
+        sorted.try_reserve_exact(runs)?;
+        Ok(PlanScratch { pages: PageSet::new()?, sorted })
+    }
+
+    /// The most runs it sorts.
+    pub fn capacity(&self) -> usize {
+        self.sorted.capacity()
+    }
+}
+
 /// The route for `segments`, as [`route`] decides it, and for `Route::Direct` the runs the
 /// disk is handed: `runs` holds the segments with each run of adjacent ones merged, in
-/// order (as [`merge_adjacent`] gives them). Linear in the number of segments when the runs
-/// come in ascending or descending order of address, `n log n` otherwise; it
-/// allocates nothing: `runs` and `scratch` are the caller's, their capacity reserved once
-/// (`SEG_MAX` for a block device), and never grown here. A request with more runs than
-/// that capacity goes through the bounce buffer. Whether two segments overlap is decided
-/// on the runs: a run's segments follow each other, so two segments share a byte exactly
-/// when their runs do.
-pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut Vec<Segment>) -> Route {
+/// order (as [`merge_adjacent`] gives them). It allocates nothing: `runs` and `scratch` are
+/// the caller's, reserved once (`SEG_MAX` runs for a block device), and never grown here. A
+/// request with more runs than `runs` holds goes through the bounce buffer. Whether two
+/// segments overlap is decided on the runs (a run's segments follow each other, so two
+/// segments share a byte exactly when their runs do), in linear time when the runs come in
+/// ascending or descending order of address or no two touch the same page
+/// ([`PageSet`]: a guest's page cache gives its pages in no order), else by sorting them.
+pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut PlanScratch) -> Route {
     runs.clear();
     for s in segments {
         if s.len == 0 || !u64::from(s.len).is_multiple_of(SECTOR_SIZE) {
@@ -81,15 +104,19 @@ pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut Vec<Seg
     if runs.windows(2).all(|w| w[1].addr >= end(&w[0])) || runs.windows(2).all(|w| end(&w[1]) <= w[0].addr) {
         return Route::Direct;
     }
-    scratch.clear();
-    if runs.len() > scratch.capacity() {
+    if scratch.pages.claim_each_once(runs) {
+        return Route::Direct;
+    }
+    let sorted = &mut scratch.sorted;
+    sorted.clear();
+    if runs.len() > sorted.capacity() {
         return Route::Bounce;
     }
-    scratch.extend_from_slice(runs);
-    scratch.sort_unstable_by_key(|s| s.addr);
+    sorted.extend_from_slice(runs);
+    sorted.sort_unstable_by_key(|s| s.addr);
     // Sorted by start, with every length non-zero: disjoint pairwise exactly when each run
     // starts at or after the end of the one before it.
-    if scratch.windows(2).all(|w| w[1].addr >= end(&w[0])) {
+    if sorted.windows(2).all(|w| w[1].addr >= end(&w[0])) {
         Route::Direct
     } else {
         Route::Bounce
@@ -341,7 +368,7 @@ mod tests {
 
     fn plan_of(segments: &[Segment], capacity: usize) -> (Route, Vec<Segment>) {
         let mut runs = Vec::with_capacity(capacity);
-        let mut scratch = Vec::with_capacity(capacity);
+        let mut scratch = PlanScratch::new(capacity).unwrap();
         let route = plan(segments, &mut runs, &mut scratch);
         assert!(runs.capacity() == capacity && scratch.capacity() == capacity, "nothing grown");
         (route, runs)
@@ -356,7 +383,7 @@ mod tests {
         assert_eq!(r, Route::Direct);
         assert_eq!(runs, merge_adjacent(&pages).collect::<Vec<_>>());
         assert_eq!(runs.len(), 85, "three adjacent pages a run");
-        // Descending: sorted in the scratch list, still direct, the runs in request order.
+        // Descending: still direct, the runs in request order.
         let mut down = pages.clone();
         down.reverse();
         let (r, runs) = plan_of(&down, 254);
@@ -400,6 +427,38 @@ mod tests {
                 proptest::prop_assert_eq!(runs, merge_adjacent(&segments).collect::<Vec<_>>());
             }
         }
+    }
+
+    proptest::proptest! {
+        /// Buffers over many pages in no order, as a guest's page cache gives them (the
+        /// runs' pages decide, `PageSet`), some of them sharing a page or a byte (the sort
+        /// decides): `plan` still decides as the pairwise `route` does.
+        #[test]
+        fn a_plan_of_scattered_pages_agrees_with_the_pairwise_route(
+            raw in proptest::collection::vec((0u64..96, 0u64..8, 1u32..12), 0..60)
+        ) {
+            let segments: Vec<Segment> = raw
+                .iter()
+                .map(|&(page, sector, sectors)| Segment { addr: BASE + page * 4096 + sector * 512, len: sectors * 512 })
+                .collect();
+            let (r, runs) = plan_of(&segments, 64);
+            proptest::prop_assert_eq!(r, route(&segments));
+            if r == Route::Direct {
+                proptest::prop_assert_eq!(runs, merge_adjacent(&segments).collect::<Vec<_>>());
+            }
+        }
+    }
+
+    #[test]
+    fn scattered_pages_are_direct_and_a_shared_page_is_decided_by_its_bytes() {
+        let seg = |addr: u64, len: u32| Segment { addr, len };
+        let scattered: Vec<_> = (0..254u64).map(|i| seg(BASE + (i * 7919 % 1021) * 4096, 4096)).collect();
+        assert_eq!(plan_of(&scattered, 254).0, Route::Direct);
+        let mut shared = scattered.clone();
+        shared[100] = seg(scattered[7].addr + 2048, 512);
+        assert_eq!(plan_of(&shared, 254).0, Route::Bounce, "inside another's page: overlapping");
+        shared[7].len = 2048;
+        assert_eq!(plan_of(&shared, 254).0, Route::Direct, "the same page, not the same bytes");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod features;
 pub mod incident;
 pub mod memory;
 pub mod net;
+pub mod pages;
 pub mod poll;
 pub mod queue;
 pub mod shadow;
