@@ -370,9 +370,18 @@ impl Uplink {
         // SAFETY: the buffer is kept in `receiving` under its token, untouched, until the
         // device has used it (`receive`); its heap memory does not move with the Box.
         let token = unsafe { self.net.receive_begin(&mut buffer)? };
-        let slot = self.receiving.get_mut(usize::from(token)).ok_or(virtio_drivers::Error::WrongToken)?;
-        *slot = Some(buffer);
-        Ok(())
+        match self.receiving.get_mut(usize::from(token)) {
+            Some(slot) => {
+                *slot = Some(buffer);
+                Ok(())
+            }
+            // A token beyond the queue cannot come from the driver; the buffer is leaked
+            // rather than freed under the device.
+            None => {
+                core::mem::forget(buffer);
+                Err(virtio_drivers::Error::WrongToken)
+            }
+        }
     }
 
     /// Queues one Ethernet frame for sending; false if the device cannot take it or it is
@@ -425,13 +434,21 @@ impl Uplink {
         }
     }
 
-    /// The next received frame, in its buffer, which the device no longer holds.
+    /// The next received frame, in its buffer, which the device no longer holds. A buffer
+    /// the device used for less than a frame's header holds no frame: it goes back to the
+    /// device at once, so the device keeps every receive buffer.
     pub fn receive(&mut self) -> Option<ReceivedFrame> {
-        let token = self.net.poll_receive()?;
-        let mut buffer = self.receiving.get_mut(usize::from(token)).and_then(Option::take)?;
-        // SAFETY: the same buffer `receive_begin` was given for this token.
-        let (header, len) = unsafe { self.net.receive_complete(token, &mut buffer) }.ok()?;
-        Some(ReceivedFrame { buffer, frame: header..header + len })
+        loop {
+            let token = self.net.poll_receive()?;
+            let mut buffer = self.receiving.get_mut(usize::from(token)).and_then(Option::take)?;
+            // SAFETY: the same buffer `receive_begin` was given for this token.
+            match unsafe { self.net.receive_complete(token, &mut buffer) } {
+                Ok((header, len)) => return Some(ReceivedFrame { buffer, frame: header..header + len }),
+                // The used buffer was taken off the queue (the only failure after it).
+                Err(virtio_drivers::Error::IoError) => self.give_receive_buffer(buffer).ok()?,
+                Err(_) => return None,
+            }
+        }
     }
 
     /// A received frame's buffer, back to the device for the next frame.
