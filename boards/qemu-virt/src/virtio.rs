@@ -338,7 +338,8 @@ pub struct Uplink {
     sending: [Option<(Box<[u8]>, usize)>; UPLINK_QUEUE],
     /// Where a frame's header starts in a transmit buffer: its length before `SEND_FRAME_AT`.
     send_header_at: usize,
-    /// Transmit buffers the device gave back, for the next frames.
+    /// Transmit buffers the device does not hold, for the next frames: all of them are
+    /// allocated with the uplink, one per descriptor, and this list never grows past them.
     spare: Vec<Box<[u8]>>,
     /// Its interrupt, which says frames arrived or were sent.
     pub intid: Option<u32>,
@@ -353,11 +354,14 @@ impl Uplink {
             net,
             receiving: [const { None }; UPLINK_QUEUE],
             sending: [const { None }; UPLINK_QUEUE],
-            spare: Vec::new(),
+            spare: Vec::with_capacity(UPLINK_QUEUE),
             intid,
         };
+        // Every buffer now, so that no frame a guest sends allocates (an allocation that
+        // fails on a guest's path would stop the hypervisor).
         for _ in 0..UPLINK_QUEUE {
             uplink.give_receive_buffer(alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice())?;
+            uplink.spare.push(alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice());
         }
         Ok(uplink)
     }
@@ -393,7 +397,8 @@ impl Uplink {
             hyp_core::sync::wait_step();
             self.take_back_sent();
         }
-        let mut buffer = self.spare.pop().unwrap_or_else(|| alloc::vec![0u8; UPLINK_BUFFER].into_boxed_slice());
+        // With a descriptor free, a buffer is (there are as many of each).
+        let Some(mut buffer) = self.spare.pop() else { return false };
         let (start, end) = (self.send_header_at, SEND_FRAME_AT + frame.len());
         let header = buffer.get_mut(start..).map(|b| self.net.fill_buffer_header(b));
         if end > buffer.len() || !matches!(header, Some(Ok(_))) {
