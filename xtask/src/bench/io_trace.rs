@@ -60,7 +60,7 @@ pub struct Window {
 }
 
 /// The function symbols of an ELF, by address: (start, end, name), sorted.
-fn functions(elf: &[u8]) -> Result<Vec<(u64, u64, String)>, String> {
+pub(crate) fn functions(elf: &[u8]) -> Result<Vec<(u64, u64, String)>, String> {
     let file = object::File::parse(elf).map_err(|e| format!("the hypervisor's ELF: {e}"))?;
     let mut f: Vec<(u64, u64, String)> = file
         .symbols()
@@ -88,7 +88,7 @@ pub fn demangle(name: &str) -> String {
     parts.join("::").replace("$LT$", "<").replace("$GT$", ">").replace("$u20$", " ").replace("..", "::")
 }
 
-fn function_at(functions: &[(u64, u64, String)], offset: u64) -> &str {
+pub(crate) fn function_at(functions: &[(u64, u64, String)], offset: u64) -> &str {
     let i = functions.partition_point(|f| f.0 <= offset);
     match i.checked_sub(1).map(|i| &functions[i]) {
         Some((start, end, name)) if (*start..*end).contains(&offset) => name,

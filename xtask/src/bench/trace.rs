@@ -11,7 +11,9 @@
 //! run), then the key is typed. Each log line gives the CPU, the PC and the translation
 //! block's flags, whose MMU index says the exception level; each EL2 instruction is read
 //! from the hypervisor's ELF at its PC less the load address the hypervisor prints, and
-//! classed (`a64`); a window's counts over its iterations are the figures per operation.
+//! classed (`a64`) and put in the function whose symbol holds it (with LTO, the outermost
+//! function its path is inlined into), per CPU; a window's counts over its iterations are
+//! the figures per operation.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -89,6 +91,9 @@ pub struct Counts {
     pub by_class: BTreeMap<Class, f64>,
     /// Each system instruction by name (`mrs ESR_EL2`, `dsb ish`, ...).
     pub by_name: BTreeMap<String, f64>,
+    /// Every instruction by CPU and function (`cpu1 vgic::...::flush_to_hw`): which side of
+    /// a path between two CPUs, and which part of it, the instructions are.
+    pub by_function: BTreeMap<String, f64>,
 }
 
 impl Counts {
@@ -105,11 +110,16 @@ impl Counts {
         self.by_class.get(&class).copied().unwrap_or(0.0)
     }
 
+    fn add_to_function(&mut self, cpu: u32, function: &str) {
+        *self.by_function.entry(format!("cpu{cpu} {function}")).or_default() += 1.0;
+    }
+
     fn per(&self, n: f64) -> Counts {
         Counts {
             instructions: self.instructions / n,
             by_class: self.by_class.iter().map(|(c, v)| (*c, v / n)).collect(),
             by_name: self.by_name.iter().map(|(k, v)| (k.clone(), v / n)).collect(),
+            by_function: self.by_function.iter().map(|(k, v)| (k.clone(), v / n)).collect(),
         }
     }
 }
@@ -150,10 +160,11 @@ pub fn exception_level(flags: u32) -> Option<u8> {
 }
 
 /// The hypervisor's code as it runs: the ELF's executable segments (linked at 0) at the load
-/// address.
+/// address, and its function symbols.
 pub struct Code {
     base: u64,
     segments: Vec<(u64, Vec<u8>)>,
+    functions: Vec<(u64, u64, String)>,
 }
 
 impl Code {
@@ -164,7 +175,12 @@ impl Code {
         if segments.is_empty() {
             return Err("the hypervisor's ELF has no code".into());
         }
-        Ok(Code { base, segments })
+        Ok(Code { base, segments, functions: super::io_trace::functions(elf)? })
+    }
+
+    /// The function whose symbol holds `pc` ("?" if none does).
+    pub fn function(&self, pc: u64) -> &str {
+        super::io_trace::function_at(&self.functions, pc.wrapping_sub(self.base))
     }
 
     /// The instruction at `pc`, if it is the hypervisor's code.
@@ -220,6 +236,7 @@ pub fn windows(log: impl BufRead, code: &Code, isa: Isa, marks: Marks) -> Result
                     .ok_or_else(|| format!("an EL2 instruction outside the hypervisor's code: {line}"))?;
                 if let Some(w) = windows.last_mut() {
                     w.add(isa, word);
+                    w.add_to_function(exec.cpu, code.function(exec.pc));
                 }
             }
             _ => {}
@@ -416,11 +433,16 @@ pub fn table(counts: &BTreeMap<String, Counts>) -> (String, String) {
         ));
         let classes: Vec<String> = c.by_class.iter().map(|(k, v)| format!("\"{k}\": {v:.2}")).collect();
         let names: Vec<String> = c.by_name.iter().map(|(k, v)| format!("\"{k}\": {v:.2}")).collect();
+        let mut by_function: Vec<(&String, &f64)> = c.by_function.iter().collect();
+        by_function.sort_by(|a, b| b.1.total_cmp(a.1));
+        let functions: Vec<String> = by_function.iter().map(|(k, v)| format!("\"{k}\": {v:.2}")).collect();
         json.push(format!(
-            "    {{\"name\": \"{name}\", \"el2_instructions\": {:.1}, \"classes\": {{{}}}, \"instructions\": {{{}}}}}",
+            "    {{\"name\": \"{name}\", \"el2_instructions\": {:.1}, \"classes\": {{{}}}, \"instructions\": {{{}}}, \
+             \"functions\": {{{}}}}}",
             c.instructions,
             classes.join(", "),
-            names.join(", ")
+            names.join(", "),
+            functions.join(", ")
         ));
     }
     t.push_str(&format!(
@@ -487,7 +509,8 @@ mod tests {
     fn code() -> Code {
         let words = [0xd503_3fdfu32, 0xd503_3b9f, 0xd53c_5200, 0xd508_871f, 0x9100_0400];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        Code { base: 0x1000, segments: vec![(0, bytes)] }
+        let functions = vec![(0, 8, "barriers".to_string()), (8, 0x14, "rest".to_string())];
+        Code { base: 0x1000, segments: vec![(0, bytes)], functions }
     }
 
     fn line(cpu: u32, pc: u64, flags: u32) -> String {
@@ -518,6 +541,8 @@ mod tests {
         assert_eq!((w[0].class(Class::Isb), w[0].class(Class::Dsb), w[0].class(Class::Mrs)), (1.0, 1.0, 1.0));
         assert_eq!(w[0].class(Class::Tlbi), 0.0, "the TLBI ran outside the window");
         assert_eq!(w[0].by_name.get("mrs ESR_EL2"), Some(&1.0));
+        let by_function: Vec<(&str, f64)> = w[0].by_function.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(by_function, [("cpu0 barriers", 1.0), ("cpu0 rest", 2.0), ("cpu1 barriers", 1.0)]);
         assert_eq!((w[1].instructions, w[1].class(Class::Tlbi)), (1.0, 1.0));
     }
 
@@ -554,6 +579,9 @@ mod tests {
         clean.add(Isa::A64, 0xd503_3fdf);
         let mut dirty = clean.clone();
         dirty.add(Isa::A64, 0xd508_871f);
+        dirty.add_to_function(2, "vgic::flush");
+        dirty.add_to_function(0, "run");
+        dirty.add_to_function(2, "vgic::flush");
         let counts: BTreeMap<String, Counts> =
             [("hvc-unknown".to_string(), clean), ("vtimer".to_string(), dirty)].into_iter().collect();
         let (t, json) = table(&counts);
@@ -562,6 +590,7 @@ mod tests {
         assert_eq!(row("vtimer")[7..], ["1", "0", "0", "NO"]);
         assert!(json.contains("\"name\": \"vtimer\", \"el2_instructions\": 3.0"), "{json}");
         assert!(json.contains("\"tlbi vmalle1\": 1.00"), "{json}");
+        assert!(json.contains("\"functions\": {\"cpu2 vgic::flush\": 2.00, \"cpu0 run\": 1.00}"), "{json}");
         assert_eq!(json.matches('{').count(), json.matches('}').count());
         assert!(details(&counts).contains("hvc-unknown: isb x1, mrs ESR_EL2 x1"));
     }
