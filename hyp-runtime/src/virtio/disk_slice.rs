@@ -42,9 +42,10 @@ pub struct DiskSliceBackend<K: 'static, M> {
     share: usize,
     /// The VM is being destroyed: completions touch its RAM no more, nothing new starts.
     stopped: bool,
-    /// A direct request's runs of adjacent buffers, a sorted copy of them (when they do not
-    /// come in ascending order) and their physical runs, each of capacity `SEG_MAX`,
-    /// reserved with the VM and reused by every request (`physical_runs`).
+    /// A direct request's runs of adjacent buffers, what `bounce::plan` decides their
+    /// overlap in (the pages they claim, a sorted copy of them) and their physical runs,
+    /// each for `SEG_MAX` runs, reserved with the VM and reused by every request
+    /// (`physical_runs`).
     runs: Vec<Segment>,
     scratch: PlanScratch,
     physical: Vec<PhysicalRun>,
