@@ -7,6 +7,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use stage2::{Ipa, IpaRange};
 
@@ -103,10 +104,15 @@ impl<T: MmioDevice + Send> BusDevice for Locked<T> {
 
 /// The emulated devices of one VM, by IPA window; fixed once the VM is built. The windows
 /// are kept in the order of their IPAs (they never overlap), so a trapped access finds its
-/// window by a binary search, not by testing each window in turn.
+/// window by a binary search, not by testing each window in turn; and the window found last
+/// is tried first, since a driver's accesses come in runs to one device (a QueueNotify
+/// after another, an InterruptACK in each interrupt).
 #[derive(Default)]
 pub struct MmioBus {
     windows: Vec<(IpaRange, Box<dyn BusDevice>)>,
+    /// The index of the window found last, by any vCPU: only a hint, each use checks that
+    /// the window holds the IPA.
+    last: AtomicUsize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -128,10 +134,17 @@ impl MmioBus {
         Ok(())
     }
 
-    /// The window that holds `ipa`: the last one starting at or below it, if it reaches it.
+    /// The window that holds `ipa`: the one found last if it does, else the last one
+    /// starting at or below it, if it reaches it.
     fn window(&self, ipa: Ipa) -> Option<&(IpaRange, Box<dyn BusDevice>)> {
-        let after = self.windows.partition_point(|(w, _)| w.start() <= ipa);
-        self.windows.get(after.checked_sub(1)?).filter(|(w, _)| w.contains(ipa))
+        let last = self.last.load(Ordering::Relaxed);
+        if let Some(hit) = self.windows.get(last).filter(|(w, _)| w.contains(ipa)) {
+            return Some(hit);
+        }
+        let i = self.windows.partition_point(|(w, _)| w.start() <= ipa).checked_sub(1)?;
+        let found = self.windows.get(i).filter(|(w, _)| w.contains(ipa))?;
+        self.last.store(i, Ordering::Relaxed);
+        Some(found)
     }
 
     fn find(&self, ipa: Ipa, width: AccessWidth) -> Result<(u64, &dyn BusDevice), MmioError> {
@@ -276,7 +289,12 @@ mod tests {
         for (start, size, name) in windows {
             bus.attach(IpaRange::new(Ipa(start), size).unwrap(), Box::new(Locked::new(Named(name)))).unwrap();
         }
-        for ipa in (0..0xb000).step_by(0x40).chain([0x11ff, 0x1200, 0x12ff, 0x1300, 0x13ff, 0x9fff, 0xa000, u64::MAX]) {
+        let ipas: Vec<u64> =
+            (0..0xb000).step_by(0x40).chain([0x11ff, 0x1200, 0x12ff, 0x1300, 0x13ff, 0x9fff, 0xa000, u64::MAX]).collect();
+        // In order, then scrambled: the window found last is tried first, so each IPA is
+        // looked up right after one of every other window (or of a gap) as well.
+        let scrambled = (0..ipas.len()).map(|i| ipas[i * 97 % ipas.len()]);
+        for ipa in ipas.iter().copied().chain(scrambled) {
             let holder = windows.iter().find(|(start, size, _)| (*start..*start + *size).contains(&ipa));
             assert_eq!(bus.device_name(Ipa(ipa)), holder.map(|w| w.2), "{ipa:#x}");
             let read = bus.read(0, Ipa(ipa), AccessWidth::Byte);
