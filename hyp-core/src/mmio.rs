@@ -289,8 +289,10 @@ mod tests {
         for (start, size, name) in windows {
             bus.attach(IpaRange::new(Ipa(start), size).unwrap(), Box::new(Locked::new(Named(name)))).unwrap();
         }
-        let ipas: Vec<u64> =
-            (0..0xb000).step_by(0x40).chain([0x11ff, 0x1200, 0x12ff, 0x1300, 0x13ff, 0x9fff, 0xa000, u64::MAX]).collect();
+        let ipas: Vec<u64> = (0..0xb000)
+            .step_by(0x40)
+            .chain([0x11ff, 0x1200, 0x12ff, 0x1300, 0x13ff, 0x9fff, 0xa000, u64::MAX])
+            .collect();
         // In order, then scrambled: the window found last is tried first, so each IPA is
         // looked up right after one of every other window (or of a gap) as well.
         let scrambled = (0..ipas.len()).map(|i| ipas[i * 97 % ipas.len()]);

@@ -30,6 +30,27 @@ const PAGE_MASK: u64 = (1 << PAGE_BITS) - 1;
 /// cleared once and numbering starts again.
 const LAST_REQUEST: u64 = (1 << (64 - PAGE_BITS)) - 1;
 
+/// The first and last page `run` touches (its first alone when it is empty).
+fn page_span(run: &Segment) -> (u64, u64) {
+    let last = run.addr.saturating_add(u64::from(run.len)).saturating_sub(1).max(run.addr);
+    (run.addr >> PAGE_SHIFT, last >> PAGE_SHIFT)
+}
+
+/// Whether claiming the pages of `runs` is likely cheaper than sorting them: about 16
+/// instructions a page claimed, against about 6.6 n log2 n for n runs sorted
+/// (`sort_unstable`, traced: 13,585 for 256 runs). So the set pays while the pages number
+/// under about 0.4 n log2 n: many short runs (a guest's scattered pages), not a few long
+/// ones (16 runs of 64 KiB are 256 pages, about 4,000 instructions to claim against about
+/// 400 to sort).
+pub fn cheaper_than_sorting(runs: &[Segment]) -> bool {
+    let n = runs.len() as u64;
+    if n < 2 {
+        return false;
+    }
+    let pages = runs.iter().map(page_span).fold(0u64, |sum, (first, last)| sum.saturating_add(last - first + 1));
+    pages.saturating_mul(5) <= n * u64::from(n.ilog2()) * 2
+}
+
 /// The set, for one request at a time.
 pub struct PageSet {
     slots: Vec<u64>,
@@ -57,8 +78,7 @@ impl PageSet {
         let mask = self.slots.len() - 1;
         let mut claimed = 0u64;
         for run in runs {
-            let first = run.addr >> PAGE_SHIFT;
-            let last = run.addr.saturating_add(u64::from(run.len)).saturating_sub(1).max(run.addr) >> PAGE_SHIFT;
+            let (first, last) = page_span(run);
             claimed += last - first + 1;
             if last > PAGE_MASK || claimed > MAX_PAGES {
                 return false;
@@ -103,6 +123,16 @@ mod tests {
         // The same pages again: a new request, not a second claim.
         assert!(set.claim_each_once(&pages));
         assert!(set.claim_each_once(&[seg(BASE, 64 << 10), seg(BASE + (64 << 10), 512)]));
+    }
+
+    #[test]
+    fn the_set_is_chosen_for_many_short_runs_and_not_for_a_few_long_ones() {
+        let scattered: Vec<Segment> = (0..254u64).map(|i| seg(BASE + (i * 7919 % 1021) * 4096, 4096)).collect();
+        assert!(cheaper_than_sorting(&scattered));
+        let huge: Vec<Segment> = (0..16u64).map(|i| seg(BASE + ((i * 7) % 16) * (128 << 10), 64 << 10)).collect();
+        assert!(!cheaper_than_sorting(&huge), "16 runs of 16 pages");
+        assert!(!cheaper_than_sorting(&scattered[..1]));
+        assert!(!cheaper_than_sorting(&[seg(0, u32::MAX), seg(u64::MAX - 4096, 4096)]), "no overflow");
     }
 
     #[test]
