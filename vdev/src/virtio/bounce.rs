@@ -405,6 +405,16 @@ mod tests {
         assert_eq!((r, runs.len()), (Route::Direct, 0));
     }
 
+    /// `plan` decides as the pairwise `route` does, and its runs are `merge_adjacent`'s.
+    fn plan_agrees_with_route(segments: &[Segment]) -> Result<(), proptest::test_runner::TestCaseError> {
+        let (r, runs) = plan_of(segments, 64);
+        proptest::prop_assert_eq!(r, route(segments));
+        if r == Route::Direct {
+            proptest::prop_assert_eq!(runs, merge_adjacent(segments).collect::<Vec<_>>());
+        }
+        Ok(())
+    }
+
     proptest::proptest! {
         /// Whatever the segments (few distinct addresses, so that overlaps and adjacency are
         /// common), `plan` decides as the pairwise `route` does, and its runs are
@@ -421,15 +431,9 @@ mod tests {
                     len: sectors * 512 + u32::from(odd == 1),
                 })
                 .collect();
-            let (r, runs) = plan_of(&segments, 64);
-            proptest::prop_assert_eq!(r, route(&segments));
-            if r == Route::Direct {
-                proptest::prop_assert_eq!(runs, merge_adjacent(&segments).collect::<Vec<_>>());
-            }
+            plan_agrees_with_route(&segments)?;
         }
-    }
 
-    proptest::proptest! {
         /// Buffers over many pages in no order, as a guest's page cache gives them (the
         /// runs' pages decide, `PageSet`), some of them sharing a page or a byte (the sort
         /// decides): `plan` still decides as the pairwise `route` does.
@@ -441,11 +445,7 @@ mod tests {
                 .iter()
                 .map(|&(page, sector, sectors)| Segment { addr: BASE + page * 4096 + sector * 512, len: sectors * 512 })
                 .collect();
-            let (r, runs) = plan_of(&segments, 64);
-            proptest::prop_assert_eq!(r, route(&segments));
-            if r == Route::Direct {
-                proptest::prop_assert_eq!(runs, merge_adjacent(&segments).collect::<Vec<_>>());
-            }
+            plan_agrees_with_route(&segments)?;
         }
     }
 
