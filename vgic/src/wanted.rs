@@ -126,6 +126,7 @@ impl Distributor {
     /// INTID); the others wait in `sgi_sources` and come in through the no-pending
     /// maintenance interrupt (after this one is acknowledged) or the EOI one (after it is
     /// deactivated).
+    #[inline(always)]
     pub(crate) fn want_private(&self, vcpu: usize, intid: u32) -> Option<Wanted> {
         let rd = self.redistributors.get(vcpu)?;
         let s = *rd.irq(intid)?;
