@@ -540,6 +540,7 @@ impl Distributor {
     }
 
     /// The state a list register that showed `intid` came back with.
+    #[inline(always)]
     pub(crate) fn fold(&mut self, vcpu: usize, intid: u32, state: LrState) {
         if let Some(s) = self.irq_mut(vcpu, intid) {
             s.set_active(state.active());
