@@ -664,6 +664,9 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
     setup::ensure_e2fsprogs()?;
     let root = images::workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    setup::ensure_component("rustfmt", "fmt")?;
+    step("the formatting: cargo fmt --check (rustfmt.toml; `cargo fmt --all` rewrites what it lists)");
+    run(Command::new(&cargo).current_dir(&root).args(["fmt", "--all", "--", "--check"]))?;
     step("host tests: cargo test (hyp-core, hyp-runtime, stage2, vgic, vdev, sched, hyp-arch-arm, xtask)");
     run(Command::new(&cargo).current_dir(&root).arg("test"))?;
     step("the logic crates build for aarch64-unknown-none (no_std)");
@@ -682,7 +685,7 @@ fn cmd_test(args: &[String]) -> Result<(), XtaskError> {
             "hyp-arch-arm",
         ]))?;
     }
-    setup::ensure_clippy()?;
+    setup::ensure_component("clippy", "clippy")?;
     step("the lints: every `unsafe` block says why it is sound (cargo clippy: the logic crates, the image, the shared GIC driver for both architectures, the board layer, the test guests)");
     run(Command::new(&cargo).current_dir(&root).args(["clippy", "--quiet", "--all-targets"]))?;
     // The deployed image, the tests' image with the test hooks (docs/security.md, "Test

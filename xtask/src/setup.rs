@@ -35,16 +35,17 @@ pub fn ensure_rust_targets() -> Result<(), XtaskError> {
     run_quiet(&mut cmd)
 }
 
-/// clippy, which `cargo xtask test` runs for the lints: rust-toolchain.toml lists it, but
-/// rustup adds a listed component only when it installs the toolchain, so a toolchain
-/// installed before may lack it.
-pub fn ensure_clippy() -> Result<(), XtaskError> {
+/// A component `cargo xtask test` runs (clippy for the lints, rustfmt for the formatting
+/// check), as `cargo <subcommand>`: rust-toolchain.toml lists it, but rustup adds a listed
+/// component only when it installs the toolchain, so a toolchain installed before may lack
+/// it.
+pub fn ensure_component(component: &str, subcommand: &str) -> Result<(), XtaskError> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    if Command::new(&cargo).args(["clippy", "--version"]).output().is_ok_and(|o| o.status.success()) {
+    if Command::new(&cargo).args([subcommand, "--version"]).output().is_ok_and(|o| o.status.success()) {
         return Ok(());
     }
-    step("installing clippy with rustup");
-    run_quiet(Command::new("rustup").args(["component", "add", "clippy"]))
+    step(&format!("installing {component} with rustup"));
+    run_quiet(Command::new("rustup").args(["component", "add", component]))
 }
 
 /// The major version of `qemu-system-aarch64`, or None when it is not installed.
