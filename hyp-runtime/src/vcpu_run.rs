@@ -28,6 +28,7 @@ use sched::Decision;
 use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
 
 use crate::arch::Arch;
+use crate::hypervisor::interrupts::{Acknowledged, ExitInterrupt};
 use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
 use crate::scheduling::vcpu_ref;
 use crate::tlb::OnEntry;
@@ -355,15 +356,17 @@ pub fn run_vcpu<C: VcpuCpu>(
             // same step as it is shown where it can (`tick_in_one_step`).
             GuestExit::Interrupt => {
                 let mut owed = lrs_in_use;
-                if hypervisor.take_exit_interrupt((vm, vcpu), || {
-                    if core::mem::take(&mut owed) {
-                        take_back_before_interrupt::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
-                    }
-                }) {
-                    match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
+                match hypervisor.take_exit_interrupt((vm, vcpu)) {
+                    ExitInterrupt::Taken => {}
+                    ExitInterrupt::VirtualTimer => match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
                         Some(in_use) => (lrs_in_use, owed) = (in_use, false),
                         // The line goes into the vGIC with the next plan, after the take-back.
                         None => timer_fired = true,
+                    },
+                    ExitInterrupt::Other(interrupt) => {
+                        let exiting = Exiting { vm, vcpu, cpu, shared };
+                        take_other_interrupt(&exiting, &mut here, owed, &mut lrs_changed, &mut lrs_in_use, interrupt);
+                        owed = false;
                     }
                 }
                 if owed {
@@ -584,19 +587,25 @@ fn take_back_after_exit<C: VcpuCpu>(
     }
 }
 
-/// `take_back_after_exit` before an exit's interrupt other than a kick or the timer: out of
-/// line, so that the interrupts' dispatch stays as small as it was without it.
+/// An exit's interrupt other than a kick or the timer (`ExitInterrupt::Other`): the list
+/// registers taken back first if the vCPU holds any (`owed`), then the interrupt handled by
+/// its route. Out of line, so that the interrupts' dispatch stays as small as it was
+/// without it.
 #[cold]
 #[inline(never)]
-fn take_back_before_interrupt<C: VcpuCpu>(
-    vm: &Vm<<C::V as Virtualization>::Env>,
-    vcpu: usize,
-    cpu: usize,
+fn take_other_interrupt<C: VcpuCpu>(
+    exiting: &Exiting<'_, C>,
     here: &mut C,
+    owed: bool,
     lrs_changed: &mut bool,
     lrs_in_use: &mut bool,
+    interrupt: Acknowledged,
 ) {
-    take_back_after_exit::<C>(vm, vcpu, cpu, here, lrs_changed, lrs_in_use);
+    let (vm, vcpu, cpu) = (exiting.vm, exiting.vcpu, exiting.cpu);
+    if owed {
+        take_back_after_exit::<C>(vm.borrow(), vcpu, cpu, here, lrs_changed, lrs_in_use);
+    }
+    C::hypervisor().take_exit_interrupt_routed(interrupt, (vm, vcpu));
 }
 
 /// The running vCPU's virtual timer fired: where the vGIC can (`vgic::Distributor::

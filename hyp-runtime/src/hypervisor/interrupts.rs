@@ -10,6 +10,35 @@ use super::{Hypervisor, Virtualization};
 use crate::interrupts::{Route, KICK_SGI};
 use crate::vm::Vm;
 
+/// What `take_interrupt` did with an acknowledged interrupt.
+enum Taken {
+    Done,
+    /// The running vCPU's virtual timer, its priority dropped.
+    VirtualTimer,
+    /// Any other: `take_routed`'s.
+    Routed(Route),
+}
+
+/// What `Hypervisor::take_exit_interrupt` did with the interrupt an exit came for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitInterrupt {
+    /// Handled (a kick: the running vCPU's hint is set), or none was pending.
+    Taken,
+    /// The running vCPU's virtual timer, its priority dropped: the caller raises its line.
+    VirtualTimer,
+    /// Acknowledged and not handled: the caller takes the running vCPU's list registers
+    /// back, then hands it to `Hypervisor::take_exit_interrupt_routed`.
+    Other(Acknowledged),
+}
+
+/// An interrupt acknowledged at the GIC's CPU interface and not yet ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acknowledged {
+    iar: u32,
+    intid: u32,
+    route: Route,
+}
+
 impl<V: Virtualization> Hypervisor<V> {
     /// Takes every pending physical interrupt of this CPU. `running` is the vCPU that was in
     /// the guest when they came (its exits are counted by reason, and it looks at its vGIC
@@ -19,7 +48,11 @@ impl<V: Virtualization> Hypervisor<V> {
         let running: Option<(&Vm<V::Env>, usize)> = running.map(|(vm, vcpu)| (vm.borrow(), vcpu));
         let mut timer = false;
         while let Some((iar, intid)) = V::acknowledge_interrupt() {
-            timer |= self.take_interrupt(iar, intid, running, &mut || {});
+            match self.take_interrupt(iar, intid, running) {
+                Taken::Done => {}
+                Taken::VirtualTimer => timer = true,
+                Taken::Routed(route) => self.take_routed(iar, intid, route, running),
+            }
         }
         timer
     }
@@ -28,34 +61,41 @@ impl<V: Virtualization> Hypervisor<V> {
     /// exception is taken for one interrupt. Another one pending is taken as soon as the
     /// guest is entered again (HCR_EL2.IMO / HCR.IMO route it here whatever the guest's
     /// mask): a second read of the acknowledge register on every interrupt exit, which
-    /// finds nothing but the spurious INTID almost always, is saved. `take_back` (the running
-    /// vCPU's list registers taken back) runs before any interrupt but a kick or the running
-    /// vCPU's virtual timer is handled, since those may change its vGIC (a passthrough SPI's
-    /// line) and the vGIC's view of its list registers must be current first. Returns
-    /// whether it was the running vCPU's virtual timer, whose line goes into the vGIC with
-    /// the take-back and the plan in one step, by the caller (`vcpu_run`, docs/vgic.md, "The
-    /// virtual timer's tick").
-    #[inline(never)]
-    pub fn take_exit_interrupt(&'static self, running: (&V::Vm, usize), mut take_back: impl FnMut()) -> bool {
-        let Some((iar, intid)) = V::acknowledge_interrupt() else { return false };
+    /// finds nothing but the spurious INTID almost always, is saved. A kick is handled here;
+    /// the running vCPU's virtual timer is the caller's, whose line goes into the vGIC with
+    /// the take-back and the plan in one step (`vcpu_run`, docs/vgic.md, "The virtual
+    /// timer's tick"); any other interrupt is left to the caller too, acknowledged
+    /// (`ExitInterrupt::Other`), since it may change the running vCPU's vGIC (a passthrough
+    /// SPI's line) and the vGIC's view of its list registers must be current first: the
+    /// caller takes them back, then hands it to `take_exit_interrupt_routed`. A kick's exit,
+    /// the most frequent, so builds nothing for the other cases' take-back. Inlined into the
+    /// run loop: out of line, its answer came back through memory.
+    #[inline(always)]
+    pub fn take_exit_interrupt(&'static self, running: (&V::Vm, usize)) -> ExitInterrupt {
+        let Some((iar, intid)) = V::acknowledge_interrupt() else { return ExitInterrupt::Taken };
         let (vm, vcpu) = running;
-        self.take_interrupt(iar, intid, Some((vm.borrow(), vcpu)), &mut take_back)
+        match self.take_interrupt(iar, intid, Some((vm.borrow(), vcpu))) {
+            Taken::Done => ExitInterrupt::Taken,
+            Taken::VirtualTimer => ExitInterrupt::VirtualTimer,
+            Taken::Routed(route) => ExitInterrupt::Other(Acknowledged { iar, intid, route }),
+        }
+    }
+
+    /// An interrupt `take_exit_interrupt` left to its caller, once the running vCPU's list
+    /// registers are taken back.
+    pub fn take_exit_interrupt_routed(&'static self, interrupt: Acknowledged, running: (&V::Vm, usize)) {
+        let (vm, vcpu) = running;
+        self.take_routed(interrupt.iar, interrupt.intid, interrupt.route, Some((vm.borrow(), vcpu)));
     }
 
     /// One acknowledged interrupt. The two the exit path takes most, a kick and the running
     /// vCPU's virtual timer, are handled here calling nothing, so that this needs no stack
-    /// frame; every other one is handed on to `take_routed`. With every route in the loop
-    /// above, the loop saved twelve registers and loaded the routes' constants before the
-    /// first interrupt: 23 instructions a kick or a timer interrupt paid (docs/performance.md).
-    /// Returns whether it was the running vCPU's virtual timer.
+    /// frame; every other one is the caller's, for `take_routed`. With every route in the
+    /// loop above, the loop saved twelve registers and loaded the routes' constants before
+    /// the first interrupt: 23 instructions a kick or a timer interrupt paid
+    /// (docs/performance.md).
     #[inline(never)]
-    fn take_interrupt(
-        &'static self,
-        iar: u32,
-        intid: u32,
-        running: Option<(&Vm<V::Env>, usize)>,
-        take_back: &mut impl FnMut(),
-    ) -> bool {
+    fn take_interrupt(&'static self, iar: u32, intid: u32, running: Option<(&Vm<V::Env>, usize)>) -> Taken {
         // The most frequent first, before the table: another CPU made this one look (an
         // IPI, an I/O completion).
         let route = if intid == KICK_SGI { Route::Kick } else { self.routes.of(intid) };
@@ -73,25 +113,18 @@ impl<V: Virtualization> Hypervisor<V> {
             (Route::VirtualTimer, Some((vm, vcpu))) => {
                 vm.count_exit(vcpu, ExitReason::TimerInterrupt);
                 V::drop_interrupt_priority(iar);
-                return true;
+                return Taken::VirtualTimer;
             }
-            _ => self.take_routed(iar, intid, route, running, take_back),
+            _ => return Taken::Routed(route),
         }
-        false
+        Taken::Done
     }
 
-    /// Any interrupt but a kick or the running vCPU's virtual timer, by its route.
-    /// `take_back` first, as `take_exit_interrupt` says.
+    /// Any interrupt but a kick or the running vCPU's virtual timer, by its route; on an
+    /// exit, after the running vCPU's list registers were taken back
+    /// (`take_exit_interrupt`).
     #[inline(never)]
-    fn take_routed(
-        &'static self,
-        iar: u32,
-        intid: u32,
-        route: Route,
-        running: Option<(&Vm<V::Env>, usize)>,
-        take_back: &mut impl FnMut(),
-    ) {
-        take_back();
+    fn take_routed(&'static self, iar: u32, intid: u32, route: Route, running: Option<(&Vm<V::Env>, usize)>) {
         let count = |reason| {
             if let Some((vm, vcpu)) = running {
                 vm.count_exit(vcpu, reason);

@@ -75,6 +75,9 @@ thread_local! {
     /// At each list-register read, whether vCPU 0's list-register lock and VM 0's vGIC lock
     /// were held.
     static LR_READS: RefCell<Vec<(bool, bool)>> = RefCell::default();
+    /// Whether each list-register read is an event too (`read lr N`), for a test of what
+    /// comes before what.
+    static LR_READ_EVENTS: Cell<bool> = const { Cell::new(false) };
     /// The vector's answer to each exit it offered.
     static OFFERED: RefCell<Vec<VectorAnswer>> = RefCell::default();
 }
@@ -117,6 +120,9 @@ impl ListRegisters for FakeLrs {
     fn read_lr(&self, index: usize) -> u64 {
         if let Some(vm) = HYPERVISOR.with(Cell::get).and_then(|h| h.vm(0)) {
             LR_READS.with(|r| r.borrow_mut().push((vm.vgic.lists[0].is_locked(), vm.vgic.vgic.is_locked())));
+        }
+        if LR_READ_EVENTS.with(Cell::get) {
+            event(format!("read lr {index}"));
         }
         self.0[index]
     }
@@ -505,6 +511,31 @@ fn a_kick_s_exit_folds_what_the_guest_completed_before_it_plans_what_the_kick_an
         assert_eq!((shown.vintid, shown.state), (IntId(40), vgic::LrState::Pending), "entry {entry}: {lr0:x?}");
     }
     assert!(vm.exit_counts().to_string().contains("kick 1"));
+}
+
+/// An exit for an interrupt that is neither a kick nor the vCPU's timer (INTID 99, routed
+/// nowhere) while the vCPU holds a list register the guest changed: the list registers are
+/// taken back before the interrupt is handled, as a passthrough SPI's line must be raised
+/// after the take-back's fold, not folded away by it.
+#[test]
+fn an_exit_s_other_interrupt_is_handled_after_the_list_registers_are_taken_back() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    spi_40_for_vcpu_0(&vm).inject_edge(IntId(40), 0).unwrap();
+    vm.vgic.hint(1);
+    step(GuestExit::Interrupt, None, None);
+    last_step(|s| (s.ack, s.interrupt) = (true, Some(99)));
+    hvc(PSCI_SYSTEM_OFF);
+    take_events();
+    LR_READ_EVENTS.with(|l| l.set(true));
+    let end = run(hypervisor, true);
+    LR_READ_EVENTS.with(|l| l.set(false));
+    assert_eq!(end, VcpuExit::VmEnded(EndReason::PoweredOff));
+    let events = take_events();
+    let at = |e: &str| events.iter().position(|x| x == e);
+    assert!(matches!((at("read lr 0"), at("end 99")), (Some(r), Some(e)) if r < e), "{events:?}");
+    let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
+    assert!(spi.active && !spi.pending, "the acknowledgement was folded in: {spi:?}");
 }
 
 #[test]
