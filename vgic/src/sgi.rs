@@ -41,17 +41,21 @@ impl SgiRequest {
         }
     }
 
-    fn names(&self, source: usize, vcpu: usize) -> bool {
+    /// The vCPUs of a VM of `vcpus` this request names, `source` sending: with IRM every one
+    /// but the sender; otherwise those whose affinity (`Distributor::vcpu_affinity`, Aff1 =
+    /// vCPU / 16, Aff0 = vCPU % 16, Aff2 = Aff3 = 0) matches Aff3.Aff2.Aff1 and has its
+    /// TargetList bit, Aff0 = RS * 16 + bit (IHI 0069H 12.2.22). Aff0 is below 16, so only
+    /// RS = 0 names anyone, and the list is the mask of cluster Aff1 at once: no walk over
+    /// the VM's vCPUs.
+    fn targets(&self, source: usize, vcpus: usize) -> u64 {
+        let all = if vcpus >= 64 { u64::MAX } else { (1u64 << vcpus) - 1 };
         if self.irm {
-            return vcpu != source;
+            return all & !VcpuMask::single(source).0;
         }
-        let aff = Distributor::vcpu_affinity(vcpu);
-        let (aff0, aff1) = (aff & 0xff, (aff >> 8) & 0xff);
-        self.aff3 == 0
-            && self.aff2 == 0
-            && self.aff1 == aff1
-            && aff0 / 16 == self.rs
-            && self.target_list & (1 << (aff0 % 16)) != 0
+        if self.aff3 != 0 || self.aff2 != 0 || self.rs != 0 || self.aff1 >= 4 {
+            return 0;
+        }
+        (u64::from(self.target_list) << (self.aff1 * 16)) & all
     }
 }
 
@@ -66,8 +70,8 @@ impl Distributor {
         self.check_vcpu(source)?;
         let req = SgiRequest::decode(value);
         let mut targets = VcpuMask::EMPTY;
-        for vcpu in (0..self.vcpus).filter(|&v| req.names(source, v)) {
-            let Some(sgi) = self.redistributors[vcpu].irq_mut(req.intid) else { continue };
+        for vcpu in VcpuMask(req.targets(source, self.vcpus)).iter() {
+            let Some(sgi) = self.redistributors.get_mut(vcpu).and_then(|rd| rd.irq_mut(req.intid)) else { continue };
             // An access for Group 0 generates only Group 0 SGIs; ICC_SGI1R_EL1 either
             // group, there being one Security state (IHI 0069H 12.2.22, Table 12-14).
             if register == SgiRegister::Sgi1r || !sgi.group1() {

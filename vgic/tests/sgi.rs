@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use proptest::prelude::*;
 use vgic::*;
 
 /// ICC_SGI1R_EL1: INTID [27:24], TargetList [15:0], Aff1 [23:16], Aff2 [39:32], IRM [40],
@@ -29,6 +30,54 @@ fn gicv3_target_list_and_aff1_name_vcpus() {
     assert_eq!(pending_sgis(&g, 1), [5]);
     assert!(pending_sgis(&g, 0).is_empty() && pending_sgis(&g, 2).is_empty());
     assert_eq!(g.take_kicks(), VcpuMask((1 << 1) | (1 << 3) | (1 << 16) | (1 << 19)));
+}
+
+/// IHI 0069H 12.2.22, one vCPU at a time: IRM = 1 names every PE but the sender; IRM = 0
+/// names the PE whose affinity is Aff3.Aff2.Aff1.Aff0 with Aff0 = RS * 16 + n for each
+/// TargetList bit n. vCPU v has Aff0 = v % 16, Aff1 = v / 16 and Aff2 = Aff3 = 0.
+fn names(value: u64, source: usize, vcpu: usize) -> bool {
+    if value & (1 << 40) != 0 {
+        return vcpu != source;
+    }
+    let (aff0, aff1) = ((vcpu % 16) as u64, (vcpu / 16) as u64);
+    let (list, rs) = (value & 0xffff, (value >> 44) & 0xf);
+    (value >> 48) & 0xff == 0
+        && (value >> 32) & 0xff == 0
+        && (value >> 16) & 0xff == aff1
+        && aff0 / 16 == rs
+        && list & (1 << (aff0 % 16)) != 0
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The targets of an ICC_SGI1R_EL1 write, computed as a mask, are exactly the vCPUs the
+    /// rule above names, whatever the register holds and however many vCPUs (up to 64).
+    #[test]
+    fn gicv3_the_targets_are_the_vcpus_the_affinity_rule_names(
+        vcpus in 1usize..=64,
+        source in 0usize..64,
+        list in any::<u16>(),
+        intid in 0u64..16,
+        // Each field mostly in the range that names vCPUs, sometimes just past it.
+        (aff3, aff2, rs, aff1) in (0u64..2, 0u64..2, 0u64..2, 0u64..5),
+        irm in prop::bool::weighted(0.2),
+        noise in any::<u64>(),
+    ) {
+        let source = source % vcpus;
+        // The register's RES0 bits ([63:56], [43:41], [31:28]) set at random: they name
+        // nothing.
+        let res0 = noise & (0xff << 56 | 0b111 << 41 | 0xf << 28);
+        let value = res0 | aff3 << 48 | rs << 44 | u64::from(irm) << 40 | aff2 << 32 | intid << 24 | aff1 << 16 | u64::from(list);
+        let mut g = v3(vcpus);
+        let expected: Vec<usize> = (0..vcpus).filter(|&v| names(value, source, v)).collect();
+        let targets = g.generate_sgi(source, SgiRegister::Sgi1r, value).unwrap();
+        prop_assert_eq!(targets.iter().collect::<Vec<_>>(), expected.clone(), "{:#x}", value);
+        let intid = ((value >> 24) & 0xf) as u32;
+        for v in 0..vcpus {
+            prop_assert_eq!(g.interrupt(v, IntId(intid)).unwrap().pending, expected.contains(&v), "vCPU {}", v);
+        }
+    }
 }
 
 #[test]
