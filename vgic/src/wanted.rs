@@ -126,6 +126,8 @@ impl Distributor {
     /// INTID); the others wait in `sgi_sources` and come in through the no-pending
     /// maintenance interrupt (after this one is acknowledged) or the EOI one (after it is
     /// deactivated).
+    // Inlined, as `want`: out of line, its `Option<Wanted>` came back through memory and the
+    // plan's fast path (`flush_one`) read it back field by field.
     #[inline(always)]
     pub(crate) fn want_private(&self, vcpu: usize, intid: u32) -> Option<Wanted> {
         let rd = self.redistributors.get(vcpu)?;
