@@ -122,6 +122,19 @@ impl Distributor {
         }
     }
 
+    /// A write at an offset of the interrupt block's range (`write_block`), or None for an
+    /// offset the block does not hold. Out of line, as `read_in_block`.
+    #[inline(never)]
+    fn write_in_block(
+        &mut self,
+        vcpu: usize,
+        offset: u32,
+        width: usize,
+        value: u64,
+    ) -> Option<Result<(), AccessError>> {
+        self.write_block(Frame::Distributor { accessor: vcpu }, offset, width, value)
+    }
+
     /// A read of the register at `offset` (within the frame), not in the interrupt block.
     #[inline(always)]
     fn read_register(&self, vcpu: usize, offset: u32, width: usize) -> Result<u64, AccessError> {
@@ -171,8 +184,12 @@ impl Distributor {
     /// added to the kick set (`take_kicks`).
     pub fn write(&mut self, vcpu: usize, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
         let offset = self.check_dist(vcpu, offset)?;
-        if let Some(r) = self.write_block(Frame::Distributor { accessor: vcpu }, offset, width, value) {
-            return r;
+        // As in `read`: GICD_CTLR and GICv2's GICD_SGIR (every SGI a GICv2 guest sends) are
+        // outside the block and should not pay for its decode.
+        if INTERRUPT_BLOCK.contains(&offset) {
+            if let Some(r) = self.write_in_block(vcpu, offset, width, value) {
+                return r;
+            }
         }
         let (reg, allowed) = self.dist_reg(offset);
         check(u64::from(offset), width, allowed)?;
