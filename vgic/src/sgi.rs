@@ -94,8 +94,9 @@ impl Distributor {
                 2 => 1 << source,
                 _ => 0,
             };
-        for vcpu in (0..self.vcpus).filter(|v| mask & (1 << v) != 0) {
-            if let Some(sources) = self.redistributors[vcpu].sgi_sources_mut(sgi) {
+        // Only the vCPUs named: `mask` holds none past the VM's (`v2_cpu_mask`).
+        for vcpu in VcpuMask(u64::from(mask)).iter() {
+            if let Some(sources) = self.redistributors.get_mut(vcpu).and_then(|rd| rd.sgi_sources_mut(sgi)) {
                 *sources |= 1 << source;
             }
             self.kicks.insert(vcpu);
