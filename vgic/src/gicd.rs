@@ -184,8 +184,13 @@ impl Distributor {
     /// added to the kick set (`take_kicks`).
     pub fn write(&mut self, vcpu: usize, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
         let offset = self.check_dist(vcpu, offset)?;
-        // As in `read`: GICD_CTLR and GICv2's GICD_SGIR (every SGI a GICv2 guest sends) are
-        // outside the block and should not pay for its decode.
+        // GICv2's GICD_SGIR, a word (every SGI a GICv2 guest sends), before any decode; any
+        // other width of it is refused below, as `dist_reg` says.
+        if offset == SGIR && width == 4 && self.version == GicVersion::V2 {
+            self.write_sgir(vcpu, value as u32);
+            return Ok(());
+        }
+        // As in `read`: GICD_CTLR is outside the block and should not pay for its decode.
         if INTERRUPT_BLOCK.contains(&offset) {
             if let Some(r) = self.write_in_block(vcpu, offset, width, value) {
                 return r;

@@ -93,7 +93,12 @@ fn access_widths() {
         assert_eq!(g.read(0, offset & !3, 2), Err(AccessError::BadWidth { offset: offset & !3, width: 2 }));
     }
     assert_eq!(g.read(0, ISENABLER, 1), Err(AccessError::BadWidth { offset: ISENABLER, width: 1 }));
-    assert_eq!(g.write(0, GICD_SGIR, 8, 0), Err(AccessError::BadWidth { offset: GICD_SGIR, width: 8 }));
+    for width in [1, 2, 8] {
+        let before = g.clone();
+        assert_eq!(g.write(0, GICD_SGIR, width, u64::MAX), Err(AccessError::BadWidth { offset: GICD_SGIR, width }));
+        assert_eq!(g, before, "a GICD_SGIR write of {width} bytes generates nothing");
+    }
+    assert_eq!(g.write(2, GICD_SGIR, 4, 0x00ff_0001), Err(AccessError::NoSuchVcpu { vcpu: 2 }));
     assert_eq!(g.read(0, ICFGR + 2, 4), Err(AccessError::Unaligned { offset: ICFGR + 2, width: 4 }));
     assert_eq!(g.read(2, 0, 4), Err(AccessError::NoSuchVcpu { vcpu: 2 }));
 }
