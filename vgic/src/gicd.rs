@@ -203,7 +203,7 @@ impl Distributor {
                 let (grp0, grp1) = (value & CTLR_ENABLE_GRP0 != 0, value & CTLR_ENABLE_GRP1 != 0);
                 if (grp0, grp1) != (self.enable_grp0, self.enable_grp1) {
                     (self.enable_grp0, self.enable_grp1) = (grp0, grp1);
-                    self.kicks = self.kicks | VcpuMask(u64::MAX >> (64 - self.vcpus));
+                    self.kicks = self.kicks | VcpuMask::first(self.vcpus);
                 }
             }
             DistReg::Targets(first) => {

@@ -18,6 +18,14 @@ impl VcpuMask {
             VcpuMask(0)
         }
     }
+    /// vCPUs 0 to `n - 1`: every vCPU of a VM of `n` (at most 64).
+    pub const fn first(n: usize) -> VcpuMask {
+        if n >= 64 {
+            VcpuMask(u64::MAX)
+        } else {
+            VcpuMask((1 << n) - 1)
+        }
+    }
     pub const fn contains(self, vcpu: usize) -> bool {
         vcpu < 64 && self.0 & (1 << vcpu) != 0
     }

@@ -48,7 +48,7 @@ impl SgiRequest {
     /// RS = 0 names anyone, and the list is the mask of cluster Aff1 at once: no walk over
     /// the VM's vCPUs.
     fn targets(&self, source: usize, vcpus: usize) -> u64 {
-        let all = if vcpus >= 64 { u64::MAX } else { (1u64 << vcpus) - 1 };
+        let all = VcpuMask::first(vcpus).0;
         if self.irm {
             return all & !VcpuMask::single(source).0;
         }
