@@ -74,8 +74,9 @@ pub enum DiskData<'a> {
     /// None (a flush).
     None,
     /// Runs of one VM's RAM. The runtime guarantees that they lie in the RAM of the VM the
-    /// request is for, are whole sectors and are pairwise disjoint, so each may be handed to
-    /// the disk as a buffer of its own; and that the VM's RAM is neither zeroed, revoked nor
+    /// request is for, are whole sectors and, for a read, pairwise disjoint, so each may be
+    /// handed to the disk as a buffer of its own, to write (a write's may overlap: the disk
+    /// only reads them, each through a shared view); and that the VM's RAM is neither zeroed, revoked nor
     /// given to another VM until the request's completion has been taken
     /// (`Hypervisor::drain_disk`).
     Guest(&'a [PhysicalRun]),

@@ -177,7 +177,8 @@ impl HostDisk {
     }
 }
 
-/// `len` bytes at physical address `pa` as a buffer for the device, of any lifetime.
+/// `len` bytes at physical address `pa` as a buffer for the device to write, of any
+/// lifetime.
 ///
 /// # Safety
 /// The memory is RAM, identity-mapped at EL2, not otherwise referenced as a Rust object
@@ -186,6 +187,17 @@ impl HostDisk {
 unsafe fn device_buffer<'a>(pa: u64, len: usize) -> &'a mut [u8] {
     // SAFETY: as the caller guarantees.
     unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, len) }
+}
+
+/// `len` bytes at physical address `pa` as a buffer for the device to read, of any
+/// lifetime: shared, so a guest's write naming the same memory twice hands the device two
+/// views of it that may alias.
+///
+/// # Safety
+/// As for `device_buffer`, except that other shared views of the memory may exist.
+unsafe fn device_readable<'a>(pa: u64, len: usize) -> &'a [u8] {
+    // SAFETY: as the caller guarantees.
+    unsafe { core::slice::from_raw_parts(pa as *const u8, len) }
 }
 
 impl BoardDisk for HostDisk {
@@ -235,27 +247,29 @@ impl BoardDisk for HostDisk {
         flight.owner = owner;
         flight.inputs.clear();
         flight.outputs.clear();
-        // SAFETY: of each `device_buffer` here: the header and status are this flight's own
-        // heap memory, touched by nothing else until the request completes; guest runs are
-        // RAM of the request's VM, pairwise disjoint, kept for the VM until the completion
-        // is taken (the `DiskData::Guest` contract), and aliasing memory the guest may
-        // change at any time, so they are only handed to the device, never read here; the
-        // bounce buffer is kept in the flight, untouched, until then. All are cleared from
-        // the lists when the request completes (`take_completed`), or here if it is not
-        // queued.
-        let header = unsafe { device_buffer(flight.header.as_ptr() as u64, 16) };
+        // SAFETY: of each `device_buffer` and `device_readable` here: the header and status
+        // are this flight's own heap memory, touched by nothing else until the request
+        // completes; guest runs are RAM of the request's VM, pairwise disjoint for a read
+        // (the device writes them) and possibly not for a write (the device only reads
+        // them, through shared views), kept for the VM until the completion is taken (the
+        // `DiskData::Guest` contract), and aliasing memory the guest may change at any
+        // time, so they are only handed to the device, never read here; the bounce buffer
+        // is kept in the flight, untouched, until then. All are cleared from the lists when
+        // the request completes (`take_completed`), or here if it is not queued.
+        let header = unsafe { device_readable(flight.header.as_ptr() as u64, 16) };
         flight.inputs.push(header);
         // SAFETY: the flight's status byte, as said above.
         let status = unsafe { device_buffer(flight.status.as_mut_ptr() as u64, 1) };
         let data = runs.iter().map(|r| (r.pa, r.len as usize));
         let bounce_part = bounce.as_ref().map(|(buffer, len)| (buffer.as_ptr() as u64, *len));
         for (pa, len) in data.chain(bounce_part) {
-            // SAFETY: a guest run or the bounce buffer, as said above.
-            let buffer = unsafe { device_buffer(pa, len) };
             if op == DiskOp::Read {
-                flight.outputs.push(buffer);
+                // SAFETY: a read's guest run (disjoint from the others) or the bounce
+                // buffer, as said above.
+                flight.outputs.push(unsafe { device_buffer(pa, len) });
             } else {
-                flight.inputs.push(buffer);
+                // SAFETY: a write's guest run or the bounce buffer, as said above.
+                flight.inputs.push(unsafe { device_readable(pa, len) });
             }
         }
         flight.outputs.push(status);

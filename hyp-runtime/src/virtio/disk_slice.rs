@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use hyp_core::bundle::DiskSlice;
 use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, SEG_MAX};
-use vdev::virtio::bounce::{self, PlanScratch, Route, BOUNCE_BYTES};
+use vdev::virtio::bounce::{self, Direction, PlanScratch, Route, BOUNCE_BYTES};
 use vdev::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 
 use super::PhysicalRam;
@@ -56,8 +56,9 @@ pub struct DiskSliceBackend<K: 'static, M> {
 /// of `physical_runs` are reserved this long once.
 const MAX_RUNS: usize = SEG_MAX as usize;
 
-/// The runs of the VM's RAM a request of `segments` hands the board's disk, into
-/// `physical`: `Route::Direct` when each segment is whole sectors, no two overlap, and the
+/// The runs of the VM's RAM a request of `segments` going `direction` hands the board's
+/// disk, into `physical`: `Route::Direct` when each segment is whole sectors, no two of a
+/// read's overlap (`bounce::plan`: a write's may, the disk only reads them), and the
 /// request's bytes, in order, make at most `MAX_RUNS` physically contiguous runs, each of
 /// whole sectors; `Route::Bounce` otherwise. Adjacent segments are merged first
 /// (`bounce::plan`, into `runs`, with `scratch`), then each merged run is translated a
@@ -72,9 +73,10 @@ pub(crate) fn physical_runs<M: PhysicalRam>(
     runs: &mut Vec<Segment>,
     scratch: &mut PlanScratch,
     physical: &mut Vec<PhysicalRun>,
+    direction: Direction,
 ) -> Result<Route, GuestMemoryError> {
     physical.clear();
-    if bounce::plan(segments, runs, scratch) == Route::Bounce {
+    if bounce::plan(segments, runs, scratch, direction) == Route::Bounce {
         return Ok(Route::Bounce);
     }
     for run in runs.iter() {
@@ -358,8 +360,8 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
     }
 
     /// Queues the request on the board's disk: straight into the guest's buffers when each
-    /// is whole sectors and no two overlap (adjacent ones merged into one run), through the
-    /// bounce buffer a chunk at a time otherwise. The device model already bounded the
+    /// is whole sectors and no two of a read's overlap (adjacent ones merged into one run),
+    /// through the bounce buffer a chunk at a time otherwise. The device model already bounded the
     /// request (seg_max, size_max); a direct request allocates nothing (its lists of runs
     /// are the backend's, reserved with the VM: `physical_runs`), a bounced one a copy of
     /// its segments, fallibly: a failure is an I/O error for the guest, never a panic. A VM
@@ -372,10 +374,10 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
         if self.in_flight() >= self.share {
             return Started::Busy;
         }
-        let (op, sector, segments) = match request {
+        let (op, direction, sector, segments) = match request {
             BlockRequest::Flush => return self.submit(DiskOp::Flush, 0, DiskData::None, pending),
-            BlockRequest::Read { sector, segments } => (DiskOp::Read, sector, segments),
-            BlockRequest::Write { sector, segments } => (DiskOp::Write, sector, segments),
+            BlockRequest::Read { sector, segments } => (DiskOp::Read, Direction::Read, sector, segments),
+            BlockRequest::Write { sector, segments } => (DiskOp::Write, Direction::Write, sector, segments),
         };
         let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
         let sectors = total / SECTOR;
@@ -384,7 +386,7 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
             return Started::Done(Err(BlockError::OutOfRange { sector, sectors }));
         }
         let at = self.first + sector;
-        match physical_runs(&self.ram, segments, &mut self.runs, &mut self.scratch, &mut self.physical) {
+        match physical_runs(&self.ram, segments, &mut self.runs, &mut self.scratch, &mut self.physical, direction) {
             Ok(Route::Direct) => {}
             Ok(Route::Bounce) => return self.start_bounced(op, at, segments, total, pending),
             Err(e) => return Started::Done(Err(BlockError::Memory(e))),

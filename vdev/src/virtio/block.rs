@@ -161,11 +161,14 @@ pub struct VirtioBlock<B: BlockBackend> {
     /// The backend refused a chain for now (`Started::Busy`): it waits on the available
     /// ring for a completion.
     waiting: bool,
+    /// A request's data segments, handed to the backend: one list whose capacity, grown
+    /// (fallibly) by the first requests, serves every request after them.
+    segments: Vec<Segment>,
 }
 
 impl<B: BlockBackend> VirtioBlock<B> {
     pub fn new(backend: B) -> Self {
-        VirtioBlock { backend, stats: BlockStats::default(), generation: 0, waiting: false }
+        VirtioBlock { backend, stats: BlockStats::default(), generation: 0, waiting: false, segments: Vec::new() }
     }
 
     /// Whether chains wait on the available ring because the backend was busy: the device
@@ -250,28 +253,29 @@ impl<B: BlockBackend> VirtioBlock<B> {
     /// NEEDS_RESET.
     fn handle(&mut self, chain: &Chain, q: &mut QueueAccess<'_>) -> Result<Outcome, NeedsReset> {
         let head = chain.head;
-        let writable = chain.writable_len();
-        let Some(status_at) = writable.checked_sub(1) else {
-            q.incident(DeviceIncident::WrongDirection {
-                queue: 0,
-                head,
-                what: "the request has no device-writable status byte at its end",
-            });
-            return Err(NeedsReset);
-        };
-        let Some(status_segment) = chain.segments(true, status_at, 1).and_then(|s| s.first().copied()) else {
-            if let Some(b) = chain.writable().last() {
+        let status_at = match chain.last_writable_byte() {
+            Ok(addr) => addr,
+            Err(None) => {
+                q.incident(DeviceIncident::WrongDirection {
+                    queue: 0,
+                    head,
+                    what: "the request has no device-writable status byte at its end",
+                });
+                return Err(NeedsReset);
+            }
+            Err(Some(b)) => {
                 q.incident(DeviceIncident::DescriptorOutsideRam {
                     queue: 0,
                     descriptor: b.descriptor,
                     addr: b.addr,
                     len: b.len,
                 });
+                return Err(NeedsReset);
             }
-            return Err(NeedsReset);
         };
-        let pending = Pending { head, status_at: status_segment.addr, written: 0, generation: self.generation };
-        let (status, written) = match self.serve(chain, q, status_at, pending) {
+        let data_writable = chain.writable_len() - 1;
+        let pending = Pending { head, status_at, written: 0, generation: self.generation };
+        let (status, written) = match self.serve(chain, q, data_writable, pending) {
             Served::Now(status, written) => (status, written),
             Served::Queued => {
                 self.stats.requests += 1;
@@ -285,7 +289,7 @@ impl<B: BlockBackend> VirtioBlock<B> {
             VIRTIO_BLK_S_UNSUPP => self.stats.unsupported += 1,
             _ => self.stats.errors += 1,
         }
-        if let Err(error) = q.mem().write(status_segment.addr, &[status]) {
+        if let Err(error) = q.mem().write(status_at, &[status]) {
             q.incident(DeviceIncident::RingOutsideRam { queue: 0, error });
             return Err(NeedsReset);
         }
@@ -332,15 +336,18 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     let what = "the read request's data buffer is device-readable; the device must write into it";
                     return fail(q, DeviceIncident::WrongDirection { queue: 0, head, what });
                 }
-                let Some(segments) = chain.segments(true, 0, data_writable) else {
+                if !chain.segments_into(&mut self.segments, true, 0, data_writable) {
                     return Served::Now(VIRTIO_BLK_S_IOERR, 0);
-                };
-                if let Err(incident) = within_limits(head, &segments).and(self.check_range(head, sector, data_writable))
-                {
+                }
+                if let Err(incident) = within_limits(head, &self.segments, data_writable).and(self.check_range(
+                    head,
+                    sector,
+                    data_writable,
+                )) {
                     return fail(q, incident);
                 }
                 let pending = Pending { written: data_writable, ..pending };
-                match self.backend.start(mem, BlockRequest::Read { sector, segments: &segments }, pending) {
+                match self.backend.start(mem, BlockRequest::Read { sector, segments: &self.segments }, pending) {
                     Started::Done(Ok(())) => Served::Now(VIRTIO_BLK_S_OK, data_writable),
                     Started::Done(Err(_)) => {
                         fail(q, DeviceIncident::RequestFailed { queue: 0, head, what: "the backend failed to read" })
@@ -359,14 +366,17 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     let what = "write request to a read-only disk";
                     return fail(q, DeviceIncident::RequestFailed { queue: 0, head, what });
                 }
-                let Some(segments) = chain.segments(false, HEADER_LEN, readable_data) else {
+                if !chain.segments_into(&mut self.segments, false, HEADER_LEN, readable_data) {
                     return Served::Now(VIRTIO_BLK_S_IOERR, 0);
-                };
-                if let Err(incident) = within_limits(head, &segments).and(self.check_range(head, sector, readable_data))
-                {
+                }
+                if let Err(incident) = within_limits(head, &self.segments, readable_data).and(self.check_range(
+                    head,
+                    sector,
+                    readable_data,
+                )) {
                     return fail(q, incident);
                 }
-                match self.backend.start(mem, BlockRequest::Write { sector, segments: &segments }, pending) {
+                match self.backend.start(mem, BlockRequest::Write { sector, segments: &self.segments }, pending) {
                     Started::Done(Ok(())) => Served::Now(VIRTIO_BLK_S_OK, 0),
                     Started::Done(Err(_)) => {
                         fail(q, DeviceIncident::RequestFailed { queue: 0, head, what: "the backend failed to write" })
@@ -434,10 +444,9 @@ enum Served {
     Busy,
 }
 
-/// A request's data segments within the limits the device advertises (seg_max, size_max:
-/// 5.2.4), so no request costs more than `MAX_REQUEST_BYTES`.
-fn within_limits(head: u16, segments: &[Segment]) -> Result<(), DeviceIncident> {
-    let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
+/// A request's data segments, `total` bytes, within the limits the device advertises
+/// (seg_max, size_max: 5.2.4), so no request moves more than `SEG_MAX` x `SIZE_MAX` bytes.
+fn within_limits(head: u16, segments: &[Segment], total: u64) -> Result<(), DeviceIncident> {
     let what = if segments.len() > SEG_MAX as usize {
         "more data segments than seg_max (254)"
     } else if segments.iter().any(|s| s.len > SIZE_MAX) {

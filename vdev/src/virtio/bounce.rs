@@ -27,20 +27,26 @@ pub enum Direction {
 /// How a request's buffers may reach the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// Each buffer as it is: every one is whole sectors, and no two share a byte of guest
-    /// memory, so the disk may be handed each as its own mutable slice.
+    /// Each buffer as it is: every one is whole sectors and, for a read, no two share a
+    /// byte of guest memory, so the disk may be handed each as its own mutable slice. A
+    /// write's buffers are only read by the disk, handed as shared slices, which may alias:
+    /// a guest that names the same memory twice in a write has it written twice.
     Direct,
-    /// Through the bounce buffer: a buffer is not whole sectors, or two overlap (a guest may
-    /// name the same memory twice; two mutable slices of it would alias).
+    /// Through the bounce buffer: a buffer is not whole sectors, or two of a read's overlap
+    /// (a guest may name the same memory twice; two mutable slices of it would alias).
     Bounce,
 }
 
-/// The route for `segments` (at most `seg_max`, so the pairwise check is bounded).
-pub fn route(segments: &[Segment]) -> Route {
+/// The route for `segments` going `direction` (at most `seg_max`, so the pairwise check is
+/// bounded).
+pub fn route(segments: &[Segment], direction: Direction) -> Route {
     let whole = segments.iter().all(|s| s.len > 0 && u64::from(s.len).is_multiple_of(SECTOR_SIZE));
     let end = |s: &Segment| s.addr.saturating_add(u64::from(s.len));
-    let overlap =
-        segments.iter().enumerate().any(|(i, a)| segments[i + 1..].iter().any(|b| a.addr < end(b) && b.addr < end(a)));
+    let overlap = direction == Direction::Read
+        && segments
+            .iter()
+            .enumerate()
+            .any(|(i, a)| segments[i + 1..].iter().any(|b| a.addr < end(b) && b.addr < end(a)));
     if whole && !overlap {
         Route::Direct
     } else {
@@ -69,16 +75,17 @@ impl PlanScratch {
     }
 }
 
-/// The route for `segments`, as [`route`] decides it, and for `Route::Direct` the runs the
-/// disk is handed: `runs` holds the segments with each run of adjacent ones merged, in
-/// order (as [`merge_adjacent`] gives them). It allocates nothing: `runs` and `scratch` are
-/// the caller's, reserved once (`SEG_MAX` runs for a block device), and never grown here. A
-/// request with more runs than `runs` holds goes through the bounce buffer. Whether two
-/// segments overlap is decided on the runs (a run's segments follow each other, so two
-/// segments share a byte exactly when their runs do), in linear time when the runs come in
-/// ascending or descending order of address or, many and short, no two touch the same page
-/// ([`PageSet`]: a guest's page cache gives its pages in no order), else by sorting them.
-pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut PlanScratch) -> Route {
+/// The route for `segments` going `direction`, as [`route`] decides it, and for
+/// `Route::Direct` the runs the disk is handed: `runs` holds the segments with each run of
+/// adjacent ones merged, in order (as [`merge_adjacent`] gives them). It allocates nothing:
+/// `runs` and `scratch` are the caller's, reserved once (`SEG_MAX` runs for a block
+/// device), and never grown here. A request with more runs than `runs` holds goes through
+/// the bounce buffer. Whether two of a read's segments overlap is decided on the runs (a
+/// run's segments follow each other, so two segments share a byte exactly when their runs
+/// do), in linear time when the runs come in ascending or descending order of address or,
+/// many and short, no two touch the same page ([`PageSet`]: a guest's page cache gives its
+/// pages in no order), else by sorting them; a write's are not compared (`Route::Direct`).
+pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut PlanScratch, direction: Direction) -> Route {
     runs.clear();
     for s in segments {
         if s.len == 0 || !u64::from(s.len).is_multiple_of(SECTOR_SIZE) {
@@ -96,6 +103,9 @@ pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut PlanScr
             return Route::Bounce;
         }
         runs.push(*s);
+    }
+    if direction == Direction::Write {
+        return Route::Direct;
     }
     let end = |s: &Segment| s.addr.saturating_add(u64::from(s.len));
     // Each run starting at or after the end of the one before (whose end is past its own
@@ -345,6 +355,7 @@ mod tests {
     #[test]
     fn overlapping_or_partial_sector_buffers_go_through_the_bounce_buffer() {
         let seg = |addr: u64, len: u32| Segment { addr, len };
+        let route = |segments: &[Segment]| route(segments, Direction::Read);
         assert_eq!(route(&[seg(BASE, 512), seg(BASE + 512, 1024)]), Route::Direct, "adjacent is not overlapping");
         assert_eq!(route(&[seg(BASE, 1024), seg(BASE + 512, 512)]), Route::Bounce, "the second inside the first");
         assert_eq!(route(&[seg(BASE, 16 << 20), seg(BASE, 16 << 20)]), Route::Bounce, "the same buffer twice");
@@ -366,10 +377,24 @@ mod tests {
         assert_eq!(route(&largest), Route::Direct);
     }
 
-    fn plan_of(segments: &[Segment], capacity: usize) -> (Route, Vec<Segment>) {
+    #[test]
+    fn a_write_s_buffers_may_overlap_but_must_be_whole_sectors() {
+        let seg = |addr: u64, len: u32| Segment { addr, len };
+        let write = |segments: &[Segment]| route(segments, Direction::Write);
+        assert_eq!(write(&[seg(BASE, 1024), seg(BASE + 512, 512)]), Route::Direct, "the second inside the first");
+        assert_eq!(write(&[seg(BASE, 16 << 20), seg(BASE, 16 << 20)]), Route::Direct, "the same buffer twice");
+        assert_eq!(write(&[seg(BASE, 513)]), Route::Bounce, "not whole sectors");
+        assert_eq!(write(&[seg(BASE, 0), seg(BASE + 512, 512)]), Route::Bounce, "an empty buffer");
+        let (r, runs) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE, 8192), seg(BASE + 8192, 512)], 4, Direction::Write);
+        assert_eq!((r, runs), (Route::Direct, vec![seg(BASE + 4096, 1024), seg(BASE, 8704)]), "merged, not compared");
+        let (r, _) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE, 8192), seg(BASE + 8192, 512)], 4, Direction::Read);
+        assert_eq!(r, Route::Bounce, "the same buffers read into");
+    }
+
+    fn plan_of(segments: &[Segment], capacity: usize, direction: Direction) -> (Route, Vec<Segment>) {
         let mut runs = Vec::with_capacity(capacity);
         let mut scratch = PlanScratch::new(capacity).unwrap();
-        let route = plan(segments, &mut runs, &mut scratch);
+        let route = plan(segments, &mut runs, &mut scratch, direction);
         assert!(runs.capacity() == capacity && scratch.capacity() == capacity, "nothing grown");
         (route, runs)
     }
@@ -379,38 +404,43 @@ mod tests {
         let seg = |addr: u64, len: u32| Segment { addr, len };
         // Linux's 1 MiB request of scattered pages, some of them adjacent, in ascending order.
         let pages: Vec<_> = (0..254u64).map(|i| seg(BASE + (i + i / 3) * 4096, 4096)).collect();
-        let (r, runs) = plan_of(&pages, 254);
+        let (r, runs) = plan_of(&pages, 254, Direction::Read);
         assert_eq!(r, Route::Direct);
         assert_eq!(runs, merge_adjacent(&pages).collect::<Vec<_>>());
         assert_eq!(runs.len(), 85, "three adjacent pages a run");
         // Descending: still direct, the runs in request order.
         let mut down = pages.clone();
         down.reverse();
-        let (r, runs) = plan_of(&down, 254);
+        let (r, runs) = plan_of(&down, 254, Direction::Read);
         assert_eq!((r, runs.len()), (Route::Direct, 254), "descending pages are not adjacent");
         // Descending, then a segment merged onto the last run that reaches into the first.
-        let (r, _) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 3072, 1024), seg(BASE + 4096, 512)], 4);
+        let (r, _) =
+            plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 3072, 1024), seg(BASE + 4096, 512)], 4, Direction::Read);
         assert_eq!(r, Route::Bounce, "the merged run overlaps the first");
-        let (r, runs) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 2048, 1024), seg(BASE + 3072, 512)], 4);
+        let (r, runs) =
+            plan_of(&[seg(BASE + 4096, 1024), seg(BASE + 2048, 1024), seg(BASE + 3072, 512)], 4, Direction::Read);
         assert_eq!((r, runs.len()), (Route::Direct, 2), "merged up to, not into, the first");
-        let (r, _) = plan_of(&[seg(BASE + 8192, 512), seg(BASE, 8192 + 1)], 4);
+        let (r, _) = plan_of(&[seg(BASE + 8192, 512), seg(BASE, 8192 + 1)], 4, Direction::Read);
         assert_eq!(r, Route::Bounce, "not whole sectors");
-        let (r, _) = plan_of(&[seg(BASE + 8192, 1024), seg(BASE, 8192 + 512)], 4);
+        let (r, _) = plan_of(&[seg(BASE + 8192, 1024), seg(BASE, 8192 + 512)], 4, Direction::Read);
         assert_eq!(r, Route::Bounce, "the second overlaps the first, out of order");
-        let (r, _) = plan_of(&[seg(BASE, 512), seg(BASE + 1024, 512), seg(BASE + 512, 512)], 2);
+        let (r, _) = plan_of(&[seg(BASE, 512), seg(BASE + 1024, 512), seg(BASE + 512, 512)], 2, Direction::Read);
         assert_eq!(r, Route::Bounce, "more runs than the capacity reserved");
-        let (r, runs) = plan_of(&[seg(BASE, 512), seg(BASE + 512, 512), seg(BASE + 1024, 512)], 1);
+        let (r, runs) = plan_of(&[seg(BASE, 512), seg(BASE + 512, 512), seg(BASE + 1024, 512)], 1, Direction::Read);
         assert_eq!((r, runs), (Route::Direct, vec![seg(BASE, 1536)]), "one run fits a capacity of one");
-        let (r, runs) = plan_of(&[], 4);
+        let (r, runs) = plan_of(&[], 4, Direction::Read);
         assert_eq!((r, runs.len()), (Route::Direct, 0));
     }
 
-    /// `plan` decides as the pairwise `route` does, and its runs are `merge_adjacent`'s.
+    /// `plan` decides as the pairwise `route` does, either way, and its runs are
+    /// `merge_adjacent`'s.
     fn plan_agrees_with_route(segments: &[Segment]) -> Result<(), proptest::test_runner::TestCaseError> {
-        let (r, runs) = plan_of(segments, 64);
-        proptest::prop_assert_eq!(r, route(segments));
-        if r == Route::Direct {
-            proptest::prop_assert_eq!(runs, merge_adjacent(segments).collect::<Vec<_>>());
+        for direction in [Direction::Read, Direction::Write] {
+            let (r, runs) = plan_of(segments, 64, direction);
+            proptest::prop_assert_eq!(r, route(segments, direction));
+            if r == Route::Direct {
+                proptest::prop_assert_eq!(runs, merge_adjacent(segments).collect::<Vec<_>>());
+            }
         }
         Ok(())
     }
@@ -453,12 +483,12 @@ mod tests {
     fn scattered_pages_are_direct_and_a_shared_page_is_decided_by_its_bytes() {
         let seg = |addr: u64, len: u32| Segment { addr, len };
         let scattered: Vec<_> = (0..254u64).map(|i| seg(BASE + (i * 7919 % 1021) * 4096, 4096)).collect();
-        assert_eq!(plan_of(&scattered, 254).0, Route::Direct);
+        assert_eq!(plan_of(&scattered, 254, Direction::Read).0, Route::Direct);
         let mut shared = scattered.clone();
         shared[100] = seg(scattered[7].addr + 2048, 512);
-        assert_eq!(plan_of(&shared, 254).0, Route::Bounce, "inside another's page: overlapping");
+        assert_eq!(plan_of(&shared, 254, Direction::Read).0, Route::Bounce, "inside another's page: overlapping");
         shared[7].len = 2048;
-        assert_eq!(plan_of(&shared, 254).0, Route::Direct, "the same page, not the same bytes");
+        assert_eq!(plan_of(&shared, 254, Direction::Read).0, Route::Direct, "the same page, not the same bytes");
     }
 
     #[test]

@@ -33,11 +33,18 @@ pub struct Buffer {
     pub descriptor: u16,
 }
 
-/// A whole chain: device-readable buffers first, then device-writable ones (2.7.4.2).
+/// A whole chain: device-readable buffers first, then device-writable ones (2.7.4.2). Its
+/// two parts' lengths and its first buffer outside RAM are counted as the walk adds each
+/// buffer (`Chain::push`), so a device asks for them without another pass over a chain of
+/// up to `size + max_indirect` buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chain {
     pub head: u16,
-    pub buffers: Vec<Buffer>,
+    buffers: Vec<Buffer>,
+    readable_len: u64,
+    writable_len: u64,
+    /// Index in `buffers` of the first buffer outside the VM's RAM.
+    first_outside: Option<usize>,
 }
 
 /// What the walk may accept.
@@ -82,20 +89,20 @@ fn read_descriptor(mem: &dyn GuestMemory, table: u64, index: u16, queue: u16) ->
 /// Pushes one data buffer, enforcing readable-before-writable (2.7.4.2).
 fn push(
     mem: &dyn GuestMemory,
-    buffers: &mut Vec<Buffer>,
+    chain: &mut Chain,
     d: &Descriptor,
     index: u16,
     queue: u16,
 ) -> Result<(), DeviceIncident> {
     let writable = d.flags & VIRTQ_DESC_F_WRITE != 0;
-    if !writable && buffers.last().is_some_and(|b| b.writable) {
+    if !writable && chain.buffers.last().is_some_and(|b| b.writable) {
         return Err(DeviceIncident::ReadableAfterWritable { queue, descriptor: index });
     }
     let in_ram = mem.check(d.addr, u64::from(d.len)).is_ok();
     // A chain holds at most a queue's (or an indirect table's) worth of buffers; the heap
     // can still be exhausted, which must not panic the hypervisor.
-    buffers.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
-    buffers.push(Buffer { addr: d.addr, len: d.len, writable, in_ram, descriptor: index });
+    chain.buffers.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
+    chain.push(Buffer { addr: d.addr, len: d.len, writable, in_ram, descriptor: index });
     Ok(())
 }
 
@@ -116,7 +123,7 @@ pub(crate) fn read_chain(
     if head >= rules.size {
         return Err(DeviceIncident::BadHeadIndex { queue, head, size: rules.size });
     }
-    let mut buffers = Vec::new();
+    let mut chain = Chain::new(head);
     let mut index = head;
     let mut visited: u32 = 0;
     loop {
@@ -133,10 +140,10 @@ pub(crate) fn read_chain(
             if d.flags & VIRTQ_DESC_F_NEXT != 0 {
                 return Err(DeviceIncident::IndirectWithNext { queue, descriptor: index });
             }
-            read_indirect(mem, &d, index, rules, &mut buffers)?;
+            read_indirect(mem, &d, index, rules, &mut chain)?;
             break;
         }
-        push(mem, &mut buffers, &d, index, queue)?;
+        push(mem, &mut chain, &d, index, queue)?;
         if d.flags & VIRTQ_DESC_F_NEXT == 0 {
             break;
         }
@@ -145,7 +152,7 @@ pub(crate) fn read_chain(
         }
         index = d.next;
     }
-    Ok(Chain { head, buffers })
+    Ok(chain)
 }
 
 /// Walks an indirect table (2.7.5.3). Its WRITE flag is ignored (2.7.5.3.2).
@@ -154,7 +161,7 @@ fn read_indirect(
     d: &Descriptor,
     index: u16,
     rules: ChainRules,
-    buffers: &mut Vec<Buffer>,
+    chain: &mut Chain,
 ) -> Result<(), DeviceIncident> {
     let queue = rules.queue;
     let entries = u64::from(d.len) / DESCRIPTOR_SIZE;
@@ -167,7 +174,7 @@ fn read_indirect(
     let entries = entries as u16;
     mem.check(d.addr, u64::from(d.len)).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })?;
     // One allocation for the whole table (a chain holds at most this many buffers more).
-    buffers.try_reserve(usize::from(entries)).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
+    chain.buffers.try_reserve(usize::from(entries)).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
     // The table is read `BATCH` entries at a time, not one: a driver chains an indirect
     // table's entries in order, so a 1 MiB request of 256 entries costs 16 reads of guest
     // memory, each with its check and barrier, instead of 256.
@@ -194,7 +201,7 @@ fn read_indirect(
         if e.flags & VIRTQ_DESC_F_INDIRECT != 0 {
             return Err(DeviceIncident::IndirectInIndirect { queue, descriptor: at });
         }
-        push(mem, buffers, &e, at, queue)?;
+        push(mem, chain, &e, at, queue)?;
         if e.flags & VIRTQ_DESC_F_NEXT == 0 {
             return Ok(());
         }
@@ -206,6 +213,32 @@ fn read_indirect(
 }
 
 impl Chain {
+    /// A chain of no buffers yet, from descriptor `head`.
+    pub fn new(head: u16) -> Chain {
+        Chain { head, buffers: Vec::new(), readable_len: 0, writable_len: 0, first_outside: None }
+    }
+
+    /// Adds `buffer` at the chain's end, counting it; the caller keeps the readable ones
+    /// first (`read_chain` refuses a chain that does not).
+    pub(crate) fn push(&mut self, buffer: Buffer) {
+        let len = u64::from(buffer.len);
+        // At most `size + max_indirect` buffers of under 4 GiB each: the sums cannot wrap.
+        if buffer.writable {
+            self.writable_len += len;
+        } else {
+            self.readable_len += len;
+        }
+        if !buffer.in_ram && self.first_outside.is_none() {
+            self.first_outside = Some(self.buffers.len());
+        }
+        self.buffers.push(buffer);
+    }
+
+    /// Every buffer, in chain order.
+    pub fn buffers(&self) -> &[Buffer] {
+        &self.buffers
+    }
+
     pub fn readable(&self) -> impl Iterator<Item = &Buffer> {
         self.buffers.iter().filter(|b| !b.writable)
     }
@@ -215,31 +248,55 @@ impl Chain {
     }
 
     pub fn readable_len(&self) -> u64 {
-        self.readable().map(|b| u64::from(b.len)).sum()
+        self.readable_len
     }
 
     pub fn writable_len(&self) -> u64 {
-        self.writable().map(|b| u64::from(b.len)).sum()
+        self.writable_len
     }
 
     /// The first buffer outside the VM's RAM, if any.
     pub fn outside_ram(&self) -> Option<&Buffer> {
-        self.buffers.iter().find(|b| !b.in_ram)
+        self.buffers.get(self.first_outside?)
+    }
+
+    /// The guest address of the writable part's last byte (a block request's status byte,
+    /// virtio 1.2 5.2.6), found from the chain's end: `Err(None)` when the writable part
+    /// is empty, `Err(Some(buffer))` when the buffer holding it is outside RAM.
+    pub fn last_writable_byte(&self) -> Result<u64, Option<&Buffer>> {
+        // Writable buffers come last (2.7.4.2), so the last non-empty buffer holds the
+        // writable part's last byte whenever that part is not empty.
+        if self.writable_len == 0 {
+            return Err(None);
+        }
+        let b = self.buffers.iter().rev().find(|b| b.len != 0).filter(|b| b.writable).ok_or(None)?;
+        if !b.in_ram {
+            return Err(Some(b));
+        }
+        b.addr.checked_add(u64::from(b.len) - 1).ok_or(Some(b))
     }
 
     /// The guest memory holding bytes [offset, offset+len) of the readable (or writable) part,
-    /// split at buffer boundaries; `None` if that part is shorter, a buffer is outside RAM, or
-    /// the heap has no room for the list.
-    pub fn segments(&self, writable: bool, offset: u64, len: u64) -> Option<Vec<Segment>> {
-        let mut out = Vec::new();
-        // One allocation, whatever the count (at most a queue's and a table's worth).
-        out.try_reserve(self.buffers.len()).ok()?;
+    /// split at buffer boundaries, into `out` (cleared first, and kept by the caller so that
+    /// its capacity serves the next chain); `false` if that part is shorter, a buffer is
+    /// outside RAM, or the heap has no room for the list.
+    pub fn segments_into(&self, out: &mut Vec<Segment>, writable: bool, offset: u64, len: u64) -> bool {
+        out.clear();
+        // One allocation at most, whatever the count (at most a queue's and a table's worth).
+        if out.try_reserve(self.buffers.len()).is_err() {
+            return false;
+        }
         // Within the capacity just reserved: one segment per buffer at most.
         self.each_segment(writable, offset, len, |s| {
             out.push(s);
             true
         })
-        .then_some(out)
+    }
+
+    /// As `segments_into`, in a list of its own.
+    pub fn segments(&self, writable: bool, offset: u64, len: u64) -> Option<Vec<Segment>> {
+        let mut out = Vec::new();
+        self.segments_into(&mut out, writable, offset, len).then_some(out)
     }
 
     /// Calls `f` with each piece of guest memory holding bytes [offset, offset+len) of the
@@ -341,9 +398,9 @@ mod tests {
         for order in [in_order, (0..17).collect(), jumping, alloc::vec![0]] {
             let (mem, want) = chain_through(&order);
             let chain = read_chain(&mem, TABLE, 0, RULES).unwrap();
-            let got: Vec<u64> = chain.buffers.iter().map(|b| b.addr).collect();
+            let got: Vec<u64> = chain.buffers().iter().map(|b| b.addr).collect();
             assert_eq!(got, want, "{} entries", order.len());
-            assert!(chain.buffers.iter().all(|b| b.writable && b.in_ram && b.len == 512));
+            assert!(chain.buffers().iter().all(|b| b.writable && b.in_ram && b.len == 512));
         }
     }
 
@@ -358,14 +415,14 @@ mod tests {
     #[test]
     fn segments_and_bytes_of_a_chain_allocate_once_and_stop_at_ram() {
         let mem = VecMemory::new(BASE, 0x40000);
-        let chain = Chain {
-            head: 0,
-            buffers: alloc::vec![
-                Buffer { addr: BASE, len: 16, writable: false, in_ram: true, descriptor: 0 },
-                Buffer { addr: BASE + 0x100, len: 8, writable: false, in_ram: true, descriptor: 1 },
-                Buffer { addr: BASE + 0x200, len: 4, writable: true, in_ram: false, descriptor: 2 },
-            ],
-        };
+        let mut chain = Chain::new(0);
+        for b in [
+            Buffer { addr: BASE, len: 16, writable: false, in_ram: true, descriptor: 0 },
+            Buffer { addr: BASE + 0x100, len: 8, writable: false, in_ram: true, descriptor: 1 },
+            Buffer { addr: BASE + 0x200, len: 4, writable: true, in_ram: false, descriptor: 2 },
+        ] {
+            chain.push(b);
+        }
         mem.write(BASE + 12, &[1, 2, 3, 4]).unwrap();
         mem.write(BASE + 0x100, &[5, 6]).unwrap();
         let mut b = [0u8; 6];
@@ -378,5 +435,64 @@ mod tests {
         );
         assert_eq!(chain.segments(true, 0, 1), None, "a buffer outside RAM");
         assert!(!chain.write_bytes(&mem, 0, &[1]));
+        assert_eq!((chain.readable_len(), chain.writable_len()), (24, 4));
+        assert_eq!(chain.outside_ram().map(|b| b.descriptor), Some(2));
+        assert_eq!(chain.last_writable_byte().map_err(|b| b.map(|b| b.descriptor)), Err(Some(2)));
+    }
+
+    fn buffer(descriptor: u16, len: u32, writable: bool, in_ram: bool) -> Buffer {
+        Buffer { addr: BASE + u64::from(descriptor) * 0x1000, len, writable, in_ram, descriptor }
+    }
+
+    #[test]
+    fn the_status_byte_is_the_last_byte_of_the_last_non_empty_writable_buffer() {
+        let chain_of = |buffers: &[Buffer]| {
+            let mut chain = Chain::new(0);
+            buffers.iter().for_each(|b| chain.push(*b));
+            chain
+        };
+        let status = |buffers: &[Buffer]| chain_of(buffers).last_writable_byte().map_err(|b| b.map(|b| b.descriptor));
+        assert_eq!(status(&[]), Err(None), "no buffer");
+        assert_eq!(status(&[buffer(0, 16, false, true)]), Err(None), "no writable part");
+        assert_eq!(status(&[buffer(0, 16, false, true), buffer(1, 0, true, true)]), Err(None), "an empty one");
+        let data = [buffer(0, 16, false, true), buffer(1, 512, true, true), buffer(2, 1, true, true)];
+        assert_eq!(status(&data), Ok(BASE + 0x2000));
+        // Empty writable buffers after it, and one after the readable part, change nothing.
+        let trailing =
+            [buffer(0, 16, false, true), buffer(1, 0, true, true), buffer(2, 8, true, true), buffer(3, 0, true, true)];
+        assert_eq!(status(&trailing), Ok(BASE + 0x2000 + 7));
+        // Outside RAM: the buffer that holds it, not an empty one after it.
+        let outside = [buffer(0, 16, false, true), buffer(1, 4, true, false), buffer(2, 0, true, true)];
+        assert_eq!(status(&outside), Err(Some(1)));
+        // A buffer before it outside RAM is not the status byte's concern.
+        let earlier = [buffer(0, 16, false, false), buffer(1, 1, true, true)];
+        assert_eq!(status(&earlier), Ok(BASE + 0x1000));
+    }
+
+    proptest::proptest! {
+        /// What the walk counts is what a pass over the buffers finds.
+        #[test]
+        fn the_counted_lengths_and_first_buffer_outside_ram_are_those_of_the_buffers(
+            parts in proptest::collection::vec((0u32..=u32::MAX, proptest::bool::ANY), 0..40),
+            readable in 0usize..40,
+        ) {
+            let mut chain = Chain::new(0);
+            let buffers: Vec<Buffer> = parts
+                .iter()
+                .enumerate()
+                .map(|(i, &(len, in_ram))| buffer(i as u16, len, i >= readable, in_ram))
+                .collect();
+            buffers.iter().for_each(|b| chain.push(*b));
+            let sum = |writable: bool| buffers.iter().filter(|b| b.writable == writable).map(|b| u64::from(b.len)).sum::<u64>();
+            proptest::prop_assert_eq!(chain.readable_len(), sum(false));
+            proptest::prop_assert_eq!(chain.writable_len(), sum(true));
+            proptest::prop_assert_eq!(chain.outside_ram(), buffers.iter().find(|b| !b.in_ram));
+            let want = if sum(true) == 0 { None } else { chain.segments(true, sum(true) - 1, 1).map(|s| s[0].addr) };
+            if let Some(addr) = want {
+                proptest::prop_assert_eq!(chain.last_writable_byte(), Ok(addr));
+            } else {
+                proptest::prop_assert!(chain.last_writable_byte().is_err());
+            }
+        }
     }
 }
