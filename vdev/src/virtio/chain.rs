@@ -34,9 +34,9 @@ pub struct Buffer {
 }
 
 /// A whole chain: device-readable buffers first, then device-writable ones (2.7.4.2). Its
-/// two parts' lengths and its first buffer outside RAM are counted as the walk adds each
-/// buffer (`Chain::push`), so a device asks for them without another pass over a chain of
-/// up to `size + max_indirect` buffers.
+/// two parts' lengths and its first buffer outside RAM are counted once, when it is made
+/// (`Chain::new`), so a device asks for them without another pass over a chain of up to
+/// `size + max_indirect` buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chain {
     pub head: u16,
@@ -89,20 +89,20 @@ fn read_descriptor(mem: &dyn GuestMemory, table: u64, index: u16, queue: u16) ->
 /// Pushes one data buffer, enforcing readable-before-writable (2.7.4.2).
 fn push(
     mem: &dyn GuestMemory,
-    chain: &mut Chain,
+    buffers: &mut Vec<Buffer>,
     d: &Descriptor,
     index: u16,
     queue: u16,
 ) -> Result<(), DeviceIncident> {
     let writable = d.flags & VIRTQ_DESC_F_WRITE != 0;
-    if !writable && chain.buffers.last().is_some_and(|b| b.writable) {
+    if !writable && buffers.last().is_some_and(|b| b.writable) {
         return Err(DeviceIncident::ReadableAfterWritable { queue, descriptor: index });
     }
     let in_ram = mem.check(d.addr, u64::from(d.len)).is_ok();
     // A chain holds at most a queue's (or an indirect table's) worth of buffers; the heap
     // can still be exhausted, which must not panic the hypervisor.
-    chain.buffers.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
-    chain.push(Buffer { addr: d.addr, len: d.len, writable, in_ram, descriptor: index });
+    buffers.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
+    buffers.push(Buffer { addr: d.addr, len: d.len, writable, in_ram, descriptor: index });
     Ok(())
 }
 
@@ -123,7 +123,7 @@ pub(crate) fn read_chain(
     if head >= rules.size {
         return Err(DeviceIncident::BadHeadIndex { queue, head, size: rules.size });
     }
-    let mut chain = Chain::new(head);
+    let mut buffers = Vec::new();
     let mut index = head;
     let mut visited: u32 = 0;
     loop {
@@ -140,10 +140,10 @@ pub(crate) fn read_chain(
             if d.flags & VIRTQ_DESC_F_NEXT != 0 {
                 return Err(DeviceIncident::IndirectWithNext { queue, descriptor: index });
             }
-            read_indirect(mem, &d, index, rules, &mut chain)?;
+            read_indirect(mem, &d, index, rules, &mut buffers)?;
             break;
         }
-        push(mem, &mut chain, &d, index, queue)?;
+        push(mem, &mut buffers, &d, index, queue)?;
         if d.flags & VIRTQ_DESC_F_NEXT == 0 {
             break;
         }
@@ -152,7 +152,7 @@ pub(crate) fn read_chain(
         }
         index = d.next;
     }
-    Ok(chain)
+    Ok(Chain::new(head, buffers))
 }
 
 /// Walks an indirect table (2.7.5.3). Its WRITE flag is ignored (2.7.5.3.2).
@@ -161,7 +161,7 @@ fn read_indirect(
     d: &Descriptor,
     index: u16,
     rules: ChainRules,
-    chain: &mut Chain,
+    buffers: &mut Vec<Buffer>,
 ) -> Result<(), DeviceIncident> {
     let queue = rules.queue;
     let entries = u64::from(d.len) / DESCRIPTOR_SIZE;
@@ -174,7 +174,7 @@ fn read_indirect(
     let entries = entries as u16;
     mem.check(d.addr, u64::from(d.len)).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })?;
     // One allocation for the whole table (a chain holds at most this many buffers more).
-    chain.buffers.try_reserve(usize::from(entries)).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
+    buffers.try_reserve(usize::from(entries)).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
     // The table is read `BATCH` entries at a time, not one: a driver chains an indirect
     // table's entries in order, so a 1 MiB request of 256 entries costs 16 reads of guest
     // memory, each with its check and barrier, instead of 256.
@@ -201,7 +201,7 @@ fn read_indirect(
         if e.flags & VIRTQ_DESC_F_INDIRECT != 0 {
             return Err(DeviceIncident::IndirectInIndirect { queue, descriptor: at });
         }
-        push(mem, chain, &e, at, queue)?;
+        push(mem, buffers, &e, at, queue)?;
         if e.flags & VIRTQ_DESC_F_NEXT == 0 {
             return Ok(());
         }
@@ -213,25 +213,23 @@ fn read_indirect(
 }
 
 impl Chain {
-    /// A chain of no buffers yet, from descriptor `head`.
-    pub fn new(head: u16) -> Chain {
-        Chain { head, buffers: Vec::new(), readable_len: 0, writable_len: 0, first_outside: None }
-    }
-
-    /// Adds `buffer` at the chain's end, counting it; the caller keeps the readable ones
-    /// first (`read_chain` refuses a chain that does not).
-    pub(crate) fn push(&mut self, buffer: Buffer) {
-        let len = u64::from(buffer.len);
-        // At most `size + max_indirect` buffers of under 4 GiB each: the sums cannot wrap.
-        if buffer.writable {
-            self.writable_len += len;
-        } else {
-            self.readable_len += len;
+    /// The chain of `buffers` (readable ones first) from descriptor `head`, counted in one
+    /// pass after the walk: counted as the walk pushed each buffer, the walk's loop kept
+    /// the counts in memory and cost more than the passes it saved.
+    pub(crate) fn new(head: u16, buffers: Vec<Buffer>) -> Chain {
+        let (mut readable_len, mut writable_len, mut first_outside) = (0u64, 0u64, None);
+        for (i, b) in buffers.iter().enumerate() {
+            // At most `size + max_indirect` buffers of under 4 GiB each: the sums cannot wrap.
+            if b.writable {
+                writable_len += u64::from(b.len);
+            } else {
+                readable_len += u64::from(b.len);
+            }
+            if !b.in_ram && first_outside.is_none() {
+                first_outside = Some(i);
+            }
         }
-        if !buffer.in_ram && self.first_outside.is_none() {
-            self.first_outside = Some(self.buffers.len());
-        }
-        self.buffers.push(buffer);
+        Chain { head, buffers, readable_len, writable_len, first_outside }
     }
 
     /// Every buffer, in chain order.
@@ -415,14 +413,14 @@ mod tests {
     #[test]
     fn segments_and_bytes_of_a_chain_allocate_once_and_stop_at_ram() {
         let mem = VecMemory::new(BASE, 0x40000);
-        let mut chain = Chain::new(0);
-        for b in [
-            Buffer { addr: BASE, len: 16, writable: false, in_ram: true, descriptor: 0 },
-            Buffer { addr: BASE + 0x100, len: 8, writable: false, in_ram: true, descriptor: 1 },
-            Buffer { addr: BASE + 0x200, len: 4, writable: true, in_ram: false, descriptor: 2 },
-        ] {
-            chain.push(b);
-        }
+        let chain = Chain::new(
+            0,
+            alloc::vec![
+                Buffer { addr: BASE, len: 16, writable: false, in_ram: true, descriptor: 0 },
+                Buffer { addr: BASE + 0x100, len: 8, writable: false, in_ram: true, descriptor: 1 },
+                Buffer { addr: BASE + 0x200, len: 4, writable: true, in_ram: false, descriptor: 2 },
+            ],
+        );
         mem.write(BASE + 12, &[1, 2, 3, 4]).unwrap();
         mem.write(BASE + 0x100, &[5, 6]).unwrap();
         let mut b = [0u8; 6];
@@ -446,11 +444,7 @@ mod tests {
 
     #[test]
     fn the_status_byte_is_the_last_byte_of_the_last_non_empty_writable_buffer() {
-        let chain_of = |buffers: &[Buffer]| {
-            let mut chain = Chain::new(0);
-            buffers.iter().for_each(|b| chain.push(*b));
-            chain
-        };
+        let chain_of = |buffers: &[Buffer]| Chain::new(0, buffers.to_vec());
         let status = |buffers: &[Buffer]| chain_of(buffers).last_writable_byte().map_err(|b| b.map(|b| b.descriptor));
         assert_eq!(status(&[]), Err(None), "no buffer");
         assert_eq!(status(&[buffer(0, 16, false, true)]), Err(None), "no writable part");
@@ -476,13 +470,12 @@ mod tests {
             parts in proptest::collection::vec((0u32..=u32::MAX, proptest::bool::ANY), 0..40),
             readable in 0usize..40,
         ) {
-            let mut chain = Chain::new(0);
             let buffers: Vec<Buffer> = parts
                 .iter()
                 .enumerate()
                 .map(|(i, &(len, in_ram))| buffer(i as u16, len, i >= readable, in_ram))
                 .collect();
-            buffers.iter().for_each(|b| chain.push(*b));
+            let chain = Chain::new(0, buffers.clone());
             let sum = |writable: bool| buffers.iter().filter(|b| b.writable == writable).map(|b| u64::from(b.len)).sum::<u64>();
             proptest::prop_assert_eq!(chain.readable_len(), sum(false));
             proptest::prop_assert_eq!(chain.writable_len(), sum(true));
