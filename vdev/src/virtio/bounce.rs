@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use crate::virtio::block::{BlockError, SECTOR_SIZE};
 use crate::virtio::memory::{GuestMemory, Segment};
-use crate::virtio::pages::{self, PageSet};
+use crate::virtio::pages::PageSet;
 
 /// Size of a backend's bounce buffer: one `size_max` segment, a whole number of sectors.
 pub const BOUNCE_BYTES: usize = crate::virtio::block::SIZE_MAX as usize;
@@ -82,9 +82,9 @@ impl PlanScratch {
 /// device), and never grown here. A request with more runs than `runs` holds goes through
 /// the bounce buffer. Whether two of a read's segments overlap is decided on the runs (a
 /// run's segments follow each other, so two segments share a byte exactly when their runs
-/// do), in linear time when the runs come in ascending or descending order of address or,
-/// many and short, no two touch the same page ([`PageSet`]: a guest's page cache gives its
-/// pages in no order), else by sorting them; a write's are not compared (`Route::Direct`).
+/// do), in time linear in the runs when they come in ascending or descending order of
+/// address or no two touch the same page ([`PageSet`]: a guest's page cache gives its pages
+/// in no order), else by sorting them; a write's are not compared (`Route::Direct`).
 pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut PlanScratch, direction: Direction) -> Route {
     runs.clear();
     for s in segments {
@@ -114,7 +114,7 @@ pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>, scratch: &mut PlanScr
     if runs.windows(2).all(|w| w[1].addr >= end(&w[0])) || runs.windows(2).all(|w| end(&w[1]) <= w[0].addr) {
         return Route::Direct;
     }
-    if pages::cheaper_than_sorting(runs) && scratch.pages.claim_each_once(runs) {
+    if scratch.pages.claim_each_once(runs) {
         return Route::Direct;
     }
     let sorted = &mut scratch.sorted;

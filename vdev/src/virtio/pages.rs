@@ -1,104 +1,95 @@
-//! The pages of guest memory one block request's buffers touch, to tell in linear time that
-//! no two of its runs share a byte (`bounce::plan`): a run claims every 4 KiB page it
+//! The pages of guest memory one block read's runs touch, to tell in time linear in the
+//! runs that no two of them share a byte (`bounce::plan`): a run claims every 4 KiB page it
 //! touches, and runs that claim no page twice are disjoint. A page claimed twice says
 //! nothing either way (two 512-byte buffers may share a page without sharing a byte), so
 //! the caller then decides exactly, by sorting.
 //!
-//! An open-addressed hash set of page numbers, reserved once with the device and never
-//! grown. Each slot holds a page number and the number of the request that claimed it, so
-//! the next request starts with every slot free without one being cleared. Whatever the
-//! slots hold, the set can only err towards "claimed twice", which sends the caller to its
-//! exact check: it answers "once" only when each page found its own free slot.
+//! A bitmap of `PAGES` bits, reserved once with the device and never grown, page `p` at bit
+//! `p % PAGES`: direct-mapped, so a run claims its pages a 64-bit word at a time (a 64 KiB
+//! run sets one word, or two), where a hash set of page numbers paid about 16 instructions
+//! a page and the sort was cheaper for a few long runs. Two pages `PAGES` apart share a bit,
+//! so the set can only err towards "claimed twice", which sends the caller to its exact
+//! check: it answers "once" only when each page found its bit clear. Within a VM of up to
+//! `PAGES` pages of RAM (512 MiB) no two of its pages share a bit. Every bit a claim set is
+//! cleared again before it answers, so each request starts with the map empty.
 
 use alloc::collections::TryReserveError;
 use alloc::vec::Vec;
 
 use crate::virtio::memory::Segment;
 
-/// Slots of the set: a power of two, twice the pages one request may claim.
-const SLOTS: usize = 2048;
-/// The most pages one request may claim here (half the slots, so a probe ends soon); a
-/// larger one is left to the sort. The largest request of scattered pages, 254 segments of
-/// one page each, claims 254.
-pub const MAX_PAGES: u64 = (SLOTS / 2) as u64;
+/// Words of the map: 16 KiB.
+const WORDS: usize = 2048;
+/// Pages the map tells apart.
+pub const PAGES: u64 = WORDS as u64 * 64;
 const PAGE_SHIFT: u32 = 12;
-/// A slot: the request's number above bit 40, the page number below (an address under
-/// 2^52; an address above is left to the sort).
-const PAGE_BITS: u32 = 40;
-const PAGE_MASK: u64 = (1 << PAGE_BITS) - 1;
-/// Request numbers run from 1 (0 marks a slot never used) to this, then the slots are
-/// cleared once and numbering starts again.
-const LAST_REQUEST: u64 = (1 << (64 - PAGE_BITS)) - 1;
 
-/// The first and last page `run` touches (its first alone when it is empty).
-fn page_span(run: &Segment) -> (u64, u64) {
-    let last = run.addr.saturating_add(u64::from(run.len)).saturating_sub(1).max(run.addr);
-    (run.addr >> PAGE_SHIFT, last >> PAGE_SHIFT)
+/// The first and last page `run` touches, as bits of the map; `None` when they do not lie
+/// in order in it (a run across the map's end, or longer than it), which the caller
+/// decides another way.
+fn bits(run: &Segment) -> Option<(usize, usize)> {
+    let last = run.addr.checked_add(u64::from(run.len).max(1) - 1)?;
+    let (first, last) = (run.addr >> PAGE_SHIFT, last >> PAGE_SHIFT);
+    let (first_bit, last_bit) = (first % PAGES, last % PAGES);
+    // A span shorter than the map that does not wrap its end has its bits in order.
+    (last - first < PAGES && first_bit <= last_bit).then_some((first_bit as usize, last_bit as usize))
 }
 
-/// Whether claiming the pages of `runs` is likely cheaper than sorting them: about 16
-/// instructions a page claimed, against about 6.6 n log2 n for n runs sorted
-/// (`sort_unstable`, traced: 13,585 for 256 runs). So the set pays while the pages number
-/// under about 0.4 n log2 n: many short runs (a guest's scattered pages), not a few long
-/// ones (16 runs of 64 KiB are 256 pages, about 4,000 instructions to claim against about
-/// 400 to sort).
-pub fn cheaper_than_sorting(runs: &[Segment]) -> bool {
-    let n = runs.len() as u64;
-    if n < 2 {
-        return false;
-    }
-    let pages = runs.iter().map(page_span).fold(0u64, |sum, (first, last)| sum.saturating_add(last - first + 1));
-    pages.saturating_mul(5) <= n * u64::from(n.ilog2()) * 2
+/// The bits `[first, last]` of one word (both below 64).
+fn mask(first: usize, last: usize) -> u64 {
+    (u64::MAX >> (63 - last)) & (u64::MAX << first)
 }
 
-/// The set, for one request at a time.
+/// Each word of `[first, last]` with its mask.
+fn words(first: usize, last: usize) -> impl Iterator<Item = (usize, u64)> {
+    (first / 64..=last / 64).map(move |w| {
+        let lo = if w == first / 64 { first % 64 } else { 0 };
+        let hi = if w == last / 64 { last % 64 } else { 63 };
+        (w, mask(lo, hi))
+    })
+}
+
+/// The map, for one request at a time.
 pub struct PageSet {
-    slots: Vec<u64>,
-    request: u64,
+    words: Vec<u64>,
 }
 
 impl PageSet {
-    /// An empty set, its slots reserved now (fallibly: it is made with a device).
+    /// An empty map, its words reserved now (fallibly: it is made with a device).
     pub fn new() -> Result<Self, TryReserveError> {
-        let mut slots = Vec::new();
-        slots.try_reserve_exact(SLOTS)?;
-        slots.resize(SLOTS, 0);
-        Ok(PageSet { slots, request: 0 })
+        let mut words = Vec::new();
+        words.try_reserve_exact(WORDS)?;
+        words.resize(WORDS, 0);
+        Ok(PageSet { words })
     }
 
     /// Whether every page `runs` touch is touched by one run only (then no two runs share a
-    /// byte). `false` also when they touch more than `MAX_PAGES` pages or one lies at an
-    /// address of 2^52 or above: the caller decides those another way.
+    /// byte). `false` also when a run lies across the map's end or spans more than it: the
+    /// caller decides those another way. The map is empty again when it returns.
     pub fn claim_each_once(&mut self, runs: &[Segment]) -> bool {
-        self.request += 1;
-        if self.request > LAST_REQUEST {
-            self.slots.fill(0);
-            self.request = 1;
+        let mut claimed = 0;
+        let once = runs.iter().all(|run| {
+            let ok = bits(run).is_some_and(|(first, last)| self.claim(first, last));
+            claimed += usize::from(ok);
+            ok
+        });
+        // The runs claimed before the answer was known claimed pages of their own, so
+        // clearing each one's bits clears exactly what was set.
+        for (first, last) in runs[..claimed].iter().filter_map(bits) {
+            for (w, m) in words(first, last) {
+                self.words[w] &= !m;
+            }
         }
-        let mask = self.slots.len() - 1;
-        let mut claimed = 0u64;
-        for run in runs {
-            let (first, last) = page_span(run);
-            claimed += last - first + 1;
-            if last > PAGE_MASK || claimed > MAX_PAGES {
-                return false;
-            }
-            for page in first..=last {
-                let mine = self.request << PAGE_BITS | page;
-                // Fibonacci hashing: the top bits of the product spread nearby pages apart.
-                let mut i = (page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOTS.trailing_zeros())) as usize;
-                loop {
-                    let slot = &mut self.slots[i & mask];
-                    if *slot == mine {
-                        return false;
-                    }
-                    if *slot >> PAGE_BITS != self.request {
-                        *slot = mine;
-                        break;
-                    }
-                    i += 1;
-                }
-            }
+        once
+    }
+
+    /// Sets the bits `[first, last]` if none is set yet; sets nothing otherwise.
+    fn claim(&mut self, first: usize, last: usize) -> bool {
+        if words(first, last).any(|(w, m)| self.words[w] & m != 0) {
+            return false;
+        }
+        for (w, m) in words(first, last) {
+            self.words[w] |= m;
         }
         true
     }
@@ -114,60 +105,84 @@ mod tests {
         Segment { addr, len }
     }
 
+    fn empty(set: &PageSet) -> bool {
+        set.words.iter().all(|&w| w == 0)
+    }
+
     #[test]
-    fn runs_on_pages_of_their_own_are_claimed_once_and_the_next_request_starts_empty() {
+    fn runs_on_pages_of_their_own_are_claimed_once_and_the_map_is_left_empty() {
         let mut set = PageSet::new().unwrap();
         // Scattered pages in no order, as a guest's page cache gives them.
         let pages: Vec<Segment> = (0..254u64).map(|i| seg(BASE + (i * 7919 % 1021) * 4096, 4096)).collect();
         assert!(set.claim_each_once(&pages));
+        assert!(empty(&set));
         // The same pages again: a new request, not a second claim.
         assert!(set.claim_each_once(&pages));
-        assert!(set.claim_each_once(&[seg(BASE, 64 << 10), seg(BASE + (64 << 10), 512)]));
+        // Long runs over several words, and a word's last page next to the next's first.
+        let long = [seg(BASE + (63 << 12), 4096), seg(BASE + (64 << 12), 1 << 20), seg(BASE, 64 << 10)];
+        assert!(set.claim_each_once(&long));
+        assert!(empty(&set));
     }
 
     #[test]
-    fn the_set_is_chosen_for_many_short_runs_and_not_for_a_few_long_ones() {
-        let scattered: Vec<Segment> = (0..254u64).map(|i| seg(BASE + (i * 7919 % 1021) * 4096, 4096)).collect();
-        assert!(cheaper_than_sorting(&scattered));
-        let huge: Vec<Segment> = (0..16u64).map(|i| seg(BASE + ((i * 7) % 16) * (128 << 10), 64 << 10)).collect();
-        assert!(!cheaper_than_sorting(&huge), "16 runs of 16 pages");
-        assert!(!cheaper_than_sorting(&scattered[..1]));
-        assert!(!cheaper_than_sorting(&[seg(0, u32::MAX), seg(u64::MAX - 4096, 4096)]), "no overflow");
-    }
-
-    #[test]
-    fn a_page_touched_twice_is_not_claimed_once() {
+    fn a_page_touched_twice_is_not_claimed_once_and_the_map_is_left_empty() {
         let mut set = PageSet::new().unwrap();
         assert!(!set.claim_each_once(&[seg(BASE, 4096), seg(BASE + 8192, 512), seg(BASE + 512, 512)]));
+        assert!(empty(&set), "what the first two claimed is cleared");
         // Sharing a page without sharing a byte: still not claimed once (the caller sorts).
         assert!(!set.claim_each_once(&[seg(BASE, 512), seg(BASE + 1024, 512)]));
         // A run across a page boundary claims both pages.
         assert!(!set.claim_each_once(&[seg(BASE + 4096 - 512, 1024), seg(BASE + 4096 + 1024, 512)]));
-        // An earlier request's half-finished claims do not count.
+        // A long run that meets an earlier one in its last word only.
+        assert!(!set.claim_each_once(&[seg(BASE + (200 << 12), 512), seg(BASE, 1 << 20)]));
+        assert!(empty(&set));
+        // An earlier request's claims do not count.
         assert!(set.claim_each_once(&[seg(BASE, 512), seg(BASE + 4096, 512)]));
     }
 
     #[test]
-    fn more_pages_than_the_set_holds_or_addresses_past_its_range_are_left_to_the_caller() {
+    fn pages_a_map_apart_share_a_bit_and_runs_it_cannot_hold_in_order_are_left_to_the_caller() {
         let mut set = PageSet::new().unwrap();
-        let many: Vec<Segment> = (0..=MAX_PAGES).map(|i| seg(BASE + i * 8192, 512)).collect();
-        assert!(!set.claim_each_once(&many));
-        assert!(set.claim_each_once(&many[..MAX_PAGES as usize]));
-        assert!(!set.claim_each_once(&[seg(1 << 52, 512)]));
-        assert!(!set.claim_each_once(&[seg(u64::MAX - 511, 512)]));
+        let apart = PAGES << PAGE_SHIFT;
+        assert!(!set.claim_each_once(&[seg(BASE, 512), seg(BASE + apart, 512)]), "the same bit");
+        // Across the map's end, and at the top of the address space.
+        let end = (PAGES - 1) << PAGE_SHIFT;
+        assert!(!set.claim_each_once(&[seg(end, 8192)]));
+        assert!(set.claim_each_once(&[seg(end, 4096), seg(0, 4096)]), "its last page and its first");
+        assert!(set.claim_each_once(&[seg(u64::MAX - 511, 512)]), "the last page: no overflow");
+        assert!(!set.claim_each_once(&[seg(u64::MAX - 10, 512)]), "past the end of the address space");
+        assert!(empty(&set));
+    }
+
+    proptest::proptest! {
+        /// Within the pages the map tells apart, it answers "once" exactly when no page is
+        /// touched by two runs (pages counted one at a time), and leaves the map empty.
+        #[test]
+        fn a_claim_answers_as_the_pages_counted_one_at_a_time(
+            raw in proptest::collection::vec((0u64..300, 0u64..4096, 0u32..(80 << 10)), 0..24),
+        ) {
+            let mut set = PageSet::new().unwrap();
+            let runs: Vec<Segment> = raw.iter().map(|&(page, offset, len)| seg(BASE + (page << 12) + offset, len)).collect();
+            let mut touched = std::collections::HashMap::new();
+            for run in &runs {
+                let last = run.addr + u64::from(run.len).max(1) - 1;
+                for page in run.addr >> 12..=last >> 12 {
+                    *touched.entry(page).or_insert(0) += 1;
+                }
+            }
+            let once = touched.values().all(|&n| n == 1);
+            proptest::prop_assert_eq!(set.claim_each_once(&runs), once);
+            proptest::prop_assert!(empty(&set));
+        }
     }
 
     #[test]
-    fn request_numbers_that_run_out_start_again_with_every_slot_free() {
-        let mut set = PageSet::new().unwrap();
-        assert!(set.claim_each_once(&[seg(BASE, 4096)]));
-        assert_eq!(set.request, 1);
-        set.request = LAST_REQUEST - 1;
-        assert!(set.claim_each_once(&[seg(BASE + 8192, 4096)]));
-        assert_eq!(set.request, LAST_REQUEST);
-        // Numbered 1 again: the page the first request 1 claimed is free.
-        assert!(set.claim_each_once(&[seg(BASE, 4096)]));
-        assert_eq!(set.request, 1);
-        assert!(!set.claim_each_once(&[seg(BASE, 4096), seg(BASE + 100, 512)]));
+    fn a_mask_is_the_bits_between_its_ends() {
+        assert_eq!(mask(0, 63), u64::MAX);
+        assert_eq!(mask(0, 0), 1);
+        assert_eq!(mask(63, 63), 1 << 63);
+        assert_eq!(mask(3, 5), 0b111000);
+        let spans: Vec<_> = words(60, 130).collect();
+        assert_eq!(spans, [(0, mask(60, 63)), (1, u64::MAX), (2, mask(0, 2))]);
     }
 }
