@@ -84,18 +84,23 @@ impl FirstTouch {
     /// lie in RAM.
     #[inline]
     pub fn prepare(&self, ipa: u64, len: u64) -> Result<(), CapError> {
-        // The common case, a device's access (a ring entry, a run of a request) inside one
-        // block that is done: one load, inline, where the general walk cost a disk request
-        // about 20 instructions per run.
-        if let Some(offset) = ipa.checked_sub(self.ipa) {
-            let block = offset / FIRST_TOUCH_BLOCK;
-            let last =
-                offset.checked_add(len.max(1)).filter(|&end| end <= self.size).map(|end| (end - 1) / FIRST_TOUCH_BLOCK);
-            if last == Some(block) && self.is_done(block) {
-                return Ok(());
-            }
+        if self.ready(ipa, len) {
+            return Ok(());
         }
         self.prepare_with(ipa, len, false)
+    }
+
+    /// Whether `[ipa, ipa + len)` lies in one block that is done: the common case of a
+    /// device's access (a ring entry, a run of a request), one load, inline, where the
+    /// general walk cost a disk request about 20 instructions per run. `false` says only
+    /// that `prepare` has more to find out.
+    #[inline]
+    pub fn ready(&self, ipa: u64, len: u64) -> bool {
+        let Some(offset) = ipa.checked_sub(self.ipa) else { return false };
+        let block = offset / FIRST_TOUCH_BLOCK;
+        let last =
+            offset.checked_add(len.max(1)).filter(|&end| end <= self.size).map(|end| (end - 1) / FIRST_TOUCH_BLOCK);
+        last == Some(block) && self.is_done(block)
     }
 
     /// `prepare` for the loader, which writes all of `[ipa, ipa + len)` before any vCPU of
