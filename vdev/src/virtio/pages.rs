@@ -40,15 +40,6 @@ fn mask(first: usize, last: usize) -> u64 {
     (u64::MAX >> (63 - last)) & (u64::MAX << first)
 }
 
-/// Each word of `[first, last]` with its mask.
-fn words(first: usize, last: usize) -> impl Iterator<Item = (usize, u64)> {
-    (first / 64..=last / 64).map(move |w| {
-        let lo = if w == first / 64 { first % 64 } else { 0 };
-        let hi = if w == last / 64 { last % 64 } else { 63 };
-        (w, mask(lo, hi))
-    })
-}
-
 /// The map, for one request at a time.
 pub struct PageSet {
     words: Vec<u64>,
@@ -68,30 +59,49 @@ impl PageSet {
     /// caller decides those another way. The map is empty again when it returns.
     pub fn claim_each_once(&mut self, runs: &[Segment]) -> bool {
         let mut claimed = 0;
-        let once = runs.iter().all(|run| {
-            let ok = bits(run).is_some_and(|(first, last)| self.claim(first, last));
-            claimed += usize::from(ok);
-            ok
-        });
+        for run in runs {
+            if !bits(run).is_some_and(|(first, last)| self.claim(first, last)) {
+                break;
+            }
+            claimed += 1;
+        }
         // The runs claimed before the answer was known claimed pages of their own, so
         // clearing each one's bits clears exactly what was set.
         for (first, last) in runs[..claimed].iter().filter_map(bits) {
-            for (w, m) in words(first, last) {
-                self.words[w] &= !m;
-            }
+            self.release(first, last);
         }
-        once
+        claimed == runs.len()
     }
 
-    /// Sets the bits `[first, last]` if none is set yet; sets nothing otherwise.
+    /// Sets the bits `[first, last]` if none is set yet; sets nothing otherwise. A run
+    /// within one word (up to 256 KiB) is one load, test and store.
+    #[inline(always)]
     fn claim(&mut self, first: usize, last: usize) -> bool {
-        if words(first, last).any(|(w, m)| self.words[w] & m != 0) {
+        let Some(words) = self.words.get_mut(first / 64..=last / 64) else { return false };
+        let n = words.len();
+        let mask_of = |i: usize| mask(if i == 0 { first % 64 } else { 0 }, if i + 1 == n { last % 64 } else { 63 });
+        if let [word] = words {
+            let m = mask_of(0);
+            let free = *word & m == 0;
+            if free {
+                *word |= m;
+            }
+            return free;
+        }
+        if words.iter().enumerate().any(|(i, w)| w & mask_of(i) != 0) {
             return false;
         }
-        for (w, m) in words(first, last) {
-            self.words[w] |= m;
-        }
+        words.iter_mut().enumerate().for_each(|(i, w)| *w |= mask_of(i));
         true
+    }
+
+    /// Clears the bits `[first, last]`.
+    #[inline(always)]
+    fn release(&mut self, first: usize, last: usize) {
+        let Some(words) = self.words.get_mut(first / 64..=last / 64) else { return };
+        let n = words.len();
+        let mask_of = |i: usize| mask(if i == 0 { first % 64 } else { 0 }, if i + 1 == n { last % 64 } else { 63 });
+        words.iter_mut().enumerate().for_each(|(i, w)| *w &= !mask_of(i));
     }
 }
 
@@ -182,7 +192,13 @@ mod tests {
         assert_eq!(mask(0, 0), 1);
         assert_eq!(mask(63, 63), 1 << 63);
         assert_eq!(mask(3, 5), 0b111000);
-        let spans: Vec<_> = words(60, 130).collect();
-        assert_eq!(spans, [(0, mask(60, 63)), (1, u64::MAX), (2, mask(0, 2))]);
+        // A claim over three words sets exactly its bits, and its release clears them.
+        let mut set = PageSet::new().unwrap();
+        assert!(set.claim(60, 130));
+        assert_eq!(set.words[..4], [mask(60, 63), u64::MAX, mask(0, 2), 0]);
+        assert!(!set.claim(130, 130) && !set.claim(0, 60), "an end's bit taken");
+        assert!(set.claim(131, 140) && set.claim(0, 59));
+        set.release(60, 130);
+        assert_eq!(set.words[..3], [mask(0, 59), 0, mask(3, 12)]);
     }
 }
