@@ -302,8 +302,9 @@ impl Chain {
         })
     }
 
-    /// As `segments_into`, in a list of its own.
-    pub fn segments(&self, writable: bool, offset: u64, len: u64) -> Option<Vec<Segment>> {
+    /// As `segments_into`, in a list of its own (for tests: a device keeps its list).
+    #[cfg(test)]
+    pub(crate) fn segments(&self, writable: bool, offset: u64, len: u64) -> Option<Vec<Segment>> {
         let mut out = Vec::new();
         self.segments_into(&mut out, writable, offset, len).then_some(out)
     }

@@ -6,8 +6,9 @@
 //!
 //! A bitmap of `PAGES` bits, reserved once with the device and never grown, page `p` at bit
 //! `p % PAGES`: direct-mapped, so a run claims its pages a 64-bit word at a time (a 64 KiB
-//! run sets one word, or two), where a hash set of page numbers paid about 16 instructions
-//! a page and the sort was cheaper for a few long runs. Two pages `PAGES` apart share a bit,
+//! run sets one word, or two): about what the hash set of page numbers it replaced paid for
+//! a run of a page or two (about 16 instructions a page), and far less for longer runs,
+//! for which that set was dearer than sorting them. Two pages `PAGES` apart share a bit,
 //! so the set can only err towards "claimed twice", which sends the caller to its exact
 //! check: it answers "once" only when each page found its bit clear. Within a VM of up to
 //! `PAGES` pages of RAM (512 MiB) no two of its pages share a bit. Every word a claim set
