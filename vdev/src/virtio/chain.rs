@@ -243,17 +243,10 @@ impl Chain {
         Chain { head, buffers, readable_len, writable_len, first_outside }
     }
 
-    /// Every buffer, in chain order.
-    pub fn buffers(&self) -> &[Buffer] {
+    /// Every buffer, in chain order (for tests: a device asks for lengths and segments).
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> &[Buffer] {
         &self.buffers
-    }
-
-    pub fn readable(&self) -> impl Iterator<Item = &Buffer> {
-        self.buffers.iter().filter(|b| !b.writable)
-    }
-
-    pub fn writable(&self) -> impl Iterator<Item = &Buffer> {
-        self.buffers.iter().filter(|b| b.writable)
     }
 
     pub fn readable_len(&self) -> u64 {
