@@ -4,9 +4,11 @@
 mod common;
 
 use common::*;
+use vdev::virtio::block::{RamDisk, VirtioBlock};
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::features::VIRTIO_F_EVENT_IDX;
 use vdev::virtio::net::VirtioNet;
+use vdev::virtio::GuestMemory;
 
 fn console() -> Driver<VirtioConsole<Screen>> {
     let d = Driver::new(VirtioConsole::new(Screen::default()), !0);
@@ -108,4 +110,93 @@ fn without_event_idx_every_batch_interrupts() {
     for _ in 0..5 {
         assert!(transmit(&mut d, 1));
     }
+}
+
+/// Guest memory as a driver on another vCPU sees it while the device serves a notify: each
+/// time the device reads queue `queue`'s available index, the driver has published one
+/// more chain (the head `head` again, its last instance already used), `left` times in all.
+struct RacingDriver<'a> {
+    mem: &'a vdev::virtio::VecMemory,
+    avail: u64,
+    size: u16,
+    head: u16,
+    left: std::cell::Cell<u32>,
+}
+
+impl GuestMemory for RacingDriver<'_> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), vdev::virtio::GuestMemoryError> {
+        if addr == self.avail + 2 && self.left.get() > 0 {
+            self.left.set(self.left.get() - 1);
+            let mut idx = [0u8; 2];
+            self.mem.read(self.avail + 2, &mut idx)?;
+            let idx = u16::from_le_bytes(idx);
+            let slot = self.avail + 4 + 2 * u64::from(idx % self.size);
+            self.mem.write(slot, &self.head.to_le_bytes())?;
+            self.mem.write(self.avail + 2, &idx.wrapping_add(1).to_le_bytes())?;
+        }
+        self.mem.read(addr, buf)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), vdev::virtio::GuestMemoryError> {
+        self.mem.write(addr, data)
+    }
+    fn check(&self, addr: u64, len: u64) -> Result<(), vdev::virtio::GuestMemoryError> {
+        self.mem.check(addr, len)
+    }
+}
+
+/// Notifies `queue` (whose first chain, `head`, the driver made available) while a driver on
+/// another vCPU keeps adding a chain each time the device looks, up to six queues' worth,
+/// more than one notify takes; then the driver adds nothing more and notifies no more (with
+/// EVENT_IDX it notifies only when its index passes avail_event). Returns how many chains
+/// the driver made available.
+fn notify_while_racing<D: vdev::virtio::VirtioDevice>(d: &mut Driver<D>, queue: usize, head: u16) -> u32 {
+    let dq = d.queues[queue].clone();
+    let racing = 6 * u32::from(dq.size);
+    let racer = RacingDriver { mem: &d.mem, avail: dq.avail, size: dq.size, head, left: std::cell::Cell::new(racing) };
+    d.mmio.write(&racer, vdev::virtio::transport::regs::QUEUE_NOTIFY, 4, queue as u64).unwrap();
+    let made_available = 1 + racing - racer.left.get();
+    assert!(racer.left.get() > 0, "the notify stopped at its budget: {made_available} chains made available");
+    // The driver's next chain would not be notified (2.7.10): only the device can go on.
+    let idx = d.peek16(dq.avail + 2);
+    assert!(!expected(d.avail_event(queue), idx, idx.wrapping_add(1)), "the driver would notify");
+    made_available
+}
+
+/// How many chains of `queue` were used, once the device had gone on with what it left for
+/// later, as at the VM's next exits.
+fn used_after_continuing<D: vdev::virtio::VirtioDevice>(d: &mut Driver<D>, queue: usize) -> usize {
+    let mut turns = 0;
+    while d.mmio.has_pending_work() {
+        d.mmio.continue_work(&d.mem);
+        turns += 1;
+        assert!(turns < 100, "it ends");
+    }
+    d.take_used(queue).len()
+}
+
+/// A notify takes at most four queues' worth of chains (a racing driver cannot hold the exit
+/// for ever), and the chains it left are served later without another notify: with
+/// EVENT_IDX, the driver notifies again only when its index passes avail_event, which the
+/// device had not moved past the chains it left, so they would wait for ever.
+#[test]
+fn chains_a_notify_left_for_its_budget_are_served_without_another_notify() {
+    let mut nic = Driver::new(VirtioNet::new([2, 0, 0, 0, 0, 9], common::NoNet), !0);
+    assert_ne!(nic.mmio.negotiated_features() & VIRTIO_F_EVENT_IDX, 0);
+    let frame = nic.alloc(72, 0);
+    let head = nic.add_chain(1, &[ro(frame, 72)]);
+    let available = notify_while_racing(&mut nic, 1, head);
+    assert_eq!(used_after_continuing(&mut nic, 1), available as usize, "every frame is sent");
+    // What a driver's reset leaves is not served for the next driver's queues.
+    notify_while_racing(&mut nic, 1, head);
+    assert!(nic.mmio.has_pending_work());
+    nic.reinit(!0);
+    assert!(!nic.mmio.has_pending_work(), "the old queue's chains are forgotten");
+
+    let mut disk = Driver::new(VirtioBlock::new(RamDisk::new(8, false, [7; 20])), !0);
+    let (header, status) = (disk.alloc(16, 0), disk.alloc(1, 0xff));
+    // A flush: a header and the status byte (5.2.6).
+    disk.mem.write(header, &4u32.to_le_bytes()).unwrap();
+    let head = disk.add_chain(0, &[ro(header, 16), wr(status, 1)]);
+    let available = notify_while_racing(&mut disk, 0, head);
+    assert_eq!(used_after_continuing(&mut disk, 0), available as usize, "every request is served");
 }

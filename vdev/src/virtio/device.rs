@@ -118,8 +118,9 @@ pub fn read_config_image(image: &[u8], wide_fields: &[u64], offset: u64, width: 
     Ok(u64::from_le_bytes(v))
 }
 
-/// How many chains one call may take from one queue: a driver racing on another vCPU could
-/// otherwise keep a notify busy for ever.
+/// How many chains one call may take from one queue, in queue sizes: a driver racing on
+/// another vCPU could otherwise keep a notify busy for ever. What it leaves is served by
+/// `VirtioMmio::continue_work` (`QueueAccess::budget_spent`).
 const POP_BUDGET_PER_QUEUE_SIZE: u32 = 4;
 
 /// A device's window onto its queues during one notify (or one receive).
@@ -129,6 +130,9 @@ pub struct QueueAccess<'a> {
     pub(crate) features: u64,
     pub(crate) incidents: &'a mut IncidentLog,
     pub(crate) popped: u32,
+    /// Bit n: a `pop` of queue n found the budget spent; chains may be left there, which
+    /// the transport has the device serve later (`VirtioMmio::has_pending_work`).
+    pub(crate) budget_spent: u32,
 }
 
 impl<'a> QueueAccess<'a> {
@@ -165,6 +169,7 @@ impl<'a> QueueAccess<'a> {
             return Ok(None);
         };
         if self.popped >= POP_BUDGET_PER_QUEUE_SIZE * u32::from(q.size()) {
+            self.budget_spent |= 1 << queue;
             return Ok(None);
         }
         match q.pop(mem, queue, event_idx, indirect) {

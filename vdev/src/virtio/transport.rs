@@ -205,6 +205,11 @@ pub struct VirtioMmio<D: VirtioDevice> {
     polled: bool,
     /// Queues notified since the side core's last pass (bit n: queue n).
     notified: u32,
+    /// Queues whose last notify stopped at its budget (`QueueAccess::pop`) with chains
+    /// perhaps left (bit n: queue n): served again by `continue_work`. With EVENT_IDX the
+    /// driver notifies only when its index passes avail_event, which the device moves only
+    /// once it finds the ring empty (2.7.10): a chain left there would wait for ever.
+    unfinished: u32,
     /// The sum of the queues' used indices at the last pass: a change is device activity.
     used_seen: u32,
 }
@@ -245,6 +250,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             incidents: IncidentLog::default(),
             polled: false,
             notified: 0,
+            unfinished: 0,
             used_seen: 0,
         }
     }
@@ -447,6 +453,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         }
         self.interrupt.clear();
         self.notified = 0;
+        self.unfinished = 0;
         self.used_seen = 0;
     }
 
@@ -487,9 +494,16 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         for (b, q) in before.iter_mut().zip(&self.queues) {
             *b = q.used_idx;
         }
-        let mut access =
-            QueueAccess { mem, queues: &mut self.queues, features, incidents: &mut self.incidents, popped: 0 };
+        let mut access = QueueAccess {
+            mem,
+            queues: &mut self.queues,
+            features,
+            incidents: &mut self.incidents,
+            popped: 0,
+            budget_spent: 0,
+        };
         let mut result = f(&mut self.device, &mut access);
+        self.unfinished |= access.budget_spent;
         let event_idx = features & VIRTIO_F_EVENT_IDX != 0;
         for (index, (q, old)) in self.queues.iter().zip(before).enumerate() {
             if !q.ready {
@@ -745,14 +759,21 @@ impl<D: VirtioDevice> VirtioMmio<D> {
 
     /// Whether the device has work left from an earlier notify (`continue_work`).
     pub fn has_pending_work(&self) -> bool {
-        self.running() && self.device.has_pending_work()
+        self.running() && (self.unfinished != 0 || self.device.has_pending_work())
     }
 
     /// Goes on with the work a bounded notify left, as a notify would (interrupt decisions
-    /// afterwards, a driver bug making the device need a reset).
+    /// afterwards, a driver bug making the device need a reset): the device's own, then the
+    /// queues whose notify stopped at its budget, each served as if notified again.
     pub fn continue_work(&mut self, mem: &dyn GuestMemory) {
-        if self.has_pending_work() {
+        if self.running() && self.device.has_pending_work() {
             let _ = self.run(mem, |device, access| device.continue_work(access));
+        }
+        let mut unfinished = core::mem::take(&mut self.unfinished);
+        while unfinished != 0 && self.running() {
+            let queue = unfinished.trailing_zeros() as u16;
+            unfinished &= unfinished - 1;
+            self.process(mem, queue);
         }
     }
 
