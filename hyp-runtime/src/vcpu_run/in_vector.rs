@@ -80,8 +80,8 @@ pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) 
             let mut log = Incidents { vm: core, vcpu };
             exit::data_abort(registers, bytes, vcpu, ipa, va, access, write, &mut core.mmio(), &mut log)
         }
-        Trap::SystemRegister { access, .. } => {
-            let Some(register) = sysreg::sgi_generation(&access, core.gic_v3) else { return VectorAnswer::NotHere };
+        Trap::SystemRegister { access, iss } => {
+            let Some(register) = sysreg::sgi_generation_of_iss(iss, core.gic_v3) else { return VectorAnswer::NotHere };
             let value = registers.reg(access.rt);
             registers.advance_pc(bytes);
             super::generate_sgi(core, vcpu, register, value);
