@@ -39,6 +39,10 @@ impl SysRegAccess {
     pub fn encoding(&self) -> Encoding {
         Encoding(self.op0, self.op1, self.crn, self.crm, self.op2)
     }
+    /// The ISS this access was decoded from (`decode`'s inverse).
+    pub fn iss(&self) -> u32 {
+        iss_of(self.encoding()) | u32::from(self.rt) << 5 | u32::from(self.is_read)
+    }
     /// In the ID register space (op0 3, op1 0, CRn 0, CRm 1-7).
     pub fn is_id_register(&self) -> bool {
         self.op0 == 3 && self.op1 == 0 && self.crn == 0 && (1..=7).contains(&self.crm)
@@ -317,6 +321,7 @@ mod tests {
     fn the_sgi_generation_register_read_off_the_iss_is_the_decoded_one() {
         for iss in 0..1u32 << 22 {
             let access = SysRegAccess::decode(iss);
+            assert_eq!(access.iss(), iss);
             for gic_v3 in [false, true] {
                 assert_eq!(sgi_generation_of_iss(iss, gic_v3), sgi_generation(&access, gic_v3), "{iss:#x}");
             }

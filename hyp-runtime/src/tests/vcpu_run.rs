@@ -437,7 +437,7 @@ fn a_timer_interrupt_is_shown_at_the_next_entry_and_no_kick_is_left_behind() {
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     // ICC_SGI1R_EL1 = x0: SGI 1 to vCPU 1 (TargetList bit 1).
     let sgi1r = SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt: 0, is_read: false };
-    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: sgi1r.iss() }, 0x18)), Some(1 << 24 | 0b10));
     step(GuestExit::Interrupt, None, None);
     pend(&[27]);
     hvc(PSCI_SYSTEM_OFF);
@@ -708,13 +708,21 @@ fn an_sgi_sent_through_the_cpu_interface_is_answered_in_the_vector() {
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     let sgi1r = |rt| SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt, is_read: false };
     // ICC_SGI1R_EL1 = x0: SGI 1 to vCPU 1 (TargetList bit 1), then SGI 2 to vCPU 0 itself.
-    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r(0), iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
+    step(
+        GuestExit::Sync,
+        Some((Trap::SystemRegister { access: sgi1r(0), iss: sgi1r(0).iss() }, 0x18)),
+        Some(1 << 24 | 0b10),
+    );
     offer_last();
-    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r(0), iss: 0 }, 0x18)), Some(2 << 24 | 0b01));
+    step(
+        GuestExit::Sync,
+        Some((Trap::SystemRegister { access: sgi1r(0), iss: sgi1r(0).iss() }, 0x18)),
+        Some(2 << 24 | 0b01),
+    );
     offer_last();
     // MIDR_EL1 read into x3.
     let midr = SysRegAccess { op0: 3, op1: 0, crn: 0, crm: 0, op2: 0, rt: 3, is_read: true };
-    step(GuestExit::Sync, Some((Trap::SystemRegister { access: midr, iss: 0 }, 0x18)), None);
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: midr, iss: midr.iss() }, 0x18)), None);
     offer_last();
     hvc(PSCI_SYSTEM_OFF);
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
@@ -745,7 +753,7 @@ fn an_sgi_answered_in_the_vector_while_the_sender_holds_a_list_register_loses_no
     vm.vgic.hint(1);
     let sgi1r = SysRegAccess { op0: 3, op1: 0, crn: 12, crm: 11, op2: 5, rt: 0, is_read: false };
     // The guest acknowledges SPI 40, then sends SGI 1 to vCPU 1.
-    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: 0 }, 0x18)), Some(1 << 24 | 0b10));
+    step(GuestExit::Sync, Some((Trap::SystemRegister { access: sgi1r, iss: sgi1r.iss() }, 0x18)), Some(1 << 24 | 0b10));
     offer_last();
     last_step(|s| s.ack = true);
     hvc(PSCI_SYSTEM_OFF);

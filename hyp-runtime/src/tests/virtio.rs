@@ -1290,6 +1290,125 @@ fn a_request_made_as_the_side_core_goes_to_sleep_is_not_lost() {
     assert_eq!(disk.lock().in_flight(), 1);
 }
 
+/// The fake RAM as a driver on another vCPU makes it while the device serves the queue at
+/// `avail`: each time the device reads the available index, the chain `head` is made
+/// available once more, `left` times.
+struct RacingDriver {
+    ram: FakeRam,
+    avail: u64,
+    head: u16,
+    left: std::cell::Cell<u32>,
+}
+
+impl GuestMemory for RacingDriver {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), GuestMemoryError> {
+        if addr == self.avail + 2 && self.left.get() > 0 {
+            self.left.set(self.left.get() - 1);
+            let idx = u16::from_le_bytes(self.ram.bytes(addr, 2).try_into().unwrap());
+            self.ram.fill(self.avail + 4 + 2 * u64::from(idx % QUEUE), &self.head.to_le_bytes());
+            self.ram.fill(addr, &idx.wrapping_add(1).to_le_bytes());
+        }
+        self.ram.read(addr, buf)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), GuestMemoryError> {
+        self.ram.write(addr, data)
+    }
+    fn check(&self, addr: u64, len: u64) -> Result<(), GuestMemoryError> {
+        self.ram.check(addr, len)
+    }
+}
+
+/// A side core's pass that stopped at its budget (a driver refilling the ring as fast as it
+/// is emptied) leaves the rest to the core's next pass: a vCPU's exit that goes on with its
+/// VM's device work (another device of the VM asked for it) does not serve it, since that
+/// work may wait for the board's disk.
+#[test]
+fn work_a_side_core_left_is_not_done_on_a_vcpus_exit() {
+    FakeArch::become_cpu(0);
+    let core = side_core();
+    let (_, ram, slot) = served_disk(core);
+    let base = RAM_IPA + 0x10_0000;
+    let mut guest = guest_through_window(&slot, &ram, base);
+    // A read past the disk's end: answered at once with an error, nothing queued.
+    let (head, _, _) = guest.request(false, 1 << 40, SECTOR);
+    let racer =
+        RacingDriver { ram: ram.clone(), avail: base + 0x200, head, left: std::cell::Cell::new(8 * u32::from(QUEUE)) };
+    let _ = slot.device.lock().poll(&racer, true);
+    assert!(racer.left.get() > 0, "the pass stopped at its budget");
+    let served = guest.used().len();
+    // The slot learns the device's state at its next access.
+    slot.with_device(|_, _| ());
+    slot.continue_work();
+    assert_eq!(guest.used().len(), served, "nothing served on the vCPU's exit");
+    assert_eq!(turn(core, 1_000), Turn::Woke(1));
+    let made_available = 1 + 8 * u32::from(QUEUE) - racer.left.get();
+    assert_eq!(guest.used().len(), made_available as usize, "the side core served the rest");
+}
+
+/// A side core's NIC whose transmit queue holds more than one pass sends (its switch port's
+/// outbox takes six maximum-size frames an access) goes on at the core's next pass; a
+/// vCPU's exit that goes on with its VM's device work (another device of the VM asked for
+/// it) does not send for it: sending may wait for the board's NIC.
+#[test]
+fn a_side_cores_nic_sends_what_a_pass_left_at_the_next_pass_not_on_a_vcpus_exit() {
+    use vdev::virtio::features::status::*;
+    use vdev::virtio::net::VirtioNet;
+    use vdev::virtio::transport::regs::*;
+    FakeArch::become_cpu(0);
+    FRAMES.with(|f| f.borrow_mut().clear());
+    let core = side_core();
+    let ram = FakeRam::new();
+    let setup = SlotSetup {
+        vm: 3,
+        name: "net",
+        ram: ram.clone(),
+        line: Level(Arc::default(), None),
+        log: Arc::new(GuestLogLimit::new()),
+        work: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        shadow: None,
+    };
+    let nic = VirtioNet::new([2, 0, 0, 0, 0, 3], SwitchPort::default());
+    let slot: Arc<VirtioSlot<VirtioNet<SwitchPort>, FakeEnv>> = Arc::new(VirtioSlot::new(setup, nic, 1));
+    slot.serve_from(core, 2);
+    core.add(3, [Arc::clone(&slot) as Arc<dyn Polled>].into_iter());
+    // The driver (virtio 1.2 3.1.1): VERSION_1, the transmit queue (1) of 16 descriptors at
+    // `base`, eight maximum-size frames each with its 12-byte header in one buffer.
+    let window = Window(Arc::clone(&slot));
+    let reg = |offset, value: u32| window.write(0, offset, AccessWidth::Word, u64::from(value)).unwrap();
+    let base = RAM_IPA + 0x10_0000;
+    reg(STATUS, ACKNOWLEDGE | DRIVER);
+    reg(DRIVER_FEATURES_SEL, 1);
+    reg(DRIVER_FEATURES, 1);
+    reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK);
+    reg(QUEUE_SEL, 1);
+    reg(QUEUE_NUM, u32::from(QUEUE));
+    for (low, addr) in [(QUEUE_DESC_LOW, base), (QUEUE_DRIVER_LOW, base + 0x200), (QUEUE_DEVICE_LOW, base + 0x400)] {
+        reg(low, addr as u32);
+        reg(low + 4, (addr >> 32) as u32);
+    }
+    reg(QUEUE_READY, 1);
+    reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK | DRIVER_OK);
+    let len = 12 + MAX_FRAME as u64;
+    for k in 0..8u16 {
+        let data = base + 0x1000 + u64::from(k) * len;
+        let mut d = data.to_le_bytes().to_vec();
+        d.extend_from_slice(&(len as u32).to_le_bytes());
+        d.extend_from_slice(&[0; 4]);
+        ram.fill(base + 16 * u64::from(k), &d);
+        ram.fill(base + 0x200 + 4 + 2 * u64::from(k), &k.to_le_bytes());
+    }
+    ram.fill(base + 0x200 + 2, &8u16.to_le_bytes());
+    reg(QUEUE_NOTIFY, 1);
+    let used = || u16::from_le_bytes(ram.bytes(base + 0x402, 2).try_into().unwrap());
+    assert_eq!(turn(core, 1_000), Turn::Woke(1));
+    assert_eq!(used(), 6, "one pass sends what the outbox takes");
+    slot.continue_work();
+    assert_eq!(used(), 6, "nothing sent on the vCPU's exit");
+    assert_eq!(turn(core, 1_010), Turn::Polled);
+    assert_eq!(used(), 8, "the next pass sends the rest");
+    assert_eq!(FRAMES.with(|f| f.borrow().len()), 8, "every frame reached the switch");
+}
+
 #[test]
 fn a_vm_destroyed_with_requests_in_flight_is_let_go_by_its_side_core_before_its_ram_goes() {
     FakeArch::become_cpu(0);

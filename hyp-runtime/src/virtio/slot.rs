@@ -359,9 +359,11 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
         }
     }
 
-    /// Goes on with work the device left for later (a bounded notify), if it did.
+    /// Goes on with work the device left for later (a bounded notify), if it did. A side
+    /// core's device goes on at the core's next pass, never on a vCPU's exit (which another
+    /// device of the VM may send here): its work may wait for the board's devices.
     pub fn continue_work(&self) {
-        if self.pending.load(Ordering::Acquire) {
+        if self.pending.load(Ordering::Acquire) && self.io.get().is_none() {
             let _ = self.with_device(|d, ram| d.continue_work(ram));
         }
     }

@@ -325,8 +325,12 @@ impl<D: VirtioDevice> VirtioMmio<D> {
                 }
             }
         }
+        // Work a bounded step left: the device's own goes on now; chains a budget left on a
+        // queue are the next pass's, which looks at every queue (served again here, one
+        // pass would take two budgets).
         if self.has_pending_work() {
             pass.took = true;
+            self.unfinished = 0;
             self.continue_work(mem);
         }
         let used = self.queues.iter().fold(0u32, |sum, q| sum.wrapping_add(u32::from(q.used_idx)));
