@@ -282,7 +282,7 @@ pub fn sgi_generation(access: &SysRegAccess, gic_v3: bool) -> Option<SgiGenerati
     }
 }
 
-/// `sgi_generation` of the access whose ISS (ESR_EL2 for EC 0x18, ARM ARM D24.2.x: Op0
+/// `sgi_generation` of the access whose ISS (ESR_EL2 for EC 0x18, ARM ARM D24.2.40: Op0
 /// [21:20], Op2 [19:17], Op1 [16:14], CRn [13:10], Rt [9:5], CRm [4:1], Direction [0]) is
 /// `iss`, tested on the ISS itself: the answer in the vector asks it of every trapped system
 /// register access, where a decoded `SysRegAccess` was built field by field on the stack
