@@ -872,25 +872,31 @@ pub(crate) struct BlkGuest {
 
 const QUEUE: u16 = 16;
 
+/// A driver's initialisation (virtio 1.2 3.1.1) through `reg`, a register write of the
+/// device: VERSION_1 only, and queue `queue` of `QUEUE` descriptors at `base` (its available
+/// ring at +0x200, its used ring at +0x400, zeroed), ready.
+fn driver_ready(reg: &dyn Fn(u64, u32), ram: &FakeRam, base: u64, queue: u32) {
+    use vdev::virtio::features::status::*;
+    use vdev::virtio::transport::regs::*;
+    ram.fill(base, &[0; 0x1000]);
+    reg(STATUS, 0);
+    reg(STATUS, ACKNOWLEDGE | DRIVER);
+    reg(DRIVER_FEATURES_SEL, 1);
+    reg(DRIVER_FEATURES, 1); // VERSION_1 only
+    reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK);
+    reg(QUEUE_SEL, queue);
+    reg(QUEUE_NUM, u32::from(QUEUE));
+    for (low, addr) in [(QUEUE_DESC_LOW, base), (QUEUE_DRIVER_LOW, base + 0x200), (QUEUE_DEVICE_LOW, base + 0x400)] {
+        reg(low, addr as u32);
+        reg(low + 4, (addr >> 32) as u32);
+    }
+    reg(QUEUE_READY, 1);
+    reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK | DRIVER_OK);
+}
+
 impl BlkGuest {
     pub(crate) fn new(reg: Box<dyn Fn(u64, u32)>, ram: FakeRam, base: u64) -> BlkGuest {
-        use vdev::virtio::features::status::*;
-        use vdev::virtio::transport::regs::*;
-        ram.fill(base, &[0; 0x1000]);
-        reg(STATUS, 0);
-        reg(STATUS, ACKNOWLEDGE | DRIVER);
-        reg(DRIVER_FEATURES_SEL, 1);
-        reg(DRIVER_FEATURES, 1); // VERSION_1 only
-        reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK);
-        reg(QUEUE_SEL, 0);
-        reg(QUEUE_NUM, u32::from(QUEUE));
-        for (low, addr) in [(QUEUE_DESC_LOW, base), (QUEUE_DRIVER_LOW, base + 0x200), (QUEUE_DEVICE_LOW, base + 0x400)]
-        {
-            reg(low, addr as u32);
-            reg(low + 4, (addr >> 32) as u32);
-        }
-        reg(QUEUE_READY, 1);
-        reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK | DRIVER_OK);
+        driver_ready(&*reg, &ram, base, 0);
         BlkGuest { reg, ram, base, avail_idx: 0, next_desc: 0, next_data: base + 0x1000 }
     }
 
@@ -1351,9 +1357,7 @@ fn work_a_side_core_left_is_not_done_on_a_vcpus_exit() {
 /// it) does not send for it: sending may wait for the board's NIC.
 #[test]
 fn a_side_cores_nic_sends_what_a_pass_left_at_the_next_pass_not_on_a_vcpus_exit() {
-    use vdev::virtio::features::status::*;
     use vdev::virtio::net::VirtioNet;
-    use vdev::virtio::transport::regs::*;
     FakeArch::become_cpu(0);
     FRAMES.with(|f| f.borrow_mut().clear());
     let core = side_core();
@@ -1371,23 +1375,12 @@ fn a_side_cores_nic_sends_what_a_pass_left_at_the_next_pass_not_on_a_vcpus_exit(
     let slot: Arc<VirtioSlot<VirtioNet<SwitchPort>, FakeEnv>> = Arc::new(VirtioSlot::new(setup, nic, 1));
     slot.serve_from(core, 2);
     core.add(3, [Arc::clone(&slot) as Arc<dyn Polled>].into_iter());
-    // The driver (virtio 1.2 3.1.1): VERSION_1, the transmit queue (1) of 16 descriptors at
-    // `base`, eight maximum-size frames each with its 12-byte header in one buffer.
+    // The driver: its transmit queue (1) at `base`, eight maximum-size frames each with its
+    // 12-byte header in one buffer.
     let window = Window(Arc::clone(&slot));
     let reg = |offset, value: u32| window.write(0, offset, AccessWidth::Word, u64::from(value)).unwrap();
     let base = RAM_IPA + 0x10_0000;
-    reg(STATUS, ACKNOWLEDGE | DRIVER);
-    reg(DRIVER_FEATURES_SEL, 1);
-    reg(DRIVER_FEATURES, 1);
-    reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK);
-    reg(QUEUE_SEL, 1);
-    reg(QUEUE_NUM, u32::from(QUEUE));
-    for (low, addr) in [(QUEUE_DESC_LOW, base), (QUEUE_DRIVER_LOW, base + 0x200), (QUEUE_DEVICE_LOW, base + 0x400)] {
-        reg(low, addr as u32);
-        reg(low + 4, (addr >> 32) as u32);
-    }
-    reg(QUEUE_READY, 1);
-    reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK | DRIVER_OK);
+    driver_ready(&reg, &ram, base, 1);
     let len = 12 + MAX_FRAME as u64;
     for k in 0..8u16 {
         let data = base + 0x1000 + u64::from(k) * len;
@@ -1398,7 +1391,7 @@ fn a_side_cores_nic_sends_what_a_pass_left_at_the_next_pass_not_on_a_vcpus_exit(
         ram.fill(base + 0x200 + 4 + 2 * u64::from(k), &k.to_le_bytes());
     }
     ram.fill(base + 0x200 + 2, &8u16.to_le_bytes());
-    reg(QUEUE_NOTIFY, 1);
+    reg(vdev::virtio::transport::regs::QUEUE_NOTIFY, 1);
     let used = || u16::from_le_bytes(ram.bytes(base + 0x402, 2).try_into().unwrap());
     assert_eq!(turn(core, 1_000), Turn::Woke(1));
     assert_eq!(used(), 6, "one pass sends what the outbox takes");
