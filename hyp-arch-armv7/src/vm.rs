@@ -103,8 +103,10 @@ fn enter_hyp_state(vm: &Vm, vcpu: usize, hcr: Hcr, tlb: OnEntry) {
 pub struct OnCpu {
     /// Its set/way emulation, which decides whether HCR.TVM is set.
     set_way: SetWayState,
-    /// HCR but TVM.
+    /// HCR but TVM and the TWI of `wfi_for_work`.
     hcr: Hcr,
+    /// WFI traps for the device work its VM left (`VcpuCpu::trap_wfi_for_device_work`).
+    wfi_for_work: bool,
     lrs: ListRegisterFile,
     /// The vCPU's debug registers (its accesses trap here; never loaded into the hardware
     /// yet on this image).
@@ -114,7 +116,12 @@ pub struct OnCpu {
 impl OnCpu {
     /// HCR for the vCPU now.
     fn hcr(&self) -> Hcr {
-        self.hcr.with_tvm(self.set_way.trapping_controls())
+        let hcr = self.hcr.with_tvm(self.set_way.trapping_controls());
+        if self.wfi_for_work {
+            hcr.with_twi(true)
+        } else {
+            hcr
+        }
     }
 }
 
@@ -139,6 +146,7 @@ impl VcpuCpu for OnCpu {
             debug: DebugRegisters::AT_RESET,
             set_way: resumed.map_or(SetWayState::default(), |r| r.set_way),
             hcr: hcr_guest().with_twi(shares).with_twe(shares),
+            wfi_for_work: false,
         };
         enter_hyp_state(vm, vcpu, here.hcr(), tlb);
         here
@@ -167,6 +175,13 @@ impl VcpuCpu for OnCpu {
     /// Every register a guest can read, as at reset, in the CPU (`SavedVcpu::at_reset`).
     fn restore_at_reset(&mut self) {
         vcpu_state::restore(&SavedVcpu::at_reset(), self.lrs);
+    }
+
+    fn trap_wfi_for_device_work(&mut self, trap: bool) {
+        if self.wfi_for_work != trap {
+            self.wfi_for_work = trap;
+            Hcr::write(self.hcr());
+        }
     }
 
     /// What the vCPU left in the CPU, back in it; its debug registers' copy back here.

@@ -149,8 +149,10 @@ fn inject_aarch32(ctx: &mut GuestContext, exception: InjectedException) {
 pub struct OnCpu {
     /// Its set/way emulation, which decides whether HCR_EL2.TVM is set.
     set_way: SetWayState,
-    /// HCR_EL2 but TVM.
+    /// HCR_EL2 but TVM and the TWI of `wfi_for_work`.
     hcr: u64,
+    /// WFI traps for the device work its VM left (`VcpuCpu::trap_wfi_for_device_work`).
+    wfi_for_work: bool,
     /// The execution state the VM's kernel started in.
     state: ExecutionState,
     lrs: ListRegisterFile,
@@ -166,7 +168,9 @@ pub struct OnCpu {
 impl OnCpu {
     /// HCR_EL2 for the vCPU now.
     fn hcr(&self) -> u64 {
-        self.hcr | if self.set_way.trapping_controls() { HCR_TVM } else { 0 }
+        self.hcr
+            | if self.set_way.trapping_controls() { HCR_TVM } else { 0 }
+            | if self.wfi_for_work { HCR_EL2::TWI::SET.value } else { 0 }
     }
 }
 
@@ -203,9 +207,17 @@ impl VcpuCpu for OnCpu {
                 // RW clear: EL1 (and so EL0) is AArch32.
                 ExecutionState::Aarch32 => HCR_GUEST & !HCR_EL2::RW::EL1IsAarch64.value,
             } | if shares { HCR_WFX } else { 0 },
+            wfi_for_work: false,
         };
         enter_el2_state(vm, vcpu, here.hcr(), tlb);
         here
+    }
+
+    fn trap_wfi_for_device_work(&mut self, trap: bool) {
+        if self.wfi_for_work != trap {
+            self.wfi_for_work = trap;
+            write_hcr(self.hcr());
+        }
     }
 
     fn restore(&mut self, saved: &SavedVcpu) {

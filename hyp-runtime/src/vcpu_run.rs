@@ -119,6 +119,11 @@ pub trait VcpuCpu: Sized {
         resumed: Option<&Self::Saved>,
         tlb: OnEntry,
     ) -> Self;
+    /// Whether WFI traps though the vCPU does not share its CPU (one that does always traps
+    /// it): while its VM's devices have work left for later, so a guest that goes idle makes
+    /// the exit that work goes on at (docs/virtio.md, "Locks"). Changes the trap only when
+    /// `trap` differs from what it is.
+    fn trap_wfi_for_device_work(&mut self, trap: bool);
     /// Puts back what the vCPU left in the CPU.
     fn restore(&mut self, saved: &Self::Saved);
     /// A fresh start: every register the guest can read as at reset, so nothing of the
@@ -265,6 +270,10 @@ pub fn run_vcpu<C: VcpuCpu>(
         }
         if core.device_work.load(Ordering::Relaxed) && core.device_work.swap(false, Ordering::AcqRel) {
             core.continue_device_work();
+            // A pinned vCPU's guest idle in an untrapped WFI makes no exit until its next
+            // interrupt, which an idle kernel may not have for a long time: while work is
+            // left its WFI traps, and each trap goes on with a budget of it.
+            here.trap_wfi_for_device_work(core.device_work.load(Ordering::Relaxed));
         }
         // The common case, nothing in flight and nothing new: one load, no lock. The hint
         // is taken whatever else asks for a plan, or the next entry would plan again.
@@ -491,7 +500,9 @@ fn answer<C: VcpuCpu>(
     match outcome {
         // Unless an interrupt is pending or its timer is due, a shared vCPU waits off the
         // CPU, woken by an interrupt or by its virtual timer.
-        Outcome::WaitForInterrupt if shared => {
+        // With device work left for later (`Vm::device_work`) the vCPU does not wait: the
+        // run loop goes on with that work first.
+        Outcome::WaitForInterrupt if shared && !core.device_work.load(Ordering::Relaxed) => {
             let timer = C::timer_deadline(vm);
             if timer.is_none_or(|deadline| deadline > C::V::now()) {
                 let v = vcpu_ref(core.id, vcpu);
@@ -511,6 +522,9 @@ fn answer<C: VcpuCpu>(
                 load_timer_line::<C>(core, vcpu, cpu);
             }
         }
+        // Its WFI trapped for device work that another vCPU's exit finished: it no longer
+        // traps (`trap_wfi_for_device_work`).
+        Outcome::WaitForInterrupt if !shared => here.trap_wfi_for_device_work(core.device_work.load(Ordering::Relaxed)),
         Outcome::Resume | Outcome::WaitForInterrupt => {}
         Outcome::SetWay => here.cache_maintenance(vm, registers, bytes, CacheMaintenance::SetWay),
         Outcome::ControlWrite { register, part, value } => {

@@ -11,8 +11,9 @@ use hyp_core::debug_registers::DebugRegisters;
 use std::sync::atomic::Ordering;
 
 use hyp_core::exit::{GuestContext, InjectedException};
-use hyp_core::guest_map::GICD_IPA;
+use hyp_core::guest_map::{VirtioSlot, GICD_IPA};
 use hyp_core::image::ExecutionState;
+use hyp_core::mmio::MmioDispatch;
 use hyp_core::smccc::{PSCI_SYSTEM_OFF, SMCCC_VERSION};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::syndrome::{AccessWidth, ExceptionClass, MmioAccess};
@@ -21,11 +22,12 @@ use hyp_core::trap::{DecodedExit, Trap};
 use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::{Decision, VcpuState};
 use stage2::Ipa;
+use vdev::virtio::console::TX_BUDGET;
 use vgic::{IntId, ListRegisters, Maintenance};
 
 use super::hypervisor::{booted, event, pend, take_events};
 use super::leak;
-use super::virtio::{FakeEnv, LINES};
+use super::virtio::{console_write, image_ram, FakeEnv, CONSOLE, LINES, RAM_IPA};
 use crate::fake::FakeArch;
 use crate::hypervisor::{Hypervisor, VcpuExit};
 use crate::scheduling::vcpu_ref;
@@ -55,6 +57,9 @@ struct Step {
     /// While the guest runs, something of this CPU asks its scheduler again without a kick
     /// (a vCPU of this CPU woken by the exit's answer, as `Scheduling::wake` asks it).
     reschedule: bool,
+    /// While the guest runs, another vCPU's exits go on with the work VM 0's devices left
+    /// for later until none is left.
+    finish_device_work: bool,
 }
 
 thread_local! {
@@ -97,6 +102,7 @@ fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
             raise: None,
             offered: false,
             reschedule: false,
+            finish_device_work: false,
         })
     });
 }
@@ -153,6 +159,8 @@ struct FakeSaved(u64);
 struct FakeCpu {
     lrs: FakeLrs,
     debug: DebugRegisters,
+    /// Whether WFI traps for device work (`trap_wfi_for_device_work`).
+    wfi_for_work: bool,
 }
 
 impl VcpuCpu for FakeCpu {
@@ -179,7 +187,13 @@ impl VcpuCpu for FakeCpu {
         if tlb == OnEntry::InvalidateStage1 {
             event("invalidate stage 1".into());
         }
-        FakeCpu { lrs: FakeLrs::default(), debug: DebugRegisters::AT_RESET }
+        FakeCpu { lrs: FakeLrs::default(), debug: DebugRegisters::AT_RESET, wfi_for_work: false }
+    }
+    fn trap_wfi_for_device_work(&mut self, trap: bool) {
+        if self.wfi_for_work != trap {
+            self.wfi_for_work = trap;
+            event(format!("wfi traps for device work: {trap}"));
+        }
     }
     fn restore(&mut self, saved: &FakeSaved) {
         event(format!("restore {}", saved.0));
@@ -244,6 +258,12 @@ impl VcpuCpu for FakeCpu {
             }
             if step.reschedule {
                 FakeCpu::hypervisor().scheduling.request_reschedule(1);
+            }
+            if step.finish_device_work {
+                let vm = FakeCpu::hypervisor().vm(0).expect("VM 0");
+                while vm.device_work.swap(false, Ordering::AcqRel) {
+                    vm.continue_device_work();
+                }
             }
             TRAP.with(|t| t.set(step.trap));
             if !step.offered {
@@ -546,6 +566,82 @@ fn a_pinned_vcpu_that_waits_keeps_its_cpu() {
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert_eq!(take_events(), ["enter vcpu0 shares false resumed None", "state at reset", "leave"], "nothing saved");
     assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
+}
+
+/// VM 0's guest wrote `len` bytes of `#` to its virtio console in one notify, made before
+/// the test's steps (as at an earlier exit): the console writes `TX_BUDGET` bytes a notify
+/// or a continuation, so the rest is work left for later. Returns how many `#` the VM's
+/// console has received so far, as a function.
+fn console_output_left(len: u64) -> impl Fn() -> usize {
+    let vm = FakeCpu::hypervisor().vm(0).unwrap();
+    let reg = |offset: u64, value: u32| {
+        vm.mmio().write(0, Ipa(VirtioSlot::Console.ipa() + offset), AccessWidth::Word, u64::from(value)).unwrap();
+    };
+    console_write(&reg, &image_ram(), RAM_IPA + 0x20_0000, len as u32, b'#');
+    assert!(vm.device_work.load(Ordering::Acquire), "the notify left work for later");
+    || CONSOLE.with(|c| c.lock().unwrap().iter().filter(|&&b| b == b'#').count())
+}
+
+/// While its VM's devices have work left for later, a pinned vCPU's WFI traps (an idle
+/// guest would otherwise make no exit for that work to go on at); once a continuation
+/// finishes it, WFI no longer traps.
+#[test]
+fn a_pinned_vcpu_s_wfi_traps_while_its_vm_s_devices_have_work_left() {
+    let hypervisor = hypervisor();
+    let written = console_output_left(4 * TX_BUDGET);
+    take_events();
+    hvc(SMCCC_VERSION);
+    wfi();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(
+        take_events(),
+        [
+            "enter vcpu0 shares false resumed None",
+            "state at reset",
+            "wfi traps for device work: true",
+            "wfi traps for device work: false",
+            "leave"
+        ]
+    );
+    assert_eq!(written(), 4 * TX_BUDGET as usize, "a budget at the entry and at each exit, then nothing left");
+}
+
+/// Work left for later that another vCPU's exits finished: the next WFI of a vCPU that
+/// trapped it for that work finds none, and WFI no longer traps.
+#[test]
+fn a_pinned_vcpu_s_wfi_stops_trapping_when_another_vcpu_finished_the_work() {
+    let hypervisor = hypervisor();
+    let written = console_output_left(3 * TX_BUDGET);
+    take_events();
+    wfi();
+    last_step(|s| s.finish_device_work = true);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(
+        take_events(),
+        [
+            "enter vcpu0 shares false resumed None",
+            "state at reset",
+            "wfi traps for device work: true",
+            "wfi traps for device work: false",
+            "leave"
+        ]
+    );
+    assert_eq!(written(), 3 * TX_BUDGET as usize);
+}
+
+/// A shared vCPU's WFI while its VM's devices have work left does not give the CPU away:
+/// the work goes on first, a budget at each exit.
+#[test]
+fn a_shared_vcpu_does_not_wait_while_its_vm_s_devices_have_work_left() {
+    let hypervisor = hypervisor();
+    let written = console_output_left(4 * TX_BUDGET);
+    wfi();
+    wfi();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff), "never descheduled");
+    assert_eq!(written(), 4 * TX_BUDGET as usize);
 }
 
 /// The CPU invalidates its TLB for a vCPU only when another vCPU of its VM ran there since

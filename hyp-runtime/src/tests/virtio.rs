@@ -894,6 +894,23 @@ fn driver_ready(reg: &dyn Fn(u64, u32), ram: &FakeRam, base: u64, queue: u32) {
     reg(STATUS, ACKNOWLEDGE | DRIVER | FEATURES_OK | DRIVER_OK);
 }
 
+/// A guest's virtio console driver (virtio 1.2 5.3) through `reg`, its transmit queue at
+/// `base`, writes `len` bytes of `byte` as one chain and notifies.
+pub(crate) fn console_write(reg: &dyn Fn(u64, u32), ram: &FakeRam, base: u64, len: u32, byte: u8) {
+    use vdev::virtio::console::TRANSMITQ;
+    driver_ready(reg, ram, base, u32::from(TRANSMITQ));
+    let data = base + 0x1000;
+    ram.fill(data, &vec![byte; len as usize]);
+    let mut descriptor = data.to_le_bytes().to_vec();
+    descriptor.extend_from_slice(&len.to_le_bytes());
+    // Flags 0 (device-readable, the last of its chain), next 0.
+    descriptor.extend_from_slice(&[0; 4]);
+    ram.fill(base, &descriptor);
+    // The available ring: flags 0, idx 1, ring[0] = descriptor 0.
+    ram.fill(base + 0x200, &[0, 0, 1, 0, 0, 0]);
+    reg(vdev::virtio::transport::regs::QUEUE_NOTIFY, u32::from(TRANSMITQ));
+}
+
 impl BlkGuest {
     pub(crate) fn new(reg: Box<dyn Fn(u64, u32)>, ram: FakeRam, base: u64) -> BlkGuest {
         driver_ready(&*reg, &ram, base, 0);
