@@ -13,7 +13,7 @@
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use arm_gic::gicv3::registers::GicrSgi;
 use arm_gic::gicv3::{GicRedistributor, Group};
@@ -80,6 +80,11 @@ pub struct Gic<C> {
     cpu_interface: [AtomicU8; MAX_CPUS],
     /// GICv3 redistributor (RD frame) of each CPU index, once it is brought up.
     redistributor: [AtomicUsize; MAX_CPUS],
+    /// The target fields of an SGI to each CPU index (ICC_SGI1R_EL1's affinity and target
+    /// list, or GICD_SGIR's CPUTargetList), recorded when the CPU brings its interface up
+    /// (`init_cpu`); 0 until then. A kick then costs one load, not the MPIDR's load and the
+    /// encoding of its affinity.
+    sgi_target: [AtomicU64; MAX_CPUS],
     /// Held while a CPU looks for its redistributor and brings it up: then no other CPU
     /// reads or writes a redistributor frame (`init_cpu`).
     bringing_up: AtomicBool,
@@ -102,6 +107,7 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
             gicc: AtomicUsize::new(0),
             cpu_interface: [const { AtomicU8::new(0) }; MAX_CPUS],
             redistributor: [const { AtomicUsize::new(0) }; MAX_CPUS],
+            sgi_target: [const { AtomicU64::new(0) }; MAX_CPUS],
             bringing_up: AtomicBool::new(false),
             cpu: PhantomData,
         }
@@ -194,6 +200,7 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
             self.bringing_up.store(false, Ordering::Release);
             let rd = found.ok_or(GicError::NoRedistributor)?;
             self.redistributor[index].store(rd.as_ptr() as usize, Ordering::Relaxed);
+            self.sgi_target[index].store(sgi1r(mpidr, 0), Ordering::Relaxed);
             C::enable(MASK_NONE);
         } else {
             // GICD_ICENABLER0, GICD_IPRIORITYR0-7 and GICD_ISENABLER0 are banked: this CPU's.
@@ -205,7 +212,9 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
             gicd.write32(GICD_ISENABLER, enable);
             // GICD_ITARGETSR0 reads as this CPU's own interface mask (IHI 0048B 4.3.12).
             let mask = gicd.read32(GICD_ITARGETSR) & 0xff;
-            self.cpu_interface[index].store(mask.trailing_zeros() as u8, Ordering::Relaxed);
+            let interface = mask.trailing_zeros() as u8;
+            self.cpu_interface[index].store(interface, Ordering::Relaxed);
+            self.sgi_target[index].store(u64::from(gicv2_sgir(interface, 0)), Ordering::Relaxed);
             let gicc = self.gicc();
             gicc.write32(GICC_PMR, u32::from(MASK_NONE));
             gicc.write32(GICC_CTLR, GICC_CTLR_ENABLE_EOIMODE);
@@ -357,16 +366,23 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         gicd.write32(GICD_ICFGR + word, if edge { config | bit } else { config & !bit });
     }
 
-    /// Sends SGI `intid` to the CPU with this index and MPIDR: ICC_SGI1R (GICv3) or GICD_SGIR
-    /// (GICv2), after a store barrier.
+    /// Sends SGI `intid` to the CPU with this index: ICC_SGI1R (GICv3) or GICD_SGIR (GICv2),
+    /// after a store barrier. Its target is the one recorded when the CPU brought its
+    /// interface up; for a CPU that has not yet, `mpidr` gives its MPIDR (GICv3).
     #[inline]
-    pub fn send_sgi(&self, index: usize, mpidr: u64, intid: u32) {
+    pub fn send_sgi(&self, index: usize, mpidr: impl FnOnce() -> u64, intid: u32) {
+        let target = self.sgi_target.get(index).map_or(0, |t| t.load(Ordering::Relaxed));
         if self.is_v3() {
-            C::send_sgi(sgi1r(mpidr, intid));
+            let target = if target != 0 { target } else { sgi1r(mpidr(), 0) };
+            C::send_sgi(target | sgi1r_intid(intid));
         } else {
-            let interface = self.cpu_interface[index].load(Ordering::Relaxed);
+            let target = if target != 0 {
+                target as u32
+            } else {
+                gicv2_sgir(self.cpu_interface.get(index).map_or(0, |i| i.load(Ordering::Relaxed)), 0)
+            };
             C::store_barrier();
-            self.gicd().write32(GICD_SGIR, gicv2_sgir(interface, intid));
+            self.gicd().write32(GICD_SGIR, target | gicv2_sgir_intid(intid));
         }
     }
 

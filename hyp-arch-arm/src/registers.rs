@@ -93,16 +93,28 @@ pub const fn irouter(mpidr: u64) -> u64 {
 pub const fn sgi1r(mpidr: u64, intid: u32) -> u64 {
     ((mpidr >> 32 & 0xff) << 48)
         | ((mpidr >> 16 & 0xff) << 32)
-        | (((intid & 0xf) as u64) << 24)
+        | sgi1r_intid(intid)
         | ((mpidr >> 8 & 0xff) << 16)
         | (1 << (mpidr & 0xf))
+}
+
+/// ICC_SGI1R's INTID field [27:24] for SGI `intid` (the rest of `sgi1r`: its targets).
+#[inline(always)]
+pub const fn sgi1r_intid(intid: u32) -> u64 {
+    ((intid & 0xf) as u64) << 24
 }
 
 /// GICD_SGIR for SGI `intid` to the CPU interface `interface` (IHI 0048B 4.3.15):
 /// TargetListFilter 0, CPUTargetList [23:16], SGIINTID [3:0].
 #[inline(always)]
 pub const fn gicv2_sgir(interface: u8, intid: u32) -> u32 {
-    (1 << (16 + interface as u32)) | (intid & 0xf)
+    (1 << (16 + interface as u32)) | gicv2_sgir_intid(intid)
+}
+
+/// GICD_SGIR's SGIINTID field [3:0] for SGI `intid` (the rest of `gicv2_sgir`: its target).
+#[inline(always)]
+pub const fn gicv2_sgir_intid(intid: u32) -> u32 {
+    intid & 0xf
 }
 
 /// ICC_SGI1R for SGI `intid` to every CPU but the sender (IHI 0069 12.2.23): IRM [40] 1,

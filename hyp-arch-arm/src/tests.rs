@@ -329,6 +329,24 @@ fn gicv3_cpu_finds_its_redistributor_by_affinity_past_a_gicv4_frame() {
     assert_eq!(memory.read32(rd + GICR_ISACTIVER0), 1 << 27, "an SPI is no private interrupt");
 }
 
+/// Once a CPU has brought its interface up, an SGI to it takes the target recorded then,
+/// without its MPIDR (`send_sgi`'s `mpidr` is for a CPU that has not yet).
+#[test]
+fn an_sgi_to_a_cpu_that_brought_its_interface_up_takes_the_target_recorded_then() {
+    let memory = Memory::new();
+    let gic = memory.gic(GicVersion::V3);
+    gic.init_cpu(5, 2, &[]).unwrap();
+    icc_log();
+    gic.send_sgi(5, || panic!("the MPIDR of a CPU whose interface is up is not looked up"), KICK);
+    gic.send_sgi(6, || MPIDR, KICK);
+    gic.send_sgi(5, || 0, 0x1f);
+    assert_eq!(icc_log(), [Icc::Sgi(sgi1r(2, KICK)), Icc::Sgi(sgi1r(MPIDR, KICK)), Icc::Sgi(sgi1r(2, 0xf))]);
+    let memory = Memory::new();
+    let gic = gicv2(&memory);
+    gic.send_sgi(1, || panic!("GICv2 targets interfaces"), 0x1f);
+    assert_eq!(memory.gicd(GICD_SGIR), 1 << 18 | 0xf, "interface 2, four bits of INTID");
+}
+
 #[test]
 fn gicv3_cpu_without_a_redistributor_is_refused() {
     let memory = Memory::new();
@@ -403,7 +421,7 @@ fn gicv3_hot_paths_are_the_cpu_interfaces() {
     assert_eq!(gic.acknowledge(), 27);
     gic.end_of_interrupt(27);
     gic.priority_drop(40);
-    gic.send_sgi(3, MPIDR, KICK);
+    gic.send_sgi(3, || MPIDR, KICK);
     gic.send_sgi_to_others(KICK);
     assert_eq!(
         icc_log(),
@@ -449,7 +467,7 @@ fn gicv2_cpu_sets_up_its_banked_registers_and_its_interface() {
 fn gicv2_sgi_and_spi_target_the_cpu_interface() {
     let memory = Memory::new();
     let gic = gicv2(&memory);
-    gic.send_sgi(1, 0x1, KICK);
+    gic.send_sgi(1, || 0x1, KICK);
     assert_eq!(memory.gicd(GICD_SGIR), 1 << 18 | 1);
     assert_eq!(icc_log(), [Icc::Barrier], "a store barrier before the SGI");
     gic.send_sgi_to_others(KICK);

@@ -68,7 +68,7 @@ fn enter_per_cpu(index: usize) {
 
 /// Makes CPU `index` leave the guest it runs (or its WFI) and look at its state again.
 pub fn kick(index: usize) {
-    crate::gic::GIC.send_sgi(index, cpus::mpidr_of(index), crate::gic::KICK_SGI);
+    crate::gic::GIC.send_sgi(index, || cpus::mpidr_of(index), crate::gic::KICK_SGI);
 }
 
 /// Waits in WFI until an interrupt (a kick, console input) comes; interrupts that woke it are

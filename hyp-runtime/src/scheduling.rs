@@ -127,10 +127,18 @@ impl<A: Arch> Scheduling<A> {
     }
 
     /// An interrupt became pending for a vCPU whose `waiting` flag is set: it runs again.
+    #[inline]
     pub fn wake(&self, v: VcpuRef, waiting: &AtomicBool) {
-        if !waiting.load(Ordering::SeqCst) {
-            return;
+        if waiting.load(Ordering::SeqCst) {
+            self.wake_waiting(v, waiting);
         }
+    }
+
+    /// `wake` of a vCPU that was waiting. Out of line: a kick of a running vCPU (an IPI's
+    /// sender) would otherwise carry the scheduler's lock in its frame.
+    #[cold]
+    #[inline(never)]
+    fn wake_waiting(&self, v: VcpuRef, waiting: &AtomicBool) {
         let kicked = self.scheduler.get().and_then(|s| {
             let mut s = s.lock();
             // Cleared under the lock: a vCPU between setting it and blocking holds the lock.

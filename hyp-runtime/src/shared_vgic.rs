@@ -55,13 +55,30 @@ impl<A: Arch> VgicHandle<A> {
     /// leaves its guest, one waiting for an interrupt runs again. A vCPU of this CPU is in
     /// the hypervisor already and looks at its hint before it enters again.
     pub fn kick(&self, mask: u32) {
+        // One vCPU (an IPI, a device's interrupt) without the walk of the mask, whose frame
+        // (out of line) it would otherwise carry.
+        if mask & mask.wrapping_sub(1) != 0 {
+            return self.kick_each(mask);
+        }
+        if mask != 0 {
+            self.kick_one(mask.trailing_zeros() as usize);
+        }
+    }
+
+    #[inline(never)]
+    fn kick_each(&self, mask: u32) {
         for v in VcpuMask(u64::from(mask)).iter() {
-            let (Some(waiting), Some(cpu)) = (self.waiting.get(v), self.running_on.get(v)) else { return };
-            self.scheduling.wake(vcpu_ref(self.vm, v), waiting);
-            let cpu = cpu.load(Ordering::Acquire);
-            if cpu != usize::MAX && cpu != A::current_cpu() {
-                A::kick_cpu(cpu);
-            }
+            self.kick_one(v);
+        }
+    }
+
+    #[inline(always)]
+    fn kick_one(&self, v: usize) {
+        let (Some(waiting), Some(cpu)) = (self.waiting.get(v), self.running_on.get(v)) else { return };
+        self.scheduling.wake(vcpu_ref(self.vm, v), waiting);
+        let cpu = cpu.load(Ordering::Acquire);
+        if cpu != usize::MAX && cpu != A::current_cpu() {
+            A::kick_cpu(cpu);
         }
     }
     /// Something may have changed for the vCPUs in `mask`.
