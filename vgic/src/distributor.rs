@@ -45,6 +45,25 @@ pub struct InterruptState {
 
 /// No vCPU holds this SPI in a list register.
 pub(crate) const NO_OWNER: u8 = u8::MAX;
+/// Beside a vCPU in `spi_owner`: the SPI left that vCPU's list registers (`put`, or
+/// spilled) while active. No list register shows it, yet its active state is still that
+/// vCPU's: only the guest's deactivation there ends it (IHI 0069H 4.1, "Interrupt
+/// lifecycle"), whatever the routing says since, which names where a pending interrupt
+/// goes. Shown to another vCPU, whose guest never acknowledged it, it would stay active
+/// for good.
+pub(crate) const PARKED: u8 = 0x80;
+const _: () = assert!(MAX_VCPUS <= PARKED as usize);
+
+/// The vCPU an SPI belongs to whatever its routing, given its `spi_owner` entry: the one
+/// whose list register holds it, or the one it stays active on (`PARKED`).
+pub(crate) fn spi_holder(owner: u8, irq: IrqState) -> Option<usize> {
+    match owner {
+        NO_OWNER => None,
+        o if o & PARKED == 0 => Some(usize::from(o)),
+        o if irq.active() => Some(usize::from(o & !PARKED)),
+        _ => None,
+    }
+}
 
 /// GICD_IROUTER<n>.Interrupt_Routing_Mode: any participating PE (1 of N).
 pub(crate) const IRM: u32 = 1 << 31;
@@ -312,7 +331,7 @@ impl Distributor {
     /// deactivated it there (the physical one with it); raised on another CPU before the
     /// holder's exit takes that deactivation back, the rise is kept through it (`refired`).
     pub fn set_level(&mut self, intid: IntId, vcpu: usize, level: bool) -> Result<(), VgicError> {
-        let held = intid.is_spi() && self.spi_owner.get(intid.0 as usize - 32).is_some_and(|&o| o != NO_OWNER);
+        let held = intid.is_spi() && self.spi_owner.get(intid.0 as usize - 32).is_some_and(|&o| o & PARKED == 0);
         let irq = self.line_irq(intid, vcpu)?;
         if level && irq.edge() && !irq.line() {
             irq.set_latch(true);

@@ -13,7 +13,7 @@
 //! this vCPU owns is taken back (read only if the empty and EOI status registers do not
 //! already say it is empty), and on entry the planner decides what to write.
 
-use crate::distributor::NO_OWNER;
+use crate::distributor::{NO_OWNER, PARKED};
 use crate::line::{AssumeAsserted, LineSampler, RetiredLines};
 use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
 use crate::mask::set_bits32;
@@ -520,11 +520,26 @@ impl Distributor {
     }
 
     /// `old` leaves `vcpu`'s list registers: spilled for a higher-priority interrupt, or no
-    /// longer deliverable here. Its pending state goes back to software; an active state
-    /// stays in the software state (so `wanted` shows it again).
+    /// longer deliverable here, or the vCPU leaves its CPU (`put`). Its pending state goes
+    /// back to software; an active state stays in the software state, and an active SPI
+    /// stays this vCPU's (`PARKED`), so `wanted` shows it here again and nowhere else.
     fn released(&mut self, vcpu: usize, old: &ListRegister) {
-        self.return_pending(vcpu, old.vintid.0);
-        self.release_owner(vcpu, old.vintid.0);
+        let intid = old.vintid.0;
+        self.return_pending(vcpu, intid);
+        if intid >= 32 && self.spi_owner.get(intid as usize - 32) == Some(&(vcpu as u8)) {
+            let active = self.spi.get(intid as usize - 32).is_some_and(|s| s.active());
+            self.set_owner(intid, if active { vcpu as u8 | PARKED } else { NO_OWNER });
+        }
+    }
+
+    /// An SPI that left a vCPU's list registers active (`PARKED`) was deactivated
+    /// otherwise (GICD_ICACTIVER): it is that vCPU's no longer.
+    pub(crate) fn unpark(&mut self, intid: u32) {
+        if let Some(o) = (intid as usize).checked_sub(32).and_then(|s| self.spi_owner.get_mut(s)) {
+            if *o != NO_OWNER && *o & PARKED != 0 {
+                *o = NO_OWNER;
+            }
+        }
     }
 
     fn release_owner(&mut self, vcpu: usize, intid: u32) {

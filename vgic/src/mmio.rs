@@ -186,6 +186,11 @@ impl Distributor {
                 BitReg::ClearActive if on => s.set_active(false),
                 _ => {}
             });
+            if reg == BitReg::ClearActive && on && self.bank(frame, intid).is_some() {
+                // No longer active: no longer any vCPU's but the one a list register holds
+                // it in.
+                self.unpark(intid);
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 //! list registers that could show them), with a count of the rest: no allocation, whatever
 //! the number pending.
 
-use crate::distributor::NO_OWNER;
+use crate::distributor::spi_holder;
 use crate::lr::{ListRegister, LrState};
 use crate::mask::set_bits;
 use crate::planner::Wanted;
@@ -78,14 +78,16 @@ impl Distributor {
             if irq.quiet() {
                 continue;
             }
-            if owner != NO_OWNER && usize::from(owner) != vcpu {
+            let holder = spi_holder(owner, irq);
+            if holder.is_some_and(|h| h != vcpu) {
                 continue;
             }
             let intid = slot as u32 + 32;
             let on_target = self.target(vcpu, intid) == Some(vcpu);
-            // An SPI routed elsewhere while in this vCPU's list register stays here until
-            // it is no longer active; its pending state goes to the new target.
-            if owner == NO_OWNER && !on_target {
+            // An SPI routed elsewhere while in this vCPU's list register, or while active
+            // here (`PARKED`), stays here until it is no longer active; its pending state
+            // goes to the new target.
+            if holder.is_none() && !on_target {
                 continue;
             }
             if let Some(w) = self.want(irq, intid, on_target) {

@@ -383,6 +383,51 @@ fn spis_go_to_the_vcpu_their_routing_names() {
 }
 
 #[test]
+fn an_active_spi_rerouted_while_its_vcpu_is_off_its_cpu_stays_with_that_vcpu() {
+    // IHI 0069H 4.1 ("Interrupt lifecycle"): an active interrupt leaves the active state
+    // only by its deactivation, which the guest's handler does on the vCPU that
+    // acknowledged it; the routing (GICD_IROUTER<n>, IHI 0069H 12.9; GICD_ITARGETSR<n>, IHI
+    // 0048B 4.3.12) names where a pending interrupt goes, and does not move an active one.
+    // A guest reroutes an SPI whose handler runs (irqbalance does) while that vCPU is off
+    // its CPU (`put`): the active state must come back to it, where its deactivation can
+    // reach it, and not go to the new target, whose guest never acknowledged it.
+    both(2, |mut g| {
+        spi(&mut g, 40, 0x10, 0);
+        g.inject_edge(IntId(40), 0).unwrap();
+        let mut lrs0 = FakeLrs::for_gic(&g, 4);
+        run(&mut g, 0, &mut lrs0, |l| assert_eq!(l.ack(), Some((40, 0))));
+        g.put(0, &mut lrs0).unwrap();
+        route(&mut g, 40, 1);
+        let mut lrs1 = FakeLrs::for_gic(&g, 4);
+        g.flush_to_hw(1, &mut lrs1).unwrap();
+        assert_eq!(lrs1.valid(), [], "vCPU 1 never acknowledged SPI 40");
+        g.flush_to_hw(0, &mut lrs0).unwrap();
+        assert_eq!(lrs0.valid(), [(40, LrState::Active, 0)], "vCPU 0's handler still has SPI 40 active");
+        lrs0.deactivate(40);
+        g.sync_from_hw(0, &mut lrs0).unwrap();
+        assert!(!g.interrupt(0, IntId(40)).unwrap().active);
+        g.sync_from_hw(1, &mut lrs1).unwrap();
+        // Deactivated, it goes where it is routed now.
+        g.inject_edge(IntId(40), 0).unwrap();
+        assert_eq!(deliver_all(&mut g, 1, &mut lrs1), [(40, 0)]);
+        assert!(!g.has_pending(0));
+        // Left active on vCPU 1, then deactivated through GICD_ICACTIVER<n> and set active
+        // again through GICD_ISACTIVER<n>: no longer vCPU 1's but where it is routed.
+        g.inject_edge(IntId(40), 0).unwrap();
+        run(&mut g, 1, &mut lrs1, |l| assert_eq!(l.ack(), Some((40, 0))));
+        g.put(1, &mut lrs1).unwrap();
+        route(&mut g, 40, 0);
+        let (word, mask) = bit(40);
+        g.write(0, ICACTIVER + word, 4, mask).unwrap();
+        g.write(0, ISACTIVER + word, 4, mask).unwrap();
+        g.flush_to_hw(1, &mut lrs1).unwrap();
+        assert_eq!(lrs1.valid(), []);
+        g.flush_to_hw(0, &mut lrs0).unwrap();
+        assert_eq!(lrs0.valid(), [(40, LrState::Active, 0)]);
+    });
+}
+
+#[test]
 fn vcpus_keep_their_own_interface_state_when_they_share_a_cpu() {
     // khypervisor issue 25 and the ArceOS report: state left in the list registers (or in a
     // shared "current" copy) leaked from one vCPU to the next.
