@@ -526,9 +526,11 @@ impl Distributor {
     fn released(&mut self, vcpu: usize, old: &ListRegister) {
         let intid = old.vintid.0;
         self.return_pending(vcpu, intid);
-        if intid >= 32 && self.spi_owner.get(intid as usize - 32) == Some(&(vcpu as u8)) {
-            let active = self.spi.get(intid as usize - 32).is_some_and(|s| s.active());
-            self.set_owner(intid, if active { vcpu as u8 | PARKED } else { NO_OWNER });
+        let slot = (intid as usize).wrapping_sub(32);
+        if self.spi.get(slot).is_some_and(|s| s.active()) && self.spi_owner.get(slot) == Some(&(vcpu as u8)) {
+            self.set_owner(intid, vcpu as u8 | PARKED);
+        } else {
+            self.release_owner(vcpu, intid);
         }
     }
 
@@ -545,6 +547,13 @@ impl Distributor {
     fn release_owner(&mut self, vcpu: usize, intid: u32) {
         if intid >= 32 && self.spi_owner.get(intid as usize - 32) == Some(&(vcpu as u8)) {
             self.set_owner(intid, NO_OWNER);
+            // Still pending, and routed to another vCPU since (GICD_IROUTER<n>, IHI 0069H
+            // 12.9; GICD_ITARGETSR<n>, IHI 0048B 4.3.12): that vCPU may have looked while
+            // this one held it, found it not its own, and gone to sleep. It looks again.
+            let busy = self.spi.get(intid as usize - 32).is_some_and(|s| !s.quiet());
+            if let Some(target) = self.target(vcpu, intid).filter(|&t| busy && t != vcpu) {
+                self.kicks.insert(target);
+            }
         }
     }
 

@@ -428,6 +428,35 @@ fn an_active_spi_rerouted_while_its_vcpu_is_off_its_cpu_stays_with_that_vcpu() {
 }
 
 #[test]
+fn an_spi_left_pending_by_its_old_vcpu_kicks_the_vcpu_it_is_routed_to() {
+    // IHI 0069H 12.9 (GICD_IROUTER<n>) / IHI 0048B 4.3.12 (GICD_ITARGETSR<n>): a pending
+    // interrupt is forwarded to the PE its routing names. An SPI rerouted while active in
+    // vCPU 0's list register stays there until the guest deactivates it; an edge meanwhile
+    // makes it pending for vCPU 1, which looks and finds it still vCPU 0's. When vCPU 0's
+    // exit takes the deactivation back, vCPU 1 must be made to look again, or it sleeps in
+    // WFI with the interrupt pending for it.
+    both(2, |mut g| {
+        spi(&mut g, 40, 0x10, 0);
+        g.inject_edge(IntId(40), 0).unwrap();
+        let (mut lrs0, mut lrs1) = (FakeLrs::for_gic(&g, 4), FakeLrs::for_gic(&g, 4));
+        run(&mut g, 0, &mut lrs0, |l| assert_eq!(l.ack(), Some((40, 0))));
+        route(&mut g, 40, 1);
+        g.inject_edge(IntId(40), 0).unwrap();
+        assert!(g.take_kicks().contains(1));
+        g.flush_to_hw(1, &mut lrs1).unwrap();
+        assert_eq!(lrs1.valid(), [], "still active in vCPU 0's list register");
+        g.flush_to_hw(0, &mut lrs0).unwrap();
+        assert_eq!(lrs0.valid(), [(40, LrState::Active, 0)]);
+        g.take_kicks();
+        lrs0.deactivate(40);
+        g.sync_from_hw(0, &mut lrs0).unwrap();
+        g.flush_to_hw(0, &mut lrs0).unwrap();
+        assert!(g.take_kicks().contains(1), "vCPU 1 is not told SPI 40 is now its to show");
+        assert_eq!(deliver_all(&mut g, 1, &mut lrs1), [(40, 0)]);
+    });
+}
+
+#[test]
 fn vcpus_keep_their_own_interface_state_when_they_share_a_cpu() {
     // khypervisor issue 25 and the ArceOS report: state left in the list registers (or in a
     // shared "current" copy) leaked from one vCPU to the next.
