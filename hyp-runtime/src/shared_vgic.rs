@@ -158,6 +158,9 @@ impl<A: Arch> VgicHandle<A> {
             vgic.take_kicks().0 as u32
         };
         self.hint(changed);
+        // Any vCPU's frames are the guest's to write: a pending bit set in another's must
+        // reach it where it runs or waits (the writer's own kick sends nothing).
+        self.kick(changed);
         Ok(())
     }
 }

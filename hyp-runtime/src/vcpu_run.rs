@@ -284,13 +284,15 @@ pub fn run_vcpu<C: VcpuCpu>(
             let mut vgic = core.vgic.vgic.lock();
             if core::mem::take(&mut timer_fired) {
                 let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, true);
-                // The kick it asks for is this vCPU's, which is planning now.
-                let _ = vgic.take_kicks();
             }
             let _ = vgic.flush_to_hw(vcpu, &mut lists, here.list_registers());
+            // The timer's kick is this vCPU's, which is planning now; a spill's is another's.
+            let others = others_kicked(&mut vgic, vcpu);
             drop(vgic);
             lrs_in_use = lists.in_use() > 0;
+            drop(lists);
             here.vector_list_registers_in_use(lrs_in_use);
+            kick_others(core, others);
         }
         let exit_kind = here.run_guest(&mut registers, &in_vector);
         lrs_changed = false;
@@ -568,13 +570,14 @@ fn route_passthrough<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: u
 /// fire at the hypervisor while the guest has it (the guest's deactivation reaches it).
 fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) {
     let line = C::timer_line();
-    let active = {
+    let (active, others) = {
         let mut vgic = vm.vgic.vgic.lock();
         let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
         // The kick it asks for is this vCPU's, which is hinted below if it needs to look.
-        let _ = vgic.take_kicks();
-        vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active)
+        let others = others_kicked(&mut vgic, vcpu);
+        (vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active), others)
     };
+    kick_others(vm, others);
     C::set_timer_ppi_active(cpu, active || line);
     if line {
         vm.vgic.hint(1 << vcpu);
@@ -666,10 +669,12 @@ fn take_back_with_plan<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu:
         vm.vgic.hint_vcpu(vcpu);
         return None;
     }
+    let others = others_kicked(&mut vgic, vcpu);
     drop(vgic);
     let in_use = lists.in_use() > 0;
     drop(lists);
     here.vector_list_registers_in_use(in_use);
+    kick_others(vm, others);
     Some(in_use)
 }
 
@@ -691,18 +696,50 @@ fn take_back_list_registers<C: VcpuCpu>(
         return (false, true);
     }
     let mut retired = RetiredLines::default();
-    let plan = vm
-        .vgic
-        .vgic
-        .lock()
-        .sync_from_hw_sampling(vcpu, &mut lists, here.list_registers(), &mut HwLines::<C>(PhantomData), &mut retired)
-        .unwrap_or(true);
+    let (plan, others) = {
+        let mut vgic = vm.vgic.vgic.lock();
+        let plan = vgic
+            .sync_from_hw_sampling(
+                vcpu,
+                &mut lists,
+                here.list_registers(),
+                &mut HwLines::<C>(PhantomData),
+                &mut retired,
+            )
+            .unwrap_or(true);
+        (plan, others_kicked(&mut vgic, vcpu))
+    };
     let in_use = lists.in_use() > 0;
     drop(lists);
     for physical in retired.iter() {
         C::deactivate(physical, cpu);
     }
+    kick_others(vm, others);
     (plan, in_use)
+}
+
+/// The vCPUs other than `vcpu` that a step of `vcpu`'s with its list registers asked to
+/// look (the vGIC's kick set, taken under its lock): one that let go of an SPI still
+/// pending and routed to another vCPU since asks that one (docs/vgic.md). `vcpu`'s own kick
+/// is dropped: it is planning now, or its step said whether it must.
+#[inline(always)]
+fn others_kicked(vgic: &mut vgic::Distributor, vcpu: usize) -> u32 {
+    vgic.take_kicks().0 as u32 & !(1 << vcpu)
+}
+
+/// Makes the vCPUs `others_kicked` gave look, once the vGIC's locks are released.
+#[inline(always)]
+fn kick_others<E: VmEnv>(vm: &Vm<E>, others: u32) {
+    if others != 0 {
+        kick_others_now(vm, others);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn kick_others_now<E: VmEnv>(vm: &Vm<E>, others: u32) {
+    vm.vgic.hint(others);
+    vm.vgic.kick(others);
 }
 
 /// The inputs of a VM's hardware-mapped level interrupts, as the vGIC asks for them after an
@@ -824,7 +861,13 @@ fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &
     let core: &Vm<<C::V as Virtualization>::Env> = vm.borrow();
     if let Some(lists) = core.vgic.lists.get(vcpu) {
         let mut lists = lists.lock();
-        let _ = core.vgic.vgic.lock().put(vcpu, &mut lists, here.list_registers());
+        let others = {
+            let mut vgic = core.vgic.vgic.lock();
+            let _ = vgic.put(vcpu, &mut lists, here.list_registers());
+            others_kicked(&mut vgic, vcpu)
+        };
+        drop(lists);
+        kick_others(core, others);
     }
     here.leave();
     if let Some(slot) = C::resume_slots(vm).get(vcpu) {

@@ -37,6 +37,27 @@ fn an_sgi_kicks_the_cpu_its_target_runs_on_and_hints_it() {
     assert!(!vgic.take_hint(0), "the sender had no change");
 }
 
+/// A guest may write any vCPU's redistributor frames (IHI 0069H 12.10): an SGI made
+/// pending through another vCPU's GICR_ISPENDR0 reaches that vCPU where it runs.
+#[test]
+fn a_pending_bit_set_in_another_vcpus_redistributor_kicks_that_vcpu() {
+    let scheduling = leak(Scheduling::new());
+    scheduling.init(4);
+    let config = VgicConfig { version: GicVersion::V3, vcpus: 2, spis: 32 };
+    let vgic = VgicHandle::<FakeArch>::new(0, Distributor::new(config).unwrap(), scheduling);
+    FakeArch::become_cpu(0);
+    vgic.running_on[0].store(0, Ordering::Release);
+    vgic.running_on[1].store(2, Ordering::Release);
+    FakeArch::take_kicks();
+    // vCPU 1's frames follow vCPU 0's two; GICR_ISENABLER0 then GICR_ISPENDR0 of its SGI frame.
+    vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 5).unwrap();
+    FakeArch::take_kicks();
+    let _ = vgic.take_hint(1);
+    vgic.write_redistributor(0x2_0000 + 0x1_0200, AccessWidth::Word, 1 << 5).unwrap();
+    assert!(vgic.take_hint(1), "vCPU 1 looks");
+    assert_eq!(FakeArch::take_kicks(), vec![2], "on CPU 2, where it runs");
+}
+
 #[test]
 fn a_vcpu_on_this_cpu_is_not_kicked() {
     let (_, vgic) = vgic(2);

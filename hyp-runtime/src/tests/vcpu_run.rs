@@ -60,6 +60,8 @@ struct Step {
     /// While the guest runs, another vCPU's exits go on with the work VM 0's devices left
     /// for later until none is left.
     finish_device_work: bool,
+    /// While the guest runs, another CPU does this to VM 0.
+    meanwhile: Option<fn(&Vm<FakeEnv>)>,
 }
 
 thread_local! {
@@ -103,6 +105,7 @@ fn step(exit: GuestExit, trap: Option<(Trap, u32)>, x0: Option<u64>) {
             offered: false,
             reschedule: false,
             finish_device_work: false,
+            meanwhile: None,
         })
     });
 }
@@ -258,6 +261,9 @@ impl VcpuCpu for FakeCpu {
             }
             if step.reschedule {
                 FakeCpu::hypervisor().scheduling.request_reschedule(1);
+            }
+            if let Some(meanwhile) = step.meanwhile {
+                meanwhile(&FakeCpu::hypervisor().vm(0).expect("VM 0"));
             }
             if step.finish_device_work {
                 let vm = FakeCpu::hypervisor().vm(0).expect("VM 0");
@@ -531,6 +537,49 @@ fn a_kick_s_exit_folds_what_the_guest_completed_before_it_plans_what_the_kick_an
         assert_eq!((shown.vintid, shown.state), (IntId(40), vgic::LrState::Pending), "entry {entry}: {lr0:x?}");
     }
     assert!(vm.exit_counts().to_string().contains("kick 1"));
+}
+
+/// An SPI the guest acknowledged on vCPU 0, then routed to vCPU 1 (GICD_IROUTER40), and
+/// raised again meanwhile: pending for vCPU 1, which looked and found it still vCPU 0's.
+/// When vCPU 0's exit takes back the guest's deactivation, vCPU 1 is made to look again
+/// (hinted, and its CPU kicked), or it would sleep with the interrupt pending for it.
+#[test]
+fn an_spi_a_vcpu_lets_go_pending_for_another_vcpu_makes_that_vcpu_look_again() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        let mut vgic = spi_40_for_vcpu_0(&vm);
+        // Edge-triggered (GICD_ICFGR2, INTID 40's field).
+        vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
+        vgic.inject_edge(IntId(40), 0).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    vm.vgic.hint(1);
+    // vCPU 1 runs on CPU 2.
+    vm.vgic.running_on[1].store(2, Ordering::Release);
+    hvc(SMCCC_VERSION);
+    last_step(|s| s.ack = true);
+    hvc(SMCCC_VERSION);
+    last_step(|s| {
+        s.meanwhile = Some(|vm| {
+            let mut vgic = vm.vgic.vgic.lock();
+            // GICD_IROUTER40: Aff0 1, vCPU 1.
+            vgic.write(0, 0x6000 + 8 * 40, 8, 1).unwrap();
+            vgic.inject_edge(IntId(40), 0).unwrap();
+            let kicks = vgic.take_kicks();
+            drop(vgic);
+            assert!(kicks.contains(1), "raised for vCPU 1");
+            let _ = vm.vgic.take_hint(1);
+        });
+        s.deactivate = true;
+    });
+    hvc(PSCI_SYSTEM_OFF);
+    FakeArch::take_kicks();
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert!(vm.vgic.is_hinted(1), "vCPU 1 looks at its interrupts again");
+    assert_eq!(FakeArch::take_kicks(), [2], "vCPU 1's CPU is kicked");
+    let spi = vm.vgic.vgic.lock().interrupt(1, IntId(40)).unwrap();
+    assert!(spi.pending && !spi.active, "pending for vCPU 1: {spi:?}");
 }
 
 /// An exit for an interrupt that is neither a kick nor the vCPU's timer (INTID 99, routed
