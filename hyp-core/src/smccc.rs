@@ -120,8 +120,12 @@ pub fn decode(x: [u64; 4]) -> Hypercall {
         }),
         PSCI_VERSION => Hypercall::Return(PSCI_VERSION_1_1),
         PSCI_FEATURES => {
+            // Its argument is "a PSCI function ID or SMCCC_VERSION" (DEN 0022, PSCI_FEATURES):
+            // SUCCESS for SMCCC_VERSION is how a PSCI caller learns it may ask for the SMCCC
+            // version (Linux's `psci_init_smccc`), and then for SMCCC_ARCH_FEATURES.
             let queried = arg(1) as u32;
-            Hypercall::Return(if PSCI_IMPLEMENTED.contains(&queried) { 0 } else { psci_status::NOT_SUPPORTED })
+            let implemented = queried == SMCCC_VERSION || PSCI_IMPLEMENTED.contains(&queried);
+            Hypercall::Return(if implemented { psci_status::SUCCESS } else { psci_status::NOT_SUPPORTED })
         }
         PSCI_MIGRATE_INFO_TYPE => Hypercall::Return(psci_status::TRUSTED_OS_NOT_PRESENT),
         PSCI_CPU_ON_32 | PSCI_CPU_ON_64 => Hypercall::CpuOn { target_mpidr: arg(1), entry: arg(2), context: arg(3) },
@@ -259,6 +263,24 @@ mod tests {
     fn psci_features_reports_what_is_implemented() {
         assert_eq!(decode([PSCI_FEATURES as u64, PSCI_SYSTEM_OFF as u64, 0, 0]), Hypercall::Return(0));
         assert_eq!(decode([PSCI_FEATURES as u64, 0x8400_0012, 0, 0]), Hypercall::Return(psci_status::NOT_SUPPORTED));
+    }
+
+    /// PSCI_FEATURES takes "a PSCI function ID or SMCCC_VERSION" (DEN 0022, PSCI_FEATURES):
+    /// a caller learns from it that SMCCC_VERSION may be called (Linux's `psci_init_smccc`
+    /// calls SMCCC_VERSION, and then SMCCC_ARCH_FEATURES, only when it answers SUCCESS).
+    #[test]
+    fn psci_features_reports_smccc_version_as_implemented() {
+        assert_eq!(decode([PSCI_FEATURES as u64, SMCCC_VERSION as u64, 0, 0]), Hypercall::Return(0));
+        // A 32-bit call: the upper half of the argument is ignored.
+        assert_eq!(
+            decode([PSCI_FEATURES as u64, 0xffff_ffff_0000_0000 | SMCCC_VERSION as u64, 0, 0]),
+            Hypercall::Return(0)
+        );
+        // SMCCC_ARCH_FEATURES is discovered through SMCCC_VERSION, not through PSCI_FEATURES.
+        assert_eq!(
+            decode([PSCI_FEATURES as u64, SMCCC_ARCH_FEATURES as u64, 0, 0]),
+            Hypercall::Return(psci_status::NOT_SUPPORTED)
+        );
     }
 
     #[test]
