@@ -18,6 +18,7 @@ mod identity;
 pub use identity::{HeldMemory, Holder};
 
 use crate::bundle::{DiskSlice, Passthrough, VmSpec, MAX_VCPUS, RAM_GRANULE, SECTOR_SIZE};
+use crate::guest_map::{VirtioSlot, UART_SPI};
 use crate::platform::{PhysRange, Platform, MAX_VIRTIO_MMIO};
 
 /// A shared vCPU's time slice when the manifest gives none, in microseconds.
@@ -467,6 +468,13 @@ pub enum ManifestError<'a> {
         intid: u32,
         window: PhysRange,
     },
+    /// A passthrough INTID is one the VM's own emulated devices raise (its UART, its
+    /// virtio transports: `guest_map`).
+    InterruptOfGuestDevice {
+        vm: &'a str,
+        device: &'a str,
+        intid: u32,
+    },
     InterruptTaken {
         vm: &'a str,
         device: &'a str,
@@ -756,6 +764,12 @@ impl fmt::Display for ManifestError<'_> {
                 "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is not an interrupt of the \
                  board's device at {window}; give that device's own interrupts"
             ),
+            Self::InterruptOfGuestDevice { vm, device, intid } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is the VM's own UART's or virtio \
+                 device's interrupt in its GIC; a passthrough device cannot share it (this board cannot give that \
+                 device to a VM)"
+            ),
             Self::InterruptTaken { vm, device, intid, other, other_device } => write!(
                 f,
                 "VM {vm}: passthrough {device}: field `interrupts`: INTID {intid} is already given to VM {other} \
@@ -987,6 +1001,13 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
     identity::check_alone(vm)
 }
 
+/// Whether `intid` is the interrupt of one of `vm`'s own emulated devices in its vGIC: its
+/// UART's, or that of a virtio transport it has (`guest_map`).
+fn guest_device_intid(vm: &VmSpec<'_>, intid: u32) -> bool {
+    let spi = intid.wrapping_sub(32);
+    spi == UART_SPI || VirtioSlot::of(&vm.devices).any(|slot| slot.spi() == spi)
+}
+
 fn passthrough_pair<'a>(
     vm: &'a str,
     device: &Passthrough<'a>,
@@ -1079,6 +1100,11 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
         }
         if let Some(intid) = device.interrupts.iter().find(|&i| !board.devices.raises(found, i)) {
             return Err(ManifestError::InterruptNotOfDevice { vm: name, device: dev, intid, window: found });
+        }
+        // A passthrough SPI is the same INTID in the VM's vGIC, hardware-mapped
+        // (docs/manifest.md): it must not be one the VM's emulated devices raise there.
+        if let Some(intid) = device.interrupts.iter().find(|&i| guest_device_intid(vm, i)) {
+            return Err(ManifestError::InterruptOfGuestDevice { vm: name, device: dev, intid });
         }
         // A device that can DMA goes only to an identity-mapped VM whose RAM it reaches, and
         // never from behind an IOMMU (docs/capability-model.md, D1 and D3).
@@ -1573,6 +1599,39 @@ mod tests {
             error(&[with_device(vm("web"), "rtc", RTC, &[39])]),
             "VM web: passthrough rtc: field `interrupts`: INTID 39 is not an interrupt of the board's device at \
              0x9010000..0x9011000; give that device's own interrupts"
+        );
+    }
+
+    /// The guest's own emulated devices have fixed SPIs in its vGIC (guest_map: its UART's,
+    /// and one per virtio transport it has): a passthrough device with one of those INTIDs
+    /// would have its hardware-mapped interrupt and the emulated device's line share one
+    /// virtual SPI. QEMU's `virt` raises none of them from a device a VM may have; another
+    /// board may (a second PL011 on SPI 1).
+    #[test]
+    fn an_interrupt_of_the_guests_own_devices_is_refused() {
+        use crate::guest_map::{VirtioSlot, UART_SPI};
+        let uart = 32 + UART_SPI;
+        let console = 32 + VirtioSlot::Console.spi();
+        let disk = 32 + VirtioSlot::Disk.spi();
+        const UART1: PhysRange = PhysRange { base: 0x0904_0000, size: 0x1000 };
+        let intids = [uart, console, disk];
+        let devices =
+            [BoardDevice { name: "uart1", reg: UART1, intids: &intids, compatible: "arm,pl011", dma_properties: &[] }];
+        let table = DeviceTable(&devices);
+        let board = BoardLimits { devices: &table, ..board() };
+        for intid in [uart, console] {
+            let err = check([with_device(vm("web"), "uart1", UART1, &[intid])].into_iter(), &board).unwrap_err();
+            assert_eq!(err, ManifestError::InterruptOfGuestDevice { vm: "web", device: "uart1", intid }, "{intid}");
+            assert!(err
+                .to_string()
+                .starts_with(&format!("VM web: passthrough uart1: field `interrupts`: INTID {intid}")));
+        }
+        // A transport the VM does not have leaves its SPI free; once it has it, it is taken.
+        check([with_device(vm("web"), "uart1", UART1, &[disk])].into_iter(), &board).unwrap();
+        let with_a_disk = with_disk(with_device(vm("web"), "uart1", UART1, &[disk]), 0, 256 * MIB);
+        assert_eq!(
+            check([with_a_disk].into_iter(), &board),
+            Err(ManifestError::InterruptOfGuestDevice { vm: "web", device: "uart1", intid: disk })
         );
     }
 
