@@ -447,6 +447,12 @@ pub enum ManifestError<'a> {
         device: &'a str,
         window: PhysRange,
     },
+    /// The window lies where the guest has its RAM or its emulated devices (`guest_map`).
+    PassthroughOverGuestLayout {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
     PassthroughHypervisorDevice {
         vm: &'a str,
         device: &'a str,
@@ -744,6 +750,12 @@ impl fmt::Display for ManifestError<'_> {
                 "VM {vm}: passthrough {device}: field `reg` {window} overlaps the board's RAM; give a device's \
                  register window"
             ),
+            Self::PassthroughOverGuestLayout { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` {window} is mapped at the same address in the VM, where \
+                 it has its RAM or one of its emulated GIC, UART and virtio windows; this device cannot be given to \
+                 this VM (a smaller `memory_mib` may leave its address free)"
+            ),
             Self::PassthroughHypervisorDevice { vm, device, window } => write!(
                 f,
                 "VM {vm}: passthrough {device}: field `reg` {window} is a device the hypervisor drives itself (its \
@@ -1001,6 +1013,25 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
     identity::check_alone(vm)
 }
 
+/// What `vm` has in its IPA space besides its passthrough windows (`guest_map`, and
+/// hyp_runtime's `grant_resources`): its RAM, and its emulated GIC distributor, GICv2 CPU
+/// interface or GICv3 redistributors (either, the board's GIC being unknown here), UART and
+/// virtio transports.
+fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
+    use crate::guest_fdt::{GICC_SIZE, GICD_SIZE, GICR_SIZE_PER_CPU};
+    use crate::guest_map::{GICC_IPA, GICD_IPA, GICR_IPA, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE};
+    [
+        (vm.ram_ipa(), vm.memory),
+        (GICD_IPA, GICD_SIZE),
+        (GICC_IPA, GICC_SIZE),
+        (GICR_IPA, GICR_SIZE_PER_CPU * u64::from(vm.vcpus)),
+        (UART_IPA, UART_SIZE),
+        (VIRTIO_IPA, VIRTIO_PAGE),
+    ]
+    .into_iter()
+    .map(|(base, size)| PhysRange { base, size })
+}
+
 /// Whether `intid` is the interrupt of one of `vm`'s own emulated devices in its vGIC: its
 /// UART's, or that of a virtio transport it has (`guest_map`).
 fn guest_device_intid(vm: &VmSpec<'_>, intid: u32) -> bool {
@@ -1091,6 +1122,12 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
         }
         if board.hypervisor_devices.iter().any(|r| r.overlaps(&window)) {
             return Err(ManifestError::PassthroughHypervisorDevice { vm: name, device: dev, window });
+        }
+        // Mapped at IPA = PA (docs/manifest.md), the window must miss the guest's RAM and
+        // emulated windows there (docs/capability-model.md I8: a VM's IPA ranges never
+        // overlap), or the VM could not be built after this check had let it boot.
+        if guest_windows(vm).any(|w| w.overlaps(&window)) {
+            return Err(ManifestError::PassthroughOverGuestLayout { vm: name, device: dev, window });
         }
         let Some(found) = board.devices.device_at(window) else {
             return Err(ManifestError::UnknownDevice { vm: name, device: dev, window });
@@ -1556,6 +1593,38 @@ mod tests {
             "VM web: passthrough ram: field `reg` 0x40000000..0x40001000 overlaps the board's RAM; give a device's \
              register window"
         );
+    }
+
+    /// A passthrough window is mapped at IPA = PA: on a board whose devices sit where the
+    /// guest has its RAM (RAM_IPA onwards) or its emulated GIC, UART and virtio windows, the
+    /// VM could not be built (the capability space refuses the overlapping IPA range), so
+    /// the manifest is refused before anything boots.
+    #[test]
+    fn a_passthrough_window_where_the_guest_has_ram_or_emulated_devices_is_refused() {
+        const HIGH_RAM: [PhysRange; 1] = [PhysRange { base: 0x8000_0000, size: 1 << 30 }];
+        const IN_GUEST_RAM: PhysRange = PhysRange { base: 0x4100_0000, size: 0x1000 };
+        const IN_GUEST_GIC: PhysRange = PhysRange { base: 0x080a_0000, size: 0x1000 };
+        const ABOVE_GUEST_RAM: PhysRange = PhysRange { base: 0x4400_0000, size: 0x1000 };
+        let devices = [IN_GUEST_RAM, IN_GUEST_GIC, ABOVE_GUEST_RAM].map(|reg| BoardDevice {
+            name: "rtc",
+            reg,
+            intids: &[],
+            compatible: "arm,pl031",
+            dma_properties: &[],
+        });
+        let table = DeviceTable(&devices);
+        let board = BoardLimits { ram: &HIGH_RAM, hypervisor_devices: &[], devices: &table, ..board() };
+        for window in [IN_GUEST_RAM, IN_GUEST_GIC] {
+            let err = check([with_device(vm("web"), "rtc", window, &[])].into_iter(), &board).unwrap_err();
+            assert_eq!(err, ManifestError::PassthroughOverGuestLayout { vm: "web", device: "rtc", window }, "{window}");
+            assert!(err.to_string().starts_with(&format!("VM web: passthrough rtc: field `reg` {window}")));
+        }
+        // Between the guest's windows (QEMU virt's RTC at 0x0901_0000 lies between its UART
+        // and its virtio page), and just past the VM's 64 MiB of RAM at 0x4000_0000: free.
+        check([with_device(vm("web"), "rtc", RTC, &[34])].into_iter(), &super::tests::board()).unwrap();
+        check([with_device(vm("web"), "rtc", ABOVE_GUEST_RAM, &[])].into_iter(), &board).unwrap();
+        let bigger = VmSpec { memory: 128 * MIB, ..vm("web") };
+        assert!(check([with_device(bigger, "rtc", ABOVE_GUEST_RAM, &[])].into_iter(), &board).is_err());
     }
 
     #[test]
