@@ -90,6 +90,13 @@ pub trait BoardDevices {
     /// Why the device whose register window is `device` may access memory by DMA; `None`
     /// when it is known not to (`dma_capability`).
     fn dma(&self, device: PhysRange) -> Option<DmaReason>;
+    /// Whether the device is one of the GIC's MSI frames (an `arm,gic...` node with
+    /// `msi-controller`: the GICv3 ITS, a GICv2m frame), which turn a write into an
+    /// interrupt for whichever device the board wired to them: the GIC's, never a VM's. A
+    /// board described as a table lists none.
+    fn is_gic_msi_frame(&self, _device: PhysRange) -> bool {
+        false
+    }
     /// What the device's DMA reaches through the buses above it (`fdt::Node::dma_reach`);
     /// `None` when that cannot be read. A board described as a table has no buses.
     fn dma_reach(&self, _device: PhysRange) -> Option<DmaReach> {
@@ -291,6 +298,13 @@ impl BoardDevices for DeviceTreeDevices<'_> {
     }
     fn dma_reach(&self, device: PhysRange) -> Option<DmaReach> {
         self.windows().find(|&(_, reg)| reg == device)?.0.dma_reach()
+    }
+    fn is_gic_msi_frame(&self, device: PhysRange) -> bool {
+        self.windows().any(|(node, reg)| {
+            reg == device
+                && node.property("msi-controller").is_some()
+                && node.compatible().any(|c| c.starts_with("arm,gic"))
+        })
     }
     fn needs_clock(&self, device: PhysRange) -> bool {
         self.windows().find(|&(_, reg)| reg == device).is_some_and(|(node, _)| {
@@ -1132,6 +1146,11 @@ fn check_on_board<'a>(vm: &VmSpec<'a>, board: &BoardLimits<'_>) -> Result<(), Ma
         let Some(found) = board.devices.device_at(window) else {
             return Err(ManifestError::UnknownDevice { vm: name, device: dev, window });
         };
+        // The GIC's frames other than those the platform lists (its ITS, a GICv2m frame) are
+        // the GIC's too: not a VM's, however trusted (docs/manifest.md).
+        if board.devices.is_gic_msi_frame(found) {
+            return Err(ManifestError::PassthroughHypervisorDevice { vm: name, device: dev, window });
+        }
         if let Some(other) = board.devices.other_device_in(window, found) {
             return Err(ManifestError::PassthroughSharesPage { vm: name, device: dev, window, other });
         }
@@ -1712,6 +1731,31 @@ mod tests {
             "VM b: passthrough gpio: field `interrupts`: INTID 34 is already given to VM a (passthrough rtc); an \
              interrupt goes to one VM"
         );
+    }
+
+    /// The GIC's MSI frames (the GICv3 ITS, a GICv2m frame) are not among the frames the
+    /// platform lists, and, taken to DMA, went to an identity-mapped VM; they are the GIC's:
+    /// a write to one raises interrupts for whatever device the board has on them (docs/
+    /// manifest.md: the GIC cannot be passed through).
+    #[test]
+    fn the_gics_msi_frames_are_not_passed_through_even_to_an_identity_mapped_vm() {
+        let v3 = include_bytes!("../tests/data/qemu-virt-gicv3-smp4.dtb");
+        let v2 = include_bytes!("../tests/data/qemu-virt-gicv2-smp2.dtb");
+        let its = PhysRange { base: 0x0808_0000, size: 0x2_0000 };
+        let v2m = PhysRange { base: 0x0802_0000, size: 0x1000 };
+        for (dtb, window) in [(&v3[..], its), (&v2[..], v2m)] {
+            let platform = Platform::from_device_tree(dtb).unwrap();
+            let windows = hypervisor_windows(&platform);
+            let devices = DeviceTreeDevices::new(dtb).unwrap();
+            let ram = [PhysRange { base: 0x4000_0000, size: 1 << 30 }];
+            let board = BoardLimits { devices: &devices, ram: &ram, hypervisor_devices: &windows, ..board() };
+            let identity = VmSpec { identity_mapped: Some(0x4800_0000), ..with_device(vm("web"), "msi", window, &[]) };
+            assert_eq!(
+                check([identity].into_iter(), &board),
+                Err(ManifestError::PassthroughHypervisorDevice { vm: "web", device: "msi", window }),
+                "{window}"
+            );
+        }
     }
 
     #[test]
