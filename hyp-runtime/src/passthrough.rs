@@ -119,7 +119,12 @@ pub fn from_board(
                 .add_device_region(window, RegionKind::DeviceMmio)
                 .map_err(|error| PassthroughError::Region { vm, device: name, window, error })?;
             let mut spis = Vec::new();
-            for intid in device.interrupts.iter() {
+            // An INTID listed twice for one device is the device's once (the manifest lets
+            // it through as harmless; a second capability for it would be a duplicate).
+            for (i, intid) in device.interrupts.iter().enumerate() {
+                if device.interrupts.iter().take(i).any(|earlier| earlier == intid) {
+                    continue;
+                }
                 let cap = caps.add_interrupt(intid).map_err(|error| PassthroughError::Interrupt {
                     vm,
                     device: name,

@@ -111,6 +111,20 @@ fn an_spi_given_to_two_vms_is_refused() {
     assert!(err.to_string().contains("give each SPI to one VM"), "{err}");
 }
 
+/// The manifest lets one device list an INTID twice (hyp_core::manifest: "harmless"); the
+/// boot that follows its check must then not refuse it: the SPI is the device's once.
+#[test]
+fn an_spi_listed_twice_for_one_device_is_its_once() {
+    let tree = board();
+    let board = DeviceTreeDevices::new(&tree).unwrap();
+    let vms = [with_device("a", 0x1c09_0000, &[37, 38, 37])];
+    hyp_core::manifest::check_vms(vms.iter().copied()).expect("the manifest's rules accept it");
+    let mut caps = caps();
+    let devices = from_board(&mut caps, vms.into_iter(), &board).unwrap();
+    assert_eq!(spi_list(&devices[0][0].spis), "37, 38");
+    assert_eq!(devices[0][0].guest_node().spis, vec![(5, 1), (6, 1)]);
+}
+
 #[test]
 fn a_window_over_memory_handed_to_vms_is_refused() {
     let tree = board();
