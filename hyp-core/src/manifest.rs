@@ -158,13 +158,22 @@ pub fn dma_capability(compatible: &str, mut has_property: impl FnMut(&'static st
 
 /// The register windows the hypervisor drives itself on `platform`, for
 /// [`BoardLimits::hypervisor_devices`]: its UART, the GIC's frames, the virtio-mmio
-/// transports.
-pub fn hypervisor_windows(platform: &Platform<'_>) -> heapless::Vec<PhysRange, { MAX_VIRTIO_MMIO + 6 }> {
+/// transports, the power controller it powers the board off with (the BCM2835 power
+/// manager) and the system registers it starts CPUs through (Versatile Express SYS_FLAGS).
+pub fn hypervisor_windows(platform: &Platform<'_>) -> heapless::Vec<PhysRange, { MAX_VIRTIO_MMIO + 8 }> {
+    use crate::platform::{CpuStart, PowerController};
     let gic = &platform.gic;
     let frames = [gic.redistributors, gic.cpu_interface, gic.hyp_interface, gic.virtual_cpu_interface];
+    let power = platform.power_controller.map(|PowerController::Bcm2835Pm { registers }| registers);
+    // Every CPU started through SYS_FLAGS names the same window: listed once.
+    let sys_flags = platform.cpu_start.iter().find_map(|start| match start {
+        CpuStart::SysFlags(flags) => Some(flags.registers),
+        _ => None,
+    });
     [platform.uart, gic.distributor]
         .into_iter()
         .chain(frames.into_iter().flatten())
+        .chain([power, sys_flags].into_iter().flatten())
         .chain(platform.virtio_mmio.iter().map(|t| t.window))
         .collect()
 }
@@ -1756,6 +1765,39 @@ mod tests {
                 "{window}"
             );
         }
+    }
+
+    /// The hypervisor drives the board's power controller (the Raspberry Pi's BCM2835 power
+    /// manager: powering off) and the Versatile Express system registers (starting CPUs):
+    /// neither may be given to a VM, not even an identity-mapped one, whose DMA rules would
+    /// otherwise let the Pi's through (docs/manifest.md).
+    #[test]
+    fn the_power_controller_and_cpu_start_registers_are_the_hypervisors() {
+        let dtb = &include_bytes!("../tests/data/qemu-raspi4b.dtb")[..];
+        let platform = Platform::from_device_tree(dtb).unwrap();
+        let Some(crate::platform::PowerController::Bcm2835Pm { registers }) = platform.power_controller else {
+            panic!("the Pi 4's tree has its power manager")
+        };
+        let windows = hypervisor_windows(&platform);
+        assert!(windows.contains(&registers), "{windows:?}");
+        let devices = DeviceTreeDevices::new(dtb).unwrap();
+        let board = BoardLimits { devices: &devices, ram: &platform.memory, hypervisor_devices: &windows, ..board() };
+        let window = PhysRange { base: registers.base & !(PAGE_SIZE - 1), size: PAGE_SIZE };
+        let mut pm = with_device(vm("web"), "pm", window, &[]);
+        pm.identity_mapped = Some(0x2000_0000);
+        pm.passthrough = {
+            let mut list = PassthroughList::default();
+            list.push(Passthrough { name: "pm", reg: window, interrupts: cells(&[]), clock_hz: Some(1) }).unwrap();
+            list
+        };
+        assert_eq!(
+            check([pm].into_iter(), &board),
+            Err(ManifestError::PassthroughHypervisorDevice { vm: "web", device: "pm", window })
+        );
+        let blob = crate::fdt::test_trees::versatile_express_board(|_| {});
+        let vexpress = Platform::from_device_tree(&blob).unwrap();
+        let sysreg = PhysRange { base: 0x1c01_0000, size: 0x1000 };
+        assert!(hypervisor_windows(&vexpress).contains(&sysreg), "SYS_FLAGS starts its CPUs");
     }
 
     #[test]
