@@ -45,6 +45,8 @@ pub struct VmPower {
     vcpus: Vec<Power>,
     ram: (u64, u64),
     ending: Option<EndReason>,
+    /// The VM runs in AArch32: a CPU_ON entry point with bit 0 set is a T32 one.
+    aarch32: bool,
 }
 
 /// A vCPU to start on a physical CPU of its own.
@@ -79,7 +81,14 @@ impl VmPower {
     pub fn new(vcpus: usize, ram_base: u64, ram_size: u64, entry: u64, boot_x0: u64) -> Self {
         let mut v = vec![Power::Off; vcpus.max(1)];
         v[0] = Power::OnPending { entry, context: boot_x0, kernel: true };
-        VmPower { vcpus: v, ram: (ram_base, ram_size), ending: None }
+        VmPower { vcpus: v, ram: (ram_base, ram_size), ending: None, aarch32: false }
+    }
+
+    /// The same, for a VM whose vCPUs run in AArch32, whose CPU_ON entry points may be T32
+    /// ones (bit 0 set, DEN 0022 CPU_ON; `trap::aarch32::start_state`).
+    pub fn aarch32(mut self) -> Self {
+        self.aarch32 = true;
+        self
     }
 
     pub fn vcpu_count(&self) -> usize {
@@ -102,7 +111,11 @@ impl VmPower {
             return Err(psci_status::INTERNAL_FAILURE);
         }
         let (base, size) = self.ram;
-        if entry < base || entry >= base + size || !entry.is_multiple_of(4) {
+        // A64 and A32 instructions are words; an AArch32 caller's entry with bit 0 set is a
+        // T32 one (DEN 0022, CPU_ON: bit 0 gives the instruction set), a halfword.
+        let thumb = self.aarch32 && entry & 1 == 1;
+        let instruction = if thumb { entry & !1 } else { entry };
+        if instruction < base || instruction >= base + size || (!thumb && !entry.is_multiple_of(4)) {
             return Err(INVALID_ADDRESS);
         }
         match self.vcpus[vcpu] {
@@ -207,6 +220,25 @@ mod tests {
         assert_eq!(p.cpu_on(1, RAM + (64 << 20), 0), Err(INVALID_ADDRESS));
         assert_eq!(p.cpu_on(1, RAM + 2, 0), Err(INVALID_ADDRESS));
         assert_eq!(p.state(1), Some(Power::Off));
+    }
+
+    /// DEN 0022, CPU_ON: an AArch32 caller's entry point with bit 0 set starts the core in
+    /// T32 state (`trap::aarch32::start_state` does), at the halfword-aligned address below.
+    #[test]
+    fn an_aarch32_vm_may_start_a_vcpu_at_a_t32_entry_point() {
+        let mut p = VmPower::new(3, RAM, 64 << 20, RAM + 0x20_0000, RAM + 0x3e0_0000).aarch32();
+        assert_eq!(p.cpu_on(1, RAM + 0x8001, 7), Ok(Start { vcpu: 1, entry: RAM + 0x8001, context: 7 }));
+        assert_eq!(p.cpu_on(2, RAM + 0x8003, 7), Ok(Start { vcpu: 2, entry: RAM + 0x8003, context: 7 }));
+        let mut p = VmPower::new(3, RAM, 64 << 20, RAM + 0x20_0000, RAM + 0x3e0_0000).aarch32();
+        assert_eq!(p.cpu_on(1, RAM + 0x8002, 7), Err(INVALID_ADDRESS), "A32 needs a word-aligned entry");
+        assert_eq!(p.cpu_on(1, RAM - 1, 7), Err(INVALID_ADDRESS), "T32, but outside RAM");
+        assert_eq!(p.cpu_on(1, RAM + (64 << 20) + 1, 7), Err(INVALID_ADDRESS));
+        assert_eq!(
+            p.cpu_on(1, RAM + (64 << 20) - 1, 7),
+            Ok(Start { vcpu: 1, entry: RAM + (64 << 20) - 1, context: 7 })
+        );
+        // An AArch64 VM's entry point is an A64 instruction: word-aligned, bit 0 no state.
+        assert_eq!(vm(2).cpu_on(1, RAM + 0x8001, 7), Err(INVALID_ADDRESS));
     }
 
     #[test]

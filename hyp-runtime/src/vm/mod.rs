@@ -229,6 +229,8 @@ impl<E: VmEnv> Vm<E> {
         let ram_ipa = spec.ram_ipa();
         let power =
             VmPower::new(spec.vcpus as usize, ram_ipa, spec.memory, ram_ipa + layout.kernel, ram_ipa + layout.dtb);
+        // Its CPU_ON entry points may be T32 ones (`trap::aarch32::start_state`).
+        let power = if layout.state == ExecutionState::Aarch32 { power.aarch32() } else { power };
         let vm = Vm {
             id,
             spec,
