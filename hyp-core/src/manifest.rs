@@ -470,6 +470,12 @@ pub enum ManifestError<'a> {
         device: &'a str,
         window: PhysRange,
     },
+    /// The window ends beyond the VM's IPA space (`guest_map::IPA_BITS`).
+    PassthroughBeyondIpaSpace {
+        vm: &'a str,
+        device: &'a str,
+        window: PhysRange,
+    },
     /// The window lies where the guest has its RAM or its emulated devices (`guest_map`).
     PassthroughOverGuestLayout {
         vm: &'a str,
@@ -773,6 +779,12 @@ impl fmt::Display for ManifestError<'_> {
                 "VM {vm}: passthrough {device}: field `reg` {window} overlaps the board's RAM; give a device's \
                  register window"
             ),
+            Self::PassthroughBeyondIpaSpace { vm, device, window } => write!(
+                f,
+                "VM {vm}: passthrough {device}: field `reg` {window} ends beyond the VM's {}-bit IPA space, where \
+                 it would be mapped (IPA = PA); this device cannot be given to a VM",
+                crate::guest_map::IPA_BITS
+            ),
             Self::PassthroughOverGuestLayout { vm, device, window } => write!(
                 f,
                 "VM {vm}: passthrough {device}: field `reg` {window} is mapped at the same address in the VM, where \
@@ -1024,6 +1036,11 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
             || reg.base.checked_add(reg.size).is_none()
         {
             return Err(ManifestError::PassthroughNotPages { vm: name, device: device.name });
+        }
+        // Mapped at IPA = PA: beyond the VM's IPA space the capability space would refuse
+        // it (BeyondIpaSize) when the VM is built, after this check had let it boot.
+        if reg.end() > 1 << crate::guest_map::IPA_BITS {
+            return Err(ManifestError::PassthroughBeyondIpaSpace { vm: name, device: device.name, window: reg });
         }
         if let Some(intid) = device.interrupts.iter().find(|i| !SPI_INTIDS.contains(i)) {
             return Err(ManifestError::NotAnSpi { vm: name, device: device.name, intid });
@@ -1596,6 +1613,24 @@ mod tests {
         assert_eq!(error(&[with_device(vm("web"), "rtc", PhysRange { base: 0x0901_0000, size: 0x100 }, &[])]), msg);
         assert_eq!(error(&[with_device(vm("web"), "rtc", PhysRange { base: 0x0901_0800, size: 0x1000 }, &[])]), msg);
         assert_eq!(error(&[with_device(vm("web"), "rtc", PhysRange { base: 0x0901_0000, size: 0 }, &[])]), msg);
+    }
+
+    /// Mapped at IPA = PA, a window must lie in the VM's IPA space (guest_map::IPA_BITS, the
+    /// largest the image gives a VM): a device above it could never be mapped.
+    #[test]
+    fn a_passthrough_window_beyond_the_ipa_space_is_refused() {
+        let top = 1u64 << crate::guest_map::IPA_BITS;
+        let beyond = PhysRange { base: top, size: 0x1000 };
+        let straddling = PhysRange { base: top - 0x1000, size: 0x2000 };
+        for window in [beyond, straddling] {
+            assert_eq!(
+                check_vms([with_device(vm("web"), "dev", window, &[])].into_iter()),
+                Err(ManifestError::PassthroughBeyondIpaSpace { vm: "web", device: "dev", window }),
+                "{window}"
+            );
+        }
+        let last_page = PhysRange { base: top - 0x1000, size: 0x1000 };
+        check_vms([with_device(vm("web"), "dev", last_page, &[])].into_iter()).unwrap();
     }
 
     #[test]
