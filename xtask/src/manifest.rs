@@ -116,6 +116,9 @@ impl BoardDevices for TreeDevices {
     fn needs_clock(&self, device: PhysRange) -> bool {
         DeviceTreeDevices::new(&self.0).is_some_and(|d| d.needs_clock(device))
     }
+    fn is_gic_msi_frame(&self, device: PhysRange) -> bool {
+        DeviceTreeDevices::new(&self.0).is_some_and(|d| d.is_gic_msi_frame(device))
+    }
     fn raises(&self, device: PhysRange, intid: u32) -> bool {
         DeviceTreeDevices::new(&self.0).is_some_and(|d| d.raises(device, intid))
     }
@@ -838,6 +841,10 @@ mod tests {
         assert!(kept(PhysRange { base: 0x0900_0000, size: 0x1000 }), "the UART: {:?}", from_tree.hypervisor_devices);
         assert!(kept(PhysRange { base: 0x0800_0000, size: 0x1000 }), "the GIC distributor");
         assert!(!kept(QEMU_VIRT_DEVICES[0].reg), "not the RTC");
+        // The GIC's ITS is the GIC's, as the hypervisor's boot check finds it.
+        let its = PhysRange { base: 0x0808_0000, size: 0x2_0000 };
+        assert!(from_tree.devices.is_gic_msi_frame(its), "the ITS");
+        assert!(!from_tree.devices.is_gic_msi_frame(QEMU_VIRT_DEVICES[0].reg), "not the RTC");
         assert!(Board::from_device_tree(b"not a tree").unwrap_err().contains("flattened device tree"));
     }
 
