@@ -219,9 +219,9 @@ pub fn handle_sync(
 /// Meant to be inlined into each architecture's exit path (out of line, it cost a
 /// hypercall 40 instructions).
 #[inline(always)]
-pub fn handle<R: GuestRegisters>(
+pub fn handle(
     exit: &DecodedExit,
-    regs: &mut R,
+    regs: &mut impl GuestRegisters,
     vcpu: usize,
     mmio: &mut impl MmioDispatch,
     env: &mut impl ExitEnv,
@@ -238,16 +238,7 @@ pub fn handle<R: GuestRegisters>(
                 env.incident(Incident::NonZeroCallImmediate { immediate });
                 return Outcome::Resume;
             }
-            let arguments = regs.call_arguments();
-            // The SMC64/HVC64 calling convention is AArch64's only (DEN 0028, 2.5): from
-            // AArch32 such a function is unknown (Xen and KVM answer it so).
-            if R::AARCH32 && smccc::is_smc64(arguments[0] as u32) {
-                let function = arguments[0] as u32;
-                regs.set_reg(0, smccc::NOT_SUPPORTED);
-                env.incident(Incident::UnknownHypercall { function });
-                return Outcome::Resume;
-            }
-            match smccc::decode(arguments) {
+            match smccc::decode(regs.call_arguments()) {
                 Hypercall::Return(value) => {
                     regs.set_reg(0, value);
                     Outcome::Resume
@@ -1143,33 +1134,6 @@ mod tests {
         // In an AArch64 EL2's FAR_EL1: IFAR is the high half, DFAR the low.
         assert_eq!(pabt.fault.unwrap().far_el1(0x1_2345_6789), 0x4000_2345_6789);
         assert_eq!(dabt.fault.unwrap().far_el1(0x1_2345_6789), 0x1_0a00_0000);
-    }
-
-    /// The SMC64/HVC64 convention is AArch64's only (DEN 0028, 2.5): an AArch32 guest's
-    /// CPU_ON_64 is an unknown function, in its own registers or in an ARMv8 hypervisor's
-    /// AArch64 frame; its CPU_ON_32, and an AArch64 guest's CPU_ON_64, are calls.
-    #[test]
-    fn an_smc64_function_from_aarch32_is_unknown() {
-        use crate::trap::aarch32::{decode, Aarch32View, HypExit, Registers};
-        let on_64 = smccc::PSCI_CPU_ON_64;
-        let unknown = (Outcome::Resume, Some(Incident::UnknownHypercall { function: on_64 }));
-        let hvc32 = |aarch64_view| {
-            decode(&HypExit { hsr: (0x12 << 26) | (1 << 25), far: 0, hpfar: 0, cpsr: 0x13, aarch64_view })
-        };
-        let mut regs = Registers::default();
-        regs.r[0] = on_64;
-        assert_eq!(handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default()), unknown);
-        assert_eq!(regs.r[0], u32::MAX, "NOT_SUPPORTED in r0");
-        regs.r[0] = smccc::PSCI_CPU_ON_32;
-        assert_eq!(handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Call);
-        let mut ctx = GuestContext::default();
-        ctx.x[0] = u64::from(on_64);
-        let answer = handle(&hvc32(true), &mut Aarch32View(&mut ctx), 0, &mut MmioBus::new(), &mut Env::default());
-        assert_eq!((answer, ctx.x[0]), (unknown, 0xffff_ffff));
-        let mut ctx = GuestContext::default();
-        ctx.x[0] = u64::from(on_64);
-        let hvc64 = DecodedExit { trap: Trap::Call { immediate: 0, smc: false }, instruction_bytes: 4 };
-        assert_eq!(handle(&hvc64, &mut ctx, 0, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Call);
     }
 
     #[test]

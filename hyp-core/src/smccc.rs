@@ -95,12 +95,6 @@ const PSCI_IMPLEMENTED: &[u32] = &[
     PSCI_FEATURES,
 ];
 
-/// Whether `function` uses the SMC64/HVC64 calling convention (DEN 0028, 2.5: bit 30).
-#[inline(always)]
-pub const fn is_smc64(function: u32) -> bool {
-    function & (1 << 30) != 0
-}
-
 /// Decodes a call made with HVC #0 (or a trapped SMC #0) from the guest's x0..x3.
 ///
 /// A 32-bit call (bit 30 clear) uses only the low 32 bits of its arguments (DEN 0028
@@ -116,7 +110,7 @@ pub fn decode(x: [u64; 4]) -> Hypercall {
     if !matches!((function >> 24) & 0x3f, 0 | 4 | 6) || function & (1 << 31) == 0 {
         return Hypercall::Unknown { function };
     }
-    let is_64 = is_smc64(function);
+    let is_64 = function & (1 << 30) != 0;
     let arg = |i: usize| if is_64 { x[i] } else { x[i] & 0xffff_ffff };
     match function {
         SMCCC_VERSION => Hypercall::Return(SMCCC_VERSION_1_1),
