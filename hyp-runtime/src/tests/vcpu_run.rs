@@ -507,6 +507,18 @@ fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
     assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "no kick left for the vCPU that planned");
 }
 
+/// SPI 40 as `spi_40_for_vcpu_0` sets it up, edge-triggered and raised once; vCPU 0 hinted,
+/// no kick left from the set-up.
+fn edge_spi_40_pending_for_vcpu_0(vm: &Vm<FakeEnv>) {
+    let mut vgic = spi_40_for_vcpu_0(vm);
+    // Edge-triggered (GICD_ICFGR2, INTID 40's field).
+    vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
+    vgic.inject_edge(IntId(40), 0).unwrap();
+    let _ = vgic.take_kicks();
+    drop(vgic);
+    vm.vgic.hint(1);
+}
+
 /// A kick's exit (its take-back comes after the exit's interrupt is taken): the guest
 /// completed SPI 40 and another CPU raised it again, with a kick; the completion is folded
 /// before the next plan shows the new edge. Were the take-back skipped, the vGIC would think
@@ -515,14 +527,7 @@ fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
 fn a_kick_s_exit_folds_what_the_guest_completed_before_it_plans_what_the_kick_announced() {
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
-    {
-        let mut vgic = spi_40_for_vcpu_0(&vm);
-        // Edge-triggered (GICD_ICFGR2, INTID 40's field).
-        vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
-        vgic.inject_edge(IntId(40), 0).unwrap();
-        let _ = vgic.take_kicks();
-    }
-    vm.vgic.hint(1);
+    edge_spi_40_pending_for_vcpu_0(&vm);
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     step(GuestExit::Interrupt, None, None);
     last_step(|s| {
@@ -547,14 +552,7 @@ fn a_kick_s_exit_folds_what_the_guest_completed_before_it_plans_what_the_kick_an
 fn an_spi_a_vcpu_lets_go_pending_for_another_vcpu_makes_that_vcpu_look_again() {
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
-    {
-        let mut vgic = spi_40_for_vcpu_0(&vm);
-        // Edge-triggered (GICD_ICFGR2, INTID 40's field).
-        vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
-        vgic.inject_edge(IntId(40), 0).unwrap();
-        let _ = vgic.take_kicks();
-    }
-    vm.vgic.hint(1);
+    edge_spi_40_pending_for_vcpu_0(&vm);
     // vCPU 1 runs on CPU 2.
     vm.vgic.running_on[1].store(2, Ordering::Release);
     hvc(SMCCC_VERSION);
