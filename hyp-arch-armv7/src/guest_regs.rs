@@ -98,6 +98,7 @@ impl Registers {
 }
 
 impl GuestRegisters for Registers {
+    const AARCH32: bool = true;
     /// Register `n` as the guest's current mode sees it (15: the PC as an instruction reads
     /// it, 8 or 4 bytes ahead). r0-r7 are never banked: inlined, with no mode to look at for
     /// them (most accesses); the others out of line (inlined whole, the banked registers'

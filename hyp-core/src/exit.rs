@@ -219,9 +219,9 @@ pub fn handle_sync(
 /// Meant to be inlined into each architecture's exit path (out of line, it cost a
 /// hypercall 40 instructions).
 #[inline(always)]
-pub fn handle(
+pub fn handle<R: GuestRegisters>(
     exit: &DecodedExit,
-    regs: &mut impl GuestRegisters,
+    regs: &mut R,
     vcpu: usize,
     mmio: &mut impl MmioDispatch,
     env: &mut impl ExitEnv,
@@ -238,7 +238,16 @@ pub fn handle(
                 env.incident(Incident::NonZeroCallImmediate { immediate });
                 return Outcome::Resume;
             }
-            match smccc::decode(regs.call_arguments()) {
+            let arguments = regs.call_arguments();
+            // The SMC64/HVC64 calling convention is AArch64's only (DEN 0028, 2.5): from
+            // AArch32 an Arm or PSCI function using it is unknown (Xen and KVM answer so).
+            if R::AARCH32 && smccc::is_aarch64_only(arguments[0] as u32) {
+                let function = arguments[0] as u32;
+                regs.set_reg(0, smccc::NOT_SUPPORTED);
+                env.incident(Incident::UnknownHypercall { function });
+                return Outcome::Resume;
+            }
+            match smccc::decode(arguments) {
                 Hypercall::Return(value) => {
                     regs.set_reg(0, value);
                     Outcome::Resume
@@ -1134,6 +1143,48 @@ mod tests {
         // In an AArch64 EL2's FAR_EL1: IFAR is the high half, DFAR the low.
         assert_eq!(pabt.fault.unwrap().far_el1(0x1_2345_6789), 0x4000_2345_6789);
         assert_eq!(dabt.fault.unwrap().far_el1(0x1_2345_6789), 0x1_0a00_0000);
+    }
+
+    /// The SMC64/HVC64 convention is AArch64's only (DEN 0028, 2.5): an AArch32 guest's
+    /// CPU_ON_64 is an unknown function, in its own registers or in an ARMv8 hypervisor's
+    /// AArch64 frame; its CPU_ON_32 and HYP_VM_EXIT (the project's, owner 6), and an AArch64
+    /// guest's CPU_ON_64, are calls.
+    #[test]
+    fn an_smc64_function_from_aarch32_is_unknown() {
+        use crate::trap::aarch32::{decode, Aarch32View, HypExit, Registers};
+        let on_64 = smccc::PSCI_CPU_ON_64;
+        let unknown = (Outcome::Resume, Some(Incident::UnknownHypercall { function: on_64 }));
+        let hvc32 = |aarch64_view| {
+            decode(&HypExit { hsr: (0x12 << 26) | (1 << 25), far: 0, hpfar: 0, cpsr: 0x13, aarch64_view })
+        };
+        let mut regs = Registers::default();
+        regs.r[0] = on_64;
+        assert_eq!(handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default()), unknown);
+        assert_eq!(regs.r[0], u32::MAX, "NOT_SUPPORTED in r0");
+        regs.r[0] = smccc::PSCI_CPU_ON_32;
+        assert_eq!(handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Call);
+        // The project's own call is not the architecture's: an AArch32 test guest ends with it.
+        regs.r[0] = smccc::HYP_VM_EXIT;
+        assert_eq!(
+            handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default()),
+            (Outcome::Call, None)
+        );
+        // SMCCC_VERSION with bit 30 set is an Arm-architecture SMC64 identifier.
+        regs.r[0] = smccc::SMCCC_VERSION | 1 << 30;
+        let answer = handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!(
+            answer,
+            (Outcome::Resume, Some(Incident::UnknownHypercall { function: smccc::SMCCC_VERSION | 1 << 30 }))
+        );
+        assert_eq!(regs.r[0], u32::MAX);
+        let mut ctx = GuestContext::default();
+        ctx.x[0] = u64::from(on_64);
+        let answer = handle(&hvc32(true), &mut Aarch32View(&mut ctx), 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!((answer, ctx.x[0]), (unknown, 0xffff_ffff));
+        let mut ctx = GuestContext::default();
+        ctx.x[0] = u64::from(on_64);
+        let hvc64 = DecodedExit { trap: Trap::Call { immediate: 0, smc: false }, instruction_bytes: 4 };
+        assert_eq!(handle(&hvc64, &mut ctx, 0, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Call);
     }
 
     #[test]

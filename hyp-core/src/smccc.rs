@@ -95,6 +95,21 @@ const PSCI_IMPLEMENTED: &[u32] = &[
     PSCI_FEATURES,
 ];
 
+/// Whether `function` uses the SMC64/HVC64 calling convention (DEN 0028, 2.5: bit 30).
+#[inline(always)]
+pub const fn is_smc64(function: u32) -> bool {
+    function & (1 << 30) != 0
+}
+
+/// Whether `function` is an SMC64/HVC64 function of the Arm architecture calls or of PSCI
+/// (owners 0 and 4), which DEN 0028 2.5 makes AArch64's only: from AArch32 it is unknown.
+/// The project's own calls (owner 6, [`HYP_VM_EXIT`]) take no 64-bit argument and serve a
+/// guest in either state.
+#[inline(always)]
+pub const fn is_aarch64_only(function: u32) -> bool {
+    is_smc64(function) && matches!((function >> 24) & 0x3f, 0 | 4)
+}
+
 /// Decodes a call made with HVC #0 (or a trapped SMC #0) from the guest's x0..x3.
 ///
 /// A 32-bit call (bit 30 clear) uses only the low 32 bits of its arguments (DEN 0028
@@ -110,7 +125,7 @@ pub fn decode(x: [u64; 4]) -> Hypercall {
     if !matches!((function >> 24) & 0x3f, 0 | 4 | 6) || function & (1 << 31) == 0 {
         return Hypercall::Unknown { function };
     }
-    let is_64 = function & (1 << 30) != 0;
+    let is_64 = is_smc64(function);
     let arg = |i: usize| if is_64 { x[i] } else { x[i] & 0xffff_ffff };
     match function {
         SMCCC_VERSION => Hypercall::Return(SMCCC_VERSION_1_1),

@@ -40,6 +40,7 @@ pub struct Registers {
 }
 
 impl GuestRegisters for Registers {
+    const AARCH32: bool = true;
     fn reg(&self, n: u8) -> u64 {
         self.r.get(usize::from(n)).map_or(0, |&v| u64::from(v))
     }
@@ -96,6 +97,7 @@ pub fn aarch64_register(mode: u32, n: u8) -> Option<usize> {
 pub struct Aarch32View<'a>(pub &'a mut GuestContext);
 
 impl GuestRegisters for Aarch32View<'_> {
+    const AARCH32: bool = true;
     fn reg(&self, n: u8) -> u64 {
         self.0.x.get(usize::from(n)).map_or(0, |x| x & 0xffff_ffff)
     }

@@ -115,11 +115,15 @@ pub trait GuestRegisters {
     fn call_arguments(&self) -> [u64; 4] {
         [self.reg(0), self.reg(1), self.reg(2), self.reg(3)]
     }
+    /// The guest runs in AArch32 (these are its registers): an SMCCC call's SMC64/HVC64
+    /// function is none of its (DEN 0028, 2.5).
+    const AARCH32: bool = false;
 }
 
 /// A handler given a borrowed view of the registers (an ARMv7 image's AArch32 registers
 /// are already the guest's view: `VcpuCpu::aarch32`).
 impl<R: GuestRegisters> GuestRegisters for &mut R {
+    const AARCH32: bool = R::AARCH32;
     fn reg(&self, n: u8) -> u64 {
         (**self).reg(n)
     }
