@@ -38,6 +38,11 @@ impl Arch for Armv7 {
         aarch32_cpu::asm::isb();
     }
 
+    /// Through GICD_ICACTIVER, which any CPU may write.
+    fn deactivate_spi(intid: u32) {
+        hyp_arch_arm::image::deactivate::<Armv7>(vgic::IntId(intid), Self::current_cpu());
+    }
+
     /// From HTPIDR (cpus.rs).
     fn current_cpu() -> usize {
         crate::cpus::current_index()

@@ -51,6 +51,11 @@ impl Arch for Aarch64 {
             None => unsafe { asm!("msr cnthp_ctl_el2, xzr", "isb") },
         }
     }
+
+    /// Through GICD_ICACTIVER, which any CPU may write.
+    fn deactivate_spi(intid: u32) {
+        hyp_arch_arm::image::deactivate::<Aarch64>(vgic::IntId(intid), Self::current_cpu());
+    }
 }
 
 /// The state every CPU shares: the scheduler, the interrupt routes, the VMs.

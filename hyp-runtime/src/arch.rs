@@ -34,4 +34,9 @@ pub trait Arch: 'static {
     /// Programs this CPU's hypervisor timer to interrupt at counter value `deadline`, or
     /// stops it (`None`).
     fn set_hyp_timer(deadline: Option<u64>);
+
+    /// Deactivates the board's SPI `intid`, from any CPU: a passthrough interrupt the
+    /// hypervisor held active for the guest, whose virtual state the guest discarded
+    /// (vgic::Distributor::deactivate_retired).
+    fn deactivate_spi(intid: u32);
 }

@@ -1,6 +1,6 @@
 //! A fake architecture for the host tests: each test thread is a CPU (its index settable),
 //! the counter is a per-thread number the test moves, and kicks and the hypervisor timer are
-//! recorded instead of sent.
+//! recorded instead of sent, as are the board's SPIs it deactivates.
 
 use std::cell::{Cell, RefCell};
 use std::vec::Vec;
@@ -14,6 +14,7 @@ thread_local! {
     static NOW: Cell<u64> = const { Cell::new(0) };
     static KICKS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     static TIMER: Cell<Option<u64>> = const { Cell::new(None) };
+    static DEACTIVATED: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
 impl FakeArch {
@@ -27,6 +28,10 @@ impl FakeArch {
     /// The CPUs this thread kicked since the last call.
     pub fn take_kicks() -> Vec<usize> {
         KICKS.with(|k| core::mem::take(&mut *k.borrow_mut()))
+    }
+    /// The board's SPIs this thread deactivated since the last call.
+    pub fn take_deactivated_spis() -> Vec<u32> {
+        DEACTIVATED.with(|d| core::mem::take(&mut *d.borrow_mut()))
     }
     /// The deadline of this thread's hypervisor timer.
     pub fn timer() -> Option<u64> {
@@ -50,6 +55,9 @@ impl Arch for FakeArch {
     }
     fn set_hyp_timer(deadline: Option<u64>) {
         TIMER.with(|t| t.set(deadline));
+    }
+    fn deactivate_spi(intid: u32) {
+        DEACTIVATED.with(|d| d.borrow_mut().push(intid));
     }
 }
 

@@ -137,6 +137,8 @@ impl<A: Arch> VgicHandle<A> {
         let changed = {
             let mut vgic = self.vgic.lock();
             vgic.write(vcpu, offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
+            // A passthrough SPI the guest cleared (GICD_ICPENDR, GICD_ICACTIVER).
+            deactivate_retired::<A>(&mut vgic);
             vgic.take_kicks().0 as u32
         };
         self.hint(changed);
@@ -163,6 +165,22 @@ impl<A: Arch> VgicHandle<A> {
         self.kick(changed);
         Ok(())
     }
+}
+
+/// Deactivates at the board's GIC the passthrough SPIs whose virtual state the guest
+/// discarded (vgic::Distributor::deactivate_retired), after any step that may have: a
+/// write of the distributor, a plan or a `put` of list registers.
+#[inline(always)]
+pub(crate) fn deactivate_retired<A: Arch>(vgic: &mut vgic::Distributor) {
+    if vgic.has_retired() {
+        deactivate_retired_now::<A>(vgic);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn deactivate_retired_now<A: Arch>(vgic: &mut vgic::Distributor) {
+    vgic.deactivate_retired(|physical| A::deactivate_spi(physical.0));
 }
 
 /// An interrupt line of a VM's device into its vGIC: a level change makes the target vCPU

@@ -287,7 +287,7 @@ pub fn run_vcpu<C: VcpuCpu>(
             }
             let _ = vgic.flush_to_hw(vcpu, &mut lists, here.list_registers());
             // The timer's kick is this vCPU's, which is planning now; a spill's is another's.
-            let others = others_kicked(&mut vgic, vcpu);
+            let others = others_kicked::<C::V>(&mut vgic, vcpu);
             drop(vgic);
             lrs_in_use = lists.in_use() > 0;
             drop(lists);
@@ -574,7 +574,7 @@ fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usi
         let mut vgic = vm.vgic.vgic.lock();
         let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
         // The kick it asks for is this vCPU's, which is hinted below if it needs to look.
-        let others = others_kicked(&mut vgic, vcpu);
+        let others = others_kicked::<C::V>(&mut vgic, vcpu);
         (vgic.interrupt(vcpu, IntId(VTIMER_PPI)).is_ok_and(|s| s.active), others)
     };
     kick_others(vm, others);
@@ -669,7 +669,7 @@ fn take_back_with_plan<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu:
         vm.vgic.hint_vcpu(vcpu);
         return None;
     }
-    let others = others_kicked(&mut vgic, vcpu);
+    let others = others_kicked::<C::V>(&mut vgic, vcpu);
     drop(vgic);
     let in_use = lists.in_use() > 0;
     drop(lists);
@@ -707,7 +707,7 @@ fn take_back_list_registers<C: VcpuCpu>(
                 &mut retired,
             )
             .unwrap_or(true);
-        (plan, others_kicked(&mut vgic, vcpu))
+        (plan, others_kicked::<C::V>(&mut vgic, vcpu))
     };
     let in_use = lists.in_use() > 0;
     drop(lists);
@@ -721,9 +721,12 @@ fn take_back_list_registers<C: VcpuCpu>(
 /// The vCPUs other than `vcpu` that a step of `vcpu`'s with its list registers asked to
 /// look (the vGIC's kick set, taken under its lock): one that let go of an SPI still
 /// pending and routed to another vCPU since asks that one (docs/vgic.md). `vcpu`'s own kick
-/// is dropped: it is planning now, or its step said whether it must.
+/// is dropped: it is planning now, or its step said whether it must. A passthrough SPI
+/// the step let go of, cleared by the guest while a list register showed it, is
+/// deactivated at the board's GIC.
 #[inline(always)]
-fn others_kicked(vgic: &mut vgic::Distributor, vcpu: usize) -> u32 {
+fn others_kicked<A: Arch>(vgic: &mut vgic::Distributor, vcpu: usize) -> u32 {
+    crate::shared_vgic::deactivate_retired::<A>(vgic);
     vgic.take_kicks().0 as u32 & !(1 << vcpu)
 }
 
@@ -864,7 +867,7 @@ fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &
         let others = {
             let mut vgic = core.vgic.vgic.lock();
             let _ = vgic.put(vcpu, &mut lists, here.list_registers());
-            others_kicked(&mut vgic, vcpu)
+            others_kicked::<C::V>(&mut vgic, vcpu)
         };
         drop(lists);
         kick_others(core, others);

@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 
 use crate::gicr::Redistributor;
 use crate::mask::{set_bits, Cache};
+use crate::retired::RetiredSpis;
 use crate::state::IrqState;
 use crate::{IntId, VcpuMask, VgicError, MAX_LIST_REGISTERS, MAX_SPIS, MAX_VCPUS, MAX_VCPUS_V2};
 
@@ -86,6 +87,8 @@ pub struct Distributor {
     pub(crate) spi_owner: Box<[u8]>,
     pub(crate) redistributors: Box<[Redistributor]>,
     pub(crate) kicks: VcpuMask,
+    /// Hardware-mapped SPIs whose physical interrupt the hypervisor must deactivate.
+    pub(crate) retired: RetiredSpis,
 }
 
 /// A bit per SPI, set whenever its state may have changed (every change goes through
@@ -186,6 +189,7 @@ impl Distributor {
             spi_owner: boxed(NO_OWNER, spis)?,
             redistributors: boxed(Redistributor::new(private), config.vcpus)?,
             kicks: VcpuMask::EMPTY,
+            retired: RetiredSpis::new(boxed(0, spis.div_ceil(64))?),
         })
     }
 
@@ -214,6 +218,38 @@ impl Distributor {
     /// makes them look (an IPI if they are running elsewhere, a wake-up if they sleep).
     pub fn take_kicks(&mut self) -> VcpuMask {
         core::mem::take(&mut self.kicks)
+    }
+
+    /// Whether a hardware-mapped SPI's physical interrupt waits for the hypervisor to
+    /// deactivate it ([`Distributor::deactivate_retired`]).
+    #[inline(always)]
+    pub fn has_retired(&self) -> bool {
+        !self.retired.is_empty()
+    }
+
+    /// Gives `deactivate` the physical INTID of every hardware-mapped SPI whose virtual
+    /// pending or active state the guest discarded since the last call otherwise than
+    /// through a hardware-mapped list register (GICD_ICPENDR, GICD_ICACTIVER, or a list
+    /// register it cleared while it was shown): the hypervisor deactivates each at the
+    /// board's GIC, or it would never fire again (docs/vgic.md, "Hardware-mapped
+    /// interrupts the guest discards").
+    pub fn deactivate_retired(&mut self, mut deactivate: impl FnMut(IntId)) {
+        let spi = &self.spi;
+        for slot in self.retired.take() {
+            if let Some(physical) = spi.get(slot).and_then(|s| s.hw()) {
+                deactivate(IntId(physical));
+            }
+        }
+    }
+
+    /// `intid`, a hardware-mapped SPI no list register holds, went quiet (neither pending
+    /// nor active) by a means that does not reach its physical interrupt: that one is
+    /// deactivated by the hypervisor (`deactivate_retired`).
+    pub(crate) fn retire_if_quiet(&mut self, intid: u32) {
+        let Some(slot) = (intid as usize).checked_sub(32) else { return };
+        if self.spi.get(slot).is_some_and(|s| s.hw().is_some() && s.quiet()) {
+            self.retired.insert(slot);
+        }
     }
 
     pub(crate) fn check_vcpu(&self, vcpu: usize) -> Result<(), VgicError> {

@@ -532,6 +532,15 @@ impl Distributor {
         } else {
             self.release_owner(vcpu, intid);
         }
+        // Shown pending, its physical interrupt active, but cleared since (GICD_ICPENDR):
+        // no deactivation will reach that one now.
+        self.retire_if_quiet(intid);
+    }
+
+    /// Whether a vCPU's list register holds SPI `intid` (not one it left active, `PARKED`).
+    pub(crate) fn in_list_register(&self, intid: u32) -> bool {
+        let owner = (intid as usize).checked_sub(32).and_then(|s| self.spi_owner.get(s));
+        owner.is_some_and(|&o| o != NO_OWNER && o & PARKED == 0)
     }
 
     /// An SPI that left a vCPU's list registers active (`PARKED`) was deactivated

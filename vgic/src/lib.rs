@@ -11,7 +11,9 @@
 //! (and the `_redistributor` pair), and around each guest entry calls
 //! [`Distributor::flush_to_hw`] and, on exit, [`Distributor::sync_from_hw_sampling`] with its
 //! [`ListRegisters`] implementation and a [`LineSampler`] of the hardware-mapped level
-//! inputs; [`Distributor::put`] before a vCPU leaves its CPU.
+//! inputs; [`Distributor::put`] before a vCPU leaves its CPU. After each of these steps it
+//! takes the vCPUs to kick ([`Distributor::take_kicks`]) and the physical SPIs to
+//! deactivate ([`Distributor::deactivate_retired`]).
 //! Nothing here touches hardware or panics on guest input; a VM's state is allocated once,
 //! when it is created, sized by its vCPUs and SPIs.
 #![cfg_attr(not(test), no_std)]
@@ -30,6 +32,7 @@ mod lr;
 mod mask;
 mod mmio;
 mod planner;
+mod retired;
 mod sgi;
 mod state;
 mod tick;

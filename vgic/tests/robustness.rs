@@ -142,6 +142,24 @@ fn event() -> impl Strategy<Value = Event> {
 /// The vCPU of an SPI in `raised` and `taken`: it may have been routed anywhere since.
 const ANY: usize = usize::MAX;
 
+/// The hardware-mapped edge SPIs of `no_interrupt_is_ever_lost`.
+const HW_EDGE: std::ops::Range<u32> = 40..44;
+
+/// The deactivations of the hardware-mapped SPIs since the last call, the guests' and the
+/// hypervisor's: each must find its physical interrupt active.
+fn deactivations(g: &mut Vgic, lrs: &mut [FakeLrs; 2], active: &mut [bool; 4]) -> Result<(), String> {
+    let mut physical: Vec<u32> = lrs.iter_mut().flat_map(|l| std::mem::take(&mut l.physical_deactivations)).collect();
+    g.deactivate_retired(|p| physical.push(p.0));
+    for p in physical.into_iter().filter(|p| HW_EDGE.contains(p)) {
+        let a = &mut active[(p - 40) as usize];
+        if !*a {
+            return Err(format!("physical SPI {p} deactivated while not active"));
+        }
+        *a = false;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(600))]
 
@@ -171,6 +189,13 @@ proptest! {
             spi(&mut g, intid, priorities[k], routes[k]);
             set_trigger(&mut g, intid, Trigger::Level);
         }
+        // SPIs 40-43 are a passthrough device's: hardware-mapped, their physical interrupt
+        // active from each firing until one deactivation reaches it, the guest's through a
+        // list register or the hypervisor's (`deactivate_retired`).
+        for intid in HW_EDGE {
+            g.set_hw(IntId(intid), 0, Some(IntId(intid))).unwrap();
+        }
+        let mut physical_active = [false; 4];
         for vcpu in 0..2 {
             for sgi in 0..4 {
                 private_irq(&mut g, vcpu, sgi, priorities[12 + sgi as usize]);
@@ -197,7 +222,12 @@ proptest! {
         for (t, e) in events.iter().enumerate() {
             match *e {
                 Event::Spi(..) | Event::Line(..) | Event::Pend(..) if !with_spis => {}
+                // The physical GIC does not signal it again until it is deactivated.
+                Event::Spi(intid) if HW_EDGE.contains(&intid) && physical_active[(intid - 40) as usize] => {}
                 Event::Spi(intid) => {
+                    if HW_EDGE.contains(&intid) {
+                        physical_active[(intid - 40) as usize] = true;
+                    }
                     g.inject_edge(IntId(intid), 0).unwrap();
                     raised.insert((ANY, intid, 0), t);
                     *times_raised.entry((ANY, intid, 0)).or_default() += 1;
@@ -366,6 +396,7 @@ proptest! {
             }
             // Whoever raised something hints the vCPUs it is for.
             g.take_kicks().iter().for_each(|v| plan[v] = true);
+            deactivations(&mut g, &mut lrs, &mut physical_active).map_err(|e| TestCaseError::fail(format!("{e} at {t}")))?;
             for l in &lrs {
                 let mut ids: Vec<u32> = l.valid().iter().map(|v| v.0).collect();
                 let n = ids.len();
@@ -445,6 +476,8 @@ proptest! {
         for v in 0..2 {
             prop_assert!(!g.has_pending(v), "vCPU {} has an interrupt pending at the end", v);
         }
+        deactivations(&mut g, &mut lrs, &mut physical_active).map_err(|e| TestCaseError::fail(format!("{e} at the end")))?;
+        prop_assert_eq!(physical_active, [false; 4], "a passthrough SPI's physical interrupt is left active");
         // Edges (SPIs 32-43, SGIs): each taken at most as often as raised.
         for (key, n) in &times_taken {
             if key.1 < 16 || (32..44).contains(&key.1) {

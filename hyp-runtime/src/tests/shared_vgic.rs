@@ -99,3 +99,24 @@ fn bad_accesses_are_mmio_errors() {
     assert!(vgic.read_distributor(0, 0x10_0000, AccessWidth::Word).is_err());
     assert!(vgic.write_redistributor(0, AccessWidth::Word, u64::MAX).is_err(), "GICv2 has no redistributors");
 }
+
+/// A passthrough device's edge SPI fired (its physical interrupt held active for the guest)
+/// and the guest cleared it through GICD_ICPENDR before taking it: no deactivation of the
+/// guest's will reach the physical one, so the write deactivates it at the board's GIC,
+/// once (docs/vgic.md, "Hardware-mapped interrupts the guest discards").
+#[test]
+fn a_passthrough_spi_the_guest_clears_is_deactivated_at_the_board_s_gic() {
+    let (_, vgic) = vgic(1);
+    FakeArch::become_cpu(0);
+    {
+        let mut d = vgic.vgic.lock();
+        d.write(0, 0x100 + 4, 4, 1 << 8).unwrap(); // GICD_ISENABLER1: SPI 40
+        d.set_hw(vgic::IntId(40), 0, Some(vgic::IntId(72))).unwrap();
+        d.inject_edge(vgic::IntId(40), 0).unwrap();
+    }
+    FakeArch::take_deactivated_spis();
+    vgic.write_distributor(0, 0x280 + 4, AccessWidth::Word, 1 << 8).unwrap(); // GICD_ICPENDR1
+    assert_eq!(FakeArch::take_deactivated_spis(), [72], "the physical SPI behind it");
+    vgic.write_distributor(0, 0x280 + 4, AccessWidth::Word, 1 << 8).unwrap();
+    assert!(FakeArch::take_deactivated_spis().is_empty(), "nothing is left to deactivate");
+}

@@ -580,6 +580,41 @@ fn an_spi_a_vcpu_lets_go_pending_for_another_vcpu_makes_that_vcpu_look_again() {
     assert!(spi.pending && !spi.active, "pending for vCPU 1: {spi:?}");
 }
 
+/// A passthrough device's edge SPI 40 (physical 72) shown pending in vCPU 0's list register,
+/// cleared through GICD_ICPENDR by another vCPU while vCPU 0's guest runs: the write leaves
+/// the physical interrupt alone (vCPU 0's guest may still take it there, and deactivate it
+/// itself), and the next plan of vCPU 0, which empties that list register, deactivates it
+/// at the board's GIC.
+#[test]
+fn a_passthrough_spi_cleared_while_its_list_register_shows_it_is_deactivated_when_the_plan_empties_it() {
+    let hypervisor = hypervisor();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        let mut vgic = spi_40_for_vcpu_0(&vm);
+        vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
+        vgic.set_hw(IntId(40), 0, Some(IntId(72))).unwrap();
+        vgic.inject_edge(IntId(40), 0).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    vm.vgic.hint(1);
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    hvc(SMCCC_VERSION);
+    last_step(|s| {
+        s.meanwhile = Some(|vm| {
+            // GICD_ICPENDR1, from vCPU 1.
+            vm.vgic.write_distributor(1, 0x284, AccessWidth::Word, 1 << 8).unwrap();
+            assert!(FakeArch::take_deactivated_spis().is_empty(), "a list register still shows it");
+        })
+    });
+    hvc(PSCI_SYSTEM_OFF);
+    FakeArch::take_deactivated_spis();
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(FakeArch::take_deactivated_spis(), [72]);
+    let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    let shown: Vec<_> = lr0.iter().map(|&raw| vgic::IchLr(raw).decode().state).collect();
+    assert_eq!(shown, [vgic::LrState::Pending, vgic::LrState::Invalid], "{lr0:x?}");
+}
+
 /// An exit for an interrupt that is neither a kick nor the vCPU's timer (INTID 99, routed
 /// nowhere) while the vCPU holds a list register the guest changed: the list registers are
 /// taken back before the interrupt is handled, as a passthrough SPI's line must be raised
