@@ -242,12 +242,18 @@ impl Distributor {
         }
     }
 
-    /// `intid`, a hardware-mapped SPI no list register holds, went quiet (neither pending
-    /// nor active) by a means that does not reach its physical interrupt: that one is
-    /// deactivated by the hypervisor (`deactivate_retired`).
-    pub(crate) fn retire_if_quiet(&mut self, intid: u32) {
+    /// `intid`, a hardware-mapped SPI no list register holds, is neither pending nor active
+    /// after a change that does not reach its physical interrupt: that one is deactivated
+    /// by the hypervisor (`deactivate_retired`). Its line goes low, as at the guest's own
+    /// deactivation (`fold`): if the input is still asserted, the physical interrupt fires
+    /// again and comes back as a new rise (an SPI the guest configured edge-triggered sees
+    /// a rise only from low).
+    pub(crate) fn retire_if_discarded(&mut self, intid: u32) {
         let Some(slot) = (intid as usize).checked_sub(32) else { return };
-        if self.spi.get(slot).is_some_and(|s| s.hw().is_some() && s.quiet()) {
+        let Some(s) = self.spi.get_mut(slot) else { return };
+        if s.hw().is_some() && !s.pending_view() && !s.active() {
+            s.set_line(false);
+            s.set_refired(false);
             self.retired.insert(slot);
         }
     }

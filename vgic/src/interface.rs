@@ -534,7 +534,7 @@ impl Distributor {
         }
         // Shown pending, its physical interrupt active, but cleared since (GICD_ICPENDR):
         // no deactivation will reach that one now.
-        self.retire_if_quiet(intid);
+        self.retire_if_discarded(intid);
     }
 
     /// Whether a vCPU's list register holds SPI `intid` (not one it left active, `PARKED`).

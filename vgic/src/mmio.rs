@@ -173,8 +173,11 @@ impl Distributor {
             // through SPENDSGIR/CPENDSGIR only (IHI 0048B 4.3.7, 4.3.8).
             let v2_sgi = self.is_v2_sgi(intid);
             let clears = on && matches!(reg, BitReg::ClearPending | BitReg::ClearActive);
-            let was_busy =
-                clears && self.bank(frame, intid).and_then(|b| self.irq(b, intid)).is_some_and(|s| !s.quiet());
+            let was_busy = clears
+                && self
+                    .bank(frame, intid)
+                    .and_then(|b| self.irq(b, intid))
+                    .is_some_and(|s| s.pending_view() || s.active());
             self.update(frame, intid, |s| match reg {
                 BitReg::Group => s.set_group1(on),
                 BitReg::SetEnable if on && !v2_sgi => s.set_enabled(true),
@@ -198,7 +201,7 @@ impl Distributor {
                 // A hardware-mapped SPI's physical interrupt stays active until the guest's
                 // deactivation reaches it; this write discarded what it would deactivate.
                 // (One a list register holds is retired when that register lets it go.)
-                self.retire_if_quiet(intid);
+                self.retire_if_discarded(intid);
             }
         }
     }

@@ -147,3 +147,22 @@ fn clearing_a_passthrough_level_spi_whose_line_is_high_or_an_emulated_spi_retire
         assert_eq!(lrs.physical_deactivations, [40]);
     });
 }
+
+/// A level device whose SPI the guest configured edge-triggered: the hypervisor raises it
+/// as the device's line (`set_level`), and the vGIC sees a rise only from low. Cleared
+/// before the guest took it, it is retired, and its line goes low with it, as at the
+/// guest's own deactivation: the physical interrupt's next firing is a rise again.
+#[test]
+fn a_passthrough_spi_the_guest_made_edge_triggered_fires_again_after_it_was_cleared() {
+    both(1, |mut g| {
+        spi(&mut g, 40, 0x80, 0);
+        g.set_hw(IntId(40), 0, Some(IntId(40))).unwrap();
+        g.set_level(IntId(40), 0, true).unwrap();
+        clear(&mut g, ICPENDR, 40);
+        assert_eq!(retired(&mut g), [40], "no longer pending, its line high notwithstanding");
+        g.set_level(IntId(40), 0, true).unwrap();
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        assert_eq!(deliver_all(&mut g, 0, &mut lrs), [(40, 0)], "the next firing is an edge");
+        assert_eq!(lrs.physical_deactivations, [40]);
+    });
+}

@@ -2,14 +2,15 @@
 //! SPI 2 = INTID 34) by `[[vm.passthrough]]`, it reads the PL031's identification registers
 //! and its clock, sets a match one or two seconds ahead and takes the match interrupt
 //! through its virtual GIC (hardware-mapped to the physical SPI), clears it, and checks that
-//! it does not come again. Without the device, reading its window must be a data abort.
+//! it does not come again; then a match it discards through GICD_ICPENDR must not keep the
+//! next one away. Without the device, reading its window must be a data abort.
 #![no_std]
 #![no_main]
 
 use core::ptr::{read_volatile, write_volatile};
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use selftest_guest::gic::{self, write32, GICD};
+use selftest_guest::gic::{self, read32, write32, GICD};
 use selftest_guest::*;
 
 const RTC: usize = 0x0901_0000;
@@ -133,6 +134,53 @@ extern "C" fn guest_main() -> ! {
             "passthrough: a match cleared at the device before it was taken does not arrive ({again} time(s))"
         ),
     );
+    discarded_edge_then_another(&mut c);
     rtc_write(RTCIMSC, 0);
     finish("passthrough", &c)
+}
+
+/// Whether GICD_ISPENDR1 shows INTID 34 pending.
+fn rtc_spi_pending() -> bool {
+    read32(GICD + 0x200 + 4) & (1 << (RTC_INTID % 32)) != 0
+}
+
+/// The SPI made edge-triggered in this VM's distributor (GICD_ICFGR2, INTID 34's
+/// Int_config[1]); a match with interrupts masked becomes pending; the guest clears the
+/// device, then discards the interrupt through GICD_ICPENDR instead of taking it. The
+/// hypervisor held the physical SPI active for the deactivation that now never comes: it
+/// must deactivate it itself, or the device's next match never arrives.
+fn discarded_edge_then_another(c: &mut Checks) {
+    write32(GICD + 0xc00 + 8, read32(GICD + 0xc00 + 8) | 2 << (2 * (RTC_INTID % 16)));
+    // SAFETY: this vCPU's own PSTATE.I.
+    unsafe { core::arch::asm!("msr daifset, #2", "isb") };
+    rtc_write(RTCMR, rtc_read(RTCDR).wrapping_add(2));
+    let mut pending = false;
+    for _ in 0..500 {
+        if rtc_read(RTCRIS) != 0 && rtc_spi_pending() {
+            pending = true;
+            break;
+        }
+        wait_ms(10);
+    }
+    rtc_write(RTCICR, 1);
+    write32(GICD + 0x280 + 4, 1 << (RTC_INTID % 32)); // GICD_ICPENDR1
+    let cleared = !rtc_spi_pending();
+    c.check(
+        pending && cleared,
+        format_args!(
+            "passthrough: an edge-triggered match, pending ({pending}), cleared through GICD_ICPENDR ({cleared})"
+        ),
+    );
+    let before = TAKEN.load(Ordering::SeqCst);
+    // SAFETY: as above.
+    unsafe { core::arch::asm!("msr daifclr, #2", "isb") };
+    wait_ms(100);
+    let early = TAKEN.load(Ordering::SeqCst) - before;
+    rtc_write(RTCMR, rtc_read(RTCDR).wrapping_add(2));
+    let took = wait_for(before + 1, 5000);
+    let n = TAKEN.load(Ordering::SeqCst) - before;
+    c.check(
+        early == 0 && took,
+        format_args!("passthrough: the next match arrives after one the guest discarded ({n} time(s))"),
+    );
 }
