@@ -33,6 +33,8 @@ macro_rules! write_register {
     };
 }
 
+read_register!(/// MIDR (VPIDR under the hypervisor): PartNum [15:4] names the core.
+    midr, "p15, 0, {}, c0, c0, 0");
 read_register!(/// MPIDR: Aff0 [7:0] is the vCPU.
     mpidr, "p15, 0, {}, c0, c0, 5");
 read_register!(/// ID_PFR0.
@@ -61,6 +63,8 @@ read_register!(/// IFAR.
     ifar, "p15, 0, {}, c6, c0, 2");
 read_register!(/// VBAR.
     vbar, "p15, 0, {}, c12, c0, 0");
+write_register!(/// VBAR.
+    set_vbar, "p15, 0, {}, c12, c0, 0");
 write_register!(/// DCCISW: clean and invalidate a data cache line by set/way (trapped: HCR.TSW).
     dccisw, "p15, 0, {}, c7, c14, 2");
 read_register!(/// DBGDIDR, the debug ID register (CP14).

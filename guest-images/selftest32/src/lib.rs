@@ -9,6 +9,7 @@
 #![no_std]
 
 pub mod cp15;
+pub mod entry_state;
 pub mod gic;
 
 use core::arch::{asm, global_asm};
@@ -47,15 +48,20 @@ _start:
     .rept   8
     mov     r0, r0                  // the zImage's NOPs
     .endr
-    b       1f                      // 0x20
+    b       guest_entry             // 0x20
     .word   0x016f2818              // 0x24: zImage magic
     .word   0                       // 0x28: start address (0: the image's length is its end)
     .word   0                       // 0x2c: end address: written by xtask (elf::to_zimage)
     .word   0x04030201              // 0x30: little-endian
 
+    // A guest may define its own `guest_entry`, which runs first with every register as
+    // the loader left it and must end with `b entry_continue`, r0-r2 as they were (the
+    // register-leak reader records them all); without one, link.ld makes it this entry.
+    .global entry_continue
+entry_continue:
     // The state the loader left, kept in r4-r8 until the BSS is cleared: r0, r1, r2,
     // CPSR, SCTLR.
-1:  mov     r4, r0
+    mov     r4, r0
     mov     r5, r1
     mov     r6, r2
     mrs     r7, cpsr
@@ -408,8 +414,14 @@ extern "C" fn secondary_rust(context: u32, cpsr: u32) {
 /// PSCI CPU_ON (SMC32) of `mpidr` running `main(context, CPSR at entry)` from
 /// `secondary_entry`: the PSCI status.
 pub fn start_vcpu(mpidr: u32, main: extern "C" fn(u32, u32), context: u32) -> i32 {
+    start_vcpu_at(mpidr, secondary_entry, main, context)
+}
+
+/// The same with the vCPU's first instruction at `entry`, which ends with a branch to
+/// `secondary_entry`, r0 (the context ID) as it was.
+pub fn start_vcpu_at(mpidr: u32, entry: unsafe extern "C" fn(), main: extern "C" fn(u32, u32), context: u32) -> i32 {
     SECONDARY_MAIN.store(main as usize, Ordering::SeqCst);
-    hvc(PSCI_CPU_ON_32, mpidr, secondary_entry as *const () as usize as u32, context) as i32
+    hvc(PSCI_CPU_ON_32, mpidr, entry as *const () as usize as u32, context) as i32
 }
 
 /// Waits for interrupts, forever.
