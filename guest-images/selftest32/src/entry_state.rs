@@ -136,10 +136,12 @@ pub fn compare_with_reset(state: &EntryState, r: [u32; 3], r2_is_device_tree: bo
         let wanted = match i {
             0 | 1 => r[i],
             R2 if r2_is_device_tree => {
-                // SAFETY: reads the word at r2 only if it is in this VM's RAM (the first
-                // 64 MiB at IPA 0x4000_0000, as the test gives it).
+                // Read only if r2 is in this VM's RAM (the first 64 MiB at IPA 0x4000_0000,
+                // as the test gives it).
                 let magic = if (0x4000_0000..0x4400_0000).contains(&w[R2]) {
-                    u32::from_be(unsafe { core::ptr::read_volatile(w[R2] as *const u32) })
+                    // SAFETY: a word of this VM's RAM (checked above); the MMU is off.
+                    let word = unsafe { core::ptr::read_volatile(w[R2] as *const u32) };
+                    u32::from_be(word)
                 } else {
                     0
                 };
