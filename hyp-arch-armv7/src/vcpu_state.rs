@@ -45,6 +45,48 @@ pub struct Cp15 {
     par: u64,
 }
 
+/// The ThumbEE registers (ARM DDI 0406C, the Thumb Execution Environment: TEECR and
+/// TEEHBR), which PL1 and, unless TEECR.XED, PL0 read and write without a trap: a
+/// Cortex-A15 implements them (ID_PFR0.State3), so another VM's values would show through
+/// if they were not switched. Zero where the CPU has no ThumbEE (ARMv8 has none).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThumbEe {
+    teecr: u32,
+    teehbr: u32,
+}
+
+/// Whether this CPU implements ThumbEE (ID_PFR0.State3): without it, TEECR and TEEHBR are
+/// UNDEFINED even in HYP mode.
+fn has_thumbee() -> bool {
+    let id_pfr0: u32;
+    // SAFETY: reading an ID register has no side effect.
+    unsafe { asm!("mrc p15, 0, {}, c0, c1, 0", out(reg) id_pfr0, options(nomem, nostack)) };
+    (id_pfr0 >> 12) & 0xf != 0
+}
+
+fn save_thumbee() -> ThumbEe {
+    let mut t = ThumbEe::default();
+    if has_thumbee() {
+        // SAFETY: the guest's ThumbEE registers, which this CPU implements; reading them has
+        // no side effect.
+        unsafe {
+            asm!("mrc p14, 6, {}, c0, c0, 0", "mrc p14, 6, {}, c1, c0, 0", out(reg) t.teecr, out(reg) t.teehbr,
+                options(nomem, nostack))
+        };
+    }
+    t
+}
+
+fn restore_thumbee(t: &ThumbEe) {
+    if has_thumbee() {
+        // SAFETY: the ThumbEE registers of the vCPU about to run on this CPU, as it left them.
+        unsafe {
+            asm!("mcr p14, 6, {}, c0, c0, 0", "mcr p14, 6, {}, c1, c0, 0", in(reg) t.teecr, in(reg) t.teehbr,
+                options(nostack))
+        };
+    }
+}
+
 /// VFP and Advanced SIMD: D0-D31, FPSCR, FPEXC.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(8))]
@@ -59,6 +101,7 @@ pub struct FpRegisters {
 pub struct SavedVcpu {
     pub banked: Banked,
     pub cp15: Cp15,
+    pub thumbee: ThumbEe,
     pub fp: FpRegisters,
     pub cntv_ctl: u32,
     pub cntv_cval: u64,
@@ -264,6 +307,7 @@ pub fn save(lrs: ListRegisterFile, debug: DebugRegisters) -> SavedVcpu {
     let mut saved = SavedVcpu {
         banked: save_banked(),
         cp15: save_cp15(),
+        thumbee: save_thumbee(),
         gic: lrs.save_interface(),
         debug,
         cntv_ctl: CntvCtl::read().raw_value(),
@@ -287,6 +331,7 @@ pub fn stop_timer() {
 pub fn restore(saved: &SavedVcpu, lrs: ListRegisterFile) {
     restore_banked(&saved.banked);
     restore_cp15(&saved.cp15);
+    restore_thumbee(&saved.thumbee);
     // SAFETY: loads this vCPU's own VFP registers from an aligned, initialised struct.
     unsafe { restore_fp(&saved.fp) };
     lrs.restore_interface(&saved.gic);

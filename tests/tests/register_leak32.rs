@@ -4,8 +4,10 @@
 //! where secret-holders left a marker in every register a PL1 guest can write (r0-r12, the
 //! banked SP, LR and SPSR of every mode and R8_fiq-R12_fiq, d0-d31, FPSCR, FPEXC and CPACR,
 //! the CP15 registers of the translation regime, fault reporting, thread IDs, CSSELR,
-//! CNTKCTL, and the virtual timer), and find each at a fresh vCPU's value
-//! (guest-images/selftest32 `entry_state`). On the ARMv7 image (HYP mode on QEMU `virt`'s
+//! CNTKCTL, the virtual timer, and where the CPU has them the ThumbEE registers TEECR and
+//! TEEHBR), and find each at a fresh vCPU's value (guest-images/selftest32 `entry_state`).
+//! The ThumbEE registers of the ARMv7 image's Cortex-A15 did show another VM's values until
+//! the image switched them (tried). On the ARMv7 image (HYP mode on QEMU `virt`'s
 //! Cortex-A15s, GICv2) and on the ARMv8 image (AArch32 at EL1 on Cortex-A72s, GICv3).
 
 use std::path::PathBuf;
@@ -68,7 +70,13 @@ fn leak_vms(cpus: [u32; 2]) -> Vec<VmEntry> {
 /// both boots; `defect(check, vcpu, when)`, if given, is the line a QEMU defect may print
 /// instead of that SPSR_svc check's `ok`. The number of checks that failed after the reset
 /// (the run's result).
-fn check(out: &RunOutput, kept: u32, not_kept: &[&str], defect: Option<fn(u32, u32, &str) -> String>) -> usize {
+fn check(
+    out: &RunOutput,
+    kept: u32,
+    not_kept: &[&str],
+    thumbee: bool,
+    defect: Option<fn(u32, u32, &str) -> String>,
+) -> usize {
     let lines: Vec<&str> = out.console.lines().collect();
     let mut failed = 0;
     for secret in ["secret-a", "secret-b"] {
@@ -77,7 +85,15 @@ fn check(out: &RunOutput, kept: u32, not_kept: &[&str], defect: Option<fn(u32, u
             assert_line(out, &format!("{secret} | {line}"));
         }
         assert_line(out, &format!("{secret} | leak-secret32: holding markers in every register until 8000 ms"));
-        assert_line(out, &format!("{secret} | leak-secret32: all 1 checks passed; powering off with PSCI SYSTEM_OFF"));
+        if thumbee {
+            assert_line(
+                out,
+                &format!("{secret} | ok 2 - marks: ThumbEE TEECR 0x1 and TEEHBR 0x5ec27ee0 hold their marker"),
+            );
+        } else {
+            assert_line(out, &format!("{secret} | ok 2 - marks: no ThumbEE on this CPU (ID_PFR0 "));
+        }
+        assert_line(out, &format!("{secret} | leak-secret32: all 2 checks passed; powering off with PSCI SYSTEM_OFF"));
     }
     for when in ["at its first start", "after SYSTEM_RESET"] {
         assert_line(
@@ -87,11 +103,21 @@ fn check(out: &RunOutput, kept: u32, not_kept: &[&str], defect: Option<fn(u32, u
         assert_line(
             out,
             &format!(
-                "reader | ok 3 - leak: vCPU 1 started with CPU_ON {when}: {REGISTERS} registers at their reset value \
+                "reader | ok 4 - leak: vCPU 1 started with CPU_ON {when}: {REGISTERS} registers at their reset value \
                  (0 not)"
             ),
         );
-        for (n, vcpu) in [(2, 0), (4, 1)] {
+        for (n, vcpu) in [(3, 0), (6, 1)] {
+            assert_line(
+                out,
+                &if thumbee {
+                    format!("reader | ok {n} - leak: vCPU {vcpu} {when}: ThumbEE TEECR 0x0 and TEEHBR 0x0 at their reset value")
+                } else {
+                    format!("reader | ok {n} - leak: vCPU {vcpu} {when}: no ThumbEE (ID_PFR0 ")
+                },
+            );
+        }
+        for (n, vcpu) in [(2, 0), (5, 1)] {
             let ok = format!("reader | ok {n} - leak: vCPU {vcpu} {when}: SPSR_svc at its reset value (SPSR_svc 0x0)");
             let defect_line = defect.map(|d| format!("reader | {}", d(n, vcpu, when)));
             if lines.iter().any(|l| defect_line.as_deref().is_some_and(|d| l.contains(d))) {
@@ -107,16 +133,16 @@ fn check(out: &RunOutput, kept: u32, not_kept: &[&str], defect: Option<fn(u32, u
         let allowed = defect.is_some_and(|d| {
             ["at its first start", "after SYSTEM_RESET"]
                 .iter()
-                .any(|when| [(2, 0), (4, 1)].iter().any(|&(n, v)| l.ends_with(&d(n, v, when))))
+                .any(|when| [(2, 0), (5, 1)].iter().any(|&(n, v)| l.ends_with(&d(n, v, when))))
         });
         assert!(allowed, "a check failed: {l:?}; console:\n{}", out.console);
     }
     assert_line(out, "hypervisor: vm0 reader vcpu0: SYSTEM_RESET: the VM reboots");
     if failed == 0 {
-        assert_line(out, "reader | leak-reader32: all 4 checks passed; powering off with PSCI SYSTEM_OFF");
+        assert_line(out, "reader | leak-reader32: all 6 checks passed; powering off with PSCI SYSTEM_OFF");
         assert_line(out, "hypervisor: all 3 VM(s) ended: 3 clean, 0 failed");
     } else {
-        assert_line(out, &format!("reader | leak-reader32: {failed} of 4 checks failed"));
+        assert_line(out, &format!("reader | leak-reader32: {failed} of 6 checks failed"));
         assert_line(out, "hypervisor: vm0 reader vcpu0: HYP_VM_EXIT with status 1");
     }
     failed
@@ -140,7 +166,7 @@ fn an_aarch32_vcpu_starting_on_a_shared_cpu_sees_nothing_of_the_vm_that_ran_ther
     assert_line(&out, "hypervisor 0.1.0 (ARMv7, HYP mode)");
     let mut not_kept = NOT_KEPT.to_vec();
     not_kept.push("# TTBCR: wrote 0x35, reads 0x5");
-    assert_eq!(check(&out, MARKED - 5, &not_kept, None), 0);
+    assert_eq!(check(&out, MARKED - 5, &not_kept, true, None), 0);
 }
 
 /// The ARMv8 image with the VMs in AArch32 at EL1 (Cortex-A72s, GICv3): the reader's vCPUs
@@ -149,7 +175,7 @@ fn an_aarch32_vcpu_starting_on_a_shared_cpu_sees_nothing_of_the_vm_that_ran_ther
 fn an_aarch32_vcpu_starting_on_a_shared_cpu_sees_nothing_of_the_vm_that_ran_there_armv8() {
     let out = boot("register-leak32-armv8", Machine::default(), &leak_vms([2, 3]));
     assert_line(&out, "hypervisor: vm0 reader vcpu0: starting at IPA 0x42000000 (Aarch32)");
-    let failed = check(&out, MARKED - 4, NOT_KEPT, Some(armv8_qemu_defect));
+    let failed = check(&out, MARKED - 4, NOT_KEPT, false, Some(armv8_qemu_defect));
     if failed > 0 {
         eprintln!("register_leak32: {failed} SPSR_svc check(s) failed as QEMU 10.0 makes them fail");
     }

@@ -39,6 +39,23 @@ read_register!(/// MPIDR: Aff0 [7:0] is the vCPU.
     mpidr, "p15, 0, {}, c0, c0, 5");
 read_register!(/// ID_PFR0.
     id_pfr0, "p15, 0, {}, c0, c1, 0");
+
+/// Whether the CPU implements ThumbEE (ID_PFR0.State3): a Cortex-A15 does, ARMv8 does not.
+pub fn has_thumbee() -> bool {
+    (id_pfr0() >> 12) & 0xf != 0
+}
+
+/// TEECR and TEEHBR, the ThumbEE registers (CP14; only where `has_thumbee`).
+pub fn thumbee() -> (u32, u32) {
+    let (teecr, teehbr): (u32, u32);
+    // SAFETY: reading the ThumbEE registers has no side effect; the caller checked the CPU
+    // implements them.
+    unsafe {
+        core::arch::asm!("mrc p14, 6, {}, c0, c0, 0", "mrc p14, 6, {}, c1, c0, 0", out(reg) teecr, out(reg) teehbr,
+            options(nomem, nostack))
+    };
+    (teecr, teehbr)
+}
 read_register!(/// ID_PFR1: Virtualization [15:12], GIC [31:28] (the GICv3 system registers).
     id_pfr1, "p15, 0, {}, c0, c1, 1");
 read_register!(/// ID_DFR0: CopDbg [3:0], the debug architecture.

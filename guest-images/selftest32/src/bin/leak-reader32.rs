@@ -3,7 +3,7 @@
 //! SMC32) shares another with a second one. Each vCPU's first instructions store every
 //! register it can read (`entry_state`), before anything of this guest's runs, and the guest
 //! checks that each was at a fresh vCPU's value, whatever the secret-holder left in the CPU
-//! (SPSR_svc in a check of its own).
+//! (SPSR_svc in a check of its own, and the ThumbEE registers in another).
 //! It does it all again after a PSCI SYSTEM_RESET, then powers off.
 #![no_std]
 #![no_main]
@@ -182,6 +182,7 @@ extern "C" {
 static VCPU1_COMPARED: AtomicU32 = AtomicU32::new(0);
 static VCPU1_DIFFER: AtomicU32 = AtomicU32::new(u32::MAX);
 static VCPU1_SPSR_SVC: AtomicU32 = AtomicU32::new(0);
+static VCPU1_THUMBEE: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
 
 /// Whether this is the ARMv8 image (an AArch32 VM at EL1) rather than the ARMv7 image
 /// (HYP mode on a Cortex-A15, MIDR part 0xc0f; VPIDR is the CPU's MIDR on both).
@@ -195,6 +196,11 @@ extern "C" fn vcpu1_main(_context: u32, _cpsr: u32) {
     let state = unsafe { &*core::ptr::addr_of!(SECONDARY_STATE_AT_ENTRY) };
     let (compared, differ) = compare_with_reset(state, [CONTEXT, 0, 0], false, on_armv8());
     VCPU1_SPSR_SVC.store(state.0[SPSR_SVC], Ordering::SeqCst);
+    if cp15::has_thumbee() {
+        let (teecr, teehbr) = cp15::thumbee();
+        VCPU1_THUMBEE[0].store(teecr, Ordering::SeqCst);
+        VCPU1_THUMBEE[1].store(teehbr, Ordering::SeqCst);
+    }
     VCPU1_COMPARED.store(compared, Ordering::SeqCst);
     VCPU1_DIFFER.store(differ, Ordering::SeqCst);
     hvc(PSCI_CPU_OFF, 0, 0, 0);
@@ -206,6 +212,20 @@ extern "C" fn vcpu1_main(_context: u32, _cpsr: u32) {
 /// wrote (SPSR_svc is architecturally mapped to SPSR_EL1: DDI 0487, SPSR_svc).
 fn check_spsr_svc(c: &mut Checks, spsr: u32, who: core::fmt::Arguments<'_>) {
     c.check(spsr == 0, format_args!("leak: {who}: SPSR_svc at its reset value (SPSR_svc {spsr:#x})"));
+}
+
+/// TEECR and TEEHBR (read after the capture: nothing of this guest touches them) at zero
+/// where the CPU has ThumbEE (the ARMv7 image's Cortex-A15); on ARMv8, which has none, that
+/// ID_PFR0 says so.
+fn check_thumbee(c: &mut Checks, (teecr, teehbr): (u32, u32), who: core::fmt::Arguments<'_>) {
+    if cp15::has_thumbee() {
+        c.check(
+            (teecr, teehbr) == (0, 0),
+            format_args!("leak: {who}: ThumbEE TEECR {teecr:#x} and TEEHBR {teehbr:#x} at their reset value"),
+        );
+    } else {
+        c.check(on_armv8(), format_args!("leak: {who}: no ThumbEE (ID_PFR0 {:#x})", cp15::id_pfr0()));
+    }
 }
 
 fn counter_ms() -> u64 {
@@ -222,6 +242,8 @@ extern "C" fn guest_main() -> ! {
     let (compared, differ) = compare_with_reset(state, [0, 0xffff_ffff, 0], true, on_armv8());
     c.check(differ == 0, format_args!("leak: vCPU 0 {when}: {compared} registers at their reset value ({differ} not)"));
     check_spsr_svc(&mut c, state.0[SPSR_SVC], format_args!("vCPU 0 {when}"));
+    let thumbee = if cp15::has_thumbee() { cp15::thumbee() } else { (0, 0) };
+    check_thumbee(&mut c, thumbee, format_args!("vCPU 0 {when}"));
 
     // The secret-holders have marked their CPUs by now.
     wait_ms(300);
@@ -244,6 +266,8 @@ extern "C" fn guest_main() -> ! {
         ),
     );
     check_spsr_svc(&mut c, VCPU1_SPSR_SVC.load(Ordering::SeqCst), format_args!("vCPU 1 {when}"));
+    let thumbee = (VCPU1_THUMBEE[0].load(Ordering::SeqCst), VCPU1_THUMBEE[1].load(Ordering::SeqCst));
+    check_thumbee(&mut c, thumbee, format_args!("vCPU 1 {when}"));
 
     if !second {
         while counter_ms() < RESET_AT_MS {

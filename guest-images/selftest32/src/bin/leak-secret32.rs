@@ -5,7 +5,8 @@
 //! `hold_markers` the VFP and Advanced SIMD registers and FPSCR, the banked SP, LR and SPSR
 //! of every mode, R8_fiq-R12_fiq, and r0-r12, and spins so on a CPU it shares with the
 //! reader's vCPUs, which must find none of it. One check says which registers took their
-//! marker (some are RAZ/WI on a CPU, and prove nothing there).
+//! marker (some are RAZ/WI on a CPU, and prove nothing there); another that the ThumbEE
+//! registers (TEECR, TEEHBR), where the CPU has them, hold theirs.
 #![no_std]
 #![no_main]
 
@@ -209,12 +210,33 @@ fn mark_cp15() -> (u32, u32) {
     (marked, kept)
 }
 
+/// Marks TEECR (XED: unprivileged access UNDEFINED, which this guest never makes) and
+/// TEEHBR (HandlerBase, bits [31:2]) where the CPU implements ThumbEE; says whether both
+/// hold their marker, or that there is none.
+fn mark_thumbee(c: &mut Checks) {
+    if !cp15::has_thumbee() {
+        c.check(true, format_args!("marks: no ThumbEE on this CPU (ID_PFR0 {:#x})", cp15::id_pfr0()));
+        return;
+    }
+    // SAFETY: ThumbEE's configuration, used only by ThumbEE code, which this guest never runs.
+    unsafe {
+        asm!("mcr p14, 6, {}, c0, c0, 0", "mcr p14, 6, {}, c1, c0, 0", "isb", in(reg) 1u32, in(reg) 0x5ec2_7ee0u32,
+            options(nostack))
+    };
+    let (teecr, teehbr) = cp15::thumbee();
+    c.check(
+        (teecr, teehbr) == (1, 0x5ec2_7ee0),
+        format_args!("marks: ThumbEE TEECR {teecr:#x} and TEEHBR {teehbr:#x} hold their marker"),
+    );
+}
+
 #[no_mangle]
 extern "C" fn guest_main() -> ! {
     let mut c = Checks::default();
     let vbar = cp15::vbar();
     let (marked, kept) = mark_cp15();
     c.check(true, format_args!("marks: {kept} of {marked} CP15 and timer registers hold their marker"));
+    mark_thumbee(&mut c);
     println!("leak-secret32: holding markers in every register until {HOLD_UNTIL_MS} ms");
     let until = HOLD_UNTIL_MS * frequency() / 1000;
     // SAFETY: written before `hold_markers` reads it, on this vCPU only.
