@@ -241,11 +241,17 @@ pub fn handle<R: GuestRegisters>(
             let arguments = regs.call_arguments();
             // The SMC64/HVC64 calling convention is AArch64's only (DEN 0028, 2.5): from
             // AArch32 an Arm or PSCI function using it is unknown (Xen and KVM answer so).
-            if R::AARCH32 && smccc::is_aarch64_only(arguments[0] as u32) {
+            if R::AARCH32 {
                 let function = arguments[0] as u32;
-                regs.set_reg(0, smccc::NOT_SUPPORTED);
-                env.incident(Incident::UnknownHypercall { function });
-                return Outcome::Resume;
+                if smccc::is_aarch64_only(function) {
+                    regs.set_reg(0, smccc::NOT_SUPPORTED);
+                    env.incident(Incident::UnknownHypercall { function });
+                    return Outcome::Resume;
+                }
+                if smccc::asks_about_aarch64_only(function, arguments[1] as u32) {
+                    regs.set_reg(0, smccc::NOT_SUPPORTED);
+                    return Outcome::Resume;
+                }
             }
             match smccc::decode(arguments) {
                 Hypercall::Return(value) => {
@@ -1148,7 +1154,7 @@ mod tests {
     /// The SMC64/HVC64 convention is AArch64's only (DEN 0028, 2.5): an AArch32 guest's
     /// CPU_ON_64 is an unknown function, in its own registers or in an ARMv8 hypervisor's
     /// AArch64 frame; its CPU_ON_32 and HYP_VM_EXIT (the project's, owner 6), and an AArch64
-    /// guest's CPU_ON_64, are calls.
+    /// guest's CPU_ON_64, are calls. PSCI_FEATURES and SMCCC_ARCH_FEATURES say the same.
     #[test]
     fn an_smc64_function_from_aarch32_is_unknown() {
         use crate::trap::aarch32::{decode, Aarch32View, HypExit, Registers};
@@ -1185,6 +1191,23 @@ mod tests {
         ctx.x[0] = u64::from(on_64);
         let hvc64 = DecodedExit { trap: Trap::Call { immediate: 0, smc: false }, instruction_bytes: 4 };
         assert_eq!(handle(&hvc64, &mut ctx, 0, &mut MmioBus::new(), &mut Env::default()).0, Outcome::Call);
+        // Whether CPU_ON_64 is implemented: not for an AArch32 caller, which cannot call it
+        // (and asking is no incident); CPU_ON_32 is; for an AArch64 caller both are.
+        for (queried, aarch32, aarch64) in [(on_64, u32::MAX, 0u32), (smccc::PSCI_CPU_ON_32, 0, 0)] {
+            regs.r[..2].copy_from_slice(&[smccc::PSCI_FEATURES, queried]);
+            let answer = handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+            assert_eq!((answer, regs.r[0]), ((Outcome::Resume, None), aarch32), "PSCI_FEATURES({queried:#x}), AArch32");
+            ctx.x[..2].copy_from_slice(&[u64::from(smccc::PSCI_FEATURES), u64::from(queried)]);
+            let answer = handle(&hvc64, &mut ctx, 0, &mut MmioBus::new(), &mut Env::default());
+            assert_eq!(
+                (answer, ctx.x[0]),
+                ((Outcome::Resume, None), u64::from(aarch64)),
+                "PSCI_FEATURES({queried:#x})"
+            );
+        }
+        regs.r[..2].copy_from_slice(&[smccc::SMCCC_ARCH_FEATURES, smccc::SMCCC_ARCH_FEATURES | 1 << 30]);
+        let answer = handle(&hvc32(false), &mut regs, 0, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!((answer, regs.r[0]), ((Outcome::Resume, None), u32::MAX), "SMCCC_ARCH_FEATURES of an SMC64 ID");
     }
 
     #[test]

@@ -110,6 +110,14 @@ pub const fn is_aarch64_only(function: u32) -> bool {
     is_smc64(function) && matches!((function >> 24) & 0x3f, 0 | 4)
 }
 
+/// Whether `function` asks whether another function is implemented (PSCI_FEATURES,
+/// SMCCC_ARCH_FEATURES) and that one, `queried`, is AArch64's only ([`is_aarch64_only`]):
+/// an AArch32 caller cannot call it, so for it the answer is NOT_SUPPORTED (as KVM answers).
+#[inline(always)]
+pub const fn asks_about_aarch64_only(function: u32, queried: u32) -> bool {
+    matches!(function, PSCI_FEATURES | SMCCC_ARCH_FEATURES) && is_aarch64_only(queried)
+}
+
 /// Decodes a call made with HVC #0 (or a trapped SMC #0) from the guest's x0..x3.
 ///
 /// A 32-bit call (bit 30 clear) uses only the low 32 bits of its arguments (DEN 0028
