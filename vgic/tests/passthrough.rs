@@ -19,6 +19,15 @@ fn fired_hw_edge_spi(g: &mut Distributor, intid: u32, target: usize) {
     g.inject_edge(IntId(intid), 0).unwrap();
 }
 
+/// SPI 40 fired for vCPU 1 (`fired_hw_edge_spi`), and vCPU 1's list registers planned:
+/// one shows it pending.
+fn fired_and_shown_to_vcpu_1(g: &mut Vgic) -> FakeLrs {
+    fired_hw_edge_spi(g, 40, 1);
+    let mut lrs = FakeLrs::for_gic(g, 4);
+    g.flush_to_hw(1, &mut lrs).unwrap();
+    lrs
+}
+
 fn retired(g: &mut Distributor) -> Vec<u32> {
     let mut out = vec![];
     g.deactivate_retired(|p| out.push(p.0));
@@ -57,9 +66,7 @@ fn a_passthrough_edge_spi_cleared_before_the_guest_took_it_is_deactivated_by_the
 #[test]
 fn a_passthrough_spi_left_active_and_cleared_through_icactiver_is_deactivated_by_the_hypervisor() {
     both(2, |mut g| {
-        fired_hw_edge_spi(&mut g, 40, 1);
-        let mut lrs = FakeLrs::for_gic(&g, 4);
-        g.flush_to_hw(1, &mut lrs).unwrap();
+        let mut lrs = fired_and_shown_to_vcpu_1(&mut g);
         assert_eq!(lrs.ack(), Some((40, 0)));
         // vCPU 1 leaves its CPU in its handler; vCPU 0's guest ends the interrupt through
         // the distributor instead of vCPU 1's deactivation.
@@ -78,9 +85,7 @@ fn a_passthrough_spi_left_active_and_cleared_through_icactiver_is_deactivated_by
 #[test]
 fn a_passthrough_spi_cleared_while_a_list_register_shows_it_is_deactivated_when_that_register_lets_it_go() {
     both(2, |mut g| {
-        fired_hw_edge_spi(&mut g, 40, 1);
-        let mut lrs = FakeLrs::for_gic(&g, 4);
-        g.flush_to_hw(1, &mut lrs).unwrap();
+        let mut lrs = fired_and_shown_to_vcpu_1(&mut g);
         assert_eq!(lrs.valid(), [(40, LrState::Pending, 0)]);
         // vCPU 0 clears it while vCPU 1 runs with it in a list register: vCPU 1's guest may
         // still take it there (and deactivate the physical one itself) until its next exit.
@@ -97,9 +102,7 @@ fn a_passthrough_spi_cleared_while_a_list_register_shows_it_is_deactivated_when_
 #[test]
 fn a_passthrough_spi_cleared_in_a_list_register_the_vcpu_takes_off_its_cpu_is_deactivated() {
     both(2, |mut g| {
-        fired_hw_edge_spi(&mut g, 40, 1);
-        let mut lrs = FakeLrs::for_gic(&g, 4);
-        g.flush_to_hw(1, &mut lrs).unwrap();
+        let mut lrs = fired_and_shown_to_vcpu_1(&mut g);
         clear(&mut g, ICPENDR, 40);
         g.put(1, &mut lrs).unwrap();
         assert_eq!(retired(&mut g), [40]);
@@ -109,9 +112,7 @@ fn a_passthrough_spi_cleared_in_a_list_register_the_vcpu_takes_off_its_cpu_is_de
 #[test]
 fn a_passthrough_spi_the_guest_took_before_its_clear_reached_it_is_deactivated_by_the_guest_alone() {
     both(2, |mut g| {
-        fired_hw_edge_spi(&mut g, 40, 1);
-        let mut lrs = FakeLrs::for_gic(&g, 4);
-        g.flush_to_hw(1, &mut lrs).unwrap();
+        let mut lrs = fired_and_shown_to_vcpu_1(&mut g);
         clear(&mut g, ICPENDR, 40);
         // vCPU 1's guest acknowledged it before the clear could reach its list register.
         assert_eq!(lrs.ack(), Some((40, 0)));

@@ -3,7 +3,8 @@
 //! the VM's PL011 and `println!`, `ok N - ...` check reporting, the SMCCC and PSCI function
 //! identifiers, the GIC as a guest drives it (all of it memory-mapped but the GICv3 CPU
 //! interface, which each architecture reaches its own way: `gic::CpuInterface`), the
-//! microbenchmarks' lines, and a reader of the device tree the guest is given.
+//! microbenchmarks' lines, a reader of the device tree the guest is given, and the register-leak
+//! readers' report of a second vCPU.
 //!
 //! The guests run with their MMU off, so every address here is an IPA. Nothing here names
 //! an architecture but `yield` (the same mnemonic in A32 and A64); the crate builds for the
@@ -13,6 +14,7 @@
 pub mod bench;
 pub mod checks;
 pub mod console;
+pub mod entry_report;
 pub mod fdt;
 pub mod gic;
 pub mod smccc;

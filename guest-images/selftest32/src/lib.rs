@@ -363,6 +363,11 @@ pub fn frequency() -> u64 {
     u64::from(cp15::cntfrq())
 }
 
+/// The virtual counter in milliseconds (it starts near 0 when the VM is created).
+pub fn counter_ms() -> u64 {
+    counter() / (frequency() / 1000)
+}
+
 /// The virtual counter for `guest_common::bench`.
 pub struct VirtualCounter;
 

@@ -589,14 +589,8 @@ fn an_spi_a_vcpu_lets_go_pending_for_another_vcpu_makes_that_vcpu_look_again() {
 fn a_passthrough_spi_cleared_while_its_list_register_shows_it_is_deactivated_when_the_plan_empties_it() {
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
-    {
-        let mut vgic = spi_40_for_vcpu_0(&vm);
-        vgic.write(0, 0xc08, 4, 2 << 16).unwrap();
-        vgic.set_hw(IntId(40), 0, Some(IntId(72))).unwrap();
-        vgic.inject_edge(IntId(40), 0).unwrap();
-        let _ = vgic.take_kicks();
-    }
-    vm.vgic.hint(1);
+    edge_spi_40_pending_for_vcpu_0(&vm);
+    vm.vgic.vgic.lock().set_hw(IntId(40), 0, Some(IntId(72))).unwrap();
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     hvc(SMCCC_VERSION);
     last_step(|s| {

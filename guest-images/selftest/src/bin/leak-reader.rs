@@ -9,8 +9,8 @@
 
 use core::arch::asm;
 use core::ptr::write_volatile;
-use core::sync::atomic::{AtomicU32, Ordering};
 
+use guest_common::entry_report::EntryReport;
 use selftest_guest::entry_state::{check_reset, compare_with_reset, BOOT_ENTRY_STATE, SECONDARY_ENTRY_STATE};
 use selftest_guest::*;
 
@@ -20,8 +20,7 @@ const DATA: usize = 0x4100_0000;
 /// When the first boot resets the VM; a boot that starts later is the second.
 const RESET_AT_MS: u64 = 3000;
 
-static VCPU1_COMPARED: AtomicU32 = AtomicU32::new(0);
-static VCPU1_DIFFER: AtomicU32 = AtomicU32::new(u32::MAX);
+static VCPU1: EntryReport = EntryReport::new();
 
 /// The debug registers and the GICv3 CPU interface as a fresh vCPU must see them: nothing
 /// enabled, nothing set, the OS lock unlocked. Returns (compared, differ).
@@ -60,8 +59,7 @@ extern "C" fn vcpu1_main(context: u64) {
     let state = unsafe { &*core::ptr::addr_of!(SECONDARY_ENTRY_STATE) };
     let (a, b) = compare_with_reset(state, context);
     let (c, d) = compare_debug_and_gic();
-    VCPU1_COMPARED.store(a + c, Ordering::SeqCst);
-    VCPU1_DIFFER.store(b + d, Ordering::SeqCst);
+    VCPU1.report(a + c, b + d);
     hvc(PSCI_CPU_OFF, 0);
 }
 
@@ -81,24 +79,9 @@ extern "C" fn guest_main() -> ! {
 
     // The secret-holders have marked their CPUs by now.
     wait_ms(300);
-    VCPU1_DIFFER.store(u32::MAX, Ordering::SeqCst);
+    VCPU1.expect();
     let started = start_vcpu(1, vcpu1_main, 0);
-    let deadline = counter_ms() + 5000;
-    while VCPU1_DIFFER.load(Ordering::SeqCst) == u32::MAX && counter_ms() < deadline {
-        core::hint::spin_loop();
-    }
-    let (compared, differ) = (VCPU1_COMPARED.load(Ordering::SeqCst), VCPU1_DIFFER.load(Ordering::SeqCst));
-    let reported = differ != u32::MAX;
-    if !reported {
-        println!("# vCPU 1 did not report within 5 s (CPU_ON returned {started})");
-    }
-    c.check(
-        started == 0 && reported && differ == 0 && compared > 0,
-        format_args!(
-            "leak: vCPU 1 started with CPU_ON {when}: {compared} registers at their reset value ({} not)",
-            if reported { differ } else { compared }
-        ),
-    );
+    VCPU1.check(&mut c, started, when, counter_ms);
 
     // The secret-holder's breakpoint and watchpoint, on these same IPAs, never fire here
     // (an unexpected exception ends this VM with a `not ok` line).

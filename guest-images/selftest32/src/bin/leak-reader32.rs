@@ -11,6 +11,7 @@
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicU32, Ordering};
 
+use guest_common::entry_report::EntryReport;
 use selftest32_guest::entry_state::{compare_with_reset, EntryState, SPSR_SVC, WORDS};
 use selftest32_guest::*;
 
@@ -56,26 +57,13 @@ global_asm!(
     cps     #0x1f                   // System mode: SP_usr, LR_usr
     str     sp, [r0], #4
     str     lr, [r0], #4
-    cps     #0x17                   // Abort
+    .irp    m, 0x17, 0x1b, 0x12, 0x11   // Abort, Undefined, IRQ, FIQ: SP, LR, SPSR
+    cps     #\m
     str     sp, [r0], #4
     str     lr, [r0], #4
     mrs     r1, spsr
     str     r1, [r0], #4
-    cps     #0x1b                   // Undefined
-    str     sp, [r0], #4
-    str     lr, [r0], #4
-    mrs     r1, spsr
-    str     r1, [r0], #4
-    cps     #0x12                   // IRQ
-    str     sp, [r0], #4
-    str     lr, [r0], #4
-    mrs     r1, spsr
-    str     r1, [r0], #4
-    cps     #0x11                   // FIQ
-    str     sp, [r0], #4
-    str     lr, [r0], #4
-    mrs     r1, spsr
-    str     r1, [r0], #4
+    .endr
     stmia   r0!, {{r8-r12}}         // R8_fiq-R12_fiq
     cps     #0x13
     ldr     r1, \slot
@@ -179,8 +167,7 @@ extern "C" {
     fn leak_secondary_entry();
 }
 
-static VCPU1_COMPARED: AtomicU32 = AtomicU32::new(0);
-static VCPU1_DIFFER: AtomicU32 = AtomicU32::new(u32::MAX);
+static VCPU1: EntryReport = EntryReport::new();
 static VCPU1_SPSR_SVC: AtomicU32 = AtomicU32::new(0);
 static VCPU1_THUMBEE: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
 
@@ -201,8 +188,7 @@ extern "C" fn vcpu1_main(_context: u32, _cpsr: u32) {
         VCPU1_THUMBEE[0].store(teecr, Ordering::SeqCst);
         VCPU1_THUMBEE[1].store(teehbr, Ordering::SeqCst);
     }
-    VCPU1_COMPARED.store(compared, Ordering::SeqCst);
-    VCPU1_DIFFER.store(differ, Ordering::SeqCst);
+    VCPU1.report(compared, differ);
     hvc(PSCI_CPU_OFF, 0, 0, 0);
 }
 
@@ -228,10 +214,6 @@ fn check_thumbee(c: &mut Checks, (teecr, teehbr): (u32, u32), who: core::fmt::Ar
     }
 }
 
-fn counter_ms() -> u64 {
-    counter() / (frequency() / 1000)
-}
-
 #[no_mangle]
 extern "C" fn guest_main() -> ! {
     let mut c = Checks::default();
@@ -247,24 +229,9 @@ extern "C" fn guest_main() -> ! {
 
     // The secret-holders have marked their CPUs by now.
     wait_ms(300);
-    VCPU1_DIFFER.store(u32::MAX, Ordering::SeqCst);
+    VCPU1.expect();
     let started = start_vcpu_at(1, leak_secondary_entry, vcpu1_main, CONTEXT);
-    let deadline = counter_ms() + 5000;
-    while VCPU1_DIFFER.load(Ordering::SeqCst) == u32::MAX && counter_ms() < deadline {
-        core::hint::spin_loop();
-    }
-    let (compared, differ) = (VCPU1_COMPARED.load(Ordering::SeqCst), VCPU1_DIFFER.load(Ordering::SeqCst));
-    let reported = differ != u32::MAX;
-    if !reported {
-        println!("# vCPU 1 did not report within 5 s (CPU_ON returned {started})");
-    }
-    c.check(
-        started == 0 && reported && differ == 0 && compared > 0,
-        format_args!(
-            "leak: vCPU 1 started with CPU_ON {when}: {compared} registers at their reset value ({} not)",
-            if reported { differ } else { compared }
-        ),
-    );
+    VCPU1.check(&mut c, i64::from(started), when, counter_ms);
     check_spsr_svc(&mut c, VCPU1_SPSR_SVC.load(Ordering::SeqCst), format_args!("vCPU 1 {when}"));
     let thumbee = (VCPU1_THUMBEE[0].load(Ordering::SeqCst), VCPU1_THUMBEE[1].load(Ordering::SeqCst));
     check_thumbee(&mut c, thumbee, format_args!("vCPU 1 {when}"));
