@@ -207,6 +207,17 @@ pub fn wait_for_shell(s: &mut Session) {
     s.wait_for(PROMPT, COMMAND_LIMIT).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Waits for the shell of `console_vm`, the VM with the console, and for `lines` the other
+/// VMs print while they boot, in any order: the VMs boot at once, and the first one's
+/// prompt may come before or after the others' lines.
+pub fn wait_for_shell_and(s: &mut Session, console_vm: &str, lines: &[&str]) {
+    // The console VM's bytes go out as they come, its prompt after its name on a line of its
+    // own (hyp_core::console_lines).
+    let prompt = format!("{console_vm} | {PROMPT}");
+    let all: Vec<&str> = lines.iter().copied().chain([prompt.as_str()]).collect();
+    s.wait_for_all(&all, BOOT_LIMIT).unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Types `command` at the shell and returns what it printed (the echoed command line left
 /// out). The end marker is computed by the shell, so the echoed line cannot match it.
 pub fn run(s: &mut Session, command: &str) -> String {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use system_tests::{
     assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run,
-    scratch_file, start_session, wait_for_shell, BOOT_LIMIT, RUN_LIMIT,
+    scratch_file, start_session, wait_for_shell_and, RUN_LIMIT,
 };
 use xtask::bundle::{DiskSlice, Policy, VmEntry};
 use xtask::qemu::{Machine, Session};
@@ -40,10 +40,8 @@ fn boot_both(test: &str, disk: &std::path::Path) -> Session {
         ..Machine::default()
     };
     let mut s = start_session(test, machine, &vms(), RUN_LIMIT);
-    s.wait_for_all(&["arm32 | guest: eth0 is 10.0.2.16", "arm64 | guest: eth0 is 10.0.2.15"], BOOT_LIMIT)
-        .unwrap_or_else(|e| panic!("{e}"));
     // arm32, the first VM, has the console.
-    wait_for_shell(&mut s);
+    wait_for_shell_and(&mut s, "arm32", &["arm32 | guest: eth0 is 10.0.2.16", "arm64 | guest: eth0 is 10.0.2.15"]);
     s
 }
 

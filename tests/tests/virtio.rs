@@ -6,7 +6,8 @@ use std::path::Path;
 
 use system_tests::{
     assert_output_line, check_virtio_console, free_local_port, http_get, linux_vm, linux_vm_on_network,
-    one_linux_at_a_time, run, scratch_file, start_session, wait_for_shell, COMMAND_LIMIT, RUN_LIMIT,
+    one_linux_at_a_time, run, scratch_file, start_session, wait_for_shell, wait_for_shell_and, COMMAND_LIMIT,
+    RUN_LIMIT,
 };
 use xtask::bundle::{DiskSlice, VmDevices, VmEntry};
 use xtask::qemu::{Machine, Session};
@@ -104,8 +105,7 @@ fn two_vms_ping_each_other_through_the_switch() {
     let second = linux_vm_on_network("peer", 1, "10.0.2.16");
     let machine = Machine { smp: 2, ..Machine::default() };
     let mut s = start_session("virtio-net-ping", machine, &[first, second], RUN_LIMIT);
-    s.wait_for("peer | guest: eth0 is 10.0.2.16", RUN_LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    wait_for_shell(&mut s);
+    wait_for_shell_and(&mut s, "linux", &["peer | guest: eth0 is 10.0.2.16"]);
     let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.16");
     assert!(ping.contains("3 packets transmitted, 3 packets received"), "vm0 pings vm1: {ping}");
     let neighbours = run(&mut s, "cat /proc/net/arp");
