@@ -4,7 +4,7 @@
 
 use core::marker::PhantomData;
 
-use vgic::{ListRegisters, Maintenance};
+use vgic::{ListRegisters, Maintenance, HCR_EOI_COUNT_SHIFT};
 
 use crate::mmio::Frame;
 use crate::registers::*;
@@ -26,6 +26,8 @@ pub trait ListRegisterAccess {
     /// ICH_EISR_EL2 (32 bits, 16 used): bit n set = list register n raised an EOI
     /// maintenance interrupt.
     fn eoi_status() -> u32;
+    /// ICH_HCR_EL2.
+    fn read_hcr() -> u64;
     /// ICH_HCR_EL2, synchronised before it returns.
     fn write_hcr(value: u64);
     /// ICH_VMCR_EL2 and the first active-priority register of each group (ICH_AP0R0_EL2,
@@ -81,6 +83,10 @@ impl Gich {
     /// GICH_EISR0, as `empty_status`.
     pub fn eoi_status(self) -> u32 {
         self.0.read32(GICH_EISR0)
+    }
+
+    pub fn read_hcr(self) -> u32 {
+        self.0.read32(GICH_HCR)
     }
 
     pub fn write_hcr(self, value: u32) {
@@ -204,12 +210,30 @@ impl<S: ListRegisterAccess> ListRegisters for ListRegisterFile<S> {
         }
     }
 
-    /// En, UIE and NPIE: the same bits in ICH_HCR_EL2 and GICH_HCR.
+    /// En, UIE, LRENPIE and NPIE: the same bits in ICH_HCR_EL2 and GICH_HCR (EOIcount 0).
     fn set_maintenance(&mut self, maintenance: Maintenance) {
         let hcr = HCR_EN | maintenance.hcr_bits();
         match self.gich {
             None => S::write_hcr(u64::from(hcr)),
             Some(gich) => gich.write_hcr(hcr),
         }
+    }
+
+    /// EOIcount is the same field in ICH_HCR_EL2 and GICH_HCR; the register is written
+    /// back without it only when it is not 0.
+    fn take_eoi_count(&mut self) -> u32 {
+        let hcr = match self.gich {
+            None => S::read_hcr() as u32,
+            Some(gich) => gich.read_hcr(),
+        };
+        let count = hcr >> HCR_EOI_COUNT_SHIFT;
+        if count != 0 {
+            let rest = hcr & !(u32::MAX << HCR_EOI_COUNT_SHIFT);
+            match self.gich {
+                None => S::write_hcr(u64::from(rest)),
+                Some(gich) => gich.write_hcr(rest),
+            }
+        }
+        count
     }
 }

@@ -188,6 +188,9 @@ impl ListRegisterAccess for FakeIch {
     fn eoi_status() -> u32 {
         0b101
     }
+    fn read_hcr() -> u64 {
+        ICH.with(|ich| ich.borrow().hcr.unwrap_or(0))
+    }
     fn write_hcr(value: u64) {
         ICH.with(|ich| ich.borrow_mut().hcr = Some(value));
     }
@@ -512,8 +515,17 @@ fn gich_list_registers_and_status() {
     assert_eq!(memory.read32(gich + GICH_LR0 + 4), 7, "never past GICH_LR63");
     assert_eq!(lrs.empty_status(), 0b1100, "GICH_ELRSR1 (list registers 32 to 63) is never used");
     assert_eq!(lrs.eoi_status(), 0b10);
-    lrs.set_maintenance(Maintenance { underflow: true, no_pending: true });
+    lrs.set_maintenance(Maintenance { underflow: true, no_pending: true, entry_not_present: false });
     assert_eq!(memory.read32(gich + GICH_HCR), 1 | 1 << 1 | 1 << 3, "En, UIE, NPIE");
+    lrs.set_maintenance(Maintenance { entry_not_present: true, ..Maintenance::NONE });
+    assert_eq!(memory.read32(gich + GICH_HCR), 1 | 1 << 2, "En, LRENPIE");
+    // The guest deactivated 3 interrupts no list register showed (GICH_HCR.EOICount).
+    memory.write32(gich + GICH_HCR, 3 << 27 | 1 | 1 << 2);
+    assert_eq!(lrs.take_eoi_count(), 3);
+    assert_eq!(memory.read32(gich + GICH_HCR), 1 | 1 << 2, "EOICount cleared, the rest kept");
+    assert_eq!(lrs.take_eoi_count(), 0);
+    memory.write32(gich + GICH_HCR, 31 << 27 | 1);
+    assert_eq!(lrs.take_eoi_count(), 31, "all five bits");
 }
 
 #[test]
@@ -541,8 +553,15 @@ fn gicv3_list_registers_are_the_system_registers() {
     lrs.write_lr(15, u64::MAX);
     assert_eq!(lrs.read_lr(15), u64::MAX);
     assert_eq!((lrs.empty_status(), lrs.eoi_status()), (0xfff0, 0b101));
-    lrs.set_maintenance(Maintenance { underflow: true, no_pending: false });
+    lrs.set_maintenance(Maintenance { underflow: true, ..Maintenance::NONE });
     assert_eq!(ICH.with(|ich| ich.borrow().hcr), Some(1 | 1 << 1));
+    // ICH_HCR_EL2.EOIcount: taken and cleared, the rest kept; not written when 0.
+    ICH.with(|ich| ich.borrow_mut().hcr = Some(2 << 27 | 1 | 1 << 2));
+    assert_eq!(lrs.take_eoi_count(), 2);
+    assert_eq!(ICH.with(|ich| ich.borrow().hcr), Some(1 | 1 << 2));
+    ICH.with(|ich| ich.borrow_mut().hcr = None);
+    assert_eq!(lrs.take_eoi_count(), 0);
+    assert_eq!(ICH.with(|ich| ich.borrow().hcr), None, "a count of 0 writes nothing");
     ICH.with(|ich| ich.borrow_mut().interface = [1, 2, 3]);
     let saved = lrs.save_interface();
     lrs.reset();

@@ -49,6 +49,9 @@ impl ListRegisterAccess for NoGicV3 {
     fn eoi_status() -> u32 {
         0
     }
+    fn read_hcr() -> u64 {
+        0
+    }
     fn write_hcr(_value: u64) {}
     fn read_interface() -> [u64; 3] {
         [0; 3]

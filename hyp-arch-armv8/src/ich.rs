@@ -65,6 +65,10 @@ impl ListRegisterAccess for Ich {
         v as u32
     }
 
+    fn read_hcr() -> u64 {
+        ICH_HCR_EL2.get()
+    }
+
     fn write_hcr(v: u64) {
         ICH_HCR_EL2.set(v);
         isb(SY);

@@ -17,7 +17,7 @@ use crate::distributor::{NO_OWNER, PARKED};
 use crate::line::{AssumeAsserted, LineSampler, RetiredLines};
 use crate::lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
 use crate::mask::set_bits32;
-use crate::planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot};
+use crate::planner::{active_left_out, ListRegisterPlanner, LrAction, LrPlan, LrSnapshot};
 use crate::wanted::WantedList;
 use crate::{Distributor, GicVersion, IntId, VgicError, MAX_LIST_REGISTERS};
 
@@ -101,7 +101,12 @@ impl VcpuInterfaceState {
         if owned == 0 {
             return true;
         }
-        if self.hw_pending != 0 || (lrs.empty_status() | lrs.eoi_status()) & owned != 0 {
+        // An active interrupt left out of the list registers: the guest may have deactivated
+        // it, which only EOIcount says (`take_back`).
+        if self.hw_pending != 0
+            || self.maintenance.entry_not_present
+            || (lrs.empty_status() | lrs.eoi_status()) & owned != 0
+        {
             return false;
         }
         set_bits32(owned).all(|i| lrs.read_lr(i) == self.lr[i])
@@ -238,7 +243,7 @@ impl Distributor {
         // back to itself, so equal encodings are equal registers (`old == w.lr` of the
         // planner's resident rule) without decoding the old one.
         let raw = self.encode(&w.lr);
-        let m = Maintenance { underflow: false, no_pending: w.refill_on_ack && w.lr.state == LrState::Pending };
+        let m = Maintenance { no_pending: w.refill_on_ack && w.lr.state == LrState::Pending, ..Maintenance::NONE };
         let count = lrs.count().min(MAX_LIST_REGISTERS);
         let i = if owned == 0 {
             // `count` is at most 16.
@@ -312,6 +317,7 @@ impl Distributor {
             owned,
             wanted: wanted.as_slice(),
             more_waiting: wanted.more_waiting(),
+            more_waiting_active: wanted.more_waiting_active(),
         };
         let mut plan = LrPlan::<N>::default();
         ListRegisterPlanner::plan_into(&snapshot, &mut plan);
@@ -370,7 +376,8 @@ impl Distributor {
             no_pending |= w.refill_on_ack && w.lr.state == LrState::Pending;
         }
         let overflow = wanted.as_slice().len() > shown || wanted.more_waiting();
-        set_maintenance(state, lrs, Maintenance { underflow: overflow && count > 0, no_pending });
+        let entry_not_present = active_left_out(wanted.as_slice(), shown, wanted.more_waiting_active());
+        set_maintenance(state, lrs, Maintenance { underflow: overflow && count > 0, no_pending, entry_not_present });
     }
 
     /// After `vcpu` exits: takes back the state of the list registers it owns. An empty one
@@ -408,7 +415,7 @@ impl Distributor {
         sampler: &mut impl LineSampler,
         retired: &mut RetiredLines,
     ) -> Result<bool, VgicError> {
-        let mut changed = self.take_back(vcpu, state, lrs)?;
+        let mut changed = self.take_back(vcpu, state, lrs, retired)?;
         for i in set_bits32(state.owned() & u32::from(state.hw_pending)) {
             let lr = self.decode(state.lr[i]);
             let (Some(physical), LrState::Pending) = (lr.hw, lr.state) else { continue };
@@ -434,10 +441,12 @@ impl Distributor {
         vcpu: usize,
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
+        retired: &mut RetiredLines,
     ) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
+        let unlisted = if state.maintenance.entry_not_present { lrs.take_eoi_count() } else { 0 };
         let owned = state.owned();
-        if owned == 0 {
+        if owned == 0 && unlisted == 0 {
             return Ok(false);
         }
         let done = lrs.empty_status() | lrs.eoi_status();
@@ -464,6 +473,12 @@ impl Distributor {
             } else {
                 state.set_lr(i, raw, &now);
             }
+        }
+        if unlisted != 0 {
+            // After the list registers' own deactivations are folded: what is active and
+            // not shown is what the guest's counted deactivations were for.
+            self.deactivate_unlisted(vcpu, state, unlisted, retired);
+            changed = true;
         }
         Ok(changed)
     }

@@ -36,6 +36,7 @@ mod retired;
 mod sgi;
 mod state;
 mod tick;
+mod unlisted;
 mod wanted;
 
 pub use distributor::{Distributor, GicVersion, InterruptState, Trigger, VgicConfig};
@@ -45,7 +46,7 @@ pub use gicr::{Redistributor, GICR_FRAME_SIZE};
 pub use interface::VcpuInterfaceState;
 pub use intid::IntId;
 pub use line::{AssumeAsserted, LineSampler, RetiredLines};
-pub use lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance};
+pub use lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance, HCR_EOI_COUNT_SHIFT};
 pub use mask::VcpuMask;
 pub use planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot, Wanted};
 pub use sgi::SgiRegister;

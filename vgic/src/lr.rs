@@ -166,17 +166,26 @@ pub struct Maintenance {
     /// NPIE: when no list register holds a pending interrupt (a GICv2 SGI's next source
     /// waits for the current one to be acknowledged).
     pub no_pending: bool,
+    /// LRENPIE: when the guest deactivated an interrupt no list register shows (EOIcount
+    /// not 0): asked for while an active interrupt is left out of them (docs/vgic.md,
+    /// "Active interrupts no list register shows").
+    pub entry_not_present: bool,
 }
 
 impl Maintenance {
     /// None asked for (the `Default`).
-    pub const NONE: Maintenance = Maintenance { underflow: false, no_pending: false };
+    pub const NONE: Maintenance = Maintenance { underflow: false, no_pending: false, entry_not_present: false };
 
-    /// The UIE [1] and NPIE [3] bits of ICH_HCR_EL2 and GICH_HCR.
+    /// The UIE [1], LRENPIE [2] and NPIE [3] bits of ICH_HCR_EL2 and GICH_HCR.
     pub const fn hcr_bits(self) -> u32 {
-        ((self.underflow as u32) << 1) | ((self.no_pending as u32) << 3)
+        ((self.underflow as u32) << 1) | ((self.entry_not_present as u32) << 2) | ((self.no_pending as u32) << 3)
     }
 }
+
+/// ICH_HCR_EL2.EOIcount / GICH_HCR.EOICount [31:27] (IHI 0069H 12.4, IHI 0048B 5.3.2): the
+/// guest's deactivations (an EOI with EOImode 0, or a DIR) of interrupts no list register
+/// showed, counted by the virtual CPU interface.
+pub const HCR_EOI_COUNT_SHIFT: u32 = 27;
 
 /// One CPU's list registers and their status registers. The arch crate implements it over
 /// ICH_*_EL2 (GICv3) or the GICH frame (GICv2); the vGIC reads and writes only the list
@@ -195,8 +204,13 @@ pub trait ListRegisters {
     /// ICH_EISR_EL2, or GICH_EISR0: bit n set = the guest deactivated the interrupt of LR n,
     /// which asked for an EOI maintenance interrupt.
     fn eoi_status(&self) -> u32;
-    /// Sets UIE and NPIE in ICH_HCR_EL2 / GICH_HCR (En stays the arch crate's business).
+    /// Sets UIE, LRENPIE and NPIE in ICH_HCR_EL2 / GICH_HCR (En stays the arch crate's
+    /// business).
     fn set_maintenance(&mut self, maintenance: Maintenance);
+    /// ICH_HCR_EL2.EOIcount / GICH_HCR.EOICount, which it sets to 0 (the rest of the register
+    /// as it was): how many interrupts the guest deactivated that no list register showed
+    /// since the last call.
+    fn take_eoi_count(&mut self) -> u32;
 }
 
 #[cfg(test)]
@@ -265,7 +279,8 @@ mod tests {
 
     #[test]
     fn maintenance_bits_match_ich_hcr() {
-        assert_eq!(Maintenance { underflow: true, no_pending: false }.hcr_bits(), 1 << 1);
-        assert_eq!(Maintenance { underflow: false, no_pending: true }.hcr_bits(), 1 << 3);
+        assert_eq!(Maintenance { underflow: true, ..Maintenance::NONE }.hcr_bits(), 1 << 1);
+        assert_eq!(Maintenance { entry_not_present: true, ..Maintenance::NONE }.hcr_bits(), 1 << 2);
+        assert_eq!(Maintenance { no_pending: true, ..Maintenance::NONE }.hcr_bits(), 1 << 3);
     }
 }

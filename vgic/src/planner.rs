@@ -36,6 +36,8 @@ pub struct LrSnapshot<'a> {
     pub wanted: &'a [Wanted],
     /// More are wanted than `wanted` lists.
     pub more_waiting: bool,
+    /// An active interrupt is among those `wanted` has no room for.
+    pub more_waiting_active: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -138,6 +140,14 @@ impl ListRegisterPlanner {
             // With no list register at all, UIE would fire forever: nothing can be shown.
             underflow: overflow && count > 0,
             no_pending: chosen.iter().any(|w| w.refill_on_ack && w.lr.state == LrState::Pending),
+            entry_not_present: active_left_out(s.wanted, chosen.len(), s.more_waiting_active),
         };
     }
+}
+
+/// Whether an active interrupt is among those `wanted` (best first, active ones first)
+/// lists beyond the first `shown`, or among those it has no room for: the guest may
+/// deactivate one that no list register shows, which only EOIcount tells.
+pub(crate) fn active_left_out(wanted: &[Wanted], shown: usize, more_waiting_active: bool) -> bool {
+    more_waiting_active || wanted.get(shown).is_some_and(|w| w.lr.state.active())
 }

@@ -111,7 +111,8 @@ impl Distributor {
     ) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
         let owned = state.owned();
-        if owned & owned.wrapping_sub(1) != 0 {
+        // An active interrupt left out of the list registers: the take-back reads EOIcount.
+        if owned & owned.wrapping_sub(1) != 0 || state.maintenance().entry_not_present {
             return Ok(false);
         }
         if owned != 0 {

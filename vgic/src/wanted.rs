@@ -15,6 +15,8 @@ pub(crate) struct WantedList<const N: usize> {
     items: [Wanted; N],
     len: usize,
     total: usize,
+    /// An active interrupt was pushed that the list has no room for.
+    dropped_active: bool,
 }
 
 /// Active interrupts first (the guest must find them to deactivate them), then by
@@ -26,7 +28,7 @@ fn key(w: &Wanted) -> (bool, u8, u32) {
 
 impl<const N: usize> WantedList<N> {
     pub(crate) fn new() -> WantedList<N> {
-        WantedList { items: [Wanted::default(); N], len: 0, total: 0 }
+        WantedList { items: [Wanted::default(); N], len: 0, total: 0, dropped_active: false }
     }
 
     // Inlined: called out of line, the copy of `w` into the list is a memcpy call.
@@ -36,10 +38,13 @@ impl<const N: usize> WantedList<N> {
         let k = key(&w);
         let pos = self.items[..self.len].iter().position(|x| key(x) > k).unwrap_or(self.len);
         if pos >= N {
+            self.dropped_active |= w.lr.state.active();
             return;
         }
         if self.len < N {
             self.len += 1;
+        } else {
+            self.dropped_active |= self.items[N - 1].lr.state.active();
         }
         // Shifted one by one: a list this short (usually empty) is not worth a memmove call.
         for i in (pos + 1..self.len).rev() {
@@ -53,6 +58,9 @@ impl<const N: usize> WantedList<N> {
     }
     pub(crate) fn more_waiting(&self) -> bool {
         self.total > self.len
+    }
+    pub(crate) fn more_waiting_active(&self) -> bool {
+        self.dropped_active
     }
     pub(crate) fn is_empty(&self) -> bool {
         self.total == 0

@@ -22,6 +22,7 @@ fn resident_interrupts_stay_put_and_new_ones_take_free_registers() {
         owned: &owned,
         wanted: &wanted,
         more_waiting: false,
+        more_waiting_active: false,
     });
     assert_eq!(plan.action(2), LrAction::Keep, "41 unchanged: not rewritten");
     assert_eq!(plan.action(0), LrAction::Write(lr(42, LrState::Pending, 0x30)), "40's register reused for 42");
@@ -39,6 +40,7 @@ fn unwanted_resident_interrupts_are_spilled() {
         owned: &owned,
         wanted: &wanted,
         more_waiting: false,
+        more_waiting_active: false,
     });
     assert_eq!(plan.changes().collect::<Vec<_>>(), [(0, LrAction::Spill)]);
 }
@@ -46,11 +48,12 @@ fn unwanted_resident_interrupts_are_spilled() {
 #[test]
 fn no_pending_maintenance_only_for_a_placed_interrupt_that_asks() {
     let wanted = [Wanted { refill_on_ack: true, ..want(1, LrState::Pending, 0) }];
-    let snapshot = LrSnapshot { count: 1, empty: 1, owned: &[], wanted: &wanted, more_waiting: false };
+    let snapshot =
+        LrSnapshot { count: 1, empty: 1, owned: &[], wanted: &wanted, more_waiting: false, more_waiting_active: false };
     assert!(ListRegisterPlanner::plan(&snapshot).maintenance.no_pending);
     let nothing_free = LrSnapshot { empty: 0, ..snapshot };
     let plan = ListRegisterPlanner::plan(&nothing_free);
-    assert_eq!(plan.maintenance, Maintenance { underflow: true, no_pending: false });
+    assert_eq!(plan.maintenance, Maintenance { underflow: true, ..Maintenance::NONE });
     assert_eq!(plan.changes().count(), 0);
 }
 
@@ -92,7 +95,7 @@ proptest! {
 
     #[test]
     fn the_planner_respects_ownership_and_priority((count, empty, owned, wanted, more) in snapshot()) {
-        let s = LrSnapshot { count, empty, owned: &owned, wanted: &wanted, more_waiting: more };
+        let s = LrSnapshot { count, empty, owned: &owned, wanted: &wanted, more_waiting: more, more_waiting_active: false };
         let plan = ListRegisterPlanner::plan(&s);
         let used = count.min(MAX_LIST_REGISTERS);
         let usable = |i: usize| i < used && (owned[i].is_some() || empty & (1 << i) != 0);
@@ -148,7 +151,7 @@ proptest! {
     ) {
         let wanted: Vec<Wanted> =
             (0..n as u32).map(|i| Wanted { refill_on_ack: refill && i == 0, ..want(32 + i, LrState::Pending, i as u8 * 8) }).collect();
-        let plan = ListRegisterPlanner::plan(&LrSnapshot { count, empty, owned: &[], wanted: &wanted, more_waiting });
+        let plan = ListRegisterPlanner::plan(&LrSnapshot { count, empty, owned: &[], wanted: &wanted, more_waiting, more_waiting_active: false });
         let free: Vec<usize> = (0..count).filter(|i| empty & (1 << i) != 0).collect();
         let shown = n.min(free.len());
         let expected: Vec<(usize, LrAction)> = free.iter().zip(&wanted).map(|(&i, w)| (i, LrAction::Write(w.lr))).collect();

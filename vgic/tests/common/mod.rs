@@ -192,6 +192,8 @@ pub struct FakeLrs {
     pub writes: Vec<usize>,
     /// Physical INTIDs deactivated through HW = 1 list registers.
     pub physical_deactivations: Vec<u32>,
+    /// ICH_HCR_EL2.EOIcount: deactivations that found no list register.
+    pub eoi_count: u32,
 }
 
 impl FakeLrs {
@@ -204,6 +206,7 @@ impl FakeLrs {
             reads: RefCell::new(vec![]),
             writes: vec![],
             physical_deactivations: vec![],
+            eoi_count: 0,
         }
     }
     pub fn for_gic(g: &Distributor, count: usize) -> FakeLrs {
@@ -252,7 +255,8 @@ impl FakeLrs {
     fn find_active(&self, intid: u32) -> Option<usize> {
         (0..self.count).find(|&i| self.lr(i).vintid.0 == intid && self.lr(i).state.active())
     }
-    /// Deactivation (EOImode 0 EOI, or EOImode 1 DIR): active is cleared.
+    /// Deactivation (EOImode 0 EOI, or EOImode 1 DIR): active is cleared; one that no list
+    /// register shows active is only counted (IHI 0069H 12.4, ICH_HCR_EL2.EOIcount).
     pub fn deactivate(&mut self, intid: u32) {
         if let Some(i) = self.find_active(intid) {
             let lr = self.lr(i);
@@ -261,6 +265,8 @@ impl FakeLrs {
             if let (Some(p), LrState::Invalid) = (lr.hw, state) {
                 self.physical_deactivations.push(p);
             }
+        } else {
+            self.eoi_count = (self.eoi_count + 1) % 32;
         }
     }
     /// EOImode 1 priority drop: the list register does not change.
@@ -289,6 +295,7 @@ impl FakeLrs {
         let valid = self.valid();
         (self.maintenance.underflow && valid.len() <= 1)
             || (self.maintenance.no_pending && !valid.iter().any(|v| v.1.pending()))
+            || (self.maintenance.entry_not_present && self.eoi_count != 0)
             || self.eoi_status() != 0
     }
     pub fn clear_log(&mut self) {
@@ -325,6 +332,10 @@ impl ListRegisters for FakeLrs {
     }
     fn set_maintenance(&mut self, maintenance: Maintenance) {
         self.maintenance = maintenance;
+        self.eoi_count = 0;
+    }
+    fn take_eoi_count(&mut self) -> u32 {
+        core::mem::take(&mut self.eoi_count)
     }
 }
 

@@ -3,15 +3,16 @@
 //! says), takes a virtual timer interrupt, and takes an SGI that its second vCPU (started
 //! with PSCI CPU_ON) sends it. The timer's interrupt is level-sensitive: one that became
 //! pending and was then turned off (ENABLE = 0 or IMASK = 1) while the guest had interrupts
-//! masked is not taken once an exit has let the hypervisor see its line low. One line per
-//! check.
+//! masked is not taken once an exit has let the hypervisor see its line low. With six
+//! interrupts active on four list registers, those no list register shows end when the
+//! guest ends them (the hypervisor reads EOIcount). One line per check.
 #![no_std]
 #![no_main]
 
 use core::arch::asm;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use selftest_guest::gic::{self, read32, GICD, VTIMER};
+use selftest_guest::gic::{self, read32, write32, GICD, VTIMER};
 use selftest_guest::*;
 
 const SGI_FROM_VCPU1: u32 = 1;
@@ -99,7 +100,70 @@ extern "C" fn guest_main() -> ! {
             ),
         );
     }
+    let (taken, left, again) = six_active_on_four_list_registers();
+    c.check(
+        taken == NESTED && left == 0 && again == NESTED[0],
+        format_args!(
+            "gic: six interrupts active on four list registers all end when the guest ends them \
+             (taken {taken:?}, then GICD_ISACTIVER1 {left:#x}, and SPI 40 taken again: {again})"
+        ),
+    );
     finish("gic", &c)
+}
+
+/// SPIs 40 to 43, taken in that order, each preempting the last (priorities 0xa0 down to
+/// 0x70), and SPIs 44 and 45, priorities 0x10 and 0x20.
+const NESTED: [u32; 4] = [40, 41, 42, 43];
+const ON_TOP: [u32; 2] = [44, 45];
+
+/// With interrupts masked, takes SPIs 40 to 43 nested (each pended through GICD_ISPENDR1
+/// and acknowledged at a higher priority than the last: four list registers hold them
+/// active, QEMU's four), then sets SPIs 44 and 45 active through GICD_ISACTIVER1: of the
+/// six active, the hypervisor shows the four of highest priority, and SPIs 40 and 41 none.
+/// The guest ends 43 to 40, innermost first (EOImode 0): 41's and 40's ends find no list
+/// register and are only counted (EOIcount); two list registers stay valid, so the
+/// underflow maintenance interrupt does not bring them in first. Returns the INTIDs
+/// acknowledged, GICD_ISACTIVER1's bits for SPIs 40 to 45 once 44 and 45 are cleared
+/// through GICD_ICACTIVER1 (0: none left active), and the INTID acknowledged after SPI 40
+/// is pended again (40: it can be taken again).
+fn six_active_on_four_list_registers() -> ([u32; 4], u32, u32) {
+    // SAFETY: this vCPU's own PSTATE.I.
+    unsafe { asm!("msr daifset, #2", "isb") };
+    let bits = 0x3f << (NESTED[0] - 32);
+    let on_top = ON_TOP.iter().fold(0, |m, intid| m | 1 << (intid - 32));
+    if gic::is_v3() {
+        write32(GICD + 0x84, read32(GICD + 0x84) | bits); // GICD_IGROUPR1: group 1
+        for intid in NESTED.iter().chain(&ON_TOP) {
+            // SAFETY: GICD_IROUTER<n> of the emulated distributor (affinity 0.0.0.0: vCPU 0).
+            unsafe { core::ptr::write_volatile((GICD + 0x6000 + 8 * *intid as usize) as *mut u64, 0) };
+        }
+    } else {
+        write32(GICD + 0x828, 0x0101_0101); // GICD_ITARGETSR10: 40-43 to CPU 0
+        write32(GICD + 0x82c, 0x0101); // GICD_ITARGETSR11: 44 and 45 to CPU 0
+    }
+    write32(GICD + 0x428, 0x7080_90a0); // GICD_IPRIORITYR10: 40-43
+    write32(GICD + 0x42c, 0x2010); // GICD_IPRIORITYR11: 44, 45
+    let edge = (0..6).fold(0, |m, k| m | 2 << (2 * ((NESTED[0] + k) % 16)));
+    write32(GICD + 0xc08, read32(GICD + 0xc08) | edge); // GICD_ICFGR2
+    write32(GICD + 0x104, bits); // GICD_ISENABLER1
+    let mut taken = [0u32; 4];
+    for (k, &intid) in NESTED.iter().enumerate() {
+        write32(GICD + 0x204, 1 << (intid - 32)); // GICD_ISPENDR1
+        taken[k] = gic::acknowledge();
+    }
+    write32(GICD + 0x304, on_top); // GICD_ISACTIVER1
+    for &iar in taken.iter().rev() {
+        gic::end_of_interrupt(iar);
+    }
+    write32(GICD + 0x384, on_top); // GICD_ICACTIVER1
+    let left = read32(GICD + 0x304) & bits; // GICD_ISACTIVER1
+    write32(GICD + 0x204, 1 << (NESTED[0] - 32));
+    let again = gic::acknowledge();
+    gic::end_of_interrupt(again);
+    write32(GICD + 0x184, bits); // GICD_ICENABLER1
+                                 // SAFETY: as above.
+    unsafe { asm!("msr daifclr, #2", "isb") };
+    (taken.map(|iar| iar & 0x3ff), left, again & 0x3ff)
 }
 
 /// Lets the timer fire with interrupts masked (its interrupt becomes pending in the vGIC:
