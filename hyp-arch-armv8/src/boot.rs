@@ -17,8 +17,10 @@ pub struct Stack(pub [u8; BOOT_STACK_SIZE]);
 pub static mut BOOT_STACK: Stack = Stack([0; BOOT_STACK_SIZE]);
 
 // CPTR_EL2 (ARM ARM D24.2.33, HCR_EL2.E2H == 0): RES1 bits [13:12] and [9:0] (TZ traps SVE),
-// TTA (bit 20) traps trace registers, TFP (bit 10) clear so guests can use FP/SIMD (the
-// hypervisor is built soft-float and never does: docs/boot.md).
+// TTA (bit 20) traps trace registers, TAM (bit 30) the activity monitors, whose counters
+// run across VMs (RES0 without FEAT_AMUv1, where it changes nothing; KVM sets it on every
+// CPU), TFP (bit 10) clear so guests can use FP/SIMD (the hypervisor is built soft-float
+// and never does: docs/boot.md).
 // SCTLR_EL2 with the MMU and caches off: only the RES1 bits (D24.2.175, E2H == 0).
 global_asm!(
     r#"
@@ -42,7 +44,7 @@ primary_entry:
 
     ldr     x1, =0x30c50830
     msr     sctlr_el2, x1
-    ldr     x1, =0x1033ff
+    ldr     x1, =0x401033ff
     msr     cptr_el2, x1
     isb
 
@@ -96,7 +98,7 @@ park:
 secondary_entry:
     ldr     x1, =0x30c50830
     msr     sctlr_el2, x1
-    ldr     x1, =0x1033ff
+    ldr     x1, =0x401033ff
     msr     cptr_el2, x1
     isb
     // Turn the MMU on before touching the stack: the boot CPU wrote `cpus::Boot` and
