@@ -182,7 +182,7 @@ impl Maintenance {
     }
 }
 
-/// ICH_HCR_EL2.EOIcount / GICH_HCR.EOICount [31:27] (IHI 0069H 12.4, IHI 0048B 5.3.2): the
+/// ICH_HCR_EL2.EOIcount / GICH_HCR.EOICount [31:27] (IHI 0069H 12.4; IHI 0048B 5.3, GICH_HCR): the
 /// guest's deactivations (an EOI with EOImode 0, or a DIR) of interrupts no list register
 /// showed, counted by the virtual CPU interface.
 pub const HCR_EOI_COUNT_SHIFT: u32 = 27;

@@ -2,13 +2,13 @@
 //! interrupts no list register shows").
 //!
 //! When more interrupts are active on a vCPU than its list registers hold (a guest that set
-//! them active through GICD_ISACTIVER, or nests deeper than the list registers), the plan
+//! them active through GICD_ISACTIVER or GICR_ISACTIVER0 above those it took), the plan
 //! leaves the lowest-priority active ones out and asks for LRENPIE. The guest's deactivation
 //! of one of those finds no list register: the virtual CPU interface only counts it, in
-//! ICH_HCR_EL2.EOIcount or GICH_HCR.EOICount (IHI 0069H 12.4; IHI 0048B 5.3.2), and raises
+//! ICH_HCR_EL2.EOIcount or GICH_HCR.EOICount (IHI 0069H 12.4; IHI 0048B 5.3), and raises
 //! the maintenance interrupt. The count names no INTID. With EOImode 0 a guest deactivates
 //! in the order of its running priorities, the highest first (IHI 0069H 4.8, "Interrupt
-//! prioritization"; IHI 0048B 3.3.2), so the hypervisor deactivates that many of the
+//! prioritization"; IHI 0048B 3.3), so the hypervisor deactivates that many of the
 //! vCPU's active interrupts no list register shows, highest priority first: the order the
 //! plan keeps them in (`wanted`), the one it shows them by.
 

@@ -1,6 +1,6 @@
 //! More interrupts active on a vCPU than its list registers hold: the guest's deactivation
 //! of one that no list register shows is only counted by the virtual CPU interface
-//! (ICH_HCR_EL2.EOIcount, GICH_HCR.EOICount: IHI 0069H 12.4, IHI 0048B 5.3.2), and the
+//! (ICH_HCR_EL2.EOIcount, GICH_HCR.EOICount: IHI 0069H 12.4, IHI 0048B 5.3), and the
 //! hypervisor deactivates that many of the vCPU's active interrupts left out of the list
 //! registers, highest priority first (docs/vgic.md, "Active interrupts no list register
 //! shows"). Without it, such an interrupt stayed active for good.
@@ -12,8 +12,8 @@ use proptest::prelude::*;
 use vgic::*;
 
 /// SPIs `intids`, edge-triggered, routed to vCPU 0, with priorities 0x10, 0x20, ... in
-/// that order, set active through GICD_ISACTIVER<n> (as a guest restoring its state, or
-/// nesting deeper than the list registers, would leave them).
+/// that order, set active through GICD_ISACTIVER<n> (as a guest restoring its state would
+/// leave them).
 fn active_spis(g: &mut Distributor, intids: &[u32]) {
     for (k, &intid) in intids.iter().enumerate() {
         spi(g, intid, 0x10 * (k as u8 + 1), 0);
