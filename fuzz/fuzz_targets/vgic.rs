@@ -1,6 +1,7 @@
 //! The virtual GIC under any sequence of guest register accesses (GICD, and GICR or the
 //! banked GICv2 registers), SGIs, device lines, hardware mappings, and list register round
-//! trips with a guest that acknowledges and deactivates what it sees, on GICv3 and GICv2.
+//! trips with a guest that acknowledges and deactivates what it sees (and deactivates by
+//! INTID what no list register shows, which only EOIcount counts), on GICv3 and GICv2.
 //! Checked: no panic; no list register beyond the implemented ones is touched; after every
 //! step, every interrupt that is not quiet is in the live masks (or it would never be
 //! shown: `Distributor::live_masks_cover_every_busy_interrupt`).
@@ -19,6 +20,8 @@ struct Lrs {
     version: GicVersion,
     regs: [u64; 16],
     count: usize,
+    /// ICH_HCR_EL2.EOIcount: the guest's deactivations that found no list register.
+    eoi_count: u32,
 }
 
 impl Lrs {
@@ -43,6 +46,16 @@ impl Lrs {
             LrState::Active => self.set_state(i, LrState::Invalid),
             LrState::PendingActive => self.set_state(i, LrState::Pending),
             LrState::Invalid => {}
+        }
+    }
+    /// The guest ends `intid` (an EOI with EOImode 0): the list register that shows it
+    /// active, or the count when none does.
+    fn deactivate(&mut self, intid: u32) {
+        let shown = (0..self.count).find(|&i| self.decode(i).vintid.0 == intid && self.decode(i).state.active());
+        match shown {
+            Some(i) if self.decode(i).state == LrState::PendingActive => self.set_state(i, LrState::Pending),
+            Some(i) => self.set_state(i, LrState::Invalid),
+            None => self.eoi_count = (self.eoi_count + 1) % 32,
         }
     }
 }
@@ -76,7 +89,13 @@ impl ListRegisters for Lrs {
             })
             .fold(0, |m, i| m | 1 << i)
     }
-    fn set_maintenance(&mut self, _: Maintenance) {}
+    /// Writing ICH_HCR_EL2 clears EOIcount (`ListRegisterFile::set_maintenance`).
+    fn set_maintenance(&mut self, _: Maintenance) {
+        self.eoi_count = 0;
+    }
+    fn take_eoi_count(&mut self) -> u32 {
+        core::mem::take(&mut self.eoi_count)
+    }
 }
 
 struct Sampler(bool);
@@ -98,6 +117,8 @@ enum Op {
     Hw { intid: u16, vcpu: u8, physical: Option<u16> },
     /// Entry, the guest's turn on list register `lr`, exit (with the lines sampled so).
     Run { vcpu: u8, lr: u8, line_high: bool },
+    /// Entry, the guest ends `intid` by its INTID, exit.
+    End { vcpu: u8, intid: u16 },
     Put { vcpu: u8 },
 }
 
@@ -119,7 +140,7 @@ fuzz_target!(|input: Input| {
     let config = VgicConfig { version, vcpus: usize::from(input.vcpus % 9), spis: usize::from(input.spis % 1100) };
     let Ok(mut g) = Distributor::new(config) else { return };
     let mut lrs: Vec<Lrs> = (0..config.vcpus)
-        .map(|_| Lrs { version, regs: [0; 16], count: usize::from(input.list_registers % 16) + 1 })
+        .map(|_| Lrs { version, regs: [0; 16], count: usize::from(input.list_registers % 16) + 1, eoi_count: 0 })
         .collect();
     // Each vCPU's list-register state, which the hypervisor keeps under the vCPU's own lock.
     let mut lists = vec![VcpuInterfaceState::EMPTY; config.vcpus];
@@ -158,6 +179,16 @@ fuzz_target!(|input: Input| {
                 let mut retired = RetiredLines::default();
                 if !state.came_back_unchanged(l) {
                     let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(line_high), &mut retired);
+                }
+            }
+            Op::End { vcpu, intid } => {
+                let v = usize::from(vcpu);
+                let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) else { continue };
+                let _ = g.flush_to_hw(v, state, l);
+                l.deactivate(u32::from(intid));
+                let mut retired = RetiredLines::default();
+                if !state.came_back_unchanged(l) {
+                    let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(true), &mut retired);
                 }
             }
             Op::Put { vcpu } => {
