@@ -157,11 +157,12 @@ fn six_active_on_four_list_registers() -> ([u32; 4], u32, u32) {
     }
     write32(GICD + 0x384, on_top); // GICD_ICACTIVER1
     let left = read32(GICD + 0x304) & bits; // GICD_ISACTIVER1
-    write32(GICD + 0x204, 1 << (NESTED[0] - 32));
+    write32(GICD + 0x204, 1 << (NESTED[0] - 32)); // GICD_ISPENDR1
     let again = gic::acknowledge();
     gic::end_of_interrupt(again);
-    write32(GICD + 0x184, bits); // GICD_ICENABLER1
-                                 // SAFETY: as above.
+    // GICD_ICENABLER1: the six off again.
+    write32(GICD + 0x184, bits);
+    // SAFETY: as above.
     unsafe { asm!("msr daifclr, #2", "isb") };
     (taken.map(|iar| iar & 0x3ff), left, again & 0x3ff)
 }
