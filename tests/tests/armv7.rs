@@ -66,7 +66,7 @@ fn boot(test: &str, disk: &Path) -> Session {
 
 fn power_off(mut s: Session) -> String {
     s.send_line("poweroff").unwrap_or_else(|e| panic!("{e}"));
-    assert!(s.wait_for_end(Duration::from_secs(120)), "QEMU ends when the VM powers off");
+    assert!(s.wait_for_end(Duration::from_secs(120)), "QEMU ends when the VM powers off; console:\n{}", s.console());
     s.finish().console
 }
 
