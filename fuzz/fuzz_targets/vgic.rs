@@ -1,7 +1,8 @@
 //! The virtual GIC under any sequence of guest register accesses (GICD, and GICR or the
 //! banked GICv2 registers), SGIs, device lines, hardware mappings, and list register round
 //! trips with a guest that acknowledges and deactivates what it sees (and deactivates by
-//! INTID what no list register shows, which only EOIcount counts), on GICv3 and GICv2.
+//! INTID what no list register shows, which only EOIcount counts; with EOImode 1, by DIR,
+//! trapped on GICv3 while the hypervisor asks), on GICv3 and GICv2.
 //! Checked: no panic; no list register beyond the implemented ones is touched; after every
 //! step, every interrupt that is not quiet is in the live masks (or it would never be
 //! shown: `Distributor::live_masks_cover_every_busy_interrupt`).
@@ -22,6 +23,10 @@ struct Lrs {
     count: usize,
     /// ICH_HCR_EL2.EOIcount: the guest's deactivations that found no list register.
     eoi_count: u32,
+    /// ICH_VMCR_EL2.VEOIM: the guest's EOImode is 1.
+    eoi_split: bool,
+    /// ICH_HCR_EL2.TDIR, which the GICv3 list-register file sets with LRENPIE.
+    dir_traps: bool,
 }
 
 impl Lrs {
@@ -48,8 +53,17 @@ impl Lrs {
             LrState::Invalid => {}
         }
     }
-    /// The guest ends `intid` (an EOI with EOImode 0): the list register that shows it
-    /// active, or the count when none does.
+    /// The guest's EOI of `intid`: with EOImode 0 its deactivation; with EOImode 1 a
+    /// priority drop, counted all the same when no list register shows it (as QEMU does).
+    fn end(&mut self, intid: u32) {
+        if !self.eoi_split {
+            self.deactivate(intid);
+        } else if !(0..self.count).any(|i| self.decode(i).vintid.0 == intid && self.decode(i).state.active()) {
+            self.eoi_count = (self.eoi_count + 1) % 32;
+        }
+    }
+    /// Deactivates `intid` (an EOI with EOImode 0, a DIR with EOImode 1): the list register
+    /// that shows it active, or the count when none does.
     fn deactivate(&mut self, intid: u32) {
         let shown = (0..self.count).find(|&i| self.decode(i).vintid.0 == intid && self.decode(i).state.active());
         match shown {
@@ -90,11 +104,15 @@ impl ListRegisters for Lrs {
             .fold(0, |m, i| m | 1 << i)
     }
     /// Writing ICH_HCR_EL2 clears EOIcount (`ListRegisterFile::set_maintenance`).
-    fn set_maintenance(&mut self, _: Maintenance) {
+    fn set_maintenance(&mut self, maintenance: Maintenance) {
         self.eoi_count = 0;
+        self.dir_traps = self.version == GicVersion::V3 && maintenance.entry_not_present;
     }
     fn take_eoi_count(&mut self) -> u32 {
         core::mem::take(&mut self.eoi_count)
+    }
+    fn eoi_split(&self) -> bool {
+        self.eoi_split
     }
 }
 
@@ -117,8 +135,12 @@ enum Op {
     Hw { intid: u16, vcpu: u8, physical: Option<u16> },
     /// Entry, the guest's turn on list register `lr`, exit (with the lines sampled so).
     Run { vcpu: u8, lr: u8, line_high: bool },
-    /// Entry, the guest ends `intid` by its INTID, exit.
+    /// Entry, the guest's EOI of `intid`, exit.
     End { vcpu: u8, intid: u16 },
+    /// Entry, the guest's DIR of `value` (trapped, or done by the CPU interface), exit.
+    Dir { vcpu: u8, value: u64 },
+    /// The guest's EOImode (ICC_CTLR_EL1.EOImode, ICH_VMCR_EL2.VEOIM).
+    EoiMode { vcpu: u8, split: bool },
     Put { vcpu: u8 },
 }
 
@@ -140,7 +162,14 @@ fuzz_target!(|input: Input| {
     let config = VgicConfig { version, vcpus: usize::from(input.vcpus % 9), spis: usize::from(input.spis % 1100) };
     let Ok(mut g) = Distributor::new(config) else { return };
     let mut lrs: Vec<Lrs> = (0..config.vcpus)
-        .map(|_| Lrs { version, regs: [0; 16], count: usize::from(input.list_registers % 16) + 1, eoi_count: 0 })
+        .map(|_| Lrs {
+            version,
+            regs: [0; 16],
+            count: usize::from(input.list_registers % 16) + 1,
+            eoi_count: 0,
+            eoi_split: false,
+            dir_traps: false,
+        })
         .collect();
     // Each vCPU's list-register state, which the hypervisor keeps under the vCPU's own lock.
     let mut lists = vec![VcpuInterfaceState::EMPTY; config.vcpus];
@@ -172,23 +201,24 @@ fuzz_target!(|input: Input| {
                 let _ = g.set_hw(IntId(u32::from(intid)), usize::from(vcpu), physical.map(|p| IntId(u32::from(p))));
             }
             Op::Run { vcpu, lr, line_high } => {
-                let v = usize::from(vcpu);
-                let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) else { continue };
-                let _ = g.flush_to_hw(v, state, l);
-                l.guest(usize::from(lr));
-                let mut retired = RetiredLines::default();
-                if !state.came_back_unchanged(l) {
-                    let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(line_high), &mut retired);
-                }
+                round_trip(&mut g, &mut lrs, &mut lists, vcpu, line_high, |l, _, _| l.guest(usize::from(lr)));
             }
             Op::End { vcpu, intid } => {
+                round_trip(&mut g, &mut lrs, &mut lists, vcpu, true, |l, _, _| l.end(u32::from(intid)));
+            }
+            Op::Dir { vcpu, value } => {
                 let v = usize::from(vcpu);
-                let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) else { continue };
-                let _ = g.flush_to_hw(v, state, l);
-                l.deactivate(u32::from(intid));
-                let mut retired = RetiredLines::default();
-                if !state.came_back_unchanged(l) {
-                    let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(true), &mut retired);
+                round_trip(&mut g, &mut lrs, &mut lists, vcpu, true, |l, g, state| {
+                    if l.dir_traps {
+                        let _ = g.deactivate_by_dir(v, state, l, value, &mut RetiredLines::default());
+                    } else if l.eoi_split {
+                        l.deactivate(value as u32 & 0xff_ffff);
+                    }
+                });
+            }
+            Op::EoiMode { vcpu, split } => {
+                if let Some(l) = lrs.get_mut(usize::from(vcpu)) {
+                    l.eoi_split = split;
                 }
             }
             Op::Put { vcpu } => {
@@ -202,3 +232,23 @@ fuzz_target!(|input: Input| {
         assert!(g.live_masks_cover_every_busy_interrupt(), "an interrupt that is not quiet fell out of the live masks");
     }
 });
+
+/// Entry of `vcpu`, the guest's `turn` (given its list registers, and the vGIC and the
+/// vCPU's state for a trapped access), exit, with the lines of hardware-mapped level
+/// interrupts sampled as `line_high`.
+fn round_trip(
+    g: &mut Distributor,
+    lrs: &mut [Lrs],
+    lists: &mut [VcpuInterfaceState],
+    vcpu: u8,
+    line_high: bool,
+    turn: impl FnOnce(&mut Lrs, &mut Distributor, &mut VcpuInterfaceState),
+) {
+    let v = usize::from(vcpu);
+    let (Some(l), Some(state)) = (lrs.get_mut(v), lists.get_mut(v)) else { return };
+    let _ = g.flush_to_hw(v, state, l);
+    turn(l, g, state);
+    if !state.came_back_unchanged(l) {
+        let _ = g.sync_from_hw_sampling(v, state, l, &mut Sampler(line_high), &mut RetiredLines::default());
+    }
+}

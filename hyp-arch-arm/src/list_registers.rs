@@ -12,6 +12,13 @@ use crate::registers::*;
 /// ICH_HCR_EL2.En / GICH_HCR.En: the virtual CPU interface is on (the same bit in both).
 pub const HCR_EN: u32 = 1 << 0;
 
+/// ICH_HCR_EL2.TDIR (IHI 0069H 12.4): the guest's ICV_DIR_EL1 writes trap to EL2. GICH_HCR
+/// has no such bit (GICV_DIR is in the guest's page).
+pub const ICH_HCR_TDIR: u32 = 1 << 14;
+
+/// ICH_VMCR_EL2.VEOIM / GICH_VMCR.VEM: the guest's EOImode (the same bit in both).
+pub const VMCR_EOI_SPLIT: u64 = 1 << 9;
+
 /// The GICv3 virtual CPU interface control registers at the hypervisor's level (IHI 0069
 /// 12.5: MRS/MSR on AArch64; MCR/MRC on AArch32, where a list register is ICH_LR<n> and
 /// ICH_LRC<n>), as the image gives them. Associated functions, as `CpuInterfaceRegisters`.
@@ -211,10 +218,12 @@ impl<S: ListRegisterAccess> ListRegisters for ListRegisterFile<S> {
     }
 
     /// En, UIE, LRENPIE and NPIE: the same bits in ICH_HCR_EL2 and GICH_HCR (EOIcount 0).
+    /// On GICv3, TDIR with LRENPIE: while an active interrupt is left out, a guest's DIR
+    /// names the interrupt it ends (vgic's `Distributor::deactivate_by_dir`).
     fn set_maintenance(&mut self, maintenance: Maintenance) {
         let hcr = HCR_EN | maintenance.hcr_bits();
         match self.gich {
-            None => S::write_hcr(u64::from(hcr)),
+            None => S::write_hcr(u64::from(if maintenance.entry_not_present { hcr | ICH_HCR_TDIR } else { hcr })),
             Some(gich) => gich.write_hcr(hcr),
         }
     }
@@ -235,5 +244,13 @@ impl<S: ListRegisterAccess> ListRegisters for ListRegisterFile<S> {
             }
         }
         count
+    }
+
+    fn eoi_split(&self) -> bool {
+        let vmcr = match self.gich {
+            None => S::read_interface()[0],
+            Some(gich) => u64::from(gich.read_interface().0),
+        };
+        vmcr & VMCR_EOI_SPLIT != 0
     }
 }

@@ -518,7 +518,7 @@ fn gich_list_registers_and_status() {
     lrs.set_maintenance(Maintenance { underflow: true, no_pending: true, entry_not_present: false });
     assert_eq!(memory.read32(gich + GICH_HCR), 1 | 1 << 1 | 1 << 3, "En, UIE, NPIE");
     lrs.set_maintenance(Maintenance { entry_not_present: true, ..Maintenance::NONE });
-    assert_eq!(memory.read32(gich + GICH_HCR), 1 | 1 << 2, "En, LRENPIE");
+    assert_eq!(memory.read32(gich + GICH_HCR), 1 | 1 << 2, "En, LRENPIE (no TDIR: bit 14 is reserved)");
     // The guest deactivated 3 interrupts no list register showed (GICH_HCR.EOICount).
     memory.write32(gich + GICH_HCR, 3 << 27 | 1 | 1 << 2);
     assert_eq!(lrs.take_eoi_count(), 3);
@@ -526,6 +526,9 @@ fn gich_list_registers_and_status() {
     assert_eq!(lrs.take_eoi_count(), 0);
     memory.write32(gich + GICH_HCR, 31 << 27 | 1);
     assert_eq!(lrs.take_eoi_count(), 31, "all five bits");
+    assert!(!lrs.eoi_split());
+    memory.write32(gich + GICH_VMCR, 1 << 9 | 1);
+    assert!(lrs.eoi_split(), "GICH_VMCR.VEM");
 }
 
 #[test]
@@ -555,6 +558,8 @@ fn gicv3_list_registers_are_the_system_registers() {
     assert_eq!((lrs.empty_status(), lrs.eoi_status()), (0xfff0, 0b101));
     lrs.set_maintenance(Maintenance { underflow: true, ..Maintenance::NONE });
     assert_eq!(ICH.with(|ich| ich.borrow().hcr), Some(1 | 1 << 1));
+    lrs.set_maintenance(Maintenance { entry_not_present: true, ..Maintenance::NONE });
+    assert_eq!(ICH.with(|ich| ich.borrow().hcr), Some(1 | 1 << 2 | 1 << 14), "LRENPIE with TDIR");
     // ICH_HCR_EL2.EOIcount: taken and cleared, the rest kept; not written when 0.
     ICH.with(|ich| ich.borrow_mut().hcr = Some(2 << 27 | 1 | 1 << 2));
     assert_eq!(lrs.take_eoi_count(), 2);
@@ -572,4 +577,7 @@ fn gicv3_list_registers_are_the_system_registers() {
     });
     lrs.restore_interface(&saved);
     assert_eq!(ICH.with(|ich| ich.borrow().interface), [1, 2, 3]);
+    assert!(!lrs.eoi_split());
+    ICH.with(|ich| ich.borrow_mut().interface = [1 << 9 | 1, 2, 3]);
+    assert!(lrs.eoi_split(), "ICH_VMCR_EL2.VEOIM");
 }

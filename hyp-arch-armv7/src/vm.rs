@@ -105,7 +105,7 @@ pub struct OnCpu {
     set_way: SetWayState,
     /// HCR but TVM and the TWI of `wfi_for_work`.
     hcr: Hcr,
-    /// WFI traps for the device work its VM left (`VcpuCpu::trap_wfi_for_device_work`).
+    /// WFI traps though the vCPU is pinned (`VcpuCpu::trap_pinned_wfi`).
     wfi_for_work: bool,
     lrs: ListRegisterFile,
     /// The vCPU's debug registers (its accesses trap here; never loaded into the hardware
@@ -177,7 +177,7 @@ impl VcpuCpu for OnCpu {
         vcpu_state::restore(&SavedVcpu::at_reset(), self.lrs);
     }
 
-    fn trap_wfi_for_device_work(&mut self, trap: bool) {
+    fn trap_pinned_wfi(&mut self, trap: bool) {
         if self.wfi_for_work != trap {
             self.wfi_for_work = trap;
             Hcr::write(self.hcr());

@@ -151,7 +151,7 @@ pub struct OnCpu {
     set_way: SetWayState,
     /// HCR_EL2 but TVM and the TWI of `wfi_for_work`.
     hcr: u64,
-    /// WFI traps for the device work its VM left (`VcpuCpu::trap_wfi_for_device_work`).
+    /// WFI traps though the vCPU is pinned (`VcpuCpu::trap_pinned_wfi`).
     wfi_for_work: bool,
     /// The execution state the VM's kernel started in.
     state: ExecutionState,
@@ -213,7 +213,7 @@ impl VcpuCpu for OnCpu {
         here
     }
 
-    fn trap_wfi_for_device_work(&mut self, trap: bool) {
+    fn trap_pinned_wfi(&mut self, trap: bool) {
         if self.wfi_for_work != trap {
             self.wfi_for_work = trap;
             write_hcr(self.hcr());

@@ -105,6 +105,8 @@ pub fn emulate(cp: u8, a: &CoprocessorAccess, value: u64, env: &mut impl SysRegE
             (0, 0, 1..=3, _) => sysreg::emulate(&as_aarch64(3, 0, 0, a.crm, a.opc2), value, env).into(),
             (0, 0, 4..=7, _) if a.is_read => SysRegAction::Read(0).into(),
             (0, 1, 0, 1 | 3) => raz_wi.into(),
+            // ICC_DIR (MCR p15, 0, <Rt>, c12, c11, 1): ICC_DIR_EL1.
+            (0, 12, 11, 1) => sysreg::emulate(&as_aarch64(3, 0, 12, 11, 1), value, env).into(),
             // Cache maintenance: DCISW, DCCSW, DCCISW are DC ISW, CSW, CISW (op0 1).
             (0, 7, _, _) => sysreg::emulate(&as_aarch64(1, 0, 7, a.crm, a.opc2), value, env).into(),
             (0, crn, crm, opc2) if !a.is_read => match control_view(crn, crm, opc2) {
@@ -155,10 +157,11 @@ mod tests {
             }
         }
     }
-    struct Vcpu(DebugRegisters);
+    /// A vCPU of a VM on a GICv3 (`.1`) or a GICv2.
+    struct Vcpu(DebugRegisters, bool);
     impl SysRegEnv for Vcpu {
         fn features(&self) -> VmFeatures {
-            VmFeatures { gic_v3: false, ipa_bits: 32 }
+            VmFeatures { gic_v3: self.1, ipa_bits: 32 }
         }
         fn id_registers(&self) -> &impl IdRegisters {
             &A72
@@ -173,7 +176,7 @@ mod tests {
     }
 
     fn run(cp: u8, a: CoprocessorAccess) -> CoprocessorAnswer {
-        emulate(cp, &a, 0x1234_5678, &mut Vcpu(DebugRegisters::AT_RESET))
+        emulate(cp, &a, 0x1234_5678, &mut Vcpu(DebugRegisters::AT_RESET, false))
     }
 
     fn read(cp: u8, a: CoprocessorAccess) -> u64 {
@@ -261,6 +264,16 @@ mod tests {
             assert_eq!(emulate_wide(15, &mcrr, v3).action, SysRegAction::GenerateSgi(register));
             assert_eq!(emulate_wide(15, &mcrr, v2).action, SysRegAction::Undefined, "no GICv3 CPU interface");
         }
+    }
+
+    #[test]
+    fn a_gicv3_guest_s_icc_dir_write_is_its_deactivation() {
+        let dir = access(0, 12, 11, 1, false);
+        let on = |gic_v3| emulate(15, &dir, 36, &mut Vcpu(DebugRegisters::AT_RESET, gic_v3)).action;
+        assert_eq!(on(true), SysRegAction::Deactivate);
+        assert_eq!(on(false), SysRegAction::Undefined, "no GICv3 CPU interface");
+        let read = emulate(15, &access(0, 12, 11, 1, true), 0, &mut Vcpu(DebugRegisters::AT_RESET, true));
+        assert_eq!(read.action, SysRegAction::Undefined, "write-only");
     }
 
     #[test]

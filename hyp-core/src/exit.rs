@@ -97,6 +97,9 @@ pub enum Outcome {
     /// A write of `value` to ICC_SGI1R_EL1, ICC_ASGI1R_EL1 or ICC_SGI0R_EL1: generate the
     /// SGIs, then resume (the PC is already past the instruction).
     GenerateSgi { register: SgiGenerationRegister, value: u64 },
+    /// A write of `value` to ICC_DIR_EL1: the vGIC deactivates the interrupt it names, then
+    /// resume (the PC is already past the instruction).
+    Deactivate { value: u64 },
     /// A debug register of the vCPU (`SysRegEnv::debug_registers`) was written: the
     /// hardware's debug registers follow it, then resume (the PC is already past the
     /// instruction).
@@ -371,6 +374,10 @@ fn system_register(
         SysRegAction::GenerateSgi(register) => {
             regs.advance_pc(len);
             Outcome::GenerateSgi { register, value }
+        }
+        SysRegAction::Deactivate => {
+            regs.advance_pc(len);
+            Outcome::Deactivate { value }
         }
         SysRegAction::Undefined => {
             log.incident(undefined);
@@ -926,6 +933,28 @@ mod tests {
             let (outcome, _) = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default());
             assert_eq!(outcome, Outcome::GenerateSgi { register, value: (1 << 24) | 0b10 });
         }
+    }
+
+    #[test]
+    fn a_dir_write_is_the_vgic_s_with_the_value_of_rt() {
+        let mut ctx = GuestContext::default();
+        ctx.x[7] = u64::MAX;
+        // MSR ICC_DIR_EL1, x7: op0 3, op1 0, CRn 12, CRm 11, op2 1, Rt 7, write.
+        let iss = (3 << 20) | (1 << 17) | (12 << 10) | (7 << 5) | (11 << 1);
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss), far: 0, hpfar: 0 };
+        let answer = handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default());
+        assert_eq!(
+            answer,
+            (Outcome::Deactivate { value: u64::MAX }, None),
+            "all ones: the vGIC takes the INTID's bits"
+        );
+        assert_eq!(ctx.pc, 4);
+        // A read (Direction 1): ICC_DIR_EL1 is write-only.
+        let exit = SyncExit { syndrome: Syndrome((0x18 << 26) | (1 << 25) | iss | 1), far: 0, hpfar: 0 };
+        assert_eq!(
+            handle_sync(&mut ctx, 0, &exit, &mut MmioBus::new(), &mut Env::default()).0,
+            Outcome::InjectUndefined
+        );
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub const DC_CISW: Encoding = Encoding(1, 0, 7, 14, 2);
 pub const ICC_SGI1R_EL1: Encoding = Encoding(3, 0, 12, 11, 5);
 pub const ICC_ASGI1R_EL1: Encoding = Encoding(3, 0, 12, 11, 6);
 pub const ICC_SGI0R_EL1: Encoding = Encoding(3, 0, 12, 11, 7);
+/// Deactivation (IHI 0069 12.2, ICC_DIR_EL1), trapped with ICH_HCR_EL2.TDIR while an active
+/// interrupt is left out of the vCPU's list registers (vgic's `deactivate_by_dir`).
+pub const ICC_DIR_EL1: Encoding = Encoding(3, 0, 12, 11, 1);
 
 /// What the VM is offered, beyond what every VM gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,6 +161,8 @@ pub enum SysRegAction {
     ControlWrite(VmControlRegister),
     /// A write to an SGI generation register (the value written is in Rt).
     GenerateSgi(SgiGenerationRegister),
+    /// A write to ICC_DIR_EL1 (the value written, the INTID, is in Rt).
+    Deactivate,
     /// A debug register was written: the vCPU's debug state may need the hardware now, or
     /// no longer (`DebugRegisters::needs_hardware`).
     DebugStateChanged,
@@ -259,6 +264,7 @@ pub fn emulate(access: &SysRegAccess, value: u64, env: &mut impl SysRegEnv) -> S
         ACTLR_EL1 if access.is_read => SysRegAction::Read(0),
         ACTLR_EL1 => SysRegAction::WriteIgnored,
         DC_ISW | DC_CSW | DC_CISW if !access.is_read => SysRegAction::SetWay,
+        ICC_DIR_EL1 if !access.is_read && vm.gic_v3 => SysRegAction::Deactivate,
         _ if !access.is_read && VmControlRegister::from_encoding(encoding).is_some() => {
             VmControlRegister::from_encoding(encoding).map_or(SysRegAction::Undefined, SysRegAction::ControlWrite)
         }
@@ -449,5 +455,8 @@ mod tests {
         assert_eq!(emu(&a(ICC_SGI0R_EL1, false), V3), SysRegAction::GenerateSgi(SgiGenerationRegister::Sgi0r));
         assert_eq!(emu(&a(ICC_SGI1R_EL1, false), V2), SysRegAction::Undefined, "no system register interface on GICv2");
         assert_eq!(emu(&a(ICC_SGI1R_EL1, true), V3), SysRegAction::Undefined, "write-only");
+        assert_eq!(emu(&a(ICC_DIR_EL1, false), V3), SysRegAction::Deactivate);
+        assert_eq!(emu(&a(ICC_DIR_EL1, true), V3), SysRegAction::Undefined, "write-only");
+        assert_eq!(emu(&a(ICC_DIR_EL1, false), V2), SysRegAction::Undefined);
     }
 }

@@ -121,9 +121,11 @@ pub trait VcpuCpu: Sized {
     ) -> Self;
     /// Whether WFI traps though the vCPU does not share its CPU (one that does always traps
     /// it): while its VM's devices have work left for later, so a guest that goes idle makes
-    /// the exit that work goes on at (docs/virtio.md, "Locks"). Changes the trap only when
-    /// `trap` differs from what it is.
-    fn trap_wfi_for_device_work(&mut self, trap: bool);
+    /// the exit that work goes on at (docs/virtio.md, "Locks"); and on a GICv2 after its
+    /// timer's interrupt, so a guest that goes idle with its timer due is seen
+    /// (`timer_due_at_wait`). Set for either, it lasts until the guest's next WFI, whose
+    /// answer decides again. Changes the trap only when `trap` differs from what it is.
+    fn trap_pinned_wfi(&mut self, trap: bool);
     /// Puts back what the vCPU left in the CPU.
     fn restore(&mut self, saved: &Self::Saved);
     /// A fresh start: every register the guest can read as at reset, so nothing of the
@@ -264,6 +266,9 @@ pub fn run_vcpu<C: VcpuCpu>(
     // step: the line goes into the vGIC with the next plan, after the take-back of the
     // deactivation that dropped it.
     let mut timer_fired = false;
+    // Whether a pinned vCPU of a GICv2 VM has its WFI trapped for its timer
+    // (`timer_due_at_wait`): from its timer's interrupt until a WFI finds the timer not due.
+    let mut watch_timer = false;
     loop {
         if core.is_ending() {
             return stop(vm, vcpu, &mut here);
@@ -273,7 +278,7 @@ pub fn run_vcpu<C: VcpuCpu>(
             // A pinned vCPU's guest idle in an untrapped WFI makes no exit until its next
             // interrupt, which an idle kernel may not have for a long time: while work is
             // left its WFI traps, and each trap goes on with a budget of it.
-            here.trap_wfi_for_device_work(core.device_work.load(Ordering::Relaxed));
+            here.trap_pinned_wfi(core.device_work.load(Ordering::Relaxed) || watch_timer);
         }
         // The common case, nothing in flight and nothing new: one load, no lock. The hint
         // is taken whatever else asks for a plan, or the next entry would plan again.
@@ -305,6 +310,10 @@ pub fn run_vcpu<C: VcpuCpu>(
                 let trap = C::read_trap();
                 let syndrome = C::syndrome(&trap);
                 exits.record_sync(syndrome);
+                // A WFI's answer decided whether the next one traps for the timer.
+                if watch_timer && syndrome.class() == ExceptionClass::WFX {
+                    watch_timer = C::timer_line();
+                }
                 // WFE (ISS.TI = 1) of a shared vCPU: its turn ends (lock-holder preemption).
                 if shared && syndrome.class() == ExceptionClass::WFX && syndrome.iss() & 0b11 == 1 {
                     hypervisor.scheduling.yield_now(cpu, vcpu_ref(core.id, vcpu));
@@ -369,11 +378,18 @@ pub fn run_vcpu<C: VcpuCpu>(
                 let mut owed = lrs_in_use;
                 match hypervisor.take_exit_interrupt((vm, vcpu)) {
                     ExitInterrupt::Taken => {}
-                    ExitInterrupt::VirtualTimer => match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
-                        Some(in_use) => (lrs_in_use, owed) = (in_use, false),
-                        // The line goes into the vGIC with the next plan, after the take-back.
-                        None => timer_fired = true,
-                    },
+                    ExitInterrupt::VirtualTimer => {
+                        match tick_in_one_step::<C>(core, vcpu, &mut here, !owed) {
+                            Some(in_use) => (lrs_in_use, owed) = (in_use, false),
+                            // The line goes into the vGIC with the next plan, after the take-back.
+                            None => timer_fired = true,
+                        }
+                        // Its next WFI is seen (`timer_due_at_wait`).
+                        if !shared && !core.gic_v3 {
+                            watch_timer = true;
+                            here.trap_pinned_wfi(true);
+                        }
+                    }
                     ExitInterrupt::Other(interrupt) => {
                         let exiting = Exiting { vm, vcpu, cpu, shared };
                         take_other_interrupt(&exiting, &mut here, owed, &mut lrs_changed, &mut lrs_in_use, interrupt);
@@ -524,9 +540,13 @@ fn answer<C: VcpuCpu>(
                 load_timer_line::<C>(core, vcpu, cpu);
             }
         }
-        // Its WFI trapped for device work that another vCPU's exit finished: it no longer
-        // traps (`trap_wfi_for_device_work`).
-        Outcome::WaitForInterrupt if !shared => here.trap_wfi_for_device_work(core.device_work.load(Ordering::Relaxed)),
+        // Its WFI trapped for device work that another vCPU's exit finished, or after its
+        // timer's interrupt on a GICv2: it no longer traps (`trap_pinned_wfi`), unless its
+        // timer is due now.
+        Outcome::WaitForInterrupt if !shared => {
+            let due = timer_due_at_wait::<C>(core, vcpu, cpu);
+            here.trap_pinned_wfi(due || core.device_work.load(Ordering::Relaxed))
+        }
         Outcome::Resume | Outcome::WaitForInterrupt => {}
         Outcome::SetWay => here.cache_maintenance(vm, registers, bytes, CacheMaintenance::SetWay),
         Outcome::ControlWrite { register, part, value } => {
@@ -534,6 +554,7 @@ fn answer<C: VcpuCpu>(
         }
         Outcome::DebugStateChanged => here.follow_debug(),
         Outcome::GenerateSgi { register, value } => generate_sgi(core, vcpu, register, value),
+        Outcome::Deactivate { value } => deactivate_by_dir(core, vcpu, cpu, here, value),
         Outcome::InjectAbort { instruction: false, far, write } => {
             here.inject(registers, InjectedException::DataAbort { far, write }, bytes)
         }
@@ -562,6 +583,21 @@ fn route_passthrough<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: u
             ),
         );
     }
+}
+
+/// A pinned vCPU of a GICv2 VM waits (its WFI trapped after its timer's interrupt): if its
+/// timer is due, its interrupt is made pending from the timer's line (`load_timer_line`),
+/// as for a shared vCPU that waits. QEMU's GICv2 does not signal the physical PPI again
+/// when the guest's deactivation, through the hardware-mapped list register, finds the
+/// line still high (a deadline already past): untrapped, the guest's WFI waited for good
+/// (docs/vgic.md, "QEMU's GICv2 and the timer of a pinned vCPU"). On a GIC that signals it
+/// this costs the exit of the guest's first WFI after each timer interrupt.
+fn timer_due_at_wait<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) -> bool {
+    let due = !vm.gic_v3 && C::timer_line();
+    if due {
+        load_timer_line::<C>(vm, vcpu, cpu);
+    }
+    due
 }
 
 /// When the vCPU comes onto this CPU (its timer registers restored): the timer's line as
@@ -832,6 +868,36 @@ fn generate_sgi<E: VmEnv>(vm: &Vm<E>, vcpu: usize, register: SgiGenerationRegist
     };
     vm.vgic.hint(targets);
     vm.vgic.kick(targets & !(1 << vcpu));
+}
+
+/// The guest's ICC_DIR_EL1 write, trapped while an active interrupt is left out of its list
+/// registers (docs/vgic.md, "Active interrupts no list register shows"), which were taken
+/// back at this exit: the vGIC deactivates the interrupt it names, the hypervisor the
+/// physical interrupt of a hardware-mapped one, and the next entry plans again.
+#[cold]
+#[inline(never)]
+fn deactivate_by_dir<C: VcpuCpu>(
+    vm: &Vm<<C::V as Virtualization>::Env>,
+    vcpu: usize,
+    cpu: usize,
+    here: &mut C,
+    value: u64,
+) {
+    let Some(lists) = vm.vgic.lists.get(vcpu) else { return };
+    let mut lists = lists.lock();
+    let mut retired = RetiredLines::default();
+    let others = {
+        let mut vgic = vm.vgic.vgic.lock();
+        // Refused only for a vCPU the VM does not have, which this exit's is not.
+        let _ = vgic.deactivate_by_dir(vcpu, &mut lists, here.list_registers(), value, &mut retired);
+        others_kicked::<C::V>(&mut vgic, vcpu)
+    };
+    drop(lists);
+    for physical in retired.iter() {
+        C::deactivate(physical, cpu);
+    }
+    kick_others(vm, others);
+    vm.vgic.hint(1 << vcpu);
 }
 
 /// PSCI and VM calls that change the VM's state. Returns how this vCPU's run ends, if it

@@ -35,6 +35,13 @@ fn a_gicv3_guest_takes_its_timer_interrupt_and_an_sgi_from_its_second_vcpu() {
     assert_line(&out, "gic | ok 2 - gic: the virtual timer interrupt (INTID 27) arrives");
     assert_line(&out, "gic | ok 3 - gic: SGI 1 sent by vCPU 1 with ICC_SGI1R_EL1 arrives on vCPU 0");
     assert_timer_and_active_interrupts(&out);
+    // ICV_DIR_EL1 traps while an active interrupt is left out (GICv3 only: GICv2's GICV_DIR
+    // is in the guest's page).
+    assert_line(
+        &out,
+        "gic | ok 8 - gic: with EOImode 1, DIR ends the interrupt it names, in any order \
+         (GICD_ISACTIVER1 0x3e00 after SPI 40's, 0x0 after all, and SPI 40 taken again: 40)",
+    );
 }
 
 #[test]

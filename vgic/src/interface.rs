@@ -436,7 +436,7 @@ impl Distributor {
     }
 
     /// The list-register part of `sync_from_hw`.
-    fn take_back(
+    pub(crate) fn take_back(
         &mut self,
         vcpu: usize,
         state: &mut VcpuInterfaceState,
@@ -444,7 +444,7 @@ impl Distributor {
         retired: &mut RetiredLines,
     ) -> Result<bool, VgicError> {
         self.check_vcpu(vcpu)?;
-        let unlisted = if state.maintenance.entry_not_present { lrs.take_eoi_count() } else { 0 };
+        let unlisted = if state.maintenance.entry_not_present { self.deactivations_counted(lrs) } else { 0 };
         let owned = state.owned();
         if owned == 0 && unlisted == 0 {
             return Ok(false);
@@ -538,7 +538,7 @@ impl Distributor {
     /// longer deliverable here, or the vCPU leaves its CPU (`put`). Its pending state goes
     /// back to software; an active state stays in the software state, and an active SPI
     /// stays this vCPU's (`PARKED`), so `wanted` shows it here again and nowhere else.
-    fn released(&mut self, vcpu: usize, old: &ListRegister) {
+    pub(crate) fn released(&mut self, vcpu: usize, old: &ListRegister) {
         let intid = old.vintid.0;
         self.return_pending(vcpu, intid);
         let slot = (intid as usize).wrapping_sub(32);

@@ -168,7 +168,9 @@ pub struct Maintenance {
     pub no_pending: bool,
     /// LRENPIE: when the guest deactivated an interrupt no list register shows (EOIcount
     /// not 0): asked for while an active interrupt is left out of them (docs/vgic.md,
-    /// "Active interrupts no list register shows").
+    /// "Active interrupts no list register shows"). On GICv3 the list-register file also
+    /// traps the guest's ICV_DIR_EL1 writes meanwhile (ICH_HCR_EL2.TDIR), which name the
+    /// interrupt they deactivate (`Distributor::deactivate_by_dir`).
     pub entry_not_present: bool,
 }
 
@@ -211,6 +213,9 @@ pub trait ListRegisters {
     /// as it was): how many interrupts the guest deactivated that no list register showed
     /// since the last call.
     fn take_eoi_count(&mut self) -> u32;
+    /// ICH_VMCR_EL2.VEOIM / GICH_VMCR.VEM [9]: the guest's EOImode is 1, its EOI only drops
+    /// the running priority and a write of ICV_DIR_EL1 / GICV_DIR deactivates.
+    fn eoi_split(&self) -> bool;
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! (ICH_HCR_EL2.EOIcount, GICH_HCR.EOICount: IHI 0069H 12.4, IHI 0048B 5.3), and the
 //! hypervisor deactivates that many of the vCPU's active interrupts left out of the list
 //! registers, highest priority first (docs/vgic.md, "Active interrupts no list register
-//! shows"). Without it, such an interrupt stayed active for good.
+//! shows"). Without it, such an interrupt stayed active for good. A GICv3 guest with
+//! EOImode 1 may deactivate them in any order: its ICV_DIR_EL1 writes trap meanwhile
+//! (ICH_HCR_EL2.TDIR) and name the interrupt (`deactivate_by_dir`).
 
 mod common;
 
@@ -189,6 +191,116 @@ fn lrenpie_is_asked_for_only_while_an_active_interrupt_is_left_out() {
     });
 }
 
+/// A GICv3 vGIC with SPIs `intids` active as `active_spis` leaves them, planned on four
+/// list registers of a guest with EOImode 1.
+fn eoi_mode_1_with_active(intids: &[u32]) -> (Vgic, FakeLrs) {
+    let mut g = v3(1);
+    active_spis(&mut g, intids);
+    let mut lrs = FakeLrs::for_gic(&g, 4);
+    lrs.eoi_split = true;
+    g.flush_to_hw(0, &mut lrs).unwrap();
+    (g, lrs)
+}
+
+/// The guest's ICV_DIR_EL1 write of `value`, trapped: the run loop's answer, then its plan.
+fn trapped_dir(g: &mut Vgic, lrs: &mut FakeLrs, value: u64) -> RetiredLines {
+    assert!(lrs.maintenance.entry_not_present, "DIR traps only while an active interrupt is left out");
+    let mut retired = RetiredLines::default();
+    g.deactivate_by_dir(0, lrs, value, &mut retired).unwrap();
+    g.flush_to_hw(0, lrs).unwrap();
+    retired
+}
+
+#[test]
+fn an_eoi_mode_1_guest_s_dir_ends_the_interrupt_it_names_in_any_order() {
+    let (mut g, mut lrs) = eoi_mode_1_with_active(&[32, 33, 34, 35, 36, 37]);
+    assert_eq!(lrs.intids(), [32, 33, 34, 35]);
+    // Their EOIs drop the priority only; QEMU counts those of 36 and 37 in EOIcount all the
+    // same, which ends nothing.
+    lrs.drop_priority_unlisted(37);
+    lrs.drop_priority_unlisted(36);
+    g.sync_from_hw(0, &mut lrs).unwrap();
+    assert!((32..38).all(|i| active(&g, i)), "an EOI with EOImode 1 deactivates nothing");
+    g.flush_to_hw(0, &mut lrs).unwrap();
+    // 37 first, the lowest priority: EOIcount could only have said "one", and the
+    // highest-priority one left out, 36, would have been ended instead.
+    trapped_dir(&mut g, &mut lrs, 37);
+    assert!(active(&g, 36) && !active(&g, 37));
+    // A listed one, out of order: its list register is emptied and 36 takes it.
+    trapped_dir(&mut g, &mut lrs, 34);
+    assert!(!active(&g, 34));
+    assert_eq!(lrs.intids(), [32, 33, 35, 36]);
+    assert!(!lrs.maintenance.entry_not_present, "everything active is shown: DIR no longer traps");
+    for intid in [36, 32, 35, 33] {
+        lrs.deactivate(intid);
+    }
+    assert_eq!(lrs.eoi_count, 0, "each found its list register");
+    g.sync_from_hw(0, &mut lrs).unwrap();
+    assert!((32..38).all(|i| !active(&g, i)));
+}
+
+#[test]
+fn a_dir_that_deactivates_nothing_changes_nothing() {
+    let (mut g, mut lrs) = eoi_mode_1_with_active(&[32, 33, 34, 35, 36]);
+    let before = (g.clone(), lrs.clone());
+    // Not active, special, an LPI's, all ones, and INTID 36 in bits the register ignores.
+    for value in [40, 1023, 8192, u64::MAX, (1 << 24) | 1020] {
+        trapped_dir(&mut g, &mut lrs, value);
+        assert_eq!((&g, lrs.intids()), (&before.0, before.1.intids()), "DIR {value:#x}");
+    }
+    // EOImode 0: DIR does nothing (IHI 0069H, ICV_DIR_EL1), as the interface would do.
+    lrs.eoi_split = false;
+    trapped_dir(&mut g, &mut lrs, 36);
+    trapped_dir(&mut g, &mut lrs, 32);
+    assert!((32..37).all(|i| active(&g, i)));
+}
+
+#[test]
+fn a_dir_of_an_active_and_pending_interrupt_leaves_it_pending() {
+    let (mut g, mut lrs) = eoi_mode_1_with_active(&[32, 33, 34, 35, 36]);
+    g.inject_edge(IntId(33), 0).unwrap();
+    g.sync_from_hw(0, &mut lrs).unwrap();
+    g.flush_to_hw(0, &mut lrs).unwrap();
+    assert!(lrs.valid().contains(&(33, LrState::PendingActive, 0)));
+    trapped_dir(&mut g, &mut lrs, 33);
+    let s = g.interrupt(0, IntId(33)).unwrap();
+    assert!(!s.active && s.pending, "{s:?}");
+    // The four active ones fill the list registers; once the guest ends them, 33 is taken.
+    assert_eq!(lrs.intids(), [32, 34, 35, 36]);
+    for intid in [32, 34, 35, 36] {
+        lrs.deactivate(intid);
+    }
+    g.sync_from_hw(0, &mut lrs).unwrap();
+    assert_eq!(deliver_all(&mut g, 0, &mut lrs), [(33, 0)]);
+}
+
+#[test]
+fn a_dir_of_a_hardware_mapped_interrupt_deactivates_its_physical_interrupt() {
+    let mut g = v3(1);
+    // Priorities 0x10 to 0x50, and the timer's PPI 0xa0: 36 and 27 are left out.
+    active_spis(&mut g, &[32, 33, 40, 34, 36]);
+    g.set_hw(IntId(40), 0, Some(IntId(40))).unwrap();
+    private_irq(&mut g, 0, 27, 0xa0);
+    g.set_hw(IntId(27), 0, Some(IntId(27))).unwrap();
+    private_write(&mut g, 0, ISACTIVER, 4, 1 << 27);
+    let mut lrs = FakeLrs::for_gic(&g, 4);
+    lrs.eoi_split = true;
+    g.flush_to_hw(0, &mut lrs).unwrap();
+    assert_eq!(lrs.intids(), [32, 33, 34, 40]);
+    assert!(lrs.valid().iter().zip(0..).all(|(v, i)| (v.0 == 40) == lrs.lr(i).hw.is_some()), "40 has HW = 1");
+    // 40 listed: the trapped write did not reach its HW = 1 register.
+    trapped_dir(&mut g, &mut lrs, 40);
+    let mut spis = vec![];
+    g.deactivate_retired(|p| spis.push(p.0));
+    assert_eq!(spis, [40], "the passthrough SPI, from any CPU");
+    assert_eq!(lrs.intids(), [32, 33, 34, 36], "27 is still left out");
+    // 27 left out: the timer's PPI is deactivated on this CPU.
+    let lines = trapped_dir(&mut g, &mut lrs, 27);
+    assert_eq!(lines.iter().collect::<Vec<_>>(), [IntId(27)]);
+    assert!(!active(&g, 40) && !active(&g, 27));
+    assert_eq!(lrs.physical_deactivations, [], "no guest deactivation reached a list register");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -246,5 +358,46 @@ proptest! {
             g.sync_from_hw(0, &mut lrs).unwrap();
         }
         check(&g, &[])?;
+    }
+
+    /// A GICv3 guest with EOImode 1 deactivates up to 8 active interrupts on 1 to 4 list
+    /// registers in any order: while one is left out its DIR traps and is answered
+    /// (`deactivate_by_dir`, then a plan), otherwise it reaches its list register; each DIR
+    /// follows the interrupt's EOI, counted when no list register showed it. After each,
+    /// exactly the ones it has not deactivated are active.
+    #[test]
+    fn every_eoi_mode_1_deactivation_ends_the_interrupt_it_names(
+        list_registers in 1usize..=4,
+        count in 1usize..=8,
+        order in Just((0u32..8).collect::<Vec<_>>()).prop_shuffle(),
+    ) {
+        let mut g = v3(1);
+        let intids: Vec<u32> = (32..32 + count as u32).collect();
+        active_spis(&mut g, &intids);
+        let mut lrs = FakeLrs::for_gic(&g, list_registers);
+        lrs.eoi_split = true;
+        g.flush_to_hw(0, &mut lrs).unwrap();
+        let mut remaining = intids.clone();
+        for intid in order.iter().map(|k| 32 + k).filter(|i| intids.contains(i)) {
+            // Its EOI (a priority drop) first: counted when no list register shows it.
+            if lrs.intids().contains(&intid) {
+                lrs.drop_priority(intid);
+            } else {
+                lrs.drop_priority_unlisted(intid);
+            }
+            if lrs.maintenance.entry_not_present {
+                trapped_dir(&mut g, &mut lrs, u64::from(intid));
+            } else {
+                let counted = lrs.eoi_count;
+                lrs.deactivate(intid);
+                prop_assert_eq!(lrs.eoi_count, counted, "{} not shown, and DIR did not trap", intid);
+            }
+            remaining.retain(|&i| i != intid);
+            g.sync_from_hw(0, &mut lrs).unwrap();
+            for &i in &intids {
+                prop_assert_eq!(active(&g, i), remaining.contains(&i), "SPI {} after DIR {}", i, intid);
+            }
+            g.flush_to_hw(0, &mut lrs).unwrap();
+        }
     }
 }

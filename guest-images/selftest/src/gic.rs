@@ -85,3 +85,21 @@ pub fn end_of_interrupt(iar: u32) {
 pub fn send_sgi(intid: u32, target: usize) {
     common::send_sgi::<Icc>(intid, target)
 }
+
+/// ICC_CTLR_EL1.EOImode (GICv3; ICV_CTLR_EL1 under the hypervisor): with `split`, an EOI
+/// only drops the running priority and `deactivate` ends the interrupt.
+pub fn set_eoi_mode(split: bool) {
+    // SAFETY: this vCPU's own CPU interface control register, bit 1 (EOImode).
+    unsafe {
+        asm!(
+            "mrs {t}, S3_0_C12_C12_4", "bic {t}, {t}, #2", "orr {t}, {t}, {m}", "msr S3_0_C12_C12_4, {t}", "isb",
+            t = out(reg) _, m = in(reg) u64::from(split) << 1,
+        );
+    }
+}
+
+/// ICC_DIR_EL1 (GICv3): deactivates `intid` (EOImode 1).
+pub fn deactivate(intid: u32) {
+    // SAFETY: a write of the CPU interface's deactivation register.
+    unsafe { asm!("msr S3_0_C12_C11_1, {}", "isb", in(reg) u64::from(intid)) };
+}

@@ -35,6 +35,7 @@ use crate::vm_resources::{grant_resources, revoke_all, VmRequest, VmResources};
 use hyp_core::guest_map::VirtioSlot as Slot;
 
 const VIRT_GICV3: &[u8] = include_bytes!("../../../hyp-core/tests/data/qemu-virt-gicv3-smp4.dtb");
+const VIRT_GICV2: &[u8] = include_bytes!("../../../hyp-core/tests/data/qemu-virt-gicv2-smp2.dtb");
 /// The console's interrupt on that board (the PL011's SPI 1).
 const UART_INTID: u32 = 33;
 /// The board's PL031 real-time clock and its interrupt (SPI 2, level-triggered).
@@ -231,18 +232,32 @@ pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
     booted_with(bundle(false))
 }
 
+/// As `booted`, on QEMU `virt` with 2 CPUs and a GICv2: the VM's GIC is a GICv2.
+pub(super) fn booted_on_gicv2() -> &'static Hypervisor<FakeArch> {
+    try_boot_on(VIRT_GICV2, bundle(false), &[]).unwrap()
+}
+
 fn booted_with(bundle: BootBundle<'static>) -> &'static Hypervisor<FakeArch> {
     try_boot(bundle, &[]).unwrap()
 }
 
 /// As `booted_with`, with `held` the RAM the hypervisor and firmware hold.
 fn try_boot(bundle: BootBundle<'static>, held: &[HeldMemory]) -> Result<&'static Hypervisor<FakeArch>, String> {
+    try_boot_on(VIRT_GICV3, bundle, held)
+}
+
+/// As `try_boot`, on the board of `device_tree`.
+fn try_boot_on(
+    device_tree: &'static [u8],
+    bundle: BootBundle<'static>,
+    held: &[HeldMemory],
+) -> Result<&'static Hypervisor<FakeArch>, String> {
     let hypervisor = leak(Hypervisor::new());
-    let mut platform = Platform::from_device_tree(VIRT_GICV3).unwrap();
+    let mut platform = Platform::from_device_tree(device_tree).unwrap();
     // The fake image's RAM is a second bank of the board's (its device tree has 1 GiB at
     // 0x4000_0000), so the free memory is the board's RAM as at boot.
     platform.memory.push(PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }).unwrap();
-    let devices = DeviceTreeDevices::new(VIRT_GICV3).unwrap();
+    let devices = DeviceTreeDevices::new(device_tree).unwrap();
     let free = [PhysRange { base: RAM_PA, size: RAM_SIZE as u64 }];
     let board = BootedBoard {
         platform: &platform,

@@ -149,6 +149,10 @@ impl ListRegisters for FakeLrs {
     fn take_eoi_count(&mut self) -> u32 {
         0
     }
+    /// Nor do they trap DIR (`Outcome::Deactivate` has its own tests).
+    fn eoi_split(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Default)]
@@ -166,7 +170,7 @@ struct FakeSaved(u64);
 struct FakeCpu {
     lrs: FakeLrs,
     debug: DebugRegisters,
-    /// Whether WFI traps for device work (`trap_wfi_for_device_work`).
+    /// Whether WFI traps though pinned (`trap_pinned_wfi`).
     wfi_for_work: bool,
 }
 
@@ -196,10 +200,10 @@ impl VcpuCpu for FakeCpu {
         }
         FakeCpu { lrs: FakeLrs::default(), debug: DebugRegisters::AT_RESET, wfi_for_work: false }
     }
-    fn trap_wfi_for_device_work(&mut self, trap: bool) {
+    fn trap_pinned_wfi(&mut self, trap: bool) {
         if self.wfi_for_work != trap {
             self.wfi_for_work = trap;
-            event(format!("wfi traps for device work: {trap}"));
+            event(format!("wfi traps though pinned: {trap}"));
         }
     }
     fn restore(&mut self, saved: &FakeSaved) {
@@ -404,6 +408,62 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
     let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
     assert!(timer.pending, "the virtual timer is pending for vCPU 0: {timer:?}");
     assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
+}
+
+/// QEMU's GICv2 does not signal the timer's PPI again when the guest's deactivation finds
+/// its line still high: a pinned vCPU of a GICv2 VM has its WFI trapped after its timer's
+/// interrupt, and a WFI with the timer due gets the timer's interrupt from its line; one
+/// that finds it not due lifts the trap. A GICv3 VM's pinned vCPU is not trapped.
+#[test]
+fn a_pinned_vcpu_on_a_gicv2_that_waits_with_its_timer_due_gets_the_timer_s_interrupt() {
+    for gic_v2 in [true, false] {
+        let hypervisor = if gic_v2 { super::hypervisor::booted_on_gicv2() } else { booted() };
+        HYPERVISOR.with(|h| h.set(Some(hypervisor)));
+        FakeArch::become_cpu(1);
+        take_events();
+        let vm = if gic_v2 {
+            hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
+            let vm = hypervisor.vm(0).unwrap();
+            let mut vgic = vm.vgic.vgic.lock();
+            // GICD_CTLR, and PPI 27 in Group 1 and enabled (GICD_IGROUPR0, GICD_ISENABLER0).
+            for (offset, value) in [(0x000, 0b11), (0x080, 1 << 27), (0x100, 1 << 27)] {
+                vgic.write(0, offset, 4, value).unwrap();
+            }
+            let _ = vgic.take_kicks();
+            drop(vgic);
+            vm
+        } else {
+            timer_for_vcpu_0(hypervisor)
+        };
+        assert_eq!(vm.gic_v3, !gic_v2);
+        TIMER_PPI.with(|t| t.borrow_mut().clear());
+        // The tick; the guest's handler sets a deadline already past and ends it (the
+        // physical PPI, deactivated with it, is not signalled again), then waits; once it
+        // took the tick made from the line, it waits with its timer not due.
+        step(GuestExit::Interrupt, None, None);
+        last_step(|s| s.interrupt = Some(27));
+        wfi();
+        last_step(|s| (s.ack, s.deactivate, s.timer) = (true, true, Some((Some(0), true))));
+        wfi();
+        last_step(|s| (s.ack, s.deactivate, s.timer) = (true, true, Some((None, false))));
+        hvc(PSCI_SYSTEM_OFF);
+        assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+        TIMER.with(|t| t.set((None, false)));
+        let traps: Vec<String> = take_events().into_iter().filter(|e| e.starts_with("wfi traps")).collect();
+        if gic_v2 {
+            assert_eq!(
+                traps,
+                ["wfi traps though pinned: true", "wfi traps though pinned: false"],
+                "trapped from the tick to the WFI that found the timer not due"
+            );
+            let ppi = TIMER_PPI.with(|t| std::mem::take(&mut *t.borrow_mut()));
+            assert!(ppi.contains(&(1, true)), "the physical PPI held active again: {ppi:?}");
+            let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+            assert!(!timer.pending && !timer.active, "the tick made from the line was taken: {timer:?}");
+        } else {
+            assert_eq!(traps, Vec::<String>::new(), "a GICv3 signals it: WFI does not trap");
+        }
+    }
 }
 
 /// VM 0's vGIC, locked, with its distributor's groups enabled and SPI 40 enabled, in Group 1,
@@ -679,8 +739,8 @@ fn a_pinned_vcpu_s_wfi_traps_while_its_vm_s_devices_have_work_left() {
         [
             "enter vcpu0 shares false resumed None",
             "state at reset",
-            "wfi traps for device work: true",
-            "wfi traps for device work: false",
+            "wfi traps though pinned: true",
+            "wfi traps though pinned: false",
             "leave"
         ]
     );
@@ -703,8 +763,8 @@ fn a_pinned_vcpu_s_wfi_stops_trapping_when_another_vcpu_finished_the_work() {
         [
             "enter vcpu0 shares false resumed None",
             "state at reset",
-            "wfi traps for device work: true",
-            "wfi traps for device work: false",
+            "wfi traps though pinned: true",
+            "wfi traps though pinned: false",
             "leave"
         ]
     );

@@ -101,6 +101,16 @@ impl Vgic {
         let (d, state) = self.list(vcpu);
         d.take_back_one_and_plan(vcpu, state, lrs)
     }
+    pub fn deactivate_by_dir(
+        &mut self,
+        vcpu: usize,
+        lrs: &mut impl ListRegisters,
+        value: u64,
+        retired: &mut RetiredLines,
+    ) -> Result<(), VgicError> {
+        let (d, state) = self.list(vcpu);
+        d.deactivate_by_dir(vcpu, state, lrs, value, retired)
+    }
     pub fn put(&mut self, vcpu: usize, lrs: &mut impl ListRegisters) -> Result<(), VgicError> {
         let (d, state) = self.list(vcpu);
         d.put(vcpu, state, lrs)
@@ -194,6 +204,8 @@ pub struct FakeLrs {
     pub physical_deactivations: Vec<u32>,
     /// ICH_HCR_EL2.EOIcount: deactivations that found no list register.
     pub eoi_count: u32,
+    /// ICH_VMCR_EL2.VEOIM: the guest's EOImode is 1.
+    pub eoi_split: bool,
 }
 
 impl FakeLrs {
@@ -207,6 +219,7 @@ impl FakeLrs {
             writes: vec![],
             physical_deactivations: vec![],
             eoi_count: 0,
+            eoi_split: false,
         }
     }
     pub fn for_gic(g: &Distributor, count: usize) -> FakeLrs {
@@ -273,6 +286,12 @@ impl FakeLrs {
     pub fn drop_priority(&mut self, intid: u32) {
         assert!(self.find_active(intid).is_some(), "EOI of an interrupt that is not active");
     }
+    /// EOImode 1 priority drop of an interrupt no list register shows: counted in
+    /// EOIcount all the same, as QEMU's virtual CPU interface does.
+    pub fn drop_priority_unlisted(&mut self, intid: u32) {
+        assert!(self.find_active(intid).is_none(), "{intid} is shown");
+        self.eoi_count = (self.eoi_count + 1) % 32;
+    }
     /// The guest completes the handlers it is in, then takes and completes everything it
     /// can see (EOImode 0).
     pub fn take_all(&mut self) -> Vec<(u32, u8)> {
@@ -336,6 +355,9 @@ impl ListRegisters for FakeLrs {
     }
     fn take_eoi_count(&mut self) -> u32 {
         core::mem::take(&mut self.eoi_count)
+    }
+    fn eoi_split(&self) -> bool {
+        self.eoi_split
     }
 }
 

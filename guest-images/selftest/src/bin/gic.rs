@@ -5,7 +5,9 @@
 //! pending and was then turned off (ENABLE = 0 or IMASK = 1) while the guest had interrupts
 //! masked is not taken once an exit has let the hypervisor see its line low. With six
 //! interrupts active on four list registers, those no list register shows end when the
-//! guest ends them (the hypervisor reads EOIcount). One line per check.
+//! guest ends them (the hypervisor reads EOIcount), and on GICv3 with EOImode 1 each DIR
+//! ends the interrupt it names, in any order (the hypervisor traps DIR meanwhile). One
+//! line per check.
 #![no_std]
 #![no_main]
 
@@ -108,6 +110,16 @@ extern "C" fn guest_main() -> ! {
              (taken {taken:?}, then GICD_ISACTIVER1 {left:#x}, and SPI 40 taken again: {again})"
         ),
     );
+    if gic::is_v3() {
+        let (first, left, again) = six_active_ended_by_dir_out_of_order();
+        c.check(
+            first == SIX & !(1 << (NESTED[0] - 32)) && left == 0 && again == NESTED[0],
+            format_args!(
+                "gic: with EOImode 1, DIR ends the interrupt it names, in any order \
+                 (GICD_ISACTIVER1 {first:#x} after SPI 40's, {left:#x} after all, and SPI 40 taken again: {again})"
+            ),
+        );
+    }
     finish("gic", &c)
 }
 
@@ -116,23 +128,18 @@ extern "C" fn guest_main() -> ! {
 const NESTED: [u32; 4] = [40, 41, 42, 43];
 const ON_TOP: [u32; 2] = [44, 45];
 
-/// With interrupts masked, takes SPIs 40 to 43 nested (each pended through GICD_ISPENDR1
-/// and acknowledged at a higher priority than the last: four list registers hold them
-/// active, QEMU's four), then sets SPIs 44 and 45 active through GICD_ISACTIVER1: of the
-/// six active, the hypervisor shows the four of highest priority, and SPIs 40 and 41 none.
-/// The guest ends 43 to 40, innermost first (EOImode 0): 41's and 40's ends find no list
-/// register and are only counted (EOIcount); two list registers stay valid, so the
-/// underflow maintenance interrupt does not bring them in first. Returns the INTIDs
-/// acknowledged, GICD_ISACTIVER1's bits for SPIs 40 to 45 once 44 and 45 are cleared
-/// through GICD_ICACTIVER1 (0: none left active), and the INTID acknowledged after SPI 40
-/// is pended again (40: it can be taken again).
-fn six_active_on_four_list_registers() -> ([u32; 4], u32, u32) {
-    // SAFETY: this vCPU's own PSTATE.I.
-    unsafe { asm!("msr daifset, #2", "isb") };
-    let bits = 0x3f << (NESTED[0] - 32);
+/// GICD_ISACTIVER1's bits of SPIs 40 to 45.
+const SIX: u32 = 0x3f << (NESTED[0] - 32);
+
+/// With interrupts masked (the caller's), takes SPIs 40 to 43 nested (each pended through
+/// GICD_ISPENDR1 and acknowledged at a higher priority than the last: four list registers
+/// hold them active, QEMU's four), then sets SPIs 44 and 45 active through GICD_ISACTIVER1:
+/// of the six active, the hypervisor shows the four of highest priority, and SPIs 40 and
+/// 41 none. Returns the IARs acknowledged.
+fn six_active() -> [u32; 4] {
     let on_top = ON_TOP.iter().fold(0, |m, intid| m | 1 << (intid - 32));
     if gic::is_v3() {
-        write32(GICD + 0x84, read32(GICD + 0x84) | bits); // GICD_IGROUPR1: group 1
+        write32(GICD + 0x84, read32(GICD + 0x84) | SIX); // GICD_IGROUPR1: group 1
         for intid in NESTED.iter().chain(&ON_TOP) {
             // SAFETY: GICD_IROUTER<n> of the emulated distributor (affinity 0.0.0.0: vCPU 0).
             unsafe { core::ptr::write_volatile((GICD + 0x6000 + 8 * *intid as usize) as *mut u64, 0) };
@@ -145,26 +152,75 @@ fn six_active_on_four_list_registers() -> ([u32; 4], u32, u32) {
     write32(GICD + 0x42c, 0x2010); // GICD_IPRIORITYR11: 44, 45
     let edge = (0..6).fold(0, |m, k| m | 2 << (2 * ((NESTED[0] + k) % 16)));
     write32(GICD + 0xc08, read32(GICD + 0xc08) | edge); // GICD_ICFGR2
-    write32(GICD + 0x104, bits); // GICD_ISENABLER1
+    write32(GICD + 0x104, SIX); // GICD_ISENABLER1
     let mut taken = [0u32; 4];
     for (k, &intid) in NESTED.iter().enumerate() {
         write32(GICD + 0x204, 1 << (intid - 32)); // GICD_ISPENDR1
         taken[k] = gic::acknowledge();
     }
     write32(GICD + 0x304, on_top); // GICD_ISACTIVER1
+    taken
+}
+
+/// `six_active`, then the guest ends them with EOImode 0, innermost first: those no list
+/// register shows are only counted (EOIcount); two list registers stay valid, so the
+/// underflow maintenance interrupt does not bring them in first. Returns the INTIDs
+/// acknowledged, GICD_ISACTIVER1's bits for SPIs 40 to 45 once 44 and 45 are cleared
+/// through GICD_ICACTIVER1 (0: none left active), and the INTID acknowledged after SPI 40
+/// is pended again (40: it can be taken again).
+fn six_active_on_four_list_registers() -> ([u32; 4], u32, u32) {
+    // SAFETY: this vCPU's own PSTATE.I.
+    unsafe { asm!("msr daifset, #2", "isb") };
+    let taken = six_active();
     for &iar in taken.iter().rev() {
         gic::end_of_interrupt(iar);
     }
+    let on_top = ON_TOP.iter().fold(0, |m, intid| m | 1 << (intid - 32));
     write32(GICD + 0x384, on_top); // GICD_ICACTIVER1
-    let left = read32(GICD + 0x304) & bits; // GICD_ISACTIVER1
+    let left = read32(GICD + 0x304) & SIX; // GICD_ISACTIVER1
+    let again = take_spi_40_again(false);
+    // SAFETY: as above.
+    unsafe { asm!("msr daifclr, #2", "isb") };
+    (taken.map(|iar| iar & 0x3ff), left, again)
+}
+
+/// GICv3 only: `six_active` with EOImode 1, each EOI (innermost first) a priority drop;
+/// then DIR of SPI 40 first, the lowest priority, which no list register shows (EOIcount
+/// alone would have ended 41, the highest-priority one left out), and of the rest out of
+/// priority order. Returns GICD_ISACTIVER1's bits for SPIs 40 to 45 after SPI 40's DIR
+/// and after all, and the INTID acknowledged after SPI 40 is pended again.
+fn six_active_ended_by_dir_out_of_order() -> (u32, u32, u32) {
+    // SAFETY: this vCPU's own PSTATE.I.
+    unsafe { asm!("msr daifset, #2", "isb") };
+    gic::set_eoi_mode(true);
+    let taken = six_active();
+    for &iar in taken.iter().rev() {
+        gic::end_of_interrupt(iar);
+    }
+    gic::deactivate(NESTED[0]);
+    let first = read32(GICD + 0x304) & SIX; // GICD_ISACTIVER1
+    for intid in [43, 41, 45, 42, 44] {
+        gic::deactivate(intid);
+    }
+    let left = read32(GICD + 0x304) & SIX;
+    let again = take_spi_40_again(true);
+    gic::set_eoi_mode(false);
+    // SAFETY: as above.
+    unsafe { asm!("msr daifclr, #2", "isb") };
+    (first, left, again)
+}
+
+/// SPI 40 pended again and taken (its INTID), ended (and with EOImode 1, `split`,
+/// deactivated); then SPIs 40 to 45 are disabled (GICD_ICENABLER1).
+fn take_spi_40_again(split: bool) -> u32 {
     write32(GICD + 0x204, 1 << (NESTED[0] - 32)); // GICD_ISPENDR1
     let again = gic::acknowledge();
     gic::end_of_interrupt(again);
-    // GICD_ICENABLER1: the six off again.
-    write32(GICD + 0x184, bits);
-    // SAFETY: as above.
-    unsafe { asm!("msr daifclr, #2", "isb") };
-    (taken.map(|iar| iar & 0x3ff), left, again & 0x3ff)
+    if split {
+        gic::deactivate(again & 0x3ff);
+    }
+    write32(GICD + 0x184, SIX); // GICD_ICENABLER1
+    again & 0x3ff
 }
 
 /// Lets the timer fire with interrupts masked (its interrupt becomes pending in the vGIC:
