@@ -123,8 +123,8 @@ pub trait VcpuCpu: Sized {
     /// it): while its VM's devices have work left for later, so a guest that goes idle makes
     /// the exit that work goes on at (docs/virtio.md, "Locks"); and on a GICv2 after its
     /// timer's interrupt, so a guest that goes idle with its timer due is seen
-    /// (`timer_due_at_wait`). Set for either, it lasts until the guest's next WFI, whose
-    /// answer decides again. Changes the trap only when `trap` differs from what it is.
+    /// (`timer_due_at_wait`); lifted when neither holds. Changes the trap only when `trap`
+    /// differs from what it is.
     fn trap_pinned_wfi(&mut self, trap: bool);
     /// Puts back what the vCPU left in the CPU.
     fn restore(&mut self, saved: &Self::Saved);
