@@ -126,7 +126,15 @@ pub fn latency_at_most<C: Counter>(name: &str, most: u64, mut measure: impl FnMu
     } else {
         (0..iterations).map(&mut measure).sum()
     };
-    crate::println!("latency {name} samples={iterations} ns={}", nanoseconds(ticks, C::frequency()));
+    report_latency::<C>(name, iterations, ticks);
+}
+
+/// Prints the `latency` line of `samples` samples that took `ticks` counter ticks in all;
+/// none for no samples.
+pub fn report_latency<C: Counter>(name: &str, samples: u64, ticks: u64) {
+    if samples > 0 {
+        crate::println!("latency {name} samples={samples} ns={}", nanoseconds(ticks, C::frequency()));
+    }
 }
 
 /// What an interrupt handler saw of one interrupt: how many were taken and the counter at
