@@ -79,8 +79,8 @@ impl Distributor {
     /// The guest wrote `value` to ICV_DIR_EL1, trapped (TDIR) while an active interrupt was
     /// left out of `vcpu`'s list registers: the interrupt it names [23:0] is deactivated
     /// as the virtual CPU interface would have (IHI 0069H, ICC_DIR_EL1 and its virtual
-    /// twin ICV_DIR_EL1). With EOImode 0 the write does nothing, as the interface does nothing with it
-    /// (nor with an INTID not active, or special). A list register that shows the interrupt
+    /// twin ICV_DIR_EL1). As there, the write does nothing with EOImode 0, for a special
+    /// INTID, or for an interrupt that is not active. A list register that shows the interrupt
     /// is emptied, its pending state back in the distributor, and the interrupt is then
     /// deactivated as one no list register shows: a hardware-mapped one's physical
     /// interrupt, which the trapped write did not reach, goes to the hypervisor. The caller
