@@ -53,20 +53,23 @@ impl Lrs {
             LrState::Invalid => {}
         }
     }
+    /// The list register that shows `intid` active, if one does.
+    fn shown_active(&self, intid: u32) -> Option<usize> {
+        (0..self.count).find(|&i| self.decode(i).vintid.0 == intid && self.decode(i).state.active())
+    }
     /// The guest's EOI of `intid`: with EOImode 0 its deactivation; with EOImode 1 a
     /// priority drop, counted all the same when no list register shows it (as QEMU does).
     fn end(&mut self, intid: u32) {
         if !self.eoi_split {
             self.deactivate(intid);
-        } else if !(0..self.count).any(|i| self.decode(i).vintid.0 == intid && self.decode(i).state.active()) {
+        } else if self.shown_active(intid).is_none() {
             self.eoi_count = (self.eoi_count + 1) % 32;
         }
     }
     /// Deactivates `intid` (an EOI with EOImode 0, a DIR with EOImode 1): the list register
     /// that shows it active, or the count when none does.
     fn deactivate(&mut self, intid: u32) {
-        let shown = (0..self.count).find(|&i| self.decode(i).vintid.0 == intid && self.decode(i).state.active());
-        match shown {
+        match self.shown_active(intid) {
             Some(i) if self.decode(i).state == LrState::PendingActive => self.set_state(i, LrState::Pending),
             Some(i) => self.set_state(i, LrState::Invalid),
             None => self.eoi_count = (self.eoi_count + 1) % 32,

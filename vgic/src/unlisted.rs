@@ -56,8 +56,6 @@ impl Distributor {
         // registers than the wanted list's length.
         let mut wanted = WantedList::<MAX_LIST_REGISTERS>::new();
         self.wanted(vcpu, &mut wanted);
-        let shown =
-            |intid: u32| (0..MAX_LIST_REGISTERS).any(|i| state.lr[i] != 0 && self.vintid_of(state.lr[i]) == intid);
         let mut left = count;
         let mut chosen = [0u32; MAX_LIST_REGISTERS];
         let mut n = 0;
@@ -65,7 +63,7 @@ impl Distributor {
             if left == 0 {
                 break;
             }
-            if !shown(w.lr.vintid.0) {
+            if self.list_register_of(state, w.lr.vintid.0).is_none() {
                 chosen[n] = w.lr.vintid.0;
                 n += 1;
                 left -= 1;
@@ -99,8 +97,7 @@ impl Distributor {
         if !lrs.eoi_split() || intid >= FIRST_SPECIAL {
             return Ok(());
         }
-        let listed = (0..MAX_LIST_REGISTERS).find(|&i| state.lr[i] != 0 && self.decode(state.lr[i]).vintid.0 == intid);
-        match listed {
+        match self.list_register_of(state, intid) {
             Some(i) => {
                 let lr = self.decode(state.lr[i]);
                 if !lr.state.active() {
@@ -115,6 +112,11 @@ impl Distributor {
         }
         self.deactivate_unlisted_one(vcpu, intid, retired);
         Ok(())
+    }
+
+    /// The list register of `state`'s vCPU that shows `intid`, if one does.
+    fn list_register_of(&self, state: &VcpuInterfaceState, intid: u32) -> Option<usize> {
+        (0..MAX_LIST_REGISTERS).find(|&i| state.lr[i] != 0 && self.vintid_of(state.lr[i]) == intid)
     }
 
     /// What a list register's deactivation does (`fold` of an emptied register), for an
