@@ -9,6 +9,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
+use vgic::ControlWords;
 
 /// The affinity fields of an MPIDR (Aff3 on AArch64, Aff2..Aff0): what the device tree's
 /// `reg` of a CPU holds.
@@ -39,6 +40,12 @@ pub struct VectorCalls {
     /// The address of the vCPU's counter of HVC exits, which the vector increments
     /// (hyp_core::exit_stats::ExitCounts::class_counter).
     pub hvc_exits: AtomicPtr<AtomicU64>,
+    /// The same for its data aborts: the vector answers a word load of the distributor's
+    /// control words.
+    pub abort_exits: AtomicPtr<AtomicU64>,
+    /// The VM's copy of its distributor's control words, from which the vector answers
+    /// that load (vgic::ControlWords).
+    pub control_words: AtomicPtr<ControlWords>,
     /// Non-zero while the vCPU holds list registers: the vector answers no call and offers
     /// no data abort then, so that those exits reach the run loop, which samples their level
     /// interrupts' lines (an SGI it still offers: hyp_runtime::vcpu_run::in_vector).
@@ -51,13 +58,19 @@ pub struct VectorCalls {
 
 /// What the vector counts into while no vCPU is loaded: nothing reads it.
 static NO_VCPU_EXITS: AtomicU64 = AtomicU64::new(0);
+/// What it would answer from while no vCPU is loaded: no guest runs then.
+static NO_CONTROL_WORDS: ControlWords = ControlWords::zero();
 
 impl VectorCalls {
-    /// The vCPU now on this CPU: its last unknown function and its HVC exit counter, which
-    /// must outlive its stay here (`unload` ends it).
-    pub fn load(&self, hvc_exits: &AtomicU64, last_unknown: Option<u32>) {
+    /// The vCPU now on this CPU: its last unknown function, its HVC and data abort exit
+    /// counters and its VM's control words, which must outlive its stay here (`unload`
+    /// ends it).
+    pub fn load(&self, exits: [&AtomicU64; 2], control_words: &ControlWords, last_unknown: Option<u32>) {
+        let [hvc_exits, abort_exits] = exits;
         self.unknown.store(hyp_core::smccc::vector_unknown_word(last_unknown), Ordering::Relaxed);
         self.hvc_exits.store(core::ptr::from_ref(hvc_exits).cast_mut(), Ordering::Relaxed);
+        self.abort_exits.store(core::ptr::from_ref(abort_exits).cast_mut(), Ordering::Relaxed);
+        self.control_words.store(core::ptr::from_ref(control_words).cast_mut(), Ordering::Relaxed);
         self.list_registers_in_use(false);
     }
 
@@ -73,7 +86,7 @@ impl VectorCalls {
 
     /// No vCPU on this CPU: the vector answers nothing from the one that left.
     pub fn unload(&self) {
-        self.load(&NO_VCPU_EXITS, None);
+        self.load([&NO_VCPU_EXITS; 2], &NO_CONTROL_WORDS, None);
     }
 }
 
@@ -84,6 +97,8 @@ pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
         vector_calls: VectorCalls {
             unknown: AtomicU64::new(1 << 32),
             hvc_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            abort_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            control_words: AtomicPtr::new(core::ptr::from_ref(&NO_CONTROL_WORDS).cast_mut()),
             list_registers_in_use: AtomicU64::new(0),
             in_vector: AtomicPtr::new(core::ptr::null_mut()),
         },
@@ -96,6 +111,10 @@ pub const VECTOR_CALLS_UNKNOWN: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, unknown);
 pub const VECTOR_CALLS_HVC_EXITS: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, hvc_exits);
+pub const VECTOR_CALLS_ABORT_EXITS: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, abort_exits);
+pub const VECTOR_CALLS_CONTROL_WORDS: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, control_words);
 pub const VECTOR_CALLS_LISTS_IN_USE: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, list_registers_in_use);
 pub const VECTOR_CALLS_IN_VECTOR: usize =

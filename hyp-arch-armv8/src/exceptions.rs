@@ -195,7 +195,80 @@ hvc_in_vector:
     b       guest_exit
 
 sync_in_vector:
-    // The guest's x0 and x1 are on the stack. A data abort while the vCPU holds no list
+    // The guest's x0 and x1 are on the stack. A word load (LDR Wt or LDAR Wt: ISV, a word,
+    // not sign-extended, not a store; not on a stage-1 walk, a cache maintenance, an
+    // external abort, an LS64 or VNCR access; FAR valid; a translation fault, so HPFAR is
+    // valid) of GICD_CTLR, GICD_TYPER, GICD_IIDR or GICD_TYPER2, while the vCPU holds no
+    // list register (as for the calls above), is answered here from the VM's copy of them
+    // (vgic::ControlWords): the exit counted, the PC past the load, the word into Wt, as the
+    // run loop's answer would. Anything else goes on at 5.
+    mrs     x0, esr_el2
+    tbnz    x0, #6, 5f
+    ubfx    x1, x0, #21, #4
+    cmp     x1, #0b1100
+    b.ne    5f
+    tst     x0, #0x3f80
+    b.ne    5f
+    and     x1, x0, #0x3c
+    cmp     x1, #0x04
+    b.ne    5f
+    mrs     x1, hpfar_el2
+    mov     x0, #{GICD_HPFAR}
+    cmp     x1, x0
+    b.ne    5f
+    mrs     x1, far_el2
+    tst     x1, #{CONTROL_WORDS_PAGE_BITS}
+    b.ne    5f
+    tst     x1, #3
+    b.ne    5f
+    mrs     x0, tpidr_el2
+    ldr     x1, [x0, #{LISTS_IN_USE}]
+    cbnz    x1, 5f
+    ldr     x0, [x0, #{ABORT_EXITS}]
+    ldr     x1, [x0]
+    add     x1, x1, #1
+    str     x1, [x0]
+    mrs     x0, elr_el2
+    add     x0, x0, #4
+    msr     elr_el2, x0
+    mrs     x0, tpidr_el2
+    ldr     x0, [x0, #{CONTROL_WORDS}]
+    mrs     x1, far_el2
+    and     x1, x1, #0xc
+    ldr     w0, [x0, x1]
+    // The word in w0 (x0's upper half zero), ISS.SRT above it at bit 36; one entry of 16
+    // bytes below per SRT writes it: x0 and x1 in their places on the stack, XZR not at all.
+    mrs     x1, esr_el2
+    ubfx    x1, x1, #16, #5
+    orr     x0, x0, x1, lsl #36
+    adr     x1, 6f
+    add     x1, x1, x0, lsr #32
+    br      x1
+    .balign 16
+6:  mov     w0, w0
+    str     x0, [sp, #0]
+    b       7f
+    nop
+    mov     w0, w0
+    str     x0, [sp, #8]
+    b       7f
+    nop
+    .irp n, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30
+    mov     w\n, w0
+    b       7f
+    nop
+    nop
+    .endr
+    b       7f
+    nop
+    nop
+    nop
+7:  ldp     x0, x1, [sp], #16
+    eret
+    dsb     nsh
+    isb
+
+5:  // A data abort while the vCPU holds no list
     // register, or at GICD_SGIR's IPA whatever it holds (a GICv2 guest's SGI, as a GICv3
     // guest's system register write), or a system register access (only an SGI's is
     // answered, which concerns no list register of the sender's): the guest's registers
@@ -259,9 +332,16 @@ return_to_run_loop:
     EC_DATA_ABORT_LOWER = const hyp_core::syndrome::ExceptionClass::DATA_ABORT_LOWER.0,
     EC_SYSREG64 = const hyp_core::syndrome::ExceptionClass::SYSREG64.0,
     SGIR_HPFAR = const (hyp_core::guest_map::GICD_IPA + vgic::GICD_SGIR) >> 12 << 4,
+    GICD_HPFAR = const hyp_core::guest_map::GICD_IPA >> 12 << 4,
+    // FAR_EL2's bits of the page offset above the four words, zero for them.
+    CONTROL_WORDS_PAGE_BITS = const 0xfff & !(vgic::CONTROL_WORDS_END - 1),
+    ABORT_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_ABORT_EXITS,
+    CONTROL_WORDS = const hyp_arch_arm::cpus::VECTOR_CALLS_CONTROL_WORDS,
     SGIR_OFFSET = const vgic::GICD_SGIR & 0xfff,
 );
 const _: () = assert!(hyp_core::smccc::NOT_SUPPORTED == -1i64 as u64);
+// The vector indexes the four control words with FAR_EL2's bits [3:2].
+const _: () = assert!(vgic::CONTROL_WORDS_END == 0x10);
 
 extern "C" {
     fn enter_guest(ctx: *mut GuestContext, in_vector: *const ()) -> u64;

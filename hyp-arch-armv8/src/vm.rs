@@ -4,16 +4,16 @@
 //! hyp_arch_arm::vm's, shared with ARMv7.
 
 use core::arch::asm;
-use core::sync::atomic::AtomicU64;
 
 use aarch64_cpu::registers::*;
 use hyp_arch_arm::cpus::VectorCalls;
 use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
+use hyp_core::exit_stats::ExitCounts;
 use hyp_core::image::ExecutionState;
 use hyp_core::set_way::SetWayState;
-use hyp_core::syndrome::Syndrome;
+use hyp_core::syndrome::{ExceptionClass, Syndrome};
 use hyp_core::sysreg::{Encoding, IdRegisters};
 use hyp_core::trap::aarch32::{mode, Aarch32View};
 use hyp_core::trap::{DecodedExit, GuestRegisters};
@@ -26,7 +26,7 @@ use crate::vcpu_state::{self, SavedVcpu};
 use hyp_runtime::tlb::OnEntry;
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
 use hyp_runtime::Hypervisor;
-use vgic::{Distributor, IntId};
+use vgic::{ControlWords, Distributor, IntId};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
@@ -271,8 +271,10 @@ impl VcpuCpu for OnCpu {
         leave_guest_regime();
     }
 
-    fn vector_calls(&mut self, hvc_exits: &AtomicU64, last_unknown: Option<u32>) {
-        self.vector_calls.load(hvc_exits, last_unknown);
+    fn vector_calls(&mut self, exits: &ExitCounts, control_words: &ControlWords, last_unknown: Option<u32>) {
+        let counter = |class| exits.class_counter(class);
+        let counters = [counter(ExceptionClass::HVC64), counter(ExceptionClass::DATA_ABORT_LOWER)];
+        self.vector_calls.load(counters, control_words, last_unknown);
     }
 
     fn vector_list_registers_in_use(&mut self, in_use: bool) {

@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use hyp_core::mmio::MmioError;
 use hyp_core::sync::Mutex;
 use hyp_core::syndrome::AccessWidth;
-use vgic::{AccessError, Distributor, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
+use vgic::{AccessError, ControlWords, Distributor, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
 
 use crate::arch::Arch;
 use crate::scheduling::{vcpu_ref, Scheduling};
@@ -25,6 +25,10 @@ use crate::scheduling::{vcpu_ref, Scheduling};
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
 pub struct VgicHandle<A: Arch> {
     pub vgic: Mutex<Distributor>,
+    /// The distributor's control words, copied for the AArch64 vector to answer a guest's
+    /// word load of them (vgic::ControlWords): refreshed under `vgic`'s lock after a write
+    /// at their offsets (`write_distributor`) and when the distributor is replaced.
+    pub control_words: ControlWords,
     /// Each vCPU's list-register state, under the vCPU's own lock: taken before `vgic`.
     pub lists: [Mutex<VcpuInterfaceState>; MAX_VCPUS],
     /// The VM (its index), for the scheduler.
@@ -41,6 +45,7 @@ pub struct VgicHandle<A: Arch> {
 impl<A: Arch> VgicHandle<A> {
     pub fn new(vm: usize, vgic: Distributor, scheduling: &'static Scheduling<A>) -> Self {
         VgicHandle {
+            control_words: ControlWords::new(&vgic),
             vgic: Mutex::new(vgic),
             lists: [const { Mutex::new(VcpuInterfaceState::EMPTY) }; MAX_VCPUS],
             vm,
@@ -98,6 +103,13 @@ impl<A: Arch> VgicHandle<A> {
     pub fn is_hinted(&self, vcpu: usize) -> bool {
         self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed))
     }
+    /// A new distributor (a SYSTEM_RESET's), with its control words copied under its lock.
+    pub fn replace_distributor(&self, fresh: Distributor) {
+        let mut vgic = self.vgic.lock();
+        *vgic = fresh;
+        self.control_words.refresh(&vgic);
+    }
+
     pub fn take_hint(&self, vcpu: usize) -> bool {
         // A plain load first: the common case (no hint) costs no atomic read-modify-write.
         self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) && h.swap(false, Ordering::AcqRel))
@@ -136,7 +148,9 @@ impl<A: Arch> VgicHandle<A> {
     pub fn write_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
             let mut vgic = self.vgic.lock();
-            vgic.write(vcpu, offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
+            let written = vgic.write(vcpu, offset, width.bytes() as usize, value);
+            self.control_words.after_write(&vgic, offset);
+            written.map_err(|e| to_mmio(e, width))?;
             // A passthrough SPI the guest cleared (GICD_ICPENDR, GICD_ICACTIVER).
             deactivate_retired::<A>(&mut vgic);
             vgic.take_kicks().0 as u32

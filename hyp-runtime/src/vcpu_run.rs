@@ -10,7 +10,7 @@
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::marker::PhantomData;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 
 use hyp_core::coprocessor::RegisterPart;
 use hyp_core::debug_registers::DebugRegisters;
@@ -25,7 +25,7 @@ use hyp_core::sysreg::{IdRegisters, SgiGenerationRegister, VmControlRegister, Vm
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::Decision;
-use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
+use vgic::{ControlWords, IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
 
 use crate::arch::Arch;
 use crate::hypervisor::interrupts::{Acknowledged, ExitInterrupt};
@@ -199,11 +199,12 @@ pub trait VcpuCpu: Sized {
     fn set_timer_ppi_active(cpu: usize, active: bool);
     /// A hardware-mapped interrupt the guest will not deactivate is deactivated here.
     fn deactivate(physical: IntId, cpu: usize);
-    /// What the image's exception vector needs to answer this vCPU's hypercalls itself
-    /// (hyp_core::smccc::answered_in_vector): the counter of its HVC exits, which outlives
-    /// its stay on this CPU (`leave` forgets it), and the function it was last told was
-    /// unknown. An image whose vector answers nothing ignores it.
-    fn vector_calls(&mut self, _hvc_exits: &AtomicU64, _last_unknown: Option<u32>) {}
+    /// What the image's exception vector needs to answer this vCPU's exits itself: its
+    /// exit counters and its VM's control words (vgic::ControlWords), which outlive its stay
+    /// on this CPU (`leave` forgets them), and the function it was last told was unknown
+    /// (hyp_core::smccc::answered_in_vector). An image whose vector answers nothing ignores
+    /// it.
+    fn vector_calls(&mut self, _exits: &ExitCounts, _control_words: &ControlWords, _last_unknown: Option<u32>) {}
     /// The vCPU on this CPU was just told that `function` is unknown (`vector_calls`).
     fn vector_unknown_call(_function: u32) {}
     /// Whether the vCPU on this CPU holds list registers: while it does, every exit goes to
@@ -254,7 +255,7 @@ pub fn run_vcpu<C: VcpuCpu>(
     hypervisor.scheduling.program_timer(cpu, decision.until);
     let no_counts = ExitCounts::default();
     let exits = core.exits.get(vcpu).unwrap_or(&no_counts);
-    here.vector_calls(exits.class_counter(ExceptionClass::HVC64), last_unknown);
+    here.vector_calls(exits, &core.vgic.control_words, last_unknown);
     // The guest's virtual timer PPI is backed by the physical one, deactivated by the guest.
     let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
     let in_vector = InVector::<C> { vm, vcpu, cpu, shared, exits, outcome: core::cell::Cell::new(None) };

@@ -21,6 +21,7 @@
 
 extern crate alloc;
 
+mod control_words;
 mod distributor;
 mod error;
 mod gicd;
@@ -39,6 +40,7 @@ mod tick;
 mod unlisted;
 mod wanted;
 
+pub use control_words::{ControlWords, CONTROL_WORDS_END};
 pub use distributor::{Distributor, GicVersion, InterruptState, Trigger, VgicConfig};
 pub use error::{AccessError, VgicError};
 pub use gicd::GICD_SGIR;

@@ -120,3 +120,21 @@ fn a_passthrough_spi_the_guest_clears_is_deactivated_at_the_board_s_gic() {
     vgic.write_distributor(0, 0x280 + 4, AccessWidth::Word, 1 << 8).unwrap();
     assert!(FakeArch::take_deactivated_spis().is_empty(), "nothing is left to deactivate");
 }
+
+/// The copy the AArch64 vector answers GICD_CTLR from follows each write of it, refused
+/// widths included, and a write elsewhere leaves it alone (vgic::ControlWords).
+#[test]
+fn the_vector_s_copy_of_gicd_ctlr_follows_the_guest_s_writes() {
+    let (_, vgic) = vgic(2);
+    let read = |offset| vgic.read_distributor(0, offset, AccessWidth::Word).unwrap() as u32;
+    assert_eq!(vgic.control_words.read(0), Some(0), "GICv2 GICD_CTLR at reset");
+    vgic.write_distributor(1, 0, AccessWidth::Word, u64::MAX).unwrap();
+    assert_eq!(vgic.control_words.read(0), Some(0b11), "both groups' enables of a GICv2 distributor");
+    assert!(vgic.write_distributor(0, 0, AccessWidth::Byte, 0).is_err(), "a byte of GICD_CTLR: refused");
+    vgic.write_distributor(0, 0x100, AccessWidth::Word, 1).unwrap();
+    for offset in [0, 4, 8, 0xc] {
+        assert_eq!(vgic.control_words.read(offset), Some(read(offset)), "offset {offset:#x}");
+    }
+    vgic.write_distributor(0, 0, AccessWidth::Word, 0).unwrap();
+    assert_eq!(vgic.control_words.read(0), Some(0));
+}

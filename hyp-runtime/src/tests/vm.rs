@@ -126,9 +126,15 @@ fn a_vm_ends_when_its_last_vcpu_stops_and_a_reset_starts_it_again() {
     assert!(!vm.request_end(EndReason::Destroyed), "vCPU 0 is on: the VM ends when it stops");
     assert!(vm.is_ending(), "its vCPUs leave at their next exit");
     assert_eq!(vm.power.lock().stopped(0), Some(EndReason::Destroyed), "the last vCPU's stop ends it");
+    let ctlr = |vm: &Vm<FakeEnv>| vm.vgic.read_distributor(0, 0, AccessWidth::Word).unwrap() as u32;
+    vm.vgic.write_distributor(0, 0, AccessWidth::Word, 0b11).unwrap();
+    assert_eq!(ctlr(&vm) & 0b11, 0b11, "GICD_CTLR's group enables");
+    assert_eq!(vm.vgic.control_words.read(0), Some(ctlr(&vm)), "the vector's copy of GICD_CTLR");
     vm.reset(None);
     assert!(!vm.is_ending());
     assert!(vm.power.lock().started(0).is_some(), "vCPU 0 starts again at its entry");
+    assert_eq!(ctlr(&vm) & 0b11, 0, "GICD_CTLR as at power-on");
+    assert_eq!(vm.vgic.control_words.read(0), Some(ctlr(&vm)), "the vector's copy of it too");
 }
 
 #[test]

@@ -312,7 +312,7 @@ impl<E: VmEnv> Vm<E> {
         }
         if let Ok(mut fresh) = Distributor::new(self.vgic_config) {
             let _ = map_passthrough_spis(&mut fresh, &self.passthrough_spis);
-            *self.vgic.vgic.lock() = fresh;
+            self.vgic.replace_distributor(fresh);
         }
         // Every vCPU put its list registers back when it left its CPU; nothing is left of
         // the last boot's.

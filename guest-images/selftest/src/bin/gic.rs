@@ -6,8 +6,10 @@
 //! masked is not taken once an exit has let the hypervisor see its line low. With six
 //! interrupts active on four list registers, those no list register shows end when the
 //! guest ends them (the hypervisor reads EOIcount), and on GICv3 with EOImode 1 each DIR
-//! ends the interrupt it names, in any order (the hypervisor traps DIR meanwhile). One
-//! line per check.
+//! ends the interrupt it names, in any order (the hypervisor traps DIR meanwhile). The
+//! distributor's control words read the same whichever load reads them (the hypervisor's
+//! vector answers a word load of them itself), and GICD_CTLR as last written. One line per
+//! check.
 #![no_std]
 #![no_main]
 
@@ -48,6 +50,27 @@ extern "C" fn irq() {
     gic::end_of_interrupt(iar);
 }
 
+/// The distributor's first four words, each read by LDR Wt, LDRSW (its 64 bits) and LDAR
+/// Wt (the hypervisor's vector answers the first and third itself, the run loop the
+/// second), then GICD_CTLR read after a write turning its groups off and after one turning
+/// them on again.
+fn control_words() -> ([(u32, u64, u32); 4], u32, u32) {
+    let mut words = [(0, 0, 0); 4];
+    for (i, word) in words.iter_mut().enumerate() {
+        let address = GICD + 4 * i;
+        // SAFETY: word loads of the VM's GIC distributor's control and identification registers.
+        unsafe {
+            asm!("ldr {:w}, [{}]", out(reg) word.0, in(reg) address);
+            asm!("ldrsw {}, [{}]", out(reg) word.1, in(reg) address);
+            asm!("ldar {:w}, [{}]", out(reg) word.2, in(reg) address);
+        }
+    }
+    write32(GICD, words[0].0 & !0b11);
+    let off = read32(GICD);
+    write32(GICD, words[0].0);
+    (words, off, read32(GICD))
+}
+
 fn wait_for(intid: u32) -> bool {
     for _ in 0..1000 {
         if TAKEN.load(Ordering::SeqCst) & (1 << intid) != 0 {
@@ -81,6 +104,18 @@ extern "C" fn guest_main() -> ! {
             format_args!("gic: the GICv2 distributor is enabled and reports 2 CPUs (GICD_TYPER {typer:#x})"),
         );
     }
+    let (words, ctlr_off, ctlr_on) = control_words();
+    c.check(
+        words.iter().all(|&(w, sign_extended, acquire)| sign_extended == w as i32 as u64 && w == acquire)
+            && words[2].0 == 0x4800_043b
+            && words[3].0 == 0
+            && ctlr_off == words[0].0 & !0b11
+            && ctlr_on == words[0].0,
+        format_args!(
+            "gic: GICD_CTLR, GICD_TYPER, GICD_IIDR and GICD_TYPER2 read alike by LDR, LDRSW and LDAR, \
+             GICD_CTLR as last written ({words:x?}; GICD_CTLR {ctlr_off:#x} with its groups off, {ctlr_on:#x} on again)"
+        ),
+    );
     gic::bring_up_cpu_interface(0, (1 << VTIMER) | (1 << SGI_FROM_VCPU1));
 
     let freq: u64;
