@@ -302,8 +302,14 @@ pub fn run_vcpu<C: VcpuCpu>(
         }
         let exit_kind = here.run_guest(&mut registers, &in_vector);
         lrs_changed = false;
-        // An interrupt exit takes its list registers back in its arm below.
-        if lrs_in_use && !matches!(exit_kind, GuestExit::Interrupt) {
+        // An interrupt exit takes its list registers back in its arm below. A WFI watched
+        // for the timer (`timer_due_at_wait`) that finds it not due needs nothing of them:
+        // the one the guest completed is taken back at the next exit (the next tick's, in
+        // one step), as when the WFI does not trap.
+        if lrs_in_use
+            && !matches!(exit_kind, GuestExit::Interrupt)
+            && !(watch_timer && wfx_with_timer_low::<C>(&exit_kind))
+        {
             take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
         }
         match exit_kind {
@@ -584,6 +590,14 @@ fn route_passthrough<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: u
             ),
         );
     }
+}
+
+/// Whether the exit is a WFI or WFE with the virtual timer's line low: cold, taken only
+/// while a pinned GICv2 vCPU's WFI is watched for its timer.
+#[cold]
+#[inline(never)]
+fn wfx_with_timer_low<C: VcpuCpu>(exit: &GuestExit) -> bool {
+    matches!(exit, GuestExit::Sync) && C::syndrome(&C::read_trap()).class() == ExceptionClass::WFX && !C::timer_line()
 }
 
 /// A pinned vCPU of a GICv2 VM waits (its WFI trapped after its timer's interrupt): if its

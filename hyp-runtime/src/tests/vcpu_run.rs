@@ -466,6 +466,46 @@ fn a_pinned_vcpu_on_a_gicv2_that_waits_with_its_timer_due_gets_the_timer_s_inter
     }
 }
 
+thread_local! {
+    /// The list registers vCPU 0 held while the guest ran a step (`meanwhile`).
+    static HELD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The watched WFI that finds the timer not due costs only its exit: the list register the
+/// guest completed (the tick's) is left for the next exit to take back, as when the WFI
+/// does not trap, and that exit takes it back.
+#[test]
+fn a_pinned_gicv2_vcpu_s_wfi_with_its_timer_not_due_leaves_its_list_registers_to_the_next_exit() {
+    let hypervisor = super::hypervisor::booted_on_gicv2();
+    HYPERVISOR.with(|h| h.set(Some(hypervisor)));
+    FakeArch::become_cpu(1);
+    take_events();
+    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
+    let vm = hypervisor.vm(0).unwrap();
+    {
+        let mut vgic = vm.vgic.vgic.lock();
+        // GICD_CTLR, and PPI 27 in Group 1 and enabled (GICD_IGROUPR0, GICD_ISENABLER0).
+        for (offset, value) in [(0x000, 0b11), (0x080, 1 << 27), (0x100, 1 << 27)] {
+            vgic.write(0, offset, 4, value).unwrap();
+        }
+        let _ = vgic.take_kicks();
+    }
+    // The tick; the guest's handler ends it with the next deadline in the future, then waits.
+    step(GuestExit::Interrupt, None, None);
+    last_step(|s| s.interrupt = Some(27));
+    wfi();
+    last_step(|s| (s.ack, s.deactivate, s.timer) = (true, true, Some((None, false))));
+    hvc(SMCCC_VERSION);
+    last_step(|s| s.meanwhile = Some(|vm| HELD.with(|h| h.set(vm.vgic.lists[0].lock().in_use()))));
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let traps: Vec<String> = take_events().into_iter().filter(|e| e.starts_with("wfi traps")).collect();
+    assert_eq!(traps, ["wfi traps though pinned: true", "wfi traps though pinned: false"]);
+    assert_eq!(HELD.with(Cell::get), 1, "the tick's list register, completed, not taken back at the WFI");
+    let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+    assert!(!timer.pending && !timer.active, "taken back at the call's exit: {timer:?}");
+}
+
 /// VM 0's vGIC, locked, with its distributor's groups enabled and SPI 40 enabled, in Group 1,
 /// routed to vCPU 0 (the reset route).
 fn spi_40_for_vcpu_0(vm: &Vm<FakeEnv>) -> hyp_core::sync::MutexGuard<'_, vgic::Distributor> {
