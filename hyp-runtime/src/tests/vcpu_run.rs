@@ -421,20 +421,7 @@ fn a_pinned_vcpu_on_a_gicv2_that_waits_with_its_timer_due_gets_the_timer_s_inter
         HYPERVISOR.with(|h| h.set(Some(hypervisor)));
         FakeArch::become_cpu(1);
         take_events();
-        let vm = if gic_v2 {
-            hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
-            let vm = hypervisor.vm(0).unwrap();
-            let mut vgic = vm.vgic.vgic.lock();
-            // GICD_CTLR, and PPI 27 in Group 1 and enabled (GICD_IGROUPR0, GICD_ISENABLER0).
-            for (offset, value) in [(0x000, 0b11), (0x080, 1 << 27), (0x100, 1 << 27)] {
-                vgic.write(0, offset, 4, value).unwrap();
-            }
-            let _ = vgic.take_kicks();
-            drop(vgic);
-            vm
-        } else {
-            timer_for_vcpu_0(hypervisor)
-        };
+        let vm = timer_for_vcpu_0(hypervisor);
         assert_eq!(vm.gic_v3, !gic_v2);
         TIMER_PPI.with(|t| t.borrow_mut().clear());
         // The tick; the guest's handler sets a deadline already past and ends it (the
@@ -480,16 +467,7 @@ fn a_pinned_gicv2_vcpu_s_wfi_with_its_timer_not_due_leaves_its_list_registers_to
     HYPERVISOR.with(|h| h.set(Some(hypervisor)));
     FakeArch::become_cpu(1);
     take_events();
-    hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
-    let vm = hypervisor.vm(0).unwrap();
-    {
-        let mut vgic = vm.vgic.vgic.lock();
-        // GICD_CTLR, and PPI 27 in Group 1 and enabled (GICD_IGROUPR0, GICD_ISENABLER0).
-        for (offset, value) in [(0x000, 0b11), (0x080, 1 << 27), (0x100, 1 << 27)] {
-            vgic.write(0, offset, 4, value).unwrap();
-        }
-        let _ = vgic.take_kicks();
-    }
+    let vm = timer_for_vcpu_0(hypervisor);
     // The tick; the guest's handler ends it with the next deadline in the future, then waits.
     step(GuestExit::Interrupt, None, None);
     last_step(|s| s.interrupt = Some(27));
@@ -540,15 +518,21 @@ fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
 }
 
 /// VM 0 with its virtual timer's PPI routed as the hypervisor's, Group 1 enabled, and PPI
-/// 27 of vCPU 0 in Group 1 and enabled (its SGI frame); no kick left from the set-up.
+/// 27 of vCPU 0 in Group 1 and enabled (GICv3: its SGI frame's IGROUPR0 and ISENABLER0;
+/// GICv2: the distributor's, banked); no kick left from the set-up.
 fn timer_for_vcpu_0(hypervisor: &'static Hypervisor<FakeArch>) -> std::sync::Arc<Vm<FakeEnv>> {
     hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
     let vm = hypervisor.vm(0).unwrap();
     {
         let mut vgic = vm.vgic.vgic.lock();
         vgic.write(0, 0x000, 4, 0b11).unwrap();
-        vgic.write_redistributor(0x1_0080, 4, 1 << 27).unwrap();
-        vgic.write_redistributor(0x1_0100, 4, 1 << 27).unwrap();
+        for offset in [0x080, 0x100] {
+            if vm.gic_v3 {
+                vgic.write_redistributor(0x1_0000 + offset, 4, 1 << 27).unwrap();
+            } else {
+                vgic.write(0, offset, 4, 1 << 27).unwrap();
+            }
+        }
         let _ = vgic.take_kicks();
     }
     vm
