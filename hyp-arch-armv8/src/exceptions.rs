@@ -14,7 +14,12 @@
 //! and anything the run loop must see (a kick, the end of a slice) is an interrupt, which
 //! exits again right after the ERET (docs/hypercalls.md, "Answered in the vector").
 //!
-//! A data abort (while the vCPU holds no list register, or at GICv2's GICD_SGIR whatever
+//! A word load of the distributor's control words (GICD_CTLR, GICD_TYPER, GICD_IIDR,
+//! GICD_TYPER2) while the vCPU holds no list register is answered there too, from the VM's
+//! copy of them (vgic::ControlWords; docs/vgic.md, "The control words answered in the
+//! vector"), with x0 and x1 alone.
+//!
+//! Any other data abort (while the vCPU holds no list register, or at GICv2's GICD_SGIR whatever
 //! it holds) or a trapped system register access is offered to the run loop's answer in
 //! the vector (`vm::answer_in_vector`,
 //! hyp_runtime::vcpu_run::in_vector), called on the run loop's stack with the guest's
