@@ -13,7 +13,8 @@
 //! [`ListRegisters`] implementation and a [`LineSampler`] of the hardware-mapped level
 //! inputs; [`Distributor::put`] before a vCPU leaves its CPU. After each of these steps it
 //! takes the vCPUs to kick ([`Distributor::take_kicks`]) and the physical SPIs to
-//! deactivate ([`Distributor::deactivate_retired`]).
+//! deactivate ([`Distributor::deactivate_retired`]). [`ControlWords`] is the copy of the
+//! distributor's control words that the AArch64 vector answers a guest's loads of them from.
 //! Nothing here touches hardware or panics on guest input; a VM's state is allocated once,
 //! when it is created, sized by its vCPUs and SPIs.
 #![cfg_attr(not(test), no_std)]
