@@ -21,7 +21,7 @@ use crate::Distributor;
 pub const CONTROL_WORDS_END: u64 = 0x10;
 
 /// The copy: the word at frame offset `4 * i` in entry `i` (the vector indexes it with
-/// the offset's bits [3:2]).
+/// the offset's bits 3 and 2).
 #[repr(C)]
 pub struct ControlWords([AtomicU32; 4]);
 
