@@ -11,6 +11,7 @@ use hyp_core::debug_registers::DebugRegisters;
 use std::sync::atomic::Ordering;
 
 use hyp_core::exit::{GuestContext, InjectedException};
+use hyp_core::exit_stats::ExitCounts;
 use hyp_core::guest_map::{VirtioSlot, GICD_IPA};
 use hyp_core::image::ExecutionState;
 use hyp_core::mmio::MmioDispatch;
@@ -82,6 +83,9 @@ thread_local! {
     /// At each list-register read, whether vCPU 0's list-register lock and VM 0's vGIC lock
     /// were held.
     static LR_READS: RefCell<Vec<(bool, bool)>> = RefCell::default();
+    /// What the run loop gave the image's vector for the vCPU it runs (`vector_calls`): the
+    /// addresses of its exit counts and of its VM's control words.
+    static VECTOR_CALLS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
     /// Whether each list-register read is an event too (`read lr N`), for a test of what
     /// comes before what.
     static LR_READ_EVENTS: Cell<bool> = const { Cell::new(false) };
@@ -235,6 +239,12 @@ impl VcpuCpu for FakeCpu {
     fn leave(&mut self) {
         event("leave".into());
     }
+    fn vector_calls(&mut self, exits: &ExitCounts, control_words: &vgic::ControlWords, _: Option<u32>) {
+        let address = |p: *const ()| p as usize;
+        VECTOR_CALLS.with(|v| {
+            v.set((address(std::ptr::from_ref(exits).cast()), address(std::ptr::from_ref(control_words).cast())))
+        });
+    }
     fn list_registers(&mut self) -> &mut FakeLrs {
         &mut self.lrs
     }
@@ -365,6 +375,22 @@ fn a_fresh_vcpu_starts_at_its_entry_with_its_state_at_reset_and_a_power_off_ends
     assert_eq!(first.0, hyp_core::guest_map::RAM_IPA, "the kernel's entry, at the base of RAM");
     assert!(first.1 > first.0 && first.1 < first.0 + vm.spec.memory, "x0: the device tree, in the VM's RAM");
     assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Stopped));
+}
+
+/// The vector answers a vCPU's exits from what the run loop gave it when the vCPU came
+/// onto the CPU: its own exit counts and its own VM's copy of the control words, never
+/// another VM's (docs/vgic.md, "The control words answered in the vector").
+#[test]
+fn the_vector_is_given_the_running_vcpu_s_counts_and_its_vm_s_control_words() {
+    let hypervisor = hypervisor();
+    VECTOR_CALLS.with(|v| v.set((0, 0)));
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let vm = hypervisor.vm(0).unwrap();
+    let address = |p: *const ()| p as usize;
+    let expected =
+        (address(std::ptr::from_ref(&vm.exits[0]).cast()), address(std::ptr::from_ref(&vm.vgic.control_words).cast()));
+    assert_eq!(VECTOR_CALLS.with(Cell::get), expected);
 }
 
 #[test]
