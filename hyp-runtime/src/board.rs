@@ -74,11 +74,11 @@ pub enum DiskData<'a> {
     /// None (a flush).
     None,
     /// Runs of one VM's RAM. The runtime guarantees that they lie in the RAM of the VM the
-    /// request is for, are whole sectors and, for a read, pairwise disjoint, so each may be
-    /// handed to the disk as a buffer of its own, to write (a write's may overlap: the disk
-    /// only reads them, each through a shared view); and that the VM's RAM is neither zeroed, revoked nor
-    /// given to another VM until the request's completion has been taken
-    /// (`Hypervisor::drain_disk`).
+    /// request is for and are whole sectors, and that the VM's RAM is neither zeroed,
+    /// revoked nor given to another VM until the request's completion has been taken
+    /// (`Hypervisor::drain_disk`). They may share memory (a guest may name a buffer twice):
+    /// the disk hands them to its device as physical runs, never as Rust slices, so two of
+    /// them over the same memory are two descriptors of it and nothing more.
     Guest(&'a [PhysicalRun]),
     /// The first `len` bytes (whole sectors) of a hypervisor buffer, which the disk owns
     /// while the request is in flight and gives back with its completion: nothing else can

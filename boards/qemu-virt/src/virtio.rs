@@ -10,6 +10,7 @@
 //! (hyp_runtime::board::BoardDisk), a frame is queued and its buffer taken back later.
 
 use core::ptr::NonNull;
+use core::sync::atomic::{fence, Ordering};
 
 use alloc::alloc::{alloc_zeroed, dealloc};
 use alloc::boxed::Box;
@@ -20,9 +21,9 @@ use hyp_core::sync::Mutex;
 use hyp_runtime::board::{BoardDisk, DiskCompletion, DiskData, DiskError, DiskOp, DiskRequest, Rejected};
 use hyp_runtime::network::ReceivedFrame;
 use spin::Once;
+use vdev::virtio::driver_queue::{DriverQueue, Part, QueueError, QueueLayout, RingMemory};
 use virtio_drivers::device::blk::SECTOR_SIZE;
 use virtio_drivers::device::net::VirtIONetRaw;
-use virtio_drivers::queue::VirtQueue;
 use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
 use virtio_drivers::transport::{DeviceType, Transport};
 use virtio_drivers::{BufferDirection, PhysAddr, PAGE_SIZE};
@@ -83,121 +84,206 @@ bitflags::bitflags! {
     }
 }
 
-/// Descriptors of the board disk's request queue: a guest request's data buffers (at most
-/// the guest device's SEG_MAX, 254) plus header and status fit in one chain.
-const DISK_QUEUE: usize = 256;
-
-/// Requests in flight on the board's disk at once, all VMs together (each VM has an equal
-/// share: docs/virtio.md, "Locks"). With indirect descriptors a request takes one
-/// descriptor of the queue; each keeps its buffer lists here, reserved at boot.
-const DISK_SLOTS: usize = 32;
-
 /// virtio-blk request types (virtio 1.2, 5.2.6).
 const VIRTIO_BLK_T_IN: u32 = 0;
 const VIRTIO_BLK_T_OUT: u32 = 1;
 const VIRTIO_BLK_T_FLUSH: u32 = 4;
 
+/// Descriptors of the board disk's ring, and of each request's indirect table: a guest
+/// request's data buffers (at most the guest device's SEG_MAX, 254) plus header and status
+/// fit in one table.
+const DISK_QUEUE: u16 = 256;
+
+/// Requests in flight on the board's disk at once, all VMs together (each VM has an equal
+/// share: docs/virtio.md, "Locks"). Each takes one descriptor of the ring and the indirect
+/// table of its slot (vdev::virtio::driver_queue), reserved at boot.
+const DISK_SLOTS: u16 = 32;
+
+/// The memory of the board disk's queue: zeroed heap pages, identity-mapped, shared with the
+/// device; every access a volatile one of its width.
+struct DmaRing {
+    base: NonNull<u8>,
+    layout: Layout,
+}
+
+impl DmaRing {
+    fn new(bytes: usize) -> Option<Self> {
+        let layout = Layout::from_size_align(bytes, PAGE_SIZE).ok().filter(|l| l.size() != 0)?;
+        // SAFETY: the layout has a non-zero size.
+        let base = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        Some(DmaRing { base, layout })
+    }
+
+    /// The address of `offset`, if an access of `width` bytes there lies in the memory and
+    /// is aligned to its width.
+    fn at(&self, offset: usize, width: usize) -> Option<*mut u8> {
+        let inside = offset.checked_add(width).is_some_and(|end| end <= self.layout.size());
+        // SAFETY: `offset` is within the allocation (checked just before).
+        (inside && offset.is_multiple_of(width)).then(|| unsafe { self.base.as_ptr().add(offset) })
+    }
+}
+
+impl Drop for DmaRing {
+    fn drop(&mut self) {
+        // SAFETY: the memory `new` allocated with this layout. The disk is never dropped while
+        // its device may use the queue (`HostDisk::new` fails before handing it to the device).
+        unsafe { dealloc(self.base.as_ptr(), self.layout) };
+    }
+}
+
+// SAFETY (of each volatile access below): `at` returned an address inside the allocation,
+// aligned to the access's width; the memory is plain RAM this queue owns, which no Rust
+// reference covers, and which only the device touches besides.
+impl RingMemory for DmaRing {
+    fn read_u16(&self, offset: usize) -> u16 {
+        // SAFETY: as said above the impl.
+        self.at(offset, 2).map_or(0, |p| u16::from_le(unsafe { p.cast::<u16>().read_volatile() }))
+    }
+    fn read_u32(&self, offset: usize) -> u32 {
+        // SAFETY: as said above the impl.
+        self.at(offset, 4).map_or(0, |p| u32::from_le(unsafe { p.cast::<u32>().read_volatile() }))
+    }
+    fn write_u16(&self, offset: usize, value: u16) {
+        if let Some(p) = self.at(offset, 2) {
+            // SAFETY: as said above the impl.
+            unsafe { p.cast::<u16>().write_volatile(value.to_le()) }
+        }
+    }
+    fn write_u32(&self, offset: usize, value: u32) {
+        if let Some(p) = self.at(offset, 4) {
+            // SAFETY: as said above the impl.
+            unsafe { p.cast::<u32>().write_volatile(value.to_le()) }
+        }
+    }
+    fn write_u64(&self, offset: usize, value: u64) {
+        if let Some(p) = self.at(offset, 8) {
+            // SAFETY: as said above the impl.
+            unsafe { p.cast::<u64>().write_volatile(value.to_le()) }
+        }
+    }
+    fn write_descriptor(&self, offset: usize, addr: u64, len: u32, flags: u16, next: u16) {
+        if let Some(p) = self.at(offset, 16) {
+            // SAFETY: as said above the impl, for the 16 bytes at `p` (aligned to 16, so each
+            // field is aligned to its width).
+            unsafe {
+                p.cast::<u64>().write_volatile(addr.to_le());
+                p.add(8).cast::<u32>().write_volatile(len.to_le());
+                p.add(12).cast::<u16>().write_volatile(flags.to_le());
+                p.add(14).cast::<u16>().write_volatile(next.to_le());
+            }
+        }
+    }
+    fn fence(&self) {
+        // The device is cache-coherent (QEMU's `virt` marks it `dma-coherent`): a barrier
+        // of the inner shareable domain orders the accesses as it sees them.
+        fence(Ordering::SeqCst);
+    }
+    fn address(&self) -> u64 {
+        self.base.as_ptr() as u64
+    }
+}
+
+// SAFETY: the ring's memory is owned by the disk, which the hypervisor keeps behind a lock.
+unsafe impl Send for DmaRing {}
+
 /// One request in flight on the board's disk: its header and status byte (heap memory that
-/// does not move while the device reads and writes it), and the buffers it was given, kept
-/// until its completion is taken (virtio-drivers' `pop_used` wants the same ones back).
+/// does not move while the device reads and writes it), and the bounce buffer it was given,
+/// kept until its completion is taken.
 struct Flight {
-    /// The queue's token while in flight.
-    token: Option<u16>,
     owner: usize,
     header: Box<[u8; 16]>,
     status: Box<[u8; 1]>,
-    /// The device-readable buffers (header first) and device-writable ones (status last).
-    /// Their lifetime is not 'static: they name the flight's own header and status, a VM's
-    /// RAM (which the runtime keeps for the VM until this completes, `DiskData::Guest`) or
-    /// `bounce`; they are cleared when the request completes, before any of that can go.
-    inputs: Vec<&'static [u8]>,
-    outputs: Vec<&'static mut [u8]>,
     /// The bounce buffer the disk owns while the request is in flight.
     bounce: Option<Box<[u8]>>,
 }
 
-/// The board's disk. The hypervisor drives its queue itself rather than through
-/// `virtio-drivers`' block driver, which takes one buffer a request and waits for it: a
-/// guest request, with its scatter-gather list, becomes one request of the board's disk,
-/// queued without waiting (hyp_runtime::board::BoardDisk); its interrupt says requests
-/// completed.
+/// The board's disk. The hypervisor drives its queue itself (vdev::virtio::driver_queue)
+/// rather than through `virtio-drivers`' block driver, which takes one buffer a request and
+/// waits for it: a guest request, with its scatter-gather list, becomes one request of the
+/// board's disk, its buffers written into the descriptors of its slot's table as physical
+/// runs, queued without waiting (hyp_runtime::board::BoardDisk); its interrupt says
+/// requests completed.
 pub struct HostDisk {
     transport: Transport0,
-    queue: VirtQueue<IdentityHal, DISK_QUEUE>,
+    queue: DriverQueue<DmaRing>,
     capacity: u64,
     /// Its interrupt: the hypervisor routes it (hyp_runtime::interrupts::Route::Disk).
     intid: Option<u32>,
+    /// The request in each slot of the queue.
     flights: Vec<Flight>,
-    /// The flight of each token in flight.
-    by_token: [Option<u8>; DISK_QUEUE],
+}
+
+/// Why the board's disk cannot be used.
+enum DiskSetupError {
+    Transport(virtio_drivers::Error),
+    /// The device does not offer indirect descriptors (VIRTIO_F_INDIRECT_DESC), on which the
+    /// queue's layout rests, or a queue as long as the hypervisor's.
+    Lacks(&'static str),
+    Queue(QueueError),
+    /// No heap memory for the queue.
+    NoMemory,
+}
+
+impl core::fmt::Display for DiskSetupError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DiskSetupError::Transport(e) => write!(f, "{e}"),
+            DiskSetupError::Lacks(what) => write!(f, "the device lacks {what}, which the hypervisor's driver needs"),
+            DiskSetupError::Queue(e) => write!(f, "{e}"),
+            DiskSetupError::NoMemory => write!(f, "no heap memory for its queue"),
+        }
+    }
+}
+
+impl From<virtio_drivers::Error> for DiskSetupError {
+    fn from(e: virtio_drivers::Error) -> Self {
+        DiskSetupError::Transport(e)
+    }
 }
 
 impl HostDisk {
-    fn new(mut transport: Transport0, intid: Option<u32>) -> Result<Self, virtio_drivers::Error> {
+    fn new(mut transport: Transport0, intid: Option<u32>) -> Result<Self, DiskSetupError> {
         let features = transport.begin_init(
             BlockFeatures::FLUSH
                 | BlockFeatures::RING_INDIRECT_DESC
                 | BlockFeatures::RING_EVENT_IDX
                 | BlockFeatures::VERSION_1,
         );
+        if !features.contains(BlockFeatures::RING_INDIRECT_DESC) {
+            return Err(DiskSetupError::Lacks("indirect descriptors (VIRTIO_F_INDIRECT_DESC)"));
+        }
         // Configuration offsets 0 and 4: capacity in sectors, low and high halves (5.2.4).
         let capacity = transport.read_consistent(|| {
             let low: u32 = transport.read_config_space(0)?;
             let high: u32 = transport.read_config_space(4)?;
             Ok(u64::from(low) | u64::from(high) << 32)
         })?;
-        let queue = VirtQueue::new(
-            &mut transport,
-            0,
-            features.contains(BlockFeatures::RING_INDIRECT_DESC),
-            features.contains(BlockFeatures::RING_EVENT_IDX),
-        )?;
+        if transport.queue_used(0) || transport.max_queue_size(0) < u32::from(DISK_QUEUE) {
+            return Err(DiskSetupError::Lacks("a request queue of 256 descriptors"));
+        }
+        let layout = QueueLayout::new(DISK_QUEUE, DISK_SLOTS, DISK_QUEUE).map_err(DiskSetupError::Queue)?;
+        let ring = DmaRing::new(layout.bytes()).ok_or(DiskSetupError::NoMemory)?;
+        let queue = DriverQueue::new(ring, layout, features.contains(BlockFeatures::RING_EVENT_IDX));
+        let (descriptors, driver_area, device_area) = queue.areas();
+        transport.queue_set(0, u32::from(DISK_QUEUE), descriptors, driver_area, device_area);
         transport.finish_init();
         let flights = (0..DISK_SLOTS)
-            .map(|_| Flight {
-                token: None,
-                owner: 0,
-                header: Box::new([0; 16]),
-                status: Box::new([0xff]),
-                inputs: Vec::with_capacity(DISK_QUEUE),
-                outputs: Vec::with_capacity(DISK_QUEUE),
-                bounce: None,
-            })
+            .map(|_| Flight { owner: 0, header: Box::new([0; 16]), status: Box::new([0xff]), bounce: None })
             .collect();
-        Ok(HostDisk { transport, queue, capacity, intid, flights, by_token: [None; DISK_QUEUE] })
+        Ok(HostDisk { transport, queue, capacity, intid, flights })
     }
 
-    /// Checks a transfer: non-empty buffers of whole sectors, within the disk.
-    fn check(&self, sector: u64, lens: impl Iterator<Item = usize> + Clone) -> bool {
-        let count = lens.clone().count();
-        let bytes: usize = lens.clone().sum();
-        let whole = lens.clone().all(|len| len != 0 && len.is_multiple_of(SECTOR_SIZE));
-        let end = sector.checked_add((bytes / SECTOR_SIZE) as u64);
-        count != 0 && count <= DISK_QUEUE - 2 && whole && end.is_some_and(|e| e <= self.capacity)
+    /// Checks a transfer: non-empty buffers of whole sectors, within the disk, in one pass.
+    fn check(&self, sector: u64, lens: impl Iterator<Item = usize>) -> bool {
+        let (mut count, mut sectors, mut whole) = (0usize, 0u64, true);
+        for len in lens {
+            count += 1;
+            sectors += (len / SECTOR_SIZE) as u64;
+            whole &= len != 0 && len.is_multiple_of(SECTOR_SIZE);
+        }
+        let end = sector.checked_add(sectors);
+        count != 0 && count <= usize::from(DISK_QUEUE) - 2 && whole && end.is_some_and(|e| e <= self.capacity)
     }
-}
-
-/// `len` bytes at physical address `pa` as a buffer for the device to write, of any
-/// lifetime.
-///
-/// # Safety
-/// The memory is RAM, identity-mapped at EL2, not otherwise referenced as a Rust object
-/// while the slice exists (a VM's RAM, which only the VM and devices touch, or a buffer the
-/// disk owns), and stays allocated while the slice exists.
-unsafe fn device_buffer<'a>(pa: u64, len: usize) -> &'a mut [u8] {
-    // SAFETY: as the caller guarantees.
-    unsafe { core::slice::from_raw_parts_mut(pa as *mut u8, len) }
-}
-
-/// `len` bytes at physical address `pa` as a buffer for the device to read, of any
-/// lifetime: shared, so a guest's write naming the same memory twice hands the device two
-/// views of it that may alias.
-///
-/// # Safety
-/// As for `device_buffer`, except that other shared views of the memory may exist.
-unsafe fn device_readable<'a>(pa: u64, len: usize) -> &'a [u8] {
-    // SAFETY: as the caller guarantees.
-    unsafe { core::slice::from_raw_parts(pa as *const u8, len) }
 }
 
 impl BoardDisk for HostDisk {
@@ -206,7 +292,7 @@ impl BoardDisk for HostDisk {
     }
 
     fn slots(&self) -> usize {
-        DISK_SLOTS
+        usize::from(DISK_SLOTS)
     }
 
     fn interrupt(&self) -> Option<u32> {
@@ -214,7 +300,11 @@ impl BoardDisk for HostDisk {
     }
 
     /// Queues the request (header, buffers, status byte) and notifies the device if its
-    /// event index asks for it; returns at once with the queue's token.
+    /// event index asks for it; returns at once with the request's slot as its tag. The
+    /// buffers are handed to the device as physical runs, never made Rust slices: a guest
+    /// run is RAM of the request's VM, kept for it until the completion is taken (the
+    /// `DiskData::Guest` contract), and the bounce buffer stays in the flight, untouched,
+    /// until then.
     fn submit(&mut self, request: DiskRequest<'_>) -> Result<u16, Rejected> {
         let DiskRequest { owner, op, sector, data } = request;
         let (runs, bounce) = match data {
@@ -232,67 +322,34 @@ impl BoardDisk for HostDisk {
         if !valid {
             return refuse(bounce, false);
         }
-        let Some(index) = self.flights.iter().position(|f| f.token.is_none()) else { return refuse(bounce, true) };
+        let Some(slot) = (0..DISK_SLOTS).find(|&s| self.queue.is_free(s)) else { return refuse(bounce, true) };
         let kind = match op {
             DiskOp::Read => VIRTIO_BLK_T_IN,
             DiskOp::Write => VIRTIO_BLK_T_OUT,
             DiskOp::Flush => VIRTIO_BLK_T_FLUSH,
         };
-        let HostDisk { transport, queue, flights, by_token, .. } = self;
-        let flight = &mut flights[index];
+        let HostDisk { transport, queue, flights, .. } = self;
+        let flight = &mut flights[usize::from(slot)];
         flight.header[..4].copy_from_slice(&kind.to_le_bytes());
         flight.header[4..8].fill(0);
         flight.header[8..].copy_from_slice(&sector.to_le_bytes());
         flight.status[0] = 0xff;
         flight.owner = owner;
-        flight.inputs.clear();
-        flight.outputs.clear();
-        // SAFETY: of each `device_buffer` and `device_readable` here: the header and status
-        // are this flight's own heap memory, touched by nothing else until the request
-        // completes; guest runs are RAM of the request's VM, pairwise disjoint for a read
-        // (the device writes them) and possibly not for a write (the device only reads
-        // them, through shared views), kept for the VM until the completion is taken (the
-        // `DiskData::Guest` contract), and aliasing memory the guest may change at any
-        // time, so they are only handed to the device, never read here; the bounce buffer
-        // is kept in the flight, untouched, until then. All are cleared from the lists when
-        // the request completes (`take_completed`), or here if it is not queued.
-        let header = unsafe { device_readable(flight.header.as_ptr() as u64, 16) };
-        flight.inputs.push(header);
-        // SAFETY: the flight's status byte, as said above.
-        let status = unsafe { device_buffer(flight.status.as_mut_ptr() as u64, 1) };
-        let data = runs.iter().map(|r| (r.pa, r.len as usize));
-        let bounce_part = bounce.as_ref().map(|(buffer, len)| (buffer.as_ptr() as u64, *len));
-        for (pa, len) in data.chain(bounce_part) {
-            if op == DiskOp::Read {
-                // SAFETY: a read's guest run (disjoint from the others) or the bounce
-                // buffer, as said above.
-                flight.outputs.push(unsafe { device_buffer(pa, len) });
-            } else {
-                // SAFETY: a write's guest run or the bounce buffer, as said above.
-                flight.inputs.push(unsafe { device_readable(pa, len) });
-            }
-        }
-        flight.outputs.push(status);
-        // SAFETY: the buffers stay valid and untouched until `pop_used` with this token
-        // (`take_completed`), as said above.
-        let added = unsafe { queue.add(&flight.inputs, &mut flight.outputs) };
-        let token = match added {
-            Ok(token) => token,
-            Err(e) => {
-                flight.inputs.clear();
-                flight.outputs.clear();
-                return refuse(bounce, matches!(e, virtio_drivers::Error::QueueFull));
-            }
+        let device_writes = op == DiskOp::Read;
+        let header = Part { addr: flight.header.as_ptr() as u64, len: 16, device_writes: false };
+        let data = runs.iter().map(|r| Part { addr: r.pa, len: r.len, device_writes });
+        let bounce_part =
+            bounce.as_ref().map(|(buffer, len)| Part { addr: buffer.as_ptr() as u64, len: *len as u32, device_writes });
+        let status = Part { addr: flight.status.as_mut_ptr() as u64, len: 1, device_writes: true };
+        let notify = match queue.publish(slot, header, data.chain(bounce_part), status) {
+            Ok(notify) => notify,
+            Err(_) => return refuse(bounce, false),
         };
-        flight.token = Some(token);
         flight.bounce = bounce.map(|b| b.0);
-        if let Some(slot) = by_token.get_mut(usize::from(token)) {
-            *slot = Some(index as u8);
-        }
-        if queue.should_notify() {
+        if notify {
             transport.notify(0);
         }
-        Ok(token)
+        Ok(slot)
     }
 
     /// Lowers the device's level-sensitive line (InterruptStatus, virtio 1.2 4.2.2).
@@ -300,30 +357,25 @@ impl BoardDisk for HostDisk {
         let _ = self.transport.ack_interrupt();
     }
 
-    /// The next request on the used ring: its buffers taken back, its status byte read.
+    /// The next request on the used ring, its status byte read.
     fn take_completed(&mut self) -> Option<DiskCompletion> {
-        let token = self.queue.peek_used()?;
-        let index = usize::from((*self.by_token.get(usize::from(token))?)?);
-        let HostDisk { queue, flights, by_token, .. } = self;
-        let flight = flights.get_mut(index)?;
-        let outputs: *mut [&'static mut [u8]] = flight.outputs.as_mut_slice();
-        // The cast shortens the buffers' lifetime, which clippy does not see.
-        #[allow(clippy::unnecessary_cast)]
-        // SAFETY: the same list with its buffers' lifetime shortened to this call's (which
-        // `pop_used` wants for the list and the buffers alike): it only reads the list, and
-        // stores nothing in it.
-        let outputs: &mut [&mut [u8]] = unsafe { &mut *(outputs as *mut [&mut [u8]]) };
-        // SAFETY: the same buffers `add` was given for this token.
-        let popped = unsafe { queue.pop_used(token, &flight.inputs, outputs) };
-        flight.inputs.clear();
-        flight.outputs.clear();
-        flight.token = None;
-        by_token[usize::from(token)] = None;
-        let result = match (popped, flight.status[0]) {
-            (Ok(_), 0) => Ok(()),
-            _ => Err(DiskError),
-        };
-        Some(DiskCompletion { owner: flight.owner, tag: token, result, bounce: flight.bounce.take() })
+        let strays = self.queue.strays();
+        let used = self.queue.take_used();
+        if self.queue.strays() != strays {
+            println!(
+                "hypervisor: the board's disk returned {} request(s) it was not given: skipped ({} so far)",
+                self.queue.strays() - strays,
+                self.queue.strays()
+            );
+        }
+        let used = used?;
+        let flight = self.flights.get_mut(usize::from(used.slot))?;
+        // SAFETY: the flight's own status byte, which the device wrote (the used element
+        // came after it) and which nothing else references now; read volatile, as the
+        // compiler cannot see the device's write.
+        let status = unsafe { flight.status.as_ptr().read_volatile() };
+        let result = if status == 0 { Ok(()) } else { Err(DiskError) };
+        Some(DiskCompletion { owner: flight.owner, tag: used.slot, result, bounce: flight.bounce.take() })
     }
 }
 

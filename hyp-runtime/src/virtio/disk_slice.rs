@@ -10,7 +10,7 @@ use alloc::vec::Vec;
 
 use hyp_core::bundle::DiskSlice;
 use vdev::virtio::block::{BlockBackend, BlockError, BlockRequest, Pending, Started, SEG_MAX};
-use vdev::virtio::bounce::{self, Direction, PlanScratch, Route, BOUNCE_BYTES};
+use vdev::virtio::bounce::{self, Route, BOUNCE_BYTES};
 use vdev::virtio::memory::{GuestMemory, GuestMemoryError, Segment};
 
 use super::PhysicalRam;
@@ -27,7 +27,7 @@ pub struct DiskSliceBackend<K: 'static, M> {
     count: u64,
     ram: M,
     id: [u8; 20],
-    /// For requests whose buffers are not whole sectors or overlap: allocated once, with
+    /// For requests whose buffers are not whole sectors: allocated once, with
     /// the VM, so a request's size never decides an allocation (vdev::virtio::bounce). None
     /// while a chunk is in flight: the board's disk holds it then, and gives it back with
     /// the chunk's completion.
@@ -42,12 +42,9 @@ pub struct DiskSliceBackend<K: 'static, M> {
     share: usize,
     /// The VM is being destroyed: completions touch its RAM no more, nothing new starts.
     stopped: bool,
-    /// A direct request's runs of adjacent buffers, what `bounce::plan` decides their
-    /// overlap in (the pages they claim, a sorted copy of them) and their physical runs,
-    /// each for `SEG_MAX` runs, reserved with the VM and reused by every request
-    /// (`physical_runs`).
+    /// A direct request's runs of adjacent buffers and their physical runs, each for
+    /// `SEG_MAX` runs, reserved with the VM and reused by every request (`physical_runs`).
     runs: Vec<Segment>,
-    scratch: PlanScratch,
     physical: Vec<PhysicalRun>,
 }
 
@@ -56,12 +53,12 @@ pub struct DiskSliceBackend<K: 'static, M> {
 /// of `physical_runs` are reserved this long once.
 const MAX_RUNS: usize = SEG_MAX as usize;
 
-/// The runs of the VM's RAM a request of `segments` going `direction` hands the board's
-/// disk, into `physical`: `Route::Direct` when each segment is whole sectors, no two of a
-/// read's overlap (`bounce::plan`: a write's may, the disk only reads them), and the
-/// request's bytes, in order, make at most `MAX_RUNS` physically contiguous runs, each of
-/// whole sectors; `Route::Bounce` otherwise. Adjacent segments are merged first
-/// (`bounce::plan`, into `runs`, with `scratch`), then each merged run is translated a
+/// The runs of the VM's RAM a request of `segments` hands the board's disk, into
+/// `physical`: `Route::Direct` when each segment is whole sectors and the request's bytes,
+/// in order, make at most `MAX_RUNS` physically contiguous runs, each of whole sectors;
+/// `Route::Bounce` otherwise. Segments may share memory (`bounce::Route::Direct`).
+/// Adjacent segments are merged first (`bounce::plan`, into `runs`), then each merged run
+/// is translated a
 /// physically contiguous piece at a time (`PhysicalRam::contiguous`: one call for a run of
 /// RAM that is one region), and a piece that continues the run before it physically is
 /// merged with it: so a run never spans two pieces of RAM that are not adjacent in
@@ -71,12 +68,10 @@ pub(crate) fn physical_runs<M: PhysicalRam>(
     ram: &M,
     segments: &[Segment],
     runs: &mut Vec<Segment>,
-    scratch: &mut PlanScratch,
     physical: &mut Vec<PhysicalRun>,
-    direction: Direction,
 ) -> Result<Route, GuestMemoryError> {
     physical.clear();
-    if bounce::plan(segments, runs, scratch, direction) == Route::Bounce {
+    if bounce::plan(segments, runs) == Route::Bounce {
         return Ok(Route::Bounce);
     }
     for run in runs.iter() {
@@ -184,7 +179,6 @@ impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
         flights.try_reserve_exact(share).map_err(|_| DiskSliceError::NoMemory)?;
         let (mut runs, mut physical) = (Vec::new(), Vec::new());
         runs.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
-        let scratch = PlanScratch::new(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
         physical.try_reserve_exact(MAX_RUNS).map_err(|_| DiskSliceError::NoMemory)?;
         Ok(DiskSliceBackend {
             disk,
@@ -199,7 +193,6 @@ impl<K: BoardDisk, M: PhysicalRam> DiskSliceBackend<K, M> {
             share,
             stopped: false,
             runs,
-            scratch,
             physical,
         })
     }
@@ -360,7 +353,7 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
     }
 
     /// Queues the request on the board's disk: straight into the guest's buffers when each
-    /// is whole sectors and no two of a read's overlap (adjacent ones merged into one run),
+    /// is whole sectors (adjacent ones merged into one run),
     /// through the bounce buffer a chunk at a time otherwise. The device model already bounded the
     /// request (seg_max, size_max); a direct request allocates nothing (its lists of runs
     /// are the backend's, reserved with the VM: `physical_runs`), a bounced one a copy of
@@ -374,10 +367,10 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
         if self.in_flight() >= self.share {
             return Started::Busy;
         }
-        let (op, direction, sector, segments) = match request {
+        let (op, sector, segments) = match request {
             BlockRequest::Flush => return self.submit(DiskOp::Flush, 0, DiskData::None, pending),
-            BlockRequest::Read { sector, segments } => (DiskOp::Read, Direction::Read, sector, segments),
-            BlockRequest::Write { sector, segments } => (DiskOp::Write, Direction::Write, sector, segments),
+            BlockRequest::Read { sector, segments } => (DiskOp::Read, sector, segments),
+            BlockRequest::Write { sector, segments } => (DiskOp::Write, sector, segments),
         };
         let total: u64 = segments.iter().map(|s| u64::from(s.len)).sum();
         let sectors = total / SECTOR;
@@ -386,7 +379,7 @@ impl<K: BoardDisk, M: PhysicalRam> BlockBackend for DiskSliceBackend<K, M> {
             return Started::Done(Err(BlockError::OutOfRange { sector, sectors }));
         }
         let at = self.first + sector;
-        match physical_runs(&self.ram, segments, &mut self.runs, &mut self.scratch, &mut self.physical, direction) {
+        match physical_runs(&self.ram, segments, &mut self.runs, &mut self.physical) {
             Ok(Route::Direct) => {}
             Ok(Route::Bounce) => return self.start_bounced(op, at, segments, total, pending),
             Err(e) => return Started::Done(Err(BlockError::Memory(e))),
