@@ -1,6 +1,7 @@
 //! virtio-mmio devices as guests see them (device side, virtio 1.2): the virtio-mmio version 2
 //! transport, split virtqueues over a guest-memory accessor, block, network and console device
-//! models with their backends behind traits, and the virtual switch.
+//! models with their backends behind traits, and the virtual switch; and one queue seen from
+//! the driver's side (`driver_queue`), the hypervisor's own on the board's disk.
 
 pub mod block;
 pub mod bounce;
