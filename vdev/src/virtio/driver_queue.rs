@@ -11,15 +11,12 @@
 //! (2.6.2: descriptors, then the available ring, then the used ring from the next page),
 //! which a virtio 1.x transport takes as well.
 
-use crate::virtio::queue::vring_need_event;
+use crate::virtio::chain::{
+    DESCRIPTOR_SIZE, VIRTQ_DESC_F_INDIRECT as F_INDIRECT, VIRTQ_DESC_F_NEXT as F_NEXT, VIRTQ_DESC_F_WRITE as F_WRITE,
+};
+use crate::virtio::queue::{vring_need_event, VIRTQ_USED_F_NO_NOTIFY as USED_F_NO_NOTIFY};
 
-/// VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, VIRTQ_DESC_F_INDIRECT (2.7.5).
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
-/// VIRTQ_USED_F_NO_NOTIFY (2.7.8), what a device without EVENT_IDX says to stop notifies.
-const USED_F_NO_NOTIFY: u16 = 1;
-const DESCRIPTOR: usize = 16;
+const DESCRIPTOR: usize = DESCRIPTOR_SIZE as usize;
 const PAGE: usize = 4096;
 
 /// The memory a driver shares with its device for one queue. Offsets are bytes from its
