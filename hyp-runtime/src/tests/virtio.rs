@@ -501,10 +501,17 @@ fn plan_on(
     ram: &PagedRam,
     segments: &[Segment],
 ) -> (Result<vdev::virtio::bounce::Route, GuestMemoryError>, Vec<PhysicalRun>) {
-    let cap = vdev::virtio::block::SEG_MAX as usize;
-    let (mut runs, mut physical) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
-    let route = crate::virtio::disk_slice::physical_runs(ram, segments, &mut runs, &mut physical);
-    assert_eq!((runs.capacity(), physical.capacity()), (cap, cap), "nothing allocated");
+    plan_with(ram, segments, vdev::virtio::block::SEG_MAX as usize)
+}
+
+fn plan_with(
+    ram: &PagedRam,
+    segments: &[Segment],
+    cap: usize,
+) -> (Result<vdev::virtio::bounce::Route, GuestMemoryError>, Vec<PhysicalRun>) {
+    let mut physical = Vec::with_capacity(cap);
+    let route = crate::virtio::disk_slice::physical_runs(ram, segments, &mut physical);
+    assert_eq!(physical.capacity(), cap, "nothing allocated");
     (route, physical)
 }
 
@@ -536,6 +543,35 @@ fn a_run_of_ram_that_is_one_region_is_translated_once_and_pages_apart_in_memory_
     // A piece of a sector on each side of a physical break: not whole sectors, bounced.
     let (route, physical) = plan_on(&swapped, &[seg(RAM_IPA + PAGE - 256, 512)]);
     assert_eq!((route, physical.len()), (Ok(Route::Bounce), 0));
+}
+
+#[test]
+fn only_segments_that_follow_each_other_are_merged_and_a_request_of_too_many_runs_is_bounced() {
+    use vdev::virtio::bounce::Route;
+    let linear = PagedRam::new((0..1024).map(Some).collect());
+    // The same pages in descending order follow each other in neither space.
+    let down: Vec<_> = (0..254u64).rev().map(|i| seg(RAM_IPA + i * PAGE, PAGE as usize)).collect();
+    let (route, physical) = plan_on(&linear, &down);
+    assert_eq!((route, physical.len(), linear.calls.get()), (Ok(Route::Direct), 254, 254));
+    // A segment inside an earlier one's memory is not merged into it.
+    let inside = [seg(RAM_IPA + PAGE, 1024), seg(RAM_IPA, 2 * PAGE as usize), seg(RAM_IPA + 2 * PAGE, 512)];
+    let want =
+        vec![PhysicalRun { pa: PAGED_PA + PAGE, len: 1024 }, PhysicalRun { pa: PAGED_PA, len: 2 * PAGE as u32 + 512 }];
+    assert_eq!(plan_on(&linear, &inside), (Ok(Route::Direct), want));
+    // Three runs where the list holds two: bounced, the list left empty and not grown.
+    let three = [seg(RAM_IPA, 512), seg(RAM_IPA + 1024, 512), seg(RAM_IPA + 512, 512)];
+    assert_eq!(plan_with(&linear, &three, 2), (Ok(Route::Bounce), vec![]));
+    // Three adjacent segments are one run, which a list of one holds.
+    let adjacent = [seg(RAM_IPA, 512), seg(RAM_IPA + 512, 512), seg(RAM_IPA + 1024, 512)];
+    assert_eq!(plan_with(&linear, &adjacent, 1), (Ok(Route::Direct), vec![PhysicalRun { pa: PAGED_PA, len: 1536 }]));
+    // Pages swapped pairwise: a segment of two pages is two runs, 254 of them 508.
+    let swapped = PagedRam::new((0..1024).map(|p| Some(p ^ 1)).collect());
+    let pairs: Vec<_> = (0..254u64).map(|i| seg(RAM_IPA + 4 * i * PAGE, 2 * PAGE as usize)).collect();
+    assert_eq!(plan_on(&swapped, &pairs), (Ok(Route::Bounce), vec![]));
+    // A segment that is not whole sectors after runs already translated: bounced, nothing kept.
+    let late = [seg(RAM_IPA, 512), seg(RAM_IPA + PAGE, 512), seg(RAM_IPA + 2 * PAGE, 513)];
+    assert_eq!(plan_on(&linear, &late), (Ok(Route::Bounce), vec![]));
+    assert_eq!(plan_on(&linear, &[]), (Ok(Route::Direct), vec![]));
 }
 
 #[test]

@@ -161,8 +161,9 @@ pub struct VirtioBlock<B: BlockBackend> {
     /// The backend refused a chain for now (`Started::Busy`): it waits on the available
     /// ring for a completion.
     waiting: bool,
-    /// A request's data segments, handed to the backend: one list whose capacity, grown
-    /// (fallibly) by the first requests, serves every request after them.
+    /// A request's data segments, handed to the backend when they are not the chain's own
+    /// buffers as they are (`data_segments`): one list whose capacity, grown (fallibly) by
+    /// the first such requests, serves every request after them.
     segments: Vec<Segment>,
 }
 
@@ -336,10 +337,12 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     let what = "the read request's data buffer is device-readable; the device must write into it";
                     return fail(q, DeviceIncident::WrongDirection { queue: 0, head, what });
                 }
-                if !chain.segments_into(&mut self.segments, true, 0, data_writable) {
+                // The data is the writable part less the status byte.
+                let Some(segments) = data_segments(chain, &mut self.segments, true, 0, data_writable) else {
                     return Served::Now(VIRTIO_BLK_S_IOERR, 0);
-                }
-                if let Err(incident) = within_limits(head, &self.segments, data_writable).and(self.check_range(
+                };
+                if let Err(incident) = within_limits(head, chain, segments, data_writable).and(check_range(
+                    &self.backend,
                     head,
                     sector,
                     data_writable,
@@ -347,7 +350,7 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     return fail(q, incident);
                 }
                 let pending = Pending { written: data_writable, ..pending };
-                match self.backend.start(mem, BlockRequest::Read { sector, segments: &self.segments }, pending) {
+                match self.backend.start(mem, BlockRequest::Read { sector, segments }, pending) {
                     Started::Done(Ok(())) => Served::Now(VIRTIO_BLK_S_OK, data_writable),
                     Started::Done(Err(_)) => {
                         fail(q, DeviceIncident::RequestFailed { queue: 0, head, what: "the backend failed to read" })
@@ -366,17 +369,19 @@ impl<B: BlockBackend> VirtioBlock<B> {
                     let what = "write request to a read-only disk";
                     return fail(q, DeviceIncident::RequestFailed { queue: 0, head, what });
                 }
-                if !chain.segments_into(&mut self.segments, false, HEADER_LEN, readable_data) {
+                // The data is the readable part after the header.
+                let Some(segments) = data_segments(chain, &mut self.segments, false, HEADER_LEN, readable_data) else {
                     return Served::Now(VIRTIO_BLK_S_IOERR, 0);
-                }
-                if let Err(incident) = within_limits(head, &self.segments, readable_data).and(self.check_range(
+                };
+                if let Err(incident) = within_limits(head, chain, segments, readable_data).and(check_range(
+                    &self.backend,
                     head,
                     sector,
                     readable_data,
                 )) {
                     return fail(q, incident);
                 }
-                match self.backend.start(mem, BlockRequest::Write { sector, segments: &self.segments }, pending) {
+                match self.backend.start(mem, BlockRequest::Write { sector, segments }, pending) {
                     Started::Done(Ok(())) => Served::Now(VIRTIO_BLK_S_OK, 0),
                     Started::Done(Err(_)) => {
                         fail(q, DeviceIncident::RequestFailed { queue: 0, head, what: "the backend failed to write" })
@@ -410,20 +415,40 @@ impl<B: BlockBackend> VirtioBlock<B> {
             }
         }
     }
+}
 
-    /// A data length that is a multiple of 512 and sectors inside the disk.
-    fn check_range(&self, head: u16, sector: u64, len: u64) -> Result<(), DeviceIncident> {
-        if !len.is_multiple_of(SECTOR_SIZE) {
-            let what = "the data length is not a multiple of 512 bytes";
-            return Err(DeviceIncident::BadLength { queue: 0, head, what, len });
-        }
-        let end = sector.checked_add(len / SECTOR_SIZE);
-        if end.is_none_or(|end| end > self.backend.capacity_sectors()) {
-            let what = "the request reaches beyond the disk's capacity";
-            return Err(DeviceIncident::RequestFailed { queue: 0, head, what });
-        }
-        Ok(())
+/// A data length that is a multiple of 512 and sectors inside the disk.
+fn check_range(backend: &impl BlockBackend, head: u16, sector: u64, len: u64) -> Result<(), DeviceIncident> {
+    if !len.is_multiple_of(SECTOR_SIZE) {
+        let what = "the data length is not a multiple of 512 bytes";
+        return Err(DeviceIncident::BadLength { queue: 0, head, what, len });
     }
+    let end = sector.checked_add(len / SECTOR_SIZE);
+    if end.is_none_or(|end| end > backend.capacity_sectors()) {
+        let what = "the request reaches beyond the disk's capacity";
+        return Err(DeviceIncident::RequestFailed { queue: 0, head, what });
+    }
+    Ok(())
+}
+
+/// The `len` data bytes of the readable (or writable) part of `chain` from `offset`, the
+/// rest of the part being the header before them or the status byte after them: the
+/// chain's own buffers when those are whole buffers (Linux gives the header and the status
+/// byte a buffer each), else their segments copied into `list`; `None` when the part does
+/// not hold them in RAM or the heap has no room for the list.
+fn data_segments<'a>(
+    chain: &'a Chain,
+    list: &'a mut Vec<Segment>,
+    writable: bool,
+    offset: u64,
+    len: u64,
+) -> Option<&'a [Segment]> {
+    let part = if writable { chain.writable_len() } else { chain.readable_len() };
+    let whole = part.checked_sub(offset).and_then(|rest| rest.checked_sub(len));
+    if let Some(segments) = whole.and_then(|trim| chain.whole_buffers(writable, offset, trim)) {
+        return Some(segments);
+    }
+    chain.segments_into(list, writable, offset, len).then_some(list.as_slice())
 }
 
 /// What `handle` did with a chain.
@@ -444,12 +469,14 @@ enum Served {
     Busy,
 }
 
-/// A request's data segments, `total` bytes, within the limits the device advertises
-/// (seg_max, size_max: 5.2.4), so no request moves more than `SEG_MAX` x `SIZE_MAX` bytes.
-fn within_limits(head: u16, segments: &[Segment], total: u64) -> Result<(), DeviceIncident> {
+/// A request's data segments, `total` bytes of `chain`, within the limits the device
+/// advertises (seg_max, size_max: 5.2.4), so no request moves more than `SEG_MAX` x
+/// `SIZE_MAX` bytes. The segments are looked at one by one only when a buffer of the chain
+/// is longer than size_max.
+fn within_limits(head: u16, chain: &Chain, segments: &[Segment], total: u64) -> Result<(), DeviceIncident> {
     let what = if segments.len() > SEG_MAX as usize {
         "more data segments than seg_max (254)"
-    } else if segments.iter().any(|s| s.len > SIZE_MAX) {
+    } else if chain.longest() > SIZE_MAX && segments.iter().any(|s| s.len > SIZE_MAX) {
         "a data segment longer than size_max (65536 bytes)"
     } else {
         return Ok(());

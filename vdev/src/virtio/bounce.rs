@@ -5,8 +5,6 @@
 //! guest chooses, never decides an allocation (a 32 MiB request once made the hypervisor
 //! allocate 32 MiB from its heap and panic).
 
-use alloc::vec::Vec;
-
 use crate::virtio::block::{BlockError, SECTOR_SIZE};
 use crate::virtio::memory::{GuestMemory, Segment};
 
@@ -41,49 +39,6 @@ pub fn route(segments: &[Segment]) -> Route {
     } else {
         Route::Bounce
     }
-}
-
-/// The route for `segments`, as [`route`] decides it, and for `Route::Direct` the runs the
-/// disk is handed: `runs` holds the segments with each run of adjacent ones merged, in
-/// order (as [`merge_adjacent`] gives them). It allocates nothing: `runs` is the caller's,
-/// reserved once (`SEG_MAX` runs for a block device), and never grown here. A request with
-/// more runs than `runs` holds goes through the bounce buffer.
-pub fn plan(segments: &[Segment], runs: &mut Vec<Segment>) -> Route {
-    runs.clear();
-    for s in segments {
-        if s.len == 0 || !u64::from(s.len).is_multiple_of(SECTOR_SIZE) {
-            return Route::Bounce;
-        }
-        if let Some(last) = runs.last_mut() {
-            if last.addr.checked_add(u64::from(last.len)) == Some(s.addr) {
-                if let Some(len) = last.len.checked_add(s.len) {
-                    last.len = len;
-                    continue;
-                }
-            }
-        }
-        if runs.len() == runs.capacity() {
-            return Route::Bounce;
-        }
-        runs.push(*s);
-    }
-    Route::Direct
-}
-
-/// `segments` with each run of buffers that follow each other in guest memory as one (the
-/// disk takes fewer, longer buffers).
-pub fn merge_adjacent(segments: &[Segment]) -> impl Iterator<Item = Segment> + '_ {
-    let mut i = 0;
-    core::iter::from_fn(move || {
-        let mut run = *segments.get(i)?;
-        i += 1;
-        while let Some(next) = segments.get(i).filter(|n| run.addr.checked_add(u64::from(run.len)) == Some(n.addr)) {
-            let Some(len) = run.len.checked_add(next.len) else { break };
-            run.len = len;
-            i += 1;
-        }
-        Some(run)
-    })
 }
 
 /// Transfers `segments` (a whole number of sectors in all) from or to the disk at `sector`,
@@ -300,65 +255,5 @@ mod tests {
         // The largest request the device model lets through: 254 separate 64 KiB buffers.
         let largest: Vec<_> = (0..254).map(|i| seg(BASE + i * (128 << 10), 64 << 10)).collect();
         assert_eq!(route(&largest), Route::Direct);
-    }
-
-    fn plan_of(segments: &[Segment], capacity: usize) -> (Route, Vec<Segment>) {
-        let mut runs = Vec::with_capacity(capacity);
-        let route = plan(segments, &mut runs);
-        assert_eq!(runs.capacity(), capacity, "nothing grown");
-        (route, runs)
-    }
-
-    #[test]
-    fn a_plan_merges_adjacent_buffers_and_routes_as_route_does() {
-        let seg = |addr: u64, len: u32| Segment { addr, len };
-        // Linux's 1 MiB request of scattered pages, some of them adjacent, in ascending order.
-        let pages: Vec<_> = (0..254u64).map(|i| seg(BASE + (i + i / 3) * 4096, 4096)).collect();
-        let (r, runs) = plan_of(&pages, 254);
-        assert_eq!(r, Route::Direct);
-        assert_eq!(runs, merge_adjacent(&pages).collect::<Vec<_>>());
-        assert_eq!(runs.len(), 85, "three adjacent pages a run");
-        let mut down = pages.clone();
-        down.reverse();
-        let (r, runs) = plan_of(&down, 254);
-        assert_eq!((r, runs.len()), (Route::Direct, 254), "descending pages are not adjacent");
-        let (r, runs) = plan_of(&[seg(BASE + 4096, 1024), seg(BASE, 8192), seg(BASE + 8192, 512)], 4);
-        assert_eq!((r, runs), (Route::Direct, vec![seg(BASE + 4096, 1024), seg(BASE, 8704)]), "merged, not compared");
-        let (r, _) = plan_of(&[seg(BASE + 8192, 512), seg(BASE, 8192 + 1)], 4);
-        assert_eq!(r, Route::Bounce, "not whole sectors");
-        let (r, _) = plan_of(&[seg(BASE, 512), seg(BASE + 1024, 512), seg(BASE + 512, 512)], 2);
-        assert_eq!(r, Route::Bounce, "more runs than the capacity reserved");
-        let (r, runs) = plan_of(&[seg(BASE, 512), seg(BASE + 512, 512), seg(BASE + 1024, 512)], 1);
-        assert_eq!((r, runs), (Route::Direct, vec![seg(BASE, 1536)]), "one run fits a capacity of one");
-        let (r, runs) = plan_of(&[], 4);
-        assert_eq!((r, runs.len()), (Route::Direct, 0));
-    }
-
-    proptest::proptest! {
-        /// Whatever the segments (few distinct addresses, so that overlaps and adjacency are
-        /// common), `plan` decides as `route` does, and its runs are `merge_adjacent`'s:
-        /// each covers exactly the bytes of the segments it merged, in order.
-        #[test]
-        fn a_plan_agrees_with_route_and_merges_only_adjacent_buffers(
-            raw in proptest::collection::vec((0u64..24, 0u32..5, 0u32..3), 0..40)
-        ) {
-            let segments: Vec<Segment> = raw
-                .iter()
-                .map(|&(page, sectors, odd)| Segment {
-                    addr: BASE + page * 1024 + u64::from(odd == 2) * 100,
-                    len: sectors * 512 + u32::from(odd == 1),
-                })
-                .collect();
-            let (r, runs) = plan_of(&segments, 64);
-            proptest::prop_assert_eq!(r, route(&segments));
-            if r == Route::Direct {
-                let merged: Vec<Segment> = merge_adjacent(&segments).collect();
-                let covered = |list: &[Segment]| {
-                    list.iter().flat_map(|s| s.addr..s.addr + u64::from(s.len)).collect::<Vec<u64>>()
-                };
-                proptest::prop_assert_eq!(covered(&runs), covered(&segments), "the same bytes, in order");
-                proptest::prop_assert_eq!(runs, merged);
-            }
-        }
     }
 }

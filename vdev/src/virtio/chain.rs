@@ -33,18 +33,41 @@ pub struct Buffer {
     pub descriptor: u16,
 }
 
+/// The buffers of a chain as the walk reads them: only their memory, one segment each
+/// (so that a device hands a backend a run of whole buffers as the chain holds them,
+/// `Chain::whole_buffers`); the rest is where the chain's part changes and its buffers
+/// outside RAM, which are rare.
+#[derive(Default)]
+struct Buffers {
+    segments: Vec<Segment>,
+    /// Index of the first writable buffer.
+    first_writable: Option<usize>,
+    /// The first buffer outside the VM's RAM, and the last non-empty one, with their indices.
+    first_outside: Option<(usize, Buffer)>,
+    last_outside: Option<(usize, Buffer)>,
+}
+
 /// A whole chain: device-readable buffers first, then device-writable ones (2.7.4.2). Its
-/// two parts' lengths and its first buffer outside RAM are counted once, when it is made
-/// (`Chain::new`), so a device asks for them without another pass over a chain of up to
-/// `size + max_indirect` buffers.
+/// two parts' lengths, whether a buffer is empty and its longest buffer are counted once,
+/// when it is made (`Chain::new`), so a device asks for them without another pass over a
+/// chain of up to `size + max_indirect` buffers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Chain {
     pub head: u16,
-    buffers: Vec<Buffer>,
+    /// Each buffer's memory, in chain order.
+    segments: Vec<Segment>,
     readable_len: u64,
     writable_len: u64,
-    /// Index in `buffers` of the first buffer outside the VM's RAM.
-    first_outside: Option<usize>,
+    /// Index of the first writable buffer (the number of buffers if none is).
+    first_writable: usize,
+    /// The first buffer outside the VM's RAM, and the last non-empty one, with their
+    /// indices: every buffer before the first is in RAM.
+    first_outside: Option<(usize, Buffer)>,
+    last_outside: Option<(usize, Buffer)>,
+    /// A buffer of length 0.
+    has_empty: bool,
+    /// The longest buffer's length.
+    longest: u32,
 }
 
 /// What the walk may accept.
@@ -99,23 +122,34 @@ fn read_descriptor(mem: &dyn GuestMemory, table: u64, index: u16, queue: u16) ->
     Ok(decode(&raw.0[0]))
 }
 
-/// Pushes one data buffer, enforcing readable-before-writable (2.7.4.2).
+/// Pushes one data buffer, enforcing readable-before-writable (2.7.4.2). Inlined into both
+/// walks: called, it cost a frame a buffer (traced: about 42 instructions a buffer).
+#[inline(always)]
 fn push(
     mem: &dyn GuestMemory,
-    buffers: &mut Vec<Buffer>,
+    buffers: &mut Buffers,
     d: &Descriptor,
     index: u16,
     queue: u16,
 ) -> Result<(), DeviceIncident> {
     let writable = d.flags & VIRTQ_DESC_F_WRITE != 0;
-    if !writable && buffers.last().is_some_and(|b| b.writable) {
+    let at = buffers.segments.len();
+    if writable {
+        buffers.first_writable.get_or_insert(at);
+    } else if buffers.first_writable.is_some() {
         return Err(DeviceIncident::ReadableAfterWritable { queue, descriptor: index });
     }
-    let in_ram = mem.check(d.addr, u64::from(d.len)).is_ok();
+    if mem.check(d.addr, u64::from(d.len)).is_err() {
+        let b = Buffer { addr: d.addr, len: d.len, writable, in_ram: false, descriptor: index };
+        buffers.first_outside.get_or_insert((at, b));
+        if d.len != 0 {
+            buffers.last_outside = Some((at, b));
+        }
+    }
     // A chain holds at most a queue's (or an indirect table's) worth of buffers; the heap
     // can still be exhausted, which must not panic the hypervisor.
-    buffers.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
-    buffers.push(Buffer { addr: d.addr, len: d.len, writable, in_ram, descriptor: index });
+    buffers.segments.try_reserve(1).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
+    buffers.segments.push(Segment { addr: d.addr, len: d.len });
     Ok(())
 }
 
@@ -136,7 +170,7 @@ pub(crate) fn read_chain(
     if head >= rules.size {
         return Err(DeviceIncident::BadHeadIndex { queue, head, size: rules.size });
     }
-    let mut buffers = Vec::new();
+    let mut buffers = Buffers::default();
     let mut index = head;
     let mut visited: u32 = 0;
     loop {
@@ -174,7 +208,7 @@ fn read_indirect(
     d: &Descriptor,
     index: u16,
     rules: ChainRules,
-    buffers: &mut Vec<Buffer>,
+    buffers: &mut Buffers,
 ) -> Result<(), DeviceIncident> {
     let queue = rules.queue;
     let entries = u64::from(d.len) / DESCRIPTOR_SIZE;
@@ -187,7 +221,7 @@ fn read_indirect(
     let entries = entries as u16;
     mem.check(d.addr, u64::from(d.len)).map_err(|error| DeviceIncident::RingOutsideRam { queue, error })?;
     // One allocation for the whole table (a chain holds at most this many buffers more).
-    buffers.try_reserve(usize::from(entries)).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
+    buffers.segments.try_reserve(usize::from(entries)).map_err(|_| DeviceIncident::OutOfMemory { queue })?;
     // The table is read `BATCH` entries at a time, not one: a driver chains an indirect
     // table's entries in order, so a 1 MiB request of 256 entries costs 16 reads of guest
     // memory, each with its check and barrier, instead of 256.
@@ -224,29 +258,68 @@ fn read_indirect(
 }
 
 impl Chain {
-    /// The chain of `buffers` (readable ones first) from descriptor `head`, counted in one
-    /// pass after the walk: counted as the walk pushed each buffer, the walk's loop kept
-    /// the counts in memory and cost more than the passes it saved.
-    pub(crate) fn new(head: u16, buffers: Vec<Buffer>) -> Chain {
-        let (mut readable_len, mut writable_len, mut first_outside) = (0u64, 0u64, None);
-        for (i, b) in buffers.iter().enumerate() {
+    /// The chain of `buffers`, counted in one pass after the walk: counted as the walk
+    /// pushed each buffer, the walk's loop kept the counts in memory and cost more than
+    /// the passes it saved.
+    fn new(head: u16, buffers: Buffers) -> Chain {
+        let Buffers { segments, first_writable, first_outside, last_outside } = buffers;
+        let n = segments.len();
+        let first_writable = first_writable.unwrap_or(n);
+        let (mut readable_len, mut writable_len) = (0u64, 0u64);
+        let (mut has_empty, mut longest) = (false, 0u32);
+        for (i, s) in segments.iter().enumerate() {
             // At most `size + max_indirect` buffers of under 4 GiB each: the sums cannot wrap.
-            if b.writable {
-                writable_len += u64::from(b.len);
+            if i < first_writable {
+                readable_len += u64::from(s.len);
             } else {
-                readable_len += u64::from(b.len);
+                writable_len += u64::from(s.len);
             }
-            if !b.in_ram && first_outside.is_none() {
-                first_outside = Some(i);
-            }
+            has_empty |= s.len == 0;
+            longest = longest.max(s.len);
         }
-        Chain { head, buffers, readable_len, writable_len, first_outside }
+        Chain {
+            head,
+            segments,
+            readable_len,
+            writable_len,
+            first_writable,
+            first_outside,
+            last_outside,
+            has_empty,
+            longest,
+        }
     }
 
-    /// Every buffer, in chain order (for tests: a device asks for lengths and segments).
+    /// The chain of `buffers` (readable ones first), for tests of the devices' use of it.
     #[cfg(test)]
-    pub(crate) fn buffers(&self) -> &[Buffer] {
-        &self.buffers
+    pub(crate) fn of_buffers(head: u16, buffers: &[Buffer]) -> Chain {
+        let mut walked = Buffers::default();
+        for (i, b) in buffers.iter().enumerate() {
+            if b.writable {
+                walked.first_writable.get_or_insert(i);
+            }
+            if !b.in_ram {
+                walked.first_outside.get_or_insert((i, *b));
+                if b.len != 0 {
+                    walked.last_outside = Some((i, *b));
+                }
+            }
+            walked.segments.push(Segment { addr: b.addr, len: b.len });
+        }
+        Chain::new(head, walked)
+    }
+
+    /// Every buffer's memory, in chain order (for tests: a device asks for lengths and
+    /// segments).
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Whether buffer `i` is device-writable (for tests).
+    #[cfg(test)]
+    pub(crate) fn is_writable(&self, i: usize) -> bool {
+        i >= self.first_writable
     }
 
     pub fn readable_len(&self) -> u64 {
@@ -257,25 +330,64 @@ impl Chain {
         self.writable_len
     }
 
+    /// The longest buffer's length: a device whose limit it meets need not look at each.
+    pub fn longest(&self) -> u32 {
+        self.longest
+    }
+
     /// The first buffer outside the VM's RAM, if any.
-    pub fn outside_ram(&self) -> Option<&Buffer> {
-        self.buffers.get(self.first_outside?)
+    pub fn outside_ram(&self) -> Option<Buffer> {
+        self.first_outside.map(|(_, b)| b)
     }
 
     /// The guest address of the writable part's last byte (a block request's status byte,
     /// virtio 1.2 5.2.6), found from the chain's end: `Err(None)` when the writable part
     /// is empty, `Err(Some(buffer))` when the buffer holding it is outside RAM.
-    pub fn last_writable_byte(&self) -> Result<u64, Option<&Buffer>> {
+    pub fn last_writable_byte(&self) -> Result<u64, Option<Buffer>> {
         // Writable buffers come last (2.7.4.2), so the last non-empty buffer holds the
         // writable part's last byte whenever that part is not empty.
         if self.writable_len == 0 {
             return Err(None);
         }
-        let b = self.buffers.iter().rev().find(|b| b.len != 0).filter(|b| b.writable).ok_or(None)?;
-        if !b.in_ram {
+        let i = self.segments.iter().rposition(|s| s.len != 0).filter(|&i| i >= self.first_writable).ok_or(None)?;
+        // The last non-empty buffer outside RAM, if it is this one.
+        if let Some((_, b)) = self.last_outside.filter(|&(at, _)| at == i) {
             return Err(Some(b));
         }
-        b.addr.checked_add(u64::from(b.len) - 1).ok_or(Some(b))
+        // In RAM, so its end does not wrap.
+        let s = self.segments[i];
+        s.addr.checked_add(u64::from(s.len) - 1).ok_or(None)
+    }
+
+    /// The readable (or writable) part's buffers after its first `skip` bytes and before
+    /// its last `trim` bytes, as the chain holds them, when `skip` is the part's first
+    /// buffer whole (or 0), `trim` its last buffer whole (or 0), no buffer of the chain is
+    /// empty and all are in RAM: a block request's data between its header and its status
+    /// byte, handed to the backend without a copy. `None` otherwise (`segments_into`
+    /// copies the bytes' segments).
+    pub fn whole_buffers(&self, writable: bool, skip: u64, trim: u64) -> Option<&[Segment]> {
+        if self.has_empty || self.first_outside.is_some() {
+            return None;
+        }
+        let (mut from, mut to) = self.part(writable);
+        if skip != 0 {
+            (from < to && u64::from(self.segments[from].len) == skip).then_some(())?;
+            from += 1;
+        }
+        if trim != 0 {
+            (from < to && u64::from(self.segments[to - 1].len) == trim).then_some(())?;
+            to -= 1;
+        }
+        self.segments.get(from..to)
+    }
+
+    /// The indices of the readable (or writable) part's buffers.
+    fn part(&self, writable: bool) -> (usize, usize) {
+        if writable {
+            (self.first_writable, self.segments.len())
+        } else {
+            (0, self.first_writable)
+        }
     }
 
     /// The guest memory holding bytes [offset, offset+len) of the readable (or writable) part,
@@ -285,7 +397,7 @@ impl Chain {
     pub fn segments_into(&self, out: &mut Vec<Segment>, writable: bool, offset: u64, len: u64) -> bool {
         out.clear();
         // One allocation at most, whatever the count (at most a queue's and a table's worth).
-        if out.try_reserve(self.buffers.len()).is_err() {
+        if out.try_reserve(self.segments.len()).is_err() {
             return false;
         }
         // Within the capacity just reserved: one segment per buffer at most.
@@ -308,21 +420,25 @@ impl Chain {
     fn each_segment(&self, writable: bool, offset: u64, len: u64, mut f: impl FnMut(Segment) -> bool) -> bool {
         let mut skip = offset;
         let mut left = len;
-        for b in self.buffers.iter().filter(|b| b.writable == writable) {
+        let (from, to) = self.part(writable);
+        // Buffers from the first outside RAM on are not looked at one by one: any of them
+        // touched fails the call, as each device refuses such a chain anyway.
+        let in_ram = self.first_outside.map_or(to, |(at, _)| at);
+        for (i, s) in self.segments.iter().enumerate().take(to).skip(from) {
             if left == 0 {
                 break;
             }
-            let blen = u64::from(b.len);
+            let blen = u64::from(s.len);
             if skip >= blen {
                 skip -= blen;
                 continue;
             }
-            if !b.in_ram {
+            if i >= in_ram {
                 return false;
             }
             let take = (blen - skip).min(left);
-            // take <= b.len (a u32), so the cast is exact; skip < blen so the sum stays in the buffer.
-            let Some(addr) = b.addr.checked_add(skip) else { return false };
+            // take <= s.len (a u32), so the cast is exact; skip < blen so the sum stays in the buffer.
+            let Some(addr) = s.addr.checked_add(skip) else { return false };
             if !f(Segment { addr, len: take as u32 }) {
                 return false;
             }
@@ -403,7 +519,8 @@ mod tests {
             let chain = read_chain(&mem, TABLE, 0, RULES).unwrap();
             let got: Vec<u64> = chain.buffers().iter().map(|b| b.addr).collect();
             assert_eq!(got, want, "{} entries", order.len());
-            assert!(chain.buffers().iter().all(|b| b.writable && b.in_ram && b.len == 512));
+            assert!(chain.buffers().iter().enumerate().all(|(i, b)| chain.is_writable(i) && b.len == 512));
+            assert_eq!(chain.outside_ram(), None);
         }
     }
 
@@ -418,9 +535,9 @@ mod tests {
     #[test]
     fn segments_and_bytes_of_a_chain_allocate_once_and_stop_at_ram() {
         let mem = VecMemory::new(BASE, 0x40000);
-        let chain = Chain::new(
+        let chain = Chain::of_buffers(
             0,
-            alloc::vec![
+            &[
                 Buffer { addr: BASE, len: 16, writable: false, in_ram: true, descriptor: 0 },
                 Buffer { addr: BASE + 0x100, len: 8, writable: false, in_ram: true, descriptor: 1 },
                 Buffer { addr: BASE + 0x200, len: 4, writable: true, in_ram: false, descriptor: 2 },
@@ -449,7 +566,7 @@ mod tests {
 
     #[test]
     fn the_status_byte_is_the_last_byte_of_the_last_non_empty_writable_buffer() {
-        let chain_of = |buffers: &[Buffer]| Chain::new(0, buffers.to_vec());
+        let chain_of = |buffers: &[Buffer]| Chain::of_buffers(0, buffers);
         let status = |buffers: &[Buffer]| chain_of(buffers).last_writable_byte().map_err(|b| b.map(|b| b.descriptor));
         assert_eq!(status(&[]), Err(None), "no buffer");
         assert_eq!(status(&[buffer(0, 16, false, true)]), Err(None), "no writable part");
@@ -468,7 +585,65 @@ mod tests {
         assert_eq!(status(&earlier), Ok(BASE + 0x1000));
     }
 
+    #[test]
+    fn a_request_s_data_between_buffers_of_its_own_is_the_chain_s_buffers_as_they_are() {
+        // Linux's shape: a 16-byte header, the data, a 1-byte status.
+        let header = buffer(0, 16, false, true);
+        let status = buffer(9, 1, true, true);
+        let out = [header, buffer(1, 4096, false, true), buffer(2, 512, false, true), status];
+        let chain = Chain::of_buffers(0, &out);
+        let data = [Segment { addr: BASE + 0x1000, len: 4096 }, Segment { addr: BASE + 0x2000, len: 512 }];
+        assert_eq!(chain.whole_buffers(false, 16, 0), Some(&data[..]));
+        assert_eq!(chain.whole_buffers(true, 0, 1), Some(&[][..]), "a write's writable part is its status alone");
+        let into = [header, buffer(1, 4096, true, true), buffer(2, 512, true, true), status];
+        assert_eq!(Chain::of_buffers(0, &into).whole_buffers(true, 0, 1), Some(&data[..]));
+        // Not whole buffers: the header and the data in one, a status byte at a buffer's end.
+        let joined = [buffer(0, 16 + 512, false, true), status];
+        assert_eq!(Chain::of_buffers(0, &joined).whole_buffers(false, 16, 0), None);
+        let tail = [header, buffer(1, 513, true, true)];
+        assert_eq!(Chain::of_buffers(0, &tail).whole_buffers(true, 0, 1), None);
+        // A header asked of an empty part is not the other part's first buffer.
+        let no_readable = [buffer(0, 16, true, true), status];
+        assert_eq!(Chain::of_buffers(0, &no_readable).whole_buffers(false, 16, 0), None);
+        // An empty buffer anywhere, or one outside RAM: the segments are made one by one.
+        let empty = [header, buffer(1, 0, false, true), buffer(2, 512, false, true), status];
+        assert_eq!(Chain::of_buffers(0, &empty).whole_buffers(false, 16, 0), None);
+        let outside = [header, buffer(1, 512, false, false), status];
+        assert_eq!(Chain::of_buffers(0, &outside).whole_buffers(false, 16, 0), None);
+    }
+
     proptest::proptest! {
+        /// Whenever the chain's own buffers are handed as a part's bytes, they are exactly
+        /// the segments those bytes are made of, one by one.
+        #[test]
+        fn whole_buffers_are_the_segments_of_the_same_bytes(
+            lens in proptest::collection::vec(proptest::sample::select(alloc::vec![0u32, 1, 16, 512, 4096]), 0..8),
+            readable in 0usize..8,
+            outside in proptest::option::of(0usize..8),
+            writable in proptest::bool::ANY,
+            skip_first in proptest::bool::ANY,
+            trim_last in proptest::bool::ANY,
+        ) {
+            let buffers: Vec<Buffer> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| buffer(i as u16, len, i >= readable, outside != Some(i)))
+                .collect();
+            let chain = Chain::of_buffers(0, &buffers);
+            let part: Vec<&Buffer> = buffers.iter().filter(|b| b.writable == writable).collect();
+            let skip = if skip_first { part.first().map_or(16, |b| u64::from(b.len)) } else { 0 };
+            let trim = if trim_last { part.last().map_or(1, |b| u64::from(b.len)) } else { 0 };
+            let total = part.iter().map(|b| u64::from(b.len)).sum::<u64>();
+            if let Some(whole) = chain.whole_buffers(writable, skip, trim) {
+                let len = total.checked_sub(skip + trim);
+                proptest::prop_assert!(len.is_some(), "skip {} and trim {} of a part of {}", skip, trim, total);
+                let one_by_one = chain.segments(writable, skip, len.unwrap_or(0));
+                proptest::prop_assert_eq!(Some(whole.to_vec()), one_by_one);
+            }
+            let plain = buffers.iter().all(|b| b.len != 0 && b.in_ram) && part.len() >= usize::from(skip_first) + usize::from(trim_last);
+            proptest::prop_assert_eq!(chain.whole_buffers(writable, skip, trim).is_some(), plain, "whenever it can");
+        }
+
         /// What the walk counts is what a pass over the buffers finds.
         #[test]
         fn the_counted_lengths_and_first_buffer_outside_ram_are_those_of_the_buffers(
@@ -480,16 +655,22 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(len, in_ram))| buffer(i as u16, len, i >= readable, in_ram))
                 .collect();
-            let chain = Chain::new(0, buffers.clone());
+            let chain = Chain::of_buffers(0, &buffers);
             let sum = |writable: bool| buffers.iter().filter(|b| b.writable == writable).map(|b| u64::from(b.len)).sum::<u64>();
             proptest::prop_assert_eq!(chain.readable_len(), sum(false));
             proptest::prop_assert_eq!(chain.writable_len(), sum(true));
-            proptest::prop_assert_eq!(chain.outside_ram(), buffers.iter().find(|b| !b.in_ram));
-            let want = if sum(true) == 0 { None } else { chain.segments(true, sum(true) - 1, 1).map(|s| s[0].addr) };
-            if let Some(addr) = want {
-                proptest::prop_assert_eq!(chain.last_writable_byte(), Ok(addr));
-            } else {
-                proptest::prop_assert!(chain.last_writable_byte().is_err());
+            proptest::prop_assert_eq!(chain.outside_ram(), buffers.iter().find(|b| !b.in_ram).copied());
+            // The status byte: the last byte of the last non-empty buffer, if it is writable;
+            // refused with that buffer when it is outside RAM.
+            let want = match buffers.iter().rev().find(|b| b.len != 0).filter(|b| b.writable) {
+                None => Err(None),
+                Some(b) if !b.in_ram => Err(Some(*b)),
+                Some(b) => Ok(b.addr + u64::from(b.len) - 1),
+            };
+            proptest::prop_assert_eq!(chain.last_writable_byte(), want);
+            if chain.outside_ram().is_none() && sum(true) != 0 {
+                let by_segments = chain.segments(true, sum(true) - 1, 1).map(|s| s[0].addr);
+                proptest::prop_assert_eq!(chain.last_writable_byte().ok(), by_segments);
             }
         }
     }

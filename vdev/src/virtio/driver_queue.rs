@@ -348,7 +348,8 @@ mod tests {
     }
 
     fn as_parts(chain: &Chain) -> Vec<Part> {
-        chain.buffers().iter().map(|b| Part { addr: b.addr, len: b.len, device_writes: b.writable }).collect()
+        let parts = chain.buffers().iter().enumerate();
+        parts.map(|(i, b)| Part { addr: b.addr, len: b.len, device_writes: chain.is_writable(i) }).collect()
     }
 
     #[test]
