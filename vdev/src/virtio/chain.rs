@@ -22,7 +22,8 @@ pub const DESCRIPTOR_SIZE: u64 = 16;
 /// Entries of an indirect table read from guest memory at once.
 const BATCH: usize = 16;
 
-/// One buffer of a chain as the driver described it; `in_ram` says whether it passed `check`.
+/// One buffer of a chain as the driver described it, as a device names it in an incident
+/// (a buffer outside RAM); `in_ram` says whether it passed `check`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Buffer {
     pub addr: u64,
@@ -392,8 +393,8 @@ impl Chain {
 
     /// The guest memory holding bytes [offset, offset+len) of the readable (or writable) part,
     /// split at buffer boundaries, into `out` (cleared first, and kept by the caller so that
-    /// its capacity serves the next chain); `false` if that part is shorter, a buffer is
-    /// outside RAM, or the heap has no room for the list.
+    /// its capacity serves the next chain); `false` if that part is shorter, a buffer from
+    /// the first one outside RAM on is among them, or the heap has no room for the list.
     pub fn segments_into(&self, out: &mut Vec<Segment>, writable: bool, offset: u64, len: u64) -> bool {
         out.clear();
         // One allocation at most, whatever the count (at most a queue's and a table's worth).
@@ -416,7 +417,8 @@ impl Chain {
 
     /// Calls `f` with each piece of guest memory holding bytes [offset, offset+len) of the
     /// readable (or writable) part, in order, until it returns false; whether that part is
-    /// that long, in RAM, and `f` took all of it. Allocates nothing.
+    /// that long, before the first buffer outside RAM, and `f` took all of it. Allocates
+    /// nothing.
     fn each_segment(&self, writable: bool, offset: u64, len: u64, mut f: impl FnMut(Segment) -> bool) -> bool {
         let mut skip = offset;
         let mut left = len;
