@@ -141,11 +141,7 @@ fn push(
         return Err(DeviceIncident::ReadableAfterWritable { queue, descriptor: index });
     }
     if mem.check(d.addr, u64::from(d.len)).is_err() {
-        let b = Buffer { addr: d.addr, len: d.len, writable, in_ram: false, descriptor: index };
-        buffers.first_outside.get_or_insert((at, b));
-        if d.len != 0 {
-            buffers.last_outside = Some((at, b));
-        }
+        buffers.note_outside(at, Buffer { addr: d.addr, len: d.len, writable, in_ram: false, descriptor: index });
     }
     // A chain holds at most a queue's (or an indirect table's) worth of buffers; the heap
     // can still be exhausted, which must not panic the hypervisor.
@@ -258,6 +254,16 @@ fn read_indirect(
     }
 }
 
+impl Buffers {
+    /// Buffer `b`, at index `at`, is outside the VM's RAM.
+    fn note_outside(&mut self, at: usize, b: Buffer) {
+        self.first_outside.get_or_insert((at, b));
+        if b.len != 0 {
+            self.last_outside = Some((at, b));
+        }
+    }
+}
+
 impl Chain {
     /// The chain of `buffers`, counted in one pass after the walk: counted as the walk
     /// pushed each buffer, the walk's loop kept the counts in memory and cost more than
@@ -300,10 +306,7 @@ impl Chain {
                 walked.first_writable.get_or_insert(i);
             }
             if !b.in_ram {
-                walked.first_outside.get_or_insert((i, *b));
-                if b.len != 0 {
-                    walked.last_outside = Some((i, *b));
-                }
+                walked.note_outside(i, *b);
             }
             walked.segments.push(Segment { addr: b.addr, len: b.len });
         }
