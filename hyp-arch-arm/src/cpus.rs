@@ -54,6 +54,28 @@ pub struct VectorCalls {
     /// through which the vector answers its exits: the AArch64 image's `enter_guest` stores
     /// it at each entry, valid until the guest exits to the run loop.
     pub in_vector: AtomicPtr<()>,
+    /// What the vector posts the vCPU's SGIs with (`SgiPosting`): the VM's vGIC (null: the
+    /// vector posts none), the vCPU's counter of system register exits, the vCPU, this
+    /// CPU, and the first of the CPUs' kick targets.
+    pub sgi_vgic: AtomicPtr<()>,
+    pub sgi_exits: AtomicPtr<AtomicU64>,
+    pub sgi_vcpu: AtomicU64,
+    pub sgi_cpu: AtomicU64,
+    pub sgi_kick_targets: AtomicPtr<AtomicU64>,
+}
+
+/// What the AArch64 vector needs to post a GICv3 vCPU's SGI to another vCPU itself
+/// (hyp_runtime::shared_vgic::VgicHandle::post_sgi, docs/vgic.md "Posted SGIs"): the VM's
+/// `VgicHandle`, which outlives the vCPU's stay on the CPU, the counter of the vCPU's
+/// system register exits, which vCPU and CPU this is, and each CPU's ICC_SGI1R_EL1 target
+/// fields (hyp_arch_arm::gic::Gic::sgi1r_targets) to kick the target's.
+#[derive(Clone, Copy)]
+pub struct SgiPosting<'a> {
+    pub vgic: *const (),
+    pub exits: &'a AtomicU64,
+    pub vcpu: usize,
+    pub cpu: usize,
+    pub kick_targets: &'a [AtomicU64; MAX_CPUS],
 }
 
 /// What the vector counts into while no vCPU is loaded: nothing reads it.
@@ -63,15 +85,32 @@ static NO_CONTROL_WORDS: ControlWords = ControlWords::zero();
 
 impl VectorCalls {
     /// The vCPU now on this CPU: its last unknown function, its HVC and data abort exit
-    /// counters and its VM's control words, which must outlive its stay here (`unload`
-    /// ends it).
-    pub fn load(&self, exits: [&AtomicU64; 2], control_words: &ControlWords, last_unknown: Option<u32>) {
+    /// counters, its VM's control words and what it posts SGIs with, if it does, which must
+    /// outlive its stay here (`unload` ends it).
+    pub fn load(
+        &self,
+        exits: [&AtomicU64; 2],
+        control_words: &ControlWords,
+        last_unknown: Option<u32>,
+        posting: Option<SgiPosting<'_>>,
+    ) {
         let [hvc_exits, abort_exits] = exits;
         self.unknown.store(hyp_core::smccc::vector_unknown_word(last_unknown), Ordering::Relaxed);
         self.hvc_exits.store(core::ptr::from_ref(hvc_exits).cast_mut(), Ordering::Relaxed);
         self.abort_exits.store(core::ptr::from_ref(abort_exits).cast_mut(), Ordering::Relaxed);
         self.control_words.store(core::ptr::from_ref(control_words).cast_mut(), Ordering::Relaxed);
         self.list_registers_in_use(false);
+        let (vgic, exits, targets) = match posting {
+            Some(p) => {
+                self.sgi_vcpu.store(p.vcpu as u64, Ordering::Relaxed);
+                self.sgi_cpu.store(p.cpu as u64, Ordering::Relaxed);
+                (p.vgic, p.exits, p.kick_targets.as_ptr())
+            }
+            None => (core::ptr::null(), &NO_VCPU_EXITS, core::ptr::null()),
+        };
+        self.sgi_exits.store(core::ptr::from_ref(exits).cast_mut(), Ordering::Relaxed);
+        self.sgi_kick_targets.store(targets.cast_mut(), Ordering::Relaxed);
+        self.sgi_vgic.store(vgic.cast_mut(), Ordering::Relaxed);
     }
 
     /// Whether the vCPU now holds list registers (the run loop's plan before an entry).
@@ -86,7 +125,7 @@ impl VectorCalls {
 
     /// No vCPU on this CPU: the vector answers nothing from the one that left.
     pub fn unload(&self) {
-        self.load([&NO_VCPU_EXITS; 2], &NO_CONTROL_WORDS, None);
+        self.load([&NO_VCPU_EXITS; 2], &NO_CONTROL_WORDS, None, None);
     }
 }
 
@@ -101,6 +140,11 @@ pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
             control_words: AtomicPtr::new(core::ptr::from_ref(&NO_CONTROL_WORDS).cast_mut()),
             list_registers_in_use: AtomicU64::new(0),
             in_vector: AtomicPtr::new(core::ptr::null_mut()),
+            sgi_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            sgi_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            sgi_vcpu: AtomicU64::new(0),
+            sgi_cpu: AtomicU64::new(0),
+            sgi_kick_targets: AtomicPtr::new(core::ptr::null_mut()),
         },
     }
 }; MAX_CPUS];
@@ -119,6 +163,16 @@ pub const VECTOR_CALLS_LISTS_IN_USE: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, list_registers_in_use);
 pub const VECTOR_CALLS_IN_VECTOR: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, in_vector);
+pub const VECTOR_CALLS_SGI_VGIC: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_vgic);
+pub const VECTOR_CALLS_SGI_EXITS: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_exits);
+pub const VECTOR_CALLS_SGI_VCPU: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_vcpu);
+pub const VECTOR_CALLS_SGI_CPU: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_cpu);
+pub const VECTOR_CALLS_SGI_KICK_TARGETS: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_kick_targets);
 
 /// This CPU's index in the device tree's CPU list: from the per-CPU register's value `entry`
 /// once it is online (an address in `PER_CPU`: a subtraction and a division by a constant,

@@ -113,6 +113,12 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         }
     }
 
+    /// Each CPU's ICC_SGI1R_EL1 target fields (`send_sgi`), for an image's exception vector
+    /// to kick a CPU itself; `None` on a GICv2, whose kick is a GICD_SGIR write.
+    pub fn sgi1r_targets(&self) -> Option<&[AtomicU64; MAX_CPUS]> {
+        self.is_v3().then_some(&self.sgi_target)
+    }
+
     #[inline(always)]
     fn is_v3(&self) -> bool {
         self.version.load(Ordering::Relaxed) == 3

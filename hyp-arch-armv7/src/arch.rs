@@ -43,6 +43,9 @@ impl Arch for Armv7 {
         hyp_arch_arm::image::deactivate::<Armv7>(vgic::IntId(intid), Self::current_cpu());
     }
 
+    /// Its VMs have GICv2s (gic.rs), whose SGIs are not posted.
+    const POSTS_SGIS: bool = false;
+
     /// From HTPIDR (cpus.rs).
     fn current_cpu() -> usize {
         crate::cpus::current_index()

@@ -19,6 +19,11 @@
 //! copy of them (vgic::ControlWords; docs/vgic.md, "The control words answered in the
 //! vector"), with x0 and x1 alone.
 //!
+//! A write of ICC_SGI1R_EL1 that names one other vCPU, by a vCPU whose VM's SGIs may be
+//! posted (a GICv3 VM's AArch64 vCPU), is answered there too, whatever the vCPU holds, with
+//! x0 to x5: the SGI posted, its target hinted and kicked
+//! (hyp_runtime::shared_vgic::VgicHandle::post_sgi; docs/vgic.md, "Posted SGIs").
+//!
 //! Any other data abort (while the vCPU holds no list register, or at GICv2's GICD_SGIR whatever
 //! it holds) or a trapped system register access is offered to the run loop's answer in
 //! the vector (`vm::answer_in_vector`,
@@ -32,7 +37,9 @@ use hyp_core::exit::GuestContext;
 use hyp_core::hyp_fault::HypFault;
 use hyp_core::syndrome::Syndrome;
 
+use crate::arch::Aarch64;
 use crate::{cpus, println_unlocked};
+use hyp_runtime::shared_vgic::VgicHandle;
 
 /// What brought the guest out, as `enter_guest` returns it.
 pub const EXIT_SYNC: u64 = 0;
@@ -296,12 +303,138 @@ sync_in_vector:
     mrs     x1, tpidr_el2
     b       4f
 sysreg_in_vector:
+    // The guest's x0 and x1 are on the stack. A write of ICC_SGI1R_EL1 (MSR, its ESR_EL2
+    // but Rt) that names one vCPU other than the sender by its target list, while the vCPU
+    // may post SGIs (VectorCalls::sgi_vgic), is posted here: the steps of
+    // hyp_runtime::shared_vgic::VgicHandle::post_sgi, in its order, with x2 to x5 on the
+    // stack as well. Anything else goes to the run loop's answer at 4 with nothing changed
+    // (29); a target found waiting off its CPU after the post, or on a CPU whose kick
+    // target is not recorded, is woken and kicked by the run loop's code (28), which does
+    // not post it again.
+    mrs     x0, esr_el2
+    and     w0, w0, #0xfffffc1f
+    mov     w1, #{ESR_SGI1R_LOW}
+    movk    w1, #{ESR_SGI1R_HIGH}, lsl #16
+    cmp     w0, w1
+    b.ne    30f
     mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{SGI_VGIC}]
+    cbz     x0, 30f
+    stp     x2, x3, [sp, #-32]!
+    stp     x4, x5, [sp, #16]
+    mov     x3, x0
+    // Xt into x0: x0 to x5 from the stack, x6 to x30 from themselves, XZR zero; an entry
+    // of two instructions per Rt.
+    mrs     x0, esr_el2
+    ubfx    x0, x0, #5, #5
+    adr     x1, 20f
+    add     x1, x1, x0, lsl #3
+    br      x1
+20: ldr     x0, [sp, #32]
+    b       21f
+    ldr     x0, [sp, #40]
+    b       21f
+    ldr     x0, [sp, #0]
+    b       21f
+    ldr     x0, [sp, #8]
+    b       21f
+    ldr     x0, [sp, #16]
+    b       21f
+    ldr     x0, [sp, #24]
+    b       21f
+    .irp n, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30
+    mov     x0, x\n
+    b       21f
+    .endr
+    mov     x0, xzr
+21: // vgic::single_sgi_target: Aff1 [23:16] zero, and Aff2, IRM, RS, Aff3 (and the RES0
+    // bits among them) [55:32] zero; an INTID [27:24] below 8; one bit of the target list
+    // [15:0] among the VM's vCPUs, not the sender's.
+    tst     x0, #0xff0000
+    b.ne    29f
+    tst     x0, #0xffffff00000000
+    b.ne    29f
+    tbnz    x0, #27, 29f
+    ubfx    x4, x0, #24, #3
+    and     w1, w0, #0xffff
+    ldr     w5, [x3, #{POSTING_VCPUS_AT}]
+    ands    w1, w1, w5
+    b.eq    29f
+    sub     w5, w1, #1
+    tst     w1, w5
+    b.ne    29f
+    rbit    w5, w1
+    clz     w5, w5
+    mrs     x2, tpidr_el2
+    ldr     x1, [x2, #{SGI_VCPU}]
+    cmp     x5, x1
+    b.eq    29f
+    // Posted: bit 8 * vCPU + INTID (vgic::posted_sgi_bit; the vCPUs that may be posted to
+    // are 0 to 7, the SGIs 0 to 7).
+    add     x1, x4, x5, lsl #3
+    mov     x4, #1
+    lsl     x4, x4, x1
+    add     x1, x3, #{POSTED_AT}
+22: ldxr    x0, [x1]
+    orr     x0, x0, x4
+    stxr    w2, x0, [x1]
+    cbnz    w2, 22b
+    // Hinted, a release (whoever takes the hint finds the post), then a full barrier
+    // before the target's `waiting` is looked at again.
+    add     x1, x3, #{HINTS_AT}
+    add     x1, x1, x5
+    mov     w0, #1
+    stlrb   w0, [x1]
+    dmb     ish
+    add     x1, x3, #{WAITING_AT}
+    ldrb    w1, [x1, x5]
+    cbnz    w1, 28f
+    // Kicked where it runs: not on this CPU (which runs the sender), not on none.
+    add     x1, x3, #{RUNNING_ON_AT}
+    ldr     x0, [x1, x5, lsl #3]
+    mrs     x2, tpidr_el2
+    ldr     x1, [x2, #{SGI_CPU}]
+    cmp     x0, x1
+    b.eq    23f
+    cmn     x0, #1
+    b.eq    23f
+    ldr     x1, [x2, #{SGI_KICK_TARGETS}]
+    ldr     x0, [x1, x0, lsl #3]
+    cbz     x0, 28f
+    orr     x0, x0, #{KICK_SGI1R}
+    dsb     ishst
+    msr     icc_sgi1r_el1, x0
+    isb
+23: // The exit counted, the PC past the MSR, the guest goes on.
+    ldr     x1, [x2, #{SGI_EXITS}]
+    ldr     x0, [x1]
+    add     x0, x0, #1
+    str     x0, [x1]
+    mrs     x0, elr_el2
+    add     x0, x0, #4
+    msr     elr_el2, x0
+    ldp     x4, x5, [sp, #16]
+    ldp     x2, x3, [sp], #32
+    ldp     x0, x1, [sp], #16
+    eret
+    dsb     nsh
+    isb
+28: ldp     x4, x5, [sp, #16]
+    ldp     x2, x3, [sp], #32
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{IN_VECTOR}]
+    ldr     x1, [x1]
+    SAVE_GUEST
+    bl      answer_posted_in_vector
+    b       24f
+29: ldp     x4, x5, [sp, #16]
+    ldp     x2, x3, [sp], #32
+30: mrs     x1, tpidr_el2
 4:  ldr     x0, [x1, #{IN_VECTOR}]
     ldr     x1, [x1]
     SAVE_GUEST
     bl      answer_in_vector
-    cmp     x0, #{RESUME_GUEST}
+24: cmp     x0, #{RESUME_GUEST}
     b.ne    return_to_run_loop
     mrs     x1, tpidr_el2
     ldr     x0, [x1]
@@ -343,7 +476,29 @@ return_to_run_loop:
     ABORT_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_ABORT_EXITS,
     CONTROL_WORDS = const hyp_arch_arm::cpus::VECTOR_CALLS_CONTROL_WORDS,
     SGIR_OFFSET = const vgic::GICD_SGIR & 0xfff,
+    ESR_SGI1R_LOW = const ESR_SGI1R_WRITE & 0xffff,
+    ESR_SGI1R_HIGH = const ESR_SGI1R_WRITE >> 16,
+    SGI_VGIC = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_VGIC,
+    SGI_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_EXITS,
+    SGI_VCPU = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_VCPU,
+    SGI_CPU = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_CPU,
+    SGI_KICK_TARGETS = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_KICK_TARGETS,
+    POSTED_AT = const VgicHandle::<Aarch64>::POSTED_AT,
+    HINTS_AT = const VgicHandle::<Aarch64>::HINTS_AT,
+    WAITING_AT = const VgicHandle::<Aarch64>::WAITING_AT,
+    RUNNING_ON_AT = const VgicHandle::<Aarch64>::RUNNING_ON_AT,
+    POSTING_VCPUS_AT = const VgicHandle::<Aarch64>::POSTING_VCPUS_AT,
+    KICK_SGI1R = const hyp_arch_arm::registers::sgi1r_intid(crate::gic::KICK_SGI),
 );
+/// ESR_EL2 of a trapped MSR ICC_SGI1R_EL1 from AArch64, Rt zero: EC 0x18, IL 1, and the ISS
+/// of ARM ARM D17.2.37 (Op0 3, Op2 5, Op1 0, CRn 12, CRm 11, Direction 0: a write).
+const ESR_SGI1R_WRITE: u32 = (0x18 << 26) | (1 << 25) | (3 << 20) | (5 << 17) | (12 << 10) | (11 << 1);
+// What the vector's post relies on: a vCPU's hint and waiting flag are a byte each, the CPU
+// it runs on 8 bytes, its posted SGIs 8 bits of one 64-bit word (and no VM has vCPUs past
+// those the word holds).
+const _: () = assert!(core::mem::size_of::<core::sync::atomic::AtomicBool>() == 1);
+const _: () = assert!(core::mem::size_of::<core::sync::atomic::AtomicUsize>() == 8);
+const _: () = assert!(vgic::POSTED_SGIS == 8 && vgic::MAX_VCPUS_V2 <= 8);
 const _: () = assert!(hyp_core::smccc::NOT_SUPPORTED == -1i64 as u64);
 // The vector indexes the four control words with FAR_EL2's bits [3:2].
 const _: () = assert!(vgic::CONTROL_WORDS_END == 0x10);

@@ -6,7 +6,7 @@
 use core::arch::asm;
 
 use aarch64_cpu::registers::*;
-use hyp_arch_arm::cpus::VectorCalls;
+use hyp_arch_arm::cpus::{SgiPosting, VectorCalls};
 use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
@@ -23,10 +23,11 @@ use crate::arch::{Aarch64, HYPERVISOR};
 use crate::exceptions::{run_guest, EXIT_ANSWERED, EXIT_FIQ, EXIT_IRQ, EXIT_SERROR, EXIT_SYNC, RESUME_GUEST};
 use crate::ich::ListRegisterFile;
 use crate::vcpu_state::{self, SavedVcpu};
+use hyp_runtime::shared_vgic::VgicHandle;
 use hyp_runtime::tlb::OnEntry;
 use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
 use hyp_runtime::Hypervisor;
-use vgic::{ControlWords, Distributor, IntId};
+use vgic::{Distributor, IntId};
 
 /// PSTATE at a guest's first instruction: EL1h, D, A, I, F masked (booting.rst).
 const PSTATE_EL1H_MASKED: u64 = 0x3c5;
@@ -271,10 +272,28 @@ impl VcpuCpu for OnCpu {
         leave_guest_regime();
     }
 
-    fn vector_calls(&mut self, exits: &ExitCounts, control_words: &ControlWords, last_unknown: Option<u32>) {
+    fn vector_calls(
+        &mut self,
+        exits: &ExitCounts,
+        vgic: &VgicHandle<Aarch64>,
+        at: (usize, usize),
+        last_unknown: Option<u32>,
+    ) {
         let counter = |class| exits.class_counter(class);
         let counters = [counter(ExceptionClass::HVC64), counter(ExceptionClass::DATA_ABORT_LOWER)];
-        self.vector_calls.load(counters, control_words, last_unknown);
+        // An AArch64 vCPU of a GICv3 VM on a GICv3: its SGIs to one other vCPU are posted
+        // in the vector (exceptions.rs).
+        let posting = crate::gic::GIC
+            .sgi1r_targets()
+            .filter(|_| vgic.posting_vcpus() != 0 && self.state == ExecutionState::Aarch64)
+            .map(|kick_targets| SgiPosting {
+                vgic: core::ptr::from_ref(vgic).cast(),
+                exits: counter(ExceptionClass::SYSREG64),
+                vcpu: at.0,
+                cpu: at.1,
+                kick_targets,
+            });
+        self.vector_calls.load(counters, &vgic.control_words, last_unknown, posting);
     }
 
     fn vector_list_registers_in_use(&mut self, in_use: bool) {
@@ -427,6 +446,20 @@ extern "C" fn answer_in_vector(here: *const InVector<'static, OnCpu>, registers:
     // exclusive one, which nothing else touches while the guest is out.
     let (here, registers) = unsafe { (&*here, &mut *registers) };
     match hyp_runtime::vcpu_run::in_vector::answer(here, registers) {
+        VectorAnswer::NotHere => EXIT_SYNC,
+        VectorAnswer::Answered => EXIT_ANSWERED,
+        VectorAnswer::Resume => RESUME_GUEST,
+    }
+}
+
+/// The vector posted the SGI of a write of ICC_SGI1R_EL1 by the vCPU on this CPU and found
+/// its target to be woken or kicked by the run loop's code (`registers` saved as for
+/// `answer_in_vector`): what the vector does next (hyp_runtime::vcpu_run::in_vector::answer_posted).
+#[no_mangle]
+extern "C" fn answer_posted_in_vector(here: *const InVector<'static, OnCpu>, registers: *mut GuestContext) -> u64 {
+    // SAFETY: as for `answer_in_vector`, whose way from the vector this takes.
+    let (here, registers) = unsafe { (&*here, &mut *registers) };
+    match hyp_runtime::vcpu_run::in_vector::answer_posted(here, registers) {
         VectorAnswer::NotHere => EXIT_SYNC,
         VectorAnswer::Answered => EXIT_ANSWERED,
         VectorAnswer::Resume => RESUME_GUEST,

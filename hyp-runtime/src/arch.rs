@@ -39,4 +39,9 @@ pub trait Arch: 'static {
     /// hypervisor held active for the guest, whose virtual state the guest discarded
     /// (vgic::Distributor::deactivate_retired).
     fn deactivate_spi(intid: u32);
+
+    /// Whether a GICv3 VM's SGIs may be posted without the VM's lock
+    /// (`shared_vgic::VgicHandle::post_sgi`): an image that drives only GICv2s has no such
+    /// VM, and its lock of a vGIC then does not look for posted SGIs.
+    const POSTS_SGIS: bool = true;
 }

@@ -9,14 +9,22 @@
 //! registers came back as they went in takes the vCPU's lock alone; the VM's lock is taken to
 //! fold a change into the distributor, to plan the list registers, and by every access that
 //! changes an interrupt's state.
+//!
+//! **Posted SGIs.** A GICv3 guest's SGI to one other vCPU takes no lock: its sender posts
+//! it (`post_sgi`, and the AArch64 vector the same steps), a bit in `posted`, and whoever
+//! takes the VM's lock next makes it pending in the distributor before anything else
+//! (`lock`): no reader of the distributor sees it without the SGI (docs/vgic.md, "Posted
+//! SGIs").
 
 use alloc::sync::Arc;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::mmio::MmioError;
-use hyp_core::sync::Mutex;
+use hyp_core::sync::{Mutex, MutexGuard};
 use hyp_core::syndrome::AccessWidth;
-use vgic::{AccessError, ControlWords, Distributor, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS};
+use vgic::{
+    AccessError, ControlWords, Distributor, GicVersion, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS,
+};
 
 use crate::arch::Arch;
 use crate::scheduling::{vcpu_ref, Scheduling};
@@ -24,9 +32,15 @@ use crate::scheduling::{vcpu_ref, Scheduling};
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
 /// exit path checks only the hint (one load) before taking the lock and planning LRs.
 pub struct VgicHandle<A: Arch> {
-    pub vgic: Mutex<Distributor>,
+    /// Taken through `lock`, which delivers the posted SGIs first.
+    distributor: Mutex<Distributor>,
+    /// SGIs posted and not yet in the distributor (vgic::posted_sgi_bit: 8 bits a vCPU).
+    posted: AtomicU64,
+    /// The VM's vCPUs, a bit each; 0 on a GICv2, whose SGIs are never posted, and on an
+    /// image that posts none (`Arch::POSTS_SGIS`).
+    posting_vcpus: u32,
     /// The distributor's control words, copied for the AArch64 vector to answer a guest's
-    /// word load of them (vgic::ControlWords): refreshed under `vgic`'s lock after a write
+    /// word load of them (vgic::ControlWords): refreshed under `distributor`'s lock after a write
     /// at their offsets (`write_distributor`) and when the distributor is replaced.
     pub control_words: ControlWords,
     /// Each vCPU's list-register state, under the vCPU's own lock: taken before `vgic`.
@@ -44,9 +58,15 @@ pub struct VgicHandle<A: Arch> {
 
 impl<A: Arch> VgicHandle<A> {
     pub fn new(vm: usize, vgic: Distributor, scheduling: &'static Scheduling<A>) -> Self {
+        let posting_vcpus = match vgic.version() {
+            GicVersion::V3 if A::POSTS_SGIS => VcpuMask::first(vgic.vcpus().min(MAX_VCPUS)).0 as u32,
+            _ => 0,
+        };
         VgicHandle {
             control_words: ControlWords::new(&vgic),
-            vgic: Mutex::new(vgic),
+            distributor: Mutex::new(vgic),
+            posted: AtomicU64::new(0),
+            posting_vcpus,
             lists: [const { Mutex::new(VcpuInterfaceState::EMPTY) }; MAX_VCPUS],
             vm,
             scheduling,
@@ -54,6 +74,60 @@ impl<A: Arch> VgicHandle<A> {
             running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
         }
+    }
+
+    /// The VM's distributor, with every SGI posted so far made pending in it.
+    #[inline(always)]
+    pub fn lock(&self) -> MutexGuard<'_, Distributor> {
+        let mut vgic = self.distributor.lock();
+        if A::POSTS_SGIS && self.posted.load(Ordering::Relaxed) != 0 {
+            self.deliver_posted(&mut vgic);
+        }
+        vgic
+    }
+
+    #[inline(never)]
+    fn deliver_posted(&self, vgic: &mut Distributor) {
+        vgic.deliver_posted_sgis(self.posted.swap(0, Ordering::Acquire));
+    }
+
+    /// SGI `intid` for vCPU `vcpu`, from a write of ICC_SGI1R_EL1 that names it alone
+    /// (vgic::single_sgi_target), without the VM's lock: posted, `vcpu` hinted (a release:
+    /// whoever takes the hint finds the post), then, after a full barrier (a vCPU beginning
+    /// to wait sets `waiting` before it looks for pending interrupts, `Scheduling::block`:
+    /// one of the two sees the other), woken if it waits and kicked if it runs elsewhere.
+    /// The AArch64 vector takes the same steps in the same order for a running target.
+    /// False, with nothing done, for an SGI that is not posted (vgic::posted_sgi_bit) or a
+    /// vCPU the VM lacks: the caller generates it under the lock.
+    pub fn post_sgi(&self, vcpu: usize, intid: u32) -> bool {
+        let Some(bit) = vgic::posted_sgi_bit(vcpu, intid).filter(|_| self.posting_vcpus & (1 << vcpu) != 0) else {
+            return false;
+        };
+        self.posted.fetch_or(bit, Ordering::Relaxed);
+        self.hint_vcpu(vcpu);
+        fence(Ordering::SeqCst);
+        self.kick_one(vcpu);
+        true
+    }
+
+    /// Whether some CPU holds the VM's lock now (for tests: it may change at once).
+    pub fn is_locked(&self) -> bool {
+        self.distributor.is_locked()
+    }
+
+    /// Where an image's exception vector finds, in a `VgicHandle`, what `post_sgi` uses
+    /// (byte offsets): the posted word, the hints, the waiting flags, the CPU each vCPU runs
+    /// on, and the mask of vCPUs that may be posted to (`posting_vcpus`, a u32).
+    pub const POSTED_AT: usize = core::mem::offset_of!(Self, posted);
+    pub const HINTS_AT: usize = core::mem::offset_of!(Self, hints);
+    pub const WAITING_AT: usize = core::mem::offset_of!(Self, waiting);
+    pub const RUNNING_ON_AT: usize = core::mem::offset_of!(Self, running_on);
+    pub const POSTING_VCPUS_AT: usize = core::mem::offset_of!(Self, posting_vcpus);
+
+    /// The vCPUs whose SGIs a write of ICC_SGI1R_EL1 may post (`post_sgi`): the VM's, on a
+    /// GICv3; none on a GICv2.
+    pub fn posting_vcpus(&self) -> u32 {
+        self.posting_vcpus
     }
 
     /// Makes the vCPUs in `mask` look at their interrupts: one running on another CPU
@@ -105,7 +179,7 @@ impl<A: Arch> VgicHandle<A> {
     }
     /// A new distributor (a SYSTEM_RESET's), with its control words copied under its lock.
     pub fn replace_distributor(&self, fresh: Distributor) {
-        let mut vgic = self.vgic.lock();
+        let mut vgic = self.lock();
         *vgic = fresh;
         self.control_words.refresh(&vgic);
     }
@@ -141,13 +215,13 @@ fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
 impl<A: Arch> VgicHandle<A> {
     #[inline(never)]
     pub fn read_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.vgic.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
+        self.lock().read(vcpu, offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
 
     #[inline(never)]
     pub fn write_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
-            let mut vgic = self.vgic.lock();
+            let mut vgic = self.lock();
             let written = vgic.write(vcpu, offset, width.bytes() as usize, value);
             self.control_words.after_write(&vgic, offset);
             written.map_err(|e| to_mmio(e, width))?;
@@ -163,13 +237,13 @@ impl<A: Arch> VgicHandle<A> {
 
     #[inline(never)]
     pub fn read_redistributor(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.vgic.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
+        self.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
 
     #[inline(never)]
     pub fn write_redistributor(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let changed = {
-            let mut vgic = self.vgic.lock();
+            let mut vgic = self.lock();
             vgic.write_redistributor(offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
             vgic.take_kicks().0 as u32
         };
@@ -207,7 +281,7 @@ pub struct VgicLine<A: Arch> {
 impl<A: Arch> vdev::pl011::InterruptLine for VgicLine<A> {
     fn set_level(&mut self, high: bool) {
         let targets = {
-            let mut vgic = self.vgic.vgic.lock();
+            let mut vgic = self.vgic.lock();
             let _ = vgic.set_level(self.intid, 0, high);
             vgic.take_kicks().0 as u32
         };

@@ -10,7 +10,7 @@
 use alloc::boxed::Box;
 use core::borrow::Borrow;
 use core::marker::PhantomData;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{fence, Ordering};
 
 use hyp_core::coprocessor::RegisterPart;
 use hyp_core::debug_registers::DebugRegisters;
@@ -25,12 +25,13 @@ use hyp_core::sysreg::{IdRegisters, SgiGenerationRegister, VmControlRegister, Vm
 use hyp_core::trap::{DecodedExit, GuestRegisters};
 use hyp_core::vcpu_power::{EndReason, VcpuStart};
 use sched::Decision;
-use vgic::{ControlWords, IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
+use vgic::{IntId, LineSampler, ListRegisters, RetiredLines, SgiRegister};
 
 use crate::arch::Arch;
 use crate::hypervisor::interrupts::{Acknowledged, ExitInterrupt};
 use crate::hypervisor::{Hypervisor, VcpuExit, Virtualization};
 use crate::scheduling::vcpu_ref;
+use crate::shared_vgic::VgicHandle;
 use crate::tlb::OnEntry;
 use crate::virtio::slot::VmEnv;
 use crate::vm::{CallEffect, Vm};
@@ -200,11 +201,19 @@ pub trait VcpuCpu: Sized {
     /// A hardware-mapped interrupt the guest will not deactivate is deactivated here.
     fn deactivate(physical: IntId, cpu: usize);
     /// What the image's exception vector needs to answer this vCPU's exits itself: its
-    /// exit counters and its VM's control words (vgic::ControlWords), which outlive its stay
-    /// on this CPU (`leave` forgets them), and the function it was last told was unknown
-    /// (hyp_core::smccc::answered_in_vector). An image whose vector answers nothing ignores
-    /// it.
-    fn vector_calls(&mut self, _exits: &ExitCounts, _control_words: &ControlWords, _last_unknown: Option<u32>) {}
+    /// exit counters and its VM's vGIC (its control words, vgic::ControlWords, and the SGIs
+    /// posted to its vCPUs, `VgicHandle::post_sgi`), which outlive its stay on this CPU
+    /// (`leave` forgets them), the vCPU and the CPU, and the function it was last told was
+    /// unknown (hyp_core::smccc::answered_in_vector). An image whose vector answers nothing
+    /// ignores it.
+    fn vector_calls(
+        &mut self,
+        _exits: &ExitCounts,
+        _vgic: &VgicHandle<Self::V>,
+        _at: (usize, usize),
+        _last_unknown: Option<u32>,
+    ) {
+    }
     /// The vCPU on this CPU was just told that `function` is unknown (`vector_calls`).
     fn vector_unknown_call(_function: u32) {}
     /// Whether the vCPU on this CPU holds list registers: while it does, every exit goes to
@@ -255,9 +264,9 @@ pub fn run_vcpu<C: VcpuCpu>(
     hypervisor.scheduling.program_timer(cpu, decision.until);
     let no_counts = ExitCounts::default();
     let exits = core.exits.get(vcpu).unwrap_or(&no_counts);
-    here.vector_calls(exits, &core.vgic.control_words, last_unknown);
+    here.vector_calls(exits, &core.vgic, (vcpu, cpu), last_unknown);
     // The guest's virtual timer PPI is backed by the physical one, deactivated by the guest.
-    let _ = core.vgic.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
+    let _ = core.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
     let in_vector = InVector::<C> { vm, vcpu, cpu, shared, exits, outcome: core::cell::Cell::new(None) };
     load_timer_line::<C>(core, vcpu, cpu);
     // Whether this vCPU holds list registers (then they are taken back on every exit),
@@ -287,7 +296,7 @@ pub fn run_vcpu<C: VcpuCpu>(
         if lrs_changed || timer_fired || hinted {
             // The vCPU's own list-register state, then the VM's vGIC (shared_vgic, "Locks").
             let mut lists = core.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
-            let mut vgic = core.vgic.vgic.lock();
+            let mut vgic = core.vgic.lock();
             if core::mem::take(&mut timer_fired) {
                 let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, true);
             }
@@ -532,7 +541,13 @@ fn answer<C: VcpuCpu>(
             if timer.is_none_or(|deadline| deadline > C::V::now()) {
                 let v = vcpu_ref(core.id, vcpu);
                 let waiting = &core.vgic.waiting[vcpu];
-                if hypervisor.scheduling.block(v, waiting, || core.vgic.vgic.lock().has_pending(vcpu)) {
+                // The fence: `waiting` set before any posted SGI is looked for
+                // (`VgicHandle::post_sgi`).
+                let pending = || {
+                    fence(Ordering::SeqCst);
+                    core.vgic.lock().has_pending(vcpu)
+                };
+                if hypervisor.scheduling.block(v, waiting, pending) {
                     if let Some(deadline) = timer {
                         hypervisor.scheduling.wake_at(cpu, v, deadline);
                     }
@@ -622,7 +637,7 @@ fn timer_due_at_wait<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: u
 fn load_timer_line<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, cpu: usize) {
     let line = C::timer_line();
     let (active, others) = {
-        let mut vgic = vm.vgic.vgic.lock();
+        let mut vgic = vm.vgic.lock();
         let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, line);
         // The kick it asks for is this vCPU's, which is hinted below if it needs to look.
         let others = others_kicked::<C::V>(&mut vgic, vcpu);
@@ -689,7 +704,7 @@ fn tick_in_one_step<C: VcpuCpu>(
     taken_back: bool,
 ) -> Option<bool> {
     let mut lists = vm.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
-    if !vm.vgic.vgic.lock().hw_level_fired(vcpu, IntId(VTIMER_PPI), taken_back, &mut lists, here.list_registers()) {
+    if !vm.vgic.lock().hw_level_fired(vcpu, IntId(VTIMER_PPI), taken_back, &mut lists, here.list_registers()) {
         return None;
     }
     let in_use = lists.in_use() > 0;
@@ -714,7 +729,7 @@ fn take_back_with_plan<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu:
     }
     // Taken before the plan reads the vGIC: a change made after it hints the vCPU again.
     let _ = vm.vgic.take_hint(vcpu);
-    let mut vgic = vm.vgic.vgic.lock();
+    let mut vgic = vm.vgic.lock();
     if !vgic.take_back_one_and_plan(vcpu, &mut lists, here.list_registers()).unwrap_or(false) {
         drop(vgic);
         vm.vgic.hint_vcpu(vcpu);
@@ -748,7 +763,7 @@ fn take_back_list_registers<C: VcpuCpu>(
     }
     let mut retired = RetiredLines::default();
     let (plan, others) = {
-        let mut vgic = vm.vgic.vgic.lock();
+        let mut vgic = vm.vgic.lock();
         let plan = vgic
             .sync_from_hw_sampling(
                 vcpu,
@@ -867,15 +882,22 @@ impl<I, E: VmEnv, T: Fn(u32)> IncidentLog for VcpuEnv<'_, I, E, T> {
 }
 
 /// A trapped write of an SGI generation register: the vGIC raises the SGI at its targets,
-/// which are hinted, and kicked if they run elsewhere.
+/// which are hinted, and kicked if they run elsewhere. An ICC_SGI1R_EL1 write naming one
+/// other vCPU is posted, without the VM's lock (`VgicHandle::post_sgi`).
 fn generate_sgi<E: VmEnv>(vm: &Vm<E>, vcpu: usize, register: SgiGenerationRegister, value: u64) {
+    if register == SgiGenerationRegister::Sgi1r {
+        let vcpus = vm.vgic.posting_vcpus().count_ones() as usize;
+        if vgic::single_sgi_target(value, vcpu, vcpus).is_some_and(|(target, intid)| vm.vgic.post_sgi(target, intid)) {
+            return;
+        }
+    }
     let register = match register {
         SgiGenerationRegister::Sgi1r => SgiRegister::Sgi1r,
         SgiGenerationRegister::Asgi1r => SgiRegister::Asgi1r,
         SgiGenerationRegister::Sgi0r => SgiRegister::Sgi0r,
     };
     let targets = {
-        let mut vgic = vm.vgic.vgic.lock();
+        let mut vgic = vm.vgic.lock();
         let _ = vgic.generate_sgi(vcpu, register, value);
         // Its targets, taken from the kick set: left there, a later change's kick (a
         // device's interrupt for another vCPU) would kick them again for nothing.
@@ -902,7 +924,7 @@ fn deactivate_by_dir<C: VcpuCpu>(
     let mut lists = lists.lock();
     let mut retired = RetiredLines::default();
     let others = {
-        let mut vgic = vm.vgic.vgic.lock();
+        let mut vgic = vm.vgic.lock();
         // Refused only for a vCPU the VM does not have, which this exit's is not.
         let _ = vgic.deactivate_by_dir(vcpu, &mut lists, here.list_registers(), value, &mut retired);
         others_kicked::<C::V>(&mut vgic, vcpu)
@@ -946,7 +968,7 @@ fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &
     if let Some(lists) = core.vgic.lists.get(vcpu) {
         let mut lists = lists.lock();
         let others = {
-            let mut vgic = core.vgic.vgic.lock();
+            let mut vgic = core.vgic.lock();
             let _ = vgic.put(vcpu, &mut lists, here.list_registers());
             others_kicked::<C::V>(&mut vgic, vcpu)
         };

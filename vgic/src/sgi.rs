@@ -59,7 +59,49 @@ impl SgiRequest {
     }
 }
 
+/// The SGIs that may be posted (`Distributor::deliver_posted_sgis`): SGIs 0 to 7 (those
+/// Linux sends as IPIs) of vCPUs 0 to 7, 8 bits a vCPU in one 64-bit word.
+pub const POSTED_SGIS: u32 = 8;
+
+/// The bit of the posted word that posts SGI `intid` for vCPU `vcpu`: 8 * `vcpu` + `intid`;
+/// none for an SGI or a vCPU past those that may be posted.
+pub fn posted_sgi_bit(vcpu: usize, intid: u32) -> Option<u64> {
+    (vcpu < 64 / POSTED_SGIS as usize && intid < POSTED_SGIS)
+        .then(|| 1 << (vcpu * POSTED_SGIS as usize + intid as usize))
+}
+
+/// The one vCPU and SGI a write of ICC_SGI1R_EL1 `value` by `source` names, when it names
+/// exactly one vCPU other than `source` by its target list (IRM, RS, Aff3, Aff2 and Aff1
+/// zero, one bit of the list, below `vcpus`): the writes another CPU may post for later
+/// delivery (`deliver_posted_sgis`) instead of `generate_sgi`, to which they come to the same.
+/// Anything else is `None`.
+pub fn single_sgi_target(value: u64, source: usize, vcpus: usize) -> Option<(usize, u32)> {
+    let req = SgiRequest::decode(value);
+    if req.irm || req.rs != 0 || req.aff3 != 0 || req.aff2 != 0 || req.aff1 != 0 {
+        return None;
+    }
+    let list = u64::from(req.target_list) & VcpuMask::first(vcpus).0;
+    let vcpu = list.trailing_zeros() as usize;
+    (list.count_ones() == 1 && vcpu != source).then_some((vcpu, req.intid))
+}
+
 impl Distributor {
+    /// SGIs posted by another CPU (`posted_sgi_bit`): each made pending as the write of
+    /// ICC_SGI1R_EL1 that named it would have (`generate_sgi`, `single_sgi_target`), without
+    /// the kick set: whoever posted it kicked its vCPU. Bits of vCPUs the VM lacks are
+    /// ignored.
+    pub fn deliver_posted_sgis(&mut self, posted: u64) {
+        if self.version != GicVersion::V3 {
+            return;
+        }
+        for bit in VcpuMask(posted).iter() {
+            let (vcpu, intid) = (bit / POSTED_SGIS as usize, bit as u32 % POSTED_SGIS);
+            if let Some(sgi) = self.redistributors.get_mut(vcpu).and_then(|rd| rd.irq_mut(intid)) {
+                sgi.set_latch(true);
+            }
+        }
+    }
+
     /// A trapped write of an SGI register by `source`: makes the SGI pending on each vCPU it
     /// names and returns them (also added to the kick set). An affinity that names no vCPU
     /// is ignored, as on hardware.

@@ -80,6 +80,72 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// An ICC_SGI1R_EL1 write another CPU may post (`single_sgi_target`) is one that names
+    /// exactly one vCPU other than the sender, that one, by the rule above; posted and
+    /// delivered (`posted_sgi_bit`, `deliver_posted_sgis`) it leaves every vCPU's SGIs as the
+    /// write itself does, whatever else was posted in the same word before.
+    #[test]
+    fn gicv3_a_posted_sgi_is_the_write_that_names_one_other_vcpu(
+        vcpus in 1usize..=8,
+        source in 0usize..8,
+        list in any::<u16>(),
+        intid in 0u64..16,
+        (aff3, aff2, rs, aff1) in (0u64..2, 0u64..2, 0u64..2, 0u64..2),
+        irm in prop::bool::weighted(0.1),
+        earlier in any::<u64>(),
+    ) {
+        let source = source % vcpus;
+        let value = aff3 << 48 | rs << 44 | u64::from(irm) << 40 | aff2 << 32 | intid << 24 | aff1 << 16 | u64::from(list);
+        let named: Vec<usize> = (0..vcpus).filter(|&v| names(value, source, v)).collect();
+        let single = single_sgi_target(value, source, vcpus);
+        let postable = !irm && named.len() == 1 && named[0] != source;
+        prop_assert_eq!(single.is_some(), postable, "{:#x}", value);
+        let Some((vcpu, sgi)) = single else { return Ok(()) };
+        prop_assert_eq!((vcpu, sgi), (named[0], intid as u32));
+
+        // Posted only for SGIs 0 to 7; what was posted earlier delivered to both first.
+        prop_assert_eq!(posted_sgi_bit(vcpu, sgi).is_some(), sgi < 8);
+        let Some(bit) = posted_sgi_bit(vcpu, sgi) else { return Ok(()) };
+        let (mut written, mut posted) = (v3(vcpus), v3(vcpus));
+        written.deliver_posted_sgis(earlier);
+        posted.deliver_posted_sgis(earlier);
+        written.generate_sgi(source, SgiRegister::Sgi1r, value).unwrap();
+        posted.deliver_posted_sgis(bit);
+        for v in 0..vcpus {
+            prop_assert_eq!(pending_sgis(&posted, v), pending_sgis(&written, v), "vCPU {}", v);
+        }
+        prop_assert!(pending_sgis(&posted, vcpu).contains(&sgi));
+    }
+}
+
+#[test]
+fn posted_sgis_are_eight_bits_a_vcpu_in_one_word() {
+    assert_eq!(posted_sgi_bit(0, 0), Some(1));
+    assert_eq!(posted_sgi_bit(1, 7), Some(1 << 15));
+    assert_eq!(posted_sgi_bit(7, 7), Some(1 << 63));
+    assert_eq!(posted_sgi_bit(0, 8), None, "SGIs 8 to 15 are not posted");
+    assert_eq!(posted_sgi_bit(8, 0), None, "nor vCPUs past 7");
+    let mut g = v3(8);
+    g.deliver_posted_sgis((1 << 41) | (1 << 63));
+    assert_eq!(pending_sgis(&g, 5), [1]);
+    assert_eq!(pending_sgis(&g, 7), [7]);
+    assert!((0..8).filter(|&v| v != 5 && v != 7).all(|v| pending_sgis(&g, v).is_empty()));
+    // Bits of vCPUs the VM lacks name nothing.
+    let mut small = v3(2);
+    small.deliver_posted_sgis(u64::MAX << 16);
+    assert!(pending_sgis(&small, 0).is_empty() && pending_sgis(&small, 1).is_empty());
+}
+
+#[test]
+fn posted_sgis_belong_to_gicv3() {
+    let mut g = v2(2);
+    g.deliver_posted_sgis(u64::MAX);
+    assert!(pending_sgis(&g, 0).is_empty() && pending_sgis(&g, 1).is_empty());
+}
+
 #[test]
 fn gicv3_irm_targets_every_vcpu_but_the_sender() {
     let mut g = v3(4);

@@ -16,11 +16,27 @@ use crate::shared_vgic::VgicHandle;
 /// GICD_SGIR (GICv2): TargetListFilter 0, the CPU target list in bits [23:16].
 const GICD_SGIR: u64 = 0xf00;
 
-fn vgic(vcpus: usize) -> (&'static Scheduling<FakeArch>, VgicHandle<FakeArch>) {
+fn vgic_of(version: GicVersion, vcpus: usize) -> (&'static Scheduling<FakeArch>, VgicHandle<FakeArch>) {
     let scheduling = leak(Scheduling::new());
     scheduling.init(4);
-    let config = VgicConfig { version: GicVersion::V2, vcpus, spis: 32 };
+    let config = VgicConfig { version, vcpus, spis: 32 };
     (scheduling, VgicHandle::new(0, Distributor::new(config).unwrap(), scheduling))
+}
+
+fn vgic(vcpus: usize) -> (&'static Scheduling<FakeArch>, VgicHandle<FakeArch>) {
+    vgic_of(GicVersion::V2, vcpus)
+}
+
+/// vCPU 1, sharing CPU 0, blocked in a trapped WFI.
+fn block_vcpu_1(scheduling: &Scheduling<FakeArch>, vgic: &VgicHandle<FakeArch>) -> sched::VcpuRef {
+    FakeArch::become_cpu(0);
+    let v = vcpu_ref(0, 1);
+    scheduling.add(v, 0, Policy::Shared { slice: 100 }).unwrap();
+    scheduling.start(v).unwrap();
+    assert_eq!(scheduling.pick(0).run, Some(v));
+    assert!(scheduling.block(v, &vgic.waiting[1], || false));
+    assert_eq!(scheduling.state(v), Some(VcpuState::Blocked));
+    v
 }
 
 #[test]
@@ -41,10 +57,7 @@ fn an_sgi_kicks_the_cpu_its_target_runs_on_and_hints_it() {
 /// pending through another vCPU's GICR_ISPENDR0 reaches that vCPU where it runs.
 #[test]
 fn a_pending_bit_set_in_another_vcpus_redistributor_kicks_that_vcpu() {
-    let scheduling = leak(Scheduling::new());
-    scheduling.init(4);
-    let config = VgicConfig { version: GicVersion::V3, vcpus: 2, spis: 32 };
-    let vgic = VgicHandle::<FakeArch>::new(0, Distributor::new(config).unwrap(), scheduling);
+    let (_, vgic) = v3_vgic(2);
     FakeArch::become_cpu(0);
     vgic.running_on[0].store(0, Ordering::Release);
     vgic.running_on[1].store(2, Ordering::Release);
@@ -70,13 +83,7 @@ fn a_vcpu_on_this_cpu_is_not_kicked() {
 #[test]
 fn a_blocked_vcpu_is_woken_by_an_interrupt_for_it() {
     let (scheduling, vgic) = vgic(2);
-    FakeArch::become_cpu(0);
-    let v = vcpu_ref(0, 1);
-    scheduling.add(v, 0, Policy::Shared { slice: 100 }).unwrap();
-    scheduling.start(v).unwrap();
-    assert_eq!(scheduling.pick(0).run, Some(v));
-    assert!(scheduling.block(v, &vgic.waiting[1], || false));
-    assert_eq!(scheduling.state(v), Some(VcpuState::Blocked));
+    let v = block_vcpu_1(scheduling, &vgic);
     vgic.write_distributor(0, GICD_SGIR, AccessWidth::Word, (0b10 << 16) | 1).unwrap();
     assert_eq!(scheduling.state(v), Some(VcpuState::Runnable));
     assert!(!vgic.waiting[1].load(Ordering::SeqCst));
@@ -109,7 +116,7 @@ fn a_passthrough_spi_the_guest_clears_is_deactivated_at_the_board_s_gic() {
     let (_, vgic) = vgic(1);
     FakeArch::become_cpu(0);
     {
-        let mut d = vgic.vgic.lock();
+        let mut d = vgic.lock();
         d.write(0, 0x100 + 4, 4, 1 << 8).unwrap(); // GICD_ISENABLER1: SPI 40
         d.set_hw(vgic::IntId(40), 0, Some(vgic::IntId(72))).unwrap();
         d.inject_edge(vgic::IntId(40), 0).unwrap();
@@ -137,4 +144,88 @@ fn the_vector_s_copy_of_gicd_ctlr_follows_the_guest_s_writes() {
     }
     vgic.write_distributor(0, 0, AccessWidth::Word, 0).unwrap();
     assert_eq!(vgic.control_words.read(0), Some(0));
+}
+
+fn v3_vgic(vcpus: usize) -> (&'static Scheduling<FakeArch>, VgicHandle<FakeArch>) {
+    vgic_of(GicVersion::V3, vcpus)
+}
+
+fn pending(vgic: &VgicHandle<FakeArch>, vcpu: usize, sgi: u32) -> bool {
+    vgic.lock().interrupt(vcpu, vgic::IntId(sgi)).unwrap().pending
+}
+
+/// A posted SGI (docs/vgic.md, "Posted SGIs"): hinted and kicked at once, pending for
+/// whoever takes the VM's lock next, and delivered once: its guest took it, it is not
+/// pending again.
+#[test]
+fn a_posted_sgi_is_hinted_kicked_and_pending_for_the_next_holder_of_the_lock() {
+    let (_, vgic) = v3_vgic(6);
+    FakeArch::become_cpu(0);
+    vgic.running_on[5].store(3, Ordering::Release);
+    FakeArch::take_kicks();
+    assert!(vgic.post_sgi(5, 6));
+    assert!(!vgic.is_locked(), "no lock taken");
+    assert_eq!(FakeArch::take_kicks(), vec![3], "vCPU 5's CPU");
+    assert!(vgic.take_hint(5));
+    assert!(pending(&vgic, 5, 6), "delivered under the lock");
+    assert!((0..16).filter(|&i| i != 6).all(|i| !pending(&vgic, 5, i)));
+    assert!((0..5).all(|v| (0..16).all(|i| !pending(&vgic, v, i))), "no other vCPU's");
+    // The guest takes it: acknowledged, then deactivated (GICR_ICPENDR0 stands in here),
+    // and nothing posted brings it back.
+    vgic.write_redistributor(5 * 0x2_0000 + 0x1_0280, AccessWidth::Word, 1 << 6).unwrap();
+    assert!(!pending(&vgic, 5, 6), "delivered once");
+}
+
+/// Every reader of the distributor sees a posted SGI: a register read by another vCPU
+/// (GICR_ISPENDR0 of the target's SGI frame) and the check a vCPU makes before it waits.
+#[test]
+fn a_posted_sgi_is_seen_by_every_reader_of_the_distributor() {
+    let (_, vgic) = v3_vgic(2);
+    assert!(vgic.post_sgi(1, 4));
+    let ispendr0 = vgic.read_redistributor(0x2_0000 + 0x1_0200, AccessWidth::Word).unwrap();
+    assert_eq!(ispendr0, 1 << 4);
+    // Deliverable once posted: the SGI enabled (GICR_ISENABLER0), its group 0 too
+    // (GICD_CTLR.EnableGrp0).
+    let (_, vgic) = v3_vgic(2);
+    vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 4).unwrap();
+    vgic.write_distributor(0, 0, AccessWidth::Word, 1).unwrap();
+    assert!(!vgic.lock().has_pending(1));
+    assert!(vgic.post_sgi(1, 4));
+    assert!(vgic.lock().has_pending(1), "a vCPU about to wait finds it");
+}
+
+/// A vCPU that began to wait for an interrupt is woken by an SGI posted for it, and one
+/// running on this CPU (it shares the sender's, and does not run now) is not kicked.
+#[test]
+fn a_posted_sgi_wakes_a_waiting_vcpu_and_kicks_no_vcpu_of_this_cpu() {
+    let (scheduling, vgic) = v3_vgic(2);
+    let v = block_vcpu_1(scheduling, &vgic);
+    assert!(vgic.post_sgi(1, 0));
+    assert_eq!(scheduling.state(v), Some(VcpuState::Runnable));
+    assert!(!vgic.waiting[1].load(Ordering::SeqCst));
+    vgic.running_on[1].store(0, Ordering::Release);
+    FakeArch::take_kicks();
+    assert!(vgic.post_sgi(1, 0));
+    assert!(FakeArch::take_kicks().is_empty());
+}
+
+/// Posting is a GICv3 VM's, for SGIs 0 to 7 of its own vCPUs: on a GICv2 (whose SGIs are
+/// per source), for SGI 8 or for a vCPU the VM lacks it does nothing and says so (the
+/// caller generates the SGI under the lock), and a SYSTEM_RESET's new distributor does not
+/// get an SGI posted to the old one.
+#[test]
+fn only_a_gicv3_vm_s_vcpus_get_posted_sgis_and_a_reset_drops_them() {
+    let (_, v2) = vgic(2);
+    assert_eq!(v2.posting_vcpus(), 0);
+    assert!(!v2.post_sgi(1, 3));
+    assert!(!v2.take_hint(1) && !v2.lock().has_pending(1));
+    let (_, v3) = v3_vgic(3);
+    assert_eq!(v3.posting_vcpus(), 0b111);
+    assert!(!v3.post_sgi(3, 3) && !v3.post_sgi(usize::MAX, 3) && !v3.post_sgi(2, 8));
+    assert!(!v3.take_hint(2) && !v3.take_hint(3));
+    assert!(!pending(&v3, 2, 8));
+    let config = VgicConfig { version: GicVersion::V3, vcpus: 3, spis: 32 };
+    assert!(v3.post_sgi(2, 3));
+    v3.replace_distributor(Distributor::new(config).unwrap());
+    assert!(!pending(&v3, 2, 3), "posted before the reset");
 }

@@ -32,6 +32,7 @@ use super::virtio::{console_write, image_ram, FakeEnv, CONSOLE, LINES, RAM_IPA};
 use crate::fake::FakeArch;
 use crate::hypervisor::{Hypervisor, VcpuExit};
 use crate::scheduling::vcpu_ref;
+use crate::shared_vgic::VgicHandle;
 use crate::tlb::OnEntry;
 use crate::vcpu_run::{in_vector, run_vcpu, CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
 use crate::vm::Vm;
@@ -84,8 +85,8 @@ thread_local! {
     /// were held.
     static LR_READS: RefCell<Vec<(bool, bool)>> = RefCell::default();
     /// What the run loop gave the image's vector for the vCPU it runs (`vector_calls`): the
-    /// addresses of its exit counts and of its VM's control words.
-    static VECTOR_CALLS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// addresses of its exit counts and of its VM's vGIC, the vCPU and the CPU.
+    static VECTOR_CALLS: Cell<(usize, usize, (usize, usize))> = const { Cell::new((0, 0, (9, 9))) };
     /// Whether each list-register read is an event too (`read lr N`), for a test of what
     /// comes before what.
     static LR_READ_EVENTS: Cell<bool> = const { Cell::new(false) };
@@ -132,7 +133,7 @@ impl ListRegisters for FakeLrs {
     }
     fn read_lr(&self, index: usize) -> u64 {
         if let Some(vm) = HYPERVISOR.with(Cell::get).and_then(|h| h.vm(0)) {
-            LR_READS.with(|r| r.borrow_mut().push((vm.vgic.lists[0].is_locked(), vm.vgic.vgic.is_locked())));
+            LR_READS.with(|r| r.borrow_mut().push((vm.vgic.lists[0].is_locked(), vm.vgic.is_locked())));
         }
         if LR_READ_EVENTS.with(Cell::get) {
             event(format!("read lr {index}"));
@@ -239,11 +240,10 @@ impl VcpuCpu for FakeCpu {
     fn leave(&mut self) {
         event("leave".into());
     }
-    fn vector_calls(&mut self, exits: &ExitCounts, control_words: &vgic::ControlWords, _: Option<u32>) {
+    fn vector_calls(&mut self, exits: &ExitCounts, vgic: &VgicHandle<FakeArch>, at: (usize, usize), _: Option<u32>) {
         let address = |p: *const ()| p as usize;
-        VECTOR_CALLS.with(|v| {
-            v.set((address(std::ptr::from_ref(exits).cast()), address(std::ptr::from_ref(control_words).cast())))
-        });
+        VECTOR_CALLS
+            .with(|v| v.set((address(std::ptr::from_ref(exits).cast()), address(std::ptr::from_ref(vgic).cast()), at)));
     }
     fn list_registers(&mut self) -> &mut FakeLrs {
         &mut self.lrs
@@ -273,7 +273,7 @@ impl VcpuCpu for FakeCpu {
             }
             if let Some(intid) = step.raise {
                 let vm = FakeCpu::hypervisor().vm(0).expect("VM 0");
-                let mut vgic = vm.vgic.vgic.lock();
+                let mut vgic = vm.vgic.lock();
                 vgic.inject_edge(IntId(intid), 0).unwrap();
                 vm.vgic.hint(vgic.take_kicks().0 as u32);
             }
@@ -378,18 +378,19 @@ fn a_fresh_vcpu_starts_at_its_entry_with_its_state_at_reset_and_a_power_off_ends
 }
 
 /// The vector answers a vCPU's exits from what the run loop gave it when the vCPU came
-/// onto the CPU: its own exit counts and its own VM's copy of the control words, never
-/// another VM's (docs/vgic.md, "The control words answered in the vector").
+/// onto the CPU: its own exit counts and its own VM's vGIC (the copy of the control words,
+/// the SGIs it posts), never another VM's, and which vCPU and CPU it is (vCPU 0 on CPU 1 here; docs/vgic.md, "The
+/// control words answered in the vector", "Posted SGIs").
 #[test]
-fn the_vector_is_given_the_running_vcpu_s_counts_and_its_vm_s_control_words() {
+fn the_vector_is_given_the_running_vcpu_s_counts_and_its_vm_s_vgic() {
     let hypervisor = hypervisor();
-    VECTOR_CALLS.with(|v| v.set((0, 0)));
+    VECTOR_CALLS.with(|v| v.set((0, 0, (9, 9))));
     hvc(PSCI_SYSTEM_OFF);
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     let vm = hypervisor.vm(0).unwrap();
     let address = |p: *const ()| p as usize;
     let expected =
-        (address(std::ptr::from_ref(&vm.exits[0]).cast()), address(std::ptr::from_ref(&vm.vgic.control_words).cast()));
+        (address(std::ptr::from_ref(&vm.exits[0]).cast()), address(std::ptr::from_ref(&*vm.vgic).cast()), (0, 1));
     assert_eq!(VECTOR_CALLS.with(Cell::get), expected);
 }
 
@@ -431,7 +432,7 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
     let ppi = TIMER_PPI.with(|t| std::mem::take(&mut *t.borrow_mut()));
     assert_eq!(ppi.last(), Some(&(1, true)), "held active while the virtual one is pending: {ppi:?}");
     let vm = hypervisor.vm(0).unwrap();
-    let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+    let timer = vm.vgic.lock().interrupt(0, IntId(27)).unwrap();
     assert!(timer.pending, "the virtual timer is pending for vCPU 0: {timer:?}");
     assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
 }
@@ -471,7 +472,7 @@ fn a_pinned_vcpu_on_a_gicv2_that_waits_with_its_timer_due_gets_the_timer_s_inter
             );
             let ppi = TIMER_PPI.with(|t| std::mem::take(&mut *t.borrow_mut()));
             assert!(ppi.contains(&(1, true)), "the physical PPI held active again: {ppi:?}");
-            let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+            let timer = vm.vgic.lock().interrupt(0, IntId(27)).unwrap();
             assert!(!timer.pending && !timer.active, "the tick made from the line was taken: {timer:?}");
         } else {
             assert_eq!(traps, Vec::<String>::new(), "a GICv3 signals it: WFI does not trap");
@@ -506,14 +507,14 @@ fn a_pinned_gicv2_vcpu_s_wfi_with_its_timer_not_due_leaves_its_list_registers_to
     let traps: Vec<String> = take_events().into_iter().filter(|e| e.starts_with("wfi traps")).collect();
     assert_eq!(traps, ["wfi traps though pinned: true", "wfi traps though pinned: false"]);
     assert_eq!(HELD.with(Cell::get), 1, "the tick's list register, completed, not taken back at the WFI");
-    let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+    let timer = vm.vgic.lock().interrupt(0, IntId(27)).unwrap();
     assert!(!timer.pending && !timer.active, "taken back at the call's exit: {timer:?}");
 }
 
 /// VM 0's vGIC, locked, with its distributor's groups enabled and SPI 40 enabled, in Group 1,
 /// routed to vCPU 0 (the reset route).
 fn spi_40_for_vcpu_0(vm: &Vm<FakeEnv>) -> hyp_core::sync::MutexGuard<'_, vgic::Distributor> {
-    let mut vgic = vm.vgic.vgic.lock();
+    let mut vgic = vm.vgic.lock();
     vgic.write(0, 0x000, 4, 0b11).unwrap();
     vgic.write(0, 0x084, 4, 1 << 8).unwrap();
     vgic.write(0, 0x104, 4, 1 << 8).unwrap();
@@ -539,7 +540,7 @@ fn an_exit_with_its_list_registers_unchanged_does_not_take_the_vms_vgic_lock() {
     assert!(exits.iter().all(|&(own, _)| own), "every read under the vCPU's own lock: {exits:?}");
     assert_eq!(exits.first(), Some(&(true, false)), "the first exit (nothing taken) reads without the VM's lock");
     assert!(exits.contains(&(true, true)), "the acknowledgement is folded in under the VM's lock: {exits:?}");
-    let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
+    let spi = vm.vgic.lock().interrupt(0, IntId(40)).unwrap();
     assert!(!spi.pending && spi.active, "acknowledged, not completed: active in the vGIC once it left: {spi:?}");
 }
 
@@ -550,7 +551,7 @@ fn timer_for_vcpu_0(hypervisor: &'static Hypervisor<FakeArch>) -> std::sync::Arc
     hypervisor.routes.set(27, crate::interrupts::Route::VirtualTimer).unwrap();
     let vm = hypervisor.vm(0).unwrap();
     {
-        let mut vgic = vm.vgic.vgic.lock();
+        let mut vgic = vm.vgic.lock();
         vgic.write(0, 0x000, 4, 0b11).unwrap();
         for offset in [0x080, 0x100] {
             if vm.gic_v3 {
@@ -585,10 +586,10 @@ fn a_timer_interrupt_is_shown_at_the_next_entry_and_no_kick_is_left_behind() {
     let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
     let shown = vgic::IchLr(lr0[2]).decode();
     assert_eq!((shown.vintid, shown.state, shown.hw), (IntId(27), vgic::LrState::Pending, Some(27)), "{lr0:x?}");
-    let sgi = vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap();
+    let sgi = vm.vgic.lock().interrupt(1, IntId(1)).unwrap();
     assert!(sgi.pending, "vCPU 1 has its SGI");
     assert!(vm.vgic.take_hint(1), "and looks at it");
-    assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "every kick asked for was taken");
+    assert_eq!(vm.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "every kick asked for was taken");
 }
 
 /// A periodic tick: each time the guest took the last one and deactivated it, the next
@@ -616,9 +617,9 @@ fn each_tick_of_a_periodic_timer_is_shown_once_the_guest_completed_the_last() {
             "entry {entry}: {lr0:x?}"
         );
     }
-    let timer = vm.vgic.vgic.lock().interrupt(0, IntId(27)).unwrap();
+    let timer = vm.vgic.lock().interrupt(0, IntId(27)).unwrap();
     assert!(!timer.active, "each tick's deactivation was taken back: {timer:?}");
-    assert_eq!(vm.vgic.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "no kick left for the vCPU that planned");
+    assert_eq!(vm.vgic.lock().take_kicks(), vgic::VcpuMask::EMPTY, "no kick left for the vCPU that planned");
 }
 
 /// SPI 40 as `spi_40_for_vcpu_0` sets it up, edge-triggered and raised once; vCPU 0 hinted,
@@ -674,7 +675,7 @@ fn an_spi_a_vcpu_lets_go_pending_for_another_vcpu_makes_that_vcpu_look_again() {
     hvc(SMCCC_VERSION);
     last_step(|s| {
         s.meanwhile = Some(|vm| {
-            let mut vgic = vm.vgic.vgic.lock();
+            let mut vgic = vm.vgic.lock();
             // GICD_IROUTER40: Aff0 1, vCPU 1.
             vgic.write(0, 0x6000 + 8 * 40, 8, 1).unwrap();
             vgic.inject_edge(IntId(40), 0).unwrap();
@@ -690,7 +691,7 @@ fn an_spi_a_vcpu_lets_go_pending_for_another_vcpu_makes_that_vcpu_look_again() {
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert!(vm.vgic.is_hinted(1), "vCPU 1 looks at its interrupts again");
     assert_eq!(FakeArch::take_kicks(), [2], "vCPU 1's CPU is kicked");
-    let spi = vm.vgic.vgic.lock().interrupt(1, IntId(40)).unwrap();
+    let spi = vm.vgic.lock().interrupt(1, IntId(40)).unwrap();
     assert!(spi.pending && !spi.active, "pending for vCPU 1: {spi:?}");
 }
 
@@ -704,7 +705,7 @@ fn a_passthrough_spi_cleared_while_its_list_register_shows_it_is_deactivated_whe
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
     edge_spi_40_pending_for_vcpu_0(&vm);
-    vm.vgic.vgic.lock().set_hw(IntId(40), 0, Some(IntId(72))).unwrap();
+    vm.vgic.lock().set_hw(IntId(40), 0, Some(IntId(72))).unwrap();
     LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
     hvc(SMCCC_VERSION);
     last_step(|s| {
@@ -744,7 +745,7 @@ fn an_exit_s_other_interrupt_is_handled_after_the_list_registers_are_taken_back(
     let events = take_events();
     let at = |e: &str| events.iter().position(|x| x == e);
     assert!(matches!((at("read lr 0"), at("end 99")), (Some(r), Some(e)) if r < e), "{events:?}");
-    let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
+    let spi = vm.vgic.lock().interrupt(0, IntId(40)).unwrap();
     assert!(spi.active && !spi.pending, "the acknowledgement was folded in: {spi:?}");
 }
 
@@ -916,7 +917,7 @@ fn offered() -> Vec<VectorAnswer> {
 fn an_mmio_read_answered_in_the_vector_goes_on_without_the_run_loop_and_is_counted() {
     let hypervisor = hypervisor();
     let vm = hypervisor.vm(0).unwrap();
-    let typer = vm.vgic.vgic.lock().read(0, 0x004, 4).unwrap();
+    let typer = vm.vgic.lock().read(0, 0x004, 4).unwrap();
     let aborts = || vm.exits[0].class_counter(ExceptionClass::DATA_ABORT_LOWER).load(Ordering::Relaxed);
     let before = aborts();
     offered_access(GICD_IPA + 0x004, 0, false, None);
@@ -982,7 +983,7 @@ fn an_sgi_sent_through_the_cpu_interface_is_answered_in_the_vector() {
     let vm = hypervisor.vm(0).unwrap();
     {
         // Group 1 enabled; SGIs 1 and 2 of both vCPUs in Group 1 and enabled (their SGI frames).
-        let mut vgic = vm.vgic.vgic.lock();
+        let mut vgic = vm.vgic.lock();
         vgic.write(0, 0x000, 4, 0b11).unwrap();
         for frame in [0, 0x2_0000] {
             vgic.write_redistributor(frame + 0x1_0080, 4, 0b110).unwrap();
@@ -1013,7 +1014,7 @@ fn an_sgi_sent_through_the_cpu_interface_is_answered_in_the_vector() {
     hvc(PSCI_SYSTEM_OFF);
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert_eq!(offered(), [VectorAnswer::Resume, VectorAnswer::Answered, VectorAnswer::NotHere]);
-    assert!(vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
+    assert!(vm.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
     assert!(vm.vgic.take_hint(1), "and looks at it");
     let lr0 = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
     assert_eq!(vgic::IchLr(lr0[1]).decode().vintid, IntId(2), "the SGI to itself, shown at the next entry: {lr0:x?}");
@@ -1045,9 +1046,9 @@ fn an_sgi_answered_in_the_vector_while_the_sender_holds_a_list_register_loses_no
     hvc(PSCI_SYSTEM_OFF);
     assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert_eq!(offered(), [VectorAnswer::Resume]);
-    let spi = vm.vgic.vgic.lock().interrupt(0, IntId(40)).unwrap();
+    let spi = vm.vgic.lock().interrupt(0, IntId(40)).unwrap();
     assert!(!spi.pending && spi.active, "the acknowledgement was taken back: {spi:?}");
-    assert!(vm.vgic.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
+    assert!(vm.vgic.lock().interrupt(1, IntId(1)).unwrap().pending, "vCPU 1 has SGI 1");
 }
 
 /// An exit answered in the vector after which this CPU's scheduler is to be asked again (a

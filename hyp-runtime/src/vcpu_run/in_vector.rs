@@ -5,7 +5,8 @@
 //!
 //! The run loop gives each entry into the guest its [`InVector`] (`VcpuCpu::run_guest`),
 //! and the vector offers it a data abort or a system register access with the guest's
-//! registers saved. [`answer`] says what the vector does next. Nothing the run loop does
+//! registers saved. [`answer`] says what the vector does next ([`answer_posted`] after the
+//! AArch64 vector posted an SGI itself, docs/vgic.md "Posted SGIs"). Nothing the run loop does
 //! between two entries is skipped where it could matter:
 //! - the exit is counted by reason as the run loop counts it;
 //! - what another CPU asks of this vCPU (a kick, the end of a VM, the end of a shared
@@ -94,6 +95,35 @@ pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) 
         here.outcome.set(Some((outcome, bytes)));
         return VectorAnswer::Answered;
     }
+    go_on(here, core)
+}
+
+/// A write of ICC_SGI1R_EL1 whose SGI the vector posted (`VgicHandle::post_sgi`: posted,
+/// hinted, the barrier) and whose target it then found waiting for an interrupt off its CPU
+/// (or on a CPU it cannot kick itself): the target woken and kicked as `post_sgi` does, the
+/// write's exit counted, and the guest goes on past it. The vector comes here for nothing
+/// else: the SGI must not be posted twice.
+#[inline(never)]
+pub fn answer_posted<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) -> VectorAnswer {
+    let trap = C::read_trap();
+    let exit = C::decode(&trap, registers);
+    let core: &Vm<<C::V as Virtualization>::Env> = here.vm.borrow();
+    if let Trap::SystemRegister { access, .. } = exit.trap {
+        let value = registers.reg(access.rt);
+        registers.advance_pc(exit.instruction_bytes);
+        let vcpus = core.vgic.posting_vcpus().count_ones() as usize;
+        if let Some((target, _)) = vgic::single_sgi_target(value, here.vcpu, vcpus) {
+            core.vgic.kick(1 << target);
+        }
+    }
+    here.exits.record_sync(C::syndrome(&trap));
+    go_on(here, core)
+}
+
+/// After an exit answered here: whether the guest goes on at once.
+#[inline(always)]
+fn go_on<C: VcpuCpu>(here: &InVector<'_, C>, core: &Vm<<C::V as Virtualization>::Env>) -> VectorAnswer {
+    let vcpu = here.vcpu;
     // What the run loop looks at before each entry: the VM's end, device work left for
     // later, this vCPU's hint (a change of its interrupts the access made, or another
     // CPU's; another CPU also kicks it), and after a shared vCPU's exit its scheduler's

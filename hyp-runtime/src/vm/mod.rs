@@ -446,7 +446,7 @@ impl<E: VmEnv> Vm<E> {
     pub fn passthrough_interrupt(&self, intid: u32) {
         let edge = self.passthrough_spis.iter().find(|s| s.intid == intid).is_none_or(|s| s.edge());
         let targets = {
-            let mut vgic = self.vgic.vgic.lock();
+            let mut vgic = self.vgic.lock();
             // A level SPI's pending state follows its line from now on (its physical
             // interrupt is held active, the line sampled at each exit).
             let _ = if edge { vgic.inject_edge(IntId(intid), 0) } else { vgic.set_level(IntId(intid), 0, true) };
