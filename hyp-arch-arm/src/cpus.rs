@@ -54,28 +54,34 @@ pub struct VectorCalls {
     /// through which the vector answers its exits: the AArch64 image's `enter_guest` stores
     /// it at each entry, valid until the guest exits to the run loop.
     pub in_vector: AtomicPtr<()>,
-    /// What the vector posts the vCPU's SGIs with (`SgiPosting`): the VM's vGIC (null: the
-    /// vector posts none), the vCPU's counter of system register exits, the vCPU, this
-    /// CPU, and the first of the CPUs' kick targets.
-    pub sgi_vgic: AtomicPtr<()>,
+    /// What the vector posts the vCPU's SGIs with (`SgiPosting`): the VM's vGIC, if its
+    /// guest writes ICC_SGI1R_EL1 (`sgi1r_vgic`) or GICD_SGIR (`sgir_vgic`) and the vector
+    /// posts them (null otherwise), the vCPU's counter of the exits they are, the vCPU, this
+    /// CPU, the first of the CPUs' kick targets and, on a GICv2, the board's GICD_SGIR.
+    pub sgi1r_vgic: AtomicPtr<()>,
+    pub sgir_vgic: AtomicPtr<()>,
     pub sgi_exits: AtomicPtr<AtomicU64>,
     pub sgi_vcpu: AtomicU64,
     pub sgi_cpu: AtomicU64,
     pub sgi_kick_targets: AtomicPtr<AtomicU64>,
+    pub sgi_board_sgir: AtomicUsize,
 }
 
-/// What the AArch64 vector needs to post a GICv3 vCPU's SGI to another vCPU itself
+/// What the AArch64 vector needs to post a vCPU's SGI to another vCPU itself
 /// (hyp_runtime::shared_vgic::VgicHandle::post_sgi, docs/vgic.md "Posted SGIs"): the VM's
-/// `VgicHandle`, which outlives the vCPU's stay on the CPU, the counter of the vCPU's
-/// system register exits, which vCPU and CPU this is, and each CPU's ICC_SGI1R_EL1 target
-/// fields (hyp_arch_arm::gic::Gic::sgi1r_targets) to kick the target's.
+/// `VgicHandle`, which outlives the vCPU's stay on the CPU, whether its guest writes
+/// ICC_SGI1R_EL1 (a GICv3) or GICD_SGIR (a GICv2), the counter of those exits, which vCPU
+/// and CPU this is, and each CPU's SGI target fields with, on a GICv2, the board's
+/// GICD_SGIR (hyp_arch_arm::gic::Gic::kick_targets) to kick the target's.
 #[derive(Clone, Copy)]
 pub struct SgiPosting<'a> {
     pub vgic: *const (),
+    pub gicd_sgir: bool,
     pub exits: &'a AtomicU64,
     pub vcpu: usize,
     pub cpu: usize,
     pub kick_targets: &'a [AtomicU64; MAX_CPUS],
+    pub board_sgir: Option<usize>,
 }
 
 /// What the vector counts into while no vCPU is loaded: nothing reads it.
@@ -100,17 +106,21 @@ impl VectorCalls {
         self.abort_exits.store(core::ptr::from_ref(abort_exits).cast_mut(), Ordering::Relaxed);
         self.control_words.store(core::ptr::from_ref(control_words).cast_mut(), Ordering::Relaxed);
         self.list_registers_in_use(false);
-        let (vgic, exits, targets) = match posting {
+        let none = core::ptr::null();
+        let (sgi1r, sgir, exits, targets) = match posting {
             Some(p) => {
                 self.sgi_vcpu.store(p.vcpu as u64, Ordering::Relaxed);
                 self.sgi_cpu.store(p.cpu as u64, Ordering::Relaxed);
-                (p.vgic, p.exits, p.kick_targets.as_ptr())
+                self.sgi_board_sgir.store(p.board_sgir.unwrap_or(0), Ordering::Relaxed);
+                let (sgi1r, sgir) = if p.gicd_sgir { (none, p.vgic) } else { (p.vgic, none) };
+                (sgi1r, sgir, p.exits, p.kick_targets.as_ptr())
             }
-            None => (core::ptr::null(), &NO_VCPU_EXITS, core::ptr::null()),
+            None => (none, none, &NO_VCPU_EXITS, none.cast()),
         };
         self.sgi_exits.store(core::ptr::from_ref(exits).cast_mut(), Ordering::Relaxed);
         self.sgi_kick_targets.store(targets.cast_mut(), Ordering::Relaxed);
-        self.sgi_vgic.store(vgic.cast_mut(), Ordering::Relaxed);
+        self.sgi1r_vgic.store(sgi1r.cast_mut(), Ordering::Relaxed);
+        self.sgir_vgic.store(sgir.cast_mut(), Ordering::Relaxed);
     }
 
     /// Whether the vCPU now holds list registers (the run loop's plan before an entry).
@@ -140,11 +150,13 @@ pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
             control_words: AtomicPtr::new(core::ptr::from_ref(&NO_CONTROL_WORDS).cast_mut()),
             list_registers_in_use: AtomicU64::new(0),
             in_vector: AtomicPtr::new(core::ptr::null_mut()),
-            sgi_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            sgi1r_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            sgir_vgic: AtomicPtr::new(core::ptr::null_mut()),
             sgi_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
             sgi_vcpu: AtomicU64::new(0),
             sgi_cpu: AtomicU64::new(0),
             sgi_kick_targets: AtomicPtr::new(core::ptr::null_mut()),
+            sgi_board_sgir: AtomicUsize::new(0),
         },
     }
 }; MAX_CPUS];
@@ -163,8 +175,12 @@ pub const VECTOR_CALLS_LISTS_IN_USE: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, list_registers_in_use);
 pub const VECTOR_CALLS_IN_VECTOR: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, in_vector);
-pub const VECTOR_CALLS_SGI_VGIC: usize =
-    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_vgic);
+pub const VECTOR_CALLS_SGI1R_VGIC: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi1r_vgic);
+pub const VECTOR_CALLS_SGIR_VGIC: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgir_vgic);
+pub const VECTOR_CALLS_SGI_BOARD_SGIR: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_board_sgir);
 pub const VECTOR_CALLS_SGI_EXITS: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_exits);
 pub const VECTOR_CALLS_SGI_VCPU: usize =

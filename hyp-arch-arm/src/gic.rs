@@ -113,10 +113,12 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         }
     }
 
-    /// Each CPU's ICC_SGI1R_EL1 target fields (`send_sgi`), for an image's exception vector
-    /// to kick a CPU itself; `None` on a GICv2, whose kick is a GICD_SGIR write.
-    pub fn sgi1r_targets(&self) -> Option<&[AtomicU64; MAX_CPUS]> {
-        self.is_v3().then_some(&self.sgi_target)
+    /// Each CPU's SGI target fields (`send_sgi`), for an image's exception vector to kick a
+    /// CPU itself: ICC_SGI1R_EL1's on a GICv3, GICD_SGIR's on a GICv2 with the address of
+    /// the board's GICD_SGIR (which the exception vector writes, after a DSB, as `send_sgi`).
+    pub fn kick_targets(&self) -> (&[AtomicU64; MAX_CPUS], Option<usize>) {
+        let sgir = (!self.is_v3()).then(|| self.gicd.load(Ordering::Relaxed) + GICD_SGIR);
+        (&self.sgi_target, sgir)
     }
 
     #[inline(always)]

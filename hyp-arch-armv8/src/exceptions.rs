@@ -92,6 +92,147 @@ global_asm!(
     stp     x2, x3, [x1, #248]
 .endm
 
+// The posts of SGIs (sysreg_in_vector, and 40 for GICD_SGIR): the guest's x2 to x5 pushed
+// below its x0 and x1 (x0 at [sp, #32], x1 at [sp, #40]).
+.macro PUSH_X2_X5
+    stp     x2, x3, [sp, #-32]!
+    stp     x4, x5, [sp, #16]
+.endm
+.macro POP_X2_X5
+    ldp     x4, x5, [sp, #16]
+    ldp     x2, x3, [sp], #32
+.endm
+
+// The guest's register x<x0> (31: XZR) into x0, with x0 to x5 on the stack; then on at
+// label \done. One entry of two instructions per register.
+.macro XT_INTO_X0 table, done
+    adr     x1, \table\()f
+    add     x1, x1, x0, lsl #3
+    br      x1
+\table:
+    ldr     x0, [sp, #32]
+    b       \done\()f
+    ldr     x0, [sp, #40]
+    b       \done\()f
+    ldr     x0, [sp, #0]
+    b       \done\()f
+    ldr     x0, [sp, #8]
+    b       \done\()f
+    ldr     x0, [sp, #16]
+    b       \done\()f
+    ldr     x0, [sp, #24]
+    b       \done\()f
+    mov     x0, x6
+    b       \done\()f
+    mov     x0, x7
+    b       \done\()f
+    mov     x0, x8
+    b       \done\()f
+    mov     x0, x9
+    b       \done\()f
+    mov     x0, x10
+    b       \done\()f
+    mov     x0, x11
+    b       \done\()f
+    mov     x0, x12
+    b       \done\()f
+    mov     x0, x13
+    b       \done\()f
+    mov     x0, x14
+    b       \done\()f
+    mov     x0, x15
+    b       \done\()f
+    mov     x0, x16
+    b       \done\()f
+    mov     x0, x17
+    b       \done\()f
+    mov     x0, x18
+    b       \done\()f
+    mov     x0, x19
+    b       \done\()f
+    mov     x0, x20
+    b       \done\()f
+    mov     x0, x21
+    b       \done\()f
+    mov     x0, x22
+    b       \done\()f
+    mov     x0, x23
+    b       \done\()f
+    mov     x0, x24
+    b       \done\()f
+    mov     x0, x25
+    b       \done\()f
+    mov     x0, x26
+    b       \done\()f
+    mov     x0, x27
+    b       \done\()f
+    mov     x0, x28
+    b       \done\()f
+    mov     x0, x29
+    b       \done\()f
+    mov     x0, x30
+    b       \done\()f
+    mov     x0, xzr
+    b       \done\()f
+.endm
+
+// The target list in w1, the VM's vGIC in x3: the one vCPU of the VM it names, not the
+// sender, into x5 (x2: this CPU's PerCpu); to \fail if it names none, several or the
+// sender.
+.macro ONE_OTHER_VCPU fail
+    ldr     w5, [x3, #{POSTING_VCPUS_AT}]
+    ands    w1, w1, w5
+    b.eq    \fail
+    sub     w5, w1, #1
+    tst     w1, w5
+    b.ne    \fail
+    rbit    w5, w1
+    clz     w5, w5
+    mrs     x2, tpidr_el2
+    ldr     x1, [x2, #{SGI_VCPU}]
+    cmp     x5, x1
+    b.eq    \fail
+.endm
+
+// After the post of an SGI for vCPU x5 of the vGIC at x3: the target hinted (a release:
+// whoever takes the hint finds the post), a full barrier, then to \wake if it waits for an
+// interrupt off its CPU (the run loop's code wakes it), to \nokick if it runs on no CPU or
+// on this one (which runs the sender); else x0 is its CPU. x2: this CPU's PerCpu.
+.macro HINT_AND_FIND_TARGET wake, nokick
+    add     x1, x3, #{HINTS_AT}
+    add     x1, x1, x5
+    mov     w0, #1
+    stlrb   w0, [x1]
+    dmb     ish
+    add     x1, x3, #{WAITING_AT}
+    ldrb    w1, [x1, x5]
+    cbnz    w1, \wake
+    add     x1, x3, #{RUNNING_ON_AT}
+    ldr     x0, [x1, x5, lsl #3]
+    mrs     x2, tpidr_el2
+    ldr     x1, [x2, #{SGI_CPU}]
+    cmp     x0, x1
+    b.eq    \nokick
+    cmn     x0, #1
+    b.eq    \nokick
+.endm
+
+// The post's exit counted (x2: this CPU's PerCpu), the PC past the write, the guest goes on.
+.macro COUNT_STEP_RESUME
+    ldr     x1, [x2, #{SGI_EXITS}]
+    ldr     x0, [x1]
+    add     x0, x0, #1
+    str     x0, [x1]
+    mrs     x0, elr_el2
+    add     x0, x0, #4
+    msr     elr_el2, x0
+    POP_X2_X5
+    ldp     x0, x1, [sp], #16
+    eret
+    dsb     nsh
+    isb
+.endm
+
 .macro GUEST_EXIT reason
     .balign 0x80
     stp     x0, x1, [sp, #-16]!
@@ -286,9 +427,12 @@ sync_in_vector:
     // answered, which concerns no list register of the sender's): the guest's registers
     // are saved as `guest_exit` saves them and `answer_in_vector` is called with the run
     // loop's InVector, on the run loop's stack (which the frame of `enter_guest` tops): it
-    // says whether the guest goes on, or the run loop takes the exit.
+    // says whether the guest goes on, or the run loop takes the exit. A vCPU whose GICD_SGIR
+    // writes may be posted (VectorCalls::sgir_vgic) has them tested first (40).
     mrs     x1, tpidr_el2
-    ldr     x0, [x1, #{LISTS_IN_USE}]
+    ldr     x0, [x1, #{SGIR_VGIC}]
+    cbnz    x0, 40f
+41: ldr     x0, [x1, #{LISTS_IN_USE}]
     cbz     x0, 4f
     // HPFAR_EL2 names the IPA's page (FIPA, bits [43:4]), FAR_EL2 its offset (the same
     // low 12 bits in the VA and the IPA, whatever the guest's granule).
@@ -302,10 +446,87 @@ sync_in_vector:
     b.ne    3b
     mrs     x1, tpidr_el2
     b       4f
+
+40: // A GICv2 guest's word store (STR Wt: ISV, a word, WnR; not on a stage-1 walk, a cache
+    // maintenance, an external abort or a VNCR access; FAR valid; a translation fault, so
+    // HPFAR is valid) to GICD_SGIR that names one vCPU other than the sender
+    // (vgic::single_sgir_target) and one of SGIs 0 to 7 is posted in the sender's word:
+    // the steps of hyp_runtime::shared_vgic::VgicHandle::post_sgi, with x2 to x5 on the
+    // stack as well, and the kick a GICD_SGIR write of the board's. Anything else goes on
+    // at 41 with nothing changed.
+    mrs     x0, esr_el2
+    tbz     x0, #6, 41b
+    ubfx    x1, x0, #21, #4
+    cmp     x1, #0b1100
+    b.ne    49f
+    tst     x0, #0x3f80
+    b.ne    49f
+    and     x1, x0, #0x3c
+    cmp     x1, #0x04
+    b.ne    49f
+    mrs     x0, hpfar_el2
+    mov     x1, #{SGIR_HPFAR}
+    cmp     x0, x1
+    b.ne    49f
+    mrs     x0, far_el2
+    and     x0, x0, #0xfff
+    cmp     x0, #{SGIR_OFFSET}
+    b.ne    49f
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{SGIR_VGIC}]
+    PUSH_X2_X5
+    mov     x3, x0
+    mrs     x0, esr_el2
+    ubfx    x0, x0, #16, #5
+    XT_INTO_X0 42, 43
+43: // TargetListFilter [25:24] 0, SGIINTID [3:0] below 8, one bit of CPUTargetList [23:16]
+    // among the VM's vCPUs, not the sender's.
+    tst     w0, #0x3000000
+    b.ne    48f
+    tst     w0, #0x8
+    b.ne    48f
+    and     x4, x0, #7
+    ubfx    w1, w0, #16, #8
+    ONE_OTHER_VCPU 48f
+    // The sender's word: bit 8 * target + SGI; then the sender's bit of the posted word,
+    // a release (whoever sees the mark finds the word's post).
+    add     x1, x4, x5, lsl #3
+    mov     x4, #1
+    lsl     x4, x4, x1
+    ldr     x0, [x2, #{SGI_VCPU}]
+    add     x1, x3, #{POSTED_BY_AT}
+    add     x1, x1, x0, lsl #3
+44: ldxr    x0, [x1]
+    orr     x0, x0, x4
+    stxr    w2, x0, [x1]
+    cbnz    w2, 44b
+    mrs     x2, tpidr_el2
+    ldr     x0, [x2, #{SGI_VCPU}]
+    mov     x4, #1
+    lsl     x4, x4, x0
+    add     x1, x3, #{POSTED_AT}
+45: ldxr    x0, [x1]
+    orr     x0, x0, x4
+    stlxr   w2, x0, [x1]
+    cbnz    w2, 45b
+    HINT_AND_FIND_TARGET 28f, 46f
+    ldr     x1, [x2, #{SGI_KICK_TARGETS}]
+    add     x1, x1, x0, lsl #3
+    ldr     w0, [x1]
+    cbz     w0, 28f
+    orr     w0, w0, #{KICK_SGIR}
+    ldr     x1, [x2, #{SGI_BOARD_SGIR}]
+    dsb     ishst
+    str     w0, [x1]
+46: COUNT_STEP_RESUME
+48: POP_X2_X5
+49: mrs     x1, tpidr_el2
+    b       41b
+
 sysreg_in_vector:
     // The guest's x0 and x1 are on the stack. A write of ICC_SGI1R_EL1 (MSR, its ESR_EL2
     // but Rt) that names one vCPU other than the sender by its target list, while the vCPU
-    // may post SGIs (VectorCalls::sgi_vgic), is posted here: the steps of
+    // may post SGIs (VectorCalls::sgi1r_vgic), is posted here: the steps of
     // hyp_runtime::shared_vgic::VgicHandle::post_sgi, in its order, with x2 to x5 on the
     // stack as well. Anything else goes to the run loop's answer at 4 with nothing changed
     // (29); a target found waiting off its CPU after the post, or on a CPU whose kick
@@ -318,35 +539,13 @@ sysreg_in_vector:
     cmp     w0, w1
     b.ne    30f
     mrs     x1, tpidr_el2
-    ldr     x0, [x1, #{SGI_VGIC}]
+    ldr     x0, [x1, #{SGI1R_VGIC}]
     cbz     x0, 30f
-    stp     x2, x3, [sp, #-32]!
-    stp     x4, x5, [sp, #16]
+    PUSH_X2_X5
     mov     x3, x0
-    // Xt into x0: x0 to x5 from the stack, x6 to x30 from themselves, XZR zero; an entry
-    // of two instructions per Rt.
     mrs     x0, esr_el2
     ubfx    x0, x0, #5, #5
-    adr     x1, 20f
-    add     x1, x1, x0, lsl #3
-    br      x1
-20: ldr     x0, [sp, #32]
-    b       21f
-    ldr     x0, [sp, #40]
-    b       21f
-    ldr     x0, [sp, #0]
-    b       21f
-    ldr     x0, [sp, #8]
-    b       21f
-    ldr     x0, [sp, #16]
-    b       21f
-    ldr     x0, [sp, #24]
-    b       21f
-    .irp n, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30
-    mov     x0, x\n
-    b       21f
-    .endr
-    mov     x0, xzr
+    XT_INTO_X0 20, 21
 21: // vgic::single_sgi_target: Aff1 [23:16] zero, and Aff2, IRM, RS, Aff3 (and the RES0
     // bits among them) [55:32] zero; an INTID [27:24] below 8; one bit of the target list
     // [15:0] among the VM's vCPUs, not the sender's.
@@ -357,18 +556,7 @@ sysreg_in_vector:
     tbnz    x0, #27, 29f
     ubfx    x4, x0, #24, #3
     and     w1, w0, #0xffff
-    ldr     w5, [x3, #{POSTING_VCPUS_AT}]
-    ands    w1, w1, w5
-    b.eq    29f
-    sub     w5, w1, #1
-    tst     w1, w5
-    b.ne    29f
-    rbit    w5, w1
-    clz     w5, w5
-    mrs     x2, tpidr_el2
-    ldr     x1, [x2, #{SGI_VCPU}]
-    cmp     x5, x1
-    b.eq    29f
+    ONE_OTHER_VCPU 29f
     // Posted: bit 8 * vCPU + INTID (vgic::posted_sgi_bit; the vCPUs that may be posted to
     // are 0 to 7, the SGIs 0 to 7).
     add     x1, x4, x5, lsl #3
@@ -379,25 +567,7 @@ sysreg_in_vector:
     orr     x0, x0, x4
     stxr    w2, x0, [x1]
     cbnz    w2, 22b
-    // Hinted, a release (whoever takes the hint finds the post), then a full barrier
-    // before the target's `waiting` is looked at again.
-    add     x1, x3, #{HINTS_AT}
-    add     x1, x1, x5
-    mov     w0, #1
-    stlrb   w0, [x1]
-    dmb     ish
-    add     x1, x3, #{WAITING_AT}
-    ldrb    w1, [x1, x5]
-    cbnz    w1, 28f
-    // Kicked where it runs: not on this CPU (which runs the sender), not on none.
-    add     x1, x3, #{RUNNING_ON_AT}
-    ldr     x0, [x1, x5, lsl #3]
-    mrs     x2, tpidr_el2
-    ldr     x1, [x2, #{SGI_CPU}]
-    cmp     x0, x1
-    b.eq    23f
-    cmn     x0, #1
-    b.eq    23f
+    HINT_AND_FIND_TARGET 28f, 23f
     ldr     x1, [x2, #{SGI_KICK_TARGETS}]
     ldr     x0, [x1, x0, lsl #3]
     cbz     x0, 28f
@@ -405,30 +575,15 @@ sysreg_in_vector:
     dsb     ishst
     msr     icc_sgi1r_el1, x0
     isb
-23: // The exit counted, the PC past the MSR, the guest goes on.
-    ldr     x1, [x2, #{SGI_EXITS}]
-    ldr     x0, [x1]
-    add     x0, x0, #1
-    str     x0, [x1]
-    mrs     x0, elr_el2
-    add     x0, x0, #4
-    msr     elr_el2, x0
-    ldp     x4, x5, [sp, #16]
-    ldp     x2, x3, [sp], #32
-    ldp     x0, x1, [sp], #16
-    eret
-    dsb     nsh
-    isb
-28: ldp     x4, x5, [sp, #16]
-    ldp     x2, x3, [sp], #32
+23: COUNT_STEP_RESUME
+28: POP_X2_X5
     mrs     x1, tpidr_el2
     ldr     x0, [x1, #{IN_VECTOR}]
     ldr     x1, [x1]
     SAVE_GUEST
     bl      answer_posted_in_vector
     b       24f
-29: ldp     x4, x5, [sp, #16]
-    ldp     x2, x3, [sp], #32
+29: POP_X2_X5
 30: mrs     x1, tpidr_el2
 4:  ldr     x0, [x1, #{IN_VECTOR}]
     ldr     x1, [x1]
@@ -478,17 +633,21 @@ return_to_run_loop:
     SGIR_OFFSET = const vgic::GICD_SGIR & 0xfff,
     ESR_SGI1R_LOW = const ESR_SGI1R_WRITE & 0xffff,
     ESR_SGI1R_HIGH = const ESR_SGI1R_WRITE >> 16,
-    SGI_VGIC = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_VGIC,
+    SGI1R_VGIC = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI1R_VGIC,
+    SGIR_VGIC = const hyp_arch_arm::cpus::VECTOR_CALLS_SGIR_VGIC,
+    SGI_BOARD_SGIR = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_BOARD_SGIR,
     SGI_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_EXITS,
     SGI_VCPU = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_VCPU,
     SGI_CPU = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_CPU,
     SGI_KICK_TARGETS = const hyp_arch_arm::cpus::VECTOR_CALLS_SGI_KICK_TARGETS,
     POSTED_AT = const VgicHandle::<Aarch64>::POSTED_AT,
+    POSTED_BY_AT = const VgicHandle::<Aarch64>::POSTED_BY_AT,
     HINTS_AT = const VgicHandle::<Aarch64>::HINTS_AT,
     WAITING_AT = const VgicHandle::<Aarch64>::WAITING_AT,
     RUNNING_ON_AT = const VgicHandle::<Aarch64>::RUNNING_ON_AT,
     POSTING_VCPUS_AT = const VgicHandle::<Aarch64>::POSTING_VCPUS_AT,
     KICK_SGI1R = const hyp_arch_arm::registers::sgi1r_intid(crate::gic::KICK_SGI),
+    KICK_SGIR = const hyp_arch_arm::registers::gicv2_sgir_intid(crate::gic::KICK_SGI),
 );
 /// ESR_EL2 of a trapped MSR ICC_SGI1R_EL1 from AArch64, Rt zero: EC 0x18, IL 1, and the ISS
 /// of ARM ARM D17.2.37 (Op0 3, Op2 5, Op1 0, CRn 12, CRm 11, Direction 0: a write).

@@ -281,18 +281,21 @@ impl VcpuCpu for OnCpu {
     ) {
         let counter = |class| exits.class_counter(class);
         let counters = [counter(ExceptionClass::HVC64), counter(ExceptionClass::DATA_ABORT_LOWER)];
-        // An AArch64 vCPU of a GICv3 VM on a GICv3: its SGIs to one other vCPU are posted
-        // in the vector (exceptions.rs).
-        let posting = crate::gic::GIC
-            .sgi1r_targets()
-            .filter(|_| vgic.posting_vcpus() != 0 && self.state == ExecutionState::Aarch64)
-            .map(|kick_targets| SgiPosting {
-                vgic: core::ptr::from_ref(vgic).cast(),
-                exits: counter(ExceptionClass::SYSREG64),
-                vcpu: at.0,
-                cpu: at.1,
-                kick_targets,
-            });
+        // An AArch64 vCPU: its SGIs to one other vCPU are posted in the vector
+        // (exceptions.rs), written to ICC_SGI1R_EL1 on a GICv3 and to GICD_SGIR on a GICv2.
+        let (kick_targets, board_sgir) = crate::gic::GIC.kick_targets();
+        let gicd_sgir = board_sgir.is_some();
+        let class = if gicd_sgir { ExceptionClass::DATA_ABORT_LOWER } else { ExceptionClass::SYSREG64 };
+        let posts = vgic.posting_vcpus() != 0 && vgic.posts_per_source() == gicd_sgir;
+        let posting = (posts && self.state == ExecutionState::Aarch64).then(|| SgiPosting {
+            vgic: core::ptr::from_ref(vgic).cast(),
+            gicd_sgir,
+            exits: counter(class),
+            vcpu: at.0,
+            cpu: at.1,
+            kick_targets,
+            board_sgir,
+        });
         self.vector_calls.load(counters, &vgic.control_words, last_unknown, posting);
     }
 

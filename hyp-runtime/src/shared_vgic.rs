@@ -34,11 +34,16 @@ use crate::scheduling::{vcpu_ref, Scheduling};
 pub struct VgicHandle<A: Arch> {
     /// Taken through `lock`, which delivers the posted SGIs first.
     distributor: Mutex<Distributor>,
-    /// SGIs posted and not yet in the distributor (vgic::posted_sgi_bit: 8 bits a vCPU).
+    /// SGIs posted and not yet in the distributor. GICv3: the SGIs themselves
+    /// (vgic::posted_sgi_bit: 8 bits a vCPU). GICv2, whose SGIs are pending per source: a bit
+    /// per source whose word in `posted_by` may hold posts.
     posted: AtomicU64,
-    /// The VM's vCPUs, a bit each; 0 on a GICv2, whose SGIs are never posted, and on an
-    /// image that posts none (`Arch::POSTS_SGIS`).
+    /// GICv2: the SGIs each vCPU posted (vgic::posted_sgi_bit of each target).
+    posted_by: [AtomicU64; MAX_VCPUS],
+    /// The VM's vCPUs, a bit each; 0 on an image that posts none (`Arch::POSTS_SGIS`).
     posting_vcpus: u32,
+    /// The VM's GIC is a GICv2: posts are per source.
+    per_source: bool,
     /// The distributor's control words, copied for the AArch64 vector to answer a guest's
     /// word load of them (vgic::ControlWords): refreshed under `distributor`'s lock after a write
     /// at their offsets (`write_distributor`) and when the distributor is replaced.
@@ -58,15 +63,15 @@ pub struct VgicHandle<A: Arch> {
 
 impl<A: Arch> VgicHandle<A> {
     pub fn new(vm: usize, vgic: Distributor, scheduling: &'static Scheduling<A>) -> Self {
-        let posting_vcpus = match vgic.version() {
-            GicVersion::V3 if A::POSTS_SGIS => VcpuMask::first(vgic.vcpus().min(MAX_VCPUS)).0 as u32,
-            _ => 0,
-        };
+        let posting_vcpus = if A::POSTS_SGIS { VcpuMask::first(vgic.vcpus().min(MAX_VCPUS)).0 as u32 } else { 0 };
+        let per_source = vgic.version() == GicVersion::V2;
         VgicHandle {
             control_words: ControlWords::new(&vgic),
             distributor: Mutex::new(vgic),
             posted: AtomicU64::new(0),
+            posted_by: [const { AtomicU64::new(0) }; MAX_VCPUS],
             posting_vcpus,
+            per_source,
             lists: [const { Mutex::new(VcpuInterfaceState::EMPTY) }; MAX_VCPUS],
             vm,
             scheduling,
@@ -88,22 +93,41 @@ impl<A: Arch> VgicHandle<A> {
 
     #[inline(never)]
     fn deliver_posted(&self, vgic: &mut Distributor) {
-        vgic.deliver_posted_sgis(self.posted.swap(0, Ordering::Acquire));
+        let posted = self.posted.swap(0, Ordering::Acquire);
+        if !self.per_source {
+            return vgic.deliver_posted_sgis(posted);
+        }
+        for source in VcpuMask(posted).iter() {
+            if let Some(by) = self.posted_by.get(source) {
+                vgic.deliver_posted_sgis_from(source, by.swap(0, Ordering::Acquire));
+            }
+        }
     }
 
-    /// SGI `intid` for vCPU `vcpu`, from a write of ICC_SGI1R_EL1 that names it alone
-    /// (vgic::single_sgi_target), without the VM's lock: posted, `vcpu` hinted (a release:
-    /// whoever takes the hint finds the post), then, after a full barrier (a vCPU beginning
-    /// to wait sets `waiting` before it looks for pending interrupts, `Scheduling::block`:
-    /// one of the two sees the other), woken if it waits and kicked if it runs elsewhere.
-    /// The AArch64 vector takes the same steps in the same order for a running target.
-    /// False, with nothing done, for an SGI that is not posted (vgic::posted_sgi_bit) or a
-    /// vCPU the VM lacks: the caller generates it under the lock.
-    pub fn post_sgi(&self, vcpu: usize, intid: u32) -> bool {
-        let Some(bit) = vgic::posted_sgi_bit(vcpu, intid).filter(|_| self.posting_vcpus & (1 << vcpu) != 0) else {
+    /// SGI `intid` for vCPU `vcpu` from vCPU `source`, from a write that names `vcpu` alone
+    /// (ICC_SGI1R_EL1, vgic::single_sgi_target; GICD_SGIR, vgic::single_sgir_target),
+    /// without the VM's lock: posted (on a GICv2 in `source`'s word, then `source` marked,
+    /// a release), `vcpu` hinted (a release: whoever takes the hint finds the post), then,
+    /// after a full barrier (a vCPU beginning to wait sets `waiting` before it looks for
+    /// pending interrupts, `Scheduling::block`: one of the two sees the other), woken if it
+    /// waits and kicked if it runs elsewhere. The AArch64 vector takes the same steps in the
+    /// same order for a running target. False, with nothing done, for an SGI that is not
+    /// posted (vgic::posted_sgi_bit) or a vCPU the VM lacks: the caller generates it under
+    /// the lock.
+    pub fn post_sgi(&self, source: usize, vcpu: usize, intid: u32) -> bool {
+        let of_the_vm = |v: usize| v < 32 && self.posting_vcpus & (1 << v) != 0;
+        let Some(bit) = vgic::posted_sgi_bit(vcpu, intid).filter(|_| of_the_vm(vcpu) && of_the_vm(source)) else {
             return false;
         };
-        self.posted.fetch_or(bit, Ordering::Relaxed);
+        match self.posted_by.get(source).filter(|_| self.per_source) {
+            Some(by) => {
+                by.fetch_or(bit, Ordering::Relaxed);
+                self.posted.fetch_or(1 << source, Ordering::Release);
+            }
+            None => {
+                self.posted.fetch_or(bit, Ordering::Relaxed);
+            }
+        }
         self.hint_vcpu(vcpu);
         fence(Ordering::SeqCst);
         self.kick_one(vcpu);
@@ -116,18 +140,26 @@ impl<A: Arch> VgicHandle<A> {
     }
 
     /// Where an image's exception vector finds, in a `VgicHandle`, what `post_sgi` uses
-    /// (byte offsets): the posted word, the hints, the waiting flags, the CPU each vCPU runs
-    /// on, and the mask of vCPUs that may be posted to (`posting_vcpus`, a u32).
+    /// (byte offsets): the posted word, GICv2's per source, the hints, the waiting flags, the
+    /// CPU each vCPU runs on, and the mask of vCPUs that may be posted to (`posting_vcpus`,
+    /// a u32).
     pub const POSTED_AT: usize = core::mem::offset_of!(Self, posted);
+    pub const POSTED_BY_AT: usize = core::mem::offset_of!(Self, posted_by);
     pub const HINTS_AT: usize = core::mem::offset_of!(Self, hints);
     pub const WAITING_AT: usize = core::mem::offset_of!(Self, waiting);
     pub const RUNNING_ON_AT: usize = core::mem::offset_of!(Self, running_on);
     pub const POSTING_VCPUS_AT: usize = core::mem::offset_of!(Self, posting_vcpus);
 
-    /// The vCPUs whose SGIs a write of ICC_SGI1R_EL1 may post (`post_sgi`): the VM's, on a
-    /// GICv3; none on a GICv2.
+    /// The vCPUs to which a write of ICC_SGI1R_EL1 or GICD_SGIR may post (`post_sgi`): the
+    /// VM's, where the image posts SGIs.
     pub fn posting_vcpus(&self) -> u32 {
         self.posting_vcpus
+    }
+
+    /// Whether the VM's GIC is a GICv2, whose guest writes GICD_SGIR and whose SGIs are
+    /// posted per source.
+    pub fn posts_per_source(&self) -> bool {
+        self.per_source
     }
 
     /// Makes the vCPUs in `mask` look at their interrupts: one running on another CPU
@@ -220,6 +252,14 @@ impl<A: Arch> VgicHandle<A> {
 
     #[inline(never)]
     pub fn write_distributor(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        // A GICv2 SGI to one other vCPU, posted.
+        if A::POSTS_SGIS && self.per_source && offset == vgic::GICD_SGIR && width == AccessWidth::Word {
+            let vcpus = self.posting_vcpus.count_ones() as usize;
+            let target = vgic::single_sgir_target(value as u32, vcpu, vcpus);
+            if target.is_some_and(|(target, intid)| self.post_sgi(vcpu, target, intid)) {
+                return Ok(());
+            }
+        }
         let changed = {
             let mut vgic = self.lock();
             let written = vgic.write(vcpu, offset, width.bytes() as usize, value);

@@ -887,7 +887,9 @@ impl<I, E: VmEnv, T: Fn(u32)> IncidentLog for VcpuEnv<'_, I, E, T> {
 fn generate_sgi<E: VmEnv>(vm: &Vm<E>, vcpu: usize, register: SgiGenerationRegister, value: u64) {
     if register == SgiGenerationRegister::Sgi1r {
         let vcpus = vm.vgic.posting_vcpus().count_ones() as usize;
-        if vgic::single_sgi_target(value, vcpu, vcpus).is_some_and(|(target, intid)| vm.vgic.post_sgi(target, intid)) {
+        if vgic::single_sgi_target(value, vcpu, vcpus)
+            .is_some_and(|(target, intid)| vm.vgic.post_sgi(vcpu, target, intid))
+        {
             return;
         }
     }

@@ -1,6 +1,6 @@
 //! Overcommit (issue: isolation, point 6): several vCPUs of one VM take turns on one CPU. A
-//! 2-vCPU Linux VM on a single CPU and a 4-vCPU one on two CPUs boot, run a workload with a
-//! process per vCPU, and power off.
+//! 2-vCPU Linux VM on a single CPU (with a GICv3, and with a GICv2) and a 4-vCPU one on two
+//! CPUs boot, run a workload with a process per vCPU, and power off.
 
 use system_tests::{
     assert_output_line, linux_vm, one_linux_at_a_time, placed, run, start_session, wait_for_shell, COMMAND_LIMIT,
@@ -62,4 +62,11 @@ fn two_vcpus_of_one_linux_vm_on_one_cpu_boot_and_work() {
 #[test]
 fn four_vcpus_of_one_linux_vm_on_two_cpus_boot_and_work() {
     overcommitted("overcommit-4-on-2", 4, &[1, 1, 2, 2], Machine { smp: 3, ..Machine::default() });
+}
+
+/// The same on a GICv2, whose SGIs between the two vCPUs are GICD_SGIR writes posted per
+/// source (docs/vgic.md, "Posted SGIs"), to a vCPU waiting off its CPU or not running.
+#[test]
+fn two_vcpus_of_one_linux_vm_on_one_cpu_of_a_gicv2_boot_and_work() {
+    overcommitted("overcommit-2-on-1-gicv2", 2, &[1, 1], Machine { smp: 2, gic_version: 2, ..Machine::default() });
 }

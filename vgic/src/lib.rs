@@ -52,7 +52,7 @@ pub use line::{AssumeAsserted, LineSampler, RetiredLines};
 pub use lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance, HCR_EOI_COUNT_SHIFT};
 pub use mask::VcpuMask;
 pub use planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot, Wanted};
-pub use sgi::{posted_sgi_bit, single_sgi_target, SgiRegister, POSTED_SGIS};
+pub use sgi::{posted_sgi_bit, single_sgi_target, single_sgir_target, SgiRegister, POSTED_SGIS};
 
 /// SGIs and PPIs: the private interrupts of each vCPU (INTIDs 0-31).
 pub const SGI_PPI_COUNT: usize = 32;

@@ -85,7 +85,37 @@ pub fn single_sgi_target(value: u64, source: usize, vcpus: usize) -> Option<(usi
     (list.count_ones() == 1 && vcpu != source).then_some((vcpu, req.intid))
 }
 
+/// The one vCPU and SGI a GICv2 guest's GICD_SGIR write `value` by `source` names, when it
+/// names exactly one vCPU other than `source` by its list (TargetListFilter 0, one bit of
+/// CPUTargetList among the VM's vCPUs): the writes another CPU may post, per source, for
+/// later delivery (`deliver_posted_sgis_from`) instead of `write_sgir`, to which they come
+/// to the same. Anything else is `None`.
+pub fn single_sgir_target(value: u32, source: usize, vcpus: usize) -> Option<(usize, u32)> {
+    if (value >> 24) & 3 != 0 {
+        return None;
+    }
+    let list = (value >> 16) & 0xff & VcpuMask::first(vcpus.min(crate::MAX_VCPUS_V2)).0 as u32;
+    let vcpu = list.trailing_zeros() as usize;
+    (list.count_ones() == 1 && vcpu != source).then_some((vcpu, value & 0xf))
+}
+
 impl Distributor {
+    /// GICv2: SGIs posted by vCPU `source` (`posted_sgi_bit` of each target and SGI): each
+    /// made pending from `source` as the GICD_SGIR write that named it would have
+    /// (`write_sgir`, `single_sgir_target`), without the kick set: whoever posted it kicked
+    /// its vCPU. Bits of vCPUs the VM lacks are ignored.
+    pub fn deliver_posted_sgis_from(&mut self, source: usize, posted: u64) {
+        if self.version != GicVersion::V2 || source >= self.vcpus {
+            return;
+        }
+        for bit in VcpuMask(posted).iter() {
+            let (vcpu, sgi) = (bit / POSTED_SGIS as usize, bit as u32 % POSTED_SGIS);
+            if let Some(sources) = self.redistributors.get_mut(vcpu).and_then(|rd| rd.sgi_sources_mut(sgi)) {
+                *sources |= 1 << source;
+            }
+        }
+    }
+
     /// SGIs posted by another CPU (`posted_sgi_bit`): each made pending as the write of
     /// ICC_SGI1R_EL1 that named it would have (`generate_sgi`, `single_sgi_target`), without
     /// the kick set: whoever posted it kicked its vCPU. Bits of vCPUs the VM lacks are

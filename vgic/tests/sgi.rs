@@ -121,6 +121,66 @@ proptest! {
     }
 }
 
+/// GICv2's pending SGIs of `vcpu`, per source: GICD_SPENDSGIR0 to 3 as that vCPU reads them
+/// (IHI 0048B 4.3.17: a byte per SGI, a bit per source CPU).
+fn spendsgir(g: &mut Distributor, vcpu: usize) -> [u64; 4] {
+    core::array::from_fn(|n| g.read(vcpu, 0xf20 + 4 * n as u64, 4).unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// A GICD_SGIR write another CPU may post (`single_sgir_target`) is one that names
+    /// exactly one vCPU other than the sender by its list; posted by its source and
+    /// delivered (`posted_sgi_bit`, `deliver_posted_sgis_from`) it leaves every vCPU's SGIs,
+    /// source by source, as the write itself does, whatever that source posted before.
+    #[test]
+    fn gicv2_a_posted_sgi_is_the_write_that_names_one_other_vcpu(
+        vcpus in 1usize..=8,
+        source in 0usize..8,
+        filter in 0u32..4,
+        list in any::<u8>(),
+        intid in 0u32..16,
+        noise in any::<u32>(),
+        earlier in any::<u64>(),
+    ) {
+        let source = source % vcpus;
+        // NSATT [15] and the reserved bits [14:4] and [31:26] name nothing.
+        let value = (noise & (0xfc00_fff0)) | filter << 24 | u32::from(list) << 16 | intid;
+        let mut named = v2(vcpus);
+        named.write(source, GICD_SGIR, 4, u64::from(value)).unwrap();
+        let targets: Vec<usize> = (0..vcpus).filter(|&v| spendsgir(&mut named, v) != [0; 4]).collect();
+        let single = single_sgir_target(value, source, vcpus);
+        prop_assert_eq!(single.is_some(), filter == 0 && targets.len() == 1 && targets[0] != source, "{:#x}", value);
+        let Some((vcpu, sgi)) = single else { return Ok(()) };
+        prop_assert_eq!((vcpu, sgi), (targets[0], intid));
+        prop_assert_eq!(posted_sgi_bit(vcpu, sgi).is_some(), sgi < 8);
+        let Some(bit) = posted_sgi_bit(vcpu, sgi) else { return Ok(()) };
+        let (mut written, mut posted) = (v2(vcpus), v2(vcpus));
+        written.deliver_posted_sgis_from(source, earlier);
+        posted.deliver_posted_sgis_from(source, earlier);
+        written.write(source, GICD_SGIR, 4, u64::from(value)).unwrap();
+        posted.deliver_posted_sgis_from(source, bit);
+        for v in 0..vcpus {
+            prop_assert_eq!(spendsgir(&mut posted, v), spendsgir(&mut written, v), "vCPU {}", v);
+        }
+    }
+}
+
+#[test]
+fn gicv2_posted_sgis_are_pending_from_their_source() {
+    let mut g = v2(4);
+    g.deliver_posted_sgis_from(2, posted_sgi_bit(1, 3).unwrap() | posted_sgi_bit(3, 0).unwrap());
+    assert_eq!(spendsgir(&mut g, 1), [1 << 26, 0, 0, 0], "SGI 3 of vCPU 1, from CPU 2");
+    assert_eq!(spendsgir(&mut g, 3), [1 << 2, 0, 0, 0], "SGI 0 of vCPU 3, from CPU 2");
+    // A source the VM lacks posts nothing; nor does anyone on a GICv3.
+    g.deliver_posted_sgis_from(4, u64::MAX);
+    assert_eq!(spendsgir(&mut g, 0), [0; 4]);
+    let mut gicv3 = v3(2);
+    gicv3.deliver_posted_sgis_from(0, u64::MAX);
+    assert!(pending_sgis(&gicv3, 1).is_empty());
+}
+
 #[test]
 fn posted_sgis_are_eight_bits_a_vcpu_in_one_word() {
     assert_eq!(posted_sgi_bit(0, 0), Some(1));

@@ -163,7 +163,7 @@ fn a_posted_sgi_is_hinted_kicked_and_pending_for_the_next_holder_of_the_lock() {
     FakeArch::become_cpu(0);
     vgic.running_on[5].store(3, Ordering::Release);
     FakeArch::take_kicks();
-    assert!(vgic.post_sgi(5, 6));
+    assert!(vgic.post_sgi(0, 5, 6));
     assert!(!vgic.is_locked(), "no lock taken");
     assert_eq!(FakeArch::take_kicks(), vec![3], "vCPU 5's CPU");
     assert!(vgic.take_hint(5));
@@ -181,7 +181,7 @@ fn a_posted_sgi_is_hinted_kicked_and_pending_for_the_next_holder_of_the_lock() {
 #[test]
 fn a_posted_sgi_is_seen_by_every_reader_of_the_distributor() {
     let (_, vgic) = v3_vgic(2);
-    assert!(vgic.post_sgi(1, 4));
+    assert!(vgic.post_sgi(0, 1, 4));
     let ispendr0 = vgic.read_redistributor(0x2_0000 + 0x1_0200, AccessWidth::Word).unwrap();
     assert_eq!(ispendr0, 1 << 4);
     // Deliverable once posted: the SGI enabled (GICR_ISENABLER0), its group 0 too
@@ -190,7 +190,7 @@ fn a_posted_sgi_is_seen_by_every_reader_of_the_distributor() {
     vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 4).unwrap();
     vgic.write_distributor(0, 0, AccessWidth::Word, 1).unwrap();
     assert!(!vgic.lock().has_pending(1));
-    assert!(vgic.post_sgi(1, 4));
+    assert!(vgic.post_sgi(0, 1, 4));
     assert!(vgic.lock().has_pending(1), "a vCPU about to wait finds it");
 }
 
@@ -200,32 +200,54 @@ fn a_posted_sgi_is_seen_by_every_reader_of_the_distributor() {
 fn a_posted_sgi_wakes_a_waiting_vcpu_and_kicks_no_vcpu_of_this_cpu() {
     let (scheduling, vgic) = v3_vgic(2);
     let v = block_vcpu_1(scheduling, &vgic);
-    assert!(vgic.post_sgi(1, 0));
+    assert!(vgic.post_sgi(0, 1, 0));
     assert_eq!(scheduling.state(v), Some(VcpuState::Runnable));
     assert!(!vgic.waiting[1].load(Ordering::SeqCst));
     vgic.running_on[1].store(0, Ordering::Release);
     FakeArch::take_kicks();
-    assert!(vgic.post_sgi(1, 0));
+    assert!(vgic.post_sgi(0, 1, 0));
     assert!(FakeArch::take_kicks().is_empty());
 }
 
-/// Posting is a GICv3 VM's, for SGIs 0 to 7 of its own vCPUs: on a GICv2 (whose SGIs are
-/// per source), for SGI 8 or for a vCPU the VM lacks it does nothing and says so (the
-/// caller generates the SGI under the lock), and a SYSTEM_RESET's new distributor does not
-/// get an SGI posted to the old one.
+/// Posting is for SGIs 0 to 7 of the VM's own vCPUs, from one of its vCPUs: for SGI 8, for
+/// a vCPU the VM lacks or from one it lacks (a GICv2's posts are per source) it does
+/// nothing and says so (the caller generates the SGI under the lock), and a SYSTEM_RESET's
+/// new distributor does not get an SGI posted to the old one.
 #[test]
-fn only_a_gicv3_vm_s_vcpus_get_posted_sgis_and_a_reset_drops_them() {
+fn only_sgis_0_to_7_of_the_vm_s_vcpus_are_posted_and_a_reset_drops_them() {
     let (_, v2) = vgic(2);
-    assert_eq!(v2.posting_vcpus(), 0);
-    assert!(!v2.post_sgi(1, 3));
+    assert_eq!(v2.posting_vcpus(), 0b11);
+    assert!(!v2.post_sgi(2, 1, 3), "from a vCPU the VM lacks");
     assert!(!v2.take_hint(1) && !v2.lock().has_pending(1));
     let (_, v3) = v3_vgic(3);
     assert_eq!(v3.posting_vcpus(), 0b111);
-    assert!(!v3.post_sgi(3, 3) && !v3.post_sgi(usize::MAX, 3) && !v3.post_sgi(2, 8));
+    assert!(!v3.post_sgi(0, 3, 3) && !v3.post_sgi(0, usize::MAX, 3) && !v3.post_sgi(0, 2, 8));
     assert!(!v3.take_hint(2) && !v3.take_hint(3));
     assert!(!pending(&v3, 2, 8));
-    let config = VgicConfig { version: GicVersion::V3, vcpus: 3, spis: 32 };
-    assert!(v3.post_sgi(2, 3));
-    v3.replace_distributor(Distributor::new(config).unwrap());
-    assert!(!pending(&v3, 2, 3), "posted before the reset");
+    for (version, vgic) in [(GicVersion::V2, v2), (GicVersion::V3, v3)] {
+        let config = VgicConfig { version, vcpus: 2, spis: 32 };
+        assert!(vgic.post_sgi(0, 1, 3));
+        vgic.replace_distributor(Distributor::new(config).unwrap());
+        assert!(!pending(&vgic, 1, 3), "posted before the reset ({version:?})");
+    }
+}
+
+/// GICv2 (docs/vgic.md, "Posted SGIs"): a GICD_SGIR write naming one other vCPU is posted
+/// in its source's word, and delivered pending from that source; the same SGI from two
+/// sources is two interrupts, as written.
+#[test]
+fn a_gicv2_sgi_to_one_vcpu_is_posted_per_source() {
+    let (_, vgic) = vgic(3);
+    FakeArch::become_cpu(0);
+    vgic.running_on[2].store(3, Ordering::Release);
+    FakeArch::take_kicks();
+    vgic.write_distributor(0, GICD_SGIR, AccessWidth::Word, (0b100 << 16) | 5).unwrap();
+    assert!(!vgic.is_locked());
+    assert_eq!(FakeArch::take_kicks(), vec![3]);
+    assert!(vgic.take_hint(2));
+    vgic.write_distributor(1, GICD_SGIR, AccessWidth::Word, (0b100 << 16) | 5).unwrap();
+    // GICD_SPENDSGIR1 as vCPU 2 reads it: SGI 5 is its byte 1, a bit per source.
+    let spendsgir1 = vgic.read_distributor(2, 0xf24, AccessWidth::Word).unwrap();
+    assert_eq!(spendsgir1, 0b11 << 8, "from CPU 0 and from CPU 1");
+    assert_eq!(vgic.read_distributor(1, 0xf24, AccessWidth::Word).unwrap(), 0, "vCPU 1's own: nothing");
 }

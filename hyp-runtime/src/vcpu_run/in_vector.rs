@@ -98,23 +98,30 @@ pub fn answer<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) 
     go_on(here, core)
 }
 
-/// A write of ICC_SGI1R_EL1 whose SGI the vector posted (`VgicHandle::post_sgi`: posted,
-/// hinted, the barrier) and whose target it then found waiting for an interrupt off its CPU
-/// (or on a CPU it cannot kick itself): the target woken and kicked as `post_sgi` does, the
-/// write's exit counted, and the guest goes on past it. The vector comes here for nothing
-/// else: the SGI must not be posted twice.
+/// A write of ICC_SGI1R_EL1 or GICD_SGIR whose SGI the vector posted
+/// (`VgicHandle::post_sgi`: posted, hinted, the barrier) and whose target it then found
+/// waiting for an interrupt off its CPU (or on a CPU it cannot kick itself): the target
+/// woken and kicked as `post_sgi` does, the write's exit counted, and the guest goes on past
+/// it. The vector comes here for nothing else: the SGI must not be posted twice.
 #[inline(never)]
 pub fn answer_posted<C: VcpuCpu>(here: &InVector<'_, C>, registers: &mut C::Registers) -> VectorAnswer {
     let trap = C::read_trap();
     let exit = C::decode(&trap, registers);
     let core: &Vm<<C::V as Virtualization>::Env> = here.vm.borrow();
-    if let Trap::SystemRegister { access, .. } = exit.trap {
-        let value = registers.reg(access.rt);
-        registers.advance_pc(exit.instruction_bytes);
-        let vcpus = core.vgic.posting_vcpus().count_ones() as usize;
-        if let Some((target, _)) = vgic::single_sgi_target(value, here.vcpu, vcpus) {
-            core.vgic.kick(1 << target);
+    let vcpus = core.vgic.posting_vcpus().count_ones() as usize;
+    let target = match exit.trap {
+        Trap::SystemRegister { access, .. } => {
+            vgic::single_sgi_target(registers.reg(access.rt), here.vcpu, vcpus).map(|(target, _)| target)
         }
+        Trap::DataAbort { access: Some(access), write: true, .. } => {
+            let value = registers.reg(access.register()) as u32;
+            vgic::single_sgir_target(value, here.vcpu, vcpus).map(|(target, _)| target)
+        }
+        _ => None,
+    };
+    registers.advance_pc(exit.instruction_bytes);
+    if let Some(target) = target {
+        core.vgic.kick(1 << target);
     }
     here.exits.record_sync(C::syndrome(&trap));
     go_on(here, core)
