@@ -94,6 +94,15 @@ global_asm!(
 
 // The posts of SGIs (sysreg_in_vector, and 40 for GICD_SGIR): the guest's x2 to x5 pushed
 // below its x0 and x1 (x0 at [sp, #32], x1 at [sp, #40]).
+// The word at x1 ORed with x4 by an exclusive pair (`\store`: stxr, or stlxr for a
+// release); x0 and w2 clobbered.
+.macro ATOMIC_ORR label, store
+\label: ldxr    x0, [x1]
+    orr     x0, x0, x4
+    \store  w2, x0, [x1]
+    cbnz    w2, \label\()b
+.endm
+
 .macro PUSH_X2_X5
     stp     x2, x3, [sp, #-32]!
     stp     x4, x5, [sp, #16]
@@ -496,19 +505,13 @@ sync_in_vector:
     ldr     x0, [x2, #{SGI_VCPU}]
     add     x1, x3, #{POSTED_BY_AT}
     add     x1, x1, x0, lsl #3
-44: ldxr    x0, [x1]
-    orr     x0, x0, x4
-    stxr    w2, x0, [x1]
-    cbnz    w2, 44b
+    ATOMIC_ORR 44, stxr
     mrs     x2, tpidr_el2
     ldr     x0, [x2, #{SGI_VCPU}]
     mov     x4, #1
     lsl     x4, x4, x0
     add     x1, x3, #{POSTED_AT}
-45: ldxr    x0, [x1]
-    orr     x0, x0, x4
-    stlxr   w2, x0, [x1]
-    cbnz    w2, 45b
+    ATOMIC_ORR 45, stlxr
     HINT_AND_FIND_TARGET 28f, 46f
     ldr     x1, [x2, #{SGI_KICK_TARGETS}]
     add     x1, x1, x0, lsl #3
@@ -563,10 +566,7 @@ sysreg_in_vector:
     mov     x4, #1
     lsl     x4, x4, x1
     add     x1, x3, #{POSTED_AT}
-22: ldxr    x0, [x1]
-    orr     x0, x0, x4
-    stxr    w2, x0, [x1]
-    cbnz    w2, 22b
+    ATOMIC_ORR 22, stxr
     HINT_AND_FIND_TARGET 28f, 23f
     ldr     x1, [x2, #{SGI_KICK_TARGETS}]
     ldr     x0, [x1, x0, lsl #3]
