@@ -113,76 +113,10 @@ global_asm!(
 .endm
 
 // The guest's register x<x0> (31: XZR) into x0, with x0 to x5 on the stack; then on at
-// label \done. One entry of two instructions per register.
-.macro XT_INTO_X0 table, done
-    adr     x1, \table\()f
-    add     x1, x1, x0, lsl #3
-    br      x1
-\table:
-    ldr     x0, [sp, #32]
-    b       \done\()f
-    ldr     x0, [sp, #40]
-    b       \done\()f
-    ldr     x0, [sp, #0]
-    b       \done\()f
-    ldr     x0, [sp, #8]
-    b       \done\()f
-    ldr     x0, [sp, #16]
-    b       \done\()f
-    ldr     x0, [sp, #24]
-    b       \done\()f
-    mov     x0, x6
-    b       \done\()f
-    mov     x0, x7
-    b       \done\()f
-    mov     x0, x8
-    b       \done\()f
-    mov     x0, x9
-    b       \done\()f
-    mov     x0, x10
-    b       \done\()f
-    mov     x0, x11
-    b       \done\()f
-    mov     x0, x12
-    b       \done\()f
-    mov     x0, x13
-    b       \done\()f
-    mov     x0, x14
-    b       \done\()f
-    mov     x0, x15
-    b       \done\()f
-    mov     x0, x16
-    b       \done\()f
-    mov     x0, x17
-    b       \done\()f
-    mov     x0, x18
-    b       \done\()f
-    mov     x0, x19
-    b       \done\()f
-    mov     x0, x20
-    b       \done\()f
-    mov     x0, x21
-    b       \done\()f
-    mov     x0, x22
-    b       \done\()f
-    mov     x0, x23
-    b       \done\()f
-    mov     x0, x24
-    b       \done\()f
-    mov     x0, x25
-    b       \done\()f
-    mov     x0, x26
-    b       \done\()f
-    mov     x0, x27
-    b       \done\()f
-    mov     x0, x28
-    b       \done\()f
-    mov     x0, x29
-    b       \done\()f
-    mov     x0, x30
-    b       \done\()f
-    mov     x0, xzr
-    b       \done\()f
+// label \done (through `xt_into_x0`, which returns by x2, pushed already).
+.macro XT_INTO_X0 done
+    adr     x2, \done\()f
+    b       xt_into_x0
 .endm
 
 // The target list in w1, the VM's vGIC in x3: the one vCPU of the VM it names, not the
@@ -289,6 +223,30 @@ hyp_vectors:
     GUEST_EXIT 1
     GUEST_EXIT 2
     GUEST_EXIT 3
+
+xt_into_x0:
+    // XT_INTO_X0's table: one entry of two instructions per register.
+    adr     x1, 1f
+    add     x1, x1, x0, lsl #3
+    br      x1
+1:  ldr     x0, [sp, #32]
+    br      x2
+    ldr     x0, [sp, #40]
+    br      x2
+    ldr     x0, [sp, #0]
+    br      x2
+    ldr     x0, [sp, #8]
+    br      x2
+    ldr     x0, [sp, #16]
+    br      x2
+    ldr     x0, [sp, #24]
+    br      x2
+    .irp n, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30
+    mov     x0, x\n
+    br      x2
+    .endr
+    mov     x0, xzr
+    br      x2
 
 hyp_trap_common:
     X2_TO_X30 stp, str, sp
@@ -487,7 +445,7 @@ sync_in_vector:
     mov     x3, x0
     mrs     x0, esr_el2
     ubfx    x0, x0, #16, #5
-    XT_INTO_X0 42, 43
+    XT_INTO_X0 43
 43: // TargetListFilter [25:24] 0, SGIINTID [3:0] below 8, one bit of CPUTargetList [23:16]
     // among the VM's vCPUs, not the sender's.
     tst     w0, #0x3000000
@@ -548,7 +506,7 @@ sysreg_in_vector:
     mov     x3, x0
     mrs     x0, esr_el2
     ubfx    x0, x0, #5, #5
-    XT_INTO_X0 20, 21
+    XT_INTO_X0 21
 21: // vgic::single_sgi_target: Aff1 [23:16] zero, and Aff2, IRM, RS, Aff3 (and the RES0
     // bits among them) [55:32] zero; an INTID [27:24] below 8; one bit of the target list
     // [15:0] among the VM's vCPUs, not the sender's.
