@@ -131,7 +131,7 @@ pub fn list_registers<S: ListRegisterAccess>() -> ListRegisterFile<S> {
         // SAFETY: the device tree's GICH frame, which the identity map maps Device-nGnRE
         // (hyp_map), each CPU's own bank at the same address.
         Some(&Some(gich)) => unsafe { ListRegisterFile::v2(gich) },
-        _ => ListRegisterFile::V3,
+        _ => ListRegisterFile::v3(),
     }
 }
 

@@ -550,7 +550,7 @@ fn gich_interface_is_saved_restored_and_reset() {
 
 #[test]
 fn gicv3_list_registers_are_the_system_registers() {
-    let mut lrs = ListRegisterFile::<FakeIch>::V3;
+    let mut lrs = ListRegisterFile::<FakeIch>::v3();
     assert!(lrs.gich().is_none());
     assert_eq!(lrs.count(), 16, "at most the 16 ICH_LR<n>_EL2");
     lrs.write_lr(15, u64::MAX);

@@ -40,6 +40,7 @@ impl ListRegisterAccess for Ich {
 
     /// The hypervisor writes only the list registers the planner chose, below
     /// ICH_VTR_EL2.ListRegs; they belong to the vCPU running on this CPU.
+    #[inline(always)]
     fn write_lr(n: usize, v: u64) {
         with_list_register!(n, |lr| lr.set(v))
     }

@@ -717,18 +717,19 @@ fn tick_in_one_step<C: VcpuCpu>(
 /// holds at most one list register, which the guest completed: the take-back is the fold of
 /// that register, done with the plan under the same two locks
 /// (`vgic::Distributor::take_back_one_and_plan`), the hint taken. Returns whether the vCPU
-/// then holds list registers, or `None` with nothing changed (the hint left set): the run
-/// loop takes them back and plans as usual.
+/// then holds list registers, or `None` with nothing changed (the hint set again where it
+/// was taken): the run loop takes them back and plans as usual.
 fn take_back_with_plan<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu: usize, here: &mut C) -> Option<bool> {
-    if !vm.vgic.is_hinted(vcpu) {
+    // Taken before the plan reads the vGIC: a change made after it hints the vCPU again.
+    if !vm.vgic.take_hint(vcpu) {
         return None;
     }
     let mut lists = vm.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
     if !lists.holds_at_most_one_emptied(here.list_registers()) {
+        drop(lists);
+        vm.vgic.hint_vcpu(vcpu);
         return None;
     }
-    // Taken before the plan reads the vGIC: a change made after it hints the vCPU again.
-    let _ = vm.vgic.take_hint(vcpu);
     let mut vgic = vm.vgic.lock();
     if !vgic.take_back_one_and_plan(vcpu, &mut lists, here.list_registers()).unwrap_or(false) {
         drop(vgic);

@@ -310,6 +310,11 @@ impl Distributor {
         if let Some(rd) = self.redistributors.get_mut(vcpu) {
             rd.forget_quiet();
         }
+        self.forget_quiet_spis();
+    }
+
+    /// Clears the live bits of the SPIs that turned out quiet.
+    pub(crate) fn forget_quiet_spis(&mut self) {
         let spi = &self.spi;
         self.live_spis.0.forget(|slot| spi.get(slot).is_none_or(|s| s.quiet()));
     }

@@ -113,6 +113,7 @@ impl VcpuInterfaceState {
     }
 }
 
+#[inline(always)]
 pub(crate) fn set_maintenance(state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters, m: Maintenance) {
     if state.maintenance != m {
         state.maintenance = m;
@@ -127,6 +128,7 @@ impl Distributor {
             GicVersion::V2 => GichLr(raw as u32).decode(),
         }
     }
+    #[inline(always)]
     pub(crate) fn encode(&self, lr: &ListRegister) -> u64 {
         match self.version {
             GicVersion::V3 => IchLr::encode(lr).0,
@@ -165,19 +167,18 @@ impl Distributor {
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
     ) -> Result<(), VgicError> {
-        self.before_flush(vcpu)?;
-        if !self.flush_one(vcpu, state, lrs) {
-            self.flush_general(vcpu, state, lrs);
-        }
+        self.check_vcpu(vcpu)?;
+        self.flush_checked(vcpu, state, lrs);
         Ok(())
     }
 
-    /// What every flush does first: the vCPU checked, its quiet interrupts forgotten.
-    #[inline]
-    fn before_flush(&mut self, vcpu: usize) -> Result<(), VgicError> {
-        self.check_vcpu(vcpu)?;
-        self.forget_quiet(vcpu);
-        Ok(())
+    /// `flush_to_hw` for a vCPU already checked: the fast path inlined into the caller (a
+    /// call of its own cost a frame of every callee-saved register), the general path not.
+    #[inline(always)]
+    pub(crate) fn flush_checked(&mut self, vcpu: usize, state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters) {
+        if !self.flush_one(vcpu, state, lrs) {
+            self.flush_general(vcpu, state, lrs);
+        }
     }
 
     /// `flush_to_hw` without its fast path (`flush_one`), for the tests that check the fast
@@ -189,7 +190,7 @@ impl Distributor {
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
     ) -> Result<(), VgicError> {
-        self.before_flush(vcpu)?;
+        self.check_vcpu(vcpu)?;
         self.flush_general(vcpu, state, lrs);
         Ok(())
     }
@@ -203,14 +204,15 @@ impl Distributor {
         state: &mut VcpuInterfaceState,
         lrs: &mut impl ListRegisters,
     ) -> Result<bool, VgicError> {
-        self.before_flush(vcpu)?;
+        self.check_vcpu(vcpu)?;
         Ok(self.flush_one(vcpu, state, lrs))
     }
 
     /// The fast path of `flush_to_hw` (docs/vgic.md, "One interrupt in place"): when the
-    /// vCPU holds at most one list register, no SPI may be busy (`live_spis` empty, after
-    /// `forget_quiet`) and at most one of its private interrupts may be (its `live` mask),
-    /// what the planner would decide is known without building its inputs:
+    /// vCPU holds at most one list register, no SPI may be busy (`live_spis` empty, once
+    /// its quiet ones are forgotten) and at most one of its private interrupts may be (its
+    /// `live` mask, likewise), what the planner would decide is known without building its
+    /// inputs:
     /// - nothing wanted and nothing held: no list register is touched, no maintenance;
     /// - one wanted, none held: it goes into the first empty list register (`fill_empty`);
     /// - one wanted, and the one held is the same INTID: that register is kept, or rewritten
@@ -221,17 +223,36 @@ impl Distributor {
     /// Whatever it writes, the general path would have written the same registers with the
     /// same contents and asked for the same maintenance interrupts (`tests/robustness.rs`,
     /// `the_fast_path_writes_what_the_general_one_would`).
+    #[inline(always)]
     fn flush_one(&mut self, vcpu: usize, state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters) -> bool {
         let owned = state.owned();
-        if owned & owned.wrapping_sub(1) != 0 || !self.live_spis.0.is_empty() {
+        if owned & owned.wrapping_sub(1) != 0 {
             return false;
         }
-        let Some(live) = self.redistributors.get(vcpu).map(|rd| rd.live()) else { return false };
+        // Quiet interrupts are forgotten (`forget_quiet`) only where one could send the plan
+        // down the general path: a live SPI, or more than one live private interrupt. A
+        // single quiet one is wanted by nobody and forgotten below.
+        if !self.live_spis.0.is_empty() {
+            self.forget_quiet_spis();
+            if !self.live_spis.0.is_empty() {
+                return false;
+            }
+        }
+        let Some(rd) = self.redistributors.get_mut(vcpu) else { return false };
+        let mut live = rd.live();
         if live & live.wrapping_sub(1) != 0 {
-            return false;
+            rd.forget_quiet();
+            live = rd.live();
+            if live & live.wrapping_sub(1) != 0 {
+                return false;
+            }
         }
-        let want = if live == 0 { None } else { self.want_private(vcpu, live.trailing_zeros()) };
+        let Some(rd) = self.redistributors.get(vcpu) else { return false };
+        let want = if live == 0 { None } else { self.want_private_of(rd, live.trailing_zeros()) };
         let Some(w) = want else {
+            if let Some(rd) = self.redistributors.get_mut(vcpu).filter(|_| live != 0) {
+                rd.forget_quiet();
+            }
             if owned != 0 {
                 return false;
             }
@@ -273,6 +294,7 @@ impl Distributor {
     /// for on every entry.
     #[inline(never)]
     fn flush_general(&mut self, vcpu: usize, state: &mut VcpuInterfaceState, lrs: &mut impl ListRegisters) {
+        self.forget_quiet(vcpu);
         // Only the implemented list registers are looked at (QEMU and the GIC-400 have 4),
         // and no more wanted interrupts are kept than they could show.
         let count = lrs.count().min(MAX_LIST_REGISTERS);

@@ -77,6 +77,7 @@ impl ListRegister {
 pub struct IchLr(pub u64);
 
 impl IchLr {
+    #[inline(always)]
     pub fn encode(lr: &ListRegister) -> IchLr {
         let mut v = u64::from(lr.vintid.0) | (u64::from(lr.priority) << 48) | (lr.state.bits() << 62);
         if lr.group1 {
@@ -119,6 +120,7 @@ impl IchLr {
 pub struct GichLr(pub u32);
 
 impl GichLr {
+    #[inline(always)]
     pub fn encode(lr: &ListRegister) -> GichLr {
         let mut v = (lr.vintid.0 & 0x3ff) | (u32::from(lr.priority >> 3) << 23) | ((lr.state.bits() as u32) << 28);
         if lr.group1 {

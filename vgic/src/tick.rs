@@ -126,7 +126,7 @@ impl Distributor {
             self.fold(vcpu, self.vintid_of(raw), LrState::Invalid);
             state.clear_lr(i);
         }
-        self.flush_to_hw(vcpu, state, lrs)?;
+        self.flush_checked(vcpu, state, lrs);
         Ok(true)
     }
 }

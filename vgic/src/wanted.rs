@@ -5,6 +5,7 @@
 //! the number pending.
 
 use crate::distributor::spi_holder;
+use crate::gicr::Redistributor;
 use crate::lr::{ListRegister, LrState};
 use crate::mask::set_bits;
 use crate::planner::Wanted;
@@ -140,7 +141,12 @@ impl Distributor {
     // plan's fast path (`flush_one`) read it back field by field.
     #[inline(always)]
     pub(crate) fn want_private(&self, vcpu: usize, intid: u32) -> Option<Wanted> {
-        let rd = self.redistributors.get(vcpu)?;
+        self.want_private_of(self.redistributors.get(vcpu)?, intid)
+    }
+
+    /// `want_private` of the vCPU whose redistributor is `rd`.
+    #[inline(always)]
+    pub(crate) fn want_private_of(&self, rd: &Redistributor, intid: u32) -> Option<Wanted> {
         let s = *rd.irq(intid)?;
         if !self.is_v2_sgi(intid) {
             return self.want(s, intid, true);

@@ -165,6 +165,26 @@ fn a_busy_spi_or_a_second_private_interrupt_takes_the_general_path() {
     });
 }
 
+#[test]
+fn an_interrupt_completed_before_another_is_sent_leaves_the_fast_path_to_the_new_one() {
+    both(2, |mut g| {
+        private_irq(&mut g, 1, 4, 0x80);
+        private_irq(&mut g, 1, 5, 0x80);
+        let mut lrs = FakeLrs::for_gic(&g, 4);
+        sgi(&mut g, 0, 1, 4);
+        assert_eq!(plan_fast(&mut g, 1, &mut lrs), [0]);
+        assert_eq!(lrs.ack(), Some((4, 0)));
+        lrs.deactivate(4);
+        g.sync_from_hw(1, &mut lrs).unwrap();
+        // SGI 4 is quiet now but still marked live; the plan forgets it and takes the fast
+        // path for SGI 5 alone.
+        sgi(&mut g, 0, 1, 5);
+        assert_eq!(plan_fast(&mut g, 1, &mut lrs), [0]);
+        assert_eq!(lrs.valid(), [(5, LrState::Pending, 0)]);
+        assert!(g.live_masks_cover_every_busy_interrupt());
+    });
+}
+
 /// The tick of the periodic timer in one step (`hw_level_fired`), checked to be taken and
 /// against the take-back, the line and the plan in that order on a copy; returns the list
 /// registers it wrote.
