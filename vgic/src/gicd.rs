@@ -4,7 +4,7 @@
 //! registers, and GICv3's IROUTER.
 
 use crate::distributor::IRM;
-use crate::mmio::{check, Frame, BYTE_OR_WORD, INTERRUPT_BLOCK, WORD, WORD_OR_DOUBLE};
+use crate::mmio::{check, BitReg, Frame, BYTE_OR_WORD, INTERRUPT_BLOCK, WORD, WORD_OR_DOUBLE};
 use crate::{AccessError, Distributor, GicVersion, VcpuMask};
 
 /// GICv2's GICD_SGIR, in the distributor's frame (IHI 0048B 4.3.15): an SGI's generation,
@@ -13,6 +13,16 @@ use crate::{AccessError, Distributor, GicVersion, VcpuMask};
 pub const GICD_SGIR: u64 = 0xf00;
 /// `GICD_SGIR` as the decoder's 32-bit frame offsets write it.
 const SGIR: u32 = GICD_SGIR as u32;
+
+/// GICv3's GICD_SETSPI_NSR (IHI 0069H 12.9.23): a message-based SPI's doorbell
+/// (GICD_TYPER.MBIS), the address a device's MSI writes the SPI's INTID to.
+pub const GICD_SETSPI_NSR: u64 = 0x040;
+/// GICv3's GICD_CLRSPI_NSR (IHI 0069H 12.9.3): takes back what GICD_SETSPI_NSR set.
+pub const GICD_CLRSPI_NSR: u64 = 0x048;
+/// The INTID field of both, bits [12:0].
+const MESSAGE_INTID: u32 = 0x1fff;
+/// GICD_TYPER.MBIS [16]: message-based SPIs are supported.
+const TYPER_MBIS: u32 = 1 << 16;
 
 /// GICD_IIDR / GICR_IIDR: implementer Arm (JEP106 0x43b), product 0x48.
 pub(crate) const IIDR: u64 = 0x4800_043b;
@@ -40,6 +50,10 @@ enum DistReg {
     Targets(u32),
     /// GICv2 GICD_SGIR (write-only).
     Sgir,
+    /// GICv3 GICD_SETSPI_NSR (`set`) or GICD_CLRSPI_NSR (write-only).
+    MessageSpi {
+        set: bool,
+    },
     /// GICv2 GICD_SPENDSGIR<n> (`set`) or GICD_CPENDSGIR<n>, from this SGI.
     SgiPending {
         set: bool,
@@ -69,6 +83,8 @@ impl Distributor {
             0x000 => (DistReg::Ctlr, WORD),
             0x004 => (DistReg::Typer, WORD),
             0x008 => (DistReg::Iidr, WORD),
+            0x040 if !v2 => (DistReg::MessageSpi { set: true }, WORD),
+            0x048 if !v2 => (DistReg::MessageSpi { set: false }, WORD),
             // ITARGETSR: RES0 under affinity routing, yet byte-accessible (IHI 0069H 12.9, GICD_ITARGETSR<n>).
             0x800..0xc00 if v2 => (DistReg::Targets(offset - 0x800), BYTE_OR_WORD),
             0x800..0xc00 => (DistReg::RazWi, BYTE_OR_WORD),
@@ -150,7 +166,7 @@ impl Distributor {
             DistReg::Iidr => IIDR,
             DistReg::Pidr2 if self.version == GicVersion::V3 => PIDR2_V3,
             DistReg::Pidr2 => PIDR2_V2,
-            DistReg::Sgir | DistReg::RazWi => 0,
+            DistReg::Sgir | DistReg::MessageSpi { .. } | DistReg::RazWi => 0,
             DistReg::Targets(_) | DistReg::SgiPending { .. } | DistReg::Router { .. } => {
                 self.read_per_interrupt(vcpu, reg, width)
             }
@@ -176,7 +192,13 @@ impl Distributor {
                 Some(r) if !high => u64::from(self.route[r]),
                 _ => 0,
             },
-            DistReg::Ctlr | DistReg::Typer | DistReg::Iidr | DistReg::Pidr2 | DistReg::Sgir | DistReg::RazWi => 0,
+            DistReg::Ctlr
+            | DistReg::Typer
+            | DistReg::Iidr
+            | DistReg::Pidr2
+            | DistReg::Sgir
+            | DistReg::MessageSpi { .. }
+            | DistReg::RazWi => 0,
         }
     }
 
@@ -212,6 +234,7 @@ impl Distributor {
                 }
             }
             DistReg::Sgir => self.write_sgir(vcpu, value as u32),
+            DistReg::MessageSpi { set } => self.write_message_spi(value as u32 & MESSAGE_INTID, set),
             DistReg::SgiPending { set, first } => {
                 for i in 0..width as u32 {
                     self.write_sgi_pending(vcpu, first + i, (value >> (8 * i)) as u8, set);
@@ -227,17 +250,37 @@ impl Distributor {
         Ok(())
     }
 
-    /// GICD_TYPER: ITLinesNumber [4:0]; GICv3: IDbits [23:19] = 10 bits, no LPIs, no
-    /// extended SPIs, A3V = 0, RSS = 0 (IHI 0069H 12.9, GICD_TYPER); GICv2: CPUNumber [7:5]
-    /// (IHI 0048B 4.3.2).
+    /// GICD_TYPER: ITLinesNumber [4:0]; GICv3: IDbits [23:19] = 10 bits, MBIS [16] (the
+    /// SPI doorbells above), no LPIs, no extended SPIs, A3V = 0, RSS = 0 (IHI 0069H 12.9,
+    /// GICD_TYPER); GICv2: CPUNumber [7:5] (IHI 0048B 4.3.2).
     fn typer(&self) -> u64 {
         // 32 * (ITLinesNumber + 1) INTIDs: 32 private ones, then the SPIs in blocks of 32.
         // At most 988 SPIs and 8 vCPUs: in 32 bits.
         let lines = (self.spis as u32).div_ceil(32);
         u64::from(match self.version {
-            GicVersion::V3 => lines | (9 << 19),
+            GicVersion::V3 => lines | (9 << 19) | TYPER_MBIS,
             GicVersion::V2 => lines | ((self.vcpus as u32 - 1) << 5),
         })
+    }
+
+    /// A write of GICD_SETSPI_NSR (`set`) or GICD_CLRSPI_NSR naming `intid` (IHI 0069H
+    /// 12.9.23, 12.9.3): an edge-triggered SPI is made pending, or its pending state removed,
+    /// as by GICD_ISPENDR / GICD_ICPENDR; a level-sensitive one is asserted until the
+    /// GICD_CLRSPI_NSR write deasserts it, as its input would be. A value naming no SPI of
+    /// the VM has no effect. A passthrough SPI is its board device's to assert: neither
+    /// register moves its input, which would have the hypervisor deactivate a physical
+    /// interrupt that never fired.
+    fn write_message_spi(&mut self, intid: u32, set: bool) {
+        if self.route_slot(intid).is_none() {
+            return;
+        }
+        let Some(&s) = self.irq(0, intid) else { return };
+        if s.edge() {
+            let reg = if set { BitReg::SetPending } else { BitReg::ClearPending };
+            self.write_bits(Frame::Distributor { accessor: 0 }, reg, intid / 32, 1 << (intid % 32));
+        } else if s.hw().is_none() {
+            let _ = self.set_level(crate::IntId(intid), 0, set);
+        }
     }
 
     fn route_slot(&self, intid: u32) -> Option<usize> {

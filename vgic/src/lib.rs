@@ -44,7 +44,7 @@ mod wanted;
 pub use control_words::{ControlWords, CONTROL_WORDS_END};
 pub use distributor::{Distributor, GicVersion, InterruptState, Trigger, VgicConfig};
 pub use error::{AccessError, VgicError};
-pub use gicd::GICD_SGIR;
+pub use gicd::{GICD_CLRSPI_NSR, GICD_SETSPI_NSR, GICD_SGIR};
 pub use gicr::{Redistributor, GICR_FRAME_SIZE};
 pub use interface::VcpuInterfaceState;
 pub use intid::IntId;

@@ -32,7 +32,7 @@ pub(crate) enum Frame {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum BitReg {
+pub(crate) enum BitReg {
     Group,
     SetEnable,
     ClearEnable,
@@ -165,7 +165,7 @@ impl Distributor {
         out
     }
 
-    fn write_bits(&mut self, frame: Frame, reg: BitReg, n: u32, value: u32) {
+    pub(crate) fn write_bits(&mut self, frame: Frame, reg: BitReg, n: u32, value: u32) {
         for b in 0..32 {
             let intid = n * 32 + b;
             let on = value & (1 << b) != 0;

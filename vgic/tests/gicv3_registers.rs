@@ -215,3 +215,83 @@ fn gicr_sgi_frames_hold_each_vcpus_private_interrupts() {
     );
     assert_eq!(v2(1).read_redistributor(0, 4), Err(AccessError::NotPresent { offset: 0 }));
 }
+
+/// IHI 0069H 12.9.23 and 12.9.3: GICD_SETSPI_NSR and GICD_CLRSPI_NSR, the doorbell a
+/// device's MSI writes an SPI's INTID to (GICD_TYPER.MBIS), word accesses only, write-only.
+#[test]
+fn message_based_spis_are_set_and_cleared_through_their_doorbells() {
+    let mut g = v3(2);
+    assert_ne!(g.read(0, GICD_TYPER, 4).unwrap() & (1 << 16), 0, "GICD_TYPER.MBIS");
+    let (word, mask) = bit(40);
+    let pending = |g: &Vgic| g.read(0, ISPENDR + word, 4).unwrap() & mask != 0;
+
+    // Edge-triggered: pending until taken or cleared, as GICD_ISPENDR / GICD_ICPENDR.
+    spi(&mut g, 40, 0x80, 1);
+    g.take_kicks();
+    g.write(0, GICD_SETSPI_NSR, 4, 40).unwrap();
+    assert!(pending(&g));
+    assert!(g.take_kicks().contains(1), "the SPI's target looks at it");
+    let mut lrs = FakeLrs::for_gic(&g, 4);
+    g.flush_to_hw(1, &mut lrs).unwrap();
+    assert_eq!(lrs.ack(), Some((40, 0)), "delivered like any SPI");
+    lrs.deactivate(40);
+    g.sync_from_hw(1, &mut lrs).unwrap();
+    assert!(!pending(&g), "taken: no longer pending");
+    g.write(0, GICD_SETSPI_NSR, 4, 40).unwrap();
+    g.write(0, GICD_CLRSPI_NSR, 4, 40).unwrap();
+    assert!(!pending(&g), "cleared before it was taken");
+
+    // Level-sensitive: asserted until GICD_CLRSPI_NSR, taking it notwithstanding.
+    set_trigger(&mut g, 40, Trigger::Level);
+    g.write(0, GICD_SETSPI_NSR, 4, 40).unwrap();
+    g.flush_to_hw(1, &mut lrs).unwrap();
+    assert_eq!(lrs.ack(), Some((40, 0)));
+    lrs.deactivate(40);
+    g.sync_from_hw(1, &mut lrs).unwrap();
+    assert!(pending(&g), "still asserted after it was taken");
+    g.write(0, GICD_CLRSPI_NSR, 4, 40).unwrap();
+    assert!(!pending(&g), "deasserted");
+
+    // Values naming no SPI of the VM, bits above INTID [12:0], other widths, reads.
+    let before = g.clone();
+    for value in [0, 15, 16, 31, 32 + 64, 1019, 1020, 0x1fff, 0xffff_e000] {
+        g.write(0, GICD_SETSPI_NSR, 4, value).unwrap();
+        g.write(0, GICD_CLRSPI_NSR, 4, value).unwrap();
+    }
+    assert_eq!(g, before, "no SGI, PPI or absent SPI is touched");
+    g.write(0, GICD_SETSPI_NSR, 4, 0x1000 | 40).unwrap();
+    assert!(!pending(&g), "INTID 0x1028 is no SPI");
+    g.write(0, GICD_SETSPI_NSR, 4, 0xffff_e000 | 40).unwrap();
+    assert!(pending(&g), "bits above INTID [12:0] are not part of it");
+    g.write(0, GICD_CLRSPI_NSR, 4, 40).unwrap();
+    for width in [1, 2, 8] {
+        assert!(g.write(0, GICD_SETSPI_NSR, width, 40).is_err(), "width {width}");
+    }
+    assert_eq!(g.read(0, GICD_SETSPI_NSR, 4), Ok(0));
+    assert_eq!(g.read(0, GICD_CLRSPI_NSR, 4), Ok(0));
+    assert!(!pending(&g));
+}
+
+/// A passthrough SPI's input is its board device's: a guest's doorbell write moves neither
+/// its level nor, through it, the physical interrupt's deactivation.
+#[test]
+fn a_doorbell_write_does_not_assert_a_passthrough_spi() {
+    let mut g = v3(1);
+    spi(&mut g, 41, 0x80, 0);
+    set_trigger(&mut g, 41, Trigger::Level);
+    g.set_hw(IntId(41), 0, Some(IntId(77))).unwrap();
+    let (word, mask) = bit(41);
+    g.write(0, GICD_SETSPI_NSR, 4, 41).unwrap();
+    assert_eq!(g.read(0, ISPENDR + word, 4).unwrap() & mask, 0);
+}
+
+/// GICv2 has no message-based SPIs: the offsets are reserved.
+#[test]
+fn gicv2_has_no_spi_doorbells() {
+    let mut g = v2(1);
+    spi(&mut g, 40, 0x80, 0);
+    let (word, mask) = bit(40);
+    g.write(0, GICD_SETSPI_NSR, 4, 40).unwrap();
+    assert_eq!(g.read(0, ISPENDR + word, 4).unwrap() & mask, 0);
+    assert_eq!(g.read(0, GICD_TYPER, 4).unwrap() & (1 << 16), 0);
+}
