@@ -212,6 +212,26 @@ pub struct VirtioMmio<D: VirtioDevice> {
     unfinished: u32,
     /// The sum of the queues' used indices at the last pass: a change is device activity.
     used_seen: u32,
+    /// The interrupts raised since the owner last asked (`take_raised`): a transport whose
+    /// interrupts name their source (virtio-pci's MSI-X vectors) maps them to messages. The
+    /// virtio-mmio owner ignores it; keeping it costs a bit-or where an interrupt is raised.
+    raised: Raised,
+}
+
+/// What the device raised since `VirtioMmio::take_raised` was last called: which queues'
+/// new used entries called for a used buffer notification, and whether a configuration
+/// change notification was sent (virtio 1.2, 2.1.2 and 4.1.5.3/4.1.5.4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Raised {
+    /// Bit n: queue n.
+    pub queues: u32,
+    pub config: bool,
+}
+
+impl Raised {
+    pub fn is_empty(&self) -> bool {
+        self.queues == 0 && !self.config
+    }
 }
 
 /// What one side-core pass over a device found (`VirtioMmio::poll`).
@@ -252,7 +272,13 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             notified: 0,
             unfinished: 0,
             used_seen: 0,
+            raised: Raised::default(),
         }
+    }
+
+    /// The interrupts raised since the last call (`Raised`), forgotten by it.
+    pub fn take_raised(&mut self) -> Raised {
+        core::mem::take(&mut self.raised)
     }
 
     /// A side core serves this device from now on (docs/virtio.md, "The side core"): the
@@ -420,6 +446,21 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         Arc::clone(&self.interrupt)
     }
 
+    /// The word itself, for the transports of this crate (virtio-pci's ISR status).
+    pub(crate) fn interrupt_ref(&self) -> &InterruptWord {
+        &self.interrupt
+    }
+
+    /// DriverFeatures word `select` as the driver wrote it (0 beyond the second word): what
+    /// virtio-pci's `driver_feature` reads back, where virtio-mmio's is write-only.
+    pub(crate) fn driver_features_word(&self, select: u32) -> u32 {
+        match select {
+            0 => self.driver_features as u32,
+            1 => (self.driver_features >> 32) as u32,
+            _ => 0,
+        }
+    }
+
     /// Queue `index` as the device sees it (for logs and tests).
     pub fn queue(&self, index: u16) -> Option<&Virtqueue> {
         self.queues.get(usize::from(index))
@@ -459,6 +500,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         self.notified = 0;
         self.unfinished = 0;
         self.used_seen = 0;
+        self.raised = Raised::default();
     }
 
     /// Queues are processed only once DRIVER_OK is set and until the device needs a reset.
@@ -476,6 +518,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
         self.status |= status::DEVICE_NEEDS_RESET;
         if self.status & status::DRIVER_OK != 0 {
             self.interrupt.raise(interrupt::CONFIG_CHANGE);
+            self.raised.config = true;
         }
     }
 
@@ -517,6 +560,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
             match q.needs_interrupt(mem, index as u16, old, event_idx) {
                 Ok(true) => {
                     self.interrupt.raise(interrupt::USED_BUFFER);
+                    self.raised.queues |= 1 << index;
                 }
                 Ok(false) => {}
                 Err(incident) => {
@@ -787,7 +831,7 @@ impl<D: VirtioDevice> VirtioMmio<D> {
     }
 }
 
-fn config_error(e: ConfigError, offset: u64, width: u8) -> RegisterError {
+pub(crate) fn config_error(e: ConfigError, offset: u64, width: u8) -> RegisterError {
     match e {
         ConfigError::NoField => RegisterError::NoRegister { offset },
         ConfigError::BadWidth => RegisterError::BadWidth { offset, width },
