@@ -194,6 +194,33 @@ pub struct VmDevices {
     /// core: docs/virtio.md, "The side core"); `None`: they are served on the exits of the
     /// VM's own vCPUs, as a QueueNotify traps.
     pub io_cpu: Option<u32>,
+    /// How its virtio devices reach it.
+    pub transport: VirtioTransport,
+}
+
+/// The transport of a VM's virtio devices (bundle property `virtio-transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VirtioTransport {
+    /// virtio-mmio windows, each with a level-triggered SPI (docs/virtio.md).
+    #[default]
+    Mmio,
+    /// PCI functions behind an ECAM host bridge, interrupting by MSI-X through the GICv3's
+    /// message-based SPIs (docs/virtio.md, "The virtio-pci transport").
+    Pci,
+}
+
+impl VirtioTransport {
+    /// Its name in the manifest and the bundle.
+    pub fn name(self) -> &'static str {
+        match self {
+            VirtioTransport::Mmio => "mmio",
+            VirtioTransport::Pci => "pci",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [VirtioTransport::Mmio, VirtioTransport::Pci].into_iter().find(|t| t.name() == name)
+    }
 }
 
 /// Bytes `[offset, offset + size)` of the board's disk; `size` 0 means to its end. Both are
@@ -494,7 +521,14 @@ fn vm_spec<'a>(node: Node<'a>, images: Option<Node<'a>>) -> Result<VmSpec<'a>, B
         None => None,
         Some(_) => Some(u32_prop(node, "io-cpu").ok_or(bad("io-cpu", "must be one 32-bit CPU number"))?),
     };
-    let devices = VmDevices { disk, network, io_cpu };
+    let transport = match node.property("virtio-transport") {
+        None => VirtioTransport::Mmio,
+        Some(p) => p
+            .as_str()
+            .and_then(VirtioTransport::from_name)
+            .ok_or(bad("virtio-transport", "must be \"mmio\" or \"pci\""))?,
+    };
+    let devices = VmDevices { disk, network, io_cpu, transport };
     let cpus = match node.property("cpus") {
         None => None,
         Some(p) => Some(U32List::new(p.value).ok_or(bad("cpus", "must be a list of 32-bit CPU numbers"))?),
@@ -765,6 +799,10 @@ mod tests {
                 }
             }),
             "VM web: field `passthrough` has more than 8 devices"
+        );
+        assert_eq!(
+            error(|fdt| fdt.property_string("virtio-transport", "usb").unwrap()),
+            "VM web: field `virtio-transport` must be \"mmio\" or \"pci\""
         );
     }
 

@@ -60,6 +60,8 @@ pub struct GuestPlatform {
     pub uart_spi: u32,
     /// virtio-mmio transports: (base, SPI number).
     pub virtio_mmio: Vec<(u64, u32)>,
+    /// The PCI host bridge of its virtio-pci functions, if it has them.
+    pub pci: Option<GuestPci>,
     pub bootargs: String,
     /// The initrd's IPA range `[start, end)`.
     pub initrd: Option<(u64, u64)>,
@@ -115,6 +117,22 @@ impl GuestPassthrough {
     }
 }
 
+/// A generic ECAM PCI host bridge (Documentation/devicetree/bindings/pci/host-generic-pci.yaml)
+/// whose functions send their MSIs to the GICv3's doorbell for message-based SPIs
+/// (arm,gic-v3 `msi-controller` and `mbi-ranges`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestPci {
+    /// Bus 0's configuration space.
+    pub ecam: u64,
+    pub ecam_size: u64,
+    /// The 32-bit memory window for the functions' BARs (CPU address = PCI address).
+    pub mmio: u64,
+    pub mmio_size: u64,
+    /// The SPIs messages may name: the first INTID and how many.
+    pub mbi_first_intid: u32,
+    pub mbi_count: u32,
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub struct GuestFdtError(pub String);
 
@@ -144,6 +162,13 @@ fn reg(base: u64, size: u64) -> [u64; 2] {
 pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
     if p.vcpus == 0 {
         return Err(GuestFdtError("a VM needs at least one vCPU".into()));
+    }
+    if p.pci.is_some() && !matches!(p.gic, GuestGic::V3 { .. }) {
+        return Err(GuestFdtError(
+            "virtio over PCI needs a GICv3 (its MSIs are the GICv3's message-based SPIs); give this VM \
+             `virtio_transport = \"mmio\"`"
+                .into(),
+        ));
     }
     let mut f = FdtWriter::new().map_err(err)?;
     let root = f.begin_node("").map_err(err)?;
@@ -212,6 +237,10 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
     if let GuestGic::V3 { .. } = p.gic {
         f.property_u32("#redistributor-regions", 1).map_err(err)?;
     }
+    if let Some(pci) = &p.pci {
+        f.property_null("msi-controller").map_err(err)?;
+        f.property_array_u32("mbi-ranges", &[pci.mbi_first_intid, pci.mbi_count]).map_err(err)?;
+    }
     f.property_phandle(GIC_PHANDLE).map_err(err)?;
     f.end_node(gic).map_err(err)?;
 
@@ -252,12 +281,39 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
         f.end_node(node).map_err(err)?;
     }
 
+    if let Some(pci) = &p.pci {
+        write_pci(&mut f, pci)?;
+    }
+
     for (i, device) in p.passthrough.iter().enumerate() {
         write_passthrough(&mut f, device, DEVICE_CLOCK_PHANDLE + i as u32)?;
     }
 
     f.end_node(root).map_err(err)?;
     f.finish().map_err(err)
+}
+
+/// The host bridge's node: bus 0 only, one 32-bit non-prefetchable memory window mapped one
+/// to one (`ranges`: PCI address space code 0b10 in the first cell, then the PCI address, the
+/// CPU address and the size), MSIs to the GIC, no legacy INTx (no `interrupt-map`: the
+/// functions have none). Linux assigns the BARs itself within the window.
+fn write_pci(f: &mut FdtWriter, pci: &GuestPci) -> Result<(), GuestFdtError> {
+    const MEMORY_32: u32 = 0x0200_0000;
+    let split = |v: u64| [(v >> 32) as u32, v as u32];
+    let node = f.begin_node(&format!("pcie@{:x}", pci.ecam)).map_err(err)?;
+    f.property_string("compatible", "pci-host-ecam-generic").map_err(err)?;
+    f.property_string("device_type", "pci").map_err(err)?;
+    f.property_u32("#address-cells", 3).map_err(err)?;
+    f.property_u32("#size-cells", 2).map_err(err)?;
+    f.property_array_u64("reg", &reg(pci.ecam, pci.ecam_size)).map_err(err)?;
+    f.property_array_u32("bus-range", &[0, 0]).map_err(err)?;
+    f.property_u32("linux,pci-domain", 0).map_err(err)?;
+    let [mmio_hi, mmio_lo] = split(pci.mmio);
+    let [size_hi, size_lo] = split(pci.mmio_size);
+    f.property_array_u32("ranges", &[MEMORY_32, mmio_hi, mmio_lo, mmio_hi, mmio_lo, size_hi, size_lo]).map_err(err)?;
+    f.property_u32("msi-parent", GIC_PHANDLE).map_err(err)?;
+    f.property_null("dma-coherent").map_err(err)?;
+    f.end_node(node).map_err(err)
 }
 
 /// One passthrough device's node (and its fixed clock, and the bus that carries its DMA
@@ -441,11 +497,56 @@ mod tests {
             uart_base: 0x0900_0000,
             uart_spi: 1,
             virtio_mmio: [(0x0a00_0000, 16), (0x0a00_0200, 17)].to_vec(),
+            pci: None,
             bootargs: "console=ttyAMA0 earlycon".into(),
             initrd: Some((0x4800_0000, 0x4820_0000)),
             passthrough: Vec::new(),
             seeds: None,
         }
+    }
+
+    /// A node's property as 32-bit cells.
+    fn cells(node: &Node<'_>, name: &str) -> Vec<u32> {
+        let value = node.property(name).unwrap().value;
+        value.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn virtio_over_pci_gets_a_generic_host_bridge_whose_msis_go_to_the_gics_doorbell() {
+        let pci = GuestPci {
+            ecam: 0x0a10_0000,
+            ecam_size: 0x10_0000,
+            mmio: 0x0a20_0000,
+            mmio_size: 0x10_0000,
+            mbi_first_intid: 96,
+            mbi_count: 32,
+        };
+        let v3 = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
+        let blob = build(&GuestPlatform { pci: Some(pci), virtio_mmio: Vec::new(), ..virt(v3, 2) }).unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        let bridge = fdt.find_compatible(&["pci-host-ecam-generic"]).unwrap();
+        assert_eq!(bridge.name, "pcie@a100000");
+        assert_eq!(bridge.property("device_type").and_then(|p| p.as_str()), Some("pci"));
+        assert_eq!(cells(&bridge, "reg"), [0, 0x0a10_0000, 0, 0x10_0000]);
+        assert_eq!(cells(&bridge, "bus-range"), [0, 0]);
+        assert_eq!(
+            cells(&bridge, "ranges"),
+            [0x0200_0000, 0, 0x0a20_0000, 0, 0x0a20_0000, 0, 0x10_0000],
+            "32-bit memory, PCI address = CPU address"
+        );
+        assert_eq!(cells(&bridge, "msi-parent"), [GIC_PHANDLE]);
+        assert!(bridge.property("interrupt-map").is_none(), "no INTx");
+        let gic = fdt.find_compatible(&["arm,gic-v3"]).unwrap();
+        assert!(gic.property("msi-controller").is_some());
+        assert_eq!(cells(&gic, "mbi-ranges"), [96, 32]);
+        assert!(fdt.find_compatible(&["virtio,mmio"]).is_none());
+
+        let v2 = GuestGic::V2 { distributor: 0x0800_0000, cpu_interface: 0x0801_0000 };
+        let e = build(&GuestPlatform { pci: Some(pci), ..virt(v2, 1) }).unwrap_err();
+        assert!(e.to_string().contains("virtio over PCI needs a GICv3"), "{e}");
+        let blob = build(&virt(v3, 1)).unwrap();
+        let gic = Fdt::new(&blob).unwrap().find_compatible(&["arm,gic-v3"]).unwrap();
+        assert!(gic.property("msi-controller").is_none(), "no doorbell without PCI");
     }
 
     #[test]

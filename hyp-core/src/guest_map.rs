@@ -27,7 +27,7 @@ pub const VTIMER_PPI: u32 = 27;
 /// `EMULATED_BASE..EMULATED_END`: an identity-mapped VM's RAM, which shares the IPA space,
 /// must miss it (docs/capability-model.md, D2).
 pub const EMULATED_BASE: u64 = GICD_IPA;
-pub const EMULATED_END: u64 = VIRTIO_IPA + VIRTIO_PAGE;
+pub const EMULATED_END: u64 = PCI_MMIO_IPA + PCI_MMIO_SIZE;
 /// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
 pub const IPA_BITS: u8 = 40;
 
@@ -38,6 +38,21 @@ pub const VIRTIO_SPI: u32 = 16;
 pub const VIRTIO_WINDOW: u64 = 0x200;
 /// The page of the transports: stage 2 traps by page, so this is the VM's capability.
 pub const VIRTIO_PAGE: u64 = 0x1000;
+
+/// virtio over PCI (`virtio_transport = "pci"`, docs/virtio.md, "The virtio-pci
+/// transport"): the host bridge's configuration space, ECAM (one 4 KiB space per function
+/// at bus << 20 | device << 15 | function << 12), bus 0 only. A device is function 0 of the
+/// device number its `VirtioSlot` gives.
+pub const PCI_ECAM_IPA: u64 = 0x0a10_0000;
+pub const PCI_ECAM_SIZE: u64 = 0x10_0000;
+/// The 32-bit memory window the guest places the functions' BARs in.
+pub const PCI_MMIO_IPA: u64 = 0x0a20_0000;
+pub const PCI_MMIO_SIZE: u64 = 0x10_0000;
+/// The SPIs the GICv3's doorbell takes messages for (GICD_SETSPI_NSR, the guest's
+/// `mbi-ranges`): INTIDs 96 to 127, the last 32 of the VM's SPIs, which nothing else of the
+/// VM's own uses.
+pub const MBI_FIRST_INTID: u32 = 96;
+pub const MBI_COUNT: u32 = 32;
 
 /// A virtio transport's place in the page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +81,10 @@ impl VirtioSlot {
     pub fn spi(self) -> u32 {
         VIRTIO_SPI + self as u32
     }
+    /// Its PCI device number on bus 0, with the PCI transport.
+    pub fn pci_device(self) -> u8 {
+        self as u8
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +100,11 @@ mod tests {
     // Every emulated window lies in EMULATED_BASE..EMULATED_END.
     const _: () = assert!(EMULATED_BASE <= GICD_IPA && GICC_IPA + GICC_SIZE <= EMULATED_END);
     const _: () = assert!(UART_IPA + UART_SIZE <= EMULATED_END && VIRTIO_IPA + VIRTIO_PAGE <= EMULATED_END);
+    const _: () = assert!(VIRTIO_IPA + VIRTIO_PAGE <= PCI_ECAM_IPA && PCI_ECAM_IPA + PCI_ECAM_SIZE <= PCI_MMIO_IPA);
+    const _: () = assert!(PCI_MMIO_IPA + PCI_MMIO_SIZE <= RAM_IPA);
+    // The message-based SPIs are the VM's, above the UART's and the transports'.
+    const _: () = assert!(MBI_FIRST_INTID + MBI_COUNT == 32 + SPIS as u32);
+    const _: () = assert!(MBI_FIRST_INTID > 32 + VIRTIO_SPI + 2 && MBI_FIRST_INTID > 32 + UART_SPI);
 
     #[test]
     fn the_transports_fit_their_page_and_have_their_own_spis() {

@@ -17,7 +17,7 @@ use crate::fdt::{DmaReach, Fdt, Node, Property};
 mod identity;
 pub use identity::{HeldMemory, Holder};
 
-use crate::bundle::{DiskSlice, Passthrough, VmSpec, MAX_VCPUS, RAM_GRANULE, SECTOR_SIZE};
+use crate::bundle::{DiskSlice, Passthrough, VirtioTransport, VmSpec, MAX_VCPUS, RAM_GRANULE, SECTOR_SIZE};
 use crate::guest_map::{VirtioSlot, UART_SPI};
 use crate::platform::{PhysRange, Platform, MAX_VIRTIO_MMIO};
 
@@ -1059,7 +1059,11 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
 /// virtio transports.
 fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
     use crate::guest_fdt::{GICC_SIZE, GICD_SIZE, GICR_SIZE_PER_CPU};
-    use crate::guest_map::{GICC_IPA, GICD_IPA, GICR_IPA, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE};
+    use crate::guest_map::{
+        GICC_IPA, GICD_IPA, GICR_IPA, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, UART_IPA, UART_SIZE,
+        VIRTIO_IPA, VIRTIO_PAGE,
+    };
+    let pci = vm.devices.transport == VirtioTransport::Pci;
     [
         (vm.ram_ipa(), vm.memory),
         (GICD_IPA, GICD_SIZE),
@@ -1069,14 +1073,21 @@ fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
         (VIRTIO_IPA, VIRTIO_PAGE),
     ]
     .into_iter()
+    .chain(pci.then_some([(PCI_ECAM_IPA, PCI_ECAM_SIZE), (PCI_MMIO_IPA, PCI_MMIO_SIZE)]).into_iter().flatten())
     .map(|(base, size)| PhysRange { base, size })
 }
 
 /// Whether `intid` is the interrupt of one of `vm`'s own emulated devices in its vGIC: its
-/// UART's, or that of a virtio transport it has (`guest_map`).
+/// UART's, that of a virtio-mmio transport it has, or with the PCI transport one of the
+/// message-based SPIs its functions' MSIs name (`guest_map`).
 fn guest_device_intid(vm: &VmSpec<'_>, intid: u32) -> bool {
+    use crate::guest_map::{MBI_COUNT, MBI_FIRST_INTID};
     let spi = intid.wrapping_sub(32);
-    spi == UART_SPI || VirtioSlot::of(&vm.devices).any(|slot| slot.spi() == spi)
+    spi == UART_SPI
+        || match vm.devices.transport {
+            VirtioTransport::Mmio => VirtioSlot::of(&vm.devices).any(|slot| slot.spi() == spi),
+            VirtioTransport::Pci => (MBI_FIRST_INTID..MBI_FIRST_INTID + MBI_COUNT).contains(&intid),
+        }
 }
 
 fn passthrough_pair<'a>(
@@ -1416,7 +1427,12 @@ mod tests {
     #[test]
     fn a_multicast_mac_is_refused() {
         let web = VmSpec {
-            devices: VmDevices { disk: None, network: Some(Some([1, 2, 3, 4, 5, 6])), io_cpu: None },
+            devices: VmDevices {
+                disk: None,
+                network: Some(Some([1, 2, 3, 4, 5, 6])),
+                io_cpu: None,
+                ..Default::default()
+            },
             ..vm("web")
         };
         assert_eq!(error(&[web]), "VM web: field `mac` must be a unicast address (first byte even), not all zeros");
@@ -1424,8 +1440,10 @@ mod tests {
 
     #[test]
     fn two_nics_with_one_mac_address_are_refused_whether_given_or_by_default() {
-        let nic =
-            |name, mac| VmSpec { devices: VmDevices { disk: None, network: Some(mac), io_cpu: None }, ..vm(name) };
+        let nic = |name, mac| VmSpec {
+            devices: VmDevices { disk: None, network: Some(mac), io_cpu: None, ..Default::default() },
+            ..vm(name)
+        };
         let same = [0x52, 0x54, 0, 0xab, 0xcd, 0xef];
         assert_eq!(
             error(&[nic("a", Some(same)), nic("b", Some(same))]),
@@ -1746,7 +1764,8 @@ mod tests {
         let console = 32 + VirtioSlot::Console.spi();
         let disk = 32 + VirtioSlot::Disk.spi();
         const UART1: PhysRange = PhysRange { base: 0x0904_0000, size: 0x1000 };
-        let intids = [uart, console, disk];
+        let mbi = 100;
+        let intids = [uart, console, disk, mbi, 96, 127];
         let devices =
             [BoardDevice { name: "uart1", reg: UART1, intids: &intids, compatible: "arm,pl011", dma_properties: &[] }];
         let table = DeviceTable(&devices);
@@ -1765,6 +1784,19 @@ mod tests {
             check([with_a_disk].into_iter(), &board),
             Err(ManifestError::InterruptOfGuestDevice { vm: "web", device: "uart1", intid: disk })
         );
+        // With the PCI transport the devices raise the message-based SPIs, not the
+        // transports' own.
+        let pci =
+            |vm: VmSpec<'static>| VmSpec { devices: VmDevices { transport: VirtioTransport::Pci, ..vm.devices }, ..vm };
+        check([with_device(vm("web"), "uart1", UART1, &[mbi])].into_iter(), &board).unwrap();
+        check([pci(with_device(vm("web"), "uart1", UART1, &[console]))].into_iter(), &board).unwrap();
+        for intid in [mbi, 96, 127, uart] {
+            assert_eq!(
+                check([pci(with_device(vm("web"), "uart1", UART1, &[intid]))].into_iter(), &board),
+                Err(ManifestError::InterruptOfGuestDevice { vm: "web", device: "uart1", intid }),
+                "{intid}"
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,10 @@
 use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::guest_fdt::GICD_SIZE;
-use hyp_core::guest_map::{GICC_IPA, GICD_IPA, GICR_IPA, RAM_IPA, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE};
+use hyp_core::guest_map::{
+    GICC_IPA, GICD_IPA, GICR_IPA, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, RAM_IPA, UART_IPA,
+    UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
+};
 use hyp_core::platform::PhysRange;
 use stage2::{Ipa, IpaRange, TableMemory, TlbMaintenance};
 use vgic::GICR_FRAME_SIZE;
@@ -17,6 +20,8 @@ pub const DEVICE_PL011: u32 = 1;
 pub const DEVICE_GICD: u32 = 2;
 pub const DEVICE_GICR: u32 = 3;
 pub const DEVICE_VIRTIO: u32 = 4;
+pub const DEVICE_PCI_ECAM: u32 = 5;
+pub const DEVICE_PCI_MEMORY: u32 = 6;
 
 /// What a VM asks the capability space for.
 pub struct VmRequest<'a> {
@@ -35,6 +40,9 @@ pub struct VmRequest<'a> {
     /// Where its UART's shadow page comes from (any untyped with a free page); with none,
     /// every access to its UART traps.
     pub shadow_from: &'a [CapId],
+    /// Its virtio devices are PCI functions: it has the PCI host bridge's windows, not the
+    /// virtio-mmio page.
+    pub pci: bool,
 }
 
 /// What a VM was given.
@@ -85,7 +93,7 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     vm_cap: CapId,
     request: &VmRequest<'_>,
 ) -> Result<VmResources, CapError> {
-    let VmRequest { memory, vcpus, gicv, passthrough, ram_at, shadow_from } = *request;
+    let VmRequest { memory, vcpus, gicv, passthrough, ram_at, shadow_from, pci } = *request;
     for _ in 0..vcpus {
         caps.create_vcpu(vm_cap, vcpus)?;
     }
@@ -111,13 +119,18 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     // The UART's window is read from a page while nothing is received (docs/devices.md,
     // "The PL011's shadow page"), the virtio transports' always (docs/virtio.md, "The
     // transports' shadow page"); without a free page every access to the window traps.
-    for (ipa, size, device) in [(UART_IPA, UART_SIZE, DEVICE_PL011), (VIRTIO_IPA, VIRTIO_PAGE, DEVICE_VIRTIO)] {
+    let shadowed = [(UART_IPA, UART_SIZE, DEVICE_PL011), (VIRTIO_IPA, VIRTIO_PAGE, DEVICE_VIRTIO)];
+    for (ipa, size, device) in shadowed.into_iter().filter(|&(_, _, d)| !(pci && d == DEVICE_VIRTIO)) {
         let range = window(ipa, size)?;
         let shadowed =
             shadow_from.iter().any(|u| caps.add_shadowed_window(mem, &mut tlb, vm_cap, *u, range, device).is_ok());
         if !shadowed {
             caps.add_emulated_window(vm_cap, range, device)?;
         }
+    }
+    if pci {
+        caps.add_emulated_window(vm_cap, window(PCI_ECAM_IPA, PCI_ECAM_SIZE)?, DEVICE_PCI_ECAM)?;
+        caps.add_emulated_window(vm_cap, window(PCI_MMIO_IPA, PCI_MMIO_SIZE)?, DEVICE_PCI_MEMORY)?;
     }
     caps.add_emulated_window(vm_cap, window(GICD_IPA, GICD_SIZE)?, DEVICE_GICD)?;
     match gicv {

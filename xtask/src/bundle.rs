@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 pub use hyp_core::bundle::El2Fault;
-use hyp_core::bundle::{BootBundle, COMPATIBLE};
+use hyp_core::bundle::{BootBundle, VirtioTransport, COMPATIBLE};
 pub use hyp_core::bundle::{DiskSlice, Policy};
 use hyp_core::guest_layout;
 use hyp_core::image::KernelImage;
@@ -49,6 +49,9 @@ pub struct VmDevices {
     /// The physical CPU that serves its disk and NIC by polling (a side core, bundle
     /// property `io-cpu`); `None`: served on its vCPUs' exits.
     pub io_cpu: Option<u32>,
+    /// How its virtio devices reach it (bundle property `virtio-transport`, written only
+    /// for PCI).
+    pub transport: VirtioTransport,
 }
 
 /// Where a VM's vCPUs run (bundle properties `cpus`, `policy`, `slice-us`).
@@ -195,6 +198,9 @@ fn encode(vms: &[VmEntry], options: &BundleOptions) -> Result<Vec<u8>, XtaskErro
         }
         if let Some(cpu) = vm.devices.io_cpu {
             fdt.property_u32("io-cpu", cpu).map_err(fdt_error)?;
+        }
+        if vm.devices.transport != VirtioTransport::Mmio {
+            fdt.property_string("virtio-transport", vm.devices.transport.name()).map_err(fdt_error)?;
         }
         for (j, device) in vm.devices.passthrough.iter().enumerate() {
             let node = fdt.begin_node(&format!("passthrough@{j}")).map_err(fdt_error)?;
@@ -346,13 +352,24 @@ mod tests {
         let disk = DiskSlice { offset: 1 << 20, size: 8 << 20 };
         let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x10];
         let with = |devices| VmEntry { devices, ..vm(k.clone()) };
-        let devices = VmDevices { disk: Some(disk), network: Some(Some(mac)), io_cpu: Some(3), ..Default::default() };
+        let devices = VmDevices {
+            disk: Some(disk),
+            network: Some(Some(mac)),
+            io_cpu: Some(3),
+            transport: VirtioTransport::Pci,
+            ..Default::default()
+        };
         let blob = write(&[with(devices)], &BundleOptions::default()).unwrap();
         let bundle = BootBundle::parse(&blob).unwrap();
         let spec = bundle.vms().next().unwrap();
         assert_eq!(
             spec.devices,
-            hyp_core::bundle::VmDevices { disk: Some(disk), network: Some(Some(mac)), io_cpu: Some(3) }
+            hyp_core::bundle::VmDevices {
+                disk: Some(disk),
+                network: Some(Some(mac)),
+                io_cpu: Some(3),
+                transport: VirtioTransport::Pci
+            }
         );
         let blob = write(&[vm(k.clone())], &BundleOptions::default()).unwrap();
         let spec = BootBundle::parse(&blob).unwrap().vms().next().unwrap();

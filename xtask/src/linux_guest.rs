@@ -16,7 +16,9 @@
 //! The same drivers are built in and the same are modules in both kernels (Debian 12's
 //! `config-6.1.0-*-armmp` and `-arm64`): built in are the PL011 and its console
 //! (earlycon too), the virtio core, the GICv2 and GICv3 drivers (and the ITS), the
-//! architected timer, PSCI and devtmpfs; modules are virtio-mmio, virtio-blk, virtio-net
+//! architected timer, PSCI, devtmpfs and the generic ECAM PCI host bridge; modules are
+//! virtio-mmio, virtio-pci (with `virtio_pci_modern_dev` and `virtio_pci_legacy_dev`),
+//! virtio-blk, virtio-net
 //! (with failover and net_failover), virtio-console, and ext4 (with jbd2, mbcache, crc16 and
 //! the crc32c it checksums with: `crc32c_generic`, as the Cortex-A15 has no CRC32
 //! instructions for `crc32-arm-ce`), and the SD host controller drivers `sdhci`,
@@ -41,6 +43,11 @@ const MODULES: &[&str] = &[
     "failover",
     "net_failover",
     "virtio_mmio",
+    // virtio over PCI (`virtio_transport = "pci"`); without the PCI host bridge in the VM's
+    // device tree it finds no device.
+    "virtio_pci_modern_dev",
+    "virtio_pci_legacy_dev",
+    "virtio_pci",
     "virtio_blk",
     "virtio_net",
     "virtio_console",

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hyp_core::bundle::Policy;
+use hyp_core::bundle::{Policy, VirtioTransport};
 use hyp_core::fdt::DmaReach;
 use hyp_core::manifest::{
     BoardDevice, BoardDevices, BoardLimits, DeviceTable, DeviceTreeDevices, DmaReason, ManifestError,
@@ -225,6 +225,7 @@ struct VmToml {
     passthrough: Vec<PassthroughToml>,
     identity_mapped: Option<IdentityToml>,
     io_cpu: Option<u32>,
+    virtio_transport: Option<String>,
 }
 
 /// `identity_mapped = { base = 0x2000_0000 }`.
@@ -376,6 +377,16 @@ impl Manifest {
                 })
                 .collect();
             let identity_mapped = vm.identity_mapped.map(|i| i.base);
+            let transport = match vm.virtio_transport.as_deref() {
+                None => VirtioTransport::Mmio,
+                Some(name) => VirtioTransport::from_name(name).ok_or_else(|| {
+                    usage(format!(
+                        "VM {}: field `virtio_transport`: \"{name}\" is not a transport; give \"mmio\" (the \
+                         default) or \"pci\"",
+                        vm.name
+                    ))
+                })?,
+            };
             vms.push(VmEntry {
                 name: vm.name,
                 vcpus: vm.vcpus,
@@ -384,7 +395,15 @@ impl Manifest {
                 initrd,
                 bootargs,
                 device_tree: vm.device_tree.map(|t| dir.join(t)),
-                devices: VmDevices { disk, network, placement, passthrough, identity_mapped, io_cpu: vm.io_cpu },
+                devices: VmDevices {
+                    disk,
+                    network,
+                    placement,
+                    passthrough,
+                    identity_mapped,
+                    io_cpu: vm.io_cpu,
+                    transport,
+                },
             });
         }
         Ok(Manifest { path: path.to_path_buf(), board_cpus: board.cpus, board_memory_mib: board.memory_mib, vms })
@@ -533,6 +552,19 @@ mod tests {
             "test.toml: VM a: field `io_cpu`: CPU 5 does not exist (the board has CPUs 0-3); name one of those"
         );
         assert!(error(&vm("a", "cpus = [3]\nio_cpu = 3\nnetwork = true")).contains("an I/O CPU runs no vCPU"));
+    }
+
+    #[test]
+    fn virtio_transport_reaches_the_bundle_and_an_unknown_one_is_refused() {
+        let spec_of = |blob: &[u8]| BootBundle::parse(blob).unwrap().vms().next().unwrap().devices.transport;
+        assert_eq!(spec_of(&build(&vm("a", "network = true")).unwrap()), VirtioTransport::Mmio);
+        let pci = build(&vm("a", "network = true\nvirtio_transport = \"pci\"")).unwrap();
+        assert_eq!(spec_of(&pci), VirtioTransport::Pci);
+        assert_eq!(
+            error(&vm("a", "virtio_transport = \"pcie\"")),
+            "test.toml: VM a: field `virtio_transport`: \"pcie\" is not a transport; give \"mmio\" (the default) \
+             or \"pci\""
+        );
     }
 
     #[test]

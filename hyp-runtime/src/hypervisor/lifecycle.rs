@@ -6,7 +6,7 @@ use alloc::format;
 use alloc::string::String;
 use core::borrow::Borrow;
 
-use hyp_core::bundle::VmSpec;
+use hyp_core::bundle::{VirtioTransport, VmSpec};
 use hyp_core::vcpu_power::EndReason;
 
 use super::{say, Hypervisor, Virtualization};
@@ -29,6 +29,7 @@ impl<V: Virtualization> Hypervisor<V> {
             passthrough: devices,
             ram_at: spec.identity_mapped,
             shadow_from: factory.untyped.as_slice(),
+            pci: spec.devices.transport == VirtioTransport::Pci,
         };
         // An identity-mapped VM's RAM comes from the untyped made of exactly its range
         // (docs/capability-model.md, D4); every other VM's from the rest.

@@ -6,6 +6,7 @@ mod interrupts;
 mod management;
 mod network;
 mod passthrough;
+mod pci;
 mod placement;
 mod scheduling;
 mod shared_vgic;

@@ -22,6 +22,7 @@ fn board() -> Vec<u8> {
         uart_base: 0x0900_0000,
         uart_spi: 1,
         virtio_mmio: vec![],
+        pci: None,
         bootargs: String::new(),
         initrd: None,
         passthrough: vec![
@@ -147,6 +148,7 @@ fn board_with_a_dma_bus() -> Vec<u8> {
         uart_base: 0x0900_0000,
         uart_spi: 1,
         virtio_mmio: vec![],
+        pci: None,
         bootargs: String::new(),
         initrd: None,
         passthrough: vec![GuestPassthrough {

@@ -23,7 +23,7 @@ use crate::board::{
 };
 use crate::fake::FakePage;
 use crate::virtio::disk_slice::{DiskSliceBackend, DiskSliceError};
-use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
+use crate::virtio::slot::{Signal, SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
 use crate::virtio::switch_port::{SwitchPort, OUTBOX_BYTES};
 use crate::virtio::PhysicalRam;
 
@@ -873,7 +873,7 @@ fn block_slot_with(
         vm,
         name: "blk",
         ram: ram.clone(),
-        line,
+        signal: Signal::Line(line),
         log: Arc::new(GuestLogLimit::new()),
         work: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         shadow: shadow.map(|(page, offset)| WindowPage { page, offset }),
@@ -1407,7 +1407,7 @@ fn a_side_cores_nic_sends_what_a_pass_left_at_the_next_pass_not_on_a_vcpus_exit(
         vm: 3,
         name: "net",
         ram: ram.clone(),
-        line: Level(Arc::default(), None),
+        signal: Signal::Line(Level(Arc::default(), None)),
         log: Arc::new(GuestLogLimit::new()),
         work: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         shadow: None,

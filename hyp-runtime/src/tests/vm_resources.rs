@@ -44,9 +44,20 @@ impl World {
     }
 
     fn grant(&mut self, memory: u64, passthrough: bool) -> Result<VmResources, CapError> {
+        self.grant_with(memory, passthrough, false)
+    }
+
+    fn grant_with(&mut self, memory: u64, passthrough: bool, pci: bool) -> Result<VmResources, CapError> {
         let devices = if passthrough { std::slice::from_ref(&self.device) } else { &[] };
-        let request =
-            VmRequest { memory, vcpus: 2, gicv: None, passthrough: devices, ram_at: None, shadow_from: &self.untyped };
+        let request = VmRequest {
+            memory,
+            vcpus: 2,
+            gicv: None,
+            passthrough: devices,
+            ram_at: None,
+            shadow_from: &self.untyped,
+            pci,
+        };
         grant_resources(&mut self.caps, &mut self.mem, |_| Tlb::default(), &self.untyped, &request)
     }
 
@@ -178,6 +189,7 @@ fn an_identity_mapped_vm_gets_exactly_its_range_at_ipa_equal_pa_each_time() {
             passthrough: devices,
             ram_at: Some(base),
             shadow_from: &world.untyped,
+            pci: false,
         };
         grant_resources(&mut world.caps, &mut world.mem, |_| Tlb::default(), &world.untyped, &request)
     };
@@ -233,4 +245,27 @@ fn ram_a_destroyed_vm_used_reaches_the_next_vm_only_through_its_zeroing() {
     let zeroed = world.touch(&next, RAM_IPA + 17 * MIB);
     assert_eq!(zeroed, vec![(next.ram.base + 16 * MIB, 2 * MIB)], "the block is zeroed before it is mapped");
     assert!(world.touch(&next, RAM_IPA + 17 * MIB).is_empty(), "and only once");
+}
+
+/// A VM whose virtio devices are PCI functions has the host bridge's two windows, every
+/// access trapped, and not the virtio-mmio page; one with virtio-mmio the other way round.
+#[test]
+fn a_pci_vm_gets_the_host_bridges_windows_instead_of_the_virtio_page() {
+    use crate::vm_resources::{DEVICE_PCI_ECAM, DEVICE_PCI_MEMORY, DEVICE_VIRTIO};
+    use hyp_core::cap::RangeKind;
+    use hyp_core::guest_map::{PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, VIRTIO_IPA};
+    let mut world = World::new();
+    let kind = |world: &World, vm: &VmResources, ipa: u64| {
+        let info = world.caps.lookup(world.caps.vm_id(vm.vm_cap).unwrap(), Ipa(ipa))?;
+        Some((info.kind, info.shadow.is_some()))
+    };
+    let pci = world.grant_with(16 * MIB, false, true).unwrap();
+    let emulated = |device| Some((RangeKind::Emulated { device }, false));
+    assert_eq!(kind(&world, &pci, PCI_ECAM_IPA), emulated(DEVICE_PCI_ECAM));
+    assert_eq!(kind(&world, &pci, PCI_ECAM_IPA + PCI_ECAM_SIZE - 1), emulated(DEVICE_PCI_ECAM));
+    assert_eq!(kind(&world, &pci, PCI_MMIO_IPA + PCI_MMIO_SIZE - 4), emulated(DEVICE_PCI_MEMORY));
+    assert_eq!(kind(&world, &pci, VIRTIO_IPA), None, "no virtio-mmio page");
+    let mmio = world.grant_with(16 * MIB, false, false).unwrap();
+    assert_eq!(kind(&world, &mmio, PCI_ECAM_IPA), None);
+    assert_eq!(kind(&world, &mmio, VIRTIO_IPA).map(|k| k.0), Some(RangeKind::Emulated { device: DEVICE_VIRTIO }));
 }

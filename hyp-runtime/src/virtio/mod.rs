@@ -6,6 +6,7 @@
 
 pub mod console_bridge;
 pub mod disk_slice;
+pub mod pci;
 pub mod slot;
 pub mod switch_port;
 

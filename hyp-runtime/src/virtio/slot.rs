@@ -1,12 +1,16 @@
-//! One virtio device of a VM ([`VirtioSlot`]): its `vdev` model behind a lock,
-//! shared by its MMIO window ([`Window`]) and whatever feeds it from outside (the switch,
-//! console input); after each access, what the device left is done outside its lock: its
-//! interrupt line follows its level, its incidents are logged within the VM's limit, the
-//! frames it sent go to the switch; and what the guest reads of its window is kept in the
-//! VM's virtio shadow page (`WindowPage`), so those reads do not trap.
+//! One virtio device of a VM ([`VirtioSlot`]): its `vdev` model behind a lock, behind its
+//! transport's registers (a virtio-mmio window, [`Window`], or a virtio-pci function on the
+//! VM's PCI bus, `super::pci`), shared by them and whatever feeds it from outside (the
+//! switch, console input); after each access, what the device left is done outside its
+//! lock: its interrupt line follows its level or its MSI-X messages are sent, its incidents
+//! are logged within the VM's limit, the frames it sent go to the switch; and what the
+//! guest reads of a virtio-mmio window is kept in the VM's virtio shadow page
+//! (`WindowPage`), so those reads do not trap.
 
+use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::ops::{Deref, DerefMut};
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 
 use hyp_core::cap::{CapError, CapId};
@@ -20,11 +24,13 @@ use vdev::virtio::block::VirtioBlock;
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::device::VirtioDevice;
 use vdev::virtio::net::VirtioNet;
+use vdev::virtio::pci::{Messages, VirtioPci};
 use vdev::virtio::shadow::CHANGING;
 use vdev::virtio::transport::{regs, InterruptState, InterruptWord, RegisterError, VirtioMmio};
 
 use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;
+use super::pci::{MessageTarget, PciFunction};
 use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
@@ -102,6 +108,54 @@ impl AfterAccess for VirtioNet<SwitchPort> {
     }
 }
 
+/// A device behind its transport's registers. Both keep the device's transport-independent
+/// state in a `VirtioMmio` (features, status, queues, a side core's passes), which this
+/// dereferences to; a virtio-pci function adds its configuration space, BAR and MSI-X
+/// table around it (boxed: four times a virtio-mmio device's size, which stays inline).
+pub enum Transport<D: VirtioDevice> {
+    Mmio(VirtioMmio<D>),
+    Pci(Box<VirtioPci<D>>),
+}
+
+impl<D: VirtioDevice> Deref for Transport<D> {
+    type Target = VirtioMmio<D>;
+    fn deref(&self) -> &VirtioMmio<D> {
+        match self {
+            Transport::Mmio(m) => m,
+            Transport::Pci(p) => p.core(),
+        }
+    }
+}
+
+impl<D: VirtioDevice> DerefMut for Transport<D> {
+    fn deref_mut(&mut self) -> &mut VirtioMmio<D> {
+        match self {
+            Transport::Mmio(m) => m,
+            Transport::Pci(p) => p.core_mut(),
+        }
+    }
+}
+
+impl<D: VirtioDevice> Transport<D> {
+    /// Reset as at power-on (VM reboot): a PCI function's configuration space and MSI-X
+    /// table too.
+    pub fn reset(&mut self) {
+        match self {
+            Transport::Mmio(m) => m.reset(),
+            Transport::Pci(p) => p.reset(),
+        }
+    }
+
+    /// The MSI-X messages the device's interrupts since the last access ask for; none for
+    /// a virtio-mmio device, whose line shows its level instead.
+    fn take_messages(&mut self) -> Option<Messages> {
+        match self {
+            Transport::Mmio(_) => None,
+            Transport::Pci(p) => Some(p.take_messages()).filter(|m| !m.is_empty()),
+        }
+    }
+}
+
 /// One virtio device of a VM, shared by its MMIO window and whatever feeds it from outside
 /// (the switch, console input, the board disk's completions). Lock order
 /// (docs/architecture.md, "Lock order"): this device, then the board's disk (a leaf, taken
@@ -118,10 +172,12 @@ pub struct VirtioSlot<D: VirtioDevice, E: VmEnv> {
     /// (`Hypervisor::disk_interrupt` retries it after completions).
     waiting: AtomicBool,
     work: Arc<AtomicBool>,
-    pub device: Mutex<VirtioMmio<D>>,
+    pub device: Mutex<Transport<D>>,
     pub ram: E::Ram,
-    /// The interrupt line and what it shows (`access`).
-    line: Mutex<ShownLevel<E::Line>>,
+    /// The interrupt line and what it shows (`access`): a virtio-mmio device's.
+    line: Option<Mutex<ShownLevel<E::Line>>>,
+    /// Where a virtio-pci function's messages go (`access`).
+    messages: Option<MessageTarget<E::Arch>>,
     /// Set (under the device lock) when the VM is destroyed: the device touches its RAM no
     /// more, whoever still holds it.
     shut_down: AtomicBool,
@@ -226,33 +282,49 @@ impl<L: InterruptLine> ShownLevel<L> {
     }
 }
 
+/// How a device interrupts its VM, which decides its transport.
+pub enum Signal<E: VmEnv> {
+    /// A virtio-mmio window's level-triggered line.
+    Line(E::Line),
+    /// A virtio-pci function's MSI-X messages.
+    Messages(MessageTarget<E::Arch>),
+}
+
 /// What every virtio device of a VM is built with.
 pub struct SlotSetup<E: VmEnv> {
     pub vm: usize,
     pub name: &'static str,
     pub ram: E::Ram,
-    pub line: E::Line,
+    pub signal: Signal<E>,
     pub log: Arc<GuestLogLimit>,
     /// Set when one of the VM's devices left work for later (the VM's next exit does it).
     pub work: Arc<AtomicBool>,
-    /// Its window in the VM's virtio shadow page, if the VM has one.
+    /// Its window in the VM's virtio shadow page, if the VM has one (virtio-mmio only).
     pub shadow: Option<WindowPage>,
 }
 
 impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     pub fn new(setup: SlotSetup<E>, device: D, port: usize) -> Self {
-        let SlotSetup { vm, name, ram, line, log, work, shadow } = setup;
-        let device = VirtioMmio::new(device);
-        let interrupt = device.interrupt_word();
-        let shadow = shadow.map(|at| {
-            for (offset, word) in device.fixed_words() {
-                at.page.write(at.offset + offset as usize, &[word]);
+        let SlotSetup { vm, name, ram, signal, log, work, shadow } = setup;
+        let (device, line, messages, shadow) = match signal {
+            Signal::Line(line) => {
+                let device = VirtioMmio::new(device);
+                let interrupt = device.interrupt_word();
+                let shadow = shadow.map(|at| {
+                    for (offset, word) in device.fixed_words() {
+                        at.page.write(at.offset + offset as usize, &[word]);
+                    }
+                    let shadow = WindowShadow { at };
+                    shadow.sync_changing(device.changing_words());
+                    shadow.publish_status(&interrupt, interrupt.load());
+                    shadow
+                });
+                let line = Mutex::new(ShownLevel { line, level: false, access: 0 });
+                (Transport::Mmio(device), Some(line), None, shadow)
             }
-            let shadow = WindowShadow { at };
-            shadow.sync_changing(device.changing_words());
-            shadow.publish_status(&interrupt, interrupt.load());
-            shadow
-        });
+            Signal::Messages(target) => (Transport::Pci(Box::new(VirtioPci::new(device))), None, Some(target), None),
+        };
+        let interrupt = device.interrupt_word();
         VirtioSlot {
             vm,
             name,
@@ -262,7 +334,8 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             work,
             device: Mutex::new(device),
             ram,
-            line: Mutex::new(ShownLevel { line, level: false, access: 0 }),
+            line,
+            messages,
             shut_down: AtomicBool::new(false),
             port,
             io: Once::new(),
@@ -292,7 +365,12 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     /// the board's disk freeing its request); on a shut-down device it must not touch the
     /// VM's RAM, and nothing is done after it.
     fn access<R>(&self, f: impl FnOnce(&mut VirtioMmio<D>, &E::Ram, bool) -> R) -> R {
-        let (result, state, incidents, frames) = {
+        self.access_transport(|device, ram, live| f(device, ram, live))
+    }
+
+    /// As `access`, with the transport's registers too.
+    fn access_transport<R>(&self, f: impl FnOnce(&mut Transport<D>, &E::Ram, bool) -> R) -> R {
+        let (result, state, incidents, frames, messages) = {
             let mut device = self.device.lock();
             if self.shut_down.load(Ordering::Acquire) {
                 return f(&mut device, &self.ram, false);
@@ -314,11 +392,17 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
                 shadow.sync_changing(device.changing_words());
                 shadow.publish_status(&self.interrupt, state);
             }
-            (result, state, incidents, frames)
+            let messages = device.take_messages();
+            (result, state, incidents, frames, messages)
         };
-        self.line.lock().show(state.status != 0, state.change);
+        if let Some(line) = &self.line {
+            line.lock().show(state.status != 0, state.change);
+        }
         if let Some(incidents) = incidents {
             self.log_incidents(incidents);
+        }
+        if let (Some(messages), Some(target)) = (messages, &self.messages) {
+            self.send(target, &messages);
         }
         for frame in frames {
             E::forward_frame(self.port, &frame);
@@ -335,7 +419,10 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
             if self.shut_down.load(Ordering::Acquire) {
                 return Ok(0);
             }
-            let value = device.read(offset, width.bytes() as u8);
+            let value = match &mut *device {
+                Transport::Mmio(m) => m.read(offset, width.bytes() as u8),
+                Transport::Pci(_) => Err(RegisterError::NoRegister { offset }),
+            };
             (value, device.has_incidents().then(|| device.take_incidents()))
         };
         if let Some(incidents) = incidents {
@@ -356,6 +443,23 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
                 &self.log,
                 format_args!("hypervisor: vm{} virtio-{}: {incident}", self.vm, self.name),
             );
+        }
+    }
+
+    /// A virtio-pci function's messages, each a write of its data to its address
+    /// (`MessageTarget`); one that names no doorbell of the VM is dropped with a line.
+    fn send(&self, target: &MessageTarget<E::Arch>, messages: &Messages) {
+        for m in messages.iter() {
+            if !target.send(m) {
+                guest_line::<E::Arch, E::Board>(
+                    &self.log,
+                    format_args!(
+                        "hypervisor: vm{} virtio-{}: an MSI-X message to {:#x} (data {:#x}) names no doorbell of \
+                         the VM's GIC: dropped",
+                        self.vm, self.name, m.address, m.data
+                    ),
+                );
+            }
         }
     }
 
@@ -382,7 +486,11 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
 
     /// After a VM reset: the device as at power-on, its line low.
     pub fn reset(&self) {
-        let _ = self.with_device(|d, _| d.reset());
+        self.access_transport(|d, _, live| {
+            if live {
+                d.reset()
+            }
+        });
     }
 }
 
@@ -484,7 +592,9 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
                 if let Some(shadow) = &self.0.shadow {
                     shadow.publish_status(&self.0.interrupt, state);
                 }
-                self.0.line.lock().show(state.status != 0, state.change);
+                if let Some(line) = &self.0.line {
+                    line.lock().show(state.status != 0, state.change);
+                }
             }
             return Ok(());
         }
@@ -503,6 +613,67 @@ impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> BusDevice for Window<D, E> 
             .with_device(|d, ram| d.write(ram, offset, width.bytes() as u8, value))
             .unwrap_or(Ok(()))
             .map_err(|e| mmio_error(e, width))
+    }
+}
+
+/// A virtio-pci function on the VM's PCI bus (`super::pci::PciBus`): its configuration
+/// space and BAR0, each access under the device's lock with an access's after-work (a
+/// configuration write may enable MSI-X with messages pending, a BAR write is a notify or
+/// a driver's step). A side core's function takes a notify as a virtio-mmio window does:
+/// the queue marked, the core woken, no lock taken. A shut-down function reads as zero and
+/// ignores writes (its VM's vCPUs have stopped).
+impl<D: VirtioDevice + AfterAccess + Send, E: VmEnv> PciFunction for VirtioSlot<D, E> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn config_read(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        let mut device = self.device.lock();
+        match &mut *device {
+            Transport::Pci(p) if !self.shut_down.load(Ordering::Acquire) => {
+                p.config_read(offset, width.bytes() as u8).map(u64::from).map_err(|e| mmio_error(e, width))
+            }
+            _ => Ok(0),
+        }
+    }
+
+    fn config_write(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        self.access_transport(|device, ram, live| match device {
+            Transport::Pci(p) if live => p.config_write(ram, offset, width.bytes() as u8, value as u32),
+            _ => Ok(()),
+        })
+        .map_err(|e| mmio_error(e, width))
+    }
+
+    fn bar0(&self) -> Option<u64> {
+        match &*self.device.lock() {
+            Transport::Pci(p) => p.bar0(),
+            Transport::Mmio(_) => None,
+        }
+    }
+
+    fn bar_read(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        // A read of the ISR status acknowledges: an access, for the incidents it may log.
+        self.access_transport(|device, _, live| match device {
+            Transport::Pci(p) if live => p.bar_read(offset, width.bytes() as u8),
+            _ => Ok(0),
+        })
+        .map_err(|e| mmio_error(e, width))
+    }
+
+    fn bar_write(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        if let Some(&(core, cpu)) = self.io.get() {
+            if VirtioPci::<D>::is_notify(offset, width.bytes() as u8) && value < 32 {
+                self.notified.fetch_or(1 << value, Ordering::SeqCst);
+                core.wake::<E::Arch>(cpu);
+                return Ok(());
+            }
+        }
+        self.access_transport(|device, ram, live| match device {
+            Transport::Pci(p) if live => p.bar_write(ram, offset, width.bytes() as u8, value),
+            _ => Ok(()),
+        })
+        .map_err(|e| mmio_error(e, width))
     }
 }
 

@@ -6,9 +6,11 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::AtomicBool;
 
-use hyp_core::bundle::VmSpec;
+use hyp_core::bundle::{VirtioTransport, VmSpec};
 use hyp_core::cap::CapError;
-use hyp_core::guest_map::{VirtioSlot as Slot, VIRTIO_IPA, VIRTIO_WINDOW};
+use hyp_core::guest_map::{
+    VirtioSlot as Slot, GICD_IPA, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, VIRTIO_IPA, VIRTIO_WINDOW,
+};
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
 use hyp_core::platform::PhysRange;
@@ -30,7 +32,8 @@ use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
 use crate::virtio::console_bridge::ConsoleBridge;
 use crate::virtio::disk_slice::DiskSliceBackend;
-use crate::virtio::slot::{SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
+use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction};
+use crate::virtio::slot::{Signal, SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
 use crate::virtio::switch_port::SwitchPort;
 
 /// A VM's console UART, shared by its MMIO window and the console input path. Lock order:
@@ -175,11 +178,13 @@ type Disk<E> = VirtioBlock<DiskSliceBackend<<<E as VmEnv>::Board as Board>::Disk
 /// A VM's console on the board's console.
 type Console<E> = <<E as VmEnv>::Board as Board>::Console;
 
-/// A VM's virtio devices: its console always, a disk and a NIC if its manifest says so.
+/// A VM's virtio devices: its console always, a disk and a NIC if its manifest says so,
+/// over the transport it names.
 pub struct VirtioDevices<E: VmEnv> {
     pub disk: Option<Shared<Disk<E>, E>>,
     pub nic: Option<Shared<VirtioNet<SwitchPort>, E>>,
     pub console: Shared<VirtioConsole<ConsoleBridge<Console<E>>>, E>,
+    pub transport: VirtioTransport,
 }
 
 /// What the VM's devices are built with.
@@ -203,11 +208,20 @@ impl<E: VmEnv> VirtioDevices<E> {
     /// the VM's line limit and its flag for work left for later.
     pub fn create(setup: Setup<'_, E>, (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>)) -> Result<Self, VmError> {
         let Setup { id, spec, ram, vgic, console_choice, first_touch, disk_vms, shadow } = setup;
+        let transport = spec.devices.transport;
+        // A virtio-pci function reads no window from the page: it has none.
+        let shadow = shadow.filter(|_| transport == VirtioTransport::Mmio);
         let slot = |name, slot: Slot| SlotSetup::<E> {
             vm: id,
             name,
             ram: E::guest_ram(spec.ram_ipa(), ram.base, spec.memory, Arc::clone(first_touch)),
-            line: E::interrupt_line(vgic, IntId(32 + slot.spi())),
+            signal: match transport {
+                VirtioTransport::Mmio => Signal::Line(E::interrupt_line(vgic, IntId(32 + slot.spi()))),
+                VirtioTransport::Pci => Signal::Messages(MessageTarget {
+                    vgic: Arc::clone(vgic),
+                    doorbell: GICD_IPA + vgic::GICD_SETSPI_NSR,
+                }),
+            },
             log: Arc::clone(log),
             work: Arc::clone(work),
             shadow: shadow
@@ -236,15 +250,29 @@ impl<E: VmEnv> VirtioDevices<E> {
         if let Some(page) = shadow {
             let _ = page.show(true);
         }
-        Ok(VirtioDevices { disk, nic, console })
+        Ok(VirtioDevices { disk, nic, console, transport })
     }
 
     /// Each device's window on the bus, at its slot (granted by the capability space like
     /// the other windows: they cannot overlap).
     pub fn attach(&self, bus: &mut MmioBus) -> Result<(), VmError> {
-        let window = |slot: Slot| {
-            IpaRange::new(Ipa(slot.ipa()), VIRTIO_WINDOW).map_err(|e| VmError::Capability(CapError::Stage2(e)))
-        };
+        let range = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
+        if self.transport == VirtioTransport::Pci {
+            let mut functions: Vec<(u8, Arc<dyn PciFunction>)> =
+                [(Slot::Console.pci_device(), Arc::clone(&self.console) as Arc<dyn PciFunction>)].to_vec();
+            if let Some(disk) = &self.disk {
+                functions.push((Slot::Disk.pci_device(), Arc::clone(disk) as Arc<dyn PciFunction>));
+            }
+            if let Some(nic) = &self.nic {
+                functions.push((Slot::Nic.pci_device(), Arc::clone(nic) as Arc<dyn PciFunction>));
+            }
+            let pci = Arc::new(PciBus::new(functions));
+            let _ = bus.attach(range(PCI_ECAM_IPA, PCI_ECAM_SIZE)?, Box::new(EcamWindow(Arc::clone(&pci))));
+            let _ = bus
+                .attach(range(PCI_MMIO_IPA, PCI_MMIO_SIZE)?, Box::new(MemoryWindow { bus: pci, base: PCI_MMIO_IPA }));
+            return Ok(());
+        }
+        let window = |slot: Slot| range(slot.ipa(), VIRTIO_WINDOW);
         let _ = bus.attach(window(Slot::Console)?, Box::new(Window(Arc::clone(&self.console))));
         if let Some(disk) = &self.disk {
             let _ = bus.attach(window(Slot::Disk)?, Box::new(Window(Arc::clone(disk))));

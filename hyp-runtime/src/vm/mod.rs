@@ -14,14 +14,17 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use hyp_core::bundle::VmSpec;
+use hyp_core::bundle::{VirtioTransport, VmSpec};
 use hyp_core::cap::{CapError, CapId};
 use hyp_core::entropy::GuestSeeds;
 use hyp_core::exit::Incident;
 use hyp_core::exit_stats::{ExitCounts, ExitReason};
-use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPlatform};
+use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPci, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
-use hyp_core::guest_map::{VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, SPIS, UART_IPA, UART_SIZE, VIRTIO_IPA};
+use hyp_core::guest_map::{
+    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA, PCI_ECAM_SIZE,
+    PCI_MMIO_IPA, PCI_MMIO_SIZE, SPIS, UART_IPA, UART_SIZE, VIRTIO_IPA,
+};
 use hyp_core::image::ExecutionState;
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::MmioBus;
@@ -546,7 +549,18 @@ fn guest_device_tree(
             gic,
             uart_base: UART_IPA,
             uart_spi: hyp_core::guest_map::UART_SPI,
-            virtio_mmio: Slot::of(&spec.devices).map(|s| (s.ipa(), s.spi())).collect(),
+            virtio_mmio: match spec.devices.transport {
+                VirtioTransport::Mmio => Slot::of(&spec.devices).map(|s| (s.ipa(), s.spi())).collect(),
+                VirtioTransport::Pci => Vec::new(),
+            },
+            pci: (spec.devices.transport == VirtioTransport::Pci).then_some(GuestPci {
+                ecam: PCI_ECAM_IPA,
+                ecam_size: PCI_ECAM_SIZE,
+                mmio: PCI_MMIO_IPA,
+                mmio_size: PCI_MMIO_SIZE,
+                mbi_first_intid: MBI_FIRST_INTID,
+                mbi_count: MBI_COUNT,
+            }),
             bootargs: bootargs.into(),
             initrd,
             passthrough: passthrough.iter().map(PassthroughDevice::guest_node).collect(),

@@ -1,0 +1,153 @@
+//! The VM's PCI host bridge: configuration accesses reach function 0 of a device that
+//! exists and read as all ones elsewhere, a bad width is a data abort, a BAR decodes in the
+//! memory window only while the guest's configuration says so, and an MSI lands only on the
+//! GIC's doorbell.
+
+use std::sync::{Arc, Mutex};
+
+use hyp_core::mmio::{BusDevice, MmioError};
+use hyp_core::syndrome::AccessWidth;
+use stage2::Ipa;
+use vdev::virtio::net::VirtioNet;
+use vdev::virtio::pci::{Message, VirtioPci};
+use vdev::virtio::VecMemory;
+use vgic::{Distributor, GicVersion, VgicConfig};
+
+use super::leak;
+use crate::fake::FakeArch;
+use crate::scheduling::Scheduling;
+use crate::shared_vgic::VgicHandle;
+use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction};
+use crate::virtio::switch_port::SwitchPort;
+
+/// A virtio-pci NIC behind a plain lock: the bridge against a real function's
+/// configuration space.
+struct Function(Mutex<VirtioPci<VirtioNet<SwitchPort>>>);
+
+impl Function {
+    fn new() -> Arc<Self> {
+        Arc::new(Function(Mutex::new(VirtioPci::new(VirtioNet::new([2, 0, 0, 0, 0, 1], SwitchPort::default())))))
+    }
+}
+
+fn error(e: vdev::virtio::RegisterError, width: AccessWidth) -> MmioError {
+    match e {
+        vdev::virtio::RegisterError::BadWidth { offset, .. } => MmioError::BadWidth { offset, width },
+        _ => MmioError::NoRegister { offset: 0 },
+    }
+}
+
+impl PciFunction for Function {
+    fn name(&self) -> &'static str {
+        "net"
+    }
+    fn config_read(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.0.lock().unwrap().config_read(offset, width.bytes() as u8).map(u64::from).map_err(|e| error(e, width))
+    }
+    fn config_write(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let mem = VecMemory::new(0x4000_0000, 0x1000);
+        self.0
+            .lock()
+            .unwrap()
+            .config_write(&mem, offset, width.bytes() as u8, value as u32)
+            .map_err(|e| error(e, width))
+    }
+    fn bar0(&self) -> Option<u64> {
+        self.0.lock().unwrap().bar0()
+    }
+    fn bar_read(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.0.lock().unwrap().bar_read(offset, width.bytes() as u8).map_err(|e| error(e, width))
+    }
+    fn bar_write(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let mem = VecMemory::new(0x4000_0000, 0x1000);
+        self.0.lock().unwrap().bar_write(&mem, offset, width.bytes() as u8, value).map_err(|e| error(e, width))
+    }
+}
+
+const WINDOW: u64 = 0x0a20_0000;
+/// Device 1's configuration space in the ECAM window.
+const DEVICE_1: u64 = 1 << 15;
+const COMMAND: u64 = 0x04;
+const BAR0: u64 = 0x10;
+const BAR1: u64 = 0x14;
+const MEMORY_SPACE: u64 = 1 << 1;
+
+fn bridge() -> (EcamWindow, MemoryWindow) {
+    let function = Function::new() as Arc<dyn PciFunction>;
+    let bus = Arc::new(PciBus::new([(1u8, function)]));
+    (EcamWindow(Arc::clone(&bus)), MemoryWindow { bus, base: WINDOW })
+}
+
+#[test]
+fn configuration_reads_reach_the_function_and_read_all_ones_where_there_is_none() {
+    let (ecam, _) = bridge();
+    assert_eq!(ecam.read(0, DEVICE_1, AccessWidth::Word), Ok(0x1041_1af4), "virtio-net's vendor and device IDs");
+    assert_eq!(ecam.read(0, DEVICE_1, AccessWidth::Halfword), Ok(0x1af4));
+    for (offset, width, all_ones) in [
+        (0, AccessWidth::Word, 0xffff_ffff),
+        (2 << 15, AccessWidth::Halfword, 0xffff),
+        (DEVICE_1 | (1 << 12), AccessWidth::Byte, 0xff),
+        ((1 << 20) | DEVICE_1, AccessWidth::Word, 0xffff_ffff),
+    ] {
+        assert_eq!(ecam.read(0, offset, width), Ok(all_ones), "{offset:#x}: no function, no bus 1");
+        assert_eq!(ecam.write(0, offset, width, 0), Ok(()), "ignored");
+    }
+    for (offset, width) in
+        [(DEVICE_1, AccessWidth::Doubleword), (DEVICE_1 + 1, AccessWidth::Halfword), (DEVICE_1 + 2, AccessWidth::Word)]
+    {
+        assert_eq!(ecam.read(0, offset, width), Err(MmioError::BadWidth { offset, width }));
+        assert_eq!(ecam.write(0, offset, width, u64::MAX), Err(MmioError::BadWidth { offset, width }));
+    }
+}
+
+#[test]
+fn a_bar_decodes_in_the_window_only_where_and_while_the_guest_placed_it() {
+    let (ecam, memory) = bridge();
+    let common_cfg_device_features = 0x04;
+    assert_eq!(
+        memory.read(0, common_cfg_device_features, AccessWidth::Word),
+        Err(MmioError::Unmapped { ipa: Ipa(WINDOW + 4) }),
+        "nothing decodes before the guest places a BAR"
+    );
+    ecam.write(0, DEVICE_1 | BAR0, AccessWidth::Word, WINDOW + 0x8000).unwrap();
+    ecam.write(0, DEVICE_1 | BAR1, AccessWidth::Word, 0).unwrap();
+    assert!(memory.read(0, 0x8004, AccessWidth::Word).is_err(), "placed, but Memory Space is off");
+    ecam.write(0, DEVICE_1 | COMMAND, AccessWidth::Halfword, MEMORY_SPACE).unwrap();
+    assert_ne!(memory.read(0, 0x8004, AccessWidth::Word), Ok(0), "DeviceFeatures word 0 through the BAR");
+    assert_eq!(
+        memory.read(0, 0x8000 + vdev::virtio::pci::BAR0_SIZE, AccessWidth::Word),
+        Err(MmioError::Unmapped { ipa: Ipa(WINDOW + 0xc000) }),
+        "past the BAR's end"
+    );
+    // Sizing the BAR takes it away; put back, it decodes again.
+    ecam.write(0, DEVICE_1 | BAR0, AccessWidth::Word, 0xffff_ffff).unwrap();
+    assert!(memory.read(0, 0x8004, AccessWidth::Word).is_err(), "a BAR being sized decodes nothing");
+    ecam.write(0, DEVICE_1 | BAR0, AccessWidth::Word, WINDOW).unwrap();
+    assert!(memory.read(0, 0x4, AccessWidth::Word).is_ok());
+    ecam.write(0, DEVICE_1 | COMMAND, AccessWidth::Halfword, 0).unwrap();
+    assert!(memory.read(0, 0x4, AccessWidth::Word).is_err(), "Memory Space off again");
+}
+
+/// GICD_ISENABLER<n>, GICD_ISPENDR<n>, GICD_ICFGR<n> (IHI 0069H 12.9).
+const ISENABLER: u64 = 0x100;
+const ISPENDR: u64 = 0x200;
+const ICFGR: u64 = 0xc00;
+
+#[test]
+fn an_msi_lands_only_on_the_doorbell_of_the_vms_gic() {
+    let scheduling = leak(Scheduling::<FakeArch>::new());
+    scheduling.init(1);
+    let mut gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96 }).unwrap();
+    // SPI 100 (INTID), edge, enabled: what Linux sets up for a message-based SPI.
+    gic.write(0, ICFGR + 4 * (100 / 16), 4, 2 << (2 * (100 % 16))).unwrap();
+    gic.write(0, ISENABLER + 4 * (100 / 32), 4, 1 << (100 % 32)).unwrap();
+    let target = MessageTarget { vgic: Arc::new(VgicHandle::new(0, gic, scheduling)), doorbell: 0x0800_0040 };
+    let pending = |t: &MessageTarget<FakeArch>| {
+        t.vgic.lock().read(0, ISPENDR + 4 * (100 / 32), 4).unwrap() & (1 << (100 % 32)) != 0
+    };
+    assert!(!target.send(&Message { address: 0x4000_0000, data: 100 }), "RAM is no doorbell");
+    assert!(!target.send(&Message { address: 0x0800_0048, data: 100 }), "nor is GICD_CLRSPI_NSR");
+    assert!(!pending(&target));
+    assert!(target.send(&Message { address: 0x0800_0040, data: 100 }));
+    assert!(pending(&target), "the SPI the message names");
+}
