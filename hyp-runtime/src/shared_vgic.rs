@@ -275,6 +275,20 @@ impl<A: Arch> VgicHandle<A> {
         Ok(())
     }
 
+    /// A device's write of the distributor: an MSI's, of GICD_SETSPI_NSR. As a guest's
+    /// write, but made by no vCPU, so every vCPU it changes is kicked, the one on this CPU
+    /// (if any) by its hint.
+    pub fn write_distributor_as_device(&self, offset: u64, value: u32) -> Result<(), MmioError> {
+        let changed = {
+            let mut vgic = self.lock();
+            vgic.write(0, offset, 4, u64::from(value)).map_err(|e| to_mmio(e, AccessWidth::Word))?;
+            vgic.take_kicks().0 as u32
+        };
+        self.hint(changed);
+        self.kick(changed);
+        Ok(())
+    }
+
     #[inline(never)]
     pub fn read_redistributor(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))

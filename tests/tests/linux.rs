@@ -31,6 +31,14 @@ fn boot_use_and_power_off(test: &str, machine: Machine, gic_label: &str) {
 
     let processors = run(&mut s, "grep -c ^processor /proc/cpuinfo");
     assert_output_line(&processors, "2", "both vCPUs in /proc/cpuinfo");
+    // The vCPUs share one last-level cache (hyp_core::guest_fdt): a block request completes
+    // on the vCPU its interrupt reaches, without an IPI to the one that issued it.
+    let llc = run(
+        &mut s,
+        "cat /sys/devices/system/cpu/cpu1/cache/index2/level /sys/devices/system/cpu/cpu1/cache/index2/shared_cpu_list",
+    );
+    assert_output_line(&llc, "2", "an L2 cache");
+    assert_output_line(&llc, "0-1", "shared by both vCPUs");
 
     // A workload on both vCPUs: compress and checksum 8 MiB twice in parallel.
     let work = run(
@@ -158,6 +166,7 @@ fn a_given_device_tree_is_the_one_linux_boots_with() {
         uart_base: 0x0900_0000,
         uart_spi: 1,
         virtio_mmio: Vec::new(),
+        pci: None,
         passthrough: Vec::new(),
         bootargs: "this is replaced".into(),
         initrd: None,

@@ -148,6 +148,19 @@ fn an_msi_lands_only_on_the_doorbell_of_the_vms_gic() {
     assert!(!target.send(&Message { address: 0x4000_0000, data: 100 }), "RAM is no doorbell");
     assert!(!target.send(&Message { address: 0x0800_0048, data: 100 }), "nor is GICD_CLRSPI_NSR");
     assert!(!pending(&target));
+    // vCPU 0, the SPI's target, runs on CPU 1; the message is sent on CPU 0 (a side core's
+    // pass, another vCPU's exit): CPU 1 is kicked.
+    FakeArch::become_cpu(0);
+    let _ = FakeArch::take_kicks();
+    target.vgic.running_on[0].store(1, std::sync::atomic::Ordering::Release);
     assert!(target.send(&Message { address: 0x0800_0040, data: 100 }));
     assert!(pending(&target), "the SPI the message names");
+    assert_eq!(FakeArch::take_kicks(), vec![1], "the target vCPU's CPU");
+    assert!(target.vgic.take_hint(0));
+    // Sent on the target's own CPU: no kick, the hint is enough.
+    FakeArch::become_cpu(1);
+    target.vgic.write_distributor_as_device(0x048, 100).unwrap();
+    assert!(target.send(&Message { address: 0x0800_0040, data: 100 }));
+    assert!(FakeArch::take_kicks().is_empty());
+    assert!(target.vgic.take_hint(0));
 }

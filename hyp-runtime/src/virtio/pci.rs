@@ -160,7 +160,7 @@ impl<A: Arch> MessageTarget<A> {
         if m.address != self.doorbell {
             return false;
         }
-        let _ = self.vgic.write_distributor(0, vgic::GICD_SETSPI_NSR, AccessWidth::Word, u64::from(m.data));
+        let _ = self.vgic.write_distributor_as_device(vgic::GICD_SETSPI_NSR, m.data);
         true
     }
 }

@@ -1,5 +1,6 @@
 //! The deterministic cost of a virtio request under `-icount shift=0`, with and without a
-//! side core (docs/performance.md, "What a request costs"): the exits of the guest's vCPUs
+//! side core, over virtio-mmio and over virtio-pci (docs/performance.md, "What a request
+//! costs", "virtio over PCI"): the exits of the guest's vCPUs
 //! per 1 MiB disk request (O_DIRECT `dd`, one request per block) and per TCP packet the
 //! guest receives and sends, by reason, and the side core's own work per request (the
 //! counter ticks of its passes that found something: at 62.5 MHz and one instruction per
@@ -13,9 +14,10 @@ use std::collections::BTreeMap;
 use super::exits::ExitSnapshot;
 use super::{
     boot, bundle, images, linux_guest, linux_vm, side_core_vm, timed, write_bench_file, BundleOptions, Hypervisor,
-    Machine, VmDevices, XtaskError, NET_GUEST_PORT,
+    Machine, VmDevices, VmEntry, XtaskError, NET_GUEST_PORT,
 };
 use crate::util::step;
+use hyp_core::bundle::VirtioTransport;
 
 /// Requests of each disk workload: 32 blocks of 1 MiB.
 const DISK_REQUESTS: usize = 32;
@@ -78,13 +80,22 @@ pub fn io_cost() -> Result<Vec<Cost>, XtaskError> {
         ..Machine::default()
     };
     let mut all = Vec::new();
-    for (config, vm, smp) in [("hypervisor", vm.clone(), 2), ("side core", side_core_vm(&vm), 3)] {
+    // The same VM with its devices as PCI functions (docs/virtio.md, "The virtio-pci
+    // transport"): MSI-X messages, no InterruptACK.
+    let pci = VmEntry { devices: VmDevices { transport: VirtioTransport::Pci, ..vm.devices.clone() }, ..vm.clone() };
+    for (config, vm, smp) in [
+        ("hypervisor", vm.clone(), 2),
+        ("side core", side_core_vm(&vm), 3),
+        ("pci", pci.clone(), 2),
+        ("pci, side core", side_core_vm(&pci), 3),
+    ] {
         step(&format!(
             "the cost of a request under -icount shift=0, {config}: {DISK_REQUESTS} x 1 MiB dd write and read \
              (O_DIRECT), {} MiB TCP from the host and to it",
             NET_BYTES >> 20
         ));
-        let bundle_path = bundle::write_file(&format!("io-cost-{}", smp), &[vm], &BundleOptions::default())?;
+        let name = format!("io-cost-{}-{}", smp, vm.devices.transport.name());
+        let bundle_path = bundle::write_file(&name, &[vm], &BundleOptions::default())?;
         let cmd = Machine { smp, ..machine.clone() }.command(&hyp, Some(&bundle_path));
         all.extend(one_config(cmd, config, port)?);
     }
@@ -178,7 +189,7 @@ fn one_config(cmd: std::process::Command, config: &'static str, port: u16) -> Re
 /// reasons that make them, and the side core's instructions per unit.
 pub fn table(costs: &[Cost]) -> String {
     let mut table = format!(
-        "{:<12} {:<12} {:>7} {:>10} {:>10} {:>14}  {}\n",
+        "{:<15} {:<12} {:>7} {:>10} {:>10} {:>14}  {}\n",
         "-icount", "workload", "units", "exits", "per unit", "side core ins.", "exits by reason (per unit)"
     );
     for c in costs {
@@ -186,7 +197,7 @@ pub fn table(costs: &[Cost]) -> String {
             c.exits.by_reason.iter().map(|(reason, n)| format!("{reason} {:.2}", *n as f64 / c.units as f64)).collect();
         let side = c.side_instructions_per_unit().map_or("-".to_string(), |i| format!("{i:.0}"));
         table.push_str(&format!(
-            "{:<12} {:<12} {:>7} {:>10} {:>10.2} {:>14}  {}\n",
+            "{:<15} {:<12} {:>7} {:>10} {:>10.2} {:>14}  {}\n",
             c.config,
             c.workload,
             c.units,
