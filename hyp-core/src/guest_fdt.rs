@@ -118,8 +118,9 @@ impl GuestPassthrough {
 }
 
 /// A generic ECAM PCI host bridge (Documentation/devicetree/bindings/pci/host-generic-pci.yaml)
-/// whose functions send their MSIs to the GICv3's doorbell for message-based SPIs
-/// (arm,gic-v3 `msi-controller` and `mbi-ranges`).
+/// whose functions send their MSIs to the GIC: a GICv3's doorbell for message-based SPIs
+/// (arm,gic-v3 `msi-controller` and `mbi-ranges`), a GICv2's GICv2m frame (an
+/// `arm,gic-v2m-frame` child of the GIC's node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GuestPci {
     /// Bus 0's configuration space.
@@ -131,6 +132,8 @@ pub struct GuestPci {
     /// The SPIs messages may name: the first INTID and how many.
     pub mbi_first_intid: u32,
     pub mbi_count: u32,
+    /// With a GICv2: the GICv2m frame's address (its MSI_TYPER names the SPIs).
+    pub v2m: Option<u64>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -148,8 +151,10 @@ fn err(e: vm_fdt::Error) -> GuestFdtError {
 
 const GIC_PHANDLE: u32 = 1;
 const CLOCK_PHANDLE: u32 = 2;
-/// The last-level cache the vCPUs share (`write_cpus`).
+/// The last-level cache the vCPUs share.
 const LLC_PHANDLE: u32 = 3;
+/// A GICv2's GICv2m frame, the PCI host bridge's `msi-parent` (a GICv3's is the GIC).
+const V2M_PHANDLE: u32 = 4;
 /// The fixed clock of passthrough device n (`clock_hz`) is phandle `DEVICE_CLOCK_PHANDLE + n`.
 const DEVICE_CLOCK_PHANDLE: u32 = 16;
 /// Interrupt specifier types and flags (dt-bindings/interrupt-controller/arm-gic.h).
@@ -165,12 +170,8 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
     if p.vcpus == 0 {
         return Err(GuestFdtError("a VM needs at least one vCPU".into()));
     }
-    if p.pci.is_some() && !matches!(p.gic, GuestGic::V3 { .. }) {
-        return Err(GuestFdtError(
-            "virtio over PCI needs a GICv3 (its MSIs are the GICv3's message-based SPIs); give this VM \
-             `virtio_transport = \"mmio\"`"
-                .into(),
-        ));
+    if p.pci.is_some_and(|pci| pci.v2m.is_none()) && matches!(p.gic, GuestGic::V2 { .. }) {
+        return Err(GuestFdtError("virtio over PCI on a GICv2 needs its GICv2m frame for the MSIs".into()));
     }
     let mut f = FdtWriter::new().map_err(err)?;
     let root = f.begin_node("").map_err(err)?;
@@ -252,11 +253,27 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
     if let GuestGic::V3 { .. } = p.gic {
         f.property_u32("#redistributor-regions", 1).map_err(err)?;
     }
-    if let Some(pci) = &p.pci {
-        f.property_null("msi-controller").map_err(err)?;
-        f.property_array_u32("mbi-ranges", &[pci.mbi_first_intid, pci.mbi_count]).map_err(err)?;
-    }
     f.property_phandle(GIC_PHANDLE).map_err(err)?;
+    match (&p.pci, p.gic) {
+        (None, _) => {}
+        (Some(pci), GuestGic::V3 { .. }) => {
+            f.property_null("msi-controller").map_err(err)?;
+            f.property_array_u32("mbi-ranges", &[pci.mbi_first_intid, pci.mbi_count]).map_err(err)?;
+        }
+        (Some(pci), GuestGic::V2 { .. }) => {
+            // The frame is a child of the GIC's node, its address one to one (`ranges`).
+            f.property_u32("#address-cells", 2).map_err(err)?;
+            f.property_u32("#size-cells", 2).map_err(err)?;
+            f.property_null("ranges").map_err(err)?;
+            let base = pci.v2m.unwrap_or_default();
+            let frame = f.begin_node(&format!("v2m@{base:x}")).map_err(err)?;
+            f.property_string("compatible", "arm,gic-v2m-frame").map_err(err)?;
+            f.property_null("msi-controller").map_err(err)?;
+            f.property_array_u64("reg", &reg(base, 0x1000)).map_err(err)?;
+            f.property_phandle(V2M_PHANDLE).map_err(err)?;
+            f.end_node(frame).map_err(err)?;
+        }
+    }
     f.end_node(gic).map_err(err)?;
 
     // Secure physical, non-secure physical, virtual, hypervisor physical (PPIs 13, 14, 11, 10).
@@ -326,7 +343,7 @@ fn write_pci(f: &mut FdtWriter, pci: &GuestPci) -> Result<(), GuestFdtError> {
     let [mmio_hi, mmio_lo] = split(pci.mmio);
     let [size_hi, size_lo] = split(pci.mmio_size);
     f.property_array_u32("ranges", &[MEMORY_32, mmio_hi, mmio_lo, mmio_hi, mmio_lo, size_hi, size_lo]).map_err(err)?;
-    f.property_u32("msi-parent", GIC_PHANDLE).map_err(err)?;
+    f.property_u32("msi-parent", if pci.v2m.is_some() { V2M_PHANDLE } else { GIC_PHANDLE }).map_err(err)?;
     f.property_null("dma-coherent").map_err(err)?;
     f.end_node(node).map_err(err)
 }
@@ -535,6 +552,7 @@ mod tests {
             mmio_size: 0x10_0000,
             mbi_first_intid: 96,
             mbi_count: 32,
+            v2m: None,
         };
         let v3 = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
         let blob = build(&GuestPlatform { pci: Some(pci), virtio_mmio: Vec::new(), ..virt(v3, 2) }).unwrap();
@@ -558,7 +576,19 @@ mod tests {
 
         let v2 = GuestGic::V2 { distributor: 0x0800_0000, cpu_interface: 0x0801_0000 };
         let e = build(&GuestPlatform { pci: Some(pci), ..virt(v2, 1) }).unwrap_err();
-        assert!(e.to_string().contains("virtio over PCI needs a GICv3"), "{e}");
+        assert!(e.to_string().contains("needs its GICv2m frame"), "{e}");
+        // A GICv2's MSIs go to its GICv2m frame, a child of its node.
+        let with_frame = GuestPci { v2m: Some(0x0802_0000), ..pci };
+        let blob = build(&GuestPlatform { pci: Some(with_frame), ..virt(v2, 1) }).unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        let frame = fdt.find_compatible(&["arm,gic-v2m-frame"]).unwrap();
+        assert_eq!(frame.name, "v2m@8020000");
+        assert!(frame.property("msi-controller").is_some());
+        assert_eq!(frame.physical_reg().next().map(|r| (r.address, r.size)), Some((0x0802_0000, Some(0x1000))));
+        let gic = fdt.find_compatible(&["arm,cortex-a15-gic"]).unwrap();
+        assert!(gic.property("mbi-ranges").is_none() && gic.property("msi-controller").is_none());
+        let bridge = fdt.find_compatible(&["pci-host-ecam-generic"]).unwrap();
+        assert_eq!(cells(&bridge, "msi-parent"), cells(&frame, "phandle"), "the frame takes the MSIs");
         let blob = build(&virt(v3, 1)).unwrap();
         let gic = Fdt::new(&blob).unwrap().find_compatible(&["arm,gic-v3"]).unwrap();
         assert!(gic.property("msi-controller").is_none(), "no doorbell without PCI");

@@ -14,6 +14,10 @@ pub const GICC_IPA: u64 = 0x0801_0000;
 /// GICv3: the redistributors (GICR), one 128 KiB frame pair per vCPU in vCPU order; those of
 /// the most vCPUs a VM may have end below the UART.
 pub const GICR_IPA: u64 = 0x080a_0000;
+/// GICv2 with the PCI transport: the GICv2m MSI frame its devices' MSIs go to (where QEMU's
+/// `virt` has its own), one page.
+pub const GICV2M_IPA: u64 = 0x0802_0000;
+pub const GICV2M_SIZE: u64 = 0x1000;
 /// The PL011 console UART, one page.
 pub const UART_IPA: u64 = 0x0900_0000;
 pub const UART_SIZE: u64 = 0x1000;
@@ -48,9 +52,9 @@ pub const PCI_ECAM_SIZE: u64 = 0x10_0000;
 /// The 32-bit memory window the guest places the functions' BARs in.
 pub const PCI_MMIO_IPA: u64 = 0x0a20_0000;
 pub const PCI_MMIO_SIZE: u64 = 0x10_0000;
-/// The SPIs the GICv3's doorbell takes messages for (GICD_SETSPI_NSR, the guest's
-/// `mbi-ranges`): INTIDs 96 to 127, the last 32 of the VM's SPIs, which nothing else of the
-/// VM's own uses.
+/// The SPIs the GIC's doorbell takes messages for (a GICv3's GICD_SETSPI_NSR, the guest's
+/// `mbi-ranges`; a GICv2's GICv2m frame): INTIDs 96 to 127, the last 32 of the VM's SPIs,
+/// which nothing else of the VM's own uses.
 pub const MBI_FIRST_INTID: u32 = 96;
 pub const MBI_COUNT: u32 = 32;
 
@@ -95,6 +99,7 @@ mod tests {
     // The windows do not overlap: the GIC's (with the redistributors of 64 vCPUs, 128 KiB
     // each), the UART, the virtio page, RAM.
     const _: () = assert!(GICD_IPA + GICD_SIZE <= GICC_IPA && GICC_IPA + GICC_SIZE <= GICR_IPA);
+    const _: () = assert!(GICC_IPA + GICC_SIZE <= GICV2M_IPA && GICV2M_IPA + GICV2M_SIZE <= GICR_IPA);
     const _: () = assert!(GICR_IPA + 0x2_0000 * 64 <= UART_IPA);
     const _: () = assert!(UART_IPA + UART_SIZE <= VIRTIO_IPA && VIRTIO_IPA + VIRTIO_PAGE <= RAM_IPA);
     // Every emulated window lies in EMULATED_BASE..EMULATED_END.

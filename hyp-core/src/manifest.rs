@@ -1056,12 +1056,12 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
 /// What `vm` has in its IPA space besides its passthrough windows (`guest_map`, and
 /// hyp_runtime's `grant_resources`): its RAM, and its emulated GIC distributor, GICv2 CPU
 /// interface or GICv3 redistributors (either, the board's GIC being unknown here), UART and
-/// virtio transports.
+/// virtio transports (with PCI, the host bridge's windows and a GICv2's GICv2m frame).
 fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
     use crate::guest_fdt::{GICC_SIZE, GICD_SIZE, GICR_SIZE_PER_CPU};
     use crate::guest_map::{
-        GICC_IPA, GICD_IPA, GICR_IPA, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, UART_IPA, UART_SIZE,
-        VIRTIO_IPA, VIRTIO_PAGE,
+        GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, GICV2M_SIZE, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA,
+        PCI_MMIO_SIZE, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
     };
     let pci = vm.devices.transport == VirtioTransport::Pci;
     [
@@ -1073,7 +1073,11 @@ fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
         (VIRTIO_IPA, VIRTIO_PAGE),
     ]
     .into_iter()
-    .chain(pci.then_some([(PCI_ECAM_IPA, PCI_ECAM_SIZE), (PCI_MMIO_IPA, PCI_MMIO_SIZE)]).into_iter().flatten())
+    .chain(
+        pci.then_some([(PCI_ECAM_IPA, PCI_ECAM_SIZE), (PCI_MMIO_IPA, PCI_MMIO_SIZE), (GICV2M_IPA, GICV2M_SIZE)])
+            .into_iter()
+            .flatten(),
+    )
     .map(|(base, size)| PhysRange { base, size })
 }
 

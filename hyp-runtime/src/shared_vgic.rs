@@ -289,6 +289,20 @@ impl<A: Arch> VgicHandle<A> {
         Ok(())
     }
 
+    /// An edge on SPI `intid` from a device (a GICv2m frame's MSI): pending until taken,
+    /// every vCPU it changes kicked as by `write_distributor_as_device`.
+    pub fn inject_edge_as_device(&self, intid: vgic::IntId) {
+        let changed = {
+            let mut vgic = self.lock();
+            if vgic.inject_edge(intid, 0).is_err() {
+                return;
+            }
+            vgic.take_kicks().0 as u32
+        };
+        self.hint(changed);
+        self.kick(changed);
+    }
+
     #[inline(never)]
     pub fn read_redistributor(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))

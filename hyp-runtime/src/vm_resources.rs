@@ -6,8 +6,8 @@ use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::guest_fdt::GICD_SIZE;
 use hyp_core::guest_map::{
-    GICC_IPA, GICD_IPA, GICR_IPA, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, RAM_IPA, UART_IPA,
-    UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
+    GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, GICV2M_SIZE, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE,
+    RAM_IPA, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
 };
 use hyp_core::platform::PhysRange;
 use stage2::{Ipa, IpaRange, TableMemory, TlbMaintenance};
@@ -22,6 +22,7 @@ pub const DEVICE_GICR: u32 = 3;
 pub const DEVICE_VIRTIO: u32 = 4;
 pub const DEVICE_PCI_ECAM: u32 = 5;
 pub const DEVICE_PCI_MEMORY: u32 = 6;
+pub const DEVICE_GICV2M: u32 = 7;
 
 /// What a VM asks the capability space for.
 pub struct VmRequest<'a> {
@@ -40,8 +41,8 @@ pub struct VmRequest<'a> {
     /// Where its UART's shadow page comes from (any untyped with a free page); with none,
     /// every access to its UART traps.
     pub shadow_from: &'a [CapId],
-    /// Its virtio devices are PCI functions: it has the PCI host bridge's windows, not the
-    /// virtio-mmio page.
+    /// Its virtio devices are PCI functions: it has the PCI host bridge's windows (and with
+    /// a GICv2 its GICv2m frame), not the virtio-mmio page.
     pub pci: bool,
 }
 
@@ -139,6 +140,9 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
         }
         Some(gicv) => {
             caps.map(mem, &mut tlb, vm_cap, gicv, Ipa(GICC_IPA), Rights::RW)?;
+            if pci {
+                caps.add_emulated_window(vm_cap, window(GICV2M_IPA, GICV2M_SIZE)?, DEVICE_GICV2M)?;
+            }
         }
     }
     for device in passthrough {

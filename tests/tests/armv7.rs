@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use hyp_core::bundle::VirtioTransport;
 use system_tests::{
     assert_output_line, check_virtio_console, linux_armhf, linux_vm_on_network, one_linux_at_a_time, placed, run,
     scratch_file, wait_for_shell, BOOT_LIMIT, COMMAND_LIMIT, RUN_LIMIT,
@@ -99,6 +100,35 @@ fn armhf_linux_runs_on_the_armv7_hypervisor_with_its_disk_and_network_and_powers
     let read = run(&mut s, "mount -t ext4 /dev/vda /mnt && cat /mnt/written && umount /mnt");
     assert!(read.contains("armv7l GNU/Linux"), "what the first boot wrote is on the disk: {read}");
     power_off(s);
+}
+
+/// The PCI transport on the ARMv7 image: a GICv2, so the armhf guest's MSIs go through its
+/// GICv2m frame (docs/virtio.md, "The virtio-pci transport").
+#[test]
+fn armhf_linux_uses_its_virtio_devices_as_pci_functions_on_the_armv7_hypervisor() {
+    let _alone = one_linux_at_a_time();
+    let disk = scratch_file("armv7-pci-disk.img");
+    let _ = std::fs::remove_file(&disk);
+    xtask::images::create_disk(&disk, 64 << 20).expect("create the disk image");
+    let vm = armhf_vm("linux", 2, "10.0.2.15", 0, 0);
+    let vm = VmEntry { devices: VmDevices { transport: VirtioTransport::Pci, ..vm.devices }, ..vm };
+    let mut s = start_vms("armv7-pci", &disk, &[vm]);
+    wait_for_shell(&mut s);
+    let ids = run(&mut s, "cat /sys/bus/pci/devices/0000:00:00.0/device /sys/block/vda/size");
+    assert_output_line(&ids, "0x1042", "the disk is a virtio-pci function");
+    assert_output_line(&ids, "131072", "the whole 64 MiB image");
+    let ping = run(&mut s, "ping -c 3 -W 5 10.0.2.2");
+    assert!(ping.contains("3 packets transmitted, 3 packets received"), "QEMU's gateway, through the uplink: {ping}");
+    let written = run(&mut s, "dd if=/dev/zero of=/dev/vda bs=64k count=16 conv=fsync 2>/dev/null && echo written");
+    assert_output_line(&written, "written", "a write to the disk completes");
+    let interrupts = run(&mut s, "grep virtio0-req /proc/interrupts; dmesg | grep GICv2m");
+    assert!(
+        interrupts.contains("virtio0-req.0") && interrupts.contains("SPI[96:127]"),
+        "MSI-X through the frame: {interrupts}"
+    );
+    let console = power_off(s);
+    assert!(console.contains("hypervisor: vm0 linux ended: PoweredOff (clean)"), "{console}");
+    assert!(!console.contains("names no doorbell"), "{console}");
 }
 
 #[test]

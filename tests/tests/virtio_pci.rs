@@ -1,8 +1,8 @@
 //! Linux guests whose virtio devices are PCI functions (`virtio_transport = "pci"`,
 //! docs/virtio.md, "The virtio-pci transport"): found on the generic ECAM host bridge,
-//! their BARs placed by Linux, their interrupts MSI-X messages through the GICv3's
-//! message-based SPIs; the disk backed by an image file on the host, the NIC by QEMU's
-//! user-mode network (127.0.0.1 only).
+//! their BARs placed by Linux, their interrupts MSI-X messages through a GICv3's
+//! message-based SPIs or a GICv2's GICv2m frame; the disk backed by an image file on the
+//! host, the NIC by QEMU's user-mode network (127.0.0.1 only).
 
 use std::path::Path;
 
@@ -47,14 +47,15 @@ fn virtio_interrupts(interrupts: &str) -> Vec<(String, u64)> {
 /// What a user of the PCI transport does: the devices are on the bus, the disk reads and
 /// writes (the data in the host's image), the network reaches the host both ways, every
 /// completion is an MSI-X message, and nothing the guest did was refused.
-fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>) {
+fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>, gic_version: u8) {
     let _alone = one_linux_at_a_time();
     let image = system_tests::scratch_file(&format!("{test}.img"));
     let _ = std::fs::remove_file(&image);
     xtask::images::create_disk(&image, 64 << 20).expect("create the disk image");
     let port = free_local_port();
     let smp = if io_cpu.is_some() { 3 } else { 2 };
-    let machine = Machine { disk: Some(image.clone()), network: Some(vec![(port, 80)]), smp, ..Machine::default() };
+    let machine =
+        Machine { disk: Some(image.clone()), network: Some(vec![(port, 80)]), smp, gic_version, ..Machine::default() };
     let vm = over_pci(linux_vm_on_network("linux", 2, "10.0.2.15"), io_cpu);
     let mut s = start_session(test, machine, &[vm], RUN_LIMIT);
     wait_for_shell(&mut s);
@@ -87,6 +88,10 @@ fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>) {
     let ping = run(&mut s, "ping -c 2 -W 5 10.0.2.2");
     assert!(ping.contains("2 packets received"), "the guest pings the gateway: {ping}");
 
+    if gic_version == 2 {
+        let frame = run(&mut s, "dmesg | grep GICv2m");
+        assert!(frame.contains("SPI[96:127]"), "the GICv2m frame's SPIs: {frame}");
+    }
     let interrupts = virtio_interrupts(&run(&mut s, "cat /proc/interrupts"));
     let fired = |name: &str| interrupts.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
     assert!(fired("virtio0-req.0").is_some_and(|c| c > 0), "the disk's queue by MSI-X: {interrupts:?}");
@@ -108,10 +113,16 @@ fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>) {
 
 #[test]
 fn a_linux_vm_uses_its_disk_and_network_as_pci_functions_with_msix() {
-    disk_and_network_over_pci("virtio-pci", None);
+    disk_and_network_over_pci("virtio-pci", None, 3);
 }
 
 #[test]
 fn a_side_core_serves_pci_functions_and_their_messages() {
-    disk_and_network_over_pci("virtio-pci-side-core", Some(2));
+    disk_and_network_over_pci("virtio-pci-side-core", Some(2), 3);
+}
+
+/// A GICv2 has no doorbell of its own: the VM's MSIs go to its GICv2m frame.
+#[test]
+fn a_gicv2_vm_gets_its_msis_through_a_gicv2m_frame() {
+    disk_and_network_over_pci("virtio-pci-gicv2", None, 2);
 }

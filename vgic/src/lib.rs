@@ -39,6 +39,7 @@ mod sgi;
 mod state;
 mod tick;
 mod unlisted;
+mod v2m;
 mod wanted;
 
 pub use control_words::{ControlWords, CONTROL_WORDS_END};
@@ -53,6 +54,7 @@ pub use lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance, H
 pub use mask::VcpuMask;
 pub use planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot, Wanted};
 pub use sgi::{posted_sgi_bit, single_sgi_target, single_sgir_target, SgiRegister, POSTED_SGIS};
+pub use v2m::{V2mFrame, V2M_FRAME_SIZE, V2M_MSI_IIDR, V2M_MSI_SETSPI_NS, V2M_MSI_TYPER};
 
 /// SGIs and PPIs: the private interrupts of each vCPU (INTIDs 0-31).
 pub const SGI_PPI_COUNT: usize = 32;

@@ -17,7 +17,7 @@ use super::leak;
 use crate::fake::FakeArch;
 use crate::scheduling::Scheduling;
 use crate::shared_vgic::VgicHandle;
-use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction};
+use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction, V2mWindow};
 use crate::virtio::switch_port::SwitchPort;
 
 /// A virtio-pci NIC behind a plain lock: the bridge against a real function's
@@ -141,7 +141,8 @@ fn an_msi_lands_only_on_the_doorbell_of_the_vms_gic() {
     // SPI 100 (INTID), edge, enabled: what Linux sets up for a message-based SPI.
     gic.write(0, ICFGR + 4 * (100 / 16), 4, 2 << (2 * (100 % 16))).unwrap();
     gic.write(0, ISENABLER + 4 * (100 / 32), 4, 1 << (100 % 32)).unwrap();
-    let target = MessageTarget { vgic: Arc::new(VgicHandle::new(0, gic, scheduling)), doorbell: 0x0800_0040 };
+    let target =
+        MessageTarget { vgic: Arc::new(VgicHandle::new(0, gic, scheduling)), doorbell: 0x0800_0040, frame: None };
     let pending = |t: &MessageTarget<FakeArch>| {
         t.vgic.lock().read(0, ISPENDR + 4 * (100 / 32), 4).unwrap() & (1 << (100 % 32)) != 0
     };
@@ -163,4 +164,39 @@ fn an_msi_lands_only_on_the_doorbell_of_the_vms_gic() {
     assert!(target.send(&Message { address: 0x0800_0040, data: 100 }));
     assert!(FakeArch::take_kicks().is_empty());
     assert!(target.vgic.take_hint(0));
+}
+
+/// A GICv2's MSIs go to its GICv2m frame: a message there makes the SPI it names pending if
+/// the frame has it, and the guest's own write of MSI_SETSPI_NS does the same.
+#[test]
+fn a_gicv2_vm_s_msis_land_on_its_gicv2m_frame() {
+    let scheduling = leak(Scheduling::<FakeArch>::new());
+    scheduling.init(1);
+    let mut gic = Distributor::new(VgicConfig { version: GicVersion::V2, vcpus: 1, spis: 96 }).unwrap();
+    for intid in [40u32, 100] {
+        gic.write(0, ICFGR + 4 * u64::from(intid / 16), 4, 2 << (2 * (intid % 16))).unwrap();
+        gic.write(0, ISENABLER + 4 * u64::from(intid / 32), 4, 1 << (intid % 32)).unwrap();
+    }
+    let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
+    let frame = vgic::V2mFrame::new(96, 32).unwrap();
+    let target = MessageTarget { vgic: Arc::clone(&vgic), doorbell: 0x0802_0040, frame: Some(frame) };
+    let pending =
+        |intid: u32| vgic.lock().read(0, ISPENDR + 4 * u64::from(intid / 32), 4).unwrap() & (1 << (intid % 32)) != 0;
+    FakeArch::become_cpu(0);
+    vgic.running_on[0].store(1, std::sync::atomic::Ordering::Release);
+    let _ = FakeArch::take_kicks();
+    assert!(!target.send(&Message { address: 0x0800_0040, data: 100 }), "a GICv2 has no GICD_SETSPI_NSR");
+    assert!(target.send(&Message { address: 0x0802_0040, data: 40 }), "on the doorbell, but no SPI of the frame");
+    assert!(!pending(40));
+    assert!(target.send(&Message { address: 0x0802_0040, data: 100 }));
+    assert!(pending(100));
+    assert_eq!(FakeArch::take_kicks(), vec![1]);
+
+    let window = V2mWindow { vgic: Arc::clone(&vgic), frame };
+    assert_eq!(window.read(0, 0x008, AccessWidth::Word), Ok((96 << 16) | 32), "MSI_TYPER");
+    vgic.lock().write(0, 0x280 + 4 * (100 / 32), 4, 1 << (100 % 32)).unwrap();
+    assert!(!pending(100));
+    window.write(0, 0x040, AccessWidth::Word, 100).unwrap();
+    assert!(pending(100), "the guest's own write of MSI_SETSPI_NS");
+    assert!(window.write(0, 0x040, AccessWidth::Halfword, 100).is_err());
 }

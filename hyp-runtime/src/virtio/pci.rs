@@ -2,7 +2,7 @@
 //! configuration space (ECAM) and the memory window the guest places its functions' BARs
 //! in, each a window on the VM's MMIO bus ([`EcamWindow`], [`MemoryWindow`]), dispatching
 //! to the functions by device number and by BAR; and where a function's MSI-X messages go
-//! ([`MessageTarget`]).
+//! ([`MessageTarget`]), with a GICv2's GICv2m frame ([`V2mWindow`]).
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +12,7 @@ use hyp_core::syndrome::AccessWidth;
 use stage2::Ipa;
 use vdev::virtio::pci::ecam::EcamAddress;
 use vdev::virtio::pci::{Message, BAR0_SIZE};
+use vgic::V2mFrame;
 
 use crate::arch::Arch;
 use crate::shared_vgic::SharedVgic;
@@ -144,14 +145,17 @@ impl BusDevice for MemoryWindow {
 }
 
 /// Where a VM's MSIs land: an MSI is a write of its data to its address, and the only
-/// address of the VM that takes one is its GICv3 distributor's GICD_SETSPI_NSR, the
-/// doorbell of its message-based SPIs (`vgic::GICD_SETSPI_NSR`). A message to anywhere else
-/// (the guest's RAM, another register) is not written: the device model never writes the
-/// VM's memory but through its rings.
+/// address of the VM that takes one is its GIC's doorbell: a GICv3 distributor's
+/// GICD_SETSPI_NSR, for its message-based SPIs (`vgic::GICD_SETSPI_NSR`), or a GICv2's
+/// GICv2m frame's MSI_SETSPI_NS (`frame`). A message to anywhere else (the guest's RAM,
+/// another register) is not written: the device model never writes the VM's memory but
+/// through its rings.
 pub struct MessageTarget<A: Arch> {
     pub vgic: SharedVgic<A>,
-    /// The IPA of the VM's GICD_SETSPI_NSR.
+    /// The IPA of the doorbell register.
     pub doorbell: u64,
+    /// A GICv2's GICv2m frame, whose SPIs a message may name; None: a GICv3's distributor.
+    pub frame: Option<V2mFrame>,
 }
 
 impl<A: Arch> MessageTarget<A> {
@@ -160,7 +164,42 @@ impl<A: Arch> MessageTarget<A> {
         if m.address != self.doorbell {
             return false;
         }
-        let _ = self.vgic.write_distributor_as_device(vgic::GICD_SETSPI_NSR, m.data);
+        match &self.frame {
+            None => {
+                let _ = self.vgic.write_distributor_as_device(vgic::GICD_SETSPI_NSR, m.data);
+            }
+            Some(frame) => {
+                if let Some(intid) = frame.spi(m.data) {
+                    self.vgic.inject_edge_as_device(intid);
+                }
+            }
+        }
         true
+    }
+}
+
+/// A GICv2's GICv2m frame on the VM's bus (`guest_map::GICV2M_IPA`): the guest reads its
+/// MSI_TYPER, and may write MSI_SETSPI_NS itself as its devices' messages do.
+pub struct V2mWindow<A: Arch> {
+    pub vgic: SharedVgic<A>,
+    pub frame: V2mFrame,
+}
+
+impl<A: Arch> BusDevice for V2mWindow<A> {
+    fn name(&self) -> &'static str {
+        "gicv2m"
+    }
+    fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.frame.read(offset, width.bytes() as usize).map_err(|_| MmioError::BadWidth { offset, width })
+    }
+    fn write(&self, _vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let spi = self
+            .frame
+            .write(offset, width.bytes() as usize, value)
+            .map_err(|_| MmioError::BadWidth { offset, width })?;
+        if let Some(intid) = spi {
+            self.vgic.inject_edge_as_device(intid);
+        }
+        Ok(())
     }
 }

@@ -9,7 +9,8 @@ use core::sync::atomic::AtomicBool;
 use hyp_core::bundle::{VirtioTransport, VmSpec};
 use hyp_core::cap::CapError;
 use hyp_core::guest_map::{
-    VirtioSlot as Slot, GICD_IPA, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, VIRTIO_IPA, VIRTIO_WINDOW,
+    VirtioSlot as Slot, GICD_IPA, GICV2M_IPA, GICV2M_SIZE, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA, PCI_ECAM_SIZE,
+    PCI_MMIO_IPA, PCI_MMIO_SIZE, VIRTIO_IPA, VIRTIO_WINDOW,
 };
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
@@ -21,7 +22,7 @@ use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011, SHADOW_WORDS};
 use vdev::virtio::block::VirtioBlock;
 use vdev::virtio::console::VirtioConsole;
 use vdev::virtio::net::VirtioNet;
-use vgic::IntId;
+use vgic::{IntId, V2mFrame};
 
 use super::VmError;
 use crate::board::{Board, DiskCompletion, DiskQueue};
@@ -32,7 +33,7 @@ use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
 use crate::virtio::console_bridge::ConsoleBridge;
 use crate::virtio::disk_slice::DiskSliceBackend;
-use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction};
+use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction, V2mWindow};
 use crate::virtio::slot::{Signal, SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
 use crate::virtio::switch_port::SwitchPort;
 
@@ -185,6 +186,8 @@ pub struct VirtioDevices<E: VmEnv> {
     pub nic: Option<Shared<VirtioNet<SwitchPort>, E>>,
     pub console: Shared<VirtioConsole<ConsoleBridge<Console<E>>>, E>,
     pub transport: VirtioTransport,
+    /// With the PCI transport on a GICv2: the GICv2m frame its messages go to.
+    v2m: Option<(SharedVgic<E::Arch>, V2mFrame)>,
 }
 
 /// What the VM's devices are built with.
@@ -209,6 +212,15 @@ impl<E: VmEnv> VirtioDevices<E> {
     pub fn create(setup: Setup<'_, E>, (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>)) -> Result<Self, VmError> {
         let Setup { id, spec, ram, vgic, console_choice, first_touch, disk_vms, shadow } = setup;
         let transport = spec.devices.transport;
+        // A GICv2's MSIs go to its GICv2m frame, a GICv3's to its distributor
+        // (docs/virtio.md, "The virtio-pci transport").
+        let v2m = (vgic.lock().version() == vgic::GicVersion::V2)
+            .then(|| V2mFrame::new(MBI_FIRST_INTID, MBI_COUNT))
+            .flatten();
+        let doorbell = match v2m {
+            Some(_) => GICV2M_IPA + vgic::V2M_MSI_SETSPI_NS,
+            None => GICD_IPA + vgic::GICD_SETSPI_NSR,
+        };
         // A virtio-pci function reads no window from the page: it has none.
         let shadow = shadow.filter(|_| transport == VirtioTransport::Mmio);
         let slot = |name, slot: Slot| SlotSetup::<E> {
@@ -217,10 +229,9 @@ impl<E: VmEnv> VirtioDevices<E> {
             ram: E::guest_ram(spec.ram_ipa(), ram.base, spec.memory, Arc::clone(first_touch)),
             signal: match transport {
                 VirtioTransport::Mmio => Signal::Line(E::interrupt_line(vgic, IntId(32 + slot.spi()))),
-                VirtioTransport::Pci => Signal::Messages(MessageTarget {
-                    vgic: Arc::clone(vgic),
-                    doorbell: GICD_IPA + vgic::GICD_SETSPI_NSR,
-                }),
+                VirtioTransport::Pci => {
+                    Signal::Messages(MessageTarget { vgic: Arc::clone(vgic), doorbell, frame: v2m })
+                }
             },
             log: Arc::clone(log),
             work: Arc::clone(work),
@@ -250,7 +261,8 @@ impl<E: VmEnv> VirtioDevices<E> {
         if let Some(page) = shadow {
             let _ = page.show(true);
         }
-        Ok(VirtioDevices { disk, nic, console, transport })
+        let v2m = v2m.filter(|_| transport == VirtioTransport::Pci).map(|frame| (Arc::clone(vgic), frame));
+        Ok(VirtioDevices { disk, nic, console, transport, v2m })
     }
 
     /// Each device's window on the bus, at its slot (granted by the capability space like
@@ -268,8 +280,12 @@ impl<E: VmEnv> VirtioDevices<E> {
             }
             let pci = Arc::new(PciBus::new(functions));
             let _ = bus.attach(range(PCI_ECAM_IPA, PCI_ECAM_SIZE)?, Box::new(EcamWindow(Arc::clone(&pci))));
-            let _ = bus
-                .attach(range(PCI_MMIO_IPA, PCI_MMIO_SIZE)?, Box::new(MemoryWindow { bus: pci, base: PCI_MMIO_IPA }));
+            let memory = MemoryWindow { bus: pci, base: PCI_MMIO_IPA };
+            let _ = bus.attach(range(PCI_MMIO_IPA, PCI_MMIO_SIZE)?, Box::new(memory));
+            if let Some((vgic, frame)) = &self.v2m {
+                let window = V2mWindow { vgic: Arc::clone(vgic), frame: *frame };
+                let _ = bus.attach(range(GICV2M_IPA, GICV2M_SIZE)?, Box::new(window));
+            }
             return Ok(());
         }
         let window = |slot: Slot| range(slot.ipa(), VIRTIO_WINDOW);

@@ -22,8 +22,8 @@ use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPci, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::guest_map::{
-    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA, PCI_ECAM_SIZE,
-    PCI_MMIO_IPA, PCI_MMIO_SIZE, SPIS, UART_IPA, UART_SIZE, VIRTIO_IPA,
+    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA,
+    PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, SPIS, UART_IPA, UART_SIZE, VIRTIO_IPA,
 };
 use hyp_core::image::ExecutionState;
 use hyp_core::log_limit::GuestLogLimit;
@@ -560,6 +560,7 @@ fn guest_device_tree(
                 mmio_size: PCI_MMIO_SIZE,
                 mbi_first_intid: MBI_FIRST_INTID,
                 mbi_count: MBI_COUNT,
+                v2m: (!gic_v3).then_some(GICV2M_IPA),
             }),
             bootargs: bootargs.into(),
             initrd,
