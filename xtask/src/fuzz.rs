@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::util::{run_quiet, step, XtaskError};
 
 /// Every target, in `fuzz/Cargo.toml`'s order.
-pub const TARGETS: [&str; 13] = [
+pub const TARGETS: [&str; 14] = [
     "exit_sync",
     "exit_aarch32",
     "cpu_state",
@@ -18,6 +18,7 @@ pub const TARGETS: [&str; 13] = [
     "virtio_block",
     "virtio_net",
     "virtio_console",
+    "virtio_pci",
     "switch",
     "psci",
     "boot_bundle",
