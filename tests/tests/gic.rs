@@ -45,7 +45,7 @@ fn a_gicv3_guest_takes_its_timer_interrupt_and_an_sgi_from_its_second_vcpu() {
     assert_line(
         &out,
         "gic | ok 2 - gic: GICD_CTLR, GICD_TYPER, GICD_IIDR and GICD_TYPER2 read alike by LDR, LDRSW and LDAR, \
-         GICD_CTLR as last written ([(52, 52, 52), (480003, 480003, 480003), (4800043b, 4800043b, 4800043b), \
+         GICD_CTLR as last written ([(52, 52, 52), (490003, 490003, 490003), (4800043b, 4800043b, 4800043b), \
          (0, 0, 0)]; GICD_CTLR 0x50 with its groups off, 0x52 on again)",
     );
     assert_line(&out, "gic | ok 3 - gic: the virtual timer interrupt (INTID 27) arrives");

@@ -126,6 +126,11 @@ fn a_bar_decodes_in_the_window_only_where_and_while_the_guest_placed_it() {
     assert!(memory.read(0, 0x4, AccessWidth::Word).is_ok());
     ecam.write(0, DEVICE_1 | COMMAND, AccessWidth::Halfword, 0).unwrap();
     assert!(memory.read(0, 0x4, AccessWidth::Word).is_err(), "Memory Space off again");
+    // A VM reset: nothing decodes until the guest places the BAR again.
+    ecam.write(0, DEVICE_1 | COMMAND, AccessWidth::Halfword, MEMORY_SPACE).unwrap();
+    assert!(memory.read(0, 0x4, AccessWidth::Word).is_ok());
+    memory.bus.reset();
+    assert_eq!(memory.read(0, 0x4, AccessWidth::Word), Err(MmioError::Unmapped { ipa: Ipa(WINDOW + 4) }));
 }
 
 /// GICD_ISENABLER<n>, GICD_ISPENDR<n>, GICD_ICFGR<n> (IHI 0069H 12.9).

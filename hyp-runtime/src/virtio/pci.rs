@@ -55,6 +55,14 @@ impl PciBus {
         bus
     }
 
+    /// After the functions' power-on reset (a VM reset): no BAR decodes until the guest
+    /// places it again.
+    pub fn reset(&self) {
+        for bar in &self.bars {
+            bar.store(NONE, Ordering::Release);
+        }
+    }
+
     fn function(&self, at: EcamAddress) -> Option<&Arc<dyn PciFunction>> {
         // Only bus 0 is behind the bridge (`bus-range`), and each device has function 0 alone.
         if at.bus != 0 || at.function != 0 {

@@ -185,8 +185,9 @@ pub struct VirtioDevices<E: VmEnv> {
     pub disk: Option<Shared<Disk<E>, E>>,
     pub nic: Option<Shared<VirtioNet<SwitchPort>, E>>,
     pub console: Shared<VirtioConsole<ConsoleBridge<Console<E>>>, E>,
-    pub transport: VirtioTransport,
-    /// With the PCI transport on a GICv2: the GICv2m frame its messages go to.
+    /// With the PCI transport: the bus of its functions, and on a GICv2 the GICv2m frame
+    /// their messages go to.
+    pci: Option<Arc<PciBus>>,
     v2m: Option<(SharedVgic<E::Arch>, V2mFrame)>,
 }
 
@@ -261,26 +262,28 @@ impl<E: VmEnv> VirtioDevices<E> {
         if let Some(page) = shadow {
             let _ = page.show(true);
         }
-        let v2m = v2m.filter(|_| transport == VirtioTransport::Pci).map(|frame| (Arc::clone(vgic), frame));
-        Ok(VirtioDevices { disk, nic, console, transport, v2m })
+        let pci = (transport == VirtioTransport::Pci).then(|| {
+            let mut functions: Vec<(u8, Arc<dyn PciFunction>)> =
+                [(Slot::Console.pci_device(), Arc::clone(&console) as Arc<dyn PciFunction>)].to_vec();
+            if let Some(disk) = &disk {
+                functions.push((Slot::Disk.pci_device(), Arc::clone(disk) as Arc<dyn PciFunction>));
+            }
+            if let Some(nic) = &nic {
+                functions.push((Slot::Nic.pci_device(), Arc::clone(nic) as Arc<dyn PciFunction>));
+            }
+            Arc::new(PciBus::new(functions))
+        });
+        let v2m = v2m.filter(|_| pci.is_some()).map(|frame| (Arc::clone(vgic), frame));
+        Ok(VirtioDevices { disk, nic, console, pci, v2m })
     }
 
     /// Each device's window on the bus, at its slot (granted by the capability space like
     /// the other windows: they cannot overlap).
     pub fn attach(&self, bus: &mut MmioBus) -> Result<(), VmError> {
         let range = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
-        if self.transport == VirtioTransport::Pci {
-            let mut functions: Vec<(u8, Arc<dyn PciFunction>)> =
-                [(Slot::Console.pci_device(), Arc::clone(&self.console) as Arc<dyn PciFunction>)].to_vec();
-            if let Some(disk) = &self.disk {
-                functions.push((Slot::Disk.pci_device(), Arc::clone(disk) as Arc<dyn PciFunction>));
-            }
-            if let Some(nic) = &self.nic {
-                functions.push((Slot::Nic.pci_device(), Arc::clone(nic) as Arc<dyn PciFunction>));
-            }
-            let pci = Arc::new(PciBus::new(functions));
-            let _ = bus.attach(range(PCI_ECAM_IPA, PCI_ECAM_SIZE)?, Box::new(EcamWindow(Arc::clone(&pci))));
-            let memory = MemoryWindow { bus: pci, base: PCI_MMIO_IPA };
+        if let Some(pci) = &self.pci {
+            let _ = bus.attach(range(PCI_ECAM_IPA, PCI_ECAM_SIZE)?, Box::new(EcamWindow(Arc::clone(pci))));
+            let memory = MemoryWindow { bus: Arc::clone(pci), base: PCI_MMIO_IPA };
             let _ = bus.attach(range(PCI_MMIO_IPA, PCI_MMIO_SIZE)?, Box::new(memory));
             if let Some((vgic, frame)) = &self.v2m {
                 let window = V2mWindow { vgic: Arc::clone(vgic), frame: *frame };
@@ -303,6 +306,7 @@ impl<E: VmEnv> VirtioDevices<E> {
         self.console.reset();
         self.disk.iter().for_each(|d| d.reset());
         self.nic.iter().for_each(|n| n.reset());
+        self.pci.iter().for_each(|p| p.reset());
     }
 
     pub fn continue_work(&self) {
