@@ -31,7 +31,10 @@ pub const VTIMER_PPI: u32 = 27;
 /// `EMULATED_BASE..EMULATED_END`: an identity-mapped VM's RAM, which shares the IPA space,
 /// must miss it (docs/capability-model.md, D2).
 pub const EMULATED_BASE: u64 = GICD_IPA;
-pub const EMULATED_END: u64 = PCI_MMIO_IPA + PCI_MMIO_SIZE;
+pub const EMULATED_END: u64 = VIRTIO_IPA + VIRTIO_PAGE;
+/// With the PCI transport, the host bridge's windows too: `PCI_WINDOWS_BASE..PCI_WINDOWS_END`.
+pub const PCI_WINDOWS_BASE: u64 = PCI_ECAM_IPA;
+pub const PCI_WINDOWS_END: u64 = PCI_MMIO_IPA + PCI_MMIO_SIZE;
 /// IPA space of every VM: 40 bits (1 TiB), within what every supported CPU's PARange allows.
 pub const IPA_BITS: u8 = 40;
 
@@ -100,6 +103,7 @@ mod tests {
     // each), the UART, the virtio page, RAM.
     const _: () = assert!(GICD_IPA + GICD_SIZE <= GICC_IPA && GICC_IPA + GICC_SIZE <= GICR_IPA);
     const _: () = assert!(GICC_IPA + GICC_SIZE <= GICV2M_IPA && GICV2M_IPA + GICV2M_SIZE <= GICR_IPA);
+    const _: () = assert!(EMULATED_END <= PCI_WINDOWS_BASE && PCI_ECAM_IPA + PCI_ECAM_SIZE == PCI_MMIO_IPA);
     const _: () = assert!(GICR_IPA + 0x2_0000 * 64 <= UART_IPA);
     const _: () = assert!(UART_IPA + UART_SIZE <= VIRTIO_IPA && VIRTIO_IPA + VIRTIO_PAGE <= RAM_IPA);
     // Every emulated window lies in EMULATED_BASE..EMULATED_END.

@@ -550,6 +550,11 @@ pub enum ManifestError<'a> {
         vm: &'a str,
         ram: PhysRange,
     },
+    /// Its RAM overlaps the PCI host bridge's windows, which its virtio transport gives it.
+    IdentityOverPciWindows {
+        vm: &'a str,
+        ram: PhysRange,
+    },
     /// Two identity-mapped VMs' RAM overlaps.
     IdentityOverlap {
         vm: &'a str,
@@ -854,6 +859,12 @@ impl fmt::Display for ManifestError<'_> {
                 "VM {vm}: field `identity_mapped`: its RAM {ram} overlaps the guest's emulated devices (GIC, UART, \
                  virtio) at {}; give a base outside them",
                 identity::EMULATED
+            ),
+            Self::IdentityOverPciWindows { vm, ram } => write!(
+                f,
+                "VM {vm}: field `identity_mapped`: its RAM {ram} overlaps the PCI host bridge's windows at {}, which \
+                 `virtio_transport = \"pci\"` gives it; give a base outside them, or leave its transport \"mmio\"",
+                identity::PCI_WINDOWS
             ),
             Self::IdentityOverlap { vm, ram, other, other_ram } => write!(
                 f,

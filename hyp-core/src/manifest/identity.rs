@@ -8,8 +8,8 @@
 use core::fmt;
 
 use super::ManifestError;
-use crate::bundle::{VmSpec, RAM_GRANULE};
-use crate::guest_map::{EMULATED_BASE, EMULATED_END, IPA_BITS};
+use crate::bundle::{VirtioTransport, VmSpec, RAM_GRANULE};
+use crate::guest_map::{EMULATED_BASE, EMULATED_END, IPA_BITS, PCI_WINDOWS_BASE, PCI_WINDOWS_END};
 use crate::platform::PhysRange;
 
 /// What holds a range of the board's RAM that no identity-mapped VM may have.
@@ -48,6 +48,8 @@ pub struct HeldMemory {
 
 /// The guest's emulated windows, as a range of its IPA space.
 pub const EMULATED: PhysRange = PhysRange { base: EMULATED_BASE, size: EMULATED_END - EMULATED_BASE };
+/// The PCI host bridge's windows, which a VM has with `virtio_transport = "pci"`.
+pub const PCI_WINDOWS: PhysRange = PhysRange { base: PCI_WINDOWS_BASE, size: PCI_WINDOWS_END - PCI_WINDOWS_BASE };
 
 /// The rules that need no board (D1 in part, D2's alignment, the guest's windows).
 pub(super) fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
@@ -62,6 +64,9 @@ pub(super) fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> 
     let ram = PhysRange { base, size: vm.memory };
     if ram.overlaps(&EMULATED) {
         return Err(ManifestError::IdentityOverGuestDevices { vm: vm.name, ram });
+    }
+    if vm.devices.transport == VirtioTransport::Pci && ram.overlaps(&PCI_WINDOWS) {
+        return Err(ManifestError::IdentityOverPciWindows { vm: vm.name, ram });
     }
     Ok(())
 }

@@ -154,7 +154,7 @@ fn its_ram_misses_the_guests_emulated_windows_and_other_identity_mapped_vms() {
     assert_eq!(
         check_vms([sd_vm("sd", Some(0x0800_0000), 256 * MIB)].into_iter()).unwrap_err().to_string(),
         "VM sd: field `identity_mapped`: its RAM 0x8000000..0x18000000 overlaps the guest's emulated devices (GIC, \
-         UART, virtio) at 0x8000000..0xa300000; give a base outside them"
+         UART, virtio) at 0x8000000..0xa001000; give a base outside them"
     );
     let b = with_only(sd_vm("b", Some(0x2000_0000), 256 * MIB), emmc2());
     let a = sd_vm("a", Some(0x2800_0000), 128 * MIB);
@@ -163,6 +163,27 @@ fn its_ram_misses_the_guests_emulated_windows_and_other_identity_mapped_vms() {
         "VM b: field `identity_mapped`: its RAM 0x20000000..0x30000000 overlaps VM a's (0x28000000..0x30000000); \
          give each its own physical memory"
     );
+}
+
+/// The PCI host bridge's windows are the VM's only with the PCI transport: RAM there is
+/// refused then, and accepted with virtio-mmio (as a Raspberry Pi 4's SD card VM has it).
+#[test]
+fn with_the_pci_transport_its_ram_misses_the_host_bridges_windows_too() {
+    use crate::bundle::VirtioTransport;
+    let at_bridge = sd_vm("sd", Some(0x0a20_0000), 256 * MIB);
+    check_vms([at_bridge].into_iter()).unwrap();
+    let pci = VmSpec { devices: VmDevices { transport: VirtioTransport::Pci, ..at_bridge.devices }, ..at_bridge };
+    assert_eq!(
+        check_vms([pci].into_iter()).unwrap_err().to_string(),
+        "VM sd: field `identity_mapped`: its RAM 0xa200000..0x1a200000 overlaps the PCI host bridge's windows at \
+         0xa100000..0xa300000, which `virtio_transport = \"pci\"` gives it; give a base outside them, or leave its \
+         transport \"mmio\""
+    );
+    let above = sd_vm("sd", Some(0x0a40_0000), 256 * MIB);
+    check_vms(
+        [VmSpec { devices: VmDevices { transport: VirtioTransport::Pci, ..above.devices }, ..above }].into_iter(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -234,7 +255,7 @@ fn allowed(base: u64, size: u64) -> bool {
     base.is_multiple_of(2 * MIB)
         && end <= 0x3c00_0000
         && HELD.iter().all(|h| disjoint(h.range.base, h.range.end()))
-        && disjoint(0x0800_0000, 0x0a30_0000)
+        && disjoint(0x0800_0000, 0x0a00_1000)
         && end <= 0x4000_0000
 }
 
