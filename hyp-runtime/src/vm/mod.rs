@@ -400,7 +400,11 @@ impl<E: VmEnv> Vm<E> {
         self.ending.load(Ordering::Acquire)
     }
 
-    /// Work its virtio devices left for later, a bounded step of it.
+    /// Work its virtio devices left for later, a bounded step of it. Out of line: the run
+    /// loop reaches it only when a device left work, and inlined, the devices' access paths
+    /// took registers from the loop's exit paths (docs/performance.md, "Where the targets
+    /// stand").
+    #[inline(never)]
     pub fn continue_device_work(&self) {
         self.virtio.continue_work();
     }
