@@ -6,7 +6,7 @@
 //! boot-time work, is the runtime's (hyp_runtime::cpus).
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use hyp_core::platform::{Platform, MAX_CPUS};
 use vgic::ControlWords;
@@ -65,6 +65,42 @@ pub struct VectorCalls {
     pub sgi_cpu: AtomicU64,
     pub sgi_kick_targets: AtomicPtr<AtomicU64>,
     pub sgi_board_sgir: AtomicUsize,
+    /// What the vector takes a kick with itself (`KickInVector`; docs/vgic.md, "The same
+    /// SGI shown again in the vector"): the code that does (0: every kick goes to the run
+    /// loop), the VM's vGIC, the vCPU's counter of kicks, the VM's `ending` and
+    /// `device_work` flags, the empty status (ICH_ELRSR_EL2 or GICH_ELRSR0) of every
+    /// implemented list register, and on a GICv2 its CPU interface and list-register frames.
+    pub kick_entry: AtomicUsize,
+    pub kick_gicc: AtomicUsize,
+    pub kick_gich: AtomicUsize,
+    pub kick_vgic: AtomicPtr<()>,
+    pub kick_exits: AtomicPtr<AtomicU64>,
+    pub kick_ending: AtomicPtr<AtomicBool>,
+    pub kick_device_work: AtomicPtr<AtomicBool>,
+    pub kick_all_empty: AtomicU64,
+    /// The list register the vector may write again and its value (value 0: none), as the
+    /// run loop last published them (hyp_runtime::vcpu_run's `vector_list_registers`).
+    pub again_lr: AtomicU64,
+    pub again_value: AtomicU64,
+    /// An interrupt the vector acknowledged and left to the run loop (ICC_IAR1_EL1's value
+    /// with bit 32 set; 0: none), which the next acknowledgement returns before it reads the
+    /// GIC.
+    pub acknowledged: AtomicU64,
+}
+
+/// What the AArch64 vector needs to take a kick for a posted SGI itself (`VectorCalls`'
+/// `kick_*`): the VM's vGIC, the vCPU's counter of kicks, the flags the run loop checks
+/// before each entry, and the empty status of a full set of list registers.
+#[derive(Clone, Copy)]
+pub struct KickInVector<'a> {
+    pub entry: usize,
+    /// A GICv2's GICC and GICH frames.
+    pub gicv2: Option<(usize, usize)>,
+    pub vgic: *const (),
+    pub exits: &'a AtomicU64,
+    pub ending: &'a AtomicBool,
+    pub device_work: &'a AtomicBool,
+    pub all_empty: u64,
 }
 
 /// What the AArch64 vector needs to post a vCPU's SGI to another vCPU itself
@@ -88,6 +124,8 @@ pub struct SgiPosting<'a> {
 static NO_VCPU_EXITS: AtomicU64 = AtomicU64::new(0);
 /// What it would answer from while no vCPU is loaded: no guest runs then.
 static NO_CONTROL_WORDS: ControlWords = ControlWords::zero();
+/// The flags it would check while no vCPU is loaded: it takes no kick then.
+static NO_FLAG: AtomicBool = AtomicBool::new(true);
 
 impl VectorCalls {
     /// The vCPU now on this CPU: its last unknown function, its HVC and data abort exit
@@ -99,13 +137,14 @@ impl VectorCalls {
         control_words: &ControlWords,
         last_unknown: Option<u32>,
         posting: Option<SgiPosting<'_>>,
+        kick: Option<KickInVector<'_>>,
     ) {
         let [hvc_exits, abort_exits] = exits;
         self.unknown.store(hyp_core::smccc::vector_unknown_word(last_unknown), Ordering::Relaxed);
         self.hvc_exits.store(core::ptr::from_ref(hvc_exits).cast_mut(), Ordering::Relaxed);
         self.abort_exits.store(core::ptr::from_ref(abort_exits).cast_mut(), Ordering::Relaxed);
         self.control_words.store(core::ptr::from_ref(control_words).cast_mut(), Ordering::Relaxed);
-        self.list_registers_in_use(false);
+        self.list_registers(false, None);
         let none = core::ptr::null();
         let (sgi1r, sgir, exits, targets) = match posting {
             Some(p) => {
@@ -121,11 +160,38 @@ impl VectorCalls {
         self.sgi_kick_targets.store(targets.cast_mut(), Ordering::Relaxed);
         self.sgi1r_vgic.store(sgi1r.cast_mut(), Ordering::Relaxed);
         self.sgir_vgic.store(sgir.cast_mut(), Ordering::Relaxed);
+        // `acknowledged` is left as it is: the run loop takes it at the exit that left it.
+        let (entry, (gicc, gich)) = kick.map_or((0, (0, 0)), |k| (k.entry, k.gicv2.unwrap_or((0, 0))));
+        self.kick_gicc.store(gicc, Ordering::Relaxed);
+        self.kick_gich.store(gich, Ordering::Relaxed);
+        let (vgic, exits, ending, device_work, all_empty) = match kick {
+            Some(k) => (k.vgic, k.exits, k.ending, k.device_work, k.all_empty),
+            None => (none, &NO_VCPU_EXITS, &NO_FLAG, &NO_FLAG, 0),
+        };
+        self.kick_exits.store(core::ptr::from_ref(exits).cast_mut(), Ordering::Relaxed);
+        self.kick_ending.store(core::ptr::from_ref(ending).cast_mut(), Ordering::Relaxed);
+        self.kick_device_work.store(core::ptr::from_ref(device_work).cast_mut(), Ordering::Relaxed);
+        self.kick_all_empty.store(all_empty, Ordering::Relaxed);
+        self.kick_vgic.store(vgic.cast_mut(), Ordering::Relaxed);
+        self.kick_entry.store(entry, Ordering::Relaxed);
     }
 
-    /// Whether the vCPU now holds list registers (the run loop's plan before an entry).
-    pub fn list_registers_in_use(&self, in_use: bool) {
+    /// Whether the vCPU now holds list registers, and the one the vector may write again
+    /// (the run loop's plan before an entry, or a take-back after an exit).
+    pub fn list_registers(&self, in_use: bool, again: Option<(usize, u64)>) {
         self.list_registers_in_use.store(u64::from(in_use), Ordering::Relaxed);
+        let (n, value) = again.unwrap_or((0, 0));
+        self.again_lr.store(n as u64, Ordering::Relaxed);
+        self.again_value.store(value, Ordering::Relaxed);
+    }
+
+    /// An interrupt the vector acknowledged and left to the run loop, taken (once).
+    #[inline(always)]
+    pub fn take_acknowledged(&self) -> Option<u32> {
+        if self.acknowledged.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Some(self.acknowledged.swap(0, Ordering::Relaxed) as u32)
     }
 
     /// The vCPU on this CPU was just told `function` is unknown.
@@ -135,7 +201,7 @@ impl VectorCalls {
 
     /// No vCPU on this CPU: the vector answers nothing from the one that left.
     pub fn unload(&self) {
-        self.load([&NO_VCPU_EXITS; 2], &NO_CONTROL_WORDS, None, None);
+        self.load([&NO_VCPU_EXITS; 2], &NO_CONTROL_WORDS, None, None, None);
     }
 }
 
@@ -157,6 +223,17 @@ pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
             sgi_cpu: AtomicU64::new(0),
             sgi_kick_targets: AtomicPtr::new(core::ptr::null_mut()),
             sgi_board_sgir: AtomicUsize::new(0),
+            kick_entry: AtomicUsize::new(0),
+            kick_gicc: AtomicUsize::new(0),
+            kick_gich: AtomicUsize::new(0),
+            kick_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            kick_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            kick_ending: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
+            kick_device_work: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
+            kick_all_empty: AtomicU64::new(0),
+            again_lr: AtomicU64::new(0),
+            again_value: AtomicU64::new(0),
+            acknowledged: AtomicU64::new(0),
         },
     }
 }; MAX_CPUS];
@@ -187,6 +264,28 @@ pub const VECTOR_CALLS_SGI_VCPU: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_vcpu);
 pub const VECTOR_CALLS_SGI_CPU: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_cpu);
+pub const VECTOR_CALLS_KICK_ENTRY: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_entry);
+pub const VECTOR_CALLS_KICK_GICC: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_gicc);
+pub const VECTOR_CALLS_KICK_GICH: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_gich);
+pub const VECTOR_CALLS_KICK_VGIC: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_vgic);
+pub const VECTOR_CALLS_KICK_EXITS: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_exits);
+pub const VECTOR_CALLS_KICK_ENDING: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_ending);
+pub const VECTOR_CALLS_KICK_DEVICE_WORK: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_device_work);
+pub const VECTOR_CALLS_KICK_ALL_EMPTY: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_all_empty);
+pub const VECTOR_CALLS_AGAIN_LR: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, again_lr);
+pub const VECTOR_CALLS_AGAIN_VALUE: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, again_value);
+pub const VECTOR_CALLS_ACKNOWLEDGED: usize =
+    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, acknowledged);
 pub const VECTOR_CALLS_SGI_KICK_TARGETS: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, sgi_kick_targets);
 

@@ -60,6 +60,13 @@ pub trait CpuInterfaceRegisters {
     fn send_sgi(sgi1r: u64);
     /// DSB ISHST: before a GICv2 SGI, written to the distributor.
     fn store_barrier();
+    /// An interrupt the image's exception vector acknowledged and left to the run loop,
+    /// taken (once): the next acknowledgement returns it before it reads the GIC. None on
+    /// an image whose vector acknowledges nothing.
+    #[inline(always)]
+    fn left_by_vector() -> Option<u32> {
+        None
+    }
 }
 
 #[derive(Debug)]
@@ -116,6 +123,12 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
     /// Each CPU's SGI target fields (`send_sgi`), for an image's exception vector to kick a
     /// CPU itself: ICC_SGI1R_EL1's on a GICv3, GICD_SGIR's on a GICv2 with the address of
     /// the board's GICD_SGIR (which the exception vector writes, after a DSB, as `send_sgi`).
+    /// The GICv2 CPU interface's address (GICC), for the vector that takes a kick itself;
+    /// None on a GICv3.
+    pub fn gicc_address(&self) -> Option<usize> {
+        (!self.is_v3()).then(|| self.gicc.load(Ordering::Relaxed))
+    }
+
     pub fn kick_targets(&self) -> (&[AtomicU64; MAX_CPUS], Option<usize>) {
         let sgir = (!self.is_v3()).then(|| self.gicd.load(Ordering::Relaxed) + GICD_SGIR);
         (&self.sgi_target, sgir)
@@ -410,6 +423,9 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
     /// the whole value, the source CPU of an SGI included, for `end_of_interrupt`).
     #[inline]
     pub fn acknowledge(&self) -> u32 {
+        if let Some(iar) = C::left_by_vector() {
+            return iar;
+        }
         if self.is_v3() {
             C::acknowledge()
         } else {

@@ -96,6 +96,12 @@ pub(crate) static PPIS: Once<[u32; 3]> = Once::new();
 /// list registers are then memory-mapped, the same kind on every CPU).
 pub(crate) static GICH: Once<Option<usize>> = Once::new();
 
+/// The GICv2 virtual interface control frame (GICH) the list registers are in, each CPU's
+/// own bank at the same address; None on a GICv3 (or before the boot CPU looked).
+pub fn gich_address() -> Option<usize> {
+    GICH.get().copied().flatten()
+}
+
 /// The maintenance, virtual timer and hypervisor timer PPIs (QEMU `virt`'s until the boot
 /// CPU has read the device tree).
 pub fn board_ppis() -> [u32; 3] {

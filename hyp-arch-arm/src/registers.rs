@@ -45,6 +45,7 @@ pub const GICC_CTLR: usize = 0x0000;
 pub const GICC_PMR: usize = 0x0004;
 pub const GICC_IAR: usize = 0x000c;
 pub const GICC_EOIR: usize = 0x0010;
+pub const GICC_HPPIR: usize = 0x0018;
 pub const GICC_DIR: usize = 0x1000;
 /// GICC_CTLR: EnableGrp1 [0], EOImodeNS [9] (IHI 0048B 4.4.1).
 pub const GICC_CTLR_ENABLE_EOIMODE: u32 = 1 | (1 << 9);

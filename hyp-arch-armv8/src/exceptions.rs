@@ -24,6 +24,11 @@
 //! x0 to x5: the SGI posted, its target hinted and kicked
 //! (hyp_runtime::shared_vgic::VgicHandle::post_sgi; docs/vgic.md, "Posted SGIs").
 //!
+//! An IRQ from AArch64 that is a kick bringing a pinned vCPU the SGI it took last, posted to
+//! it again, is taken there too, with x0 to x7: the list register the run loop published
+//! written again, the kick ended and counted (`kick_in_vector`, `kick_in_vector_v2`;
+//! docs/vgic.md, "The same SGI shown again in the vector").
+//!
 //! Any other data abort (while the vCPU holds no list register, or at GICv2's GICD_SGIR whatever
 //! it holds) or a trapped system register access is offered to the run loop's answer in
 //! the vector (`vm::answer_in_vector`,
@@ -141,11 +146,15 @@ global_asm!(
 // whoever takes the hint finds the post), a full barrier, then to \wake if it waits for an
 // interrupt off its CPU (the run loop's code wakes it), to \nokick if it runs on no CPU or
 // on this one (which runs the sender); else x0 is its CPU. x2: this CPU's PerCpu.
+// The hint is ORed in (HINT_POSTED), by an exclusive pair: a change hinted before stays
+// there for the target's vector to see (kick_in_vector). x2 is clobbered.
 .macro HINT_AND_FIND_TARGET wake, nokick
     add     x1, x3, #{HINTS_AT}
     add     x1, x1, x5
-    mov     w0, #1
-    stlrb   w0, [x1]
+65: ldxrb   w0, [x1]
+    orr     w0, w0, #{HINT_POSTED}
+    stlxrb  w2, w0, [x1]
+    cbnz    w2, 65b
     dmb     ish
     add     x1, x3, #{WAITING_AT}
     ldrb    w1, [x1, x5]
@@ -183,6 +192,78 @@ global_asm!(
     b       guest_exit
 .endm
 
+// An IRQ from AArch64: to kick_in_vector (GICv3) or kick_in_vector_v2 for a vCPU whose
+// kicks may be taken there (VectorCalls::kick_entry), else to the run loop; x1 is this
+// CPU's PerCpu there.
+.macro GUEST_IRQ_AARCH64
+    .balign 0x80
+    stp     x0, x1, [sp, #-16]!
+    mrs     x1, tpidr_el2
+    ldr     x0, [x1, #{KICK_ENTRY}]
+    cbz     x0, 1f
+    br      x0
+1:  mov     x0, #{EXIT_IRQ}
+    b       guest_exit
+.endm
+
+// The run loop's checks before an entry, for a kick taken in the vector (x1: PerCpu): to
+// \fail if the VM is ending or its devices left work. x0 clobbered.
+.macro VM_GOES_ON fail
+    ldr     x0, [x1, #{KICK_ENDING}]
+    ldrb    w0, [x0]
+    cbnz    w0, \fail
+    ldr     x0, [x1, #{KICK_DEVICE_WORK}]
+    ldrb    w0, [x0]
+    cbnz    w0, \fail
+.endm
+
+// The vCPU's hint (x3: the VM's vGIC, x4: the vCPU) taken if it is HINT_POSTED alone, by an
+// exclusive pair with an acquire; else to \fail with the monitor cleared. x0, x2 clobbered.
+.macro TAKE_POSTED_HINT fail
+    add     x2, x3, #{HINTS_AT}
+    add     x2, x2, x4
+66: ldaxrb  w0, [x2]
+    cmp     w0, #{HINT_POSTED}
+    b.ne    67f
+    stxrb   w0, wzr, [x2]
+    cbnz    w0, 66b
+    b       68f
+67: clrex
+    b       \fail
+68:
+.endm
+
+// The byte of vCPU x4 in the 64-bit word at x2 taken if it is x7 alone (cleared, by an
+// exclusive pair with an acquire); else to \fail with the monitor cleared. x0, x4, x6
+// clobbered.
+.macro TAKE_POSTED_BYTE fail
+    lsl     x4, x4, #3
+69: ldaxr   x0, [x2]
+    lsr     x6, x0, x4
+    and     x6, x6, #0xff
+    cmp     x6, x7
+    b.ne    70f
+    lsl     x6, x7, x4
+    bic     x0, x0, x6
+    stxr    w6, x0, [x2]
+    cbnz    w6, 69b
+    b       71f
+70: clrex
+    b       \fail
+71:
+.endm
+
+.macro PUSH_X2_X7
+    stp     x2, x3, [sp, #-48]!
+    stp     x4, x5, [sp, #16]
+    stp     x6, x7, [sp, #32]
+.endm
+.macro POP_X2_X7
+    ldp     x6, x7, [sp, #32]
+    ldp     x4, x5, [sp, #16]
+    ldp     x2, x3, [sp], #48
+.endm
+
 // A synchronous exit from AArch64: an HVC #0 (its whole ESR_EL2, ARM ARM D17.2.37) goes to
 // the calls answered here, a data abort from a lower EL (EC 0x24) or a trapped system
 // register access (EC 0x18) to the run loop's answer in the vector, anything else to the
@@ -216,7 +297,7 @@ hyp_vectors:
     HYP_TRAP 2
     HYP_TRAP 3
     GUEST_SYNC_AARCH64  // lower EL, AArch64
-    GUEST_EXIT 1
+    GUEST_IRQ_AARCH64
     GUEST_EXIT 2
     GUEST_EXIT 3
     GUEST_EXIT 0    // lower EL, AArch32 (a guest's 32-bit EL0)
@@ -553,6 +634,137 @@ sysreg_in_vector:
     ldr     x0, [x1]
     b       load_guest
 
+    .global kick_in_vector
+kick_in_vector:
+    // The guest's x0 and x1 are on the stack, x1 is this CPU's PerCpu. A kick (the kick
+    // SGI the highest pending interrupt) that brings the vCPU an SGI posted to it, the same
+    // SGI as the one list register it holds showed, now empty, is taken here: that
+    // register written again with the value the run loop published for it
+    // (VectorCalls::again_value: vgic::Distributor::sgi_to_show_again), the kick ended and
+    // counted, the guest goes on. Only if every list register is empty, the VM is not
+    // ending, its devices left no work, the vCPU's hint is HINT_POSTED alone (taken) and
+    // its posted SGIs are that one alone (taken); anything else goes to the run loop with
+    // nothing taken, or with the hint taken and the kick left pending, whose exit hints the
+    // vCPU again (78). docs/vgic.md, "The same SGI shown again in the vector".
+    mrs     x0, icc_hppir1_el1
+    cmp     x0, #{KICK_SGI}
+    b.ne    79f
+    PUSH_X2_X7
+    ldr     x5, [x1, #{AGAIN_VALUE}]
+    cbz     x5, 78f
+    mrs     x0, ich_elrsr_el2
+    ldr     x2, [x1, #{KICK_ALL_EMPTY}]
+    cmp     x0, x2
+    b.ne    78f
+    VM_GOES_ON 78f
+    ldr     x3, [x1, #{KICK_VGIC}]
+    ldr     x4, [x1, #{SGI_VCPU}]
+    TAKE_POSTED_HINT 78f
+    // The SGI's bit in the vCPU's byte of the posted word (vgic::posted_sgi_bit).
+    and     x6, x5, #7
+    mov     x7, #1
+    lsl     x7, x7, x6
+    add     x2, x3, #{POSTED_AT}
+    TAKE_POSTED_BYTE 78f
+    // ICH_LR<n>_EL2 (n: VectorCalls::again_lr) = x5, by one entry of two instructions each.
+    ldr     x0, [x1, #{AGAIN_LR}]
+    adr     x2, 73f
+    add     x2, x2, x0, lsl #3
+    br      x2
+73: .irp n, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15
+    msr     ich_lr\n\()_el2, x5
+    b       74f
+    .endr
+74: // The kick acknowledged and ended (EOImode 1: ICC_EOIR1_EL1, ICC_DIR_EL1); the ERET
+    // synchronizes both and the list register's write. If another interrupt came first
+    // it is left to the run loop (VectorCalls::acknowledged), the kick stays pending.
+    mrs     x0, icc_iar1_el1
+    cmp     x0, #{KICK_SGI}
+    b.ne    75f
+    msr     icc_eoir1_el1, x0
+    msr     icc_dir_el1, x0
+    b       76f
+
+    .global kick_in_vector_v2
+kick_in_vector_v2:
+    // kick_in_vector's steps on a GICv2 (docs/vgic.md, "The same SGI shown again in the
+    // vector"), with its CPU interface (GICC_HPPIR, GICC_IAR, GICC_EOIR, GICC_DIR) and list
+    // registers (GICH_ELRSR0, GICH_LR<n>) in memory-mapped frames, and the SGI posted per
+    // source: no other source may have posted to this vCPU, and the source the register
+    // names must have posted the SGI alone to it (taken; the source's bit in the posted word
+    // stays set, so a post of the source's made meanwhile is not lost: the next holder of
+    // the vGIC's lock finds it).
+    PUSH_X2_X7
+    ldr     x3, [x1, #{KICK_GICC}]
+    ldr     w0, [x3, #{GICC_HPPIR}]
+    and     w0, w0, #0x3ff
+    cmp     w0, #{KICK_SGI}
+    b.ne    78f
+    ldr     x5, [x1, #{AGAIN_VALUE}]
+    cbz     x5, 78f
+    ldr     x2, [x1, #{KICK_GICH}]
+    ldr     w0, [x2, #{GICH_ELRSR0}]
+    ldr     x2, [x1, #{KICK_ALL_EMPTY}]
+    cmp     x0, x2
+    b.ne    78f
+    VM_GOES_ON 78f
+    ldr     x3, [x1, #{KICK_VGIC}]
+    ldr     x4, [x1, #{SGI_VCPU}]
+    TAKE_POSTED_HINT 78f
+    // The source (GICH_LR<n>.CPUID, bits [12:10]); no other source's word in the posted
+    // word (a bit per source) may hold a post for this vCPU.
+    ubfx    x6, x5, #10, #3
+    mov     x7, #1
+    lsl     x7, x7, x6
+    ldr     x0, [x3, #{POSTED_AT}]
+    bic     x0, x0, x7
+    lsl     x4, x4, #3
+80: cbz     x0, 81f
+    rbit    x2, x0
+    clz     x2, x2
+    sub     x6, x0, #1
+    and     x0, x0, x6
+    add     x2, x3, x2, lsl #3
+    ldr     x2, [x2, #{POSTED_BY_AT}]
+    lsr     x2, x2, x4
+    tst     x2, #0xff
+    b.ne    78f
+    b       80b
+81: lsr     x4, x4, #3
+    ubfx    x6, x5, #10, #3
+    add     x2, x3, #{POSTED_BY_AT}
+    add     x2, x2, x6, lsl #3
+    and     x6, x5, #7
+    mov     x7, #1
+    lsl     x7, x7, x6
+    TAKE_POSTED_BYTE 78f
+    ldr     x0, [x1, #{AGAIN_LR}]
+    ldr     x2, [x1, #{KICK_GICH}]
+    add     x2, x2, x0, lsl #2
+    str     w5, [x2, #{GICH_LR0}]
+    ldr     x3, [x1, #{KICK_GICC}]
+    ldr     w0, [x3, #{GICC_IAR}]
+    and     w2, w0, #0x3ff
+    cmp     w2, #{KICK_SGI}
+    b.ne    75f
+    str     w0, [x3, #{GICC_EOIR}]
+    str     w0, [x3, #{GICC_DIR}]
+76: // Counted as the run loop counts a kick; the guest goes on.
+    ldr     x2, [x1, #{KICK_EXITS}]
+    ldr     x0, [x2]
+    add     x0, x0, #1
+    str     x0, [x2]
+    POP_X2_X7
+    ldp     x0, x1, [sp], #16
+    eret
+    dsb     nsh
+    isb
+75: orr     x0, x0, #(1 << 32)
+    str     x0, [x1, #{ACKNOWLEDGED}]
+78: POP_X2_X7
+79: mov     x0, #{EXIT_IRQ}
+    b       guest_exit
+
 guest_exit:
     // The guest's x0 and x1 are on the stack, x0 holds the reason.
     mrs     x1, tpidr_el2
@@ -605,6 +817,26 @@ return_to_run_loop:
     RUNNING_ON_AT = const VgicHandle::<Aarch64>::RUNNING_ON_AT,
     POSTING_VCPUS_AT = const VgicHandle::<Aarch64>::POSTING_VCPUS_AT,
     KICK_SGI1R = const hyp_arch_arm::registers::sgi1r_intid(crate::gic::KICK_SGI),
+    KICK_SGI = const crate::gic::KICK_SGI,
+    EXIT_IRQ = const EXIT_IRQ,
+    HINT_POSTED = const hyp_runtime::shared_vgic::HINT_POSTED,
+    KICK_VGIC = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_VGIC,
+    KICK_ENTRY = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_ENTRY,
+    KICK_GICC = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_GICC,
+    KICK_GICH = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_GICH,
+    GICC_HPPIR = const hyp_arch_arm::registers::GICC_HPPIR,
+    GICC_IAR = const hyp_arch_arm::registers::GICC_IAR,
+    GICC_EOIR = const hyp_arch_arm::registers::GICC_EOIR,
+    GICC_DIR = const hyp_arch_arm::registers::GICC_DIR,
+    GICH_ELRSR0 = const hyp_arch_arm::registers::GICH_ELRSR0,
+    GICH_LR0 = const hyp_arch_arm::registers::GICH_LR0,
+    KICK_EXITS = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_EXITS,
+    KICK_ENDING = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_ENDING,
+    KICK_DEVICE_WORK = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_DEVICE_WORK,
+    KICK_ALL_EMPTY = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_ALL_EMPTY,
+    AGAIN_LR = const hyp_arch_arm::cpus::VECTOR_CALLS_AGAIN_LR,
+    AGAIN_VALUE = const hyp_arch_arm::cpus::VECTOR_CALLS_AGAIN_VALUE,
+    ACKNOWLEDGED = const hyp_arch_arm::cpus::VECTOR_CALLS_ACKNOWLEDGED,
     KICK_SGIR = const hyp_arch_arm::registers::gicv2_sgir_intid(crate::gic::KICK_SGI),
 );
 /// ESR_EL2 of a trapped MSR ICC_SGI1R_EL1 from AArch64, Rt zero: EC 0x18, IL 1, and the ISS
@@ -622,6 +854,18 @@ const _: () = assert!(vgic::CONTROL_WORDS_END == 0x10);
 
 extern "C" {
     fn enter_guest(ctx: *mut GuestContext, in_vector: *const ()) -> u64;
+    fn kick_in_vector();
+    fn kick_in_vector_v2();
+}
+
+/// Where the vector takes a kick itself (VectorCalls::kick_entry): the code for a GICv2's
+/// frames, or for a GICv3's system registers.
+pub fn kick_entry(gicv2: bool) -> usize {
+    if gicv2 {
+        kick_in_vector_v2 as unsafe extern "C" fn() as usize
+    } else {
+        kick_in_vector as unsafe extern "C" fn() as usize
+    }
 }
 
 /// Runs the guest whose context this is until it exits; `in_vector` is the run loop's

@@ -39,6 +39,30 @@ impl CpuInterfaceRegisters for Icc {
     }
 
     #[inline(always)]
+    fn left_by_vector() -> Option<u32> {
+        // exceptions.rs' kick_in_vector: another interrupt that became the highest pending
+        // as it took a kick.
+        let left: u64;
+        // SAFETY: TPIDR_EL2 points at this CPU's `PerCpu` once it is online, before any
+        // interrupt is unmasked; the load reads its `vector_calls.acknowledged` (an
+        // AtomicU64, read as the vector writes it, on this CPU only).
+        unsafe {
+            asm!(
+                "mrs {p}, tpidr_el2",
+                "ldr {v}, [{p}, #{at}]",
+                p = out(reg) _,
+                v = out(reg) left,
+                at = const hyp_arch_arm::cpus::VECTOR_CALLS_ACKNOWLEDGED,
+                options(nostack, readonly)
+            )
+        };
+        if left != 0 {
+            return Some(take_left());
+        }
+        None
+    }
+
+    #[inline(always)]
     fn acknowledge() -> u32 {
         let intid: u64;
         // SAFETY: reading ICC_IAR1_EL1 acknowledges an interrupt; nothing else changes.
@@ -72,6 +96,14 @@ impl CpuInterfaceRegisters for Icc {
         // SAFETY: a barrier; no effect on memory or registers.
         unsafe { asm!("dsb ishst", options(nostack)) };
     }
+}
+
+/// The interrupt the vector left to the run loop, taken once.
+#[cold]
+#[inline(never)]
+fn take_left() -> u32 {
+    let calls = &hyp_arch_arm::cpus::PER_CPU[crate::cpus::current_index()].vector_calls;
+    calls.take_acknowledged().unwrap_or(hyp_arch_arm::gic::SPURIOUS)
 }
 
 // SAFETY: the boot flow (hyp_arch_arm::boot) calls `init_distributor` before any other

@@ -6,11 +6,11 @@
 use core::arch::asm;
 
 use aarch64_cpu::registers::*;
-use hyp_arch_arm::cpus::{SgiPosting, VectorCalls};
+use hyp_arch_arm::cpus::{KickInVector, SgiPosting, VectorCalls};
 use hyp_arch_arm::vm::ArmVm;
 use hyp_core::debug_registers::{DebugGeometry, DebugRegisters};
 use hyp_core::exit::{self, GuestContext, InjectedException, SyncExit};
-use hyp_core::exit_stats::ExitCounts;
+use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::image::ExecutionState;
 use hyp_core::set_way::SetWayState;
 use hyp_core::syndrome::{ExceptionClass, Syndrome};
@@ -25,7 +25,7 @@ use crate::ich::ListRegisterFile;
 use crate::vcpu_state::{self, SavedVcpu};
 use hyp_runtime::shared_vgic::VgicHandle;
 use hyp_runtime::tlb::OnEntry;
-use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
+use hyp_runtime::vcpu_run::{CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer, VectorKick};
 use hyp_runtime::Hypervisor;
 use vgic::{Distributor, IntId};
 
@@ -278,6 +278,7 @@ impl VcpuCpu for OnCpu {
         vgic: &VgicHandle<Aarch64>,
         at: (usize, usize),
         last_unknown: Option<u32>,
+        kick: VectorKick<'_>,
     ) {
         let counter = |class| exits.class_counter(class);
         let counters = [counter(ExceptionClass::HVC64), counter(ExceptionClass::DATA_ABORT_LOWER)];
@@ -296,11 +297,25 @@ impl VcpuCpu for OnCpu {
             kick_targets,
             board_sgir,
         });
-        self.vector_calls.load(counters, &vgic.control_words, last_unknown, posting);
+        // A pinned vCPU whose SGIs the vector posts: a kick for an SGI posted to it may be
+        // taken in the vector (exceptions.rs, docs/vgic.md "The same SGI shown again in the
+        // vector"), by the code for its GIC.
+        let count = vgic::ListRegisters::count(&self.lrs);
+        let gicv2 = crate::gic::GIC.gicc_address().zip(hyp_arch_arm::image::gich_address());
+        let kicks = posting.filter(|p| !kick.shared && p.gicd_sgir == gicv2.is_some()).map(|p| KickInVector {
+            entry: crate::exceptions::kick_entry(gicv2.is_some()),
+            gicv2,
+            vgic: p.vgic,
+            exits: exits.reason_counter(ExitReason::Kick),
+            ending: kick.ending,
+            device_work: kick.device_work,
+            all_empty: (1u64 << count) - 1,
+        });
+        self.vector_calls.load(counters, &vgic.control_words, last_unknown, posting, kicks);
     }
 
-    fn vector_list_registers_in_use(&mut self, in_use: bool) {
-        self.vector_calls.list_registers_in_use(in_use);
+    fn vector_list_registers(&mut self, in_use: bool, show_again: Option<(usize, u64)>) {
+        self.vector_calls.list_registers(in_use, show_again);
     }
 
     fn vector_unknown_call(function: u32) {

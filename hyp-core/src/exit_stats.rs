@@ -117,6 +117,12 @@ impl ExitCounts {
         &self.by_class[class.0 as usize & 63]
     }
 
+    /// The counter `record(reason)` increments, for an image's exception vector that counts
+    /// an exit it takes itself (a kick).
+    pub fn reason_counter(&self, reason: ExitReason) -> &AtomicU64 {
+        &self.other[reason as usize]
+    }
+
     /// One more exit for `reason` (an interrupt or an SError; synchronous exits go through
     /// `record_sync`). Only the owning vCPU calls this.
     pub fn record(&self, reason: ExitReason) {
@@ -184,6 +190,15 @@ mod tests {
         assert_eq!(sum.to_string(), "8 exits, hypercall 6, kick 2");
         c.reset();
         assert_eq!(c.total(), 0);
+    }
+
+    #[test]
+    fn a_reason_s_counter_is_the_one_its_record_increments() {
+        let c = ExitCounts::default();
+        c.reason_counter(ExitReason::Kick).fetch_add(2, Ordering::Relaxed);
+        c.record(ExitReason::Kick);
+        assert_eq!(c.count(ExitReason::Kick), 3);
+        assert_eq!(c.count(ExitReason::TimerInterrupt), 0);
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! SGIs").
 
 use alloc::sync::Arc;
-use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use hyp_core::mmio::MmioError;
 use hyp_core::sync::{Mutex, MutexGuard};
@@ -54,7 +54,10 @@ pub struct VgicHandle<A: Arch> {
     vm: usize,
     /// The scheduler that wakes its vCPUs waiting for an interrupt.
     scheduling: &'static Scheduling<A>,
-    hints: [AtomicBool; MAX_VCPUS],
+    /// Per vCPU, why it should look at its interrupts: `HINT_CHANGED`, `HINT_POSTED` or
+    /// both. The run loop takes any; the AArch64 vector takes a kick itself only for a hint
+    /// that is `HINT_POSTED` alone (docs/vgic.md, "The same SGI shown again in the vector").
+    hints: [AtomicU8; MAX_VCPUS],
     /// The physical CPU each vCPU runs on (usize::MAX: none), to kick it.
     pub running_on: [AtomicUsize; MAX_VCPUS],
     /// Set while a vCPU waits for an interrupt off its CPU (blocked in a trapped WFI).
@@ -75,7 +78,7 @@ impl<A: Arch> VgicHandle<A> {
             lists: [const { Mutex::new(VcpuInterfaceState::EMPTY) }; MAX_VCPUS],
             vm,
             scheduling,
-            hints: [const { AtomicBool::new(false) }; MAX_VCPUS],
+            hints: [const { AtomicU8::new(0) }; MAX_VCPUS],
             running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
         }
@@ -91,15 +94,33 @@ impl<A: Arch> VgicHandle<A> {
         vgic
     }
 
+    /// The posted SGIs made pending in the distributor. Each target that got one and runs
+    /// on another CPU has its hint made `HINT_CHANGED`: its vector, which takes a kick itself
+    /// only for a hint of posts alone and finds the posts it takes in the posted words, must
+    /// not take a later post's hint for these, which are no longer there (docs/vgic.md, "The
+    /// same SGI shown again in the vector"). A target on this CPU is in its run loop, which
+    /// holds this lock.
     #[inline(never)]
     fn deliver_posted(&self, vgic: &mut Distributor) {
         let posted = self.posted.swap(0, Ordering::Acquire);
+        let mut targets = 0u64;
         if !self.per_source {
-            return vgic.deliver_posted_sgis(posted);
+            vgic.deliver_posted_sgis(posted);
+            targets = posted;
+        } else {
+            for source in VcpuMask(posted).iter() {
+                if let Some(by) = self.posted_by.get(source) {
+                    let by = by.swap(0, Ordering::Acquire);
+                    vgic.deliver_posted_sgis_from(source, by);
+                    targets |= by;
+                }
+            }
         }
-        for source in VcpuMask(posted).iter() {
-            if let Some(by) = self.posted_by.get(source) {
-                vgic.deliver_posted_sgis_from(source, by.swap(0, Ordering::Acquire));
+        let here = A::current_cpu();
+        for (v, hint) in self.hints.iter().enumerate() {
+            let got = targets >> (v * vgic::POSTED_SGIS as usize) & 0xff != 0;
+            if got && self.running_on[v].load(Ordering::Relaxed) != here {
+                hint.store(HINT_CHANGED, Ordering::Release);
             }
         }
     }
@@ -128,7 +149,10 @@ impl<A: Arch> VgicHandle<A> {
                 self.posted.fetch_or(bit, Ordering::Relaxed);
             }
         }
-        self.hint_vcpu(vcpu);
+        if let Some(h) = self.hints.get(vcpu) {
+            // ORed, not stored: a change hinted before must not read as a post alone.
+            h.fetch_or(HINT_POSTED, Ordering::Release);
+        }
         fence(Ordering::SeqCst);
         self.kick_one(vcpu);
         true
@@ -195,19 +219,23 @@ impl<A: Arch> VgicHandle<A> {
     /// Something may have changed for the vCPUs in `mask`.
     pub fn hint(&self, mask: u32) {
         for h in VcpuMask(u64::from(mask)).iter().map_while(|v| self.hints.get(v)) {
-            h.store(true, Ordering::Release);
+            h.store(HINT_CHANGED, Ordering::Release);
         }
     }
     /// Something may have changed for vCPU `vcpu`: `hint` of one vCPU, one store instead of
     /// a walk of a mask (the exit path's physical interrupts, docs/performance.md).
     pub fn hint_vcpu(&self, vcpu: usize) {
         if let Some(h) = self.hints.get(vcpu) {
-            h.store(true, Ordering::Release);
+            h.store(HINT_CHANGED, Ordering::Release);
         }
     }
     /// Whether vCPU `vcpu` has a hint to take (it stays there).
     pub fn is_hinted(&self, vcpu: usize) -> bool {
-        self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed))
+        self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) != 0)
+    }
+    /// vCPU `vcpu`'s hint as it is now (for tests).
+    pub fn hint_of(&self, vcpu: usize) -> u8 {
+        self.hints.get(vcpu).map_or(0, |h| h.load(Ordering::Relaxed))
     }
     /// A new distributor (a SYSTEM_RESET's), with its control words copied under its lock.
     pub fn replace_distributor(&self, fresh: Distributor) {
@@ -218,11 +246,17 @@ impl<A: Arch> VgicHandle<A> {
 
     pub fn take_hint(&self, vcpu: usize) -> bool {
         // A plain load first: the common case (no hint) costs no atomic read-modify-write.
-        self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) && h.swap(false, Ordering::AcqRel))
+        self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) != 0 && h.swap(0, Ordering::AcqRel) != 0)
     }
 }
 
 pub type SharedVgic<A> = Arc<VgicHandle<A>>;
+
+/// A vCPU's hint: something else changed for it (any change of its interrupts, stored over
+/// whatever was there: the run loop, which takes it, also delivers what was posted).
+pub const HINT_CHANGED: u8 = 1;
+/// A vCPU's hint: an SGI was posted to it (`post_sgi`, ORed in).
+pub const HINT_POSTED: u8 = 2;
 
 /// The vGIC's refusal as the bus's error. Cold and out of line: inlined, `map_err` matched
 /// the read's whole result in a jump table, the `Ok` that every access returns among the

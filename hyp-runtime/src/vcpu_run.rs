@@ -212,14 +212,54 @@ pub trait VcpuCpu: Sized {
         _vgic: &VgicHandle<Self::V>,
         _at: (usize, usize),
         _last_unknown: Option<u32>,
+        _kick: VectorKick<'_>,
     ) {
     }
     /// The vCPU on this CPU was just told that `function` is unknown (`vector_calls`).
     fn vector_unknown_call(_function: u32) {}
     /// Whether the vCPU on this CPU holds list registers: while it does, every exit goes to
     /// the run loop, which samples the lines of the level interrupts in them (a guest that
-    /// turned its timer off and made a call expects its interrupt gone).
-    fn vector_list_registers_in_use(&mut self, _in_use: bool) {}
+    /// turned its timer off and made a call expects its interrupt gone). And the list
+    /// register the vector may write again when the SGI it showed comes back posted
+    /// (vgic::Distributor::sgi_to_show_again), until the next exit to the run loop.
+    fn vector_list_registers(&mut self, _in_use: bool, _show_again: Option<(usize, u64)>) {}
+}
+
+/// What the vector checks before it takes a kick for a posted SGI itself, as the run loop
+/// checks them before each entry (docs/vgic.md, "The same SGI shown again in the vector"):
+/// the VM's end and its devices' work left for later; a vCPU that shares its CPU is not
+/// offered (its scheduler's requests come by kicks too).
+#[derive(Clone, Copy)]
+pub struct VectorKick<'a> {
+    pub ending: &'a core::sync::atomic::AtomicBool,
+    pub device_work: &'a core::sync::atomic::AtomicBool,
+    pub shared: bool,
+}
+
+/// The list-register state the vector works from, published after a plan (under the VM's
+/// lock, whose distributor `sgi_to_show_again` reads). Returns whether the vCPU holds list
+/// registers.
+#[inline(always)]
+fn publish_lists<C: VcpuCpu>(
+    here: &mut C,
+    vgic: &vgic::Distributor,
+    vcpu: usize,
+    lists: &vgic::VcpuInterfaceState,
+) -> bool {
+    let in_use = lists.in_use() > 0;
+    let again = if C::ANSWERS_IN_VECTOR && in_use { vgic.sgi_to_show_again(vcpu, lists) } else { None };
+    here.vector_list_registers(in_use, again);
+    in_use
+}
+
+/// After any other step that changed `lists` (a take-back, the tick's): whether the vCPU
+/// holds list registers, and no register the vector may write again (withdrawing costs the
+/// tick nothing it need not pay; only a plan offers one). Returns whether it holds any.
+#[inline(always)]
+fn withdraw_lists<C: VcpuCpu>(here: &mut C, lists: &vgic::VcpuInterfaceState) -> bool {
+    let in_use = lists.in_use() > 0;
+    here.vector_list_registers(in_use, None);
+    in_use
 }
 
 /// Runs vCPU `vcpu` of `vm` on this CPU (`cpu`) as the scheduler decided, from where it left
@@ -264,7 +304,8 @@ pub fn run_vcpu<C: VcpuCpu>(
     hypervisor.scheduling.program_timer(cpu, decision.until);
     let no_counts = ExitCounts::default();
     let exits = core.exits.get(vcpu).unwrap_or(&no_counts);
-    here.vector_calls(exits, &core.vgic, (vcpu, cpu), last_unknown);
+    let kick = VectorKick { ending: core.ending_flag(), device_work: &core.device_work, shared };
+    here.vector_calls(exits, &core.vgic, (vcpu, cpu), last_unknown, kick);
     // The guest's virtual timer PPI is backed by the physical one, deactivated by the guest.
     let _ = core.vgic.lock().set_hw(IntId(VTIMER_PPI), vcpu, Some(IntId(C::timer_ppi())));
     let in_vector = InVector::<C> { vm, vcpu, cpu, shared, exits, outcome: core::cell::Cell::new(None) };
@@ -301,12 +342,11 @@ pub fn run_vcpu<C: VcpuCpu>(
                 let _ = vgic.set_level(IntId(VTIMER_PPI), vcpu, true);
             }
             let _ = vgic.flush_to_hw(vcpu, &mut lists, here.list_registers());
+            lrs_in_use = publish_lists(&mut here, &vgic, vcpu, &lists);
             // The timer's kick is this vCPU's, which is planning now; a spill's is another's.
             let others = others_kicked::<C::V>(&mut vgic, vcpu);
             drop(vgic);
-            lrs_in_use = lists.in_use() > 0;
             drop(lists);
-            here.vector_list_registers_in_use(lrs_in_use);
             kick_others(core, others);
         }
         let exit_kind = here.run_guest(&mut registers, &in_vector);
@@ -664,10 +704,7 @@ fn take_back_after_exit<C: VcpuCpu>(
 ) {
     let in_use;
     (*lrs_changed, in_use) = take_back_list_registers::<C>(vm, vcpu, cpu, here);
-    if !in_use {
-        *lrs_in_use = false;
-        here.vector_list_registers_in_use(false);
-    }
+    *lrs_in_use = in_use;
 }
 
 /// An exit's interrupt other than a kick or the timer (`ExitInterrupt::Other`): the list
@@ -707,10 +744,7 @@ fn tick_in_one_step<C: VcpuCpu>(
     if !vm.vgic.lock().hw_level_fired(vcpu, IntId(VTIMER_PPI), taken_back, &mut lists, here.list_registers()) {
         return None;
     }
-    let in_use = lists.in_use() > 0;
-    drop(lists);
-    here.vector_list_registers_in_use(in_use);
-    Some(in_use)
+    Some(withdraw_lists(here, &lists))
 }
 
 /// An interrupt exit that asks the vCPU to plan again (a kick: its hint is set) while it
@@ -736,11 +770,10 @@ fn take_back_with_plan<C: VcpuCpu>(vm: &Vm<<C::V as Virtualization>::Env>, vcpu:
         vm.vgic.hint_vcpu(vcpu);
         return None;
     }
+    let in_use = publish_lists(here, &vgic, vcpu, &lists);
     let others = others_kicked::<C::V>(&mut vgic, vcpu);
     drop(vgic);
-    let in_use = lists.in_use() > 0;
     drop(lists);
-    here.vector_list_registers_in_use(in_use);
     kick_others(vm, others);
     Some(in_use)
 }
@@ -776,7 +809,7 @@ fn take_back_list_registers<C: VcpuCpu>(
             .unwrap_or(true);
         (plan, others_kicked::<C::V>(&mut vgic, vcpu))
     };
-    let in_use = lists.in_use() > 0;
+    let in_use = withdraw_lists(here, &lists);
     drop(lists);
     for physical in retired.iter() {
         C::deactivate(physical, cpu);

@@ -36,6 +36,7 @@ mod mmio;
 mod planner;
 mod retired;
 mod sgi;
+mod shown_again;
 mod state;
 mod tick;
 mod unlisted;

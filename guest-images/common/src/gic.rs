@@ -94,6 +94,20 @@ pub fn bring_up_cpu_interface<C: CpuInterface>(vcpu: usize, ppis_and_sgis: u32) 
     C::unmask_irqs();
 }
 
+/// Enables (`on`) or disables SGI or PPI `intid` of vCPU `vcpu`, which must be the caller
+/// on a GICv2 (GICD_ISENABLER0 and GICD_ICENABLER0 are banked per CPU; on GICv3 its
+/// redistributor's GICR_ISENABLER0 or GICR_ICENABLER0).
+pub fn set_private_enabled<C: CpuInterface>(vcpu: usize, intid: u32, on: bool) {
+    let base = if is_v3::<C>() { GICR + vcpu * GICR_FRAME + SGI_FRAME } else { GICD };
+    write32(base + if on { 0x100 } else { 0x180 }, 1 << intid);
+}
+
+/// Whether SGI or PPI `intid` of vCPU `vcpu` (the caller, on a GICv2) reads enabled.
+pub fn private_enabled<C: CpuInterface>(vcpu: usize, intid: u32) -> bool {
+    let base = if is_v3::<C>() { GICR + vcpu * GICR_FRAME + SGI_FRAME } else { GICD };
+    read32(base + 0x100) & (1 << intid) != 0
+}
+
 /// Acknowledges the highest-priority pending interrupt: the IAR value (INTID in bits 9:0,
 /// and on GICv2 the source CPU of an SGI in bits 12:10).
 pub fn acknowledge<C: CpuInterface>() -> u32 {

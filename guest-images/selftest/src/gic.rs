@@ -71,6 +71,18 @@ pub fn bring_up_cpu_interface(vcpu: usize, ppis_and_sgis: u32) {
     common::bring_up_cpu_interface::<Icc>(vcpu, ppis_and_sgis)
 }
 
+/// Enables or disables private interrupt `intid` of `vcpu`
+/// (`guest_common::gic::set_private_enabled`).
+pub fn set_private_enabled(vcpu: usize, intid: u32, on: bool) {
+    common::set_private_enabled::<Icc>(vcpu, intid, on)
+}
+
+/// Whether private interrupt `intid` of `vcpu` reads enabled
+/// (`guest_common::gic::private_enabled`).
+pub fn private_enabled(vcpu: usize, intid: u32) -> bool {
+    common::private_enabled::<Icc>(vcpu, intid)
+}
+
 /// Acknowledges the highest-priority pending interrupt: the IAR value.
 pub fn acknowledge() -> u32 {
     common::acknowledge::<Icc>()

@@ -251,3 +251,30 @@ fn a_gicv2_sgi_to_one_vcpu_is_posted_per_source() {
     assert_eq!(spendsgir1, 0b11 << 8, "from CPU 0 and from CPU 1");
     assert_eq!(vgic.read_distributor(1, 0xf24, AccessWidth::Word).unwrap(), 0, "vCPU 1's own: nothing");
 }
+
+/// A post hints its target `HINT_POSTED` alone, ORed into a change hinted before; once a
+/// holder of the VM's lock on another CPU delivered it into the distributor, the target's
+/// hint is `HINT_CHANGED`, so that its vector does not take a later post's hint for this one,
+/// which is no longer in the posted words (docs/vgic.md, "The same SGI shown again in the
+/// vector"). A target on the lock holder's CPU is left as it is: it is that CPU's run loop.
+#[test]
+fn a_post_is_hinted_as_a_post_until_another_cpu_s_lock_delivers_it() {
+    use crate::shared_vgic::{HINT_CHANGED, HINT_POSTED};
+    for version in [GicVersion::V3, GicVersion::V2] {
+        let (_, vgic) = vgic_of(version, 3);
+        FakeArch::become_cpu(0);
+        vgic.running_on[1].store(2, Ordering::Release);
+        vgic.running_on[2].store(0, Ordering::Release);
+        assert!(vgic.post_sgi(0, 1, 3));
+        assert!(vgic.post_sgi(0, 2, 3));
+        assert_eq!((vgic.hint_of(1), vgic.hint_of(2)), (HINT_POSTED, HINT_POSTED), "{version:?}");
+        drop(vgic.lock());
+        assert_eq!(vgic.hint_of(1), HINT_CHANGED, "delivered for vCPU 1, on CPU 2 ({version:?})");
+        assert_eq!(vgic.hint_of(2), HINT_POSTED, "vCPU 2 is this CPU's ({version:?})");
+        // A change hinted before a post stays there.
+        vgic.hint_vcpu(0);
+        assert!(vgic.post_sgi(1, 0, 3));
+        assert_eq!(vgic.hint_of(0), HINT_CHANGED | HINT_POSTED, "{version:?}");
+        assert!(vgic.take_hint(0) && vgic.hint_of(0) == 0);
+    }
+}

@@ -34,8 +34,14 @@ use crate::hypervisor::{Hypervisor, VcpuExit};
 use crate::scheduling::vcpu_ref;
 use crate::shared_vgic::VgicHandle;
 use crate::tlb::OnEntry;
-use crate::vcpu_run::{in_vector, run_vcpu, CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer};
+use crate::vcpu_run::{
+    in_vector, run_vcpu, CacheMaintenance, GuestExit, InVector, ResumeSlots, VcpuCpu, VectorAnswer, VectorKick,
+};
 use crate::vm::Vm;
+
+/// What the run loop published for the vector: whether the vCPU holds list registers, and
+/// the one the vector may write again with its value.
+type Published = (bool, Option<(usize, u64)>);
 
 /// What the guest does in one stay in the guest.
 struct Step {
@@ -87,6 +93,9 @@ thread_local! {
     /// What the run loop gave the image's vector for the vCPU it runs (`vector_calls`): the
     /// addresses of its exit counts and of its VM's vGIC, the vCPU and the CPU.
     static VECTOR_CALLS: Cell<(usize, usize, (usize, usize))> = const { Cell::new((0, 0, (9, 9))) };
+    /// What the run loop published for the vector after each step that changed vCPU 0's
+    /// list registers (`vector_list_registers`).
+    static PUBLISHED: RefCell<Vec<Published>> = RefCell::default();
     /// Whether each list-register read is an event too (`read lr N`), for a test of what
     /// comes before what.
     static LR_READ_EVENTS: Cell<bool> = const { Cell::new(false) };
@@ -240,13 +249,23 @@ impl VcpuCpu for FakeCpu {
     fn leave(&mut self) {
         event("leave".into());
     }
-    fn vector_calls(&mut self, exits: &ExitCounts, vgic: &VgicHandle<FakeArch>, at: (usize, usize), _: Option<u32>) {
+    fn vector_calls(
+        &mut self,
+        exits: &ExitCounts,
+        vgic: &VgicHandle<FakeArch>,
+        at: (usize, usize),
+        _: Option<u32>,
+        _: VectorKick<'_>,
+    ) {
         let address = |p: *const ()| p as usize;
         VECTOR_CALLS
             .with(|v| v.set((address(std::ptr::from_ref(exits).cast()), address(std::ptr::from_ref(vgic).cast()), at)));
     }
     fn list_registers(&mut self) -> &mut FakeLrs {
         &mut self.lrs
+    }
+    fn vector_list_registers(&mut self, in_use: bool, show_again: Option<(usize, u64)>) {
+        PUBLISHED.with(|p| p.borrow_mut().push((in_use, show_again)));
     }
     const ANSWERS_IN_VECTOR: bool = true;
     fn run_guest(&mut self, registers: &mut GuestContext, here: &InVector<'_, FakeCpu>) -> GuestExit {
@@ -1020,6 +1039,50 @@ fn an_sgi_sent_through_the_cpu_interface_is_answered_in_the_vector() {
     assert_eq!(vgic::IchLr(lr0[1]).decode().vintid, IntId(2), "the SGI to itself, shown at the next entry: {lr0:x?}");
     let e = entries();
     assert_eq!(e[1].0, e[0].0 + 8, "past both writes");
+}
+
+/// SGI 1 of vCPU 0 in Group 1 and enabled, posted to it by vCPU 1: hinted as a post alone.
+fn sgi_1_posted_to_vcpu_0(vm: &Vm<FakeEnv>) {
+    {
+        let mut vgic = vm.vgic.lock();
+        vgic.write(0, 0x000, 4, 0b11).unwrap();
+        vgic.write_redistributor(0x1_0080, 4, 0b10).unwrap();
+        vgic.write_redistributor(0x1_0100, 4, 0b10).unwrap();
+        let _ = vgic.take_kicks();
+    }
+    let _ = vm.vgic.take_hint(0);
+    assert!(vm.vgic.post_sgi(1, 0, 1));
+    assert_eq!(vm.vgic.hint_of(0), crate::shared_vgic::HINT_POSTED);
+}
+
+fn published() -> Vec<Published> {
+    PUBLISHED.with(|p| std::mem::take(&mut *p.borrow_mut()))
+}
+
+/// The list register the vector may write again (docs/vgic.md, "The same SGI shown again
+/// in the vector") is published with the plan that wrote it, and withdrawn by the first
+/// take-back that changes it: one that reads it active, one that finds it emptied. A stale
+/// one would have the vector write a register the vGIC no longer holds as it says.
+#[test]
+fn the_register_the_vector_may_write_again_is_published_with_its_plan_and_withdrawn_by_a_take_back() {
+    for completed in [false, true] {
+        let hypervisor = hypervisor();
+        let vm = hypervisor.vm(0).unwrap();
+        sgi_1_posted_to_vcpu_0(&vm);
+        published();
+        // The guest takes SGI 1 (and completes it, or not), then makes a call.
+        hvc(SMCCC_VERSION);
+        last_step(|s| (s.ack, s.deactivate) = (true, completed));
+        hvc(PSCI_SYSTEM_OFF);
+        assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+        let p = published();
+        let (first, raw) = (p[0], p[0].1.map(|(_, raw)| raw));
+        assert!(first.0, "{p:x?}");
+        assert_eq!(first.1.map(|(n, _)| n), Some(0), "LR 0, as the plan wrote it: {p:x?}");
+        let shown = vgic::IchLr(raw.unwrap()).decode();
+        assert_eq!((shown.vintid, shown.state), (IntId(1), vgic::LrState::Pending));
+        assert_eq!(p[1], (!completed, None), "withdrawn by the take-back (completed: {completed}): {p:x?}");
+    }
 }
 
 /// An SGI answered in the vector while the sender holds a list register loses nothing of

@@ -400,6 +400,12 @@ impl<E: VmEnv> Vm<E> {
         self.ending.load(Ordering::Acquire)
     }
 
+    /// The flag `is_ending` reads, for an image's exception vector that checks it as the
+    /// run loop does (`vcpu_run::VectorKick`).
+    pub fn ending_flag(&self) -> &AtomicBool {
+        &self.ending
+    }
+
     /// Work its virtio devices left for later, a bounded step of it. Out of line: the run
     /// loop reaches it only when a device left work, and inlined, the devices' access paths
     /// took registers from the loop's exit paths (docs/performance.md, "Where the targets

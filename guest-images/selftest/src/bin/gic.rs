@@ -20,6 +20,18 @@ use selftest_guest::gic::{self, read32, write32, GICD, VTIMER};
 use selftest_guest::*;
 
 const SGI_FROM_VCPU1: u32 = 1;
+/// The ping-pong's SGIs: vCPU 0 sends PING or PING_OTHER to vCPU 1, whose handler answers
+/// PONG.
+const PING: u32 = 2;
+const PING_OTHER: u32 = 4;
+const PONG: u32 = 3;
+/// Its rounds: every fifth one (and the two after the seventh) PING_OTHER, so that the
+/// same SGI comes back many times in a row, and sometimes another one comes between.
+const ROUNDS: u32 = 400;
+
+/// SGIs each vCPU took in the ping-pong: PING and PING_OTHER on vCPU 1, PONG on vCPU 0.
+static PINGS: AtomicU32 = AtomicU32::new(0);
+static PONGS: AtomicU32 = AtomicU32::new(0);
 
 /// INTIDs taken, as a bitmask (INTIDs below 32).
 static TAKEN: AtomicU32 = AtomicU32::new(0);
@@ -44,10 +56,88 @@ extern "C" fn irq() {
             unsafe { asm!("msr cntv_ctl_el0, xzr", "isb") };
         }
     }
+    match intid {
+        PING | PING_OTHER => {
+            PINGS.fetch_add(1, Ordering::SeqCst);
+            gic::send_sgi(PONG, 0);
+        }
+        PONG => {
+            PONGS.fetch_add(1, Ordering::SeqCst);
+        }
+        _ => {}
+    }
     if intid < 32 {
         TAKEN.fetch_or(1 << intid, Ordering::SeqCst);
     }
     gic::end_of_interrupt(iar);
+}
+
+/// vCPU 1 again (started afresh after its CPU_OFF): answers each ping with a PONG from its
+/// handler, waiting in WFI between them.
+extern "C" fn ponger(_: u64) {
+    gic::bring_up_cpu_interface(1, (1 << PING) | (1 << PING_OTHER));
+    PINGS.store(u32::MAX, Ordering::SeqCst);
+    loop {
+        // SAFETY: waiting for an interrupt; the handler runs and WFI is entered again.
+        unsafe { asm!("wfi") };
+    }
+}
+
+/// Waits up to 100 ms for `counter` to reach `value`; its value then.
+fn wait_count(counter: &AtomicU32, value: u32) -> u32 {
+    let start = counter_ms();
+    while counter.load(Ordering::SeqCst) < value && counter_ms() - start < 100 {
+        core::hint::spin_loop();
+    }
+    counter.load(Ordering::SeqCst)
+}
+
+/// What `ping_pong` saw: PINGS and PONGS after the rounds, whether PONG read disabled after
+/// vCPU 0 disabled it (a GICv2's SGIs may be always enabled, RAO/WI: IHI 0048B 4.3.5), PONGS
+/// after the wait with it disabled, and after the enable.
+type PingPong = (u32, u32, bool, u32, u32);
+
+/// ROUNDS pings of vCPU 1, each answered by a PONG before the next (the hypervisor's vector
+/// shows an SGI that comes back to a vCPU again by itself: every one must arrive once), then
+/// one PONG while vCPU 0 has it disabled, which must wait until it is enabled again.
+fn ping_pong() -> Result<PingPong, &'static str> {
+    // vCPU 1 turns itself off after its first SGI: started again once it is off (PSCI
+    // ALREADY_ON, -4, until then).
+    let start = counter_ms();
+    loop {
+        match start_vcpu(1, ponger, 0) {
+            0 => break,
+            -4 if counter_ms() - start < 1000 => wait_ms(1),
+            _ => return Err("vCPU 1 did not start again"),
+        }
+    }
+    gic::set_private_enabled(0, PONG, true);
+    let start = counter_ms();
+    while PINGS.load(Ordering::SeqCst) != u32::MAX {
+        if counter_ms() - start > 1000 {
+            return Err("vCPU 1 did not come up");
+        }
+    }
+    PINGS.store(0, Ordering::SeqCst);
+    PONGS.store(0, Ordering::SeqCst);
+    for round in 0..ROUNDS {
+        let other = round % 5 == 4 || round == 8 || round == 9;
+        gic::send_sgi(if other { PING_OTHER } else { PING }, 1);
+        if wait_count(&PONGS, round + 1) != round + 1 {
+            break;
+        }
+    }
+    let after_rounds = (PINGS.load(Ordering::SeqCst), PONGS.load(Ordering::SeqCst));
+    gic::set_private_enabled(0, PONG, false);
+    let disabled = !gic::private_enabled(0, PONG);
+    gic::send_sgi(PING, 1);
+    wait_count(&PINGS, after_rounds.0 + 1);
+    wait_ms(5);
+    let while_disabled = PONGS.load(Ordering::SeqCst);
+    gic::set_private_enabled(0, PONG, true);
+    wait_count(&PONGS, after_rounds.1 + 1);
+    wait_ms(5);
+    Ok((after_rounds.0, after_rounds.1, disabled, while_disabled, PONGS.load(Ordering::SeqCst)))
 }
 
 /// The distributor's first four words, each read by LDR Wt, LDRSW (its 64 bits) and LDAR
@@ -130,6 +220,19 @@ extern "C" fn guest_main() -> ! {
     let took = wait_for(SGI_FROM_VCPU1);
     let how = if gic::is_v3() { "ICC_SGI1R_EL1" } else { "GICD_SGIR" };
     c.check(status == 0 && took, format_args!("gic: SGI 1 sent by vCPU 1 with {how} arrives on vCPU 0"));
+
+    let pong = ping_pong();
+    // Where the SGI cannot be disabled, the last one arrives at once.
+    let disabled = pong.is_ok_and(|p| p.2);
+    let waits = if disabled { ROUNDS } else { ROUNDS + 1 };
+    let how = if disabled { "waits until it enables it" } else { "arrives at once, as it stays enabled" };
+    c.check(
+        pong == Ok((ROUNDS, ROUNDS, disabled, waits, ROUNDS + 1)),
+        format_args!(
+            "gic: {ROUNDS} SGIs to vCPU 1, each answered by one to vCPU 0, all arrive once; one sent to vCPU 0 \
+             after it disables it {how}, once (PINGS, PONGS, disabled, PONGS then, after: {pong:?})"
+        ),
+    );
 
     c.check(
         TIMER_INTERRUPTS.load(Ordering::SeqCst) == 1,
