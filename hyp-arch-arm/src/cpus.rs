@@ -128,6 +128,36 @@ static NO_CONTROL_WORDS: ControlWords = ControlWords::zero();
 static NO_FLAG: AtomicBool = AtomicBool::new(true);
 
 impl VectorCalls {
+    /// No vCPU loaded: the vector answers nothing and takes no kick.
+    pub const fn unloaded() -> VectorCalls {
+        VectorCalls {
+            unknown: AtomicU64::new(1 << 32),
+            hvc_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            abort_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            control_words: AtomicPtr::new(core::ptr::from_ref(&NO_CONTROL_WORDS).cast_mut()),
+            list_registers_in_use: AtomicU64::new(0),
+            in_vector: AtomicPtr::new(core::ptr::null_mut()),
+            sgi1r_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            sgir_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            sgi_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            sgi_vcpu: AtomicU64::new(0),
+            sgi_cpu: AtomicU64::new(0),
+            sgi_kick_targets: AtomicPtr::new(core::ptr::null_mut()),
+            sgi_board_sgir: AtomicUsize::new(0),
+            kick_entry: AtomicUsize::new(0),
+            kick_gicc: AtomicUsize::new(0),
+            kick_gich: AtomicUsize::new(0),
+            kick_vgic: AtomicPtr::new(core::ptr::null_mut()),
+            kick_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
+            kick_ending: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
+            kick_device_work: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
+            kick_all_empty: AtomicU64::new(0),
+            again_lr: AtomicU64::new(0),
+            again_value: AtomicU64::new(0),
+            acknowledged: AtomicU64::new(0),
+        }
+    }
+
     /// The vCPU now on this CPU: its last unknown function, its HVC and data abort exit
     /// counters, its VM's control words and what it posts SGIs with, if it does, which must
     /// outlive its stay here (`unload` ends it).
@@ -206,36 +236,7 @@ impl VectorCalls {
 }
 
 pub static PER_CPU: [PerCpu; MAX_CPUS] = [const {
-    PerCpu {
-        guest: AtomicUsize::new(0),
-        mpidr: AtomicUsize::new(usize::MAX),
-        vector_calls: VectorCalls {
-            unknown: AtomicU64::new(1 << 32),
-            hvc_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
-            abort_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
-            control_words: AtomicPtr::new(core::ptr::from_ref(&NO_CONTROL_WORDS).cast_mut()),
-            list_registers_in_use: AtomicU64::new(0),
-            in_vector: AtomicPtr::new(core::ptr::null_mut()),
-            sgi1r_vgic: AtomicPtr::new(core::ptr::null_mut()),
-            sgir_vgic: AtomicPtr::new(core::ptr::null_mut()),
-            sgi_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
-            sgi_vcpu: AtomicU64::new(0),
-            sgi_cpu: AtomicU64::new(0),
-            sgi_kick_targets: AtomicPtr::new(core::ptr::null_mut()),
-            sgi_board_sgir: AtomicUsize::new(0),
-            kick_entry: AtomicUsize::new(0),
-            kick_gicc: AtomicUsize::new(0),
-            kick_gich: AtomicUsize::new(0),
-            kick_vgic: AtomicPtr::new(core::ptr::null_mut()),
-            kick_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
-            kick_ending: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
-            kick_device_work: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
-            kick_all_empty: AtomicU64::new(0),
-            again_lr: AtomicU64::new(0),
-            again_value: AtomicU64::new(0),
-            acknowledged: AtomicU64::new(0),
-        },
-    }
+    PerCpu { guest: AtomicUsize::new(0), mpidr: AtomicUsize::new(usize::MAX), vector_calls: VectorCalls::unloaded() }
 }; MAX_CPUS];
 
 const _: () = assert!(core::mem::offset_of!(PerCpu, guest) == 0);
@@ -493,5 +494,66 @@ mod pen_tests {
         // What the image's pen entry does with its MMU off, for a CPU in SVC mode.
         pen.refusal.0.store(0x1d3, Ordering::Relaxed);
         assert_eq!(pen.refusal(|_, _| {}), Some(0x1d3));
+    }
+}
+
+#[cfg(test)]
+mod vector_calls_tests {
+    use super::*;
+
+    /// The list register a vCPU's vector may write again, and the way it takes kicks, are
+    /// that vCPU's alone: the next vCPU loaded on the CPU (another VM's, or after a
+    /// SYSTEM_RESET) finds none published, and a vCPU loaded without kicks in the vector, or
+    /// no vCPU, has every kick go to the run loop (docs/vgic.md, "The same SGI shown again in
+    /// the vector").
+    #[test]
+    fn what_the_vector_takes_a_kick_with_is_the_loaded_vcpu_s_alone() {
+        let calls = VectorCalls::unloaded();
+        let (exits, ending, work) = (AtomicU64::new(0), AtomicBool::new(false), AtomicBool::new(false));
+        let vgic = 0x1000 as *const ();
+        let kick = KickInVector {
+            entry: 0x4000,
+            gicv2: Some((0x801_0000, 0x803_0000)),
+            vgic,
+            exits: &exits,
+            ending: &ending,
+            device_work: &work,
+            all_empty: 0xf,
+        };
+        calls.load([&exits; 2], &NO_CONTROL_WORDS, None, None, Some(kick));
+        assert_eq!(calls.kick_entry.load(Ordering::Relaxed), 0x4000);
+        assert_eq!(calls.kick_vgic.load(Ordering::Relaxed).cast_const(), vgic);
+        assert_eq!(calls.kick_gich.load(Ordering::Relaxed), 0x803_0000);
+        assert_eq!(calls.kick_all_empty.load(Ordering::Relaxed), 0xf);
+        calls.list_registers(true, Some((2, 0x4000_0000_0000_0003)));
+        assert_eq!(calls.again_lr.load(Ordering::Relaxed), 2);
+        assert_eq!(calls.again_value.load(Ordering::Relaxed), 0x4000_0000_0000_0003);
+        // Another vCPU, without kicks in the vector: nothing of the last one's.
+        calls.load([&exits; 2], &NO_CONTROL_WORDS, None, None, None);
+        assert_eq!(calls.again_value.load(Ordering::Relaxed), 0, "no register value left from the last vCPU");
+        assert_eq!(calls.list_registers_in_use.load(Ordering::Relaxed), 0);
+        assert_eq!(calls.kick_entry.load(Ordering::Relaxed), 0, "every kick to the run loop");
+        assert!(calls.kick_vgic.load(Ordering::Relaxed).is_null());
+        assert_eq!((calls.kick_gicc.load(Ordering::Relaxed), calls.kick_gich.load(Ordering::Relaxed)), (0, 0));
+        // No vCPU: the flags the vector would check say the VM is ending.
+        calls.load([&exits; 2], &NO_CONTROL_WORDS, None, None, Some(kick));
+        calls.list_registers(true, Some((1, 7)));
+        calls.unload();
+        assert_eq!((calls.kick_entry.load(Ordering::Relaxed), calls.again_value.load(Ordering::Relaxed)), (0, 0));
+        // SAFETY: `unload` stored the address of `NO_FLAG`, a static.
+        assert!(unsafe { &*calls.kick_ending.load(Ordering::Relaxed) }.load(Ordering::Relaxed));
+    }
+
+    /// An interrupt the vector left to the run loop is taken once.
+    #[test]
+    fn an_interrupt_left_by_the_vector_is_taken_once() {
+        let calls = VectorCalls::unloaded();
+        assert_eq!(calls.take_acknowledged(), None);
+        calls.acknowledged.store((1 << 32) | 27, Ordering::Relaxed);
+        assert_eq!(calls.take_acknowledged(), Some(27));
+        assert_eq!(calls.take_acknowledged(), None);
+        // INTID 0 (an SGI) is not mistaken for none.
+        calls.acknowledged.store(1 << 32, Ordering::Relaxed);
+        assert_eq!(calls.take_acknowledged(), Some(0));
     }
 }

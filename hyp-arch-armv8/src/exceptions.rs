@@ -217,9 +217,12 @@ global_asm!(
     cbnz    w0, \fail
 .endm
 
-// The vCPU's hint (x3: the VM's vGIC, x4: the vCPU) taken if it is HINT_POSTED alone, by an
-// exclusive pair with an acquire; else to \fail with the monitor cleared. x0, x2 clobbered.
+// The vCPU's hint taken if it is HINT_POSTED alone, by an exclusive pair with an acquire;
+// else to \fail with the monitor cleared. x1: PerCpu; out: x3 the VM's vGIC, x4 the vCPU.
+// x0, x2 clobbered.
 .macro TAKE_POSTED_HINT fail
+    ldr     x3, [x1, #{KICK_VGIC}]
+    ldr     x4, [x1, #{SGI_VCPU}]
     add     x2, x3, #{HINTS_AT}
     add     x2, x2, x4
 66: ldaxrb  w0, [x2]
@@ -233,10 +236,13 @@ global_asm!(
 68:
 .endm
 
-// The byte of vCPU x4 in the 64-bit word at x2 taken if it is x7 alone (cleared, by an
-// exclusive pair with an acquire); else to \fail with the monitor cleared. x0, x4, x6
-// clobbered.
+// The byte of vCPU x4 in the 64-bit word at x2 taken if it is the bit of the SGI in x5's
+// low three bits alone (vgic::posted_sgi_bit; cleared, by an exclusive pair with an
+// acquire); else to \fail with the monitor cleared. x0, x4, x6, x7 clobbered.
 .macro TAKE_POSTED_BYTE fail
+    and     x6, x5, #7
+    mov     x7, #1
+    lsl     x7, x7, x6
     lsl     x4, x4, #3
 69: ldaxr   x0, [x2]
     lsr     x6, x0, x4
@@ -657,13 +663,7 @@ kick_in_vector:
     cmp     x0, x2
     b.ne    78f
     VM_GOES_ON 78f
-    ldr     x3, [x1, #{KICK_VGIC}]
-    ldr     x4, [x1, #{SGI_VCPU}]
     TAKE_POSTED_HINT 78f
-    // The SGI's bit in the vCPU's byte of the posted word (vgic::posted_sgi_bit).
-    and     x6, x5, #7
-    mov     x7, #1
-    lsl     x7, x7, x6
     add     x2, x3, #{POSTED_AT}
     TAKE_POSTED_BYTE 78f
     // ICH_LR<n>_EL2 (n: VectorCalls::again_lr) = x5, by one entry of two instructions each.
@@ -708,8 +708,6 @@ kick_in_vector_v2:
     cmp     x0, x2
     b.ne    78f
     VM_GOES_ON 78f
-    ldr     x3, [x1, #{KICK_VGIC}]
-    ldr     x4, [x1, #{SGI_VCPU}]
     TAKE_POSTED_HINT 78f
     // The source (GICH_LR<n>.CPUID, bits [12:10]); no other source's word in the posted
     // word (a bit per source) may hold a post for this vCPU.
@@ -734,9 +732,6 @@ kick_in_vector_v2:
     ubfx    x6, x5, #10, #3
     add     x2, x3, #{POSTED_BY_AT}
     add     x2, x2, x6, lsl #3
-    and     x6, x5, #7
-    mov     x7, #1
-    lsl     x7, x7, x6
     TAKE_POSTED_BYTE 78f
     ldr     x0, [x1, #{AGAIN_LR}]
     ldr     x2, [x1, #{KICK_GICH}]
