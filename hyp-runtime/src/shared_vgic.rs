@@ -94,14 +94,20 @@ impl<A: Arch> VgicHandle<A> {
         vgic
     }
 
-    /// The posted SGIs made pending in the distributor. Each target that got one and runs
-    /// on another CPU has its hint made `HINT_CHANGED`: its vector, which takes a kick itself
+    /// The posted SGIs made pending in the distributor. Each target that gets one and runs on
+    /// another CPU has its hint made `HINT_CHANGED`: its vector, which takes a kick itself
     /// only for a hint of posts alone and finds the posts it takes in the posted words, must
-    /// not take a later post's hint for these, which are no longer there (docs/vgic.md, "The
-    /// same SGI shown again in the vector"). A target on this CPU is in its run loop, which
-    /// holds this lock.
+    /// not take a later post's hint past these, which are no longer there (docs/vgic.md, "The
+    /// same SGI shown again in the vector"). The targets seen before the posts are taken are
+    /// hinted before: a vector that took its hint earlier still finds the posts (and takes
+    /// them itself, or leaves them). A post made between that look and the take is hinted
+    /// after, and its target kicked again: its vector may have taken the hint in between.
+    /// A target on this CPU is in its run loop, which holds this lock.
     #[inline(never)]
     fn deliver_posted(&self, vgic: &mut Distributor) {
+        let here = A::current_cpu();
+        let before = self.posted_targets();
+        self.hint_changed(before, here);
         let posted = self.posted.swap(0, Ordering::Acquire);
         let mut targets = 0u64;
         if !self.per_source {
@@ -116,13 +122,34 @@ impl<A: Arch> VgicHandle<A> {
                 }
             }
         }
-        let here = A::current_cpu();
-        for (v, hint) in self.hints.iter().enumerate() {
-            let got = targets >> (v * vgic::POSTED_SGIS as usize) & 0xff != 0;
-            if got && self.running_on[v].load(Ordering::Relaxed) != here {
+        let late = self.hint_changed(vcpus_of(targets) & !before, here);
+        self.kick(late);
+    }
+
+    /// The vCPUs the posted words hold posts for now.
+    fn posted_targets(&self) -> u32 {
+        let posted = self.posted.load(Ordering::Acquire);
+        if !self.per_source {
+            return vcpus_of(posted);
+        }
+        VcpuMask(posted)
+            .iter()
+            .filter_map(|source| self.posted_by.get(source))
+            .fold(0, |vcpus, by| vcpus | vcpus_of(by.load(Ordering::Acquire)))
+    }
+
+    /// `HINT_CHANGED` for the vCPUs in `vcpus` that run on another CPU than `here`; returns
+    /// them.
+    fn hint_changed(&self, vcpus: u32, here: usize) -> u32 {
+        let mut hinted = 0;
+        for v in VcpuMask(u64::from(vcpus)).iter() {
+            let (Some(hint), Some(cpu)) = (self.hints.get(v), self.running_on.get(v)) else { continue };
+            if cpu.load(Ordering::Relaxed) != here {
                 hint.store(HINT_CHANGED, Ordering::Release);
+                hinted |= 1 << v;
             }
         }
+        hinted
     }
 
     /// SGI `intid` for vCPU `vcpu` from vCPU `source`, from a write that names `vcpu` alone
@@ -251,6 +278,11 @@ impl<A: Arch> VgicHandle<A> {
 }
 
 pub type SharedVgic<A> = Arc<VgicHandle<A>>;
+
+/// The vCPUs a posted word names (8 bits a vCPU: vgic::posted_sgi_bit).
+fn vcpus_of(posted: u64) -> u32 {
+    (0..MAX_VCPUS).filter(|&v| posted >> (v * vgic::POSTED_SGIS as usize) & 0xff != 0).fold(0, |m, v| m | 1 << v)
+}
 
 /// A vCPU's hint: something else changed for it (any change of its interrupts, stored over
 /// whatever was there: the run loop, which takes it, also delivers what was posted).
