@@ -67,13 +67,14 @@ pub struct VectorCalls {
     pub sgi_board_sgir: AtomicUsize,
     /// What the vector takes a kick with itself (`KickInVector`; docs/vgic.md, "The same
     /// SGI shown again in the vector"): the code that does (0: every kick goes to the run
-    /// loop), the VM's vGIC, the vCPU's counter of kicks, the VM's `ending` and
-    /// `device_work` flags, the empty status (ICH_ELRSR_EL2 or GICH_ELRSR0) of every
-    /// implemented list register, and on a GICv2 its CPU interface and list-register frames.
+    /// loop), the vCPU's counter of kicks, the VM's `ending` and `device_work` flags, the
+    /// empty status (ICH_ELRSR_EL2 or GICH_ELRSR0) of every implemented list register, and
+    /// on a GICv2 its CPU interface and list-register frames. The VM's vGIC is the one its
+    /// SGIs are posted with (`sgi1r_vgic`, `sgir_vgic`): a kick is taken only for a vCPU
+    /// that posts.
     pub kick_entry: AtomicUsize,
     pub kick_gicc: AtomicUsize,
     pub kick_gich: AtomicUsize,
-    pub kick_vgic: AtomicPtr<()>,
     pub kick_exits: AtomicPtr<AtomicU64>,
     pub kick_ending: AtomicPtr<AtomicBool>,
     pub kick_device_work: AtomicPtr<AtomicBool>,
@@ -89,14 +90,13 @@ pub struct VectorCalls {
 }
 
 /// What the AArch64 vector needs to take a kick for a posted SGI itself (`VectorCalls`'
-/// `kick_*`): the VM's vGIC, the vCPU's counter of kicks, the flags the run loop checks
-/// before each entry, and the empty status of a full set of list registers.
+/// `kick_*`), beside the vCPU's `SgiPosting`: the vCPU's counter of kicks, the flags the
+/// run loop checks before each entry, and the empty status of a full set of list registers.
 #[derive(Clone, Copy)]
 pub struct KickInVector<'a> {
     pub entry: usize,
     /// A GICv2's GICC and GICH frames.
     pub gicv2: Option<(usize, usize)>,
-    pub vgic: *const (),
     pub exits: &'a AtomicU64,
     pub ending: &'a AtomicBool,
     pub device_work: &'a AtomicBool,
@@ -147,7 +147,6 @@ impl VectorCalls {
             kick_entry: AtomicUsize::new(0),
             kick_gicc: AtomicUsize::new(0),
             kick_gich: AtomicUsize::new(0),
-            kick_vgic: AtomicPtr::new(core::ptr::null_mut()),
             kick_exits: AtomicPtr::new(core::ptr::from_ref(&NO_VCPU_EXITS).cast_mut()),
             kick_ending: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
             kick_device_work: AtomicPtr::new(core::ptr::from_ref(&NO_FLAG).cast_mut()),
@@ -194,15 +193,14 @@ impl VectorCalls {
         let (entry, (gicc, gich)) = kick.map_or((0, (0, 0)), |k| (k.entry, k.gicv2.unwrap_or((0, 0))));
         self.kick_gicc.store(gicc, Ordering::Relaxed);
         self.kick_gich.store(gich, Ordering::Relaxed);
-        let (vgic, exits, ending, device_work, all_empty) = match kick {
-            Some(k) => (k.vgic, k.exits, k.ending, k.device_work, k.all_empty),
-            None => (none, &NO_VCPU_EXITS, &NO_FLAG, &NO_FLAG, 0),
+        let (exits, ending, device_work, all_empty) = match kick {
+            Some(k) => (k.exits, k.ending, k.device_work, k.all_empty),
+            None => (&NO_VCPU_EXITS, &NO_FLAG, &NO_FLAG, 0),
         };
         self.kick_exits.store(core::ptr::from_ref(exits).cast_mut(), Ordering::Relaxed);
         self.kick_ending.store(core::ptr::from_ref(ending).cast_mut(), Ordering::Relaxed);
         self.kick_device_work.store(core::ptr::from_ref(device_work).cast_mut(), Ordering::Relaxed);
         self.kick_all_empty.store(all_empty, Ordering::Relaxed);
-        self.kick_vgic.store(vgic.cast_mut(), Ordering::Relaxed);
         self.kick_entry.store(entry, Ordering::Relaxed);
     }
 
@@ -215,13 +213,11 @@ impl VectorCalls {
         self.again_value.store(value, Ordering::Relaxed);
     }
 
-    /// An interrupt the vector acknowledged and left to the run loop, taken (once).
-    #[inline(always)]
+    /// An interrupt the vector acknowledged and left to the run loop, taken (once). The
+    /// image looks at `acknowledged` before it calls this (`left_by_vector`).
     pub fn take_acknowledged(&self) -> Option<u32> {
-        if self.acknowledged.load(Ordering::Relaxed) == 0 {
-            return None;
-        }
-        Some(self.acknowledged.swap(0, Ordering::Relaxed) as u32)
+        let left = self.acknowledged.swap(0, Ordering::Relaxed);
+        (left != 0).then_some(left as u32)
     }
 
     /// The vCPU on this CPU was just told `function` is unknown.
@@ -271,8 +267,6 @@ pub const VECTOR_CALLS_KICK_GICC: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_gicc);
 pub const VECTOR_CALLS_KICK_GICH: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_gich);
-pub const VECTOR_CALLS_KICK_VGIC: usize =
-    core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_vgic);
 pub const VECTOR_CALLS_KICK_EXITS: usize =
     core::mem::offset_of!(PerCpu, vector_calls) + core::mem::offset_of!(VectorCalls, kick_exits);
 pub const VECTOR_CALLS_KICK_ENDING: usize =
@@ -510,11 +504,9 @@ mod vector_calls_tests {
     fn what_the_vector_takes_a_kick_with_is_the_loaded_vcpu_s_alone() {
         let calls = VectorCalls::unloaded();
         let (exits, ending, work) = (AtomicU64::new(0), AtomicBool::new(false), AtomicBool::new(false));
-        let vgic = 0x1000 as *const ();
         let kick = KickInVector {
             entry: 0x4000,
             gicv2: Some((0x801_0000, 0x803_0000)),
-            vgic,
             exits: &exits,
             ending: &ending,
             device_work: &work,
@@ -522,7 +514,6 @@ mod vector_calls_tests {
         };
         calls.load([&exits; 2], &NO_CONTROL_WORDS, None, None, Some(kick));
         assert_eq!(calls.kick_entry.load(Ordering::Relaxed), 0x4000);
-        assert_eq!(calls.kick_vgic.load(Ordering::Relaxed).cast_const(), vgic);
         assert_eq!(calls.kick_gich.load(Ordering::Relaxed), 0x803_0000);
         assert_eq!(calls.kick_all_empty.load(Ordering::Relaxed), 0xf);
         calls.list_registers(true, Some((2, 0x4000_0000_0000_0003)));
@@ -533,7 +524,6 @@ mod vector_calls_tests {
         assert_eq!(calls.again_value.load(Ordering::Relaxed), 0, "no register value left from the last vCPU");
         assert_eq!(calls.list_registers_in_use.load(Ordering::Relaxed), 0);
         assert_eq!(calls.kick_entry.load(Ordering::Relaxed), 0, "every kick to the run loop");
-        assert!(calls.kick_vgic.load(Ordering::Relaxed).is_null());
         assert_eq!((calls.kick_gicc.load(Ordering::Relaxed), calls.kick_gich.load(Ordering::Relaxed)), (0, 0));
         // No vCPU: the flags the vector would check say the VM is ending.
         calls.load([&exits; 2], &NO_CONTROL_WORDS, None, None, Some(kick));

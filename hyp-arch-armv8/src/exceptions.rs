@@ -217,11 +217,17 @@ global_asm!(
     cbnz    w0, \fail
 .endm
 
-// The vCPU's hint taken if it is HINT_POSTED alone, by an exclusive pair with an acquire;
-// else to \fail with the monitor cleared. x1: PerCpu; out: x3 the VM's vGIC, x4 the vCPU.
-// x0, x2 clobbered.
-.macro TAKE_POSTED_HINT fail
-    ldr     x3, [x1, #{KICK_VGIC}]
+// With x0 the list registers' empty status (x1: PerCpu): to \fail unless every one is
+// empty, the VM goes on (VM_GOES_ON) and the vCPU's hint, taken by an exclusive pair with
+// an acquire, was HINT_POSTED alone (else the monitor cleared). The VM's vGIC is the one
+// the vCPU posts with, at \vgic_at in PerCpu (SGI1R_VGIC or SGIR_VGIC). Out: x3 the
+// vGIC, x4 the vCPU. x0, x2 clobbered.
+.macro A_KICK_FOR_A_POST vgic_at, fail
+    ldr     x2, [x1, #{KICK_ALL_EMPTY}]
+    cmp     x0, x2
+    b.ne    \fail
+    VM_GOES_ON \fail
+    ldr     x3, [x1, #\vgic_at]
     ldr     x4, [x1, #{SGI_VCPU}]
     add     x2, x3, #{HINTS_AT}
     add     x2, x2, x4
@@ -659,11 +665,7 @@ kick_in_vector:
     ldr     x5, [x1, #{AGAIN_VALUE}]
     cbz     x5, 78f
     mrs     x0, ich_elrsr_el2
-    ldr     x2, [x1, #{KICK_ALL_EMPTY}]
-    cmp     x0, x2
-    b.ne    78f
-    VM_GOES_ON 78f
-    TAKE_POSTED_HINT 78f
+    A_KICK_FOR_A_POST {SGI1R_VGIC}, 78f
     add     x2, x3, #{POSTED_AT}
     TAKE_POSTED_BYTE 78f
     // ICH_LR<n>_EL2 (n: VectorCalls::again_lr) = x5, by one entry of two instructions each.
@@ -704,11 +706,7 @@ kick_in_vector_v2:
     cbz     x5, 78f
     ldr     x2, [x1, #{KICK_GICH}]
     ldr     w0, [x2, #{GICH_ELRSR0}]
-    ldr     x2, [x1, #{KICK_ALL_EMPTY}]
-    cmp     x0, x2
-    b.ne    78f
-    VM_GOES_ON 78f
-    TAKE_POSTED_HINT 78f
+    A_KICK_FOR_A_POST {SGIR_VGIC}, 78f
     // The source (GICH_LR<n>.CPUID, bits [12:10]); no other source's word in the posted
     // word (a bit per source) may hold a post for this vCPU.
     ubfx    x6, x5, #10, #3
@@ -815,7 +813,6 @@ return_to_run_loop:
     KICK_SGI = const crate::gic::KICK_SGI,
     EXIT_IRQ = const EXIT_IRQ,
     HINT_POSTED = const hyp_runtime::shared_vgic::HINT_POSTED,
-    KICK_VGIC = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_VGIC,
     KICK_ENTRY = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_ENTRY,
     KICK_GICC = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_GICC,
     KICK_GICH = const hyp_arch_arm::cpus::VECTOR_CALLS_KICK_GICH,

@@ -302,10 +302,9 @@ impl VcpuCpu for OnCpu {
         // vector"), by the code for its GIC.
         let count = vgic::ListRegisters::count(&self.lrs);
         let gicv2 = crate::gic::GIC.gicc_address().zip(hyp_arch_arm::image::gich_address());
-        let kicks = posting.filter(|p| !kick.shared && p.gicd_sgir == gicv2.is_some()).map(|p| KickInVector {
+        let kicks = posting.filter(|p| !kick.shared && p.gicd_sgir == gicv2.is_some()).map(|_| KickInVector {
             entry: crate::exceptions::kick_entry(gicv2.is_some()),
             gicv2,
-            vgic: p.vgic,
             exits: exits.reason_counter(ExitReason::Kick),
             ending: kick.ending,
             device_work: kick.device_work,
