@@ -320,6 +320,10 @@ pub fn run_vcpu<C: VcpuCpu>(
     // Whether a pinned vCPU of a GICv2 VM has its WFI trapped for its timer
     // (`timer_due_at_wait`): from its timer's interrupt until a WFI finds the timer not due.
     let mut watch_timer = false;
+    // Whether the last exit left its list registers to the next one (a watched WFI that
+    // found the timer not due): the record is then the exit before's, and a plan before
+    // the next exit takes them back first.
+    let mut take_back_deferred = false;
     loop {
         if core.is_ending() {
             return stop(vm, vcpu, &mut here);
@@ -334,6 +338,9 @@ pub fn run_vcpu<C: VcpuCpu>(
         // The common case, nothing in flight and nothing new: one load, no lock. The hint
         // is taken whatever else asks for a plan, or the next entry would plan again.
         let hinted = core.vgic.take_hint(vcpu);
+        if hinted && core::mem::take(&mut take_back_deferred) {
+            take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+        }
         if lrs_changed || timer_fired || hinted {
             // The vCPU's own list-register state, then the VM's vGIC (shared_vgic, "Locks").
             let mut lists = core.vgic.lists.get(vcpu).unwrap_or(&NO_LISTS).lock();
@@ -352,14 +359,17 @@ pub fn run_vcpu<C: VcpuCpu>(
         let exit_kind = here.run_guest(&mut registers, &in_vector);
         lrs_changed = false;
         // An interrupt exit takes its list registers back in its arm below. A WFI watched
-        // for the timer (`timer_due_at_wait`) that finds it not due needs nothing of them:
+        // for the timer (`timer_due_at_wait`) that finds it not due needs nothing of them
+        // unless something asks for a plan before the next exit (`take_back_deferred`):
         // the one the guest completed is taken back at the next exit (the next tick's, in
         // one step), as when the WFI does not trap.
-        if lrs_in_use
-            && !matches!(exit_kind, GuestExit::Interrupt)
-            && !(watch_timer && wfx_with_timer_low::<C>(&exit_kind))
-        {
-            take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+        take_back_deferred = false;
+        if lrs_in_use && !matches!(exit_kind, GuestExit::Interrupt) {
+            if watch_timer && wfx_with_timer_low::<C>(&exit_kind) {
+                take_back_deferred = true;
+            } else {
+                take_back_after_exit::<C>(core, vcpu, cpu, &mut here, &mut lrs_changed, &mut lrs_in_use);
+            }
         }
         match exit_kind {
             GuestExit::Sync => {

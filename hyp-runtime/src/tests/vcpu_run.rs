@@ -530,6 +530,49 @@ fn a_pinned_gicv2_vcpu_s_wfi_with_its_timer_not_due_leaves_its_list_registers_to
     assert!(!timer.pending && !timer.active, "taken back at the call's exit: {timer:?}");
 }
 
+/// The watched WFI leaves its list registers to the next exit, but a plan made before that
+/// exit (another vCPU's SGI hinted this one meanwhile) takes them back first: planned from
+/// the record of the exit before, an SGI the guest completed since was written back active
+/// and pending, which the guest never deactivates again, and every later SGI from that
+/// source waited behind it for good (a Linux VM with pinned vCPUs on a GICv2 stalled in
+/// `dd | sha256sum`: a task left on a CPU's wake list, docs/vgic.md).
+#[test]
+fn a_plan_after_a_watched_wfi_takes_back_what_the_guest_completed_first() {
+    let hypervisor = super::hypervisor::booted_on_gicv2();
+    HYPERVISOR.with(|h| h.set(Some(hypervisor)));
+    FakeArch::become_cpu(1);
+    take_events();
+    let vm = timer_for_vcpu_0(hypervisor);
+    // GICD_SGIR from vCPU 1: SGI 1 to vCPU 0 (CPUTargetList bit 0).
+    let sgi_from_vcpu_1 = |vm: &Vm<FakeEnv>| {
+        vm.vgic.write_distributor(1, vgic::GICD_SGIR, AccessWidth::Word, 1 << 16 | 1).unwrap();
+    };
+    sgi_from_vcpu_1(&vm);
+    // The guest acknowledges the SGI (list register 0, active), and its tick comes.
+    step(GuestExit::Interrupt, None, None);
+    last_step(|s| (s.ack, s.interrupt, s.timer) = (true, Some(27), Some((None, true))));
+    // Its handler ends the SGI, and it waits with its timer not due; meanwhile vCPU 1
+    // sends the same SGI again.
+    wfi();
+    last_step(|s| {
+        (s.deactivate, s.timer) = (true, Some((None, false)));
+        s.meanwhile = Some(sgi_from_vcpu_1);
+    });
+    hvc(SMCCC_VERSION);
+    hvc(PSCI_SYSTEM_OFF);
+    LR0_AT_ENTRY.with(|e| e.borrow_mut().clear());
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    let entries = LR0_AT_ENTRY.with(|e| std::mem::take(&mut *e.borrow_mut()));
+    // GICH_LR: State [29:28] (01 pending, 11 pending and active), CPUID [12:10], VirtualID.
+    let sgi_1_from_vcpu_1 = 1 << 10 | 1;
+    assert_eq!(entries[0] & 0x3fff_ffff, 1 << 28 | sgi_1_from_vcpu_1, "the first SGI, pending: {entries:x?}");
+    assert_eq!(
+        entries[2] & 0x3fff_ffff,
+        1 << 28 | sgi_1_from_vcpu_1,
+        "after the WFI: the second SGI pending, not pending and active: {entries:x?}"
+    );
+}
+
 /// VM 0's vGIC, locked, with its distributor's groups enabled and SPI 40 enabled, in Group 1,
 /// routed to vCPU 0 (the reset route).
 fn spi_40_for_vcpu_0(vm: &Vm<FakeEnv>) -> hyp_core::sync::MutexGuard<'_, vgic::Distributor> {
