@@ -361,7 +361,11 @@ impl VcpuCpu for FakeCpu {
 
 /// The booted fake hypervisor (VM 0: 2 vCPUs sharing CPU 1), as the fake CPU's, on CPU 1.
 fn hypervisor() -> &'static Hypervisor<FakeArch> {
-    let hypervisor = booted();
+    as_the_fake_cpu_s(booted())
+}
+
+/// `hypervisor` as the fake CPU's, on CPU 1, with no event left from its boot.
+fn as_the_fake_cpu_s(hypervisor: &'static Hypervisor<FakeArch>) -> &'static Hypervisor<FakeArch> {
     HYPERVISOR.with(|h| h.set(Some(hypervisor)));
     FakeArch::become_cpu(1);
     take_events();
@@ -463,10 +467,7 @@ fn a_shared_vcpu_that_waits_with_its_timer_due_gets_the_timer_s_interrupt_from_i
 #[test]
 fn a_pinned_vcpu_on_a_gicv2_that_waits_with_its_timer_due_gets_the_timer_s_interrupt() {
     for gic_v2 in [true, false] {
-        let hypervisor = if gic_v2 { super::hypervisor::booted_on_gicv2() } else { booted() };
-        HYPERVISOR.with(|h| h.set(Some(hypervisor)));
-        FakeArch::become_cpu(1);
-        take_events();
+        let hypervisor = as_the_fake_cpu_s(if gic_v2 { super::hypervisor::booted_on_gicv2() } else { booted() });
         let vm = timer_for_vcpu_0(hypervisor);
         assert_eq!(vm.gic_v3, !gic_v2);
         TIMER_PPI.with(|t| t.borrow_mut().clear());
@@ -509,10 +510,7 @@ thread_local! {
 /// does not trap, and that exit takes it back.
 #[test]
 fn a_pinned_gicv2_vcpu_s_wfi_with_its_timer_not_due_leaves_its_list_registers_to_the_next_exit() {
-    let hypervisor = super::hypervisor::booted_on_gicv2();
-    HYPERVISOR.with(|h| h.set(Some(hypervisor)));
-    FakeArch::become_cpu(1);
-    take_events();
+    let hypervisor = as_the_fake_cpu_s(super::hypervisor::booted_on_gicv2());
     let vm = timer_for_vcpu_0(hypervisor);
     // The tick; the guest's handler ends it with the next deadline in the future, then waits.
     step(GuestExit::Interrupt, None, None);
@@ -538,10 +536,7 @@ fn a_pinned_gicv2_vcpu_s_wfi_with_its_timer_not_due_leaves_its_list_registers_to
 /// `dd | sha256sum`: a task left on a CPU's wake list, docs/vgic.md).
 #[test]
 fn a_plan_after_a_watched_wfi_takes_back_what_the_guest_completed_first() {
-    let hypervisor = super::hypervisor::booted_on_gicv2();
-    HYPERVISOR.with(|h| h.set(Some(hypervisor)));
-    FakeArch::become_cpu(1);
-    take_events();
+    let hypervisor = as_the_fake_cpu_s(super::hypervisor::booted_on_gicv2());
     let vm = timer_for_vcpu_0(hypervisor);
     // GICD_SGIR from vCPU 1: SGI 1 to vCPU 0 (CPUTargetList bit 0).
     let sgi_from_vcpu_1 = |vm: &Vm<FakeEnv>| {
