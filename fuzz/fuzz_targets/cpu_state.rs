@@ -41,7 +41,15 @@ fuzz_target!(|input: Input| {
             Op::Sctlr { pc, old, new } => (CacheTrap::SctlrWrite { old, new }, pc),
             Op::OtherControl { pc } => (CacheTrap::OtherControlWrite, pc),
             Op::Debug { op1, crn, crm, op2, read, value } => {
-                let access = SysRegAccess { op0: 2, op1: op1 & 7, crn: crn & 15, crm: crm & 15, op2: op2 & 7, rt: 0, is_read: read };
+                let access = SysRegAccess {
+                    op0: 2,
+                    op1: op1 & 7,
+                    crn: crn & 15,
+                    crm: crm & 15,
+                    op2: op2 & 7,
+                    rt: 0,
+                    is_read: read,
+                };
                 let before = debug;
                 let result = debug.access(&access, value, geometry);
                 if result == DebugAccess::Undefined || read {

@@ -22,7 +22,8 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let seeds = GuestSeeds { rng_seed: [7; 32], kaslr_seed: 42 };
-    if let Ok(mut tree) = guest_fdt::with_chosen(data, "console=ttyAMA0", Some((0x4800_0000, 0x4900_0000)), Some(seeds)) {
+    if let Ok(mut tree) = guest_fdt::with_chosen(data, "console=ttyAMA0", Some((0x4800_0000, 0x4900_0000)), Some(seeds))
+    {
         let written = Fdt::new(&tree).expect("with_chosen wrote a device tree that does not read back");
         let bootargs = written.find_node("/chosen").and_then(|c| c.property("bootargs")).and_then(|p| p.as_str());
         assert_eq!(bootargs, Some("console=ttyAMA0"), "/chosen carries the command line it was given");

@@ -10,11 +10,11 @@ use arbitrary::Arbitrary;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{handle, Incident, IncidentLog, Outcome};
 use hyp_core::mmio::{Locked, MmioBus};
-use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegEnv, VmFeatures};
 use hyp_core::trap::aarch32::{decode, HypExit, Registers};
 use libfuzzer_sys::fuzz_target;
 use stage2::{Ipa, IpaRange};
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 
 struct Sink;
 impl ConsoleOutput for Sink {

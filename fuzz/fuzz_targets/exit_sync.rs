@@ -11,11 +11,11 @@ use arbitrary::Arbitrary;
 use hyp_core::debug_registers::DebugRegisters;
 use hyp_core::exit::{handle_sync, GuestContext, Incident, IncidentLog, Outcome, SyncExit};
 use hyp_core::mmio::{Locked, MmioBus};
-use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::syndrome::Syndrome;
 use hyp_core::sysreg::{Encoding, IdRegisters, SysRegEnv, VmFeatures};
 use libfuzzer_sys::fuzz_target;
 use stage2::{Ipa, IpaRange};
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 
 struct Sink;
 impl ConsoleOutput for Sink {

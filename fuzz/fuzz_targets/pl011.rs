@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use arbitrary::Arbitrary;
 use hyp_core::mmio::MmioDevice;
-use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 use hyp_core::syndrome::AccessWidth;
 use libfuzzer_sys::fuzz_target;
+use vdev::pl011::{ConsoleOutput, InterruptLine, Pl011};
 
 struct Sink;
 impl ConsoleOutput for Sink {

@@ -20,13 +20,20 @@ fuzz_target!(|input: Input| {
     ports.extend(input.macs.iter().take(16).map(|m| Port::Vm(*m)));
     let switch = Switch::new(ports.clone());
     let probe = |s: &Switch| -> Vec<Forward> {
-        (0..ports.len()).flat_map(|p| ports.iter().filter_map(|to| match to {
-            Port::Vm(Some(mac)) => {
-                let frame = [&mac[..], &[0x02, 0, 0, 0, 0, 9][..], &[8, 0]].concat();
-                Some(s.forward(PortId(p), &frame))
-            }
-            _ => None,
-        }).collect::<Vec<_>>()).collect()
+        (0..ports.len())
+            .flat_map(|p| {
+                ports
+                    .iter()
+                    .filter_map(|to| match to {
+                        Port::Vm(Some(mac)) => {
+                            let frame = [&mac[..], &[0x02, 0, 0, 0, 0, 9][..], &[8, 0]].concat();
+                            Some(s.forward(PortId(p), &frame))
+                        }
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     };
     let before = probe(&switch);
     for (port, frame) in input.frames.iter().take(256) {

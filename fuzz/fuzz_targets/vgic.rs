@@ -2,18 +2,37 @@
 //! banked GICv2 registers), SGIs, device lines, hardware mappings, and list register round
 //! trips with a guest that acknowledges and deactivates what it sees (and deactivates by
 //! INTID what no list register shows, which only EOIcount counts; with EOImode 1, by DIR,
-//! trapped on GICv3 while the hypervisor asks), on GICv3 and GICv2.
+//! trapped on GICv3 while the hypervisor asks), on GICv3 and GICv2; on a GICv3 with LPIs,
+//! its ITS's registers and command queue, the LPI configuration table in a RAM the input
+//! writes, and devices' MSIs.
 //! Checked: no panic; no list register beyond the implemented ones is touched; after every
 //! step, every interrupt that is not quiet is in the live masks (or it would never be
-//! shown: `Distributor::live_masks_cover_every_busy_interrupt`).
+//! shown: `Distributor::live_masks_cover_every_busy_interrupt`), and every LPI that is
+//! active is shown active by a list register (no EOI would end it otherwise: docs/vgic.md,
+//! "LPIs").
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
+use std::cell::RefCell;
+
 use vgic::{
-    Distributor, GicVersion, GichLr, IchLr, IntId, LineSampler, ListRegister, ListRegisters, LrState, Maintenance,
-    RetiredLines, SgiRegister, VcpuInterfaceState, VgicConfig,
+    Distributor, GicVersion, GichLr, GuestMemory, IchLr, IntId, LineSampler, ListRegister, ListRegisters, LrState,
+    Maintenance, OutsideRam, RetiredLines, SgiRegister, VcpuInterfaceState, VgicConfig, FIRST_LPI,
 };
+
+/// The VM's RAM the ITS's queue and the LPI configuration table are read from: 64 KiB at
+/// 0x4000_0000, written by the input.
+const RAM: u64 = 0x4000_0000;
+struct Ram(RefCell<Vec<u8>>);
+impl GuestMemory for Ram {
+    fn read(&self, ipa: u64, buf: &mut [u8]) -> Result<(), OutsideRam> {
+        let at = usize::try_from(ipa.checked_sub(RAM).ok_or(OutsideRam)?).map_err(|_| OutsideRam)?;
+        let ram = self.0.borrow();
+        buf.copy_from_slice(ram.get(at..at.checked_add(buf.len()).ok_or(OutsideRam)?).ok_or(OutsideRam)?);
+        Ok(())
+    }
+}
 
 /// List registers as the hardware keeps them, with a guest that takes and completes
 /// interrupts.
@@ -60,18 +79,20 @@ impl Lrs {
     /// The guest's EOI of `intid`: with EOImode 0 its deactivation; with EOImode 1 a
     /// priority drop, counted all the same when no list register shows it (as QEMU does).
     fn end(&mut self, intid: u32) {
-        if !self.eoi_split {
+        if !self.eoi_split || intid >= FIRST_LPI {
+            // An LPI's EOI deactivates it whatever the EOImode (QEMU's icv_eoir_write).
             self.deactivate(intid);
         } else if self.shown_active(intid).is_none() {
             self.eoi_count = (self.eoi_count + 1) % 32;
         }
     }
     /// Deactivates `intid` (an EOI with EOImode 0, a DIR with EOImode 1): the list register
-    /// that shows it active, or the count when none does.
+    /// that shows it active, or the count when none does (but for an LPI, as QEMU does).
     fn deactivate(&mut self, intid: u32) {
         match self.shown_active(intid) {
             Some(i) if self.decode(i).state == LrState::PendingActive => self.set_state(i, LrState::Pending),
             Some(i) => self.set_state(i, LrState::Invalid),
+            None if intid >= FIRST_LPI => {}
             None => self.eoi_count = (self.eoi_count + 1) % 32,
         }
     }
@@ -128,23 +149,87 @@ impl LineSampler for Sampler {
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Read { vcpu: u8, offset: u16, width: u8 },
-    Write { vcpu: u8, offset: u16, width: u8, value: u64 },
-    ReadRedistributor { offset: u32, width: u8 },
-    WriteRedistributor { offset: u32, width: u8, value: u64 },
-    Sgi { source: u8, register: u8, value: u64 },
-    Level { intid: u16, vcpu: u8, high: bool },
-    Edge { intid: u16, vcpu: u8 },
-    Hw { intid: u16, vcpu: u8, physical: Option<u16> },
+    Read {
+        vcpu: u8,
+        offset: u16,
+        width: u8,
+    },
+    Write {
+        vcpu: u8,
+        offset: u16,
+        width: u8,
+        value: u64,
+    },
+    ReadRedistributor {
+        offset: u32,
+        width: u8,
+    },
+    WriteRedistributor {
+        offset: u32,
+        width: u8,
+        value: u64,
+    },
+    Sgi {
+        source: u8,
+        register: u8,
+        value: u64,
+    },
+    Level {
+        intid: u16,
+        vcpu: u8,
+        high: bool,
+    },
+    Edge {
+        intid: u16,
+        vcpu: u8,
+    },
+    Hw {
+        intid: u16,
+        vcpu: u8,
+        physical: Option<u16>,
+    },
     /// Entry, the guest's turn on list register `lr`, exit (with the lines sampled so).
-    Run { vcpu: u8, lr: u8, line_high: bool },
+    Run {
+        vcpu: u8,
+        lr: u8,
+        line_high: bool,
+    },
     /// Entry, the guest's EOI of `intid`, exit.
-    End { vcpu: u8, intid: u16 },
+    End {
+        vcpu: u8,
+        intid: u16,
+    },
     /// Entry, the guest's DIR of `value` (trapped, or done by the CPU interface), exit.
-    Dir { vcpu: u8, value: u64 },
+    Dir {
+        vcpu: u8,
+        value: u64,
+    },
     /// The guest's EOImode (ICC_CTLR_EL1.EOImode, ICH_VMCR_EL2.VEOIM).
-    EoiMode { vcpu: u8, split: bool },
-    Put { vcpu: u8 },
+    EoiMode {
+        vcpu: u8,
+        split: bool,
+    },
+    Put {
+        vcpu: u8,
+    },
+    ReadIts {
+        offset: u32,
+        width: u8,
+    },
+    WriteIts {
+        offset: u32,
+        width: u8,
+        value: u64,
+    },
+    /// Eight bytes of the RAM: a command, a configuration byte.
+    Ram {
+        at: u16,
+        bytes: [u8; 8],
+    },
+    Msi {
+        device: u16,
+        event: u16,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -152,6 +237,7 @@ struct Input {
     v3: bool,
     vcpus: u8,
     spis: u16,
+    lpis: u8,
     list_registers: u8,
     ops: Vec<Op>,
 }
@@ -162,8 +248,11 @@ fn width(w: u8) -> usize {
 
 fuzz_target!(|input: Input| {
     let version = if input.v3 { GicVersion::V3 } else { GicVersion::V2 };
-    let config = VgicConfig { version, vcpus: usize::from(input.vcpus % 9), spis: usize::from(input.spis % 1100) };
+    let lpis = if input.v3 { usize::from(input.lpis % 65) } else { 0 };
+    let config =
+        VgicConfig { version, vcpus: usize::from(input.vcpus % 9), spis: usize::from(input.spis % 1100), lpis };
     let Ok(mut g) = Distributor::new(config) else { return };
+    let ram = Ram(RefCell::new(vec![0; 0x1_0000]));
     let mut lrs: Vec<Lrs> = (0..config.vcpus)
         .map(|_| Lrs {
             version,
@@ -188,7 +277,7 @@ fuzz_target!(|input: Input| {
                 let _ = g.read_redistributor(u64::from(offset), width(w));
             }
             Op::WriteRedistributor { offset, width: w, value } => {
-                let _ = g.write_redistributor(u64::from(offset), width(w), value);
+                let _ = g.write_redistributor_in(u64::from(offset), width(w), value, &ram);
             }
             Op::Sgi { source, register, value } => {
                 let register = [SgiRegister::Sgi1r, SgiRegister::Asgi1r, SgiRegister::Sgi0r][usize::from(register % 3)];
@@ -230,9 +319,30 @@ fuzz_target!(|input: Input| {
                     let _ = g.put(v, state, l);
                 }
             }
+            Op::ReadIts { offset, width: w } => {
+                let _ = g.read_its(u64::from(offset), width(w));
+            }
+            Op::WriteIts { offset, width: w, value } => {
+                let _ = g.write_its(u64::from(offset), width(w), value, &ram);
+            }
+            Op::Ram { at, bytes } => {
+                let at = usize::from(at) & !7;
+                ram.0.borrow_mut()[at..at + 8].copy_from_slice(&bytes);
+            }
+            Op::Msi { device, event } => {
+                let _ = g.send_msi(u32::from(device), u32::from(event));
+            }
         }
         let _ = g.take_kicks();
         assert!(g.live_masks_cover_every_busy_interrupt(), "an interrupt that is not quiet fell out of the live masks");
+        for lpi in (FIRST_LPI..).take(lpis) {
+            if g.interrupt(0, IntId(lpi)).is_ok_and(|s| s.active) {
+                assert!(
+                    lrs.iter().any(|l| l.shown_active(lpi).is_some()),
+                    "LPI {lpi} active with no list register showing it"
+                );
+            }
+        }
     }
 });
 

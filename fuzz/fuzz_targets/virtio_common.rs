@@ -13,11 +13,23 @@ pub const RAM_SIZE: usize = 64 << 10;
 
 #[derive(Arbitrary, Debug)]
 pub enum Op {
-    Read { offset: u16, width: u8 },
-    Write { offset: u16, width: u8, value: u64 },
-    Notify { queue: u8 },
+    Read {
+        offset: u16,
+        width: u8,
+    },
+    Write {
+        offset: u16,
+        width: u8,
+        value: u64,
+    },
+    Notify {
+        queue: u8,
+    },
     /// The guest changes its RAM (descriptors, rings, buffers), even while the device reads.
-    Poke { at: u16, bytes: Vec<u8> },
+    Poke {
+        at: u16,
+        bytes: Vec<u8>,
+    },
     Continue,
     /// For the device's own extra input (a received frame, typed bytes).
     Input(Vec<u8>),

@@ -24,7 +24,12 @@ fuzz_target!(|input: common::Input| {
     let written = Rc::new(Cell::new(0));
     let counter = Rc::clone(&written);
     // The budget is per turn: the count starts again at every operation.
-    common::run(VirtioConsole::new(Screen(counter)), &input, move || written.set(0), |mmio, mem, bytes| {
-        let _ = mmio.receive_input(mem, bytes);
-    });
+    common::run(
+        VirtioConsole::new(Screen(counter)),
+        &input,
+        move || written.set(0),
+        |mmio, mem, bytes| {
+            let _ = mmio.receive_input(mem, bytes);
+        },
+    );
 });

@@ -18,7 +18,12 @@ impl NetBackend for Wire {
 }
 
 fuzz_target!(|input: common::Input| {
-    common::run(VirtioNet::new([0x52, 0x54, 0, 0x12, 0x35, 0x10], Wire), &input, || {}, |mmio, mem, frame| {
-        let _ = mmio.receive_frame(mem, frame);
-    });
+    common::run(
+        VirtioNet::new([0x52, 0x54, 0, 0x12, 0x35, 0x10], Wire),
+        &input,
+        || {},
+        |mmio, mem, frame| {
+            let _ = mmio.receive_frame(mem, frame);
+        },
+    );
 });

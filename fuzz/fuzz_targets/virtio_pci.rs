@@ -18,12 +18,29 @@ const RAM_SIZE: usize = 64 << 10;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    ConfigRead { offset: u16, width: u8 },
-    ConfigWrite { offset: u16, width: u8, value: u32 },
-    BarRead { offset: u16, width: u8 },
-    BarWrite { offset: u16, width: u8, value: u64 },
+    ConfigRead {
+        offset: u16,
+        width: u8,
+    },
+    ConfigWrite {
+        offset: u16,
+        width: u8,
+        value: u32,
+    },
+    BarRead {
+        offset: u16,
+        width: u8,
+    },
+    BarWrite {
+        offset: u16,
+        width: u8,
+        value: u64,
+    },
     /// The guest changes its RAM (descriptors, rings, buffers), even while the device reads.
-    Poke { at: u16, bytes: Vec<u8> },
+    Poke {
+        at: u16,
+        bytes: Vec<u8>,
+    },
     /// A side core's pass (`polled` set on the first one).
     Poll,
     Continue,

@@ -118,9 +118,10 @@ impl GuestPassthrough {
 }
 
 /// A generic ECAM PCI host bridge (Documentation/devicetree/bindings/pci/host-generic-pci.yaml)
-/// whose functions send their MSIs to the GIC: a GICv3's doorbell for message-based SPIs
-/// (arm,gic-v3 `msi-controller` and `mbi-ranges`), a GICv2's GICv2m frame (an
-/// `arm,gic-v2m-frame` child of the GIC's node).
+/// whose functions send their MSIs to the GIC: a GICv3's ITS (an `arm,gic-v3-its` child of
+/// the GIC's node, each function's requester ID its DeviceID through `msi-map`), else a
+/// GICv3's doorbell for message-based SPIs (arm,gic-v3 `msi-controller` and
+/// `mbi-ranges`), a GICv2's GICv2m frame (an `arm,gic-v2m-frame` child of the GIC's node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GuestPci {
     /// Bus 0's configuration space.
@@ -134,6 +135,8 @@ pub struct GuestPci {
     pub mbi_count: u32,
     /// With a GICv2: the GICv2m frame's address (its MSI_TYPER names the SPIs).
     pub v2m: Option<u64>,
+    /// With a GICv3: its ITS's address, if it has one.
+    pub its: Option<u64>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -155,6 +158,8 @@ const CLOCK_PHANDLE: u32 = 2;
 const LLC_PHANDLE: u32 = 3;
 /// A GICv2's GICv2m frame, the PCI host bridge's `msi-parent` (a GICv3's is the GIC).
 const V2M_PHANDLE: u32 = 4;
+/// A GICv3's ITS, the PCI host bridge's `msi-map` target.
+const ITS_PHANDLE: u32 = 5;
 /// The fixed clock of passthrough device n (`clock_hz`) is phandle `DEVICE_CLOCK_PHANDLE + n`.
 const DEVICE_CLOCK_PHANDLE: u32 = 16;
 /// Interrupt specifier types and flags (dt-bindings/interrupt-controller/arm-gic.h).
@@ -256,6 +261,19 @@ pub fn build(p: &GuestPlatform) -> Result<Vec<u8>, GuestFdtError> {
     f.property_phandle(GIC_PHANDLE).map_err(err)?;
     match (&p.pci, p.gic) {
         (None, _) => {}
+        (Some(GuestPci { its: Some(base), .. }), GuestGic::V3 { .. }) => {
+            // The ITS is a child of the GIC's node, its address one to one (`ranges`).
+            f.property_u32("#address-cells", 2).map_err(err)?;
+            f.property_u32("#size-cells", 2).map_err(err)?;
+            f.property_null("ranges").map_err(err)?;
+            let its = f.begin_node(&format!("msi-controller@{base:x}")).map_err(err)?;
+            f.property_string("compatible", "arm,gic-v3-its").map_err(err)?;
+            f.property_null("msi-controller").map_err(err)?;
+            f.property_u32("#msi-cells", 1).map_err(err)?;
+            f.property_array_u64("reg", &reg(*base, 0x2_0000)).map_err(err)?;
+            f.property_phandle(ITS_PHANDLE).map_err(err)?;
+            f.end_node(its).map_err(err)?;
+        }
         (Some(pci), GuestGic::V3 { .. }) => {
             f.property_null("msi-controller").map_err(err)?;
             f.property_array_u32("mbi-ranges", &[pci.mbi_first_intid, pci.mbi_count]).map_err(err)?;
@@ -343,7 +361,13 @@ fn write_pci(f: &mut FdtWriter, pci: &GuestPci) -> Result<(), GuestFdtError> {
     let [mmio_hi, mmio_lo] = split(pci.mmio);
     let [size_hi, size_lo] = split(pci.mmio_size);
     f.property_array_u32("ranges", &[MEMORY_32, mmio_hi, mmio_lo, mmio_hi, mmio_lo, size_hi, size_lo]).map_err(err)?;
-    f.property_u32("msi-parent", if pci.v2m.is_some() { V2M_PHANDLE } else { GIC_PHANDLE }).map_err(err)?;
+    match (pci.its, pci.v2m) {
+        // Requester IDs 0 to 0xffff are DeviceIDs 0 to 0xffff (rid-base, its phandle,
+        // msi-base, length: Documentation/devicetree/bindings/pci/pci-msi.txt).
+        (Some(_), _) => f.property_array_u32("msi-map", &[0, ITS_PHANDLE, 0, 0x1_0000]).map_err(err)?,
+        (None, Some(_)) => f.property_u32("msi-parent", V2M_PHANDLE).map_err(err)?,
+        (None, None) => f.property_u32("msi-parent", GIC_PHANDLE).map_err(err)?,
+    }
     f.property_null("dma-coherent").map_err(err)?;
     f.end_node(node).map_err(err)
 }
@@ -553,6 +577,7 @@ mod tests {
             mbi_first_intid: 96,
             mbi_count: 32,
             v2m: None,
+            its: None,
         };
         let v3 = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
         let blob = build(&GuestPlatform { pci: Some(pci), virtio_mmio: Vec::new(), ..virt(v3, 2) }).unwrap();
@@ -592,6 +617,34 @@ mod tests {
         let blob = build(&virt(v3, 1)).unwrap();
         let gic = Fdt::new(&blob).unwrap().find_compatible(&["arm,gic-v3"]).unwrap();
         assert!(gic.property("msi-controller").is_none(), "no doorbell without PCI");
+    }
+
+    #[test]
+    fn a_gicv3_with_an_its_takes_the_functions_msis_by_their_requester_ids() {
+        let pci = GuestPci {
+            ecam: 0x0a10_0000,
+            ecam_size: 0x10_0000,
+            mmio: 0x0a20_0000,
+            mmio_size: 0x10_0000,
+            mbi_first_intid: 96,
+            mbi_count: 32,
+            v2m: None,
+            its: Some(0x0808_0000),
+        };
+        let v3 = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
+        let blob = build(&GuestPlatform { pci: Some(pci), virtio_mmio: Vec::new(), ..virt(v3, 2) }).unwrap();
+        let fdt = Fdt::new(&blob).unwrap();
+        let its = fdt.find_compatible(&["arm,gic-v3-its"]).unwrap();
+        assert_eq!(its.name, "msi-controller@8080000");
+        assert!(its.property("msi-controller").is_some());
+        assert_eq!(cells(&its, "#msi-cells"), [1]);
+        assert_eq!(its.physical_reg().next().map(|r| (r.address, r.size)), Some((0x0808_0000, Some(0x2_0000))));
+        let gic = fdt.find_compatible(&["arm,gic-v3"]).unwrap();
+        assert!(gic.property("mbi-ranges").is_none() && gic.property("msi-controller").is_none(), "one MSI controller");
+        let bridge = fdt.find_compatible(&["pci-host-ecam-generic"]).unwrap();
+        assert!(bridge.property("msi-parent").is_none());
+        let phandle = cells(&its, "phandle")[0];
+        assert_eq!(cells(&bridge, "msi-map"), [0, phandle, 0, 0x1_0000], "requester ID n is DeviceID n");
     }
 
     #[test]

@@ -18,6 +18,10 @@ pub const GICR_IPA: u64 = 0x080a_0000;
 /// `virt` has its own), one page.
 pub const GICV2M_IPA: u64 = 0x0802_0000;
 pub const GICV2M_SIZE: u64 = 0x1000;
+/// GICv3 with the PCI transport: the ITS its devices' MSIs go to (where QEMU's `virt` has
+/// its own), a control frame and a translation frame of 64 KiB each.
+pub const ITS_IPA: u64 = 0x0808_0000;
+pub const ITS_SIZE: u64 = 0x2_0000;
 /// The PL011 console UART, one page.
 pub const UART_IPA: u64 = 0x0900_0000;
 pub const UART_SIZE: u64 = 0x1000;
@@ -102,7 +106,8 @@ mod tests {
     // The windows do not overlap: the GIC's (with the redistributors of 64 vCPUs, 128 KiB
     // each), the UART, the virtio page, RAM.
     const _: () = assert!(GICD_IPA + GICD_SIZE <= GICC_IPA && GICC_IPA + GICC_SIZE <= GICR_IPA);
-    const _: () = assert!(GICC_IPA + GICC_SIZE <= GICV2M_IPA && GICV2M_IPA + GICV2M_SIZE <= GICR_IPA);
+    const _: () = assert!(GICC_IPA + GICC_SIZE <= GICV2M_IPA && GICV2M_IPA + GICV2M_SIZE <= ITS_IPA);
+    const _: () = assert!(ITS_IPA + ITS_SIZE <= GICR_IPA);
     const _: () = assert!(EMULATED_END <= PCI_WINDOWS_BASE && PCI_ECAM_IPA + PCI_ECAM_SIZE == PCI_MMIO_IPA);
     const _: () = assert!(GICR_IPA + 0x2_0000 * 64 <= UART_IPA);
     const _: () = assert!(UART_IPA + UART_SIZE <= VIRTIO_IPA && VIRTIO_IPA + VIRTIO_PAGE <= RAM_IPA);

@@ -1067,12 +1067,12 @@ fn check_alone<'a>(vm: &VmSpec<'a>) -> Result<(), ManifestError<'a>> {
 /// What `vm` has in its IPA space besides its passthrough windows (`guest_map`, and
 /// hyp_runtime's `grant_resources`): its RAM, and its emulated GIC distributor, GICv2 CPU
 /// interface or GICv3 redistributors (either, the board's GIC being unknown here), UART and
-/// virtio transports (with PCI, the host bridge's windows and a GICv2's GICv2m frame).
+/// virtio transports (with PCI, the host bridge's windows, a GICv2's GICv2m frame and a GICv3's ITS).
 fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
     use crate::guest_fdt::{GICC_SIZE, GICD_SIZE, GICR_SIZE_PER_CPU};
     use crate::guest_map::{
-        GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, GICV2M_SIZE, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA,
-        PCI_MMIO_SIZE, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
+        GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, GICV2M_SIZE, ITS_IPA, ITS_SIZE, PCI_ECAM_IPA, PCI_ECAM_SIZE,
+        PCI_MMIO_IPA, PCI_MMIO_SIZE, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
     };
     let pci = vm.devices.transport == VirtioTransport::Pci;
     [
@@ -1085,9 +1085,14 @@ fn guest_windows(vm: &VmSpec<'_>) -> impl Iterator<Item = PhysRange> {
     ]
     .into_iter()
     .chain(
-        pci.then_some([(PCI_ECAM_IPA, PCI_ECAM_SIZE), (PCI_MMIO_IPA, PCI_MMIO_SIZE), (GICV2M_IPA, GICV2M_SIZE)])
-            .into_iter()
-            .flatten(),
+        pci.then_some([
+            (PCI_ECAM_IPA, PCI_ECAM_SIZE),
+            (PCI_MMIO_IPA, PCI_MMIO_SIZE),
+            (GICV2M_IPA, GICV2M_SIZE),
+            (ITS_IPA, ITS_SIZE),
+        ])
+        .into_iter()
+        .flatten(),
     )
     .map(|(base, size)| PhysRange { base, size })
 }

@@ -300,7 +300,9 @@ fn to_mmio(e: AccessError, width: AccessWidth) -> MmioError {
         AccessError::BadWidth { offset, .. } | AccessError::Unaligned { offset, .. } => {
             MmioError::BadWidth { offset, width }
         }
-        AccessError::OutsideFrame { offset } | AccessError::NotPresent { offset } => MmioError::NoRegister { offset },
+        AccessError::OutsideFrame { offset } | AccessError::NotPresent { offset } | AccessError::NoIts { offset } => {
+            MmioError::NoRegister { offset }
+        }
         AccessError::NoSuchVcpu { .. } => MmioError::NoRegister { offset: 0 },
     }
 }
@@ -369,16 +371,61 @@ impl<A: Arch> VgicHandle<A> {
         self.kick(changed);
     }
 
+    /// A guest read of the ITS's frames.
+    pub fn read_its(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.lock().read_its(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
+    }
+
+    /// A guest write of the ITS's frames: a GITS_CWRITER write runs the commands it
+    /// queued in the VM's `ram`; every vCPU whose LPIs they changed looks again.
+    pub fn write_its(
+        &self,
+        offset: u64,
+        width: AccessWidth,
+        value: u64,
+        ram: &impl vgic::GuestMemory,
+    ) -> Result<vgic::CommandErrors, MmioError> {
+        let (errors, changed) = {
+            let mut vgic = self.lock();
+            let errors = vgic.write_its(offset, width.bytes() as usize, value, ram).map_err(|e| to_mmio(e, width))?;
+            (errors, vgic.take_kicks().0 as u32)
+        };
+        self.hint(changed);
+        self.kick(changed);
+        Ok(errors)
+    }
+
+    /// A device's MSI to the VM's ITS: the LPI it translates to made pending, its vCPU
+    /// kicked as by `write_distributor_as_device`.
+    pub fn send_msi_as_device(&self, device_id: u32, event_id: u32) -> Result<(), vgic::MsiError> {
+        let changed = {
+            let mut vgic = self.lock();
+            vgic.send_msi(device_id, event_id)?;
+            vgic.take_kicks().0 as u32
+        };
+        self.hint(changed);
+        self.kick(changed);
+        Ok(())
+    }
+
     #[inline(never)]
     pub fn read_redistributor(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
         self.lock().read_redistributor(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
     }
 
+    /// A guest write of the redistributors; `ram` is the VM's, where setting
+    /// GICR_CTLR.EnableLPIs reads the LPI configuration table.
     #[inline(never)]
-    pub fn write_redistributor(&self, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+    pub fn write_redistributor(
+        &self,
+        offset: u64,
+        width: AccessWidth,
+        value: u64,
+        ram: &impl vgic::GuestMemory,
+    ) -> Result<(), MmioError> {
         let changed = {
             let mut vgic = self.lock();
-            vgic.write_redistributor(offset, width.bytes() as usize, value).map_err(|e| to_mmio(e, width))?;
+            vgic.write_redistributor_in(offset, width.bytes() as usize, value, ram).map_err(|e| to_mmio(e, width))?;
             vgic.take_kicks().0 as u32
         };
         self.hint(changed);
@@ -386,6 +433,16 @@ impl<A: Arch> VgicHandle<A> {
         // reach it where it runs or waits (the writer's own kick sends nothing).
         self.kick(changed);
         Ok(())
+    }
+}
+
+/// The VM's RAM as its vGIC reads it: the ITS's command queue, the LPI configuration
+/// table.
+pub struct GicRam<'a, R: vdev::virtio::GuestMemory>(pub &'a R);
+
+impl<R: vdev::virtio::GuestMemory> vgic::GuestMemory for GicRam<'_, R> {
+    fn read(&self, ipa: u64, buf: &mut [u8]) -> Result<(), vgic::OutsideRam> {
+        self.0.read(ipa, buf).map_err(|_| vgic::OutsideRam)
     }
 }
 

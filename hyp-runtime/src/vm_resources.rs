@@ -6,8 +6,8 @@ use hyp_core::bundle::RAM_GRANULE;
 use hyp_core::cap::{CapError, CapId, CapSpace, RegionKind, Rights};
 use hyp_core::guest_fdt::GICD_SIZE;
 use hyp_core::guest_map::{
-    GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, GICV2M_SIZE, PCI_ECAM_IPA, PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE,
-    RAM_IPA, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
+    GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, GICV2M_SIZE, ITS_IPA, ITS_SIZE, PCI_ECAM_IPA, PCI_ECAM_SIZE,
+    PCI_MMIO_IPA, PCI_MMIO_SIZE, RAM_IPA, UART_IPA, UART_SIZE, VIRTIO_IPA, VIRTIO_PAGE,
 };
 use hyp_core::platform::PhysRange;
 use stage2::{Ipa, IpaRange, TableMemory, TlbMaintenance};
@@ -23,6 +23,7 @@ pub const DEVICE_VIRTIO: u32 = 4;
 pub const DEVICE_PCI_ECAM: u32 = 5;
 pub const DEVICE_PCI_MEMORY: u32 = 6;
 pub const DEVICE_GICV2M: u32 = 7;
+pub const DEVICE_ITS: u32 = 8;
 
 /// What a VM asks the capability space for.
 pub struct VmRequest<'a> {
@@ -137,6 +138,9 @@ fn grant_to<M: TableMemory, T: TlbMaintenance>(
     match gicv {
         None => {
             caps.add_emulated_window(vm_cap, window(GICR_IPA, GICR_FRAME_SIZE * u64::from(vcpus))?, DEVICE_GICR)?;
+            if pci {
+                caps.add_emulated_window(vm_cap, window(ITS_IPA, ITS_SIZE)?, DEVICE_ITS)?;
+            }
         }
         Some(gicv) => {
             caps.map(mem, &mut tlb, vm_cap, gicv, Ipa(GICC_IPA), Rights::RW)?;

@@ -72,7 +72,7 @@ mod tests {
     use crate::{GicVersion, VgicConfig};
 
     fn distributor(version: GicVersion) -> Distributor {
-        Distributor::new(VgicConfig { version, vcpus: 2, spis: 64 }).unwrap()
+        Distributor::new(VgicConfig { version, vcpus: 2, spis: 64, lpis: 0 }).unwrap()
     }
 
     #[test]

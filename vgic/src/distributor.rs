@@ -6,6 +6,8 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::gicr::Redistributor;
+use crate::its::{Its, FIRST_LPI};
+use crate::lpi::{MAX_LPIS, UNROUTED};
 use crate::mask::{set_bits, Cache};
 use crate::retired::RetiredSpis;
 use crate::state::IrqState;
@@ -24,6 +26,9 @@ pub struct VgicConfig {
     /// SPIs (INTIDs from 32 up); rounded up to a multiple of 32, as GICD_TYPER.ITLinesNumber
     /// counts them, but never beyond INTID 1019.
     pub spis: usize,
+    /// LPIs (INTIDs from 8192 up), translated by an ITS the VM gets with them; 0: no ITS.
+    /// GICv3 only.
+    pub lpis: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -74,14 +79,18 @@ pub struct Distributor {
     pub(crate) version: GicVersion,
     pub(crate) vcpus: usize,
     pub(crate) spis: usize,
+    pub(crate) lpis: usize,
     pub(crate) enable_grp0: bool,
     pub(crate) enable_grp1: bool,
-    // Per SPI (`spis` long) and per vCPU (`vcpus` long). On the heap: at 64 vCPUs and 988
-    // SPIs they take 28 KiB, too much to move around on a hypervisor stack.
+    // Per shared interrupt (SPIs, then LPIs: `shared_slot`) and per vCPU (`vcpus` long).
+    // On the heap: at 64 vCPUs and 988 SPIs they take 28 KiB, too much to move around on a
+    // hypervisor stack.
     pub(crate) spi: Box<[IrqState]>,
-    /// The SPIs that may not be quiet, so finding what to show a vCPU looks at those only.
+    /// The shared interrupts that may not be quiet, so finding what to show a vCPU looks at
+    /// those only.
     pub(crate) live_spis: Cache<LiveSpis>,
     /// GICv3: GICD_IROUTER<n> without Aff3 (GICD_TYPER.A3V = 0); GICv2: GICD_ITARGETSR<n>.
+    /// An LPI's: the affinity of the vCPU its ITS collection names, or `UNROUTED`.
     pub(crate) route: Box<[u32]>,
     /// The vCPU whose list register holds the SPI, so no other vCPU shows it too.
     pub(crate) spi_owner: Box<[u8]>,
@@ -89,6 +98,8 @@ pub struct Distributor {
     pub(crate) kicks: VcpuMask,
     /// Hardware-mapped SPIs whose physical interrupt the hypervisor must deactivate.
     pub(crate) retired: RetiredSpis,
+    /// The ITS of a VM with LPIs (`crate::lpi`).
+    pub(crate) its: Option<Its>,
 }
 
 /// A bit per SPI, set whenever its state may have changed (every change goes through
@@ -99,11 +110,11 @@ pub struct Distributor {
 #[derive(Clone, Debug)]
 pub(crate) struct LiveSpis {
     bits: Box<[u64]>,
-    /// Bit w set: `bits[w]` may be non-zero (16 words at most: `MAX_SPIS` is 988).
+    /// Bit w set: `bits[w]` may be non-zero (32 words at most: 988 SPIs and 1,024 LPIs).
     words: u32,
 }
 
-const _: () = assert!(MAX_SPIS.div_ceil(64) <= 32);
+const _: () = assert!((MAX_SPIS + MAX_LPIS).div_ceil(64) <= 32);
 
 impl LiveSpis {
     fn new(spis: usize) -> Result<LiveSpis, VgicError> {
@@ -166,7 +177,14 @@ impl Distributor {
         if config.spis > MAX_SPIS {
             return Err(VgicError::TooManySpis { requested: config.spis, max: MAX_SPIS });
         }
+        if config.lpis > 0 && config.version != GicVersion::V3 {
+            return Err(VgicError::WrongVersion { needs: GicVersion::V3 });
+        }
+        if config.lpis > MAX_LPIS {
+            return Err(VgicError::TooManyLpis { requested: config.lpis, max: MAX_LPIS });
+        }
         let spis = config.spis.next_multiple_of(32).min(MAX_SPIS);
+        let shared = spis + config.lpis;
         let mut private = [IrqState::default(); 32];
         for sgi in private.iter_mut().take(16) {
             // SGIs are edge-triggered: GICD_ICFGR0 / GICR_ICFGR0 are read-only.
@@ -175,21 +193,37 @@ impl Distributor {
             // choose), as on GIC-400.
             sgi.set_enabled(config.version == GicVersion::V2);
         }
+        let mut spi = boxed(IrqState::default(), shared)?;
+        // GICv2: CPU 0; GICv3: affinity 0.0.0.0, that is vCPU 0 (reset values are
+        // UNKNOWN; these make a guest that never routes its SPIs still work).
+        let mut route = boxed(if config.version == GicVersion::V2 { 1 } else { 0 }, shared)?;
+        for (lpi, r) in spi.iter_mut().zip(route.iter_mut()).skip(spis) {
+            // LPIs are edge-triggered Group 1 interrupts (IHI 0069H 5.1), reaching no vCPU
+            // until an ITS command maps one.
+            lpi.set_edge(true);
+            lpi.set_group1(true);
+            *r = UNROUTED;
+        }
+        let its = if config.lpis > 0 {
+            Some(Its::new(config.vcpus, config.lpis as u32).map_err(|_| VgicError::OutOfMemory)?)
+        } else {
+            None
+        };
         Ok(Distributor {
             version: config.version,
             vcpus: config.vcpus,
             spis,
+            lpis: config.lpis,
             enable_grp0: false,
             enable_grp1: false,
-            spi: boxed(IrqState::default(), spis)?,
-            live_spis: Cache(LiveSpis::new(spis)?),
-            // GICv2: CPU 0; GICv3: affinity 0.0.0.0, that is vCPU 0 (reset values are
-            // UNKNOWN; these make a guest that never routes its SPIs still work).
-            route: boxed(if config.version == GicVersion::V2 { 1 } else { 0 }, spis)?,
-            spi_owner: boxed(NO_OWNER, spis)?,
+            spi,
+            live_spis: Cache(LiveSpis::new(shared)?),
+            route,
+            spi_owner: boxed(NO_OWNER, shared)?,
             redistributors: boxed(Redistributor::new(private), config.vcpus)?,
             kicks: VcpuMask::EMPTY,
             retired: RetiredSpis::new(boxed(0, spis.div_ceil(64))?),
+            its,
         })
     }
 
@@ -249,7 +283,7 @@ impl Distributor {
     /// again and comes back as a new rise (an SPI the guest configured edge-triggered sees
     /// a rise only from low).
     pub(crate) fn retire_if_discarded(&mut self, intid: u32) {
-        let Some(slot) = (intid as usize).checked_sub(32) else { return };
+        let Some(slot) = self.shared_slot(intid) else { return };
         let Some(s) = self.spi.get_mut(slot) else { return };
         if s.hw().is_some() && !s.pending_view() && !s.active() {
             s.set_line(false);
@@ -275,19 +309,40 @@ impl Distributor {
         self.version == GicVersion::V2 && intid < 16
     }
 
+    /// Where a shared interrupt's state is kept: an SPI's at `intid - 32`, an LPI's after
+    /// every SPI's. None for INTIDs the VM does not have.
+    #[inline(always)]
+    pub(crate) fn shared_slot(&self, intid: u32) -> Option<usize> {
+        let spi = (intid as usize).wrapping_sub(32);
+        if spi < self.spis {
+            return Some(spi);
+        }
+        let lpi = (intid as usize).wrapping_sub(FIRST_LPI as usize);
+        (lpi < self.lpis).then_some(self.spis + lpi)
+    }
+
+    /// The INTID whose state `slot` keeps (`shared_slot` undone).
+    pub(crate) fn shared_intid(&self, slot: usize) -> u32 {
+        if slot < self.spis {
+            slot as u32 + 32
+        } else {
+            (slot - self.spis) as u32 + FIRST_LPI
+        }
+    }
+
     /// The state of `intid` for `vcpu` (private interrupts are per vCPU), if it exists.
     pub(crate) fn irq(&self, vcpu: usize, intid: u32) -> Option<&IrqState> {
         if intid < 32 {
             self.redistributors.get(vcpu)?.irq(intid)
         } else {
-            self.spi.get(intid as usize - 32)
+            self.spi.get(self.shared_slot(intid)?)
         }
     }
     pub(crate) fn irq_mut(&mut self, vcpu: usize, intid: u32) -> Option<&mut IrqState> {
         if intid < 32 {
             self.redistributors.get_mut(vcpu)?.irq_mut(intid)
         } else {
-            let slot = intid as usize - 32;
+            let slot = self.shared_slot(intid)?;
             let irq = self.spi.get_mut(slot)?;
             self.live_spis.0.mark(slot);
             Some(irq)
@@ -326,7 +381,7 @@ impl Distributor {
         if intid < 32 {
             return (vcpu < self.vcpus).then_some(vcpu);
         }
-        let route = *self.route.get(intid as usize - 32)?;
+        let route = *self.route.get(self.shared_slot(intid)?)?;
         let target = match self.version {
             GicVersion::V3 if route & IRM != 0 => 0,
             GicVersion::V3 => {
@@ -360,6 +415,10 @@ impl Distributor {
     fn line_irq(&mut self, intid: IntId, vcpu: usize) -> Result<&mut IrqState, VgicError> {
         if intid.is_sgi() {
             return Err(VgicError::SgiIsNotALine { intid: intid.0 });
+        }
+        if !intid.is_private() && !intid.is_spi() {
+            // An LPI is a message, through the ITS (`send_msi`).
+            return Err(VgicError::NoSuchInterrupt { intid: intid.0 });
         }
         if intid.is_private() {
             self.check_vcpu(vcpu)?;

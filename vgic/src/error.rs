@@ -22,6 +22,8 @@ pub enum AccessError {
     NoSuchVcpu { vcpu: usize },
     /// A GICv3 redistributor access to a VM whose GIC is a GICv2.
     NotPresent { offset: u64 },
+    /// An ITS access to a VM without LPIs, which has no ITS.
+    NoIts { offset: u64 },
 }
 
 impl AccessError {
@@ -32,6 +34,7 @@ impl AccessError {
             Self::Unaligned { width, .. } => Self::Unaligned { offset, width },
             Self::OutsideFrame { .. } => Self::OutsideFrame { offset },
             Self::NotPresent { .. } => Self::NotPresent { offset },
+            Self::NoIts { .. } => Self::NoIts { offset },
             e @ Self::NoSuchVcpu { .. } => e,
         }
     }
@@ -54,6 +57,9 @@ impl fmt::Display for AccessError {
             Self::NotPresent { offset } => {
                 write!(f, "offset {offset:#x}: a GICv2 VM has no redistributors; map the GICv2 CPU interface instead")
             }
+            Self::NoIts { offset } => {
+                write!(f, "offset {offset:#x}: this VM has no ITS (its vGIC was created without LPIs)")
+            }
         }
     }
 }
@@ -67,6 +73,8 @@ pub enum VgicError {
     TooManyVcpus { requested: usize, max: usize },
     /// More SPIs than INTIDs 32-1019 hold.
     TooManySpis { requested: usize, max: usize },
+    /// More LPIs than a VM may have (`crate::lpi::MAX_LPIS`).
+    TooManyLpis { requested: usize, max: usize },
     /// No such vCPU in this VM.
     NoSuchVcpu { vcpu: usize, vcpus: usize },
     /// The INTID is not an SPI of this VM or a PPI.
@@ -89,6 +97,7 @@ impl fmt::Display for VgicError {
                 write!(f, "{requested} vCPUs requested, this GIC version supports at most {max}")
             }
             Self::TooManySpis { requested, max } => write!(f, "{requested} SPIs requested, at most {max} exist"),
+            Self::TooManyLpis { requested, max } => write!(f, "{requested} LPIs requested, a VM may have at most {max}"),
             Self::NoSuchVcpu { vcpu, vcpus } => write!(f, "vCPU {vcpu} does not exist (the VM has {vcpus})"),
             Self::NoSuchInterrupt { intid } => {
                 write!(f, "INTID {intid} is neither a PPI nor one of this VM's SPIs; raise the VM's SPI count")

@@ -23,6 +23,7 @@ pub const GICD_CLRSPI_NSR: u64 = 0x048;
 const MESSAGE_INTID: u32 = 0x1fff;
 /// GICD_TYPER.MBIS [16]: message-based SPIs are supported.
 const TYPER_MBIS: u32 = 1 << 16;
+const TYPER_LPIS: u32 = 1 << 17;
 
 /// GICD_IIDR / GICR_IIDR: implementer Arm (JEP106 0x43b), product 0x48.
 pub(crate) const IIDR: u64 = 0x4800_043b;
@@ -250,14 +251,17 @@ impl Distributor {
         Ok(())
     }
 
-    /// GICD_TYPER: ITLinesNumber [4:0]; GICv3: IDbits [23:19] = 10 bits, MBIS [16] (the
-    /// SPI doorbells above), no LPIs, no extended SPIs, A3V = 0, RSS = 0 (IHI 0069H 12.9,
-    /// GICD_TYPER); GICv2: CPUNumber [7:5] (IHI 0048B 4.3.2).
+    /// GICD_TYPER: ITLinesNumber [4:0]; GICv3: IDbits [23:19], MBIS [16] (the SPI
+    /// doorbells above), LPIS [17] with an ITS, no extended SPIs, A3V = 0, RSS = 0 (IHI
+    /// 0069H 12.9, GICD_TYPER); GICv2: CPUNumber [7:5] (IHI 0048B 4.3.2). IDbits is 10 bits
+    /// without LPIs and 14 with them, the fewest that reach INTID 8192 and above (IHI
+    /// 0069H 5.1: the LPI configuration table then covers INTIDs 8192 to 16383).
     fn typer(&self) -> u64 {
         // 32 * (ITLinesNumber + 1) INTIDs: 32 private ones, then the SPIs in blocks of 32.
         // At most 988 SPIs and 8 vCPUs: in 32 bits.
         let lines = (self.spis as u32).div_ceil(32);
         u64::from(match self.version {
+            GicVersion::V3 if self.lpis > 0 => lines | (13 << 19) | TYPER_MBIS | TYPER_LPIS,
             GicVersion::V3 => lines | (9 << 19) | TYPER_MBIS,
             GicVersion::V2 => lines | ((self.vcpus as u32 - 1) << 5),
         })

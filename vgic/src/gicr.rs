@@ -3,6 +3,8 @@
 //! `Redistributor` is also where a GICv2 VM keeps each vCPU's banked private interrupts
 //! and its SGIs' per-source pending state.
 
+use crate::its::GuestMemory;
+use crate::lpi::LpiRegisters;
 use crate::mask::{set_bits, Cache};
 use crate::mmio::{check, Frame, WORD, WORD_OR_DOUBLE};
 use crate::state::IrqState;
@@ -17,6 +19,10 @@ const GICR_IIDR: u64 = 0x0004;
 const GICR_TYPER: u64 = 0x0008;
 const GICR_TYPER_HIGH: u64 = 0x000c;
 const GICR_WAKER: u64 = 0x0014;
+const GICR_PROPBASER: u64 = 0x0070;
+const GICR_PENDBASER: u64 = 0x0078;
+const CTLR_ENABLE_LPIS: u64 = 1;
+const TYPER_PLPIS: u64 = 1;
 const GICR_PIDR2: u64 = 0xffe8;
 
 const WAKER_PROCESSOR_SLEEP: u64 = 1 << 1;
@@ -35,6 +41,8 @@ pub struct Redistributor {
     pub(crate) sgi_lr_source: [u8; 16],
     /// GICR_WAKER.ProcessorSleep.
     pub(crate) processor_sleep: bool,
+    /// GICR_CTLR.EnableLPIs, GICR_PROPBASER and GICR_PENDBASER (`crate::lpi`).
+    pub(crate) lpi: LpiRegisters,
     /// Bit n set: private interrupt n may not be quiet. Set whenever its state may change,
     /// cleared when it is found quiet, so that finding what to show a vCPU (on every
     /// interrupt it is sent) looks at those few instead of all 32.
@@ -48,6 +56,7 @@ impl Redistributor {
             sgi_sources: [0; 16],
             sgi_lr_source: [0; 16],
             processor_sleep: true,
+            lpi: LpiRegisters { propbaser: 0, pendbaser: 0, enabled: false },
             live: Cache(u32::MAX),
         }
     }
@@ -137,8 +146,10 @@ impl Distributor {
 
     fn gicr_typer(&self, vcpu: usize) -> u64 {
         let last = u64::from(vcpu + 1 == self.vcpus) << 4;
-        // Affinity_Value [63:32], Processor_Number [23:8], Last [4]; no LPIs, no vLPIs.
-        (Distributor::vcpu_affinity(vcpu) << 32) | ((vcpu as u64 & 0xffff) << 8) | last
+        let plpis = if self.lpis > 0 { TYPER_PLPIS } else { 0 };
+        // Affinity_Value [63:32], Processor_Number [23:8] (what an ITS with GITS_TYPER.PTA
+        // = 0 names it by), Last [4], PLPIS [0] with an ITS; no DirectLPI, no vLPIs.
+        (Distributor::vcpu_affinity(vcpu) << 32) | ((vcpu as u64 & 0xffff) << 8) | last | plpis
     }
 
     /// A guest read of the redistributor region, `offset` from its base (vCPU n's
@@ -153,8 +164,18 @@ impl Distributor {
                 .unwrap_or_else(|| check(u64::from(off), width, WORD).map(|()| 0));
             return r.map_err(|e| e.at(offset));
         }
-        check(offset, width, if off == GICR_TYPER { WORD_OR_DOUBLE } else { WORD })?;
+        check(offset, width, Self::rd_widths(off))?;
         let typer = self.gicr_typer(vcpu);
+        let rd = &self.redistributors[vcpu];
+        let (base, high) = (off & !7, off & 4 != 0);
+        if self.lpis > 0 && (base == GICR_PROPBASER || base == GICR_PENDBASER) {
+            let reg = if base == GICR_PROPBASER { rd.lpi.propbaser } else { rd.lpi.pendbaser };
+            return Ok(match (width, high) {
+                (8, _) => reg,
+                (_, false) => reg & 0xffff_ffff,
+                (_, true) => reg >> 32,
+            });
+        }
         Ok(match off {
             GICR_IIDR => crate::gicd::IIDR,
             GICR_TYPER if width == 8 => typer,
@@ -162,14 +183,37 @@ impl Distributor {
             GICR_TYPER_HIGH => typer >> 32,
             GICR_WAKER if self.redistributors[vcpu].processor_sleep => WAKER_PROCESSOR_SLEEP | WAKER_CHILDREN_ASLEEP,
             GICR_PIDR2 => crate::gicd::PIDR2_V3,
-            GICR_CTLR => 0,
-            // GICR_CTLR: no LPIs (EnableLPIs RES0), writes complete at once (RWP = 0);
-            // everything else reserved or unimplemented: RAZ/WI.
+            // GICR_CTLR: EnableLPIs [0]; writes complete at once (RWP = 0).
+            GICR_CTLR => u64::from(rd.lpi.enabled),
+            // Everything else reserved or unimplemented (GICR_PROPBASER and GICR_PENDBASER
+            // without LPIs): RAZ/WI.
             _ => 0,
         })
     }
 
+    /// The widths a register of the RD frame takes: GICR_TYPER, GICR_PROPBASER and
+    /// GICR_PENDBASER are 64-bit registers, also accessed as two words (IHI 0069H 12.1.3).
+    fn rd_widths(off: u64) -> u8 {
+        match off & !7 {
+            GICR_TYPER | GICR_PROPBASER | GICR_PENDBASER if off & 4 == 0 => WORD_OR_DOUBLE,
+            _ => WORD,
+        }
+    }
+
+    /// A guest write of the redistributor region, `offset` from its base. A VM with an ITS
+    /// passes its RAM (`write_redistributor_in`): setting GICR_CTLR.EnableLPIs reads the
+    /// LPI configuration table.
     pub fn write_redistributor(&mut self, offset: u64, width: usize, value: u64) -> Result<(), AccessError> {
+        self.write_redistributor_in(offset, width, value, &crate::lpi::NoMemory)
+    }
+
+    pub fn write_redistributor_in(
+        &mut self,
+        offset: u64,
+        width: usize,
+        value: u64,
+        mem: &impl GuestMemory,
+    ) -> Result<(), AccessError> {
         let (vcpu, off) = self.redistributor_at(offset)?;
         if off >= SGI_FRAME {
             // Within the 64 KiB SGI frame.
@@ -179,13 +223,20 @@ impl Distributor {
                 .unwrap_or_else(|| check(u64::from(off), width, WORD));
             return r.map_err(|e| e.at(offset));
         }
-        check(offset, width, if off == GICR_TYPER { WORD_OR_DOUBLE } else { WORD })?;
+        check(offset, width, Self::rd_widths(off))?;
+        let (base, high) = (off & !7, off & 4 != 0);
+        if self.lpis > 0 && (base == GICR_PROPBASER || base == GICR_PENDBASER) {
+            self.redistributors[vcpu].lpi.write_base(base == GICR_PENDBASER, value, width, high);
+        }
+        if off == GICR_CTLR && self.lpis > 0 && value & CTLR_ENABLE_LPIS != 0 {
+            self.enable_lpis(vcpu, mem);
+        }
         if off == GICR_WAKER {
             // ChildrenAsleep follows ProcessorSleep at once: the handshake of IHI 0069H
             // 12.11.42 completes on the first poll.
             self.redistributors[vcpu].processor_sleep = value & WAKER_PROCESSOR_SLEEP != 0;
         }
-        // GICR_CTLR, GICR_TYPER, GICR_IIDR, PIDR2: read-only or RAZ/WI here.
+        // GICR_CTLR's other bits, GICR_TYPER, GICR_IIDR, PIDR2: read-only or RAZ/WI here.
         Ok(())
     }
 }

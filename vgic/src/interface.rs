@@ -538,7 +538,7 @@ impl Distributor {
     }
 
     fn set_owner(&mut self, intid: u32, owner: u8) {
-        if let Some(o) = (intid as usize).checked_sub(32).and_then(|s| self.spi_owner.get_mut(s)) {
+        if let Some(o) = self.shared_slot(intid).and_then(|s| self.spi_owner.get_mut(s)) {
             *o = owner;
         }
     }
@@ -569,11 +569,17 @@ impl Distributor {
     /// `old` leaves `vcpu`'s list registers: spilled for a higher-priority interrupt, or no
     /// longer deliverable here, or the vCPU leaves its CPU (`put`). Its pending state goes
     /// back to software; an active state stays in the software state, and an active SPI
-    /// stays this vCPU's (`PARKED`), so `wanted` shows it here again and nowhere else.
+    /// stays this vCPU's (`PARKED`), so `wanted` shows it here again and nowhere else. An
+    /// LPI's active state ends instead (`crate::lpi`: no EOI would reach it).
     pub(crate) fn released(&mut self, vcpu: usize, old: &ListRegister) {
         let intid = old.vintid.0;
         self.return_pending(vcpu, intid);
-        let slot = (intid as usize).wrapping_sub(32);
+        let slot = self.shared_slot(intid).unwrap_or(usize::MAX);
+        if self.is_lpi_slot(slot) {
+            if let Some(s) = self.irq_mut(vcpu, intid) {
+                s.set_active(false);
+            }
+        }
         if self.spi.get(slot).is_some_and(|s| s.active()) && self.spi_owner.get(slot) == Some(&(vcpu as u8)) {
             self.set_owner(intid, vcpu as u8 | PARKED);
         } else {
@@ -586,14 +592,14 @@ impl Distributor {
 
     /// Whether a vCPU's list register holds SPI `intid` (not one it left active, `PARKED`).
     pub(crate) fn in_list_register(&self, intid: u32) -> bool {
-        let owner = (intid as usize).checked_sub(32).and_then(|s| self.spi_owner.get(s));
+        let owner = self.shared_slot(intid).and_then(|s| self.spi_owner.get(s));
         owner.is_some_and(|&o| o != NO_OWNER && o & PARKED == 0)
     }
 
     /// An SPI that left a vCPU's list registers active (`PARKED`) was deactivated
     /// otherwise (GICD_ICACTIVER): it is that vCPU's no longer.
     pub(crate) fn unpark(&mut self, intid: u32) {
-        if let Some(o) = (intid as usize).checked_sub(32).and_then(|s| self.spi_owner.get_mut(s)) {
+        if let Some(o) = self.shared_slot(intid).and_then(|s| self.spi_owner.get_mut(s)) {
             if *o != NO_OWNER && *o & PARKED != 0 {
                 *o = NO_OWNER;
             }
@@ -604,7 +610,7 @@ impl Distributor {
     // on, where a call cost a kick's exit about 10 instructions.
     #[inline(always)]
     fn release_owner(&mut self, vcpu: usize, intid: u32) {
-        if intid >= 32 && self.spi_owner.get(intid as usize - 32) == Some(&(vcpu as u8)) {
+        if intid >= 32 && self.shared_slot(intid).and_then(|s| self.spi_owner.get(s)) == Some(&(vcpu as u8)) {
             self.release_spi(vcpu, intid);
         }
     }
@@ -615,7 +621,7 @@ impl Distributor {
         // Still pending, and routed to another vCPU since (GICD_IROUTER<n>, IHI 0069H 12.9;
         // GICD_ITARGETSR<n>, IHI 0048B 4.3.12): that vCPU may have looked while this one
         // held it, found it not its own, and gone to sleep. It looks again.
-        let busy = self.spi.get(intid as usize - 32).is_some_and(|s| !s.quiet());
+        let busy = self.shared_slot(intid).and_then(|s| self.spi.get(s)).is_some_and(|s| !s.quiet());
         if let Some(target) = self.target(vcpu, intid).filter(|&t| busy && t != vcpu) {
             self.kicks.insert(target);
         }

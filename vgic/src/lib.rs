@@ -29,7 +29,9 @@ mod gicd;
 mod gicr;
 mod interface;
 mod intid;
+mod its;
 mod line;
+mod lpi;
 mod lr;
 mod mask;
 mod mmio;
@@ -50,7 +52,12 @@ pub use gicd::{GICD_CLRSPI_NSR, GICD_SETSPI_NSR, GICD_SGIR};
 pub use gicr::{Redistributor, GICR_FRAME_SIZE};
 pub use interface::VcpuInterfaceState;
 pub use intid::IntId;
+pub use its::{
+    CommandError, CommandErrors, CommandFault, GuestMemory, Its, ItsError, LpiTable, MappedEvent, OutsideRam,
+    TranslationError, FIRST_LPI, GITS_FRAME_SIZE, GITS_TRANSLATER,
+};
 pub use line::{AssumeAsserted, LineSampler, RetiredLines};
+pub use lpi::{MsiError, NoMemory, MAX_LPIS};
 pub use lr::{GichLr, IchLr, ListRegister, ListRegisters, LrState, Maintenance, HCR_EOI_COUNT_SHIFT};
 pub use mask::VcpuMask;
 pub use planner::{ListRegisterPlanner, LrAction, LrPlan, LrSnapshot, Wanted};

@@ -133,7 +133,7 @@ impl Distributor {
             s.set_line(s.refired());
             s.set_refired(false);
         }
-        let slot = (intid as usize).wrapping_sub(32);
+        let slot = self.shared_slot(intid).unwrap_or(usize::MAX);
         match self.spi_owner.get(slot).copied() {
             Some(owner) => {
                 if owner == vcpu as u8 | PARKED {

@@ -91,7 +91,7 @@ impl Distributor {
             if holder.is_some_and(|h| h != vcpu) {
                 continue;
             }
-            let intid = slot as u32 + 32;
+            let intid = self.shared_intid(slot);
             let on_target = self.target(vcpu, intid) == Some(vcpu);
             // An SPI routed elsewhere while in this vCPU's list register, or while active
             // here (`PARKED`), stays here until it is no longer active; its pending state

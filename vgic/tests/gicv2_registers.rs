@@ -105,7 +105,7 @@ fn access_widths() {
 
 #[test]
 fn too_many_vcpus_for_gicv2_is_refused() {
-    let config = VgicConfig { version: GicVersion::V2, vcpus: 9, spis: 32 };
+    let config = VgicConfig { version: GicVersion::V2, vcpus: 9, spis: 32, lpis: 0 };
     assert_eq!(Distributor::new(config), Err(VgicError::TooManyVcpus { requested: 9, max: MAX_VCPUS_V2 }));
     assert_eq!(Distributor::new(VgicConfig { vcpus: 0, ..config }), Err(VgicError::NoVcpus));
     assert_eq!(

@@ -23,7 +23,7 @@ fn gicd_ctlr_has_affinity_routing_and_one_security_state_forced_on() {
 fn gicd_identification_registers() {
     // IHI 0069H 12.9, GICD_TYPER: ITLinesNumber = INTIDs / 32 - 1, IDbits = 10 bits - 1,
     // no LPIs, no extended SPIs; GICD_TYPER2; GICD_IIDR; PIDR2.ArchRev = 3.
-    let mut g = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 2, spis: 70 }).unwrap();
+    let mut g = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 2, spis: 70, lpis: 0 }).unwrap();
     assert_eq!(g.spis(), 96, "rounded up to whole registers");
     let typer = g.read(0, GICD_TYPER, 4).unwrap();
     assert_eq!(typer & 0x1f, 3);
@@ -37,7 +37,7 @@ fn gicd_identification_registers() {
         g.write(0, reg, 4, 0).unwrap();
     }
     assert_eq!(g, before, "read-only: writes ignored");
-    let full = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: MAX_SPIS }).unwrap();
+    let full = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: MAX_SPIS, lpis: 0 }).unwrap();
     assert_eq!(full.read(0, GICD_TYPER, 4).unwrap() & 0x1f, 31, "INTIDs up to 1019");
 }
 

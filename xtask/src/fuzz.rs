@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::util::{run_quiet, step, XtaskError};
 
 /// Every target, in `fuzz/Cargo.toml`'s order.
-pub const TARGETS: [&str; 14] = [
+pub const TARGETS: [&str; 15] = [
     "exit_sync",
     "exit_aarch32",
     "cpu_state",
@@ -24,6 +24,7 @@ pub const TARGETS: [&str; 14] = [
     "boot_bundle",
     "device_tree",
     "manifest",
+    "its",
 ];
 
 /// How long or how far each target runs.

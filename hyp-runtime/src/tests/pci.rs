@@ -16,8 +16,11 @@ use vgic::{Distributor, GicVersion, VgicConfig};
 use super::leak;
 use crate::fake::FakeArch;
 use crate::scheduling::Scheduling;
+use crate::shared_vgic::GicRam;
 use crate::shared_vgic::VgicHandle;
-use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction, V2mWindow};
+use crate::virtio::pci::{
+    Doorbell, EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction, Undelivered, V2mWindow,
+};
 use crate::virtio::switch_port::SwitchPort;
 
 /// A virtio-pci NIC behind a plain lock: the bridge against a real function's
@@ -138,37 +141,75 @@ const ISENABLER: u64 = 0x100;
 const ISPENDR: u64 = 0x200;
 const ICFGR: u64 = 0xc00;
 
+/// A GICv3 VM's ITS, booted as Linux boots it (docs/vgic.md, "The ITS"): its tables in
+/// `ram`, LPIs enabled on vCPU 0, a queue, collection 0 on vCPU 0, device `device` mapped
+/// with event 0 translated to LPI 8192, enabled at priority 0xa0.
+fn its_with_one_lpi(vgic: &VgicHandle<FakeArch>, ram: &VecMemory, device: u64) {
+    use vdev::virtio::GuestMemory as _;
+    let (queue, props) = (ram.base(), ram.base() + 0x1_0000);
+    let ram_view = GicRam(ram);
+    let mut next = 0;
+    let mut command = |dw: [u64; 4]| {
+        let bytes: Vec<u8> = dw.iter().flat_map(|d| d.to_le_bytes()).collect();
+        ram.write(queue + next, &bytes).unwrap();
+        next += 32;
+        let errors = vgic.write_its(0x88, AccessWidth::Doubleword, next, &ram_view).unwrap();
+        assert_eq!(errors.count(), 0, "{:?}", errors.first());
+    };
+    vgic.write_redistributor(0x70, AccessWidth::Doubleword, props | 13, &ram_view).unwrap();
+    vgic.write_redistributor(0x00, AccessWidth::Word, 1, &ram_view).unwrap();
+    vgic.write_its(0x80, AccessWidth::Doubleword, 1 << 63 | queue, &ram_view).unwrap();
+    vgic.write_its(0x00, AccessWidth::Word, 1, &ram_view).unwrap();
+    ram.write(props, &[0xa0 | 1]).unwrap();
+    command([0x09, 0, 1 << 63, 0]); // MAPC 0 -> vCPU 0
+    command([0x08 | device << 32, 1, 1 << 63 | (queue + 0x2_0000), 0]); // MAPD, 4 events
+    command([0x0a | device << 32, 8192 << 32, 0, 0]); // MAPTI event 0 -> 8192
+    command([0x0c | device << 32, 0, 0, 0]); // INV
+}
+
 #[test]
 fn an_msi_lands_only_on_the_doorbell_of_the_vms_gic() {
     let scheduling = leak(Scheduling::<FakeArch>::new());
     scheduling.init(1);
-    let mut gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96 }).unwrap();
-    // SPI 100 (INTID), edge, enabled: what Linux sets up for a message-based SPI.
-    gic.write(0, ICFGR + 4 * (100 / 16), 4, 2 << (2 * (100 % 16))).unwrap();
-    gic.write(0, ISENABLER + 4 * (100 / 32), 4, 1 << (100 % 32)).unwrap();
+    let gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96, lpis: 64 }).unwrap();
+    let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
+    vgic.lock().write(0, 0, 4, 0b11).unwrap(); // GICD_CTLR: both groups
+    let translater = 0x0808_0000 + vgic::GITS_TRANSLATER;
+    // Device 3 of bus 0: requester ID 3 << 3.
     let target =
-        MessageTarget { vgic: Arc::new(VgicHandle::new(0, gic, scheduling)), doorbell: 0x0800_0040, frame: None };
-    let pending = |t: &MessageTarget<FakeArch>| {
-        t.vgic.lock().read(0, ISPENDR + 4 * (100 / 32), 4).unwrap() & (1 << (100 % 32)) != 0
-    };
-    assert!(!target.send(&Message { address: 0x4000_0000, data: 100 }), "RAM is no doorbell");
-    assert!(!target.send(&Message { address: 0x0800_0048, data: 100 }), "nor is GICD_CLRSPI_NSR");
+        MessageTarget { vgic: Arc::clone(&vgic), doorbell: translater, kind: Doorbell::Its { device_id: 3 << 3 } };
+    let pending = |t: &MessageTarget<FakeArch>| t.vgic.lock().interrupt(0, vgic::IntId(8192)).unwrap().pending;
+    assert_eq!(target.send(&Message { address: 0x4000_0000, data: 0 }), Err(Undelivered::NoDoorbell), "RAM");
+    assert_eq!(
+        target.send(&Message { address: 0x0800_0040, data: 96 }),
+        Err(Undelivered::NoDoorbell),
+        "nor GICD_SETSPI_NSR: the VM's MSIs go to its ITS"
+    );
+    assert!(
+        matches!(target.send(&Message { address: translater, data: 0 }), Err(Undelivered::Untranslated(_))),
+        "nothing mapped yet"
+    );
+    let ram = VecMemory::new(0x4000_0000, 0x3_0000);
+    its_with_one_lpi(&vgic, &ram, 3 << 3);
     assert!(!pending(&target));
-    // vCPU 0, the SPI's target, runs on CPU 1; the message is sent on CPU 0 (a side core's
+    // vCPU 0, the LPI's target, runs on CPU 1; the message is sent on CPU 0 (a side core's
     // pass, another vCPU's exit): CPU 1 is kicked.
     FakeArch::become_cpu(0);
     let _ = FakeArch::take_kicks();
     target.vgic.running_on[0].store(1, std::sync::atomic::Ordering::Release);
-    assert!(target.send(&Message { address: 0x0800_0040, data: 100 }));
-    assert!(pending(&target), "the SPI the message names");
+    assert_eq!(target.send(&Message { address: translater, data: 0 }), Ok(()));
+    assert!(pending(&target), "the LPI the event translates to");
     assert_eq!(FakeArch::take_kicks(), vec![1], "the target vCPU's CPU");
     assert!(target.vgic.take_hint(0));
     // Sent on the target's own CPU: no kick, the hint is enough.
     FakeArch::become_cpu(1);
-    target.vgic.write_distributor_as_device(0x048, 100).unwrap();
-    assert!(target.send(&Message { address: 0x0800_0040, data: 100 }));
+    assert_eq!(target.send(&Message { address: translater, data: 0 }), Ok(()));
     assert!(FakeArch::take_kicks().is_empty());
     assert!(target.vgic.take_hint(0));
+    // Another function's requester ID has no translation.
+    let other =
+        MessageTarget { vgic: Arc::clone(&vgic), doorbell: translater, kind: Doorbell::Its { device_id: 4 << 3 } };
+    assert!(matches!(other.send(&Message { address: translater, data: 0 }), Err(Undelivered::Untranslated(_))));
 }
 
 /// A GICv2's MSIs go to its GICv2m frame: a message there makes the SPI it names pending if
@@ -177,23 +218,31 @@ fn an_msi_lands_only_on_the_doorbell_of_the_vms_gic() {
 fn a_gicv2_vm_s_msis_land_on_its_gicv2m_frame() {
     let scheduling = leak(Scheduling::<FakeArch>::new());
     scheduling.init(1);
-    let mut gic = Distributor::new(VgicConfig { version: GicVersion::V2, vcpus: 1, spis: 96 }).unwrap();
+    let mut gic = Distributor::new(VgicConfig { version: GicVersion::V2, vcpus: 1, spis: 96, lpis: 0 }).unwrap();
     for intid in [40u32, 100] {
         gic.write(0, ICFGR + 4 * u64::from(intid / 16), 4, 2 << (2 * (intid % 16))).unwrap();
         gic.write(0, ISENABLER + 4 * u64::from(intid / 32), 4, 1 << (intid % 32)).unwrap();
     }
     let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
     let frame = vgic::V2mFrame::new(96, 32).unwrap();
-    let target = MessageTarget { vgic: Arc::clone(&vgic), doorbell: 0x0802_0040, frame: Some(frame) };
+    let target = MessageTarget { vgic: Arc::clone(&vgic), doorbell: 0x0802_0040, kind: Doorbell::V2m(frame) };
     let pending =
         |intid: u32| vgic.lock().read(0, ISPENDR + 4 * u64::from(intid / 32), 4).unwrap() & (1 << (intid % 32)) != 0;
     FakeArch::become_cpu(0);
     vgic.running_on[0].store(1, std::sync::atomic::Ordering::Release);
     let _ = FakeArch::take_kicks();
-    assert!(!target.send(&Message { address: 0x0800_0040, data: 100 }), "a GICv2 has no GICD_SETSPI_NSR");
-    assert!(target.send(&Message { address: 0x0802_0040, data: 40 }), "on the doorbell, but no SPI of the frame");
+    assert_eq!(
+        target.send(&Message { address: 0x0800_0040, data: 100 }),
+        Err(Undelivered::NoDoorbell),
+        "a GICv2 has no GICD_SETSPI_NSR"
+    );
+    assert_eq!(
+        target.send(&Message { address: 0x0802_0040, data: 40 }),
+        Ok(()),
+        "on the doorbell, but no SPI of the frame"
+    );
     assert!(!pending(40));
-    assert!(target.send(&Message { address: 0x0802_0040, data: 100 }));
+    assert_eq!(target.send(&Message { address: 0x0802_0040, data: 100 }), Ok(()));
     assert!(pending(100));
     assert_eq!(FakeArch::take_kicks(), vec![1]);
 

@@ -19,7 +19,7 @@ const GICD_SGIR: u64 = 0xf00;
 fn vgic_of(version: GicVersion, vcpus: usize) -> (&'static Scheduling<FakeArch>, VgicHandle<FakeArch>) {
     let scheduling = leak(Scheduling::new());
     scheduling.init(4);
-    let config = VgicConfig { version, vcpus, spis: 32 };
+    let config = VgicConfig { version, vcpus, spis: 32, lpis: 0 };
     (scheduling, VgicHandle::new(0, Distributor::new(config).unwrap(), scheduling))
 }
 
@@ -63,10 +63,10 @@ fn a_pending_bit_set_in_another_vcpus_redistributor_kicks_that_vcpu() {
     vgic.running_on[1].store(2, Ordering::Release);
     FakeArch::take_kicks();
     // vCPU 1's frames follow vCPU 0's two; GICR_ISENABLER0 then GICR_ISPENDR0 of its SGI frame.
-    vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 5).unwrap();
+    vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 5, &vgic::NoMemory).unwrap();
     FakeArch::take_kicks();
     let _ = vgic.take_hint(1);
-    vgic.write_redistributor(0x2_0000 + 0x1_0200, AccessWidth::Word, 1 << 5).unwrap();
+    vgic.write_redistributor(0x2_0000 + 0x1_0200, AccessWidth::Word, 1 << 5, &vgic::NoMemory).unwrap();
     assert!(vgic.take_hint(1), "vCPU 1 looks");
     assert_eq!(FakeArch::take_kicks(), vec![2], "on CPU 2, where it runs");
 }
@@ -104,7 +104,10 @@ fn bad_accesses_are_mmio_errors() {
     let unaligned = vgic.read_distributor(0, 0x101, AccessWidth::Word);
     assert!(matches!(unaligned, Err(MmioError::BadWidth { offset: 0x101, .. })), "{unaligned:?}");
     assert!(vgic.read_distributor(0, 0x10_0000, AccessWidth::Word).is_err());
-    assert!(vgic.write_redistributor(0, AccessWidth::Word, u64::MAX).is_err(), "GICv2 has no redistributors");
+    assert!(
+        vgic.write_redistributor(0, AccessWidth::Word, u64::MAX, &vgic::NoMemory).is_err(),
+        "GICv2 has no redistributors"
+    );
 }
 
 /// A passthrough device's edge SPI fired (its physical interrupt held active for the guest)
@@ -172,7 +175,7 @@ fn a_posted_sgi_is_hinted_kicked_and_pending_for_the_next_holder_of_the_lock() {
     assert!((0..5).all(|v| (0..16).all(|i| !pending(&vgic, v, i))), "no other vCPU's");
     // The guest takes it: acknowledged, then deactivated (GICR_ICPENDR0 stands in here),
     // and nothing posted brings it back.
-    vgic.write_redistributor(5 * 0x2_0000 + 0x1_0280, AccessWidth::Word, 1 << 6).unwrap();
+    vgic.write_redistributor(5 * 0x2_0000 + 0x1_0280, AccessWidth::Word, 1 << 6, &vgic::NoMemory).unwrap();
     assert!(!pending(&vgic, 5, 6), "delivered once");
 }
 
@@ -187,7 +190,7 @@ fn a_posted_sgi_is_seen_by_every_reader_of_the_distributor() {
     // Deliverable once posted: the SGI enabled (GICR_ISENABLER0), its group 0 too
     // (GICD_CTLR.EnableGrp0).
     let (_, vgic) = v3_vgic(2);
-    vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 4).unwrap();
+    vgic.write_redistributor(0x2_0000 + 0x1_0100, AccessWidth::Word, 1 << 4, &vgic::NoMemory).unwrap();
     vgic.write_distributor(0, 0, AccessWidth::Word, 1).unwrap();
     assert!(!vgic.lock().has_pending(1));
     assert!(vgic.post_sgi(0, 1, 4));
@@ -225,7 +228,7 @@ fn only_sgis_0_to_7_of_the_vm_s_vcpus_are_posted_and_a_reset_drops_them() {
     assert!(!v3.take_hint(2) && !v3.take_hint(3));
     assert!(!pending(&v3, 2, 8));
     for (version, vgic) in [(GicVersion::V2, v2), (GicVersion::V3, v3)] {
-        let config = VgicConfig { version, vcpus: 2, spis: 32 };
+        let config = VgicConfig { version, vcpus: 2, spis: 32, lpis: 0 };
         assert!(vgic.post_sgi(0, 1, 3));
         vgic.replace_distributor(Distributor::new(config).unwrap());
         assert!(!pending(&vgic, 1, 3), "posted before the reset ({version:?})");

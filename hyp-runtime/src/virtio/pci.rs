@@ -2,7 +2,8 @@
 //! configuration space (ECAM) and the memory window the guest places its functions' BARs
 //! in, each a window on the VM's MMIO bus ([`EcamWindow`], [`MemoryWindow`]), dispatching
 //! to the functions by device number and by BAR; and where a function's MSI-X messages go
-//! ([`MessageTarget`]), with a GICv2's GICv2m frame ([`V2mWindow`]).
+//! ([`MessageTarget`]): a GICv3's ITS ([`ItsWindow`]), a GICv2's GICv2m frame
+//! ([`V2mWindow`]).
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,7 @@ use vdev::virtio::pci::{Message, BAR0_SIZE};
 use vgic::V2mFrame;
 
 use crate::arch::Arch;
-use crate::shared_vgic::SharedVgic;
+use crate::shared_vgic::{GicRam, SharedVgic};
 
 /// Devices on bus 0 (PCI Local Bus 3.0, 6.2.1: a device number is 5 bits).
 pub const DEVICES: usize = 32;
@@ -153,36 +154,87 @@ impl BusDevice for MemoryWindow {
 }
 
 /// Where a VM's MSIs land: an MSI is a write of its data to its address, and the only
-/// address of the VM that takes one is its GIC's doorbell: a GICv3 distributor's
-/// GICD_SETSPI_NSR, for its message-based SPIs (`vgic::GICD_SETSPI_NSR`), or a GICv2's
-/// GICv2m frame's MSI_SETSPI_NS (`frame`). A message to anywhere else (the guest's RAM,
-/// another register) is not written: the device model never writes the VM's memory but
-/// through its rings.
+/// address of the VM that takes one is its GIC's doorbell: a GICv3's ITS's
+/// GITS_TRANSLATER, or a GICv2's GICv2m frame's MSI_SETSPI_NS. A message to anywhere else
+/// (the guest's RAM, another register) is not written: the device model never writes the
+/// VM's memory but through its rings.
 pub struct MessageTarget<A: Arch> {
     pub vgic: SharedVgic<A>,
     /// The IPA of the doorbell register.
     pub doorbell: u64,
-    /// A GICv2's GICv2m frame, whose SPIs a message may name; None: a GICv3's distributor.
-    pub frame: Option<V2mFrame>,
+    pub kind: Doorbell,
+}
+
+/// Which doorbell a function's messages go to, and what it knows of the function.
+#[derive(Clone, Copy, Debug)]
+pub enum Doorbell {
+    /// A GICv3's ITS, which names the function by its requester ID (its DeviceID through
+    /// the bridge's `msi-map`) and the message by its data (the EventID).
+    Its { device_id: u32 },
+    /// A GICv2's GICv2m frame, whose SPIs a message may name.
+    V2m(V2mFrame),
+}
+
+/// Why a message made nothing pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Undelivered {
+    /// It is addressed to no doorbell of the VM.
+    NoDoorbell,
+    /// The ITS has no translation for it (the guest mapped no LPI to that event).
+    Untranslated(vgic::MsiError),
 }
 
 impl<A: Arch> MessageTarget<A> {
-    /// Sends `m`; false if it names no doorbell (dropped: the caller logs it).
-    pub fn send(&self, m: &Message) -> bool {
+    /// Sends `m` (a GICv2m frame's SPIs outside its range are ignored, as the frame does).
+    pub fn send(&self, m: &Message) -> Result<(), Undelivered> {
         if m.address != self.doorbell {
-            return false;
+            return Err(Undelivered::NoDoorbell);
         }
-        match &self.frame {
-            None => {
-                let _ = self.vgic.write_distributor_as_device(vgic::GICD_SETSPI_NSR, m.data);
+        match self.kind {
+            Doorbell::Its { device_id } => {
+                self.vgic.send_msi_as_device(device_id, m.data).map_err(Undelivered::Untranslated)?
             }
-            Some(frame) => {
+            Doorbell::V2m(frame) => {
                 if let Some(intid) = frame.spi(m.data) {
                     self.vgic.inject_edge_as_device(intid);
                 }
             }
         }
-        true
+        Ok(())
+    }
+}
+
+/// A GICv3's ITS on the VM's bus (`guest_map::ITS_IPA`): the guest's driver writes its
+/// command queue's registers; the queue and the LPI configuration table are read from the
+/// VM's RAM. Commands the ITS refused are said, with the VM and vCPU, through its limit.
+pub struct ItsWindow<A: Arch, B: crate::board::Board, R: vdev::virtio::GuestMemory> {
+    pub vm: usize,
+    pub vgic: SharedVgic<A>,
+    pub ram: R,
+    pub log: Arc<hyp_core::log_limit::GuestLogLimit>,
+    pub board: core::marker::PhantomData<fn() -> B>,
+}
+
+impl<A: Arch, B: crate::board::Board, R: vdev::virtio::GuestMemory + Send + Sync> BusDevice for ItsWindow<A, B, R> {
+    fn name(&self) -> &'static str {
+        "gic-its"
+    }
+    fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        self.vgic.read_its(offset, width)
+    }
+    fn write(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
+        let errors = self.vgic.write_its(offset, width, value, &GicRam(&self.ram))?;
+        if let Some(first) = errors.first() {
+            crate::guest_log::guest_line::<A, B>(
+                &self.log,
+                format_args!(
+                    "hypervisor: vm{} vcpu{vcpu}: ITS: {} command(s) refused and skipped, the first: {first}",
+                    self.vm,
+                    errors.count()
+                ),
+            );
+        }
+        Ok(())
     }
 }
 

@@ -30,7 +30,7 @@ use vdev::virtio::transport::{regs, InterruptState, InterruptWord, RegisterError
 
 use super::console_bridge::ConsoleBridge;
 use super::disk_slice::DiskSliceBackend;
-use super::pci::{MessageTarget, PciFunction};
+use super::pci::{MessageTarget, PciFunction, Undelivered};
 use super::switch_port::SwitchPort;
 use super::PhysicalRam;
 use crate::arch::Arch;
@@ -447,18 +447,27 @@ impl<D: VirtioDevice + AfterAccess, E: VmEnv> VirtioSlot<D, E> {
     }
 
     /// A virtio-pci function's messages, each a write of its data to its address
-    /// (`MessageTarget`); one that names no doorbell of the VM is dropped with a line.
+    /// (`MessageTarget`); one that names no doorbell of the VM, or that its ITS translates
+    /// to no LPI, is dropped with a line.
     fn send(&self, target: &MessageTarget<E::Arch>, messages: &Messages) {
         for m in messages.iter() {
-            if !target.send(m) {
-                guest_line::<E::Arch, E::Board>(
+            match target.send(m) {
+                Ok(()) => {}
+                Err(Undelivered::NoDoorbell) => guest_line::<E::Arch, E::Board>(
                     &self.log,
                     format_args!(
                         "hypervisor: vm{} virtio-{}: an MSI-X message to {:#x} (data {:#x}) names no doorbell of \
                          the VM's GIC: dropped",
                         self.vm, self.name, m.address, m.data
                     ),
-                );
+                ),
+                Err(Undelivered::Untranslated(e)) => guest_line::<E::Arch, E::Board>(
+                    &self.log,
+                    format_args!(
+                        "hypervisor: vm{} virtio-{}: an MSI-X message (EventID {:#x}) dropped: {e}",
+                        self.vm, self.name, m.data
+                    ),
+                ),
             }
         }
     }

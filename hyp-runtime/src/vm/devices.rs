@@ -9,8 +9,8 @@ use core::sync::atomic::AtomicBool;
 use hyp_core::bundle::{VirtioTransport, VmSpec};
 use hyp_core::cap::CapError;
 use hyp_core::guest_map::{
-    VirtioSlot as Slot, GICD_IPA, GICV2M_IPA, GICV2M_SIZE, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA, PCI_ECAM_SIZE,
-    PCI_MMIO_IPA, PCI_MMIO_SIZE, VIRTIO_IPA, VIRTIO_WINDOW,
+    VirtioSlot as Slot, GICV2M_IPA, GICV2M_SIZE, ITS_IPA, ITS_SIZE, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA,
+    PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, VIRTIO_IPA, VIRTIO_WINDOW,
 };
 use hyp_core::log_limit::GuestLogLimit;
 use hyp_core::mmio::{BusDevice, MmioBus, MmioDevice, MmioError};
@@ -33,7 +33,9 @@ use crate::network::port_of_vm;
 use crate::shared_vgic::SharedVgic;
 use crate::virtio::console_bridge::ConsoleBridge;
 use crate::virtio::disk_slice::DiskSliceBackend;
-use crate::virtio::pci::{EcamWindow, MemoryWindow, MessageTarget, PciBus, PciFunction, V2mWindow};
+use crate::virtio::pci::{
+    Doorbell, EcamWindow, ItsWindow, MemoryWindow, MessageTarget, PciBus, PciFunction, V2mWindow,
+};
 use crate::virtio::slot::{Signal, SlotSetup, VirtioSlot, VmEnv, Window, WindowPage};
 use crate::virtio::switch_port::SwitchPort;
 
@@ -185,10 +187,16 @@ pub struct VirtioDevices<E: VmEnv> {
     pub disk: Option<Shared<Disk<E>, E>>,
     pub nic: Option<Shared<VirtioNet<SwitchPort>, E>>,
     pub console: Shared<VirtioConsole<ConsoleBridge<Console<E>>>, E>,
-    /// With the PCI transport: the bus of its functions, and on a GICv2 the GICv2m frame
-    /// their messages go to.
+    /// With the PCI transport: the bus of its functions, and the GIC's window their
+    /// messages go to (a GICv2's GICv2m frame, a GICv3's ITS).
     pci: Option<Arc<PciBus>>,
-    v2m: Option<(SharedVgic<E::Arch>, V2mFrame)>,
+    msi_window: Option<MsiWindow<E>>,
+}
+
+/// The window of the GIC a VM's PCI functions send their messages to.
+enum MsiWindow<E: VmEnv> {
+    V2m(SharedVgic<E::Arch>, V2mFrame),
+    Its(ItsWindow<E::Arch, E::Board, E::Ram>),
 }
 
 /// What the VM's devices are built with.
@@ -213,14 +221,20 @@ impl<E: VmEnv> VirtioDevices<E> {
     pub fn create(setup: Setup<'_, E>, (log, work): (&Arc<GuestLogLimit>, &Arc<AtomicBool>)) -> Result<Self, VmError> {
         let Setup { id, spec, ram, vgic, console_choice, first_touch, disk_vms, shadow } = setup;
         let transport = spec.devices.transport;
-        // A GICv2's MSIs go to its GICv2m frame, a GICv3's to its distributor
-        // (docs/virtio.md, "The virtio-pci transport").
+        // A GICv2's MSIs go to its GICv2m frame, a GICv3's to its ITS (docs/virtio.md, "The
+        // virtio-pci transport").
         let v2m = (vgic.lock().version() == vgic::GicVersion::V2)
             .then(|| V2mFrame::new(MBI_FIRST_INTID, MBI_COUNT))
             .flatten();
         let doorbell = match v2m {
             Some(_) => GICV2M_IPA + vgic::V2M_MSI_SETSPI_NS,
-            None => GICD_IPA + vgic::GICD_SETSPI_NSR,
+            None => ITS_IPA + vgic::GITS_TRANSLATER,
+        };
+        // A function is function 0 of its device number on bus 0: its requester ID
+        // (PCI Local Bus 3.0, 6.2.1: bus [15:8], device [7:3], function [2:0]).
+        let doorbell_of = |slot: Slot| match v2m {
+            Some(frame) => Doorbell::V2m(frame),
+            None => Doorbell::Its { device_id: u32::from(slot.pci_device()) << 3 },
         };
         // A virtio-pci function reads no window from the page: it has none.
         let shadow = shadow.filter(|_| transport == VirtioTransport::Mmio);
@@ -231,7 +245,7 @@ impl<E: VmEnv> VirtioDevices<E> {
             signal: match transport {
                 VirtioTransport::Mmio => Signal::Line(E::interrupt_line(vgic, IntId(32 + slot.spi()))),
                 VirtioTransport::Pci => {
-                    Signal::Messages(MessageTarget { vgic: Arc::clone(vgic), doorbell, frame: v2m })
+                    Signal::Messages(MessageTarget { vgic: Arc::clone(vgic), doorbell, kind: doorbell_of(slot) })
                 }
             },
             log: Arc::clone(log),
@@ -273,21 +287,35 @@ impl<E: VmEnv> VirtioDevices<E> {
             }
             Arc::new(PciBus::new(functions))
         });
-        let v2m = v2m.filter(|_| pci.is_some()).map(|frame| (Arc::clone(vgic), frame));
-        Ok(VirtioDevices { disk, nic, console, pci, v2m })
+        let msi_window = pci.as_ref().map(|_| match v2m {
+            Some(frame) => MsiWindow::V2m(Arc::clone(vgic), frame),
+            None => MsiWindow::Its(ItsWindow {
+                vm: id,
+                vgic: Arc::clone(vgic),
+                ram: E::guest_ram(spec.ram_ipa(), ram.base, spec.memory, Arc::clone(first_touch)),
+                log: Arc::clone(log),
+                board: core::marker::PhantomData,
+            }),
+        });
+        Ok(VirtioDevices { disk, nic, console, pci, msi_window })
     }
 
     /// Each device's window on the bus, at its slot (granted by the capability space like
     /// the other windows: they cannot overlap).
-    pub fn attach(&self, bus: &mut MmioBus) -> Result<(), VmError> {
+    pub fn attach(&mut self, bus: &mut MmioBus) -> Result<(), VmError> {
         let range = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         if let Some(pci) = &self.pci {
             let _ = bus.attach(range(PCI_ECAM_IPA, PCI_ECAM_SIZE)?, Box::new(EcamWindow(Arc::clone(pci))));
             let memory = MemoryWindow { bus: Arc::clone(pci), base: PCI_MMIO_IPA };
             let _ = bus.attach(range(PCI_MMIO_IPA, PCI_MMIO_SIZE)?, Box::new(memory));
-            if let Some((vgic, frame)) = &self.v2m {
-                let window = V2mWindow { vgic: Arc::clone(vgic), frame: *frame };
-                let _ = bus.attach(range(GICV2M_IPA, GICV2M_SIZE)?, Box::new(window));
+            match self.msi_window.take() {
+                Some(MsiWindow::V2m(vgic, frame)) => {
+                    let _ = bus.attach(range(GICV2M_IPA, GICV2M_SIZE)?, Box::new(V2mWindow { vgic, frame }));
+                }
+                Some(MsiWindow::Its(its)) => {
+                    let _ = bus.attach(range(ITS_IPA, ITS_SIZE)?, Box::new(its));
+                }
+                None => {}
             }
             return Ok(());
         }

@@ -11,6 +11,7 @@ use stage2::Ipa;
 use vgic::GICR_FRAME_SIZE;
 
 use super::Vm;
+use crate::shared_vgic::GicRam;
 use crate::virtio::slot::VmEnv;
 
 // The redistributors of the most vCPUs a VM may have end below the UART (`vgic_window`).
@@ -63,7 +64,9 @@ impl<E: VmEnv> MmioDispatch for GuestMmio<'_, E> {
         let value = value & width.mask();
         match self.vgic_window(ipa) {
             Some((VgicWindow::Distributor, offset)) => self.0.vgic.write_distributor(vcpu, offset, width, value),
-            Some((VgicWindow::Redistributors, offset)) => self.0.vgic.write_redistributor(offset, width, value),
+            Some((VgicWindow::Redistributors, offset)) => {
+                self.0.vgic.write_redistributor(offset, width, value, &GicRam(&self.0.gic_ram))
+            }
             None => self.0.bus.write(vcpu, ipa, width, value),
         }
     }

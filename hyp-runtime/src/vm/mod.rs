@@ -22,7 +22,7 @@ use hyp_core::exit_stats::{ExitCounts, ExitReason};
 use hyp_core::guest_fdt::{self, GuestFdtError, GuestGic, GuestPci, GuestPlatform};
 use hyp_core::guest_layout::{self, GuestLayout, LayoutError};
 use hyp_core::guest_map::{
-    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA,
+    VirtioSlot as Slot, GICC_IPA, GICD_IPA, GICR_IPA, GICV2M_IPA, ITS_IPA, MBI_COUNT, MBI_FIRST_INTID, PCI_ECAM_IPA,
     PCI_ECAM_SIZE, PCI_MMIO_IPA, PCI_MMIO_SIZE, SPIS, UART_IPA, UART_SIZE, VIRTIO_IPA,
 };
 use hyp_core::image::ExecutionState;
@@ -129,6 +129,9 @@ pub struct Vm<E: VmEnv> {
     pub ram: PhysRange,
     /// Which blocks of its RAM are zeroed and mapped (the rest are on first touch).
     pub first_touch: Arc<FirstTouch>,
+    /// Its RAM as its vGIC reads it (the LPI configuration table, when a redistributor's
+    /// GICR_CTLR.EnableLPIs is set).
+    gic_ram: E::Ram,
     /// Where kernel, initrd and device tree go in RAM.
     layout: GuestLayout,
     /// The guest's device tree (generated from its manifest entry); its seeds are replaced
@@ -197,7 +200,10 @@ impl<E: VmEnv> Vm<E> {
         let passthrough_spis: Vec<PassthroughSpi> = passthrough.iter().flat_map(|d| d.spis.iter().copied()).collect();
         // Enough SPIs for the board's INTIDs it is given (the guest sees them unchanged).
         let spis = passthrough_spis.iter().map(|s| s.intid as usize - 31).fold(SPIS, usize::max);
-        let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis };
+        // A GICv3 VM's PCI functions send their MSIs to its ITS, which needs LPIs.
+        let its = gic_v3 && spec.devices.transport == VirtioTransport::Pci;
+        let lpis = if its { vgic::MAX_LPIS } else { 0 };
+        let vgic_config = VgicConfig { version, vcpus: spec.vcpus as usize, spis, lpis };
         let mut distributor = Distributor::new(vgic_config).map_err(VmError::Vgic)?;
         map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
         let vgic: SharedVgic<E::Arch> = Arc::new(VgicHandle::new(id, distributor, scheduling));
@@ -222,7 +228,7 @@ impl<E: VmEnv> Vm<E> {
             disk_vms,
             shadow: E::window_shadow(granted.vm_cap, VIRTIO_IPA),
         };
-        let virtio = VirtioDevices::create(setup, (&guest_log, &device_work))?;
+        let mut virtio = VirtioDevices::create(setup, (&guest_log, &device_work))?;
         let mut bus = MmioBus::new();
         let window = |base, size| IpaRange::new(Ipa(base), size).map_err(|e| VmError::Capability(CapError::Stage2(e)));
         // These windows are the ones the capability space granted; they cannot overlap.
@@ -239,6 +245,7 @@ impl<E: VmEnv> Vm<E> {
             spec,
             cap: granted.vm_cap,
             ram,
+            gic_ram: E::guest_ram(ram_ipa, ram.base, spec.memory, Arc::clone(&first_touch)),
             first_touch,
             layout,
             device_tree: Mutex::new(device_tree),
@@ -571,6 +578,7 @@ fn guest_device_tree(
                 mbi_first_intid: MBI_FIRST_INTID,
                 mbi_count: MBI_COUNT,
                 v2m: (!gic_v3).then_some(GICV2M_IPA),
+                its: gic_v3.then_some(ITS_IPA),
             }),
             bootargs: bootargs.into(),
             initrd,

@@ -121,7 +121,7 @@ impl Vgic {
 }
 
 pub fn gic(version: GicVersion, vcpus: usize) -> Vgic {
-    let mut g = Distributor::new(VgicConfig { version, vcpus, spis: 64 }).unwrap();
+    let mut g = Distributor::new(VgicConfig { version, vcpus, spis: 64, lpis: 0 }).unwrap();
     g.write(0, GICD_CTLR, 4, 0b11).unwrap();
     Vgic::new(g)
 }
@@ -269,7 +269,8 @@ impl FakeLrs {
         (0..self.count).find(|&i| self.lr(i).vintid.0 == intid && self.lr(i).state.active())
     }
     /// Deactivation (EOImode 0 EOI, or EOImode 1 DIR): active is cleared; one that no list
-    /// register shows active is only counted (IHI 0069H 12.4, ICH_HCR_EL2.EOIcount).
+    /// register shows active is only counted (IHI 0069H 12.4, ICH_HCR_EL2.EOIcount), but
+    /// for an LPI, which is not counted (as QEMU's virtual CPU interface does).
     pub fn deactivate(&mut self, intid: u32) {
         if let Some(i) = self.find_active(intid) {
             let lr = self.lr(i);
@@ -278,7 +279,7 @@ impl FakeLrs {
             if let (Some(p), LrState::Invalid) = (lr.hw, state) {
                 self.physical_deactivations.push(p);
             }
-        } else {
+        } else if intid < FIRST_LPI {
             self.eoi_count = (self.eoi_count + 1) % 32;
         }
     }
