@@ -320,7 +320,7 @@ fuzz_target!(|input: Input| {
                 }
             }
             Op::ReadIts { offset, width: w } => {
-                let _ = g.read_its(u64::from(offset), width(w));
+                let _ = g.read_its(u64::from(offset), width(w), &ram);
             }
             Op::WriteIts { offset, width: w, value } => {
                 let _ = g.write_its(u64::from(offset), width(w), value, &ram);

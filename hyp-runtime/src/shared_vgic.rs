@@ -371,9 +371,22 @@ impl<A: Arch> VgicHandle<A> {
         self.kick(changed);
     }
 
-    /// A guest read of the ITS's frames.
-    pub fn read_its(&self, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.lock().read_its(offset, width.bytes() as usize).map_err(|e| to_mmio(e, width))
+    /// A guest read of the ITS's frames, after the next commands waiting in the VM's `ram`
+    /// have run; every vCPU whose LPIs they changed looks again.
+    pub fn read_its(
+        &self,
+        offset: u64,
+        width: AccessWidth,
+        ram: &impl vgic::GuestMemory,
+    ) -> Result<(u64, vgic::CommandErrors), MmioError> {
+        let (read, changed) = {
+            let mut vgic = self.lock();
+            let read = vgic.read_its(offset, width.bytes() as usize, ram).map_err(|e| to_mmio(e, width))?;
+            (read, vgic.take_kicks().0 as u32)
+        };
+        self.hint(changed);
+        self.kick(changed);
+        Ok(read)
     }
 
     /// A guest write of the ITS's frames: a GITS_CWRITER write runs the commands it

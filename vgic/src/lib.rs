@@ -54,7 +54,7 @@ pub use interface::VcpuInterfaceState;
 pub use intid::IntId;
 pub use its::{
     CommandError, CommandErrors, CommandFault, GuestMemory, Its, ItsError, LpiTable, MappedEvent, OutsideRam,
-    TranslationError, FIRST_LPI, GITS_FRAME_SIZE, GITS_TRANSLATER,
+    TranslationError, COMMANDS_PER_ACCESS, FIRST_LPI, GITS_FRAME_SIZE, GITS_TRANSLATER,
 };
 pub use line::{AssumeAsserted, LineSampler, RetiredLines};
 pub use lpi::{MsiError, NoMemory, MAX_LPIS};

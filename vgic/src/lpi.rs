@@ -162,13 +162,24 @@ impl fmt::Display for MsiError {
 }
 
 impl Distributor {
-    /// A guest read of the ITS's frames, `offset` from their base.
-    pub fn read_its(&self, offset: u64, width: usize) -> Result<u64, AccessError> {
-        self.its.as_ref().ok_or(AccessError::NoIts { offset })?.read(offset, width)
+    /// A guest read of the ITS's frames, `offset` from their base, after the next commands
+    /// waiting have run (`Its::advance`: the guest polls GITS_CREADR until they have).
+    pub fn read_its(
+        &mut self,
+        offset: u64,
+        width: usize,
+        mem: &impl GuestMemory,
+    ) -> Result<(u64, CommandErrors), AccessError> {
+        let mut its = self.its.take().ok_or(AccessError::NoIts { offset })?;
+        let errors = its.advance(mem, &mut LpiUpdate { gic: self, mem });
+        let value = its.read(offset, width);
+        self.its = Some(its);
+        Ok((value?, errors))
     }
 
     /// A guest write of the ITS's frames: a write of GITS_CWRITER runs the commands it
-    /// queued, with their effects on the LPIs (configuration read from `mem`) made here.
+    /// queued (a bounded number: `Its::advance`), with their effects on the LPIs
+    /// (configuration read from `mem`) made here.
     pub fn write_its(
         &mut self,
         offset: u64,
@@ -177,9 +188,12 @@ impl Distributor {
         mem: &impl GuestMemory,
     ) -> Result<CommandErrors, AccessError> {
         let mut its = self.its.take().ok_or(AccessError::NoIts { offset })?;
-        let done = its.write(offset, width, value, mem, &mut LpiUpdate { gic: self, mem });
+        let mut update = LpiUpdate { gic: self, mem };
+        let mut errors = its.advance(mem, &mut update);
+        let done = its.write(offset, width, value, mem, &mut update);
         self.its = Some(its);
-        done
+        errors.merge(done?);
+        Ok(errors)
     }
 
     /// A device's MSI: `event_id` written to GITS_TRANSLATER by device `device_id`. The

@@ -827,3 +827,40 @@ fn the_device_table_register_keeps_its_fields_and_no_write_while_enabled() {
     assert_eq!(g.read(GITS_BASER, 8), 0xb9e7_ffff_ffff_ffff);
     assert_eq!(g.read(GITS_BASER + 8, 8), 0, "GITS_BASER1 stays unimplemented");
 }
+
+#[test]
+fn a_full_queue_runs_a_bounded_number_of_commands_an_access_and_the_rest_as_the_guest_polls() {
+    // A queue of 16 pages (2,048 commands): one access must not run them all (a guest could
+    // hold its CPU for each command's walk of every translation), and polling GITS_CREADR,
+    // as Linux's its_wait_for_range_completion does, runs the rest.
+    let mut g = Guest::linux(1);
+    let ctlr = g.read(GITS_CTLR, 4);
+    g.write(GITS_CTLR, 4, ctlr & !1);
+    g.write(GITS_CBASER, 8, CBASER_VALID | QUEUE | 15);
+    g.write(GITS_CTLR, 4, 1);
+    g.queue_bytes = 16 * 4096;
+    g.ok(&[mapc(0, 0, true), mapd(1, 3, true), mapti(1, 0, 8192, 0)]);
+    let posted = 2000;
+    for i in 0..posted {
+        let c = if i % 2 == 0 { int(1, 0) } else { clear(1, 0) };
+        let at = (g.queue - RAM_BASE + g.writer) as usize;
+        for (k, dw) in c.iter().enumerate() {
+            g.ram.0[at + 8 * k..at + 8 * k + 8].copy_from_slice(&dw.to_le_bytes());
+        }
+        g.writer = (g.writer + 32) % g.queue_bytes;
+    }
+    let before = g.lpis.calls.len();
+    assert!(g.write(GITS_CWRITER, 8, g.writer).is_empty());
+    assert_eq!(g.lpis.calls.len() - before, COMMANDS_PER_ACCESS as usize, "one access runs its share");
+    assert_eq!(g.read(GITS_CTLR, 4) & 1 << 31, 0, "not quiescent while commands wait");
+    let mut polls = 0;
+    while g.its.read(GITS_CREADR, 8).unwrap() != g.writer {
+        assert!(g.its.advance(&g.ram, &mut g.lpis).is_empty());
+        polls += 1;
+        assert!(polls <= posted / COMMANDS_PER_ACCESS as usize + 1, "every poll runs its share");
+    }
+    assert_eq!(g.lpis.calls.len() - before, posted, "every command ran, once");
+    assert_eq!(g.read(GITS_CTLR, 4), 1 | 1 << 31, "quiescent again");
+    assert!(g.its.advance(&g.ram, &mut g.lpis).is_empty());
+    assert_eq!(g.lpis.calls.len() - before, posted, "nothing more to run");
+}

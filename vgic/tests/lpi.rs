@@ -142,7 +142,7 @@ fn an_msi_through_the_its_reaches_its_vcpu_as_the_lpi_the_guest_mapped() {
     assert!(matches!(guest.g.send_msi(9, 1), Err(MsiError::Untranslated(_))));
     let mut none = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 64, lpis: 0 }).unwrap();
     assert_eq!(none.send_msi(8, 1), Err(MsiError::NoIts));
-    assert!(none.read_its(0, 4).is_err(), "no ITS frames");
+    assert!(none.read_its(0, 4, &NoMemory).is_err(), "no ITS frames");
 }
 
 #[test]

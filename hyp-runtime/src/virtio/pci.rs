@@ -219,11 +219,21 @@ impl<A: Arch, B: crate::board::Board, R: vdev::virtio::GuestMemory + Send + Sync
     fn name(&self) -> &'static str {
         "gic-its"
     }
-    fn read(&self, _vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
-        self.vgic.read_its(offset, width)
+    fn read(&self, vcpu: usize, offset: u64, width: AccessWidth) -> Result<u64, MmioError> {
+        let (value, errors) = self.vgic.read_its(offset, width, &GicRam(&self.ram))?;
+        self.say(vcpu, errors);
+        Ok(value)
     }
     fn write(&self, vcpu: usize, offset: u64, width: AccessWidth, value: u64) -> Result<(), MmioError> {
         let errors = self.vgic.write_its(offset, width, value, &GicRam(&self.ram))?;
+        self.say(vcpu, errors);
+        Ok(())
+    }
+}
+
+impl<A: Arch, B: crate::board::Board, R: vdev::virtio::GuestMemory> ItsWindow<A, B, R> {
+    /// The commands the ITS refused in one access, in a line through the VM's limit.
+    fn say(&self, vcpu: usize, errors: vgic::CommandErrors) {
         if let Some(first) = errors.first() {
             crate::guest_log::guest_line::<A, B>(
                 &self.log,
@@ -234,7 +244,6 @@ impl<A: Arch, B: crate::board::Board, R: vdev::virtio::GuestMemory + Send + Sync
                 ),
             );
         }
-        Ok(())
     }
 }
 

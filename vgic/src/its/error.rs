@@ -156,7 +156,7 @@ impl fmt::Display for CommandError {
     }
 }
 
-/// The command errors of one register write: how many, and the first.
+/// The command errors of one access: how many, and the first.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct CommandErrors {
     count: u32,
@@ -182,6 +182,14 @@ impl CommandErrors {
     pub(super) fn record(&mut self, error: CommandError) {
         self.count = self.count.saturating_add(1);
         self.first.get_or_insert(error);
+    }
+
+    /// `later`'s errors added after these.
+    pub(crate) fn merge(&mut self, later: CommandErrors) {
+        self.count = self.count.saturating_add(later.count);
+        if self.first.is_none() {
+            self.first = later.first;
+        }
     }
 }
 

@@ -5,13 +5,14 @@
 //! [`LpiTable`]; the queue is in the guest's RAM, read through [`GuestMemory`].
 //!
 //! What the guest sees: a physical ITS (GITS_TYPER, `registers::typer`) whose device
-//! table, ITTs and collections are held inside it (the GITS_BASER<n> read 0, Unimplemented;
-//! HCC is the number of vCPUs), 16-bit DeviceIDs and EventIDs, RDbase as a processor number.
-//! Commands run inside the GITS_CWRITER write that posts them (or the GITS_CTLR write that
-//! enables the ITS), so GITS_CREADR reaches GITS_CWRITER before the guest reads it and
-//! GITS_CTLR.Quiescent always reads 1. A command the specification makes an error is
-//! ignored (IHI 0069H 5.3, "ITS command error encodings": the ITS may ignore it) and
-//! reported in the write's [`CommandErrors`]; `execute` lists the checks.
+//! table, ITTs and collections are held inside it (GITS_BASER0 names a device table it never
+//! reads, the others read 0; HCC is the number of vCPUs), 16-bit DeviceIDs and EventIDs,
+//! RDbase as a processor number. Commands run [`COMMANDS_PER_ACCESS`] at a time: in the
+//! GITS_CWRITER write that posts them (or the GITS_CTLR write that enables the ITS), then
+//! in each access to the ITS ([`Its::advance`]), which the guest makes as it polls
+//! GITS_CREADR; GITS_CTLR.Quiescent reads 1 once none waits. A command the specification
+//! makes an error is ignored (IHI 0069H 5.3, "ITS command error encodings": the ITS may
+//! ignore it) and reported in the access's [`CommandErrors`]; `execute` lists the checks.
 //!
 //! One rule is this ITS's own: an LPI is the translation of one event at most (a MAPTI to
 //! an LPI another event translates to is refused), so each LPI has one route, and the vCPU
@@ -19,7 +20,10 @@
 //! its LPI.
 //!
 //! Everything is allocated in [`Its::new`]; the capacities are in `tables`. No guest value
-//! can make it panic, allocate, or loop beyond one pass over its queue.
+//! can make it panic, allocate, or run more than [`COMMANDS_PER_ACCESS`] commands in one
+//! access: a full queue (32,768 commands), each walking every translation (MAPC, INVALL,
+//! MOVALL), would hold the CPU of the vCPU that posted it for tens of milliseconds in one
+//! exit, and another VM's vCPU sharing that CPU with it.
 
 mod command;
 mod error;
@@ -45,6 +49,9 @@ pub const GITS_FRAME_SIZE: u64 = 0x2_0000;
 pub const GITS_TRANSLATER: u64 = 0x1_0040;
 /// The first LPI INTID (IHI 0069H 2.2.1).
 pub const FIRST_LPI: u32 = 8192;
+/// Commands one access to the ITS runs at most: a queue of one 4 KiB page (128), which is
+/// Linux's, runs whole in the write that posts it.
+pub const COMMANDS_PER_ACCESS: u64 = 256;
 
 /// One mapped event, as [`Its::translations`] lists them: its LPI and collection.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -108,7 +115,8 @@ impl Its {
     pub fn read(&self, offset: u64, width: usize) -> Result<u64, AccessError> {
         let reg = Self::check(offset, width)?;
         let value = match reg {
-            Reg::Ctlr => u64::from(self.enabled) | CTLR_QUIESCENT,
+            Reg::Ctlr if !self.enabled || self.queue.idle() => u64::from(self.enabled) | CTLR_QUIESCENT,
+            Reg::Ctlr => CTLR_ENABLED,
             Reg::Iidr => crate::gicd::IIDR,
             Reg::Typer => registers::typer(self.vcpus),
             Reg::Cbaser => self.queue.cbaser,
@@ -129,8 +137,9 @@ impl Its {
         })
     }
 
-    /// A guest write. Writing GITS_CWRITER (or enabling the ITS with commands waiting) runs the
-    /// queued commands at once, so GITS_CREADR equals GITS_CWRITER when the write returns.
+    /// A guest write. Writing GITS_CWRITER (or enabling the ITS with commands waiting) runs
+    /// the queued commands, [`COMMANDS_PER_ACCESS`] at most: GITS_CREADR equals GITS_CWRITER
+    /// when the write returns unless more were posted (then `advance` runs the rest).
     /// Commands the spec makes an error are ignored (IHI 0069H 5.3 "ITS command error
     /// encodings": the implementation may ignore the command) and reported in the returned CommandErrors.
     /// A guest CPU's own write to GITS_TRANSLATER is ignored (its DeviceID is not defined here; only devices send MSIs, via `translate`).
@@ -221,14 +230,25 @@ impl Its {
         self.enabled
     }
 
-    /// Runs the queued commands if the ITS is enabled (GITS_CBASER.Valid is the queue's).
+    /// Runs the next commands waiting, [`COMMANDS_PER_ACCESS`] at most: what the
+    /// hypervisor does at each guest access to the ITS, before the access itself.
+    pub fn advance(&mut self, mem: &impl GuestMemory, lpis: &mut impl LpiTable) -> CommandErrors {
+        let mut errors = CommandErrors::default();
+        if !self.queue.idle() {
+            self.run(mem, lpis, &mut errors);
+        }
+        errors
+    }
+
+    /// Runs the queued commands if the ITS is enabled (GITS_CBASER.Valid is the queue's),
+    /// [`COMMANDS_PER_ACCESS`] at most.
     fn run(&mut self, mem: &impl GuestMemory, lpis: &mut impl LpiTable, errors: &mut CommandErrors) {
         if !self.enabled {
             return;
         }
         let limits = Limits { vcpus: self.vcpus, lpi_end: self.lpi_end };
         let tables = &mut self.tables;
-        self.queue.drain(mem, errors, |dw| execute::execute(tables, limits, dw, lpis));
+        self.queue.drain(mem, errors, COMMANDS_PER_ACCESS, |dw| execute::execute(tables, limits, dw, lpis));
     }
 
     fn check(offset: u64, width: usize) -> Result<Reg, AccessError> {

@@ -1,8 +1,8 @@
 //! The command queue (IHI 0069H 5.2 and 12.19: GITS_CBASER, GITS_CWRITER, GITS_CREADR): a
 //! ring of 32-byte commands in the guest's RAM that the ITS reads from GITS_CREADR up to
-//! GITS_CWRITER. It is drained at once, inside the write that asked for it, so a guest never
-//! sees GITS_CREADR behind GITS_CWRITER and never a stall (GITS_CREADR.Stalled reads 0).
-//! One drain reads at most the queue's size in commands, whatever the guest wrote.
+//! GITS_CWRITER. It is drained a bounded number of commands at a time, in the write that
+//! posts them and in each later access to the ITS (the guest polls GITS_CREADR until it
+//! reaches GITS_CWRITER), and never stalls (GITS_CREADR.Stalled reads 0).
 
 use super::command::{doublewords, COMMAND_BYTES};
 use super::error::{CommandError, CommandErrors};
@@ -35,12 +35,20 @@ impl CommandQueue {
         ((self.cbaser & CBASER_SIZE) + 1) * 4096
     }
 
-    /// Runs `run` on each command from GITS_CREADR up to GITS_CWRITER, if GITS_CBASER is
-    /// valid, recording every command that could not be read or that `run` refused.
+    /// Whether no command waits: GITS_CBASER is not valid, GITS_CREADR has reached
+    /// GITS_CWRITER, or GITS_CWRITER is beyond the queue (reported when it was written).
+    pub(super) fn idle(&self) -> bool {
+        self.cbaser & CBASER_VALID == 0 || self.creadr == self.cwriter || self.cwriter >= self.bytes()
+    }
+
+    /// Runs `run` on each command from GITS_CREADR up to GITS_CWRITER, `limit` of them at
+    /// most, if GITS_CBASER is valid, recording every command that could not be read or
+    /// that `run` refused.
     pub(super) fn drain(
         &mut self,
         mem: &impl GuestMemory,
         errors: &mut CommandErrors,
+        limit: u64,
         mut run: impl FnMut([u64; 4]) -> Result<(), CommandError>,
     ) {
         if self.cbaser & CBASER_VALID == 0 {
@@ -54,7 +62,7 @@ impl CommandQueue {
         // GITS_CREADR only ever steps within the queue and goes back to 0 with GITS_CBASER,
         // so it is below `bytes`; the wrap below keeps it so.
         let base = self.cbaser & CBASER_PA;
-        for _ in 0..bytes / COMMAND_BYTES {
+        for _ in 0..(bytes / COMMAND_BYTES).min(limit) {
             if self.creadr == self.cwriter {
                 break;
             }
