@@ -89,6 +89,21 @@ impl Distributor {
         slot.wrapping_sub(self.spis) < self.lpis
     }
 
+    /// Where LPI `lpi`'s state is kept, if it is one of the VM's LPIs (not an SPI).
+    fn lpi_slot(&self, lpi: u32) -> Option<usize> {
+        self.shared_slot(lpi).filter(|&s| self.is_lpi_slot(s))
+    }
+
+    /// `lpi` becomes pending, as an edge (a device's MSI, an INT command): its vCPU looks.
+    fn make_lpi_pending(&mut self, lpi: u32) {
+        if self.lpi_slot(lpi).is_some() {
+            if let Some(s) = self.irq_mut(0, lpi) {
+                s.set_latch(true);
+            }
+            self.kick_target(0, lpi);
+        }
+    }
+
     /// `lpi`'s priority and enable bit read again from the configuration table of the
     /// redistributor it is routed to (all of them name the same table: Linux writes one
     /// GICR_PROPBASER everywhere); disabled if it reaches no vCPU or the byte cannot be read.
@@ -201,10 +216,7 @@ impl Distributor {
     pub fn send_msi(&mut self, device_id: u32, event_id: u32) -> Result<IntId, MsiError> {
         let its = self.its.as_ref().ok_or(MsiError::NoIts)?;
         let (lpi, _) = its.translate(device_id, event_id).map_err(MsiError::Untranslated)?;
-        if let Some(s) = self.irq_mut(0, lpi) {
-            s.set_latch(true);
-        }
-        self.kick_target(0, lpi);
+        self.make_lpi_pending(lpi);
         Ok(IntId(lpi))
     }
 }
@@ -218,7 +230,7 @@ pub(crate) struct LpiUpdate<'a, M: GuestMemory> {
 
 impl<M: GuestMemory> LpiTable for LpiUpdate<'_, M> {
     fn route(&mut self, lpi: u32, vcpu: usize) {
-        let Some(slot) = self.gic.shared_slot(lpi).filter(|&s| self.gic.is_lpi_slot(s)) else { return };
+        let Some(slot) = self.gic.lpi_slot(lpi) else { return };
         if vcpu >= self.gic.vcpus {
             return;
         }
@@ -236,7 +248,7 @@ impl<M: GuestMemory> LpiTable for LpiUpdate<'_, M> {
     }
 
     fn unmap(&mut self, lpi: u32) {
-        let Some(slot) = self.gic.shared_slot(lpi).filter(|&s| self.gic.is_lpi_slot(s)) else { return };
+        let Some(slot) = self.gic.lpi_slot(lpi) else { return };
         self.clear_pending(lpi);
         if let Some(s) = self.gic.irq_mut(0, lpi) {
             s.set_enabled(false);
@@ -247,16 +259,11 @@ impl<M: GuestMemory> LpiTable for LpiUpdate<'_, M> {
     }
 
     fn set_pending(&mut self, lpi: u32) {
-        if self.gic.shared_slot(lpi).is_some_and(|s| self.gic.is_lpi_slot(s)) {
-            if let Some(s) = self.gic.irq_mut(0, lpi) {
-                s.set_latch(true);
-            }
-            self.gic.kick_target(0, lpi);
-        }
+        self.gic.make_lpi_pending(lpi);
     }
 
     fn clear_pending(&mut self, lpi: u32) {
-        if self.gic.shared_slot(lpi).is_some_and(|s| self.gic.is_lpi_slot(s)) {
+        if self.gic.lpi_slot(lpi).is_some() {
             if let Some(s) = self.gic.irq_mut(0, lpi) {
                 s.set_latch(false);
                 s.set_lr_pending(false);
@@ -266,7 +273,7 @@ impl<M: GuestMemory> LpiTable for LpiUpdate<'_, M> {
     }
 
     fn invalidate(&mut self, lpi: u32) {
-        if self.gic.shared_slot(lpi).is_some_and(|s| self.gic.is_lpi_slot(s)) {
+        if self.gic.lpi_slot(lpi).is_some() {
             self.gic.reload_lpi_config(lpi, self.mem);
         }
     }
