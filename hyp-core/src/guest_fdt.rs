@@ -567,9 +567,9 @@ mod tests {
         value.chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect()
     }
 
-    #[test]
-    fn virtio_over_pci_gets_a_generic_host_bridge_whose_msis_go_to_the_gics_doorbell() {
-        let pci = GuestPci {
+    /// `virt`'s host bridge (hyp_core::guest_map), its MSIs to a GICv3's doorbell.
+    fn virt_pci() -> GuestPci {
+        GuestPci {
             ecam: 0x0a10_0000,
             ecam_size: 0x10_0000,
             mmio: 0x0a20_0000,
@@ -578,7 +578,12 @@ mod tests {
             mbi_count: 32,
             v2m: None,
             its: None,
-        };
+        }
+    }
+
+    #[test]
+    fn virtio_over_pci_gets_a_generic_host_bridge_whose_msis_go_to_the_gics_doorbell() {
+        let pci = virt_pci();
         let v3 = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
         let blob = build(&GuestPlatform { pci: Some(pci), virtio_mmio: Vec::new(), ..virt(v3, 2) }).unwrap();
         let fdt = Fdt::new(&blob).unwrap();
@@ -621,16 +626,7 @@ mod tests {
 
     #[test]
     fn a_gicv3_with_an_its_takes_the_functions_msis_by_their_requester_ids() {
-        let pci = GuestPci {
-            ecam: 0x0a10_0000,
-            ecam_size: 0x10_0000,
-            mmio: 0x0a20_0000,
-            mmio_size: 0x10_0000,
-            mbi_first_intid: 96,
-            mbi_count: 32,
-            v2m: None,
-            its: Some(0x0808_0000),
-        };
+        let pci = GuestPci { its: Some(0x0808_0000), ..virt_pci() };
         let v3 = GuestGic::V3 { distributor: 0x0800_0000, redistributors: 0x080a_0000 };
         let blob = build(&GuestPlatform { pci: Some(pci), virtio_mmio: Vec::new(), ..virt(v3, 2) }).unwrap();
         let fdt = Fdt::new(&blob).unwrap();
