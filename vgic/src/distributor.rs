@@ -100,6 +100,8 @@ pub struct Distributor {
     pub(crate) retired: RetiredSpis,
     /// The ITS of a VM with LPIs (`crate::lpi`).
     pub(crate) its: Option<Its>,
+    /// The board's part in the LPIs, when it injects them (`crate::direct`).
+    pub(crate) direct: Option<Box<crate::direct::DirectLpis>>,
 }
 
 /// A bit per SPI, set whenever its state may have changed (every change goes through
@@ -224,6 +226,7 @@ impl Distributor {
             kicks: VcpuMask::EMPTY,
             retired: RetiredSpis::new(boxed(0, spis.div_ceil(64))?),
             its,
+            direct: None,
         })
     }
 

@@ -87,6 +87,8 @@ pub enum VgicError {
     WrongVersion { needs: GicVersion },
     /// The hypervisor's heap cannot hold the VM's interrupt state.
     OutOfMemory,
+    /// Direct injection of LPIs asked of a VM that has none (no ITS).
+    NoLpis,
 }
 
 impl fmt::Display for VgicError {
@@ -110,6 +112,7 @@ impl fmt::Display for VgicError {
             }
             Self::WrongVersion { needs } => write!(f, "this operation needs a {needs:?} vGIC"),
             Self::OutOfMemory => write!(f, "not enough hypervisor heap for the VM's interrupt state; give the hypervisor more heap or the VM fewer vCPUs or SPIs"),
+            Self::NoLpis => write!(f, "the VM has no LPIs to inject directly: give it an ITS (a GICv3 VM with the PCI transport)"),
         }
     }
 }

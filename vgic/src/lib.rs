@@ -23,6 +23,7 @@
 extern crate alloc;
 
 mod control_words;
+mod direct;
 mod distributor;
 mod error;
 mod gicd;
@@ -46,6 +47,7 @@ mod v2m;
 mod wanted;
 
 pub use control_words::{ControlWords, CONTROL_WORDS_END};
+pub use direct::VlpiCommand;
 pub use distributor::{Distributor, GicVersion, InterruptState, Trigger, VgicConfig};
 pub use error::{AccessError, VgicError};
 pub use gicd::{GICD_CLRSPI_NSR, GICD_SETSPI_NSR, GICD_SGIR};

@@ -84,6 +84,13 @@ impl Distributor {
         self.lpis
     }
 
+    /// The vCPU LPI `lpi` is routed to (its ITS collection's), if it is one of the VM's
+    /// LPIs and routed.
+    pub fn lpi_target(&self, lpi: IntId) -> Option<usize> {
+        self.lpi_slot(lpi.0)?;
+        self.target(0, lpi.0).filter(|&v| v < self.vcpus)
+    }
+
     /// Whether a shared slot is an LPI's (after the SPIs').
     pub(crate) fn is_lpi_slot(&self, slot: usize) -> bool {
         slot.wrapping_sub(self.spis) < self.lpis
@@ -96,7 +103,7 @@ impl Distributor {
 
     /// `lpi` becomes pending, as an edge (a device's MSI, an INT command): its vCPU looks.
     fn make_lpi_pending(&mut self, lpi: u32) {
-        if self.lpi_slot(lpi).is_some() {
+        if self.lpi_slot(lpi).is_some() && !self.direct_pending(lpi, true) {
             if let Some(s) = self.irq_mut(0, lpi) {
                 s.set_latch(true);
             }
@@ -110,6 +117,7 @@ impl Distributor {
     pub(crate) fn reload_lpi_config(&mut self, lpi: u32, mem: &impl GuestMemory) {
         let config =
             self.target(0, lpi).and_then(|vcpu| self.redistributors.get(vcpu)).and_then(|rd| rd.lpi.config(lpi, mem));
+        self.direct_changed(lpi);
         let Some(s) = self.irq_mut(0, lpi) else { return };
         let before = *s;
         s.set_enabled(config.is_some_and(|c| c & CONFIG_ENABLE != 0));
@@ -256,6 +264,7 @@ impl<M: GuestMemory> LpiTable for LpiUpdate<'_, M> {
         if let Some(r) = self.gic.route.get_mut(slot) {
             *r = UNROUTED;
         }
+        self.gic.direct_changed(lpi);
     }
 
     fn set_pending(&mut self, lpi: u32) {
@@ -264,6 +273,7 @@ impl<M: GuestMemory> LpiTable for LpiUpdate<'_, M> {
 
     fn clear_pending(&mut self, lpi: u32) {
         if self.gic.lpi_slot(lpi).is_some() {
+            self.gic.direct_pending(lpi, false);
             if let Some(s) = self.gic.irq_mut(0, lpi) {
                 s.set_latch(false);
                 s.set_lr_pending(false);

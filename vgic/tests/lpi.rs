@@ -295,3 +295,205 @@ fn lpis_need_a_gicv3_and_fit_the_limit() {
     assert!(g.set_level(IntId(FIRST_LPI + 1), 0, true).is_err());
     assert!(g.interrupt(0, IntId(FIRST_LPI + MAX_LPIS as u32)).is_err(), "beyond the last LPI");
 }
+
+// Direct injection through the board's GICv4.0 (crate::direct): the board's ITS given the
+// guest's mappings, the vGIC keeping no pending LPI.
+
+/// The board's ITS as the VM's commands leave it: each LPI's vPE and configuration byte,
+/// and which are pending in a vPE's table.
+#[derive(Default, Debug)]
+struct Board {
+    mapped: std::collections::BTreeMap<u32, (usize, u8)>,
+    pending: std::collections::BTreeSet<u32>,
+    log: Vec<VlpiCommand>,
+}
+
+impl Board {
+    fn apply(&mut self, c: VlpiCommand) {
+        self.log.push(c);
+        match c {
+            VlpiCommand::Map { lpi, vcpu } => {
+                let config = self.mapped.get(&lpi).map_or(0, |m| m.1);
+                assert!(
+                    self.mapped.insert(lpi, (vcpu, config)).is_none_or(|m| m.0 == usize::MAX),
+                    "{lpi} mapped twice"
+                );
+            }
+            VlpiCommand::Move { lpi, vcpu } => self.mapped.get_mut(&lpi).expect("a move of an unmapped event").0 = vcpu,
+            VlpiCommand::Discard { lpi } => {
+                assert!(self.mapped.remove(&lpi).is_some_and(|m| m.0 != usize::MAX), "discard of an unmapped event");
+                self.pending.remove(&lpi);
+            }
+            // The configuration table is the hypervisor's: written before the mapping too.
+            VlpiCommand::Configure { lpi, config } => self.mapped.entry(lpi).or_insert((usize::MAX, 0)).1 = config,
+            VlpiCommand::Raise { lpi } => {
+                assert!(self.mapped.get(&lpi).is_some_and(|m| m.0 != usize::MAX), "raise of an unmapped event");
+                self.pending.insert(lpi);
+            }
+            VlpiCommand::Clear { lpi } => {
+                self.pending.remove(&lpi);
+            }
+        }
+    }
+    fn sync(&mut self, g: &mut Distributor) -> Vec<VlpiCommand> {
+        let start = self.log.len();
+        g.sync_direct(|c| self.apply(c));
+        self.log[start..].to_vec()
+    }
+}
+
+impl Guest {
+    fn direct(vcpus: usize) -> Guest {
+        let mut guest = Guest::booted(vcpus);
+        guest.g.inject_lpis_directly().unwrap();
+        guest
+    }
+}
+
+#[test]
+fn with_direct_injection_the_board_holds_the_guests_mappings_and_the_vgic_no_pending_lpi() {
+    let mut guest = Guest::direct(2);
+    let mut board = Board::default();
+    guest.map_device(8);
+    guest.map(8, 1, 8200, 1, 0xa0);
+    assert_eq!(
+        board.sync(&mut guest.g),
+        [VlpiCommand::Configure { lpi: 8200, config: 0xa1 }, VlpiCommand::Map { lpi: 8200, vcpu: 1 }],
+        "configured, then mapped: a mapped event is delivered at once"
+    );
+    // A device's message: no kick, nothing pending in the vGIC; the board raises it.
+    guest.g.take_kicks();
+    assert_eq!(guest.g.send_msi(8, 1), Ok(IntId(8200)));
+    assert_eq!(guest.g.take_kicks(), VcpuMask::EMPTY);
+    assert!(!guest.g.has_pending(1) && !guest.g.interrupt(1, IntId(8200)).unwrap().pending);
+    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Raise { lpi: 8200 }]);
+    // The guest's INT is the same raise; nothing changed gives nothing.
+    guest.command([0x03 | 8 << 32, 1, 0, 0]);
+    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Raise { lpi: 8200 }]);
+    assert_eq!(board.sync(&mut guest.g), []);
+    // MOVI to vCPU 0's collection, a new priority with its INV, CLEAR, DISCARD.
+    guest.command([0x01 | 8 << 32, 1, 0, 0]);
+    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Move { lpi: 8200, vcpu: 0 }]);
+    guest.ram.configure(8200, 0x40, true);
+    guest.command([0x0c | 8 << 32, 1, 0, 0]);
+    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Configure { lpi: 8200, config: 0x41 }]);
+    guest.command([0x04 | 8 << 32, 1, 0, 0]);
+    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Clear { lpi: 8200 }]);
+    guest.command([0x0f | 8 << 32, 1, 0, 0]);
+    assert_eq!(
+        board.sync(&mut guest.g),
+        [VlpiCommand::Clear { lpi: 8200 }, VlpiCommand::Discard { lpi: 8200 }],
+        "its pending state ends with the mapping"
+    );
+    assert_eq!(guest.g.direct_mapping(8200), None);
+    // A message with no translation is refused as before and raises nothing.
+    assert!(guest.g.send_msi(8, 1).is_err());
+    assert_eq!(board.sync(&mut guest.g), []);
+}
+
+#[test]
+fn a_raise_in_the_same_sync_as_its_mapping_comes_after_it_and_release_discards_everything() {
+    let mut guest = Guest::direct(2);
+    let mut board = Board::default();
+    guest.map_device(8);
+    guest.map(8, 0, 8192, 0, 0x40);
+    guest.map(8, 1, 8193, 1, 0x40);
+    guest.g.send_msi(8, 1).unwrap();
+    let commands = board.sync(&mut guest.g);
+    assert_eq!(commands.last(), Some(&VlpiCommand::Raise { lpi: 8193 }), "{commands:?}");
+    assert_eq!(board.mapped.len(), 2);
+    let mut released = Vec::new();
+    guest.g.release_direct(|c| released.push(c));
+    assert_eq!(released, [VlpiCommand::Discard { lpi: 8192 }, VlpiCommand::Discard { lpi: 8193 }]);
+    assert_eq!(board.sync(&mut guest.g), [], "nothing left to sync after a release");
+    // Only a VM with LPIs can have them injected by the board.
+    let mut plain = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 64, lpis: 0 }).unwrap();
+    assert_eq!(plain.inject_lpis_directly(), Err(VgicError::NoLpis));
+    assert!(VgicError::NoLpis.to_string().contains("ITS"));
+    assert!(!plain.injects_lpis_directly());
+}
+
+mod direct_differential {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One guest step: a command through its queue (device 0..2, event 0..4, LPI 8192..8200,
+    /// collection 0..3), a configuration byte written, or a device's message.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Command([u64; 4]),
+        Configure { lpi: u32, priority: u8, enabled: bool },
+        Message { device: u32, event: u32 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let (dev, ev, lpi, col) = (0u64..2, 0u64..4, 8192u32..8200, 0u64..3);
+        prop_oneof![
+            4 => (dev.clone(), ev.clone(), lpi.clone(), col.clone())
+                .prop_map(|(d, e, l, c)| Step::Command([0x0a | d << 32, e | u64::from(l) << 32, c, 0])),
+            2 => (dev.clone(), ev.clone(), col.clone()).prop_map(|(d, e, c)| Step::Command([0x01 | d << 32, e, c, 0])),
+            1 => (dev.clone(), ev.clone()).prop_map(|(d, e)| Step::Command([0x0f | d << 32, e, 0, 0])),
+            1 => (dev.clone(), ev.clone()).prop_map(|(d, e)| Step::Command([0x03 | d << 32, e, 0, 0])),
+            1 => (dev.clone(), ev.clone()).prop_map(|(d, e)| Step::Command([0x04 | d << 32, e, 0, 0])),
+            1 => (dev.clone(), ev.clone()).prop_map(|(d, e)| Step::Command([0x0c | d << 32, e, 0, 0])),
+            1 => col.clone().prop_map(|c| Step::Command([0x0d, 0, c, 0])),
+            1 => (col.clone(), 0u64..3, prop::bool::weighted(0.7))
+                .prop_map(|(c, r, v)| Step::Command([0x09, 0, u64::from(v) << 63 | r << 16 | c, 0])),
+            1 => (dev.clone(), prop::bool::weighted(0.7))
+                .prop_map(|(d, v)| Step::Command([0x08 | d << 32, 3, u64::from(v) << 63 | (RAM + 0x2_8000 + d * 0x100), 0])),
+            1 => (0u64..3, 0u64..3).prop_map(|(a, b)| Step::Command([0x0e, 0, a << 16, b << 16])),
+            2 => (lpi, any::<u8>(), any::<bool>()).prop_map(|(lpi, priority, enabled)| Step::Configure { lpi, priority, enabled }),
+            3 => (0u32..2, 0u32..4).prop_map(|(device, event)| Step::Message { device, event }),
+        ]
+    }
+
+    fn run(guest: &mut Guest, step: &Step) {
+        match *step {
+            Step::Command(dw) => {
+                let bytes: Vec<u8> = dw.iter().flat_map(|d| d.to_le_bytes()).collect();
+                guest.ram.write(QUEUE + guest.cwriter, &bytes);
+                guest.cwriter = (guest.cwriter + 32) % 0x1000;
+                let cwriter = guest.cwriter;
+                guest.its_write(GITS_CWRITER, 8, cwriter);
+            }
+            Step::Configure { lpi, priority, enabled } => guest.ram.configure(lpi, priority, enabled),
+            Step::Message { device, event } => {
+                let _ = guest.g.send_msi(device, event);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// The same steps given to a VM whose vGIC keeps its LPIs and to one whose board
+        /// injects them: after each, the board maps exactly the LPIs the first routes, to the
+        /// same vCPU with the same priority and enable, holds pending exactly those the first
+        /// has pending, and the second's vGIC has nothing pending at all.
+        #[test]
+        fn the_board_holds_what_the_vgic_would(steps in prop::collection::vec(step(), 1..60)) {
+            let mut soft = Guest::booted(3);
+            let mut direct = Guest::direct(3);
+            let mut board = Board::default();
+            for step in &steps {
+                run(&mut soft, step);
+                run(&mut direct, step);
+                board.sync(&mut direct.g);
+                for lpi in FIRST_LPI..FIRST_LPI + 64 {
+                    let route = soft.g.lpi_target(IntId(lpi));
+                    let mapped = board.mapped.get(&lpi).filter(|m| m.0 != usize::MAX).map(|m| m.0);
+                    prop_assert_eq!(mapped, route, "LPI {}", lpi);
+                    prop_assert_eq!(direct.g.direct_mapping(lpi), route);
+                    if let Some(vcpu) = route {
+                        let s = soft.g.interrupt(vcpu, IntId(lpi)).unwrap();
+                        prop_assert_eq!(board.mapped[&lpi].1, s.priority | u8::from(s.enabled), "LPI {}", lpi);
+                        prop_assert_eq!(board.pending.contains(&lpi), s.pending, "LPI {} pending", lpi);
+                    }
+                }
+                for vcpu in 0..3 {
+                    prop_assert!(!direct.g.has_pending(vcpu));
+                }
+            }
+        }
+    }
+}
