@@ -183,6 +183,7 @@ impl Tables<'_> {
             gic.cpu_interface,
             gic.hyp_interface,
             gic.virtual_cpu_interface,
+            gic.its,
         ];
         // The system registers through which a Versatile Express's CPUs are started.
         let sys_flags = platform.cpu_start.iter().filter_map(|start| match start {

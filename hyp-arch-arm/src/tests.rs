@@ -56,6 +56,7 @@ impl Memory {
             hyp_interface: (version == GicVersion::V2).then(|| range(GICH_AT, 0x1000)),
             virtual_cpu_interface: None,
             maintenance_intid: Some(25),
+            its: None,
         }
     }
 

@@ -59,6 +59,9 @@ pub struct GicDescription {
     pub virtual_cpu_interface: Option<PhysRange>,
     /// The maintenance interrupt (a PPI), as an INTID.
     pub maintenance_intid: Option<u32>,
+    /// A GICv3's first ITS (its control and translation frames), if the board has one: the
+    /// hypervisor's own, never a guest's (docs/vgic.md, "Direct injection of LPIs").
+    pub its: Option<PhysRange>,
 }
 
 /// How PSCI calls reach the firmware (the `/psci` node's `method`).
@@ -484,6 +487,7 @@ fn gic(node: Node<'_>, version: GicVersion) -> Result<GicDescription, PlatformEr
                 hyp_interface: None,
                 virtual_cpu_interface: None,
                 maintenance_intid,
+                its: its(node),
             }
         }
         GicVersion::V2 => {
@@ -501,10 +505,20 @@ fn gic(node: Node<'_>, version: GicVersion) -> Result<GicDescription, PlatformEr
                 hyp_interface,
                 virtual_cpu_interface,
                 maintenance_intid,
+                its: None,
             }
         }
     };
     Ok(gic)
+}
+
+/// The first enabled ITS under a GICv3's node
+/// (Documentation/devicetree/bindings/interrupt-controller/arm,gic-v3.yaml: a child
+/// `arm,gic-v3-its` whose first `reg` holds its two 64 KiB frames).
+fn its(gic: Node<'_>) -> Option<PhysRange> {
+    gic.children()
+        .filter(|n| n.is_enabled() && n.compatible().any(|c| c == "arm,gic-v3-its"))
+        .find_map(|n| regs(n).next())
 }
 
 /// The console's node: the PL011 the loader chose (`stdout-path`), if it is one; otherwise

@@ -27,6 +27,7 @@ fn qemu_virt_gicv3_is_discovered_from_its_device_tree() {
     assert_eq!(p.gic.distributor, PhysRange { base: 0x0800_0000, size: 0x1_0000 });
     assert_eq!(p.gic.redistributors, Some(PhysRange { base: 0x080a_0000, size: 0xf6_0000 }));
     assert_eq!(p.gic.maintenance_intid, Some(25));
+    assert_eq!(p.gic.its, Some(PhysRange { base: 0x0808_0000, size: 0x2_0000 }), "its@8080000, a child of the GIC");
     assert_eq!(p.uart, PhysRange { base: 0x0900_0000, size: 0x1000 });
     assert_eq!(p.uart_intid, Some(33), "SPI 1");
     assert_eq!(p.psci, Some(PsciConduit::Smc));
