@@ -44,4 +44,10 @@ pub trait Arch: 'static {
     /// (`shared_vgic::VgicHandle::post_sgi`): an image that drives only GICv2s has no such
     /// VM, and its lock of a vGIC then does not look for posted SGIs.
     const POSTS_SGIS: bool = true;
+
+    /// The board's GICv4.0, which injects the LPIs of VMs with an ITS directly
+    /// (crate::direct_lpis); none on a board without one.
+    fn vlpis() -> Option<&'static dyn crate::direct_lpis::BoardVlpis> {
+        None
+    }
 }

@@ -27,6 +27,7 @@ extern crate alloc;
 pub mod arch;
 pub mod board;
 pub mod cpus;
+pub mod direct_lpis;
 pub mod first_touch;
 pub mod focus;
 pub mod guest_log;

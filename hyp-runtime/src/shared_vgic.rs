@@ -26,7 +26,10 @@ use vgic::{
     AccessError, ControlWords, Distributor, GicVersion, VcpuInterfaceState, VcpuMask, MAX_VCPUS_V2 as MAX_VCPUS,
 };
 
+use spin::Once;
+
 use crate::arch::Arch;
+use crate::direct_lpis::{VlpiError, VlpiVm};
 use crate::scheduling::{vcpu_ref, Scheduling};
 
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
@@ -62,6 +65,9 @@ pub struct VgicHandle<A: Arch> {
     pub running_on: [AtomicUsize; MAX_VCPUS],
     /// Set while a vCPU waits for an interrupt off its CPU (blocked in a trapped WFI).
     pub waiting: [AtomicBool; MAX_VCPUS],
+    /// The VM's vPEs and events on the board's GICv4.0, if its LPIs are injected there
+    /// (crate::direct_lpis).
+    direct: Once<VlpiVm>,
 }
 
 impl<A: Arch> VgicHandle<A> {
@@ -81,6 +87,38 @@ impl<A: Arch> VgicHandle<A> {
             hints: [const { AtomicU8::new(0) }; MAX_VCPUS],
             running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
+            direct: Once::new(),
+        }
+    }
+
+    /// The VM's LPIs injected by the board's GICv4.0 from now on, if the board has one with
+    /// room (crate::direct_lpis); before any vCPU runs. Its vPEs start on CPU `cpu`'s
+    /// redistributor. Otherwise, and for a VM without LPIs, they stay with the vGIC.
+    pub fn inject_lpis_directly(&self, cpu: usize) -> Result<Option<VlpiVm>, VlpiError> {
+        let Some(board) = A::vlpis() else { return Ok(None) };
+        let mut vgic = self.lock();
+        if vgic.lpis() == 0 || self.direct.is_completed() {
+            return Ok(self.direct.get().copied());
+        }
+        let attached = board.attach(self.vm, vgic.vcpus(), cpu)?;
+        if vgic.inject_lpis_directly().is_err() {
+            board.detach(&attached);
+            return Err(VlpiError::OutOfMemory);
+        }
+        Ok(Some(*self.direct.call_once(|| attached)))
+    }
+
+    /// The VM's vPEs and events on the board, if its LPIs are injected there.
+    #[inline(always)]
+    pub fn direct(&self) -> Option<&VlpiVm> {
+        self.direct.get()
+    }
+
+    /// The board's ITS brought to what the guest's ITS and its devices did to the LPIs,
+    /// under the lock that changed them (vgic::Distributor::sync_direct).
+    fn sync_direct(&self, vgic: &mut Distributor) {
+        if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
+            vgic.sync_direct(|c| board.apply(direct, c));
         }
     }
 
@@ -265,8 +303,16 @@ impl<A: Arch> VgicHandle<A> {
         self.hints.get(vcpu).map_or(0, |h| h.load(Ordering::Relaxed))
     }
     /// A new distributor (a SYSTEM_RESET's), with its control words copied under its lock.
-    pub fn replace_distributor(&self, fresh: Distributor) {
+    /// A VM whose LPIs the board injects keeps that: the last boot's mappings are discarded
+    /// on the board, and the fresh distributor starts with none.
+    pub fn replace_distributor(&self, mut fresh: Distributor) {
         let mut vgic = self.lock();
+        if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
+            vgic.release_direct(|c| board.apply(direct, c));
+            // Allocated as the VM's first was; without it the LPIs go back to the vGIC,
+            // which the board then never raises.
+            let _ = fresh.inject_lpis_directly();
+        }
         *vgic = fresh;
         self.control_words.refresh(&vgic);
     }
@@ -274,6 +320,17 @@ impl<A: Arch> VgicHandle<A> {
     pub fn take_hint(&self, vcpu: usize) -> bool {
         // A plain load first: the common case (no hint) costs no atomic read-modify-write.
         self.hints.get(vcpu).is_some_and(|h| h.load(Ordering::Relaxed) != 0 && h.swap(0, Ordering::AcqRel) != 0)
+    }
+}
+
+/// The VM's vPEs and events given back to the board once nothing reaches its vGIC: no vCPU
+/// runs and no device raises its LPIs.
+impl<A: Arch> Drop for VgicHandle<A> {
+    fn drop(&mut self) {
+        if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
+            self.distributor.lock().release_direct(|c| board.apply(direct, c));
+            board.detach(direct);
+        }
     }
 }
 
@@ -382,6 +439,7 @@ impl<A: Arch> VgicHandle<A> {
         let (read, changed) = {
             let mut vgic = self.lock();
             let read = vgic.read_its(offset, width.bytes() as usize, ram).map_err(|e| to_mmio(e, width))?;
+            self.sync_direct(&mut vgic);
             (read, vgic.take_kicks().0 as u32)
         };
         self.hint(changed);
@@ -401,6 +459,7 @@ impl<A: Arch> VgicHandle<A> {
         let (errors, changed) = {
             let mut vgic = self.lock();
             let errors = vgic.write_its(offset, width.bytes() as usize, value, ram).map_err(|e| to_mmio(e, width))?;
+            self.sync_direct(&mut vgic);
             (errors, vgic.take_kicks().0 as u32)
         };
         self.hint(changed);
@@ -414,6 +473,7 @@ impl<A: Arch> VgicHandle<A> {
         let changed = {
             let mut vgic = self.lock();
             vgic.send_msi(device_id, event_id)?;
+            self.sync_direct(&mut vgic);
             vgic.take_kicks().0 as u32
         };
         self.hint(changed);
@@ -439,6 +499,7 @@ impl<A: Arch> VgicHandle<A> {
         let changed = {
             let mut vgic = self.lock();
             vgic.write_redistributor_in(offset, width.bytes() as usize, value, ram).map_err(|e| to_mmio(e, width))?;
+            self.sync_direct(&mut vgic);
             vgic.take_kicks().0 as u32
         };
         self.hint(changed);
