@@ -129,8 +129,8 @@ impl ItsCommand {
         ItsCommand([opcode::MAPC as u64, 0, target | icid.0 as u64, 0])
     }
 
-    /// MAPD: `device`'s interrupt translation table at `itt` (256-byte aligned) for
-    /// 2^`event_id_bits` events, valid; `None` unmaps the device (IHI 0069H 5.3, MAPD):
+    /// MAPD: `device`'s interrupt translation table `itt`, its address (256-byte aligned) and
+    /// its EventID bits (2^bits events), valid; `None` unmaps the device (IHI 0069H 5.3, MAPD):
     /// DeviceID DW0 [63:32], Size DW1 [4:0] (EventID bits minus one), ITT_addr DW2 [51:8],
     /// V DW2 [63].
     pub const fn mapd(device: DeviceId, itt: Option<(u64, u32)>) -> Self {

@@ -275,7 +275,7 @@ impl<C: CpuInterfaceRegisters> BoardIts<C> {
             let table_type = ((baser >> 56) & 0b111) as u8;
             let Some(entries) = entries_needed(table_type, vpes).filter(|&e| e > 0) else { continue };
             let entry_size = ((baser >> 48) & 0x1f) as usize + 1;
-            let pages = (entries * entry_size).div_ceil(PAGE);
+            let pages = entries.checked_mul(entry_size).map_or(usize::MAX, |bytes| bytes.div_ceil(PAGE));
             if pages > BASER_MAX_PAGES {
                 return Err(ItsError::TableTooLarge { baser: n, pages });
             }
@@ -340,12 +340,11 @@ impl<C: CpuInterfaceRegisters> BoardIts<C> {
             return Err(ItsError::DeviceOutOfRange { device: device.0 });
         }
         // MAPD's Size is EventID bits minus one: at least one bit.
-        let bits = events.max(2).next_power_of_two().trailing_zeros();
         let max_bits = self.features.event_id_bits;
-        if bits > max_bits || events == 0 {
-            return Err(ItsError::TooManyEvents { events, max_bits });
-        }
-        let bytes = self.features.itt_entry_size << bits;
+        let too_many = ItsError::TooManyEvents { events, max_bits };
+        let bits = events.max(2).checked_next_power_of_two().ok_or(too_many)?.trailing_zeros();
+        let bytes = 1usize.checked_shl(bits).and_then(|n| n.checked_mul(self.features.itt_entry_size));
+        let bytes = bytes.filter(|_| bits <= max_bits && events > 0).ok_or(too_many)?;
         let address = memory.allocate_zeroed(bytes, ITT_ALIGN).ok_or(ItsError::OutOfMemory { table: "ITT", bytes })?;
         let itt = Itt { address: address as u64, event_id_bits: bits };
         self.send(&[ItsCommand::mapd(device, Some((itt.address, bits)))])?;
