@@ -243,6 +243,16 @@ impl<C: CpuInterfaceRegisters> Gic<C> {
         Ok(())
     }
 
+    /// The redistributor of the CPU with this index, for its LPI registers (the doorbells'
+    /// tables, a vPE's residency: `its::redistributor`); None before `init_cpu` found it, or
+    /// on a GICv2.
+    pub fn lpi_redistributor(&self, index: usize) -> Option<crate::its::redistributor::LpiRedistributor> {
+        let rd = self.redistributor.get(index)?.load(Ordering::Relaxed);
+        // SAFETY: the RD frame `init_cpu` found in the range `init_distributor`'s caller gave,
+        // which holds every frame of each redistributor (`find_redistributor` steps over them).
+        (self.is_v3() && rd != 0).then(|| unsafe { crate::its::redistributor::LpiRedistributor::new(rd) })
+    }
+
     /// Clears the active state of private interrupt `intid` (a PPI) of the CPU with this index:
     /// GICR_ICACTIVER0 (IHI 0069 12.10.7) or the banked GICD_ICACTIVER0 (IHI 0048B 4.3.6). For a
     /// hardware-mapped interrupt whose vCPU stopped before deactivating it.

@@ -7,6 +7,8 @@
 //!   (GICC); SGIs, SPIs, acknowledge and end of interrupt.
 //! - `list_registers`: the GICv2 virtual interface control frame (GICH) and the list
 //!   registers of either GIC version, for the vGIC (`vgic::ListRegisters`).
+//! - `its`: the board's ITS and the GICv4.0 redistributor registers, for direct injection of
+//!   a guest's LPIs (vLPIs): its tables, command queue and commands, a vPE's residency.
 //! - `registers`: the frames' register offsets and the values computed for them.
 //! - `mmio`: the volatile accesses to the GIC frames and the one board register here.
 //! - `sys_flags`: Versatile Express's SYS_FLAGS, which its firmware reads for where a
@@ -51,6 +53,7 @@ pub mod heap;
 pub mod hyp_map;
 pub mod identity_map;
 pub mod image;
+pub mod its;
 pub mod list_registers;
 mod mmio;
 #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
