@@ -495,6 +495,7 @@ fn the_gic_hands_out_a_cpus_redistributor_once_found() {
         hyp_interface: None,
         virtual_cpu_interface: None,
         maintenance_intid: Some(25),
+        its: None,
     };
     // SAFETY: `init_distributor` first; the frames are leaked memory, never freed.
     let gic: Gic<NoCpu> = unsafe { Gic::new() };
