@@ -5,6 +5,7 @@
 //! bundle, and `Hypervisor::start`. What names the CPU architecture or the board is the
 //! image's (`ArmImage`, crate::image).
 
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::vec::Vec;
 
@@ -17,6 +18,8 @@ use hyp_runtime::interrupts::{Route, KICK_SGI};
 use hyp_runtime::Board;
 
 use crate::image::{init_cpu, ArmImage, GICH, PPIS};
+use crate::its::vlpis::BoardGicv4;
+use crate::its::ItsError;
 
 macro_rules! say {
     ($i:ty, $($arg:tt)*) => { <<$i as ArmImage>::Board as Board>::print(format_args!($($arg)*)) };
@@ -123,6 +126,7 @@ pub unsafe fn boot<I: ArmImage>(
     say!(I, "hypervisor: {} of {} CPUs online", hypervisor.cpus.online_count(), platform.cpus.len());
     let (answered, asked) = hypervisor.cpus.check_kicks::<I>(100_000_000, I::wait_a_little);
     say!(I, "hypervisor: SGIs reach the other CPUs: {answered} of {asked} answered");
+    bring_up_gicv4::<I>(platform);
     let disk_sectors = I::probe_board(platform);
 
     let Some(initrd) = platform.initrd else {
@@ -154,6 +158,30 @@ pub unsafe fn boot<I: ArmImage>(
         halt::<I>(e);
     }
     me
+}
+
+/// The board's GICv4.0, if its ITS has virtual LPIs, brought up for direct injection of
+/// the VMs' LPIs (crate::its::vlpis), once every CPU's redistributor is: the runtime finds
+/// it through `Arch::vlpis`.
+fn bring_up_gicv4<I: ArmImage>(platform: &Platform<'_>) {
+    let Some(its) = platform.gic.its else { return };
+    let gic = I::gic();
+    // SAFETY: the device tree's ITS, which the identity map maps Device-nGnRE at its
+    // physical address (hyp_map); nothing else drives it, and the boot CPU runs this once.
+    let board = unsafe { BoardGicv4::<I::Icc>::init(its.base as usize, |cpu| gic.lpi_redistributor(cpu)) };
+    match board {
+        Ok(board) => {
+            crate::image::VLPIS.call_once(|| Box::leak(Box::new(board)));
+            say!(
+                I,
+                "hypervisor: GICv4.0: the ITS at {its} injects the LPIs of up to {} VMs of up to {} vCPUs directly",
+                crate::its::vlpis::SLOTS,
+                crate::its::vlpis::VPES_PER_SLOT
+            );
+        }
+        Err(ItsError::NoVirtualLpis) => {}
+        Err(e) => say!(I, "hypervisor: GICv4.0 not used, the VMs' LPIs stay with their vGICs: {e}"),
+    }
 }
 
 /// Starts every other CPU as the device tree says and waits for each to report online (or

@@ -37,7 +37,23 @@ const _: () = assert!(PRIORITY < MASK_NONE);
 /// The INTID of an acknowledged interrupt (GICC_IAR also carries the source CPU of a GICv2 SGI).
 #[inline(always)]
 pub const fn interrupt_id(iar: u32) -> u32 {
-    iar & 0x3ff
+    // ICC_IAR1_EL1's INTID is [23:0], an LPI's from 8192 (IHI 0069H 12.2.12); GICC_IAR's
+    // [9:0], with a GICv2 SGI's source CPU in [12:10] (IHI 0048B 4.4.4), below 8192.
+    if iar >= FIRST_LPI {
+        iar & 0xff_ffff
+    } else {
+        iar & 0x3ff
+    }
+}
+
+/// The first LPI's INTID (IHI 0069H 2.2.1): the doorbells of the board's GICv4.0.
+pub const FIRST_LPI: u32 = 8192;
+
+/// Whether an acknowledged INTID is an interrupt, not one of the special INTIDs 1020 to
+/// 1023 (SPURIOUS among them).
+#[inline(always)]
+pub const fn is_interrupt(intid: u32) -> bool {
+    intid < 1020 || intid >= FIRST_LPI
 }
 
 /// What the shared driver asks of the CPU architecture: the GICv3 CPU interface's system

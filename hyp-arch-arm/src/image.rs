@@ -96,6 +96,16 @@ pub(crate) static PPIS: Once<[u32; 3]> = Once::new();
 /// list registers are then memory-mapped, the same kind on every CPU).
 pub(crate) static GICH: Once<Option<usize>> = Once::new();
 
+/// The board's GICv4.0, once the boot CPU brought it up for direct injection of LPIs
+/// (`its::vlpis`); never on a board without one.
+pub(crate) static VLPIS: Once<&'static dyn hyp_runtime::direct_lpis::BoardVlpis> = Once::new();
+
+/// The board's GICv4.0 as the runtime's `Arch::vlpis` gives it.
+#[inline(always)]
+pub fn board_vlpis() -> Option<&'static dyn hyp_runtime::direct_lpis::BoardVlpis> {
+    VLPIS.get().copied()
+}
+
 /// The GICv2 virtual interface control frame (GICH) the list registers are in, each CPU's
 /// own bank at the same address; None on a GICv3 (or before the boot CPU looked).
 pub fn gich_address() -> Option<usize> {
@@ -209,7 +219,7 @@ macro_rules! arm_virtualization {
             fn acknowledge_interrupt() -> Option<(u32, u32)> {
                 let iar = <$image as $crate::image::ArmImage>::gic().acknowledge();
                 let intid = $crate::gic::interrupt_id(iar);
-                (intid < $crate::gic::SPURIOUS).then_some((iar, intid))
+                $crate::gic::is_interrupt(intid).then_some((iar, intid))
             }
             fn end_interrupt(iar: u32) {
                 <$image as $crate::image::ArmImage>::gic().end_of_interrupt(iar);

@@ -297,6 +297,13 @@ fn a_cpu_enables_its_sgis_and_only_its_ppis() {
 fn the_intid_of_an_acknowledge_leaves_the_source_cpu_out() {
     assert_eq!(interrupt_id(0x0c01), 1, "GICC_IAR's CPUID is not the INTID");
     assert_eq!(interrupt_id(SPURIOUS), SPURIOUS);
+    // The largest GICv2 SGI value (CPUID 7) is still below the LPIs.
+    assert_eq!(interrupt_id(0x1c0f), 15);
+    // ICC_IAR1_EL1 of an LPI (a doorbell of the board's GICv4): the whole INTID.
+    assert_eq!(interrupt_id(8192 + 130), 8322);
+    assert_eq!(interrupt_id(0xff_ffff), 0xff_ffff);
+    assert!(is_interrupt(8192) && is_interrupt(1019) && is_interrupt(0));
+    assert!(!is_interrupt(1020) && !is_interrupt(SPURIOUS) && !is_interrupt(8191));
 }
 
 // ---- the driver, GICv3 ----

@@ -43,6 +43,10 @@ impl Arch for Armv7 {
         hyp_arch_arm::image::deactivate::<Armv7>(vgic::IntId(intid), Self::current_cpu());
     }
 
+    fn vlpis() -> Option<&'static dyn hyp_runtime::direct_lpis::BoardVlpis> {
+        hyp_arch_arm::image::board_vlpis()
+    }
+
     /// Its VMs have GICv2s (gic.rs), whose SGIs are not posted.
     const POSTS_SGIS: bool = false;
 

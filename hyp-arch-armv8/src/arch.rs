@@ -56,6 +56,10 @@ impl Arch for Aarch64 {
     fn deactivate_spi(intid: u32) {
         hyp_arch_arm::image::deactivate::<Aarch64>(vgic::IntId(intid), Self::current_cpu());
     }
+
+    fn vlpis() -> Option<&'static dyn hyp_runtime::direct_lpis::BoardVlpis> {
+        hyp_arch_arm::image::board_vlpis()
+    }
 }
 
 /// The state every CPU shares: the scheduler, the interrupt routes, the VMs.

@@ -33,6 +33,9 @@ pub enum Route {
     Passthrough,
     /// The board's disk completed requests.
     Disk,
+    /// A doorbell of the board's GICv4.0 (an LPI): a vCPU waiting off its CPU has a vLPI
+    /// (crate::direct_lpis).
+    Doorbell,
 }
 
 /// The routes by their number, padded to 16 so that a table entry's low four bits index it
@@ -48,6 +51,7 @@ const ROUTES: [Route; 16] = {
         Route::Uplink,
         Route::Passthrough,
         Route::Disk,
+        Route::Doorbell,
     ];
     let mut i = 0;
     while i < all.len() {
@@ -56,6 +60,9 @@ const ROUTES: [Route; 16] = {
     }
     routes
 };
+
+/// The first LPI (GIC architecture specification, INTID ranges).
+const FIRST_LPI: u32 = 8192;
 
 /// INTIDs 0..1020 (1020-1023 are special: GIC architecture specification, INTID ranges).
 const INTIDS: usize = 1020;
@@ -110,8 +117,13 @@ impl Routes {
     }
 
     /// What interrupt `intid` is for.
+    /// Every LPI is a doorbell: the hypervisor maps no other.
     pub fn of(&self, intid: u32) -> Route {
-        self.route.get(intid as usize).map_or(Route::Unrouted, |r| ROUTES[(r.load(Ordering::Relaxed) & 15) as usize])
+        match self.route.get(intid as usize) {
+            Some(r) => ROUTES[(r.load(Ordering::Relaxed) & 15) as usize],
+            None if intid >= FIRST_LPI => Route::Doorbell,
+            None => Route::Unrouted,
+        }
     }
 
     /// From now on passthrough SPI `intid` is forwarded to VM `vm` (by index). Returns false,

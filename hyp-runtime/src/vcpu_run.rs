@@ -279,6 +279,10 @@ pub fn run_vcpu<C: VcpuCpu>(
     // Another vCPU of the VM may have left its stage-1 translations in this CPU's TLB.
     let tlb = core.stage1.enter(cpu, vcpu);
     let mut here = C::enter(vm, vcpu, shared, resumed.as_ref().map(|r| &r.saved), tlb);
+    // Its vPE resident here until it leaves the CPU (crate::direct_lpis).
+    if let (Some(board), Some(direct)) = (C::V::vlpis(), core.vgic.direct()) {
+        board.make_resident(direct, vcpu, cpu);
+    }
     let (mut registers, mut last_unknown) = match resumed {
         Some(resume) => {
             here.restore(&resume.saved);
@@ -593,15 +597,22 @@ fn answer<C: VcpuCpu>(
                 let waiting = &core.vgic.waiting[vcpu];
                 // The fence: `waiting` set before any posted SGI is looked for
                 // (`VgicHandle::post_sgi`).
+                // Its vPE not resident while it waits, so a vLPI for it rings the doorbell; one
+                // that came before is pending already (crate::direct_lpis).
+                let direct = C::V::vlpis().zip(core.vgic.direct());
+                let vlpi_pending = direct.is_some_and(|(board, _)| board.make_non_resident(cpu));
                 let pending = || {
                     fence(Ordering::SeqCst);
-                    core.vgic.lock().has_pending(vcpu)
+                    vlpi_pending || core.vgic.lock().has_pending(vcpu)
                 };
                 if hypervisor.scheduling.block(v, waiting, pending) {
                     if let Some(deadline) = timer {
                         hypervisor.scheduling.wake_at(cpu, v, deadline);
                     }
                     return Some(Leave::Deschedule);
+                }
+                if let Some((board, direct)) = direct {
+                    board.make_resident(direct, vcpu, cpu);
                 }
             } else {
                 // Its timer is due: the virtual timer's interrupt is taken from the timer's
@@ -1020,6 +1031,9 @@ fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &
         };
         drop(lists);
         kick_others(core, others);
+    }
+    if let (Some(board), Some(_)) = (C::V::vlpis(), core.vgic.direct()) {
+        board.make_non_resident(C::V::current_cpu());
     }
     here.leave();
     if let Some(slot) = C::resume_slots(vm).get(vcpu) {

@@ -32,9 +32,10 @@ pub enum VlpiCommand {
     /// The event's mapping and pending state end (DISCARD, IHI 0069H 5.3.4).
     Discard { lpi: u32 },
     /// The LPI's byte of the VM's vLPI configuration table (GICR_VPROPBASER: priority [7:2],
-    /// enable [0], IHI 0069H 5.1.1) is `config`; then INV of the event, so the board reads
-    /// it again (IHI 0069H 5.3.9).
-    Configure { lpi: u32, config: u8 },
+    /// enable [0], IHI 0069H 5.1.1) is `config`; if the event is `mapped`, INV of it
+    /// after, so the board reads it again (IHI 0069H 5.3.9). Before its mapping there is
+    /// nothing to invalidate, and an INV of an unmapped event is a command error.
+    Configure { lpi: u32, config: u8, mapped: bool },
     /// The event becomes pending: a device's message, or the guest's INT (a write of the
     /// board's GITS_TRANSLATER, or INT, IHI 0069H 5.3.10).
     Raise { lpi: u32 },
@@ -172,12 +173,12 @@ impl Distributor {
                 }
                 (NOT_MAPPED, Some(v)) => {
                     // The configuration first: a mapped event is delivered at once.
-                    board(VlpiCommand::Configure { lpi, config });
+                    board(VlpiCommand::Configure { lpi, config, mapped: false });
                     board(VlpiCommand::Map { lpi, vcpu: v });
                 }
                 (was, Some(v)) => {
                     if shown.config != config {
-                        board(VlpiCommand::Configure { lpi, config });
+                        board(VlpiCommand::Configure { lpi, config, mapped: true });
                     }
                     if usize::from(was) != v {
                         board(VlpiCommand::Move { lpi, vcpu: v });

@@ -325,7 +325,11 @@ impl Board {
                 self.pending.remove(&lpi);
             }
             // The configuration table is the hypervisor's: written before the mapping too.
-            VlpiCommand::Configure { lpi, config } => self.mapped.entry(lpi).or_insert((usize::MAX, 0)).1 = config,
+            VlpiCommand::Configure { lpi, config, mapped } => {
+                let entry = self.mapped.entry(lpi).or_insert((usize::MAX, 0));
+                assert_eq!(mapped, entry.0 != usize::MAX, "INV only of a mapped event");
+                entry.1 = config;
+            }
             VlpiCommand::Raise { lpi } => {
                 assert!(self.mapped.get(&lpi).is_some_and(|m| m.0 != usize::MAX), "raise of an unmapped event");
                 self.pending.insert(lpi);
@@ -358,7 +362,7 @@ fn with_direct_injection_the_board_holds_the_guests_mappings_and_the_vgic_no_pen
     guest.map(8, 1, 8200, 1, 0xa0);
     assert_eq!(
         board.sync(&mut guest.g),
-        [VlpiCommand::Configure { lpi: 8200, config: 0xa1 }, VlpiCommand::Map { lpi: 8200, vcpu: 1 }],
+        [VlpiCommand::Configure { lpi: 8200, config: 0xa1, mapped: false }, VlpiCommand::Map { lpi: 8200, vcpu: 1 }],
         "configured, then mapped: a mapped event is delivered at once"
     );
     // A device's message: no kick, nothing pending in the vGIC; the board raises it.
@@ -376,7 +380,7 @@ fn with_direct_injection_the_board_holds_the_guests_mappings_and_the_vgic_no_pen
     assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Move { lpi: 8200, vcpu: 0 }]);
     guest.ram.configure(8200, 0x40, true);
     guest.command([0x0c | 8 << 32, 1, 0, 0]);
-    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Configure { lpi: 8200, config: 0x41 }]);
+    assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Configure { lpi: 8200, config: 0x41, mapped: true }]);
     guest.command([0x04 | 8 << 32, 1, 0, 0]);
     assert_eq!(board.sync(&mut guest.g), [VlpiCommand::Clear { lpi: 8200 }]);
     guest.command([0x0f | 8 << 32, 1, 0, 0]);

@@ -15,6 +15,7 @@
 pub mod command;
 pub mod queue;
 pub mod redistributor;
+pub mod vlpis;
 
 use core::alloc::Layout;
 use core::marker::PhantomData;

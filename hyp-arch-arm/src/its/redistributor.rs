@@ -143,8 +143,13 @@ impl LpiRedistributor {
         (self.typer() >> 8) as u16
     }
 
+    /// Whether it has virtual LPIs (GICR_TYPER.VLPIS): a GICv4's.
+    pub fn has_virtual_lpis(&self) -> bool {
+        self.typer() & TYPER_VLPIS != 0
+    }
+
     fn check_vlpis(&self) -> Result<(), ItsError> {
-        if self.typer() & TYPER_VLPIS == 0 {
+        if !self.has_virtual_lpis() {
             return Err(ItsError::NoVirtualLpis);
         }
         Ok(())

@@ -163,6 +163,12 @@ impl<V: Virtualization> Hypervisor<V> {
                 count(ExitReason::Maintenance);
                 V::end_interrupt(iar);
             }
+            // An LPI has no active state: its priority dropped is its end (IHI 0069H 4.1).
+            Route::Doorbell => {
+                count(ExitReason::OtherInterrupt);
+                self.doorbell(intid);
+                V::drop_interrupt_priority(iar);
+            }
             Route::Passthrough | Route::Unrouted => {
                 count(ExitReason::OtherInterrupt);
                 V::end_interrupt(iar);
@@ -170,6 +176,17 @@ impl<V: Virtualization> Hypervisor<V> {
         }
         if let Some((vm, vcpu)) = running {
             vm.vgic.hint_vcpu(vcpu);
+        }
+    }
+
+    /// A doorbell of the board's GICv4.0: its vCPU, waiting off its CPU with its vPE not
+    /// resident, runs again and takes the vLPI from the vPE's pending table when it is made
+    /// resident (crate::direct_lpis). Nothing is made pending in the vGIC.
+    #[inline(never)]
+    fn doorbell(&self, intid: u32) {
+        let Some((vm, vcpu)) = V::vlpis().and_then(|board| board.doorbell(intid)) else { return };
+        if let Some(vm) = self.vm(vm) {
+            Borrow::<Vm<V::Env>>::borrow(&*vm).vgic.kick(1 << vcpu);
         }
     }
 

@@ -21,9 +21,14 @@ fn each_interrupt_has_the_route_it_was_given_and_no_other() {
 #[test]
 fn intids_beyond_the_gics_are_refused_and_unrouted() {
     let routes = Routes::new();
-    for intid in [1020, 1023, u32::MAX] {
+    for intid in [1020, 1023, 8191] {
         assert_eq!(routes.set(intid, Route::Uplink), Err(RouteError::NoSuchInterrupt { intid }));
         assert_eq!(routes.of(intid), Route::Unrouted);
+    }
+    // Every LPI is a doorbell of the board's GICv4.0, none settable as another route.
+    for intid in [8192, 8192 + 127, u32::MAX] {
+        assert_eq!(routes.set(intid, Route::Uplink), Err(RouteError::NoSuchInterrupt { intid }));
+        assert_eq!(routes.of(intid), Route::Doorbell);
     }
 }
 

@@ -207,6 +207,13 @@ impl<E: VmEnv> Vm<E> {
         let mut distributor = Distributor::new(vgic_config).map_err(VmError::Vgic)?;
         map_passthrough_spis(&mut distributor, &passthrough_spis).map_err(VmError::Vgic)?;
         let vgic: SharedVgic<E::Arch> = Arc::new(VgicHandle::new(id, distributor, scheduling));
+        // Its LPIs injected by the board's GICv4.0 where there is one (crate::direct_lpis).
+        let say = |what: fmt::Arguments<'_>| E::Board::print(format_args!("hypervisor: vm{id} {}: {what}", spec.name));
+        match vgic.inject_lpis_directly(<E::Arch as crate::arch::Arch>::current_cpu()) {
+            Ok(Some(d)) => say(format_args!("its LPIs are injected by the board's GICv4.0 (vPEs of slot {})", d.slot)),
+            Ok(None) => {}
+            Err(e) => say(format_args!("its LPIs stay with its vGIC: {e}")),
+        }
         let console_choice = ConsoleChoice::default();
         let uart_out = TrackedConsole::new(E::Board::vm_console(id, spec.name), &console_choice, false);
         let uart_line = E::interrupt_line(&vgic, IntId(32 + hyp_core::guest_map::UART_SPI));
