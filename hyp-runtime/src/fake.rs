@@ -6,6 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::vec::Vec;
 
 use crate::arch::Arch;
+use crate::direct_lpis::{BoardVlpis, VlpiError, VlpiVm};
 
 pub struct FakeArch;
 
@@ -15,6 +16,9 @@ thread_local! {
     static KICKS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     static TIMER: Cell<Option<u64>> = const { Cell::new(None) };
     static DEACTIVATED: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    static GICV4: Cell<bool> = const { Cell::new(false) };
+    static VLPI_EVENTS: RefCell<Vec<std::string::String>> = const { RefCell::new(Vec::new()) };
+    static PENDING_LAST: Cell<bool> = const { Cell::new(false) };
 }
 
 impl FakeArch {
@@ -32,6 +36,18 @@ impl FakeArch {
     /// The board's SPIs this thread deactivated since the last call.
     pub fn take_deactivated_spis() -> Vec<u32> {
         DEACTIVATED.with(|d| core::mem::take(&mut *d.borrow_mut()))
+    }
+    /// From now on this thread's board has a GICv4.0 (`Arch::vlpis`), or not.
+    pub fn give_gicv4(on: bool) {
+        GICV4.with(|g| g.set(on));
+    }
+    /// What this thread asked of the board's GICv4.0 since the last call, in order.
+    pub fn take_vlpi_events() -> Vec<std::string::String> {
+        VLPI_EVENTS.with(|e| core::mem::take(&mut *e.borrow_mut()))
+    }
+    /// Whether a vPE made non-resident from now on had vLPIs pending (PendingLast).
+    pub fn set_pending_last(pending: bool) {
+        PENDING_LAST.with(|p| p.set(pending));
     }
     /// The deadline of this thread's hypervisor timer.
     pub fn timer() -> Option<u64> {
@@ -58,6 +74,41 @@ impl Arch for FakeArch {
     }
     fn deactivate_spi(intid: u32) {
         DEACTIVATED.with(|d| d.borrow_mut().push(intid));
+    }
+    fn vlpis() -> Option<&'static dyn BoardVlpis> {
+        GICV4.with(Cell::get).then_some(&FakeVlpis)
+    }
+}
+
+/// The board's GICv4.0 of a thread that was given one (`FakeArch::give_gicv4`): every VM
+/// takes slot 0, vPE `n`'s doorbell is LPI 8192 + `n` of VM 0, and what is asked of it is
+/// recorded.
+pub struct FakeVlpis;
+
+fn vlpi_event(e: std::string::String) {
+    VLPI_EVENTS.with(|v| v.borrow_mut().push(e));
+}
+
+impl BoardVlpis for FakeVlpis {
+    fn attach(&self, vm: usize, vcpus: usize, cpu: usize) -> Result<VlpiVm, VlpiError> {
+        vlpi_event(std::format!("attach vm{vm} {vcpus} vcpus cpu{cpu}"));
+        Ok(VlpiVm { vm, slot: 0, vcpus })
+    }
+    fn detach(&self, vm: &VlpiVm) {
+        vlpi_event(std::format!("detach vm{}", vm.vm));
+    }
+    fn apply(&self, _: &VlpiVm, command: vgic::VlpiCommand) {
+        vlpi_event(std::format!("{command:?}"));
+    }
+    fn make_resident(&self, _: &VlpiVm, vcpu: usize, cpu: usize) {
+        vlpi_event(std::format!("resident vcpu{vcpu} cpu{cpu}"));
+    }
+    fn make_non_resident(&self, cpu: usize) -> bool {
+        vlpi_event(std::format!("not resident cpu{cpu}"));
+        PENDING_LAST.with(Cell::get)
+    }
+    fn doorbell(&self, intid: u32) -> Option<(usize, usize)> {
+        Some((0, intid.checked_sub(8192)? as usize))
     }
 }
 

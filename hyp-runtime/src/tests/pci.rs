@@ -254,3 +254,62 @@ fn a_gicv2_vm_s_msis_land_on_its_gicv2m_frame() {
     assert!(pending(100), "the guest's own write of MSI_SETSPI_NS");
     assert!(window.write(0, 0x040, AccessWidth::Halfword, 100).is_err());
 }
+
+/// With the board's GICv4.0 (crate::direct_lpis), a VM with an ITS is attached to it: the
+/// guest's mapping goes to the board's ITS, a device's message is the board's to raise
+/// (no kick, nothing pending in the vGIC), and the VM's events and vPEs are given back
+/// when its vGIC goes.
+#[test]
+fn with_a_gicv4_a_message_is_raised_by_the_board_and_the_vgic_keeps_nothing() {
+    let scheduling = leak(Scheduling::<FakeArch>::new());
+    scheduling.init(2);
+    FakeArch::give_gicv4(true);
+    let gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96, lpis: 64 }).unwrap();
+    let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
+    let attached = vgic.inject_lpis_directly(1).unwrap().expect("attached");
+    assert_eq!(vgic.inject_lpis_directly(1), Ok(Some(attached)), "once");
+    vgic.lock().write(0, 0, 4, 0b11).unwrap();
+    assert_eq!(FakeArch::take_vlpi_events(), ["attach vm0 1 vcpus cpu1"]);
+    let ram = VecMemory::new(0x4000_0000, 0x3_0000);
+    its_with_one_lpi(&vgic, &ram, 3 << 3);
+    assert_eq!(
+        FakeArch::take_vlpi_events(),
+        ["Configure { lpi: 8192, config: 161, mapped: false }", "Map { lpi: 8192, vcpu: 0 }"],
+        "configured, then mapped, by the guest's own commands"
+    );
+    let translater = 0x0808_0000 + vgic::GITS_TRANSLATER;
+    let target =
+        MessageTarget { vgic: Arc::clone(&vgic), doorbell: translater, kind: Doorbell::Its { device_id: 3 << 3 } };
+    FakeArch::become_cpu(0);
+    let _ = FakeArch::take_kicks();
+    target.vgic.running_on[0].store(1, std::sync::atomic::Ordering::Release);
+    let _ = target.vgic.take_hint(0);
+    assert_eq!(target.send(&Message { address: translater, data: 0 }), Ok(()));
+    assert_eq!(FakeArch::take_vlpi_events(), ["Raise { lpi: 8192 }"]);
+    assert!(FakeArch::take_kicks().is_empty(), "the board delivers it: no kick");
+    assert!(!target.vgic.take_hint(0));
+    assert!(!vgic.lock().interrupt(0, vgic::IntId(8192)).unwrap().pending, "nothing pending in the vGIC");
+    // A message the guest's ITS does not translate is refused as before.
+    let other =
+        MessageTarget { vgic: Arc::clone(&vgic), doorbell: translater, kind: Doorbell::Its { device_id: 4 << 3 } };
+    assert!(matches!(other.send(&Message { address: translater, data: 0 }), Err(Undelivered::Untranslated(_))));
+    assert!(FakeArch::take_vlpi_events().is_empty());
+    drop((target, other));
+    drop(vgic);
+    assert_eq!(FakeArch::take_vlpi_events(), ["Discard { lpi: 8192 }", "detach vm0"]);
+    FakeArch::give_gicv4(false);
+}
+
+/// A VM without LPIs (a GICv2, or no ITS) is never attached, GICv4 or not.
+#[test]
+fn a_vm_without_lpis_keeps_its_interrupts_in_its_vgic_on_a_gicv4() {
+    let scheduling = leak(Scheduling::<FakeArch>::new());
+    scheduling.init(1);
+    FakeArch::give_gicv4(true);
+    let gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96, lpis: 0 }).unwrap();
+    let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
+    assert_eq!(vgic.inject_lpis_directly(0), Ok(None));
+    drop(vgic);
+    assert!(FakeArch::take_vlpi_events().is_empty());
+    FakeArch::give_gicv4(false);
+}
