@@ -167,11 +167,12 @@ fn kernel() -> Vec<u8> {
 /// A boot bundle of one VM "guest" with 2 vCPUs sharing CPU 1 and the fake image's RAM size,
 /// given the board's PL031 (SPI 2, level) if `rtc`.
 fn bundle(rtc: bool) -> BootBundle<'static> {
-    bundle_with(rtc, false)
+    bundle_with(rtc, false, false)
 }
 
-/// As `bundle`, the VM given the whole board disk if `disk`.
-fn bundle_with(rtc: bool, disk: bool) -> BootBundle<'static> {
+/// As `bundle`, the VM given the whole board disk if `disk`, its virtio devices PCI
+/// functions (with an ITS on a GICv3) if `pci`.
+fn bundle_with(rtc: bool, disk: bool, pci: bool) -> BootBundle<'static> {
     let mut fdt = FdtWriter::new().unwrap();
     let root = fdt.begin_node("").unwrap();
     fdt.property_string("compatible", COMPATIBLE).unwrap();
@@ -185,6 +186,9 @@ fn bundle_with(rtc: bool, disk: bool) -> BootBundle<'static> {
     fdt.property_string("policy", "shared").unwrap();
     if disk {
         fdt.property_array_u64("disk", &[0, 0]).unwrap();
+    }
+    if pci {
+        fdt.property_string("virtio-transport", "pci").unwrap();
     }
     if rtc {
         let device = fdt.begin_node("passthrough@0").unwrap();
@@ -230,6 +234,11 @@ fn identity_bundle() -> BootBundle<'static> {
 /// gave back.
 pub(super) fn booted() -> &'static Hypervisor<FakeArch> {
     booted_with(bundle(false))
+}
+
+/// As `booted`, VM 0's devices PCI functions, its MSIs through an ITS (LPIs).
+pub(super) fn booted_with_its() -> &'static Hypervisor<FakeArch> {
+    booted_with(bundle_with(false, false, true))
 }
 
 /// As `booted`, on QEMU `virt` with 2 CPUs and a GICv2: the VM's GIC is a GICv2.
@@ -547,7 +556,7 @@ fn disk_guest(vm: &Arc<Vm<FakeEnv>>, base: u64) -> BlkGuest {
 /// A hypervisor whose VM has the whole board disk and a read of it in flight: its status
 /// byte.
 fn booted_with_a_read_in_flight() -> (&'static Hypervisor<FakeArch>, BlkGuest, u64) {
-    let hypervisor = booted_with(bundle_with(false, true));
+    let hypervisor = booted_with(bundle_with(false, true, false));
     let vm = hypervisor.vm(0).unwrap();
     let mut guest = disk_guest(&vm, RAM_IPA + 0x10_0000);
     let (_, _, status) = guest.request(false, 1, 512);

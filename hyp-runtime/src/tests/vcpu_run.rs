@@ -26,7 +26,7 @@ use stage2::Ipa;
 use vdev::virtio::console::TX_BUDGET;
 use vgic::{IntId, ListRegisters, Maintenance};
 
-use super::hypervisor::{booted, event, pend, take_events};
+use super::hypervisor::{booted, booted_with_its, event, pend, take_events};
 use super::leak;
 use super::virtio::{console_write, image_ram, FakeEnv, CONSOLE, LINES, RAM_IPA};
 use crate::fake::FakeArch;
@@ -1170,4 +1170,72 @@ fn a_shared_vcpu_s_exit_that_asks_its_scheduler_again_reaches_the_run_loop() {
         assert_eq!(offered(), [first, VectorAnswer::Resume], "pinned {pinned}");
         let _ = hypervisor.scheduling.take_reschedule(1);
     }
+}
+
+// Direct injection through the board's GICv4.0 (crate::direct_lpis): a vCPU's vPE is
+// resident from its entry until it leaves the CPU, and not while it waits off the CPU, so
+// that a vLPI for it rings its doorbell.
+
+/// The booted fake hypervisor with a GICv4.0, VM 0 (2 vCPUs sharing CPU 1) given an ITS
+/// and attached to the board, as the fake CPU's.
+fn hypervisor_with_gicv4() -> &'static Hypervisor<FakeArch> {
+    FakeArch::give_gicv4(true);
+    let hypervisor = as_the_fake_cpu_s(booted_with_its());
+    let attached = FakeArch::take_vlpi_events();
+    assert_eq!(attached, ["attach vm0 2 vcpus cpu0"], "attached at creation, on the boot CPU");
+    hypervisor
+}
+
+#[test]
+fn a_vcpu_s_vpe_is_resident_from_its_entry_until_it_leaves_its_cpu() {
+    let hypervisor = hypervisor_with_gicv4();
+    hvc(SMCCC_VERSION);
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, true), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(
+        FakeArch::take_vlpi_events(),
+        ["resident vcpu0 cpu1", "not resident cpu1"],
+        "resident across its exits: a hypercall's costs nothing more"
+    );
+    FakeArch::give_gicv4(false);
+}
+
+#[test]
+fn a_shared_vcpu_waits_with_its_vpe_not_resident_so_its_doorbell_wakes_it() {
+    let hypervisor = hypervisor_with_gicv4();
+    FakeArch::set_pending_last(false);
+    wfi();
+    assert_eq!(run(hypervisor, false), VcpuExit::Descheduled);
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Blocked), "no vLPI was pending");
+    assert_eq!(FakeArch::take_vlpi_events(), ["resident vcpu0 cpu1", "not resident cpu1", "not resident cpu1"]);
+    // Its doorbell (LPI 8192 + its vPE), taken on an idle CPU: it runs again, with nothing
+    // made pending in the vGIC (the vLPI is in the vPE's table).
+    take_events();
+    pend(&[8192]);
+    hypervisor.take_interrupts(None);
+    assert_eq!(take_events(), ["drop priority 8192"], "an LPI has no active state to end");
+    assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable));
+    let vm = hypervisor.vm(0).unwrap();
+    assert!(!vm.vgic.lock().has_pending(0));
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(FakeArch::take_vlpi_events(), ["resident vcpu0 cpu1", "not resident cpu1"]);
+    FakeArch::give_gicv4(false);
+}
+
+#[test]
+fn a_shared_vcpu_with_a_vlpi_pending_when_it_waits_does_not_wait() {
+    let hypervisor = hypervisor_with_gicv4();
+    FakeArch::set_pending_last(true);
+    wfi();
+    hvc(PSCI_SYSTEM_OFF);
+    assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
+    assert_eq!(
+        FakeArch::take_vlpi_events(),
+        ["resident vcpu0 cpu1", "not resident cpu1", "resident vcpu0 cpu1", "not resident cpu1"],
+        "made resident again at once: the vLPI is delivered when it enters"
+    );
+    assert_eq!(entries().len(), 2, "it entered the guest again after its WFI");
+    FakeArch::set_pending_last(false);
+    FakeArch::give_gicv4(false);
 }
