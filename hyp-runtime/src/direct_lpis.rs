@@ -63,8 +63,9 @@ pub trait BoardVlpis: Sync {
     /// The VM's slot given back: its vPEs unmapped, its tables freed. Every event of it was
     /// discarded first and none of its vPEs is resident.
     fn detach(&self, vm: &VlpiVm);
-    /// One step of the board's ITS for one of the VM's LPIs.
-    fn apply(&self, vm: &VlpiVm, command: VlpiCommand);
+    /// One step of the board's ITS for one of the VM's LPIs; an error if the ITS refused
+    /// it or did not finish it (the LPI may then not reach the guest).
+    fn apply(&self, vm: &VlpiVm, command: VlpiCommand) -> Result<(), VlpiError>;
     /// vCPU `vcpu`'s vPE made resident on this CPU (`cpu`)'s redistributor, moved there
     /// first if it was mapped to another (VMOVP).
     fn make_resident(&self, vm: &VlpiVm, vcpu: usize, cpu: usize);

@@ -19,6 +19,7 @@ thread_local! {
     static GICV4: Cell<bool> = const { Cell::new(false) };
     static VLPI_EVENTS: RefCell<Vec<std::string::String>> = const { RefCell::new(Vec::new()) };
     static PENDING_LAST: Cell<bool> = const { Cell::new(false) };
+    static VLPI_REFUSED: Cell<bool> = const { Cell::new(false) };
 }
 
 impl FakeArch {
@@ -44,6 +45,10 @@ impl FakeArch {
     /// What this thread asked of the board's GICv4.0 since the last call, in order.
     pub fn take_vlpi_events() -> Vec<std::string::String> {
         VLPI_EVENTS.with(|e| core::mem::take(&mut *e.borrow_mut()))
+    }
+    /// Whether the board's ITS refuses every step from now on.
+    pub fn refuse_vlpi_commands(refuse: bool) {
+        VLPI_REFUSED.with(|r| r.set(refuse));
     }
     /// Whether a vPE made non-resident from now on had vLPIs pending (PendingLast).
     pub fn set_pending_last(pending: bool) {
@@ -97,8 +102,12 @@ impl BoardVlpis for FakeVlpis {
     fn detach(&self, vm: &VlpiVm) {
         vlpi_event(std::format!("detach vm{}", vm.vm));
     }
-    fn apply(&self, _: &VlpiVm, command: vgic::VlpiCommand) {
+    fn apply(&self, _: &VlpiVm, command: vgic::VlpiCommand) -> Result<(), VlpiError> {
         vlpi_event(std::format!("{command:?}"));
+        if VLPI_REFUSED.with(Cell::get) {
+            return Err(VlpiError::Board);
+        }
+        Ok(())
     }
     fn make_resident(&self, _: &VlpiVm, vcpu: usize, cpu: usize) {
         vlpi_event(std::format!("resident vcpu{vcpu} cpu{cpu}"));

@@ -17,7 +17,7 @@
 //! SGIs").
 
 use alloc::sync::Arc;
-use core::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use hyp_core::mmio::MmioError;
 use hyp_core::sync::{Mutex, MutexGuard};
@@ -68,6 +68,8 @@ pub struct VgicHandle<A: Arch> {
     /// The VM's vPEs and events on the board's GICv4.0, if its LPIs are injected there
     /// (crate::direct_lpis).
     direct: Once<VlpiVm>,
+    /// Steps of the board's ITS for the VM that failed (said when the VM ends).
+    direct_failures: AtomicU32,
 }
 
 impl<A: Arch> VgicHandle<A> {
@@ -88,6 +90,7 @@ impl<A: Arch> VgicHandle<A> {
             running_on: [const { AtomicUsize::new(usize::MAX) }; MAX_VCPUS],
             waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
             direct: Once::new(),
+            direct_failures: AtomicU32::new(0),
         }
     }
 
@@ -118,8 +121,20 @@ impl<A: Arch> VgicHandle<A> {
     /// under the lock that changed them (vgic::Distributor::sync_direct).
     fn sync_direct(&self, vgic: &mut Distributor) {
         if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
-            vgic.sync_direct(|c| board.apply(direct, c));
+            vgic.sync_direct(|c| self.count_failure(board.apply(direct, c)));
         }
+    }
+
+    fn count_failure(&self, applied: Result<(), VlpiError>) {
+        if applied.is_err() {
+            self.direct_failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many steps of the board's ITS for the VM failed: each an LPI that may not have
+    /// reached the guest, or a mapping left behind.
+    pub fn direct_failures(&self) -> u32 {
+        self.direct_failures.load(Ordering::Relaxed)
     }
 
     /// The VM's distributor, with every SGI posted so far made pending in it.
@@ -308,7 +323,7 @@ impl<A: Arch> VgicHandle<A> {
     pub fn replace_distributor(&self, mut fresh: Distributor) {
         let mut vgic = self.lock();
         if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
-            vgic.release_direct(|c| board.apply(direct, c));
+            vgic.release_direct(|c| self.count_failure(board.apply(direct, c)));
             // Allocated as the VM's first was; without it the LPIs go back to the vGIC,
             // which the board then never raises.
             let _ = fresh.inject_lpis_directly();
@@ -328,7 +343,9 @@ impl<A: Arch> VgicHandle<A> {
 impl<A: Arch> Drop for VgicHandle<A> {
     fn drop(&mut self) {
         if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
-            self.distributor.lock().release_direct(|c| board.apply(direct, c));
+            self.distributor.lock().release_direct(|c| {
+                let _ = board.apply(direct, c);
+            });
             board.detach(direct);
         }
     }

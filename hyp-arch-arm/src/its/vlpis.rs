@@ -196,9 +196,9 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
         self.slot_vm[vm.slot].store(NONE, Ordering::Release);
     }
 
-    fn apply(&self, vm: &VlpiVm, command: VlpiCommand) {
-        let Some(tables) = self.tables.get(vm.slot).and_then(Once::get) else { return };
-        let sent = match command {
+    fn apply(&self, vm: &VlpiVm, command: VlpiCommand) -> Result<(), VlpiError> {
+        let tables = self.tables.get(vm.slot).and_then(Once::get).ok_or(VlpiError::Board)?;
+        match command {
             VlpiCommand::Map { lpi, vcpu } => {
                 let vpe = Self::vpe(vm, vcpu);
                 let map = ItsCommand::vmapti(
@@ -218,7 +218,7 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
             }
             VlpiCommand::Discard { lpi } => self.send(&[ItsCommand::discard(DEVICE, Self::event(vm, lpi))]),
             VlpiCommand::Configure { lpi, config, mapped } => {
-                let _ = tables.config.set(Lpi(lpi), config & 0xfc, config & 1 != 0);
+                tables.config.set(Lpi(lpi), config & 0xfc, config & 1 != 0).map_err(|_| VlpiError::Board)?;
                 if mapped {
                     self.send(&[ItsCommand::inv(DEVICE, Self::event(vm, lpi))])
                 } else {
@@ -230,8 +230,7 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
                 Ok(())
             }
             VlpiCommand::Clear { lpi } => self.send(&[ItsCommand::clear(DEVICE, Self::event(vm, lpi))]),
-        };
-        let _ = sent;
+        }
     }
 
     fn make_resident(&self, vm: &VlpiVm, vcpu: usize, cpu: usize) {

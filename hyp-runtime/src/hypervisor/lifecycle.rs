@@ -97,6 +97,14 @@ impl<V: Virtualization> Hypervisor<V> {
         let clean = is_clean(end);
         say!(V, "hypervisor: vm{id} {name} ended: {end:?} ({})", if clean { "clean" } else { "failed" });
         say!(V, "hypervisor: vm{id} {name}: {}", core.exit_counts());
+        let failures = core.vgic.direct_failures();
+        if failures > 0 {
+            say!(
+                V,
+                "hypervisor: vm{id} {name}: {failures} command(s) of the board's ITS for its LPIs failed: \
+                 those LPIs may not have reached it"
+            );
+        }
         let left_out = core.guest_log.left_out();
         if left_out > 0 {
             say!(

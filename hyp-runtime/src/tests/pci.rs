@@ -294,6 +294,13 @@ fn with_a_gicv4_a_message_is_raised_by_the_board_and_the_vgic_keeps_nothing() {
         MessageTarget { vgic: Arc::clone(&vgic), doorbell: translater, kind: Doorbell::Its { device_id: 4 << 3 } };
     assert!(matches!(other.send(&Message { address: translater, data: 0 }), Err(Undelivered::Untranslated(_))));
     assert!(FakeArch::take_vlpi_events().is_empty());
+    // A step the board's ITS refuses is counted, for the line at the VM's end.
+    assert_eq!(vgic.direct_failures(), 0);
+    FakeArch::refuse_vlpi_commands(true);
+    assert_eq!(target.send(&Message { address: translater, data: 0 }), Ok(()), "the guest's message was taken");
+    FakeArch::refuse_vlpi_commands(false);
+    assert_eq!(FakeArch::take_vlpi_events(), ["Raise { lpi: 8192 }"]);
+    assert_eq!(vgic.direct_failures(), 1);
     drop((target, other));
     drop(vgic);
     assert_eq!(FakeArch::take_vlpi_events(), ["Discard { lpi: 8192 }", "detach vm0"]);
