@@ -595,12 +595,12 @@ fn answer<C: VcpuCpu>(
             if timer.is_none_or(|deadline| deadline > C::V::now()) {
                 let v = vcpu_ref(core.id, vcpu);
                 let waiting = &core.vgic.waiting[vcpu];
-                // The fence: `waiting` set before any posted SGI is looked for
-                // (`VgicHandle::post_sgi`).
                 // Its vPE not resident while it waits, so a vLPI for it rings the doorbell; one
                 // that came before is pending already (crate::direct_lpis).
                 let direct = C::V::vlpis().zip(core.vgic.direct());
                 let vlpi_pending = direct.is_some_and(|(board, _)| board.make_non_resident(cpu));
+                // The fence: `waiting` set before any posted SGI is looked for
+                // (`VgicHandle::post_sgi`).
                 let pending = || {
                     fence(Ordering::SeqCst);
                     vlpi_pending || core.vgic.lock().has_pending(vcpu)

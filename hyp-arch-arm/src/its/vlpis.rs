@@ -118,6 +118,15 @@ impl<C: CpuInterfaceRegisters> BoardGicv4<C> {
         vm.slot * VPES_PER_SLOT + vcpu
     }
 
+    /// vCPU `vcpu`'s vPE, if the VM has that vCPU.
+    fn vpe_of(vm: &VlpiVm, vcpu: usize) -> Result<usize, VlpiError> {
+        if vcpu < vm.vcpus.min(VPES_PER_SLOT) && vm.slot < SLOTS {
+            Ok(Self::vpe(vm, vcpu))
+        } else {
+            Err(VlpiError::TooManyVcpus { vcpus: vcpu + 1, max: vm.vcpus })
+        }
+    }
+
     fn event(vm: &VlpiVm, lpi: u32) -> EventId {
         EventId((vm.slot * MAX_LPIS) as u32 + lpi.wrapping_sub(FIRST_LPI))
     }
@@ -187,20 +196,21 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
     }
 
     fn detach(&self, vm: &VlpiVm) {
-        for vcpu in 0..vm.vcpus {
-            let vpe = Self::vpe(vm, vcpu);
-            if self.vpe_cpu[vpe].swap(NONE, Ordering::AcqRel) != NONE {
+        for vpe in (0..vm.vcpus).filter_map(|vcpu| Self::vpe_of(vm, vcpu).ok()) {
+            if self.vpe_cpu.get(vpe).is_some_and(|c| c.swap(NONE, Ordering::AcqRel) != NONE) {
                 let _ = self.send(&[ItsCommand::vmapp(VpeId(vpe as u16), None)]);
             }
         }
-        self.slot_vm[vm.slot].store(NONE, Ordering::Release);
+        if let Some(slot) = self.slot_vm.get(vm.slot) {
+            slot.store(NONE, Ordering::Release);
+        }
     }
 
     fn apply(&self, vm: &VlpiVm, command: VlpiCommand) -> Result<(), VlpiError> {
         let tables = self.tables.get(vm.slot).and_then(Once::get).ok_or(VlpiError::Board)?;
         match command {
             VlpiCommand::Map { lpi, vcpu } => {
-                let vpe = Self::vpe(vm, vcpu);
+                let vpe = Self::vpe_of(vm, vcpu)?;
                 let map = ItsCommand::vmapti(
                     DEVICE,
                     Self::event(vm, lpi),
@@ -211,7 +221,7 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
                 self.send(&[map])
             }
             VlpiCommand::Move { lpi, vcpu } => {
-                let vpe = Self::vpe(vm, vcpu);
+                let vpe = Self::vpe_of(vm, vcpu)?;
                 let moved =
                     ItsCommand::vmovi(DEVICE, Self::event(vm, lpi), VpeId(vpe as u16), Some(Self::doorbell_of(vpe)));
                 self.send(&[moved])
@@ -239,16 +249,22 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
         else {
             return;
         };
-        let vpe = Self::vpe(vm, vcpu);
-        if self.vpe_cpu[vpe].load(Ordering::Acquire) != cpu {
+        let Some((vpe, vpe_cpu, &vpt)) =
+            Self::vpe_of(vm, vcpu).ok().and_then(|vpe| Some((vpe, self.vpe_cpu.get(vpe)?, tables.pending.get(vcpu)?)))
+        else {
+            return;
+        };
+        if vpe_cpu.load(Ordering::Acquire) != cpu {
             if self.send(&[ItsCommand::vmovp(VpeId(vpe as u16), rdbase)]).is_err() {
                 return;
             }
-            self.vpe_cpu[vpe].store(cpu, Ordering::Release);
+            vpe_cpu.store(cpu, Ordering::Release);
         }
         self.make_non_resident(cpu);
-        if rd.make_resident(tables.config.address(), ID_BITS, tables.pending[vcpu]).is_ok() {
-            self.resident[cpu].store(vpe, Ordering::Release);
+        if rd.make_resident(tables.config.address(), ID_BITS, vpt).is_ok() {
+            if let Some(resident) = self.resident.get(cpu) {
+                resident.store(vpe, Ordering::Release);
+            }
         }
     }
 
