@@ -4,12 +4,16 @@
 //! INTID what no list register shows, which only EOIcount counts; with EOImode 1, by DIR,
 //! trapped on GICv3 while the hypervisor asks), on GICv3 and GICv2; on a GICv3 with LPIs,
 //! its ITS's registers and command queue, the LPI configuration table in a RAM the input
-//! writes, and devices' MSIs.
+//! writes, and devices' MSIs; with or without the board's GICv4.0 injecting the LPIs
+//! (vgic::VlpiCommand, applied to a model of the board's ITS).
 //! Checked: no panic; no list register beyond the implemented ones is touched; after every
 //! step, every interrupt that is not quiet is in the live masks (or it would never be
 //! shown: `Distributor::live_masks_cover_every_busy_interrupt`), and every LPI that is
 //! active is shown active by a list register (no EOI would end it otherwise: docs/vgic.md,
-//! "LPIs").
+//! "LPIs"); with the board injecting them, the board's commands are ones it accepts (no
+//! mapping twice, nothing of an unmapped event), it maps exactly the LPIs the guest's ITS
+//! routes, to their vCPU, and the vGIC holds no LPI pending or active (docs/vgic.md,
+//! "Direct injection of LPIs (GICv4.0)").
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -18,8 +22,30 @@ use std::cell::RefCell;
 
 use vgic::{
     Distributor, GicVersion, GichLr, GuestMemory, IchLr, IntId, LineSampler, ListRegister, ListRegisters, LrState,
-    Maintenance, OutsideRam, RetiredLines, SgiRegister, VcpuInterfaceState, VgicConfig, FIRST_LPI,
+    Maintenance, OutsideRam, RetiredLines, SgiRegister, VcpuInterfaceState, VgicConfig, VlpiCommand, FIRST_LPI,
 };
+
+/// The board's ITS as the VM's commands leave it: each LPI's vPE (its vCPU), if mapped.
+#[derive(Default)]
+struct Board {
+    mapped: std::collections::BTreeMap<u32, usize>,
+}
+
+impl Board {
+    fn apply(&mut self, c: VlpiCommand) {
+        match c {
+            VlpiCommand::Map { lpi, vcpu } => assert!(self.mapped.insert(lpi, vcpu).is_none(), "{lpi} mapped twice"),
+            VlpiCommand::Move { lpi, vcpu } => *self.mapped.get_mut(&lpi).expect("a move of an unmapped event") = vcpu,
+            VlpiCommand::Discard { lpi } => assert!(self.mapped.remove(&lpi).is_some(), "discard of {lpi} unmapped"),
+            VlpiCommand::Configure { lpi, mapped, .. } => {
+                assert_eq!(mapped, self.mapped.contains_key(&lpi), "INV of {lpi} only if mapped")
+            }
+            VlpiCommand::Raise { lpi } | VlpiCommand::Clear { lpi } => {
+                assert!(self.mapped.contains_key(&lpi), "{c:?} of an unmapped event")
+            }
+        }
+    }
+}
 
 /// The VM's RAM the ITS's queue and the LPI configuration table are read from: 64 KiB at
 /// 0x4000_0000, written by the input.
@@ -238,6 +264,8 @@ struct Input {
     vcpus: u8,
     spis: u16,
     lpis: u8,
+    /// The board's GICv4.0 injects the LPIs.
+    direct: bool,
     list_registers: u8,
     ops: Vec<Op>,
 }
@@ -252,6 +280,8 @@ fuzz_target!(|input: Input| {
     let config =
         VgicConfig { version, vcpus: usize::from(input.vcpus % 9), spis: usize::from(input.spis % 1100), lpis };
     let Ok(mut g) = Distributor::new(config) else { return };
+    let direct = input.direct && g.inject_lpis_directly().is_ok();
+    let mut board = Board::default();
     let ram = Ram(RefCell::new(vec![0; 0x1_0000]));
     let mut lrs: Vec<Lrs> = (0..config.vcpus)
         .map(|_| Lrs {
@@ -334,6 +364,16 @@ fuzz_target!(|input: Input| {
             }
         }
         let _ = g.take_kicks();
+        g.sync_direct(|c| board.apply(c));
+        if direct {
+            for lpi in (FIRST_LPI..).take(lpis) {
+                assert_eq!(board.mapped.get(&lpi).copied(), g.lpi_target(IntId(lpi)), "LPI {lpi}'s mapping");
+                for vcpu in 0..config.vcpus {
+                    let s = g.interrupt(vcpu, IntId(lpi)).expect("one of the VM's LPIs");
+                    assert!(!s.pending && !s.active, "LPI {lpi} pending or active in the vGIC");
+                }
+            }
+        }
         assert!(g.live_masks_cover_every_busy_interrupt(), "an interrupt that is not quiet fell out of the live masks");
         for lpi in (FIRST_LPI..).take(lpis) {
             if g.interrupt(0, IntId(lpi)).is_ok_and(|s| s.active) {

@@ -68,8 +68,10 @@ pub struct VgicHandle<A: Arch> {
     /// The VM's vPEs and events on the board's GICv4.0, if its LPIs are injected there
     /// (crate::direct_lpis).
     direct: Once<VlpiVm>,
-    /// Steps of the board's ITS for the VM that failed (said when the VM ends).
+    /// Steps of the board's ITS for the VM that failed, and doorbells that rang for its
+    /// vCPUs (said when the VM ends).
     direct_failures: AtomicU32,
+    doorbells: AtomicU64,
 }
 
 impl<A: Arch> VgicHandle<A> {
@@ -91,6 +93,7 @@ impl<A: Arch> VgicHandle<A> {
             waiting: [const { AtomicBool::new(false) }; MAX_VCPUS],
             direct: Once::new(),
             direct_failures: AtomicU32::new(0),
+            doorbells: AtomicU64::new(0),
         }
     }
 
@@ -135,6 +138,18 @@ impl<A: Arch> VgicHandle<A> {
     /// reached the guest, or a mapping left behind.
     pub fn direct_failures(&self) -> u32 {
         self.direct_failures.load(Ordering::Relaxed)
+    }
+
+    /// A doorbell of vCPU `vcpu`'s vPE rang: a vLPI came while it was not resident. It runs
+    /// again if it waits; the vLPI is the board's to deliver once it is resident.
+    pub fn doorbell(&self, vcpu: usize) {
+        self.doorbells.fetch_add(1, Ordering::Relaxed);
+        self.kick(1 << vcpu);
+    }
+
+    /// How many doorbells rang for the VM's vCPUs.
+    pub fn doorbells(&self) -> u64 {
+        self.doorbells.load(Ordering::Relaxed)
     }
 
     /// The VM's distributor, with every SGI posted so far made pending in it.

@@ -186,7 +186,7 @@ impl<V: Virtualization> Hypervisor<V> {
     fn doorbell(&self, intid: u32) {
         let Some((vm, vcpu)) = V::vlpis().and_then(|board| board.doorbell(intid)) else { return };
         if let Some(vm) = self.vm(vm) {
-            Borrow::<Vm<V::Env>>::borrow(&*vm).vgic.kick(1 << vcpu);
+            Borrow::<Vm<V::Env>>::borrow(&*vm).vgic.doorbell(vcpu);
         }
     }
 

@@ -97,12 +97,13 @@ impl<V: Virtualization> Hypervisor<V> {
         let clean = is_clean(end);
         say!(V, "hypervisor: vm{id} {name} ended: {end:?} ({})", if clean { "clean" } else { "failed" });
         say!(V, "hypervisor: vm{id} {name}: {}", core.exit_counts());
-        let failures = core.vgic.direct_failures();
-        if failures > 0 {
+        if core.vgic.direct().is_some() {
+            let (doorbells, failures) = (core.vgic.doorbells(), core.vgic.direct_failures());
             say!(
                 V,
-                "hypervisor: vm{id} {name}: {failures} command(s) of the board's ITS for its LPIs failed: \
-                 those LPIs may not have reached it"
+                "hypervisor: vm{id} {name}: its LPIs were injected by the board's GICv4.0: {doorbells} doorbell(s) \
+                 woke its vCPUs; {failures} command(s) of the board's ITS failed{}",
+                if failures > 0 { " (those LPIs may not have reached it)" } else { "" }
             );
         }
         let left_out = core.guest_log.left_out();

@@ -1217,6 +1217,7 @@ fn a_shared_vcpu_waits_with_its_vpe_not_resident_so_its_doorbell_wakes_it() {
     assert_eq!(hypervisor.scheduling.state(vcpu_ref(0, 0)), Some(VcpuState::Runnable));
     let vm = hypervisor.vm(0).unwrap();
     assert!(!vm.vgic.lock().has_pending(0));
+    assert_eq!(vm.vgic.doorbells(), 1, "counted, for the line at the VM's end");
     hvc(PSCI_SYSTEM_OFF);
     assert_eq!(run(hypervisor, false), VcpuExit::VmEnded(EndReason::PoweredOff));
     assert_eq!(FakeArch::take_vlpi_events(), ["resident vcpu0 cpu1", "not resident cpu1"]);
