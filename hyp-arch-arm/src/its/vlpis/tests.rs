@@ -247,6 +247,19 @@ fn detach_unmaps_and_the_next_vm_gets_the_slot_with_its_tables_reset() {
     assert_eq!(b.gicv4.attach(4, 1, 0).map(|vm| vm.slot), Ok(0));
 }
 
+#[test]
+fn a_vm_the_its_refuses_gives_its_slot_back() {
+    let its = qemu_its(true);
+    // MAPD at init goes through; the ITS stalls at the first VMAPP.
+    let fake = FakeIts::start(its, Behaviour::StallAt(0x29));
+    let rds = redistributors(1);
+    let gicv4 = init(its, &rds).unwrap();
+    assert_eq!(gicv4.attach(1, 2, 0), Err(VlpiError::Board));
+    assert_eq!(fake.commands().iter().map(ItsCommand::opcode).collect::<Vec<_>>(), [0x08, 0x29]);
+    assert_eq!(gicv4.doorbell(FIRST_LPI), None, "slot 0 free again");
+    assert!(gicv4.vpe_cpu.iter().all(|cpu| cpu.load(core::sync::atomic::Ordering::Relaxed) == NONE));
+}
+
 // ---- apply ----
 
 /// A VM in slot 1 (a VM in slot 0 before it), with 4 vCPUs: its events from 1024, its
