@@ -402,7 +402,7 @@ fn make_non_resident_with_none_resident_writes_nothing() {
 }
 
 #[test]
-fn a_redistributor_that_fails_to_settle_counts_as_holding_a_vlpi() {
+fn a_redistributor_that_errs_when_left_counts_as_holding_a_vlpi() {
     // GICR_VPENDBASER's PendingLast can only be seen by a GIC that writes it after the
     // driver's write; what the fake can show is the error's side: a redistributor that
     // refuses (here its GICR_TYPER.VLPIS gone) is reported as holding a vLPI, so the vCPU
