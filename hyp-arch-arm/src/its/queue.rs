@@ -27,6 +27,10 @@ const CREADR_STALLED: u32 = 1;
 /// second on hardware (as Linux's ITS driver waits); QEMU reads every command within the
 /// write of GITS_CWRITER, so it needs one.
 pub const DEFAULT_POLLS: u32 = 1_000_000;
+/// What a new queue waits. The host tests' ITS is a thread, which a loaded host may leave
+/// unscheduled for longer than `DEFAULT_POLLS` polls take (milliseconds): there a test
+/// waits for it about a minute rather than fail by the host's timing.
+const NEW_QUEUE_POLLS: u32 = if cfg!(test) { 1 << 30 } else { DEFAULT_POLLS };
 
 /// The command queue of one ITS. `C` gives the store barrier that makes the commands visible
 /// to the ITS before GITS_CWRITER names them.
@@ -58,7 +62,7 @@ impl<C: CpuInterfaceRegisters> ItsQueue<C> {
             return Err(ItsError::NotCoherent { register: "GITS_CBASER" });
         }
         its.write32(GITS_CWRITER, 0);
-        Ok(ItsQueue { its, ring, slots: bytes / COMMAND_BYTES, write: 0, polls: DEFAULT_POLLS, cpu: PhantomData })
+        Ok(ItsQueue { its, ring, slots: bytes / COMMAND_BYTES, write: 0, polls: NEW_QUEUE_POLLS, cpu: PhantomData })
     }
 
     /// How many polls of GITS_CREADR without progress `send` waits before it gives up.

@@ -1,9 +1,10 @@
 //! Host tests of the ITS driver: the commands' fields against the spec's layouts, the queue
 //! against a fake ITS on a thread (it reads the ring up to GITS_CWRITER and advances
 //! GITS_CREADR), the bring-up and the redistributor registers over frames in ordinary memory.
+//! The fakes are shared with the tests of `vlpis` (its/vlpis/tests.rs).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::vec::Vec;
 
@@ -15,7 +16,7 @@ use super::*;
 // ---- the fakes ----
 
 /// No CPU interface: the ITS driver uses only its store barrier.
-struct NoCpu;
+pub(super) struct NoCpu;
 
 impl CpuInterfaceRegisters for NoCpu {
     fn enable(_: u8) {}
@@ -55,25 +56,25 @@ impl ItsMemory for VecMemory {
 
 /// Registers in ordinary memory (a register keeps what was last written to it).
 #[derive(Clone, Copy)]
-struct Regs(usize);
+pub(super) struct Regs(pub(super) usize);
 
 impl Regs {
-    fn new(bytes: usize) -> Self {
+    pub(super) fn new(bytes: usize) -> Self {
         Regs(Vec::leak(vec![0u64; bytes / 8]).as_mut_ptr() as usize)
     }
-    fn read64(self, at: usize) -> u64 {
+    pub(super) fn read64(self, at: usize) -> u64 {
         // SAFETY: inside the leaked words; the driver's accesses are volatile too.
         unsafe { ((self.0 + at) as *const u64).read_volatile() }
     }
-    fn write64(self, at: usize, value: u64) {
+    pub(super) fn write64(self, at: usize, value: u64) {
         // SAFETY: as for `read64`.
         unsafe { ((self.0 + at) as *mut u64).write_volatile(value) }
     }
-    fn read32(self, at: usize) -> u32 {
+    pub(super) fn read32(self, at: usize) -> u32 {
         // SAFETY: as for `read64`.
         unsafe { ((self.0 + at) as *const u32).read_volatile() }
     }
-    fn write32(self, at: usize, value: u32) {
+    pub(super) fn write32(self, at: usize, value: u32) {
         // SAFETY: as for `read64`.
         unsafe { ((self.0 + at) as *mut u32).write_volatile(value) }
     }
@@ -81,7 +82,7 @@ impl Regs {
 
 /// What the fake ITS does with the commands it reads.
 #[derive(Clone, Copy, PartialEq)]
-enum Behaviour {
+pub(super) enum Behaviour {
     /// Reads every command, one at a time.
     Consume,
     /// Stops at the first command with this number and reports GITS_CREADR.Stalled.
@@ -91,14 +92,23 @@ enum Behaviour {
 /// An ITS on a thread: reads the ring GITS_CBASER names from GITS_CREADR up to
 /// GITS_CWRITER, records each command and advances GITS_CREADR. (The driver's volatile
 /// accesses and the fake's meet in plain memory; each is one aligned word.)
-struct FakeIts {
+pub(super) struct FakeIts {
     stop: Arc<AtomicBool>,
     read: Arc<Mutex<Vec<ItsCommand>>>,
     thread: Option<JoinHandle<()>>,
+    _alone: MutexGuard<'static, ()>,
 }
 
+/// Held by each fake ITS while it runs: one at a time. Each test's driver spins while its
+/// fake ITS reads; with every such pair running at once on a host of few CPUs, each fake
+/// waits long to be scheduled (the queue's wait, `NEW_QUEUE_POLLS`, is long in the tests,
+/// but the runs were slow and timing-bound).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 impl FakeIts {
-    fn start(its: Regs, behaviour: Behaviour) -> Self {
+    pub(super) fn start(its: Regs, behaviour: Behaviour) -> Self {
+        // A test that failed while holding it poisoned it, and left nothing to clean up.
+        let alone = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let stop = Arc::new(AtomicBool::new(false));
         let read = Arc::new(Mutex::new(Vec::new()));
         let (stop2, read2) = (stop.clone(), read.clone());
@@ -122,11 +132,16 @@ impl FakeIts {
                 }
             }
         });
-        FakeIts { stop, read, thread: Some(thread) }
+        FakeIts { stop, read, thread: Some(thread), _alone: alone }
     }
 
-    fn commands(&self) -> Vec<ItsCommand> {
+    pub(super) fn commands(&self) -> Vec<ItsCommand> {
         self.read.lock().unwrap().clone()
+    }
+
+    /// The commands read since the last `take`: what one step of a test sent.
+    pub(super) fn take(&self) -> Vec<ItsCommand> {
+        std::mem::take(&mut *self.read.lock().unwrap())
     }
 }
 
@@ -294,7 +309,7 @@ fn an_its_that_never_reads_is_an_error_not_a_hang() {
 
 /// An ITS frame as QEMU's GICv4 ITS resets: GITS_TYPER, GITS_BASER0 devices (8-byte
 /// entries), 1 collections (8), 2 vPEs (8), each with 64 KiB pages until written.
-fn qemu_its(virtual_lpis: bool) -> Regs {
+pub(super) fn qemu_its(virtual_lpis: bool) -> Regs {
     let its = Regs::new(ITS_SIZE);
     its.write64(GITS_TYPER, 1 | (virtual_lpis as u64) << 1 | 11 << 4 | 15 << 8 | 15 << 13);
     its.write64(GITS_BASER, 1 << 56 | 7 << 48 | 2 << 8);
@@ -410,17 +425,19 @@ fn an_event_is_raised_by_a_32_bit_write_of_translater() {
 
 // ---- the redistributor ----
 
-/// A GICv4 redistributor's four frames, GICR_TYPER with VLPIS (or not) and processor 3.
-fn fake_redistributor(vlpis: bool) -> (Regs, LpiRedistributor) {
+/// A GICv4 redistributor's four frames, GICR_TYPER with VLPIS (or not) and `processor` as
+/// its affinity and Processor_Number.
+pub(super) fn fake_redistributor(processor: u16, vlpis: bool) -> (Regs, LpiRedistributor) {
     let rd = Regs::new(0x4_0000);
-    rd.write64(GICR_TYPER, 0x0000_0003_0000_0000 | 3 << 8 | (vlpis as u64) << 1 | 1);
+    let processor = u64::from(processor);
+    rd.write64(GICR_TYPER, processor << 32 | processor << 8 | (vlpis as u64) << 1 | 1);
     // SAFETY: the leaked words, all four frames.
     (rd, unsafe { LpiRedistributor::new(rd.0) })
 }
 
 #[test]
 fn lpis_are_enabled_after_the_tables_are_given() {
-    let (rd, redistributor) = fake_redistributor(true);
+    let (rd, redistributor) = fake_redistributor(3, true);
     assert_eq!(redistributor.processor_number(), 3);
     let mut memory = VecMemory::new(1 << 20);
     let config = LpiConfigTable::allocate(14, &mut memory).unwrap();
@@ -442,7 +459,7 @@ fn lpis_are_enabled_after_the_tables_are_given() {
 
 #[test]
 fn a_vpe_is_made_resident_and_not_resident() {
-    let (rd, redistributor) = fake_redistributor(true);
+    let (rd, redistributor) = fake_redistributor(3, true);
     let (vprop, vpt) = (0x8000_3000, 0x8005_0000);
     redistributor.make_resident(vprop, 16, vpt).unwrap();
     let attributes = 0b111 << 7 | 1 << 10;
@@ -457,7 +474,7 @@ fn a_vpe_is_made_resident_and_not_resident() {
     assert_eq!(redistributor.make_non_resident(), Ok(false), "not resident: nothing to do");
     assert!(matches!(redistributor.make_resident(vprop, 16, vpt + 0x1000), Err(ItsError::Misaligned { .. })));
     assert!(matches!(redistributor.make_resident(vprop + 8, 16, vpt), Err(ItsError::Misaligned { .. })));
-    let (_, v3) = fake_redistributor(false);
+    let (_, v3) = fake_redistributor(3, false);
     assert_eq!(v3.make_resident(vprop, 16, vpt), Err(ItsError::NoVirtualLpis));
     assert_eq!(v3.make_non_resident(), Err(ItsError::NoVirtualLpis));
 }
@@ -485,7 +502,7 @@ fn the_gic_hands_out_a_cpus_redistributor_once_found() {
     use crate::gic::Gic;
     use hyp_core::platform::{GicDescription, GicVersion, PhysRange};
     let gicd = Regs::new(0x1_0000);
-    let (rd, _) = fake_redistributor(true);
+    let (rd, _) = fake_redistributor(3, true);
     rd.write64(GICR_TYPER, rd.read64(GICR_TYPER) | 1 << 4); // Last
     let description = GicDescription {
         version: GicVersion::V3,

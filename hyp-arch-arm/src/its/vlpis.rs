@@ -286,3 +286,6 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
         (vm != NONE).then_some((vm, vpe % VPES_PER_SLOT))
     }
 }
+
+#[cfg(test)]
+mod tests;
