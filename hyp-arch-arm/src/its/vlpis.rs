@@ -123,7 +123,7 @@ impl<C: CpuInterfaceRegisters> BoardGicv4<C> {
         if vcpu < vm.vcpus.min(VPES_PER_SLOT) && vm.slot < SLOTS {
             Ok(Self::vpe(vm, vcpu))
         } else {
-            Err(VlpiError::TooManyVcpus { vcpus: vcpu + 1, max: vm.vcpus })
+            Err(VlpiError::TooManyVcpus { vcpus: vcpu.saturating_add(1), max: vm.vcpus })
         }
     }
 
@@ -183,8 +183,12 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
             for vcpu in 0..vcpus {
                 let vpe = Self::vpe(&attached, vcpu);
                 let table = (rdbase, tables.pending[vcpu], ID_BITS);
-                self.send(&[ItsCommand::vmapp(VpeId(vpe as u16), Some(table))])?;
-                self.vpe_cpu[vpe].store(cpu, Ordering::Release);
+                // VINVALL after: the vPE number may have been another VM's, whose vLPI
+                // configuration the redistributors may hold cached (Linux's its_map_vm does
+                // the same).
+                let vpe = VpeId(vpe as u16);
+                self.send(&[ItsCommand::vmapp(vpe, Some(table)), ItsCommand::vinvall(vpe)])?;
+                self.vpe_cpu[usize::from(vpe.0)].store(cpu, Ordering::Release);
             }
             Ok(())
         });

@@ -60,11 +60,11 @@ impl Board {
     }
 
     /// VMAPP of vCPU `vcpu` of the VM in `slot` to CPU `cpu`'s redistributor, with the
-    /// slot's pending table for it.
-    fn vmapp(&self, slot: usize, vcpu: usize, cpu: usize) -> ItsCommand {
+    /// slot's pending table for it, then VINVALL of the vPE.
+    fn vmapp(&self, slot: usize, vcpu: usize, cpu: usize) -> [ItsCommand; 2] {
         let vpe = VpeId((slot * VPES_PER_SLOT + vcpu) as u16);
         let table = (RdBase::processor(PROCESSOR_BASE + cpu as u16), self.tables(slot).pending[vcpu], 14);
-        ItsCommand::vmapp(vpe, Some(table))
+        [ItsCommand::vmapp(vpe, Some(table)), ItsCommand::vinvall(vpe)]
     }
 }
 
@@ -176,12 +176,15 @@ fn attach_maps_each_vpe_to_the_cpus_redistributor_slot_by_slot() {
         b.fake.take(),
         [
             ItsCommand::vmapp(VpeId(0), Some((RdBase::processor(10), pending[0], 14))),
+            ItsCommand::vinvall(VpeId(0)),
             ItsCommand::vmapp(VpeId(1), Some((RdBase::processor(10), pending[1], 14))),
-        ]
+            ItsCommand::vinvall(VpeId(1)),
+        ],
+        "each vPE mapped, then its cached configuration (another VM's, once) invalidated"
     );
     let second = b.gicv4.attach(8, VPES_PER_SLOT, 1).unwrap();
     assert_eq!(second, VlpiVm { vm: 8, slot: 1, vcpus: VPES_PER_SLOT });
-    let expected: Vec<_> = (0..VPES_PER_SLOT).map(|vcpu| b.vmapp(1, vcpu, 1)).collect();
+    let expected: Vec<_> = (0..VPES_PER_SLOT).flat_map(|vcpu| b.vmapp(1, vcpu, 1)).collect();
     assert_eq!(b.fake.take(), expected, "vPEs 16 to 31, to CPU 1's RDbase");
     assert_eq!(expected[0].0[1] >> 32, 16);
 
@@ -215,7 +218,7 @@ fn detach_unmaps_and_the_next_vm_gets_the_slot_with_its_tables_reset() {
     b.fake.take();
     // The VM's vLPIs configured and pending, as the guest and the GIC leave them.
     for lpi in [FIRST_LPI, FIRST_LPI + 700, FIRST_LPI + MAX_LPIS as u32 - 1] {
-        b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0xa1, mapped: false });
+        b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0xa1, mapped: false }).unwrap();
     }
     let config = b.tables(1).config.address();
     assert_eq!(config_byte(config, FIRST_LPI + 700), 0xa3);
@@ -232,7 +235,7 @@ fn detach_unmaps_and_the_next_vm_gets_the_slot_with_its_tables_reset() {
     let next = b.gicv4.attach(3, 2, 0).unwrap();
     assert_eq!(next, VlpiVm { vm: 3, slot: 1, vcpus: 2 }, "the freed slot, not slot 2");
     assert_eq!(b.tables(1).pending, pending, "the slot's tables kept");
-    assert_eq!(b.fake.take(), [b.vmapp(1, 0, 0), b.vmapp(1, 1, 0)]);
+    assert_eq!(b.fake.take(), [b.vmapp(1, 0, 0), b.vmapp(1, 1, 0)].concat());
     for &table in &pending {
         assert!(pending_bytes(table).iter().all(|&byte| byte == 0), "pending table zeroed");
     }
@@ -278,29 +281,39 @@ fn map_move_discard_and_clear_are_the_commands_of_the_vms_event() {
     let (b, vm) = board_with_vm_in_slot_one();
     let dev = DeviceId(0);
     let lpi = FIRST_LPI + 5;
-    b.gicv4.apply(&vm, VlpiCommand::Map { lpi, vcpu: 2 });
+    b.gicv4.apply(&vm, VlpiCommand::Map { lpi, vcpu: 2 }).unwrap();
     assert_eq!(
         b.fake.take(),
         [ItsCommand::vmapti(dev, EventId(1024 + 5), VpeId(18), Lpi(lpi), Doorbell::Lpi(Lpi(8192 + 18)))]
     );
-    b.gicv4.apply(&vm, VlpiCommand::Move { lpi, vcpu: 3 });
+    b.gicv4.apply(&vm, VlpiCommand::Move { lpi, vcpu: 3 }).unwrap();
     assert_eq!(
         b.fake.take(),
         [ItsCommand::vmovi(dev, EventId(1029), VpeId(19), Some(Doorbell::Lpi(Lpi(8192 + 19))))],
         "the new vPE's doorbell"
     );
-    b.gicv4.apply(&vm, VlpiCommand::Clear { lpi });
+    b.gicv4.apply(&vm, VlpiCommand::Clear { lpi }).unwrap();
     assert_eq!(b.fake.take(), [ItsCommand::clear(dev, EventId(1029))]);
-    b.gicv4.apply(&vm, VlpiCommand::Discard { lpi });
+    b.gicv4.apply(&vm, VlpiCommand::Discard { lpi }).unwrap();
     assert_eq!(b.fake.take(), [ItsCommand::discard(dev, EventId(1029))]);
 
     // The VM's last LPI: the slot's last event.
     let last = FIRST_LPI + MAX_LPIS as u32 - 1;
-    b.gicv4.apply(&vm, VlpiCommand::Map { lpi: last, vcpu: 0 });
+    b.gicv4.apply(&vm, VlpiCommand::Map { lpi: last, vcpu: 0 }).unwrap();
     assert_eq!(
         b.fake.take(),
         [ItsCommand::vmapti(dev, EventId(2047), VpeId(16), Lpi(last), Doorbell::Lpi(Lpi(8192 + 16)))]
     );
+    // A vCPU the VM does not have (4 vCPUs) names no vPE, not the next VM's: refused,
+    // nothing sent.
+    for vcpu in [4, 16, usize::MAX] {
+        assert_eq!(
+            b.gicv4.apply(&vm, VlpiCommand::Map { lpi, vcpu }),
+            Err(VlpiError::TooManyVcpus { vcpus: vcpu.saturating_add(1), max: 4 })
+        );
+        assert!(b.gicv4.apply(&vm, VlpiCommand::Move { lpi, vcpu }).is_err());
+    }
+    assert_eq!(b.fake.take(), []);
 }
 
 #[test]
@@ -308,13 +321,13 @@ fn configure_writes_the_slots_table_and_invalidates_only_a_mapped_event() {
     let (b, vm) = board_with_vm_in_slot_one();
     let config = b.tables(1).config.address();
     let lpi = FIRST_LPI + 9;
-    b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0xa1, mapped: false });
+    b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0xa1, mapped: false }).unwrap();
     assert_eq!(config_byte(config, lpi), 0xa3, "priority 0xa0, RES1, enabled");
     assert_eq!(b.fake.take(), [], "no INV of an unmapped event");
-    b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0x5c, mapped: true });
+    b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0x5c, mapped: true }).unwrap();
     assert_eq!(config_byte(config, lpi), 0x5e, "priority 0x5c, disabled");
     assert_eq!(b.fake.take(), [ItsCommand::inv(DeviceId(0), EventId(1024 + 9))]);
-    b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0xff, mapped: true });
+    b.gicv4.apply(&vm, VlpiCommand::Configure { lpi, config: 0xff, mapped: true }).unwrap();
     assert_eq!(config_byte(config, lpi), 0xff);
     b.fake.take();
     assert_eq!(config_byte(config, lpi - 1), lpi_config(0, false), "its neighbours untouched");
@@ -326,7 +339,7 @@ fn configure_writes_the_slots_table_and_invalidates_only_a_mapped_event() {
 fn raise_writes_the_event_to_translater_and_sends_nothing() {
     let (b, vm) = board_with_vm_in_slot_one();
     assert_eq!(GITS_TRANSLATER, 0x1_0040);
-    b.gicv4.apply(&vm, VlpiCommand::Raise { lpi: FIRST_LPI + 300 });
+    b.gicv4.apply(&vm, VlpiCommand::Raise { lpi: FIRST_LPI + 300 }).unwrap();
     assert_eq!(b.its.read32(GITS_TRANSLATER), 1024 + 300);
     assert_eq!(b.fake.take(), []);
 }
