@@ -11,7 +11,7 @@ use system_tests::{
     assert_output_line, free_local_port, http_get, linux_vm_on_network, one_linux_at_a_time, run, start_session,
     wait_for_shell, COMMAND_LIMIT, RUN_LIMIT,
 };
-use xtask::bundle::{DiskSlice, VmDevices, VmEntry};
+use xtask::bundle::{DiskSlice, Placement, Policy, VmDevices, VmEntry};
 use xtask::qemu::Machine;
 
 fn over_pci(vm: VmEntry, io_cpu: Option<u32>) -> VmEntry {
@@ -48,6 +48,12 @@ fn virtio_interrupts(interrupts: &str) -> Vec<(String, u64)> {
 /// writes (the data in the host's image), the network reaches the host both ways, every
 /// completion is an MSI-X message, and nothing the guest did was refused.
 fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>, gic_version: u8) {
+    disk_and_network_over_pci_placed(test, io_cpu, gic_version, None)
+}
+
+/// As `disk_and_network_over_pci`, the VM's two vCPUs sharing CPU `shared` if given (a
+/// vCPU that waits then leaves its CPU, and on a GICv4 its doorbell wakes it).
+fn disk_and_network_over_pci_placed(test: &str, io_cpu: Option<u32>, gic_version: u8, shared: Option<u32>) {
     let _alone = one_linux_at_a_time();
     let image = system_tests::scratch_file(&format!("{test}.img"));
     let _ = std::fs::remove_file(&image);
@@ -56,7 +62,10 @@ fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>, gic_version: u8) {
     let smp = if io_cpu.is_some() { 3 } else { 2 };
     let machine =
         Machine { disk: Some(image.clone()), network: Some(vec![(port, 80)]), smp, gic_version, ..Machine::default() };
-    let vm = over_pci(linux_vm_on_network("linux", 2, "10.0.2.15"), io_cpu);
+    let mut vm = over_pci(linux_vm_on_network("linux", 2, "10.0.2.15"), io_cpu);
+    if let Some(cpu) = shared {
+        vm.devices.placement = Placement { cpus: Some(vec![cpu, cpu]), policy: Some(Policy::Shared), slice_us: None };
+    }
     let mut s = start_session(test, machine, &[vm], RUN_LIMIT);
     wait_for_shell(&mut s);
 
@@ -133,9 +142,20 @@ fn disk_and_network_over_pci(test: &str, io_cpu: Option<u32>, gic_version: u8) {
         assert!(image_contains(&image, &format!("virtio-pci-test line {line}\n")), "line {line} in the host image");
     }
     // On a GICv4 the board injects the LPIs (docs/vgic.md, "Direct injection of LPIs"):
-    // every vector above fired through it, none through the vGIC.
+    // every vector above fired through it, none through the vGIC, and no command of the
+    // board's ITS failed; vCPUs that wait off their CPU were woken by their doorbells.
     let direct = "vm0 linux: its LPIs are injected by the board's GICv4.0";
     assert_eq!(out.console.contains(direct), gic_version == 4, "{direct}; console:\n{}", out.console);
+    if gic_version == 4 {
+        let summary = out
+            .console
+            .lines()
+            .find_map(|l| l.split_once("its LPIs were injected by the board's GICv4.0: ").map(|(_, r)| r.to_string()))
+            .unwrap_or_else(|| panic!("the VM's end says what the board did; console:\n{}", out.console));
+        let doorbells: u64 = summary.split_whitespace().next().and_then(|n| n.parse().ok()).expect("a count");
+        assert!(summary.contains("; 0 command(s) of the board's ITS failed"), "{summary}");
+        assert_eq!(doorbells > 0, shared.is_some(), "doorbells ring only for vCPUs waiting off their CPU: {summary}");
+    }
 }
 
 #[test]
@@ -161,4 +181,12 @@ fn a_gicv2_vm_gets_its_msis_through_a_gicv2m_frame() {
 #[test]
 fn a_gicv4_board_runs_the_same_through_the_side_core() {
     disk_and_network_over_pci("virtio-pci-gicv4", Some(2), 4);
+}
+
+/// On a GICv4 board, the VM's two vCPUs share one CPU: a vCPU that waits for an interrupt
+/// leaves the CPU with its vPE not resident, and a completion for it rings its doorbell,
+/// which wakes it (docs/vgic.md, "Direct injection of LPIs (GICv4.0)").
+#[test]
+fn on_a_gicv4_board_vcpus_that_share_a_cpu_are_woken_by_their_doorbells() {
+    disk_and_network_over_pci_placed("virtio-pci-gicv4-shared", Some(2), 4, Some(0));
 }
