@@ -255,17 +255,22 @@ fn a_gicv2_vm_s_msis_land_on_its_gicv2m_frame() {
     assert!(window.write(0, 0x040, AccessWidth::Halfword, 100).is_err());
 }
 
+/// A GICv3 VM of one vCPU with `lpis` LPIs, on a board (this thread's) with a GICv4.0.
+fn vgic_on_a_gicv4(lpis: usize) -> Arc<VgicHandle<FakeArch>> {
+    let scheduling = leak(Scheduling::<FakeArch>::new());
+    scheduling.init(2);
+    FakeArch::give_gicv4(true);
+    let gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96, lpis }).unwrap();
+    Arc::new(VgicHandle::new(0, gic, scheduling))
+}
+
 /// With the board's GICv4.0 (crate::direct_lpis), a VM with an ITS is attached to it: the
 /// guest's mapping goes to the board's ITS, a device's message is the board's to raise
 /// (no kick, nothing pending in the vGIC), and the VM's events and vPEs are given back
 /// when its vGIC goes.
 #[test]
 fn with_a_gicv4_a_message_is_raised_by_the_board_and_the_vgic_keeps_nothing() {
-    let scheduling = leak(Scheduling::<FakeArch>::new());
-    scheduling.init(2);
-    FakeArch::give_gicv4(true);
-    let gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96, lpis: 64 }).unwrap();
-    let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
+    let vgic = vgic_on_a_gicv4(64);
     let attached = vgic.inject_lpis_directly(1).unwrap().expect("attached");
     assert_eq!(vgic.inject_lpis_directly(1), Ok(Some(attached)), "once");
     vgic.lock().write(0, 0, 4, 0b11).unwrap();
@@ -310,11 +315,7 @@ fn with_a_gicv4_a_message_is_raised_by_the_board_and_the_vgic_keeps_nothing() {
 /// A VM without LPIs (a GICv2, or no ITS) is never attached, GICv4 or not.
 #[test]
 fn a_vm_without_lpis_keeps_its_interrupts_in_its_vgic_on_a_gicv4() {
-    let scheduling = leak(Scheduling::<FakeArch>::new());
-    scheduling.init(1);
-    FakeArch::give_gicv4(true);
-    let gic = Distributor::new(VgicConfig { version: GicVersion::V3, vcpus: 1, spis: 96, lpis: 0 }).unwrap();
-    let vgic = Arc::new(VgicHandle::new(0, gic, scheduling));
+    let vgic = vgic_on_a_gicv4(0);
     assert_eq!(vgic.inject_lpis_directly(0), Ok(None));
     drop(vgic);
     assert!(FakeArch::take_vlpi_events().is_empty());
