@@ -731,6 +731,10 @@ pub struct IoRun {
     /// Under the hypervisor with a side core serving the VM's disk and NIC (one more CPU:
     /// docs/virtio.md, "The side core"); its exits are in `exits` as "... (side core)".
     pub side: Option<IoFigures>,
+    /// The same side core serving the VM's devices as PCI functions on a GICv4 board, whose
+    /// ITS injects their completions (docs/vgic.md, "Direct injection of LPIs (GICv4.0)");
+    /// its exits are in `exits` as "... (side core, GICv4)".
+    pub gicv4: Option<IoFigures>,
 }
 
 /// Bytes each disk run moves, and the runs of each of write and read in one boot. A run of
@@ -787,13 +791,28 @@ pub fn virtio_io() -> Result<IoRun, XtaskError> {
     step(&samples_text(&side));
     exits
         .extend(side_exits.into_iter().map(|w| WorkloadExits { workload: format!("{} (side core)", w.workload), ..w }));
+    step(&format!(
+        "virtio throughput under the hypervisor with a side core on a GICv4 board (the VM's devices PCI functions, \
+         their completions injected by the board's ITS; {runs}), with its exits"
+    ));
+    let pci = VmEntry {
+        devices: VmDevices { transport: hyp_core::bundle::VirtioTransport::Pci, ..side_core_vm(&vm).devices },
+        ..vm.clone()
+    };
+    let gicv4_bundle = bundle::write_file("io-bench-gicv4", &[pci], &BundleOptions::default())?;
+    let gicv4_machine = Machine { smp: 3, gic_version: 4, ..machine.clone() };
+    let (gicv4, gicv4_exits) = io_run(gicv4_machine.command(&hyp, Some(&gicv4_bundle)), port, true)?;
+    step(&samples_text(&gicv4));
+    exits.extend(
+        gicv4_exits.into_iter().map(|w| WorkloadExits { workload: format!("{} (side core, GICv4)", w.workload), ..w }),
+    );
     step(&format!("virtio throughput with QEMU's devices given straight to the guest ({runs})"));
     let mut cmd =
         Machine { virtualization: false, memory_mib: 512, ..machine }.command(&linux.kernel, Some(&linux.initrd));
     cmd.arg("-append").arg(&bootargs);
     let (native, _) = io_run(cmd, port, false)?;
     step(&samples_text(&native));
-    Ok(IoRun { under, native, exits, side: Some(side) })
+    Ok(IoRun { under, native, exits, side: Some(side), gicv4: Some(gicv4) })
 }
 
 /// The CPU a benchmark's side core runs on: the VM's 2 vCPUs are pinned to CPUs 0 and 1.
@@ -1085,7 +1104,30 @@ fn io_table(io: &IoRun) -> String {
         NET_RUN_BYTES >> 20
     ));
     table.push_str(&round_trip_table(io));
+    if let Some(g) = &io.gicv4 {
+        table.push_str(&gicv4_table(io, g));
+    }
     table
+}
+
+/// The side core on a GICv4 board (PCI functions, completions injected by the board): its
+/// throughputs against QEMU's devices given to the guest, and its round trip against the
+/// hypervisor's without a side core.
+fn gicv4_table(io: &IoRun, g: &IoFigures) -> String {
+    let mut t = String::from("side core on a GICv4 board (virtio-pci, LPIs injected by the board):\n");
+    let runs = [&g.disk_write, &g.disk_read, &g.net_to_guest];
+    for ((name, _, n, _), s) in io_rows(io).into_iter().zip(runs) {
+        t.push_str(&format!("  {name:<22} {:>22} MB/s, {:.2} of no hyp.\n", s.spread_text(), s.median() / n.median()));
+    }
+    t.push_str(&format!(
+        "  {:<22} {:.0} / {:.0} us (median / p99), {:.2} / {:.2} of the hypervisor's without a side core\n",
+        "TCP round trip",
+        g.round_trip.median(),
+        g.round_trip.percentile(99.0),
+        g.round_trip.median() / io.under.round_trip.median(),
+        g.round_trip.percentile(99.0) / io.under.round_trip.percentile(99.0)
+    ));
+    t
 }
 
 /// The 1-byte TCP round trips: per configuration the median and the 99th percentile, and
@@ -1123,14 +1165,17 @@ fn round_trip_table(io: &IoRun) -> String {
 /// order, the ratio of the medians and the target.
 fn io_json(io: &IoRun) -> String {
     let side = io.side.as_ref().map(|s| [&s.disk_write, &s.disk_read, &s.net_to_guest]);
+    let gicv4 = io.gicv4.as_ref().map(|s| [&s.disk_write, &s.disk_read, &s.net_to_guest]);
     let rows: Vec<String> = io_rows(io)
         .into_iter()
         .enumerate()
         .map(|(i, (name, u, n, bytes))| {
             let side = side.map_or_else(|| "null".to_string(), |s| s[i].json());
+            let gicv4 = gicv4.map_or_else(|| "null".to_string(), |s| s[i].json());
             format!(
                 "    {{\n      \"name\": \"{name}\",\n      \"bytes_per_run\": {bytes},\n      \"hypervisor\": {},\n      \
-                 \"native\": {},\n      \"ratio\": {:.3},\n      \"target\": \"{}\",\n      \"side_core\": {side}\n    }}",
+                 \"native\": {},\n      \"ratio\": {:.3},\n      \"target\": \"{}\",\n      \"side_core\": {side},\n      \
+                 \"side_core_gicv4\": {gicv4}\n    }}",
                 u.json(),
                 n.json(),
                 u.median() / n.median(),
@@ -1141,10 +1186,11 @@ fn io_json(io: &IoRun) -> String {
     let rt = |s: &Samples| format!("{{\"median\": {:.1}, \"p99\": {:.1}}}", s.median(), s.percentile(99.0));
     let round_trip = format!(
         "{{\"unit\": \"microseconds (wall time), 1 byte each way over TCP\", \"round_trips\": {ROUND_TRIPS}, \
-         \"hypervisor\": {}, \"native\": {}, \"side_core\": {}}}",
+         \"hypervisor\": {}, \"native\": {}, \"side_core\": {}, \"side_core_gicv4\": {}}}",
         rt(&io.under.round_trip),
         rt(&io.native.round_trip),
-        io.side.as_ref().map_or("null".into(), |s| rt(&s.round_trip))
+        io.side.as_ref().map_or("null".into(), |s| rt(&s.round_trip)),
+        io.gicv4.as_ref().map_or("null".into(), |s| rt(&s.round_trip))
     );
     format!(
         "{{\n  \"unit\": \"MB/s (wall time)\",\n  \"statistic\": \"per side the median of its runs in one boot, with \
@@ -1266,6 +1312,19 @@ fn io_bars(io: &IoRun) -> Vec<Bar> {
         bars.push(Bar {
             label: "TCP round trip, side core".into(),
             ratio: side.round_trip.median() / io.native.round_trip.median(),
+            target: Some(Target::AtMost(rt)),
+        });
+    }
+    if let Some(g) = &io.gicv4 {
+        let rows = [&g.disk_write, &g.disk_read, &g.net_to_guest];
+        bars.extend(io_rows(io).into_iter().zip(rows).map(|((name, _, n, _), s)| Bar {
+            label: format!("{}, side core, GICv4", label(name)),
+            ratio: s.median() / n.median(),
+            target: Some(SIDE_CORE_TARGET),
+        }));
+        bars.push(Bar {
+            label: "TCP round trip, side core, GICv4".into(),
+            ratio: g.round_trip.median() / io.native.round_trip.median(),
             target: Some(Target::AtMost(rt)),
         });
     }
@@ -1416,6 +1475,7 @@ mod tests {
             },
             exits: Vec::new(),
             side: None,
+            gicv4: None,
         }
     }
 
@@ -1470,6 +1530,26 @@ mod tests {
         // 315 / 207.5, met.
         assert_eq!(bars[7].target, Some(Target::AtMost(315.0 / 207.5)));
         assert!(bars[7].target.unwrap().met(bars[7].ratio));
+    }
+
+    #[test]
+    fn the_gicv4_side_core_has_its_own_rows_bars_and_json() {
+        let mut io = io_run_for_tests();
+        assert!(!io_table(&io).contains("GICv4") && io_json(&io).contains("\"side_core_gicv4\": null"));
+        io.gicv4 = Some(IoFigures { round_trip: samples(&[630.0, 630.0, 630.0, 1800.0]), ..io.native.clone() });
+        let t = io_table(&io);
+        let (_, gicv4) = t.split_once("side core on a GICv4 board").unwrap_or_else(|| panic!("{t}"));
+        let row = |name: &str| gicv4.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
+        assert!(row("disk write (O_DIRECT)").ends_with("1.00 of no hyp."), "{t}");
+        // 630 / 315 and 1800 / 900 of the hypervisor's round trip without a side core.
+        assert!(row("TCP round trip").contains("630 / 1800 us (median / p99), 2.00 / 2.00"), "{t}");
+        let bars = io_bars(&io);
+        assert_eq!(bars.len(), 8);
+        assert_eq!(bars[4].label, "disk write, side core, GICv4");
+        assert_eq!(bars[7].target, Some(Target::AtMost(315.0 / 207.5)));
+        let j = io_json(&io);
+        assert!(j.contains("\"side_core_gicv4\": {\"median\": 630.0, \"p99\": 1800.0}"), "{j}");
+        assert_eq!(j.matches('{').count(), j.matches('}').count());
     }
 
     #[test]
