@@ -7,7 +7,7 @@
 //! - CPUs: which are online and their boot-time work ([`cpus`]), where vCPUs run
 //!   ([`placement`]), side cores that serve virtqueues by polling ([`io_core`]), the
 //!   scheduler at run time ([`scheduling`]), a VM's virtual GIC as the CPUs share it
-//!   ([`shared_vgic`]), what each physical interrupt is for ([`interrupts`]), when a CPU
+//!   ([`shared_vgic`]), its LPIs injected by a board's GICv4.0 ([`direct_lpis`]), what each physical interrupt is for ([`interrupts`]), when a CPU
 //!   invalidates its TLB for a vCPU ([`tlb`]);
 //! - the console: where input goes ([`focus`]) and the management console's commands
 //!   ([`management`]);

@@ -15,6 +15,9 @@
 //! takes the vCPUs to kick ([`Distributor::take_kicks`]) and the physical SPIs to
 //! deactivate ([`Distributor::deactivate_retired`]). [`ControlWords`] is the copy of the
 //! distributor's control words that the AArch64 vector answers a guest's loads of them from.
+//! On a board with a GICv4.0, [`Distributor::inject_lpis_directly`] leaves a VM's LPIs to
+//! the board, and [`Distributor::sync_direct`] gives the board's ITS the [`VlpiCommand`]s
+//! that follow the guest's own ITS after each access.
 //! Nothing here touches hardware or panics on guest input; a VM's state is allocated once,
 //! when it is created, sized by its vCPUs and SPIs.
 #![cfg_attr(not(test), no_std)]
