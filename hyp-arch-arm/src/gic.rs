@@ -19,6 +19,7 @@ use arm_gic::gicv3::registers::GicrSgi;
 use arm_gic::gicv3::{GicRedistributor, Group};
 use arm_gic::{IntId, UniqueMmioPointer};
 use hyp_core::platform::{GicDescription, GicVersion, MAX_CPUS};
+use vgic::FIRST_LPI;
 
 use crate::mmio::Frame;
 use crate::registers::*;
@@ -45,9 +46,6 @@ pub const fn interrupt_id(iar: u32) -> u32 {
         iar & 0x3ff
     }
 }
-
-/// The first LPI's INTID (IHI 0069H 2.2.1): the doorbells of the board's GICv4.0.
-pub const FIRST_LPI: u32 = 8192;
 
 /// Whether an acknowledged INTID is an interrupt, not one of the special INTIDs 1020 to
 /// 1023 (SPURIOUS among them).

@@ -61,9 +61,6 @@ const ROUTES: [Route; 16] = {
     routes
 };
 
-/// The first LPI (GIC architecture specification, INTID ranges).
-const FIRST_LPI: u32 = 8192;
-
 /// INTIDs 0..1020 (1020-1023 are special: GIC architecture specification, INTID ranges).
 const INTIDS: usize = 1020;
 
@@ -121,7 +118,7 @@ impl Routes {
     pub fn of(&self, intid: u32) -> Route {
         match self.route.get(intid as usize) {
             Some(r) => ROUTES[(r.load(Ordering::Relaxed) & 15) as usize],
-            None if intid >= FIRST_LPI => Route::Doorbell,
+            None if intid >= vgic::FIRST_LPI => Route::Doorbell,
             None => Route::Unrouted,
         }
     }

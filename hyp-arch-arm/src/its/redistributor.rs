@@ -9,6 +9,7 @@
 use super::command::Lpi;
 use super::{ItsError, ItsMemory};
 use crate::mmio::Frame;
+use vgic::FIRST_LPI;
 
 // IHI 0069H 12.11: in the RD frame, and in the VLPI frame.
 pub const GICR_CTLR: usize = 0x0000;
@@ -38,8 +39,6 @@ pub const VPENDBASER_DIRTY: u64 = 1 << 60;
 /// Polls of GICR_VPENDBASER.Dirty after the vPE is made not resident (QEMU's is always 0).
 const DIRTY_POLLS: u32 = 1_000_000;
 
-/// The first LPI (IHI 0069H 5.1).
-pub const FIRST_LPI: u32 = 8192;
 /// The LPI ID widths the tables here are built for: from the first LPI to 16 M INTIDs.
 const ID_BITS: core::ops::RangeInclusive<u32> = 14..=24;
 
