@@ -17,7 +17,7 @@ use hyp_core::platform::MAX_CPUS;
 use hyp_core::sync::Mutex;
 use hyp_runtime::direct_lpis::{BoardVlpis, VlpiError, VlpiVm};
 use spin::Once;
-use vgic::{VlpiCommand, MAX_LPIS};
+use vgic::{VlpiCommand, FIRST_LPI, MAX_LPIS};
 
 use super::command::{DeviceId, Doorbell, EventId, ItsCommand, Lpi, RdBase, VpeId};
 use super::redistributor::{allocate_pending_table, LpiConfigTable, LpiRedistributor};
@@ -30,8 +30,6 @@ pub const SLOTS: usize = 8;
 /// vCPUs of such a VM.
 pub const VPES_PER_SLOT: usize = 16;
 const VPES: usize = SLOTS * VPES_PER_SLOT;
-/// The first LPI INTID (IHI 0069H 5.1).
-const FIRST_LPI: u32 = 8192;
 /// INTID bits of the vLPIs and of the doorbells: 8192 + MAX_LPIS and 8192 + VPES fit.
 const ID_BITS: u32 = 14;
 const _: () = assert!(FIRST_LPI as usize + MAX_LPIS <= 1 << ID_BITS && FIRST_LPI as usize + VPES <= 1 << ID_BITS);
@@ -114,14 +112,10 @@ impl<C: CpuInterfaceRegisters> BoardGicv4<C> {
         })
     }
 
-    fn vpe(vm: &VlpiVm, vcpu: usize) -> usize {
-        vm.slot * VPES_PER_SLOT + vcpu
-    }
-
     /// vCPU `vcpu`'s vPE, if the VM has that vCPU.
     fn vpe_of(vm: &VlpiVm, vcpu: usize) -> Result<usize, VlpiError> {
         if vcpu < vm.vcpus.min(VPES_PER_SLOT) && vm.slot < SLOTS {
-            Ok(Self::vpe(vm, vcpu))
+            Ok(vm.slot * VPES_PER_SLOT + vcpu)
         } else {
             Err(VlpiError::TooManyVcpus { vcpus: vcpu.saturating_add(1), max: vm.vcpus })
         }
@@ -181,14 +175,14 @@ impl<C: CpuInterfaceRegisters> BoardVlpis for BoardGicv4<C> {
                 let _ = tables.config.set(Lpi(lpi), 0, false);
             }
             for vcpu in 0..vcpus {
-                let vpe = Self::vpe(&attached, vcpu);
+                let vpe = Self::vpe_of(&attached, vcpu)?;
                 let table = (rdbase, tables.pending[vcpu], ID_BITS);
                 // VINVALL after: the vPE number may have been another VM's, whose vLPI
                 // configuration the redistributors may hold cached (Linux's its_map_vm does
                 // the same).
-                let vpe = VpeId(vpe as u16);
-                self.send(&[ItsCommand::vmapp(vpe, Some(table)), ItsCommand::vinvall(vpe)])?;
-                self.vpe_cpu[usize::from(vpe.0)].store(cpu, Ordering::Release);
+                let id = VpeId(vpe as u16);
+                self.send(&[ItsCommand::vmapp(id, Some(table)), ItsCommand::vinvall(id)])?;
+                self.vpe_cpu[vpe].store(cpu, Ordering::Release);
             }
             Ok(())
         });
