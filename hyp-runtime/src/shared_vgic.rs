@@ -29,7 +29,7 @@ use vgic::{
 use spin::Once;
 
 use crate::arch::Arch;
-use crate::direct_lpis::{VlpiError, VlpiVm};
+use crate::direct_lpis::{BoardVlpis, VlpiError, VlpiVm};
 use crate::scheduling::{vcpu_ref, Scheduling};
 
 /// A VM's vGIC and, per vCPU, a hint that its deliverable interrupts may have changed: the
@@ -120,10 +120,16 @@ impl<A: Arch> VgicHandle<A> {
         self.direct.get()
     }
 
+    /// The board's GICv4.0 and the VM's part of it, if its LPIs are injected there.
+    #[inline(always)]
+    pub fn board(&self) -> Option<(&'static dyn BoardVlpis, &VlpiVm)> {
+        A::vlpis().zip(self.direct.get())
+    }
+
     /// The board's ITS brought to what the guest's ITS and its devices did to the LPIs,
     /// under the lock that changed them (vgic::Distributor::sync_direct).
     fn sync_direct(&self, vgic: &mut Distributor) {
-        if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
+        if let Some((board, direct)) = self.board() {
             vgic.sync_direct(|c| self.count_failure(board.apply(direct, c)));
         }
     }
@@ -337,7 +343,7 @@ impl<A: Arch> VgicHandle<A> {
     /// on the board, and the fresh distributor starts with none.
     pub fn replace_distributor(&self, mut fresh: Distributor) {
         let mut vgic = self.lock();
-        if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
+        if let Some((board, direct)) = self.board() {
             vgic.release_direct(|c| self.count_failure(board.apply(direct, c)));
             // Allocated as the VM's first was; without it the LPIs go back to the vGIC,
             // which the board then never raises.
@@ -357,7 +363,7 @@ impl<A: Arch> VgicHandle<A> {
 /// runs and no device raises its LPIs.
 impl<A: Arch> Drop for VgicHandle<A> {
     fn drop(&mut self) {
-        if let (Some(board), Some(direct)) = (A::vlpis(), self.direct.get()) {
+        if let Some((board, direct)) = self.board() {
             self.distributor.lock().release_direct(|c| {
                 let _ = board.apply(direct, c);
             });

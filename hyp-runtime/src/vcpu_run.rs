@@ -280,7 +280,7 @@ pub fn run_vcpu<C: VcpuCpu>(
     let tlb = core.stage1.enter(cpu, vcpu);
     let mut here = C::enter(vm, vcpu, shared, resumed.as_ref().map(|r| &r.saved), tlb);
     // Its vPE resident here until it leaves the CPU (crate::direct_lpis).
-    if let (Some(board), Some(direct)) = (C::V::vlpis(), core.vgic.direct()) {
+    if let Some((board, direct)) = core.vgic.board() {
         board.make_resident(direct, vcpu, cpu);
     }
     let (mut registers, mut last_unknown) = match resumed {
@@ -597,7 +597,7 @@ fn answer<C: VcpuCpu>(
                 let waiting = &core.vgic.waiting[vcpu];
                 // Its vPE not resident while it waits, so a vLPI for it rings the doorbell; one
                 // that came before is pending already (crate::direct_lpis).
-                let direct = C::V::vlpis().zip(core.vgic.direct());
+                let direct = core.vgic.board();
                 let vlpi_pending = direct.is_some_and(|(board, _)| board.make_non_resident(cpu));
                 // The fence: `waiting` set before any posted SGI is looked for
                 // (`VgicHandle::post_sgi`).
@@ -1032,7 +1032,7 @@ fn leave_cpu<C: VcpuCpu>(vm: &<C::V as Virtualization>::Vm, vcpu: usize, here: &
         drop(lists);
         kick_others(core, others);
     }
-    if let (Some(board), Some(_)) = (C::V::vlpis(), core.vgic.direct()) {
+    if let Some((board, _)) = core.vgic.board() {
         board.make_non_resident(C::V::current_cpu());
     }
     here.leave();
