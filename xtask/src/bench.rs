@@ -1291,7 +1291,7 @@ pub fn write_chart(m: &MacroFigures, io: Option<&IoRun>) -> Result<PathBuf, Xtas
     write_bench_file("ratios.svg", &chart::svg("hypervisor / no hypervisor (cargo xtask bench)", &bars))
 }
 
-/// The virtio figures' bars: each throughput without and with the side core (its target
+/// The virtio figures' bars: each throughput without and with each side core run (its target
 /// that of the side-core issue), then the round trip's median without and with it, the side
 /// core's target being the round trip without it.
 fn io_bars(io: &IoRun) -> Vec<Bar> {
@@ -1302,29 +1302,17 @@ fn io_bars(io: &IoRun) -> Vec<Bar> {
         .collect();
     let rt = io.under.round_trip.median() / io.native.round_trip.median();
     bars.push(Bar { label: "TCP round trip".into(), ratio: rt, target: None });
-    if let Some(side) = &io.side {
+    let sides = [(", side core", &io.side), (", side core, GICv4", &io.gicv4)];
+    for (suffix, side) in sides.into_iter().filter_map(|(suffix, side)| Some((suffix, side.as_ref()?))) {
         let side_rows = [&side.disk_write, &side.disk_read, &side.net_to_guest];
         bars.extend(io_rows(io).into_iter().zip(side_rows).map(|((name, _, n, _), s)| Bar {
-            label: format!("{}, side core", label(name)),
+            label: format!("{}{suffix}", label(name)),
             ratio: s.median() / n.median(),
             target: Some(SIDE_CORE_TARGET),
         }));
         bars.push(Bar {
-            label: "TCP round trip, side core".into(),
+            label: format!("TCP round trip{suffix}"),
             ratio: side.round_trip.median() / io.native.round_trip.median(),
-            target: Some(Target::AtMost(rt)),
-        });
-    }
-    if let Some(g) = &io.gicv4 {
-        let rows = [&g.disk_write, &g.disk_read, &g.net_to_guest];
-        bars.extend(io_rows(io).into_iter().zip(rows).map(|((name, _, n, _), s)| Bar {
-            label: format!("{}, side core, GICv4", label(name)),
-            ratio: s.median() / n.median(),
-            target: Some(SIDE_CORE_TARGET),
-        }));
-        bars.push(Bar {
-            label: "TCP round trip, side core, GICv4".into(),
-            ratio: g.round_trip.median() / io.native.round_trip.median(),
             target: Some(Target::AtMost(rt)),
         });
     }
