@@ -221,7 +221,7 @@ impl Distributor {
     /// What the board should hold for `lpi`: the vCPU its translation routes it to, if any
     /// (an LPI the guest's ITS translates no event to has none), and its configuration byte.
     fn wanted_direct(&self, lpi: u32) -> (Option<usize>, u8) {
-        let vcpu = self.target(0, lpi).filter(|&v| v < self.vcpus);
+        let vcpu = self.lpi_target(crate::IntId(lpi));
         let config = self.irq(0, lpi).map_or(0, |s| s.priority | u8::from(s.enabled()));
         (vcpu, config)
     }
